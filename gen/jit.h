@@ -1,0 +1,47 @@
+/*
+ * jit.h — the run-time compilation pipeline as a chain of nouns:
+ * render (Lua template → CUDA C) → compile (NVRTC → cubin) → cache (disk) → the CUDA backend
+ * loads it. Each step returns a status and leaves a structured message on the context.
+ */
+#ifndef TWELL_JIT_H
+#define TWELL_JIT_H
+
+#include "twellrt.h"
+
+#include <stddef.h>
+
+/* One template parameter: an integer or a string. Templates receive them as a Lua table. */
+typedef struct tw_param {
+    const char *key;
+    const char *sval; /* non-NULL: string value */
+    long long ival;   /* used when sval is NULL */
+} tw_param;
+
+/* Renders templates/<name>.cu.lua with params into CUDA C source (malloc'd, NUL-terminated,
+ * caller frees). Deterministic byte for byte. Errors: TWELL_ERR_NOT_FOUND (no such template),
+ * TWELL_ERR_TEMPLATE (Lua error; the message names template file and line). */
+twell_status tw_render(twell_ctx *ctx, const char *name, const tw_param *params, size_t nparams,
+                       char **src, size_t *len);
+
+/* The directory templates are read from: $TWELL_TEMPLATE_DIR, else the source tree (during
+ * development), else the install location. Borrowed, static. */
+const char *tw_template_dir(void);
+
+/* A compiled kernel image. */
+typedef struct tw_cubin {
+    void *data;  /* malloc'd cubin bytes */
+    size_t size;
+    int cache_hit;  /* 1 if it came from the cache */
+    double compile_ms; /* 0 on a hit */
+    char key_hex[65];
+} tw_cubin;
+
+/* Renders, then returns the cubin for arch ("sm_90a", "sm_80", ...) from the cache or by
+ * compiling with NVRTC and publishing it. Errors: those of tw_render, TWELL_ERR_NOT_FOUND (NVRTC
+ * missing: the message says where it looked), TWELL_ERR_NVRTC (the message holds the log, with
+ * #line-mapped template locations). */
+twell_status tw_jit_cubin(twell_ctx *ctx, const char *name, const tw_param *params,
+                          size_t nparams, const char *arch, tw_cubin *out);
+void tw_cubin_free(tw_cubin *c);
+
+#endif /* TWELL_JIT_H */

@@ -1,0 +1,321 @@
+/*
+ * twellrt.h — public API of libtwellrt: sparse (TwELL) transformer feed-forward layers.
+ * This header is the specification: every function states behaviour, ownership, errors and
+ * threading. Anything not promised here is an implementation detail.
+ */
+#ifndef TWELLRT_H
+#define TWELLRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TWELL_BUILDING_LIBRARY) && defined(__GNUC__)
+#define TWELL_API __attribute__((visibility("default")))
+#else
+#define TWELL_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versioning
+ * ------------------------------------------------------------------------------------------- */
+
+#define TWELL_VERSION_MAJOR 0
+#define TWELL_VERSION_MINOR 1
+#define TWELL_VERSION_PATCH 0
+/* One integer that orders versions: MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define TWELL_VERSION_NUMBER                                                                   \
+    (TWELL_VERSION_MAJOR * 10000 + TWELL_VERSION_MINOR * 100 + TWELL_VERSION_PATCH)
+
+/* The library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL. Compare with the
+ * macros above to detect a header/library mismatch. Thread-safe. */
+TWELL_API const char *twell_version(void);
+
+/* TWELL_VERSION_NUMBER of the library actually loaded. Thread-safe. */
+TWELL_API int twell_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. One X-macro list generates the enum and its name/message tables.
+ * ------------------------------------------------------------------------------------------- */
+
+#define TWELL_STATUS_MAP(X)                                                                    \
+    X(OK, 0, "success")                                                                        \
+    X(ERR_INVALID_ARG, 1, "invalid argument")                                                  \
+    X(ERR_UNSUPPORTED, 2, "not supported by this backend, device or build")                    \
+    X(ERR_NO_MEMORY, 3, "out of memory")                                                       \
+    X(ERR_NO_DEVICE, 4, "no usable CUDA device")                                               \
+    X(ERR_NOT_FOUND, 5, "a required library, file or symbol was not found")                    \
+    X(ERR_CUDA, 6, "CUDA driver call failed")                                                  \
+    X(ERR_NVRTC, 7, "NVRTC call or compilation failed")                                        \
+    X(ERR_TEMPLATE, 8, "kernel template failed to render")                                     \
+    X(ERR_IO, 9, "file system error")                                                          \
+    X(ERR_CORRUPT, 10, "corrupt or foreign data")                                              \
+    X(ERR_INTERNAL, 11, "internal error (a bug in twellrt)")
+
+typedef enum twell_status {
+#define TWELL_STATUS_ENUM_(name, code, msg) TWELL_##name = code,
+    TWELL_STATUS_MAP(TWELL_STATUS_ENUM_)
+#undef TWELL_STATUS_ENUM_
+} twell_status;
+
+/* "TWELL_OK", "TWELL_ERR_INVALID_ARG", ...; "TWELL_UNKNOWN_STATUS" for a value not in the list.
+ * Static strings. Thread-safe. */
+TWELL_API const char *twell_status_name(twell_status s);
+
+/* A one-line English description of s ("invalid argument", ...); static. Thread-safe. */
+TWELL_API const char *twell_status_str(twell_status s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context
+ *
+ * A context owns one backend (CPU reference, or one CUDA device), its kernel cache and its last
+ * error message. A context and everything created from it are used by one thread at a time;
+ * different contexts may be used from different threads concurrently. The on-disk cache is safe
+ * across threads and processes.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct twell_ctx twell_ctx;
+
+typedef enum twell_backend {
+    TWELL_BACKEND_AUTO = 0, /* CUDA when a device is usable, else CPU */
+    TWELL_BACKEND_CPU = 1,  /* exact reference backend; all pointers are host pointers */
+    TWELL_BACKEND_CUDA = 2  /* CUDA device; all tensor pointers are device pointers */
+} twell_backend;
+
+typedef enum twell_log_level {
+    TWELL_LOG_DEBUG = 0,
+    TWELL_LOG_INFO = 1,
+    TWELL_LOG_WARN = 2,
+    TWELL_LOG_ERROR = 3
+} twell_log_level;
+
+/* Log sink. msg is valid only during the call. Called on the thread that called into the
+ * library. The library never prints by itself. */
+typedef void (*twell_log_fn)(void *user, twell_log_level level, const char *msg);
+
+/* Plain-data options, passed by pointer and copied by twell_ctx_create (strings included); the
+ * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default(). */
+typedef struct twell_ctx_options {
+    twell_backend backend; /* default TWELL_BACKEND_AUTO */
+    int device;            /* CUDA device ordinal; default 0 */
+    const char *cache_dir; /* NULL: $TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else
+                              ~/.cache/twellrt */
+    twell_log_fn log;      /* NULL: no logging */
+    void *log_user;        /* passed back to log */
+    twell_log_level log_level; /* messages below this level are not delivered; default WARN */
+    int cpu_threads;       /* CPU backend worker threads; 0 = one per online core */
+    size_t cache_max_bytes; /* disk cache size cap; 0 = default (1 GiB) */
+} twell_ctx_options;
+
+/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores). */
+TWELL_API twell_ctx_options twell_ctx_options_default(void);
+
+/* Creates a context. opts may be NULL (defaults). On success *out is the new context; on failure
+ * *out is NULL and the status says why: TWELL_ERR_NO_DEVICE when CUDA was requested explicitly and
+ * no device is usable (AUTO falls back to CPU instead, logging at INFO why CUDA was not used),
+ * TWELL_ERR_INVALID_ARG for bad options, TWELL_ERR_NO_MEMORY. A failed create has no context to hold
+ * a message; the reason goes to opts->log. The cache directory is created lazily; a cache that
+ * cannot be used degrades to memory only with one warning, never an error. */
+TWELL_API twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out);
+
+/* Destroys ctx and releases everything it owns (plans and training states created from it must
+ * be destroyed first; behaviour is undefined otherwise). NULL is a no-op. */
+TWELL_API void twell_ctx_destroy(twell_ctx *ctx);
+
+/* The message of the last failed call on ctx (or on a plan/state created from it), naming the
+ * layer and raw code, e.g. "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION (6) at
+ * templates/gate_pack.cu.lua:212"; "" when the last call succeeded. Borrowed from ctx: valid until
+ * the next call on ctx. ctx NULL gives "no context". */
+TWELL_API const char *twell_ctx_errmsg(const twell_ctx *ctx);
+
+/* The backend ctx actually uses (CPU or CUDA, never AUTO). */
+TWELL_API twell_backend twell_ctx_backend(const twell_ctx *ctx);
+
+/* A static, human-readable name: "cpu" or "cuda". */
+TWELL_API const char *twell_backend_name(twell_backend b);
+
+/* A one-line description of what the context runs on, e.g. "cpu (2 threads)" or
+ * "cuda:0 NVIDIA H200 (sm_90a, 132 SMs)". Borrowed from ctx. */
+TWELL_API const char *twell_ctx_device_name(const twell_ctx *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Shapes and the TwELL packed format
+ *
+ * Tensors are dense, row-major and contiguous:
+ *   x  [M, K]   input tokens                      dtype
+ *   Wg [N, K]   gate projection (nn.Linear layout) dtype
+ *   Wu [N, K]   up projection                      dtype
+ *   Wd [N, K]   down projection, row n = neuron n   dtype
+ *   y  [M, K]   output                             dtype
+ * Gated block:      g = relu(x·Wgᵀ), u = x·Wuᵀ, h = g ⊙ u, y = h·Wd.
+ * Non-gated block:  h = relu(x·Wuᵀ), y = h·Wd.
+ * Arithmetic is fp32 on 16-bit inputs. The packed gate (gated) or h (non-gated) holds values
+ * rounded to dtype (round to nearest even); u and h·Wd products stay fp32; y is rounded once.
+ *
+ * TwELL layout. The [M, N] activation is cut into column tiles of width T. Each (row m, tile t)
+ * owns W = T/C consecutive uint32 words starting at word m·(N/C) + t·W; the buffer is
+ * [M, N/C] uint32, row-major:
+ *   word 0         the exact number of non-zero activations in that row-tile (0..T); it may
+ *                  exceed the slots (W-1): the row-tile then "overflows";
+ *   words 1..W-1   slots, one active entry each, in ascending column order:
+ *                    bits 31..16  the 16-bit value (bf16 or fp16 bit pattern, always > 0)
+ *                    bits 15..0   the column index n within the full width N (0..N-1)
+ *                  unused slots are 0. An overflowing row-tile stores its first W-1 entries; the
+ *                  consumers recompute that row-tile exactly from x and the packing weight, so
+ *                  nothing is lost. An activation is "non-zero" iff its rounded 16-bit value is
+ *                  positive (relu output that rounds to +0 is not stored).
+ * The bytes are a pure function of the inputs: deterministic across runs and backends.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum twell_dtype { TWELL_DTYPE_BF16 = 0, TWELL_DTYPE_FP16 = 1 } twell_dtype;
+
+/* Plain-data description of one feed-forward layer shape. Supported: K a multiple of 16 (the
+ * CUDA kernels may additionally require a multiple of 64 and say so), 1 ≤ N ≤ 65536 a multiple
+ * of T, T a power of two in [64, 256], C ∈ {2, 4, 8}. */
+typedef struct twell_shape {
+    uint32_t K;        /* model width */
+    uint32_t N;        /* hidden width */
+    uint32_t T;        /* TwELL column tile, default 256 */
+    uint32_t C;        /* compression factor, default 8 */
+    twell_dtype dtype; /* element type of x, weights and y */
+    int gated;         /* non-zero: gated block (Wg, Wu, Wd); zero: non-gated (Wu, Wd) */
+} twell_shape;
+
+/* A gated bf16 shape with T = 256, C = 8 for the given K and N. */
+TWELL_API twell_shape twell_shape_default(uint32_t K, uint32_t N);
+
+/* TWELL_OK if shape is supported, else TWELL_ERR_INVALID_ARG with a message naming the bad
+ * field in ctx (ctx may be NULL: no message). Nothing else is touched. */
+TWELL_API twell_status twell_shape_check(twell_ctx *ctx, const twell_shape *shape);
+
+/* Words per row-tile (T/C), slots per row-tile (T/C - 1), and the packed buffer size for M rows:
+ * M·N/C uint32 words, M·N/C·4 bytes. Pure functions; 0 for an invalid shape or on overflow. */
+TWELL_API uint32_t twell_tile_words(const twell_shape *shape);
+TWELL_API uint32_t twell_tile_slots(const twell_shape *shape);
+TWELL_API size_t twell_packed_words(const twell_shape *shape, size_t M);
+TWELL_API size_t twell_packed_bytes(const twell_shape *shape, size_t M);
+
+/* Bytes of one element of dtype (2 for both supported types). */
+TWELL_API size_t twell_dtype_size(twell_dtype dtype);
+
+/* ---------------------------------------------------------------------------------------------
+ * Plans
+ *
+ * A plan binds a validated shape to a context: it owns compiled kernels and tuned configurations
+ * for that shape (CUDA), so a second call with the same plan launches without compiling,
+ * allocating on the host or looking anything up. Borrowed by the ops for the call only.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct twell_plan twell_plan;
+
+/* Stream handle: a CUstream (cudaStream_t) on the CUDA backend, NULL for the default stream;
+ * ignored by the CPU backend. Ops on the CUDA backend are asynchronous with respect to the host
+ * unless stated otherwise; the CPU backend returns when results are written. */
+typedef void *twell_stream;
+
+/* Which implementation the inference ops use on the CUDA backend. AUTO chooses from the
+ * observed sparsity without synchronising the host every call; SPARSE and DENSE force one.
+ * The CPU backend is exact in every mode and ignores this. */
+typedef enum twell_path {
+    TWELL_PATH_AUTO = 0,
+    TWELL_PATH_SPARSE = 1,
+    TWELL_PATH_DENSE = 2
+} twell_path;
+
+/* Creates a plan for shape on ctx. Errors: TWELL_ERR_INVALID_ARG (NULL arguments, unsupported
+ * shape: the message names the field), TWELL_ERR_NO_MEMORY, and on CUDA the compile/load errors
+ * of the kernel pipeline. *out is NULL on failure. */
+TWELL_API twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shape,
+                                         twell_plan **out);
+
+/* Destroys plan; NULL is a no-op. Must not be in use by work still running on a stream the caller
+ * has not synchronised (the CUDA backend synchronises the plan's resources before freeing). */
+TWELL_API void twell_plan_destroy(twell_plan *plan);
+
+/* The shape plan was created with (borrowed, valid for the plan's lifetime). */
+TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
+
+/* Sets the inference path (default AUTO). TWELL_ERR_INVALID_ARG for an unknown value. */
+TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
+
+/* ---------------------------------------------------------------------------------------------
+ * Inference ops
+ *
+ * Common rules: M ≥ 1 rows. Pointers are host pointers on the CPU backend and device pointers
+ * on the CUDA backend; they must not alias outputs. Inputs are only read, and only during the
+ * call (or, on CUDA, the work it enqueues). On any error nothing is written to the outputs and
+ * the message names the bad argument. Errors common to every op: TWELL_ERR_INVALID_ARG (NULL
+ * plan or pointer, M = 0, a pointer of the wrong memory space where detectable),
+ * TWELL_ERR_UNSUPPORTED (op not available on this backend/device yet), TWELL_ERR_CUDA.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
+ * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
+ * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). */
+TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                                       uint32_t *packed, twell_stream stream);
+
+/* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
+ * packing weight), writing y [M, K] of dtype.
+ *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
+ *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
+ * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
+TWELL_API twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x,
+                                       const uint32_t *packed, const void *wg, const void *wu,
+                                       const void *wd, void *y, twell_stream stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training (gated plans only)
+ *
+ * Forward:  P = relu(x·Wgᵀ) (rounded to dtype, sparse)   U = x·Wuᵀ on P's support (fp32)
+ *           Tm = U ⊙ P   y = Tm·Wd   L0 = nnz(P)/M   L1 = Σ|Tm| / M
+ * Backward, given dy [M, K] and the L1 coefficient λ:
+ *           dT = (dy·Wdᵀ on the support) + (λ/M)·sign(U)
+ *           dU = dT ⊙ P   dP = dT ⊙ U
+ *           dx = dU·Wu + dP·Wg   dWu = dUᵀ·x   dWg = dPᵀ·x   dWd = Tmᵀ·dy
+ * dx is written in dtype; dWg, dWu, dWd are written in fp32 (float), [N, K], overwritten (not
+ * accumulated). The loss is taken as the caller's loss plus λ·L1.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What the forward saves for the backward (packed gate, U on the support, spill for rows and
+ * neurons denser than the compact form). Owned by the library; memory lives on the backend
+ * (device memory on CUDA) and grows to fit the data, never dropping any of it. */
+typedef struct twell_train_state twell_train_state;
+
+/* Creates an empty training state for a gated plan. *out NULL on failure
+ * (TWELL_ERR_INVALID_ARG for a non-gated plan, TWELL_ERR_NO_MEMORY). */
+TWELL_API twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out);
+
+/* Destroys state; NULL is a no-op. */
+TWELL_API void twell_train_state_destroy(twell_train_state *state);
+
+/* Bytes of backend memory the state holds now (after a forward: the saved activations). */
+TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
+
+/* Training forward. Writes y [M, K] (dtype) and, when stats is not NULL, stats[0] = L0 and
+ * stats[1] = L1 (two floats in the backend's memory space), and saves into state what
+ * twell_ffn_backward needs (replacing any earlier forward). x, wg, wu, wd as in inference.
+ * TWELL_ERR_NO_MEMORY if the saved state cannot grow; nothing is dropped silently. */
+TWELL_API twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x,
+                                               const void *wg, const void *wu, const void *wd,
+                                               void *y, float *stats, twell_train_state *state,
+                                               twell_stream stream);
+
+/* Training backward for the forward saved in state (same plan, M, x and weights, which must be
+ * unchanged). dy [M, K] dtype; lambda the L1 coefficient (≥ 0, finite). Writes dx [M, K] dtype
+ * and dwg, dwu, dwd [N, K] float. TWELL_ERR_INVALID_ARG if state holds no forward, or one for
+ * another plan or M. Deterministic: identical inputs give bitwise identical gradients. */
+TWELL_API twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size_t M,
+                                          const void *x, const void *wg, const void *wu,
+                                          const void *wd, const void *dy, float lambda, void *dx,
+                                          float *dwg, float *dwu, float *dwd,
+                                          twell_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWELLRT_H */
