@@ -9,5 +9,4 @@ static int tw_not_yet(const char *name) {
 }
 int twell_cmd_render(int argc, char **argv) { (void)argc; (void)argv; return tw_not_yet("render"); }
 int twell_cmd_compile(int argc, char **argv) { (void)argc; (void)argv; return tw_not_yet("compile"); }
-int twell_cmd_cache(int argc, char **argv) { (void)argc; (void)argv; return tw_not_yet("cache"); }
 int twell_cmd_info(int argc, char **argv) { (void)argc; (void)argv; return tw_not_yet("info"); }
