@@ -8,6 +8,7 @@ fi
 missing=""
 [ -f /usr/include/lua5.4/lua.h ] || missing="$missing liblua5.4-dev"
 [ -f /usr/include/cmocka.h ] || missing="$missing libcmocka-dev"
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 [ -z "$missing" ] && exit 0
 echo "deps: installing$missing"
 SUDO=""
