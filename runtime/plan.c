@@ -1,0 +1,379 @@
+/* plan.c — shapes, plans, training states and the public op entry points: every argument is
+ * validated here (message naming the bad argument, nothing written on error), then the op is
+ * dispatched to the CPU or CUDA backend. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- shapes ---- */
+
+twell_shape twell_shape_default(uint32_t K, uint32_t N) {
+    twell_shape s;
+    memset(&s, 0, sizeof s);
+    s.K = K;
+    s.N = N;
+    s.T = 256;
+    s.C = 8;
+    s.dtype = TWELL_DTYPE_BF16;
+    s.gated = 1;
+    return s;
+}
+
+/* Checks shape; on failure records "<fn>: shape.<field> = <value> ..." on ctx (may be NULL). */
+static twell_status tw_shape_validate(twell_ctx *ctx, const char *fn, const twell_shape *s) {
+    if (!s)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: shape is NULL", fn);
+    if (s->K == 0 || s->K % 16 != 0)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: shape.K = %u is not a positive multiple of 16", fn, s->K);
+    if (s->T < 64 || s->T > 256 || (s->T & (s->T - 1)) != 0)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: shape.T = %u is not a power of two in [64, 256]", fn, s->T);
+    if (s->C != 2 && s->C != 4 && s->C != 8)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: shape.C = %u is not 2, 4 or 8", fn, s->C);
+    if (s->N == 0 || s->N > 65536)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: shape.N = %u is not in [1, 65536]", fn,
+                        s->N);
+    if (s->N % s->T != 0)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: shape.N = %u is not a multiple of shape.T = %u", fn, s->N, s->T);
+    if (s->dtype != TWELL_DTYPE_BF16 && s->dtype != TWELL_DTYPE_FP16)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: shape.dtype = %d is not TWELL_DTYPE_BF16 or TWELL_DTYPE_FP16", fn,
+                        (int)s->dtype);
+    return TWELL_OK;
+}
+
+twell_status twell_shape_check(twell_ctx *ctx, const twell_shape *shape) {
+    twell_status st = tw_shape_validate(ctx, "twell_shape_check", shape);
+    if (st == TWELL_OK)
+        tw_clear_error(ctx);
+    return st;
+}
+
+uint32_t twell_tile_words(const twell_shape *shape) {
+    if (tw_shape_validate(NULL, "", shape) != TWELL_OK)
+        return 0;
+    return shape->T / shape->C;
+}
+
+uint32_t twell_tile_slots(const twell_shape *shape) {
+    uint32_t w = twell_tile_words(shape);
+    return w ? w - 1 : 0;
+}
+
+size_t twell_packed_words(const twell_shape *shape, size_t M) {
+    if (tw_shape_validate(NULL, "", shape) != TWELL_OK)
+        return 0;
+    size_t row = shape->N / shape->C;
+    if (M > SIZE_MAX / row)
+        return 0;
+    return M * row;
+}
+
+size_t twell_packed_bytes(const twell_shape *shape, size_t M) {
+    size_t w = twell_packed_words(shape, M);
+    if (w > SIZE_MAX / sizeof(uint32_t))
+        return 0;
+    return w * sizeof(uint32_t);
+}
+
+/* ---- plans ---- */
+
+twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shape, twell_plan **out) {
+    if (out)
+        *out = NULL;
+    if (!ctx)
+        return TWELL_ERR_INVALID_ARG;
+    if (!out)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "twell_plan_create: out is NULL");
+    twell_status st = tw_shape_validate(ctx, "twell_plan_create", shape);
+    if (st != TWELL_OK)
+        return st;
+    twell_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_plan_create: out of memory");
+    plan->ctx = ctx;
+    plan->shape = *shape;
+    plan->shape.gated = shape->gated ? 1 : 0;
+    plan->path = TWELL_PATH_AUTO;
+    if (ctx->backend == TWELL_BACKEND_CUDA) {
+        st = tw_cuda_plan_init(plan);
+        if (st != TWELL_OK) {
+            free(plan);
+            return st; /* the backend recorded the message */
+        }
+    }
+    tw_clear_error(ctx);
+    *out = plan;
+    return TWELL_OK;
+}
+
+void twell_plan_destroy(twell_plan *plan) {
+    if (!plan)
+        return;
+    if (plan->ctx->backend == TWELL_BACKEND_CUDA)
+        tw_cuda_plan_release(plan);
+    free(plan);
+}
+
+const twell_shape *twell_plan_shape(const twell_plan *plan) { return plan ? &plan->shape : NULL; }
+
+twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    if (path != TWELL_PATH_AUTO && path != TWELL_PATH_SPARSE && path != TWELL_PATH_DENSE)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_plan_set_path: path = %d is not a twell_path", (int)path);
+    plan->path = path;
+    tw_clear_error(plan->ctx);
+    return TWELL_OK;
+}
+
+/* ---- training states ---- */
+
+twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out) {
+    if (out)
+        *out = NULL;
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    if (!out)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "twell_train_state_create: out is NULL");
+    if (!plan->shape.gated)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_train_state_create: plan is not gated (training needs a gated "
+                        "plan)");
+    twell_train_state *state = calloc(1, sizeof *state);
+    if (!state)
+        return tw_error(plan->ctx, TWELL_ERR_NO_MEMORY, "twell_train_state_create: out of memory");
+    state->plan = plan;
+    tw_clear_error(plan->ctx);
+    *out = state;
+    return TWELL_OK;
+}
+
+void twell_train_state_destroy(twell_train_state *state) {
+    if (!state)
+        return;
+    if (state->plan->ctx->backend == TWELL_BACKEND_CUDA)
+        tw_cuda_train_state_release(state);
+    else
+        tw_cpu_train_state_release(state);
+    free(state);
+}
+
+size_t twell_train_state_bytes(const twell_train_state *state) { return state ? state->bytes : 0; }
+
+/* ---- op argument validation ---- */
+
+/* Validation context of one op call: the function name for messages and the backend. */
+typedef struct {
+    twell_ctx *ctx;
+    const char *fn;
+} tw_args;
+
+/* NULL check and memory-space check of one tensor pointer. */
+static twell_status tw_check_ptr(const tw_args *a, const void *p, const char *name) {
+    if (!p)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: %s is NULL", a->fn, name);
+    int kind = tw_cuda_pointer_kind(a->ctx, p);
+    if (a->ctx->backend == TWELL_BACKEND_CPU && kind == 1)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: %s is device memory but the context uses the CPU backend (host "
+                        "pointers expected)",
+                        a->fn, name);
+    if (a->ctx->backend == TWELL_BACKEND_CUDA && kind == 0)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: %s is host memory but the context uses the CUDA backend (device "
+                        "pointers expected)",
+                        a->fn, name);
+    return TWELL_OK;
+}
+
+/* Checks M and that every tensor of M rows has a byte size that fits in size_t. */
+static twell_status tw_check_rows(const tw_args *a, const twell_shape *s, size_t M) {
+    if (M == 0)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: M is 0 (at least one row needed)",
+                        a->fn);
+    size_t row_bytes = (size_t)s->K * 2u;
+    size_t packed_row = (size_t)(s->N / s->C) * sizeof(uint32_t);
+    if (row_bytes > packed_row ? M > SIZE_MAX / row_bytes : M > SIZE_MAX / packed_row)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: M = %zu is too large (tensor sizes overflow size_t)", a->fn, M);
+    return TWELL_OK;
+}
+
+/* Byte ranges of an output and an input must not overlap. */
+typedef struct {
+    const void *p;
+    size_t bytes;
+    const char *name;
+} tw_range;
+
+static int tw_overlap(const tw_range *r1, const tw_range *r2) {
+    uintptr_t a = (uintptr_t)r1->p, b = (uintptr_t)r2->p;
+    return a < b + r2->bytes && b < a + r1->bytes;
+}
+
+/* r[0..nout) are the outputs, r[nout..n) the inputs; NULL entries (optional) are skipped. */
+static twell_status tw_check_alias(const tw_args *a, const tw_range *r, size_t nout, size_t n) {
+    for (size_t i = 0; i < nout; i++)
+        for (size_t j = 0; j < n; j++)
+            if (j != i && r[i].p && r[j].p && tw_overlap(&r[i], &r[j]))
+                return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: %s overlaps %s", a->fn,
+                                r[i].name, r[j].name);
+    return TWELL_OK;
+}
+
+#define TW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        twell_status tw_st_ = (expr);                                                              \
+        if (tw_st_ != TWELL_OK)                                                                    \
+            return tw_st_;                                                                         \
+    } while (0)
+
+/* ---- ops ---- */
+
+twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                             uint32_t *packed, twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    tw_args a = {plan->ctx, "twell_gate_pack"};
+    const twell_shape *s = &plan->shape;
+    TW_TRY(tw_check_rows(&a, s, M));
+    TW_TRY(tw_check_ptr(&a, x, "x"));
+    TW_TRY(tw_check_ptr(&a, w, s->gated ? "w (Wg)" : "w (Wu)"));
+    TW_TRY(tw_check_ptr(&a, packed, "packed"));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    tw_range all[] = {{packed, twell_packed_bytes(s, M), "packed"}, {x, xb, "x"}, {w, wb, "w"}};
+    TW_TRY(tw_check_alias(&a, all, 1, 3));
+    twell_status st = plan->ctx->backend == TWELL_BACKEND_CUDA
+                          ? tw_cuda_gate_pack(plan, M, x, w, packed, stream)
+                          : tw_cpu_gate_pack(plan, M, x, w, packed);
+    if (st == TWELL_OK)
+        tw_clear_error(plan->ctx);
+    return st;
+}
+
+twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
+                             const void *wg, const void *wu, const void *wd, void *y,
+                             twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    tw_args a = {plan->ctx, "twell_ffn_infer"};
+    const twell_shape *s = &plan->shape;
+    TW_TRY(tw_check_rows(&a, s, M));
+    TW_TRY(tw_check_ptr(&a, x, "x"));
+    TW_TRY(tw_check_ptr(&a, packed, "packed"));
+    if (s->gated)
+        TW_TRY(tw_check_ptr(&a, wg, "wg (required by a gated plan)"));
+    else if (wg)
+        return tw_error(a.ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_infer: wg must be NULL for a non-gated plan");
+    TW_TRY(tw_check_ptr(&a, wu, "wu"));
+    TW_TRY(tw_check_ptr(&a, wd, "wd"));
+    TW_TRY(tw_check_ptr(&a, y, "y"));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    tw_range all[] = {{y, xb, "y"},   {x, xb, "x"},   {packed, twell_packed_bytes(s, M), "packed"},
+                      {wg, wb, "wg"}, {wu, wb, "wu"}, {wd, wb, "wd"}};
+    TW_TRY(tw_check_alias(&a, all, 1, 6));
+    twell_status st = plan->ctx->backend == TWELL_BACKEND_CUDA
+                          ? tw_cuda_ffn_infer(plan, M, x, packed, wg, wu, wd, y, stream)
+                          : tw_cpu_ffn_infer(plan, M, x, packed, wg, wu, wd, y);
+    if (st == TWELL_OK)
+        tw_clear_error(plan->ctx);
+    return st;
+}
+
+/* Shared by forward and backward: a gated plan and a state created from it. */
+static twell_status tw_check_train(const tw_args *a, const twell_plan *plan,
+                                   const twell_train_state *state) {
+    if (!plan->shape.gated)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG,
+                        "%s: plan is not gated (training needs a gated plan)", a->fn);
+    if (!state)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: state is NULL", a->fn);
+    if (state->plan != plan)
+        return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: state was created for another plan",
+                        a->fn);
+    return TWELL_OK;
+}
+
+twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                     const void *wu, const void *wd, void *y, float *stats,
+                                     twell_train_state *state, twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    tw_args a = {plan->ctx, "twell_ffn_forward_train"};
+    const twell_shape *s = &plan->shape;
+    TW_TRY(tw_check_train(&a, plan, state));
+    TW_TRY(tw_check_rows(&a, s, M));
+    TW_TRY(tw_check_ptr(&a, x, "x"));
+    TW_TRY(tw_check_ptr(&a, wg, "wg"));
+    TW_TRY(tw_check_ptr(&a, wu, "wu"));
+    TW_TRY(tw_check_ptr(&a, wd, "wd"));
+    TW_TRY(tw_check_ptr(&a, y, "y"));
+    if (stats)
+        TW_TRY(tw_check_ptr(&a, stats, "stats"));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    tw_range all[] = {{y, xb, "y"},   {stats, 2 * sizeof(float), "stats"},
+                      {x, xb, "x"},   {wg, wb, "wg"},
+                      {wu, wb, "wu"}, {wd, wb, "wd"}};
+    TW_TRY(tw_check_alias(&a, all, 2, 6));
+    state->M = 0; /* the backend replaces the earlier forward; none is valid until it succeeds */
+    twell_status st = plan->ctx->backend == TWELL_BACKEND_CUDA
+                          ? tw_cuda_forward_train(plan, M, x, wg, wu, wd, y, stats, state, stream)
+                          : tw_cpu_forward_train(plan, M, x, wg, wu, wd, y, stats, state);
+    if (st == TWELL_OK) {
+        state->M = M;
+        tw_clear_error(plan->ctx);
+    }
+    return st;
+}
+
+twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                                const void *wg, const void *wu, const void *wd, const void *dy,
+                                float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                                twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    tw_args a = {plan->ctx, "twell_ffn_backward"};
+    const twell_shape *s = &plan->shape;
+    TW_TRY(tw_check_train(&a, plan, state));
+    TW_TRY(tw_check_rows(&a, s, M));
+    if (state->M == 0)
+        return tw_error(a.ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_backward: state holds no forward (call "
+                        "twell_ffn_forward_train first)");
+    if (state->M != M)
+        return tw_error(a.ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_backward: M = %zu differs from the saved forward's M = %zu", M,
+                        state->M);
+    TW_TRY(tw_check_ptr(&a, x, "x"));
+    TW_TRY(tw_check_ptr(&a, wg, "wg"));
+    TW_TRY(tw_check_ptr(&a, wu, "wu"));
+    TW_TRY(tw_check_ptr(&a, wd, "wd"));
+    TW_TRY(tw_check_ptr(&a, dy, "dy"));
+    if (!isfinite(lambda) || lambda < 0.0f)
+        return tw_error(a.ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_backward: lambda = %g is not finite and >= 0", (double)lambda);
+    TW_TRY(tw_check_ptr(&a, dx, "dx"));
+    TW_TRY(tw_check_ptr(&a, dwg, "dwg"));
+    TW_TRY(tw_check_ptr(&a, dwu, "dwu"));
+    TW_TRY(tw_check_ptr(&a, dwd, "dwd"));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, gb = wb * 2u;
+    tw_range all[] = {{dx, xb, "dx"},   {dwg, gb, "dwg"}, {dwu, gb, "dwu"},
+                      {dwd, gb, "dwd"}, {x, xb, "x"},     {wg, wb, "wg"},
+                      {wu, wb, "wu"},   {wd, wb, "wd"},   {dy, xb, "dy"}};
+    TW_TRY(tw_check_alias(&a, all, 4, 9));
+    twell_status st =
+        plan->ctx->backend == TWELL_BACKEND_CUDA
+            ? tw_cuda_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream)
+            : tw_cpu_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd);
+    if (st == TWELL_OK)
+        tw_clear_error(plan->ctx);
+    return st;
+}
