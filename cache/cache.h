@@ -30,6 +30,9 @@ void tw_hash_str(tw_hash *h, const char *s); /* tw_hash_field of a NUL-terminate
 void tw_hash_final(tw_hash *h, tw_key *out);
 /* 64 lowercase hex digits + NUL. */
 void tw_key_hex(const tw_key *k, char out[65]);
+/* Fast 64-bit checksum of a cache entry's payload: XXH64 with seed 0 (corruption detection
+ * only; keys use SHA-256). */
+uint64_t tw_checksum64(const void *data, size_t len);
 
 /* ---- the store (cache/cache.c) ---- */
 typedef struct tw_cache tw_cache;

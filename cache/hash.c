@@ -120,3 +120,76 @@ void tw_key_hex(const tw_key *k, char out[65]) {
     }
     out[64] = '\0';
 }
+
+/* ---- 64-bit payload checksum: XXH64 (seed 0), written from the xxHash specification ---- */
+
+#define TW_P1 0x9E3779B185EBCA87u
+#define TW_P2 0xC2B2AE3D27D4EB4Fu
+#define TW_P3 0x165667B19E3779F9u
+#define TW_P4 0x85EBCA77C2B2AE63u
+#define TW_P5 0x27D4EB2F165667C5u
+
+static uint64_t tw_rotl64(uint64_t x, unsigned n) { return (x << n) | (x >> (64u - n)); }
+
+static uint64_t tw_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t tw_le32(const uint8_t *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+}
+
+static uint64_t tw_xxh_round(uint64_t acc, uint64_t lane) {
+    acc += lane * TW_P2;
+    return tw_rotl64(acc, 31) * TW_P1;
+}
+
+static uint64_t tw_xxh_merge(uint64_t acc, uint64_t v) {
+    acc ^= tw_xxh_round(0, v);
+    return acc * TW_P1 + TW_P4;
+}
+
+uint64_t tw_checksum64(const void *data, size_t len) {
+    const uint8_t *p = data;
+    size_t n = len;
+    uint64_t acc;
+    if (n >= 32) {
+        uint64_t v1 = TW_P1 + TW_P2, v2 = TW_P2, v3 = 0, v4 = 0 - TW_P1;
+        for (; n >= 32; p += 32, n -= 32) {
+            v1 = tw_xxh_round(v1, tw_le64(p));
+            v2 = tw_xxh_round(v2, tw_le64(p + 8));
+            v3 = tw_xxh_round(v3, tw_le64(p + 16));
+            v4 = tw_xxh_round(v4, tw_le64(p + 24));
+        }
+        acc = tw_rotl64(v1, 1) + tw_rotl64(v2, 7) + tw_rotl64(v3, 12) + tw_rotl64(v4, 18);
+        acc = tw_xxh_merge(acc, v1);
+        acc = tw_xxh_merge(acc, v2);
+        acc = tw_xxh_merge(acc, v3);
+        acc = tw_xxh_merge(acc, v4);
+    } else {
+        acc = TW_P5;
+    }
+    acc += (uint64_t)len;
+    for (; n >= 8; p += 8, n -= 8) {
+        acc ^= tw_xxh_round(0, tw_le64(p));
+        acc = tw_rotl64(acc, 27) * TW_P1 + TW_P4;
+    }
+    if (n >= 4) {
+        acc ^= tw_le32(p) * TW_P1;
+        acc = tw_rotl64(acc, 23) * TW_P2 + TW_P3;
+        p += 4, n -= 4;
+    }
+    for (; n > 0; p++, n--) {
+        acc ^= (uint64_t)*p * TW_P5;
+        acc = tw_rotl64(acc, 11) * TW_P1;
+    }
+    acc ^= acc >> 33;
+    acc *= TW_P2;
+    acc ^= acc >> 29;
+    acc *= TW_P3;
+    acc ^= acc >> 32;
+    return acc;
+}

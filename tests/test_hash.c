@@ -141,6 +141,45 @@ static void test_hash_key_hex_format(void **state) {
     assert_string_equal(hex, "070f171f272f373f474f575f676f777f878f979fa7afb7bfc7cfd7dfe7eff7ff");
 }
 
+static void test_hash_checksum64_vectors(void **state) {
+    (void)state;
+    /* XXH64, seed 0; values from the reference xxHash library. The 42-byte input takes the
+     * 32-byte stripe path plus 8-byte and 2-byte tails. */
+    static const struct {
+        const char *s;
+        uint64_t want;
+    } v[] = {
+        {"", 0xef46db3751d8e999u},
+        {"a", 0xd24ec4f1a98c6e5bu},
+        {"abc", 0x44bc2cf5ad770999u},
+        {"hello", 0x26c7827d889f6da3u},
+        {"0123456789abcdef0123456789abcdef0123456789", 0xa76190c3acf08a1cu},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        uint64_t got = tw_checksum64(v[i].s, strlen(v[i].s));
+        if (got != v[i].want)
+            fail_msg("checksum64(\"%s\") = %016llx, want %016llx", v[i].s, (unsigned long long)got,
+                     (unsigned long long)v[i].want);
+    }
+}
+
+static void test_hash_checksum64_bit_flips(void **state) {
+    (void)state;
+    /* Every single-bit flip of a 300-byte buffer changes the checksum. */
+    uint8_t b[300];
+    for (size_t i = 0; i < sizeof b; i++)
+        b[i] = (uint8_t)(i * 37u + 11u);
+    uint64_t base = tw_checksum64(b, sizeof b);
+    for (size_t bit = 0; bit < 8 * sizeof b; bit++) {
+        b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        uint64_t got = tw_checksum64(b, sizeof b);
+        b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        if (got == base)
+            fail_msg("flipping bit %zu left the checksum at %016llx", bit, (unsigned long long)got);
+    }
+    assert_int_equal(tw_checksum64(b, sizeof b), base);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_abc),
@@ -151,6 +190,8 @@ int main(void) {
         cmocka_unit_test(test_hash_split_invariant),
         cmocka_unit_test(test_hash_fields_are_delimited),
         cmocka_unit_test(test_hash_key_hex_format),
+        cmocka_unit_test(test_hash_checksum64_vectors),
+        cmocka_unit_test(test_hash_checksum64_bit_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
