@@ -1,0 +1,640 @@
+/*
+ * cuda_driver.c — the only file that calls the CUDA driver: loads libcuda.so.1 with dlopen, fills
+ * a function table with dlsym, and wraps each call so that failures become a twell_status with
+ * "<call>: <CUDA_ERROR_NAME> (<code>)" on the context.
+ */
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+/* cuLaunchKernelEx's configuration, laid out as in the driver ABI (cuda.h 12.x/13.x). */
+typedef struct tw_CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        uint64_t align_; /* the driver's union holds pointers: 8-byte aligned */
+        struct {
+            unsigned x, y, z;
+        } clusterDim;
+    } value;
+} tw_CUlaunchAttribute;
+
+typedef struct tw_CUlaunchConfig {
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    tw_CUstream hStream;
+    tw_CUlaunchAttribute *attrs;
+    unsigned numAttrs;
+} tw_CUlaunchConfig;
+
+enum {
+    TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    TW_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+    TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    TW_CU_MEMORYTYPE_HOST = 1,
+    TW_CU_MEMORYTYPE_DEVICE = 2,
+    TW_CU_MEMORYTYPE_UNIFIED = 4,
+    TW_CU_STREAM_NON_BLOCKING = 1,
+    TW_CU_EVENT_DEFAULT = 0,
+    TW_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    TW_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+    TW_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    TW_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    TW_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+};
+
+/* The driver entry points we use. Versioned names (_v2) are the ABI the unversioned macros of
+ * cuda.h select; the plain (legacy default stream) variants, not _ptsz/_ptds. */
+typedef struct tw_cu_api {
+    tw_CUresult (*Init)(unsigned);
+    tw_CUresult (*DriverGetVersion)(int *);
+    tw_CUresult (*GetErrorName)(tw_CUresult, const char **);
+    tw_CUresult (*GetErrorString)(tw_CUresult, const char **);
+    tw_CUresult (*DeviceGetCount)(int *);
+    tw_CUresult (*DeviceGet)(tw_CUdevice *, int);
+    tw_CUresult (*DeviceGetName)(char *, int, tw_CUdevice);
+    tw_CUresult (*DeviceGetAttribute)(int *, int, tw_CUdevice);
+    tw_CUresult (*DeviceTotalMem)(size_t *, tw_CUdevice);
+    tw_CUresult (*DevicePrimaryCtxRetain)(tw_CUcontext *, tw_CUdevice);
+    tw_CUresult (*DevicePrimaryCtxRelease)(tw_CUdevice);
+    tw_CUresult (*CtxGetCurrent)(tw_CUcontext *);
+    tw_CUresult (*CtxPushCurrent)(tw_CUcontext);
+    tw_CUresult (*CtxPopCurrent)(tw_CUcontext *);
+    tw_CUresult (*CtxSynchronize)(void);
+    tw_CUresult (*MemAlloc)(tw_CUdeviceptr *, size_t);
+    tw_CUresult (*MemFree)(tw_CUdeviceptr);
+    tw_CUresult (*MemGetInfo)(size_t *, size_t *);
+    tw_CUresult (*MemcpyHtoD)(tw_CUdeviceptr, const void *, size_t);
+    tw_CUresult (*MemcpyDtoH)(void *, tw_CUdeviceptr, size_t);
+    tw_CUresult (*MemcpyDtoD)(tw_CUdeviceptr, tw_CUdeviceptr, size_t);
+    tw_CUresult (*MemsetD32Async)(tw_CUdeviceptr, unsigned, size_t, tw_CUstream);
+    tw_CUresult (*MemsetD8Async)(tw_CUdeviceptr, unsigned char, size_t, tw_CUstream);
+    tw_CUresult (*PointerGetAttribute)(void *, int, tw_CUdeviceptr);
+    tw_CUresult (*ModuleLoadData)(tw_CUmodule *, const void *);
+    tw_CUresult (*ModuleUnload)(tw_CUmodule);
+    tw_CUresult (*ModuleGetFunction)(tw_CUfunction *, tw_CUmodule, const char *);
+    tw_CUresult (*FuncSetAttribute)(tw_CUfunction, int, int);
+    tw_CUresult (*FuncGetAttribute)(int *, int, tw_CUfunction);
+    tw_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, tw_CUfunction, int, size_t);
+    tw_CUresult (*LaunchKernel)(tw_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, unsigned, tw_CUstream, void **, void **);
+    tw_CUresult (*StreamCreate)(tw_CUstream *, unsigned);
+    tw_CUresult (*StreamDestroy)(tw_CUstream);
+    tw_CUresult (*StreamSynchronize)(tw_CUstream);
+    tw_CUresult (*EventCreate)(tw_CUevent *, unsigned);
+    tw_CUresult (*EventDestroy)(tw_CUevent);
+    tw_CUresult (*EventRecord)(tw_CUevent, tw_CUstream);
+    tw_CUresult (*EventSynchronize)(tw_CUevent);
+    tw_CUresult (*EventElapsedTime)(float *, tw_CUevent, tw_CUevent);
+    /* optional: absent from drivers older than CUDA 12 */
+    tw_CUresult (*LaunchKernelEx)(const tw_CUlaunchConfig *, tw_CUfunction, void **, void **);
+    tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,
+                                        const uint64_t *, const uint32_t *, const uint32_t *, int,
+                                        int, int, int);
+} tw_cu_api;
+
+typedef struct {
+    const char *names[2]; /* preferred symbol, then a fallback (or NULL) */
+    size_t offset;
+    int optional;
+} tw_cu_sym;
+
+#define TW_SYM(field, n1, n2, opt)                                                                 \
+    { {n1, n2}, offsetof(tw_cu_api, field), opt }
+static const tw_cu_sym tw_cu_syms[] = {
+    TW_SYM(Init, "cuInit", NULL, 0),
+    TW_SYM(DriverGetVersion, "cuDriverGetVersion", NULL, 0),
+    TW_SYM(GetErrorName, "cuGetErrorName", NULL, 0),
+    TW_SYM(GetErrorString, "cuGetErrorString", NULL, 0),
+    TW_SYM(DeviceGetCount, "cuDeviceGetCount", NULL, 0),
+    TW_SYM(DeviceGet, "cuDeviceGet", NULL, 0),
+    TW_SYM(DeviceGetName, "cuDeviceGetName", NULL, 0),
+    TW_SYM(DeviceGetAttribute, "cuDeviceGetAttribute", NULL, 0),
+    TW_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2", NULL, 0),
+    TW_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL, 0),
+    TW_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 0),
+    TW_SYM(CtxGetCurrent, "cuCtxGetCurrent", NULL, 0),
+    TW_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2", NULL, 0),
+    TW_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2", NULL, 0),
+    TW_SYM(CtxSynchronize, "cuCtxSynchronize", NULL, 0),
+    TW_SYM(MemAlloc, "cuMemAlloc_v2", NULL, 0),
+    TW_SYM(MemFree, "cuMemFree_v2", NULL, 0),
+    TW_SYM(MemGetInfo, "cuMemGetInfo_v2", NULL, 0),
+    TW_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2", NULL, 0),
+    TW_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2", NULL, 0),
+    TW_SYM(MemcpyDtoD, "cuMemcpyDtoD_v2", NULL, 0),
+    TW_SYM(MemsetD32Async, "cuMemsetD32Async", NULL, 0),
+    TW_SYM(MemsetD8Async, "cuMemsetD8Async", NULL, 0),
+    TW_SYM(PointerGetAttribute, "cuPointerGetAttribute", NULL, 0),
+    TW_SYM(ModuleLoadData, "cuModuleLoadData", NULL, 0),
+    TW_SYM(ModuleUnload, "cuModuleUnload", NULL, 0),
+    TW_SYM(ModuleGetFunction, "cuModuleGetFunction", NULL, 0),
+    TW_SYM(FuncSetAttribute, "cuFuncSetAttribute", NULL, 0),
+    TW_SYM(FuncGetAttribute, "cuFuncGetAttribute", NULL, 0),
+    TW_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+           NULL, 0),
+    TW_SYM(LaunchKernel, "cuLaunchKernel", NULL, 0),
+    TW_SYM(StreamCreate, "cuStreamCreate", NULL, 0),
+    TW_SYM(StreamDestroy, "cuStreamDestroy_v2", NULL, 0),
+    TW_SYM(StreamSynchronize, "cuStreamSynchronize", NULL, 0),
+    TW_SYM(EventCreate, "cuEventCreate", NULL, 0),
+    TW_SYM(EventDestroy, "cuEventDestroy_v2", NULL, 0),
+    TW_SYM(EventRecord, "cuEventRecord", NULL, 0),
+    TW_SYM(EventSynchronize, "cuEventSynchronize", NULL, 0),
+    /* CUDA 13 renamed the entry point; older drivers only have the first version */
+    TW_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0),
+    TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
+    TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
+};
+#undef TW_SYM
+
+static tw_cu_api tw_cu;
+static pthread_once_t tw_cu_once = PTHREAD_ONCE_INIT;
+static twell_status tw_cu_load_status = TWELL_ERR_INTERNAL;
+static char tw_cu_load_msg[512];
+static atomic_int tw_cu_ready; /* set once the table is filled and cuInit succeeded */
+
+static void tw_cu_do_load(void) {
+    /* RTLD_LOCAL keeps the driver's symbols out of the global namespace; never closed: the
+     * process may hold device memory until exit. */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg,
+                 "dlopen libcuda.so.1: %s (no NVIDIA driver on this machine)", e ? e : "failed");
+        tw_cu_load_status = TWELL_ERR_NOT_FOUND;
+        return;
+    }
+    tw_cu_api api;
+    memset(&api, 0, sizeof api);
+    for (size_t i = 0; i < sizeof tw_cu_syms / sizeof tw_cu_syms[0]; i++) {
+        const tw_cu_sym *s = &tw_cu_syms[i];
+        void *p = dlsym(h, s->names[0]);
+        if (!p && s->names[1])
+            p = dlsym(h, s->names[1]);
+        if (!p && !s->optional) {
+            snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg,
+                     "dlsym %s: not in libcuda.so.1 (driver too old)", s->names[0]);
+            tw_cu_load_status = TWELL_ERR_NOT_FOUND;
+            return;
+        }
+        /* POSIX guarantees data and function pointers share a representation; memcpy avoids
+         * the object-to-function pointer cast ISO C does not define. */
+        memcpy((char *)&api + s->offset, &p, sizeof p);
+    }
+    tw_CUresult r = api.Init(0);
+    if (r != TW_CUDA_SUCCESS) {
+        const char *name = NULL;
+        if (api.GetErrorName(r, &name) != TW_CUDA_SUCCESS || !name)
+            name = tw_cu_result_name(r);
+        snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg, "cuInit: %s (%d)", name, r);
+        tw_cu_load_status = r == TW_CUDA_ERROR_NO_DEVICE ? TWELL_ERR_NO_DEVICE : TWELL_ERR_CUDA;
+        return;
+    }
+    tw_cu = api;
+    tw_cu_load_status = TWELL_OK;
+    atomic_store(&tw_cu_ready, 1);
+}
+
+int tw_cu_loaded(void) { return atomic_load(&tw_cu_ready); }
+
+twell_status tw_cu_load(twell_ctx *ctx) {
+    pthread_once(&tw_cu_once, tw_cu_do_load);
+    if (tw_cu_load_status != TWELL_OK)
+        return tw_error(ctx, tw_cu_load_status, "%s", tw_cu_load_msg);
+    return TWELL_OK;
+}
+
+/* ---- error mapping ---- */
+
+twell_status tw_cu_status_of(tw_CUresult r) {
+    switch (r) {
+    case TW_CUDA_SUCCESS:
+        return TWELL_OK;
+    case TW_CUDA_ERROR_OUT_OF_MEMORY:
+        return TWELL_ERR_NO_MEMORY;
+    case TW_CUDA_ERROR_NO_DEVICE:
+    case TW_CUDA_ERROR_INVALID_DEVICE:
+        return TWELL_ERR_NO_DEVICE;
+    default:
+        return TWELL_ERR_CUDA;
+    }
+}
+
+/* Names for when the driver is absent or does not know a code (tests, messages before cuInit). */
+static const struct {
+    int code;
+    const char *name;
+} tw_cu_names[] = {
+    {0, "CUDA_SUCCESS"},
+    {1, "CUDA_ERROR_INVALID_VALUE"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED"},
+    {4, "CUDA_ERROR_DEINITIALIZED"},
+    {34, "CUDA_ERROR_STUB_LIBRARY"},
+    {35, "CUDA_ERROR_INSUFFICIENT_DRIVER"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE"},
+    {100, "CUDA_ERROR_NO_DEVICE"},
+    {101, "CUDA_ERROR_INVALID_DEVICE"},
+    {200, "CUDA_ERROR_INVALID_IMAGE"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+    {218, "CUDA_ERROR_INVALID_PTX"},
+    {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"},
+    {400, "CUDA_ERROR_INVALID_HANDLE"},
+    {500, "CUDA_ERROR_NOT_FOUND"},
+    {600, "CUDA_ERROR_NOT_READY"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+    {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
+    {702, "CUDA_ERROR_LAUNCH_TIMEOUT"},
+    {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION"},
+    {716, "CUDA_ERROR_MISALIGNED_ADDRESS"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED"},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {912, "CUDA_ERROR_INVALID_CLUSTER_SIZE"},
+    {999, "CUDA_ERROR_UNKNOWN"},
+};
+
+const char *tw_cu_result_name(tw_CUresult r) {
+    if (tw_cu.GetErrorName) {
+        const char *s = NULL;
+        if (tw_cu.GetErrorName(r, &s) == TW_CUDA_SUCCESS && s)
+            return s;
+    }
+    for (size_t i = 0; i < sizeof tw_cu_names / sizeof tw_cu_names[0]; i++)
+        if (tw_cu_names[i].code == r)
+            return tw_cu_names[i].name;
+    return "CUDA_ERROR_UNKNOWN_CODE";
+}
+
+twell_status tw_cu_fail(twell_ctx *ctx, const char *call, tw_CUresult r) {
+    if (r == TW_CUDA_SUCCESS)
+        return TWELL_OK;
+    const char *desc = NULL;
+    if (tw_cu.GetErrorString && (tw_cu.GetErrorString(r, &desc) != TW_CUDA_SUCCESS))
+        desc = NULL;
+    if (desc)
+        return tw_error(ctx, tw_cu_status_of(r), "%s: %s (%d): %s", call, tw_cu_result_name(r), r,
+                        desc);
+    return tw_error(ctx, tw_cu_status_of(r), "%s: %s (%d)", call, tw_cu_result_name(r), r);
+}
+
+/* Calls a driver entry point and returns its mapped failure, naming the call. */
+#define TW_CU_TRY(ctx, call, ...)                                                                  \
+    do {                                                                                           \
+        tw_CUresult r_ = tw_cu.call(__VA_ARGS__);                                                  \
+        if (r_ != TW_CUDA_SUCCESS)                                                                 \
+            return tw_cu_fail((ctx), "cu" #call, r_);                                              \
+    } while (0)
+
+/* ---- device and context ---- */
+
+twell_status tw_cu_device_count(twell_ctx *ctx, int *count) {
+    *count = 0;
+    twell_status st = tw_cu_load(ctx);
+    if (st != TWELL_OK)
+        return st;
+    TW_CU_TRY(ctx, DeviceGetCount, count);
+    return TWELL_OK;
+}
+
+static twell_status tw_cu_attr(twell_ctx *ctx, tw_CUdevice dev, int attr, int *v) {
+    *v = 0;
+    TW_CU_TRY(ctx, DeviceGetAttribute, v, attr, dev);
+    return TWELL_OK;
+}
+
+twell_status tw_cu_device_open(twell_ctx *ctx, int ordinal, tw_cuda *d) {
+    memset(d, 0, sizeof *d);
+    int count = 0;
+    twell_status st = tw_cu_device_count(ctx, &count);
+    if (st != TWELL_OK)
+        return st;
+    if (count == 0)
+        return tw_error(ctx, TWELL_ERR_NO_DEVICE, "cuDeviceGetCount: no CUDA device");
+    if (ordinal < 0 || ordinal >= count)
+        return tw_error(ctx, TWELL_ERR_NO_DEVICE,
+                        "options.device: device %d requested, %d CUDA device%s present", ordinal,
+                        count, count == 1 ? "" : "s");
+    d->ordinal = ordinal;
+    TW_CU_TRY(ctx, DeviceGet, &d->dev, ordinal);
+    TW_CU_TRY(ctx, DeviceGetName, d->name, (int)sizeof d->name, d->dev);
+    d->name[sizeof d->name - 1] = '\0';
+    if ((st = tw_cu_attr(ctx, d->dev, TW_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                         &d->cc_major)) != TWELL_OK ||
+        (st = tw_cu_attr(ctx, d->dev, TW_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                         &d->cc_minor)) != TWELL_OK ||
+        (st = tw_cu_attr(ctx, d->dev, TW_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &d->sm_count)) !=
+            TWELL_OK ||
+        (st = tw_cu_attr(ctx, d->dev, TW_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, &d->l2_bytes)) !=
+            TWELL_OK ||
+        (st = tw_cu_attr(ctx, d->dev, TW_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                         &d->smem_optin)) != TWELL_OK)
+        return st;
+    TW_CU_TRY(ctx, DeviceTotalMem, &d->total_mem, d->dev);
+    TW_CU_TRY(ctx, DriverGetVersion, &d->driver_version);
+    /* The "a" target unlocks wgmma/setmaxnreg; it exists for exactly CC 9.0 among our targets. */
+    if (d->cc_major == 9 && d->cc_minor == 0)
+        snprintf(d->arch, sizeof d->arch, "sm_90a");
+    else
+        snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
+    TW_CU_TRY(ctx, DevicePrimaryCtxRetain, &d->cu, d->dev);
+    return TWELL_OK;
+}
+
+void tw_cu_device_close(tw_cuda *d) {
+    if (d && d->cu && tw_cu.DevicePrimaryCtxRelease) {
+        tw_cu.DevicePrimaryCtxRelease(d->dev);
+        d->cu = NULL;
+    }
+}
+
+twell_status tw_cu_enter(twell_ctx *ctx, tw_cu_scope *scope) {
+    scope->pushed = 0;
+    if (!ctx || !ctx->cuda)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "not a CUDA context");
+    tw_CUcontext cur = NULL;
+    TW_CU_TRY(ctx, CtxGetCurrent, &cur);
+    if (cur == ctx->cuda->cu)
+        return TWELL_OK;
+    TW_CU_TRY(ctx, CtxPushCurrent, ctx->cuda->cu);
+    scope->pushed = 1;
+    return TWELL_OK;
+}
+
+void tw_cu_leave(twell_ctx *ctx, tw_cu_scope *scope) {
+    (void)ctx;
+    if (scope->pushed) {
+        tw_CUcontext popped = NULL;
+        tw_cu.CtxPopCurrent(&popped);
+        scope->pushed = 0;
+    }
+}
+
+twell_status tw_cu_pointer_info(twell_ctx *ctx, const void *p, int *kind, int *ordinal) {
+    *kind = -1;
+    *ordinal = -1;
+    tw_CUdeviceptr dp = (tw_CUdeviceptr)(uintptr_t)p;
+    unsigned memtype = 0;
+    tw_CUresult r = tw_cu.PointerGetAttribute(&memtype, TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp);
+    if (r == TW_CUDA_ERROR_INVALID_VALUE) {
+        /* Under unified addressing, pageable host memory the driver never saw is reported as an
+         * invalid value: it is host memory. */
+        *kind = 0;
+        return TWELL_OK;
+    }
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, "cuPointerGetAttribute", r);
+    unsigned managed = 0;
+    if (tw_cu.PointerGetAttribute(&managed, TW_CU_POINTER_ATTRIBUTE_IS_MANAGED, dp) !=
+        TW_CUDA_SUCCESS)
+        managed = 0;
+    int ord = -1;
+    if (tw_cu.PointerGetAttribute(&ord, TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dp) !=
+        TW_CUDA_SUCCESS)
+        ord = -1;
+    *ordinal = ord;
+    if (managed || memtype == TW_CU_MEMORYTYPE_DEVICE || memtype == TW_CU_MEMORYTYPE_UNIFIED)
+        *kind = 1;
+    else if (memtype == TW_CU_MEMORYTYPE_HOST)
+        *kind = 0;
+    return TWELL_OK;
+}
+
+/* ---- modules and launches ---- */
+
+twell_status tw_cu_module_load(twell_ctx *ctx, const void *image, tw_CUmodule *out) {
+    *out = NULL;
+    TW_CU_TRY(ctx, ModuleLoadData, out, image);
+    return TWELL_OK;
+}
+
+void tw_cu_module_unload(tw_CUmodule mod) {
+    if (mod && tw_cu.ModuleUnload)
+        tw_cu.ModuleUnload(mod);
+}
+
+twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *name,
+                                   tw_CUfunction *out) {
+    *out = NULL;
+    tw_CUresult r = tw_cu.ModuleGetFunction(out, mod, name);
+    if (r != TW_CUDA_SUCCESS) {
+        twell_status st = tw_cu_fail(ctx, "cuModuleGetFunction", r);
+        return tw_error(ctx, st, "%s (kernel \"%s\")", twell_ctx_errmsg(ctx), name);
+    }
+    return TWELL_OK;
+}
+
+twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int value) {
+    TW_CU_TRY(ctx, FuncSetAttribute, fn, attr, value);
+    return TWELL_OK;
+}
+
+twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int *value) {
+    *value = 0;
+    TW_CU_TRY(ctx, FuncGetAttribute, value, attr, fn);
+    return TWELL_OK;
+}
+
+twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
+                             int *blocks_per_sm) {
+    *blocks_per_sm = 0;
+    TW_CU_TRY(ctx, OccupancyMaxActiveBlocksPerMultiprocessor, blocks_per_sm, fn, block, smem);
+    return TWELL_OK;
+}
+
+twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,
+                          twell_stream stream, void **args) {
+    unsigned cx = c->cluster[0], cy = c->cluster[1], cz = c->cluster[2];
+    int clustered = (cx | cy | cz) != 0 && (cx != 1 || cy != 1 || cz != 1);
+    if (!clustered) {
+        TW_CU_TRY(ctx, LaunchKernel, fn, c->grid[0], c->grid[1], c->grid[2], c->block[0],
+                  c->block[1], c->block[2], c->smem, (tw_CUstream)stream, args, NULL);
+        return TWELL_OK;
+    }
+    if (!tw_cu.LaunchKernelEx)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "cuLaunchKernelEx: not in this driver (clusters need CUDA 12+)");
+    tw_CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cx ? cx : 1;
+    attr.value.clusterDim.y = cy ? cy : 1;
+    attr.value.clusterDim.z = cz ? cz : 1;
+    tw_CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = c->grid[0];
+    cfg.gridDimY = c->grid[1];
+    cfg.gridDimZ = c->grid[2];
+    cfg.blockDimX = c->block[0];
+    cfg.blockDimY = c->block[1];
+    cfg.blockDimZ = c->block[2];
+    cfg.sharedMemBytes = c->smem;
+    cfg.hStream = (tw_CUstream)stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    TW_CU_TRY(ctx, LaunchKernelEx, &cfg, fn, args, NULL);
+    return TWELL_OK;
+}
+
+twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int data_type,
+                                    unsigned rank, const void *global, const uint64_t *dims,
+                                    const uint64_t *strides_bytes, const uint32_t *box,
+                                    const uint32_t *elem_strides, int interleave, int swizzle,
+                                    int l2_promotion, int oob_fill) {
+    if (!tw_cu.TensorMapEncodeTiled)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "cuTensorMapEncodeTiled: not in this driver (needs CUDA 12+)");
+    TW_CU_TRY(ctx, TensorMapEncodeTiled, map, data_type, rank, (void *)(uintptr_t)global, dims,
+              strides_bytes, box, elem_strides, interleave, swizzle, l2_promotion, oob_fill);
+    return TWELL_OK;
+}
+
+/* ---- memory, streams, events: each enters the context itself ---- */
+
+/* Runs `body` (a statement setting r_) inside ctx's device context and maps its result. */
+#define TW_CU_SCOPED(ctx, name, body)                                                              \
+    do {                                                                                           \
+        tw_cu_scope sc_;                                                                           \
+        twell_status st_ = tw_cu_enter((ctx), &sc_);                                               \
+        if (st_ != TWELL_OK)                                                                       \
+            return st_;                                                                            \
+        tw_CUresult r_ = TW_CUDA_SUCCESS;                                                          \
+        body;                                                                                      \
+        tw_cu_leave((ctx), &sc_);                                                                  \
+        return tw_cu_fail((ctx), name, r_);                                                        \
+    } while (0)
+
+static tw_CUdeviceptr tw_dptr(const void *p) { return (tw_CUdeviceptr)(uintptr_t)p; }
+
+twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
+    *dptr = NULL;
+    tw_CUdeviceptr d = 0;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUresult r = tw_cu.MemAlloc(&d, bytes ? bytes : 1);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS) {
+        st = tw_cu_fail(ctx, "cuMemAlloc_v2", r);
+        return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
+    }
+    *dptr = (void *)(uintptr_t)d;
+    return TWELL_OK;
+}
+
+void tw_cuda_free(twell_ctx *ctx, void *dptr) {
+    if (!dptr || !ctx || !ctx->cuda)
+        return;
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.MemFree(tw_dptr(dptr));
+    tw_cu_leave(ctx, &sc);
+}
+
+twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    TW_CU_SCOPED(ctx, "cuMemcpyHtoD_v2", r_ = tw_cu.MemcpyHtoD(tw_dptr(dst), src, bytes));
+}
+
+twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoH_v2", r_ = tw_cu.MemcpyDtoH(dst, tw_dptr(src), bytes));
+}
+
+twell_status tw_cuda_memcpy_dtod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoD_v2", r_ = tw_cu.MemcpyDtoD(tw_dptr(dst), tw_dptr(src), bytes));
+}
+
+twell_status tw_cuda_memset_d32(twell_ctx *ctx, void *dst, uint32_t value, size_t count,
+                                twell_stream stream) {
+    TW_CU_SCOPED(ctx, "cuMemsetD32Async",
+                 r_ = tw_cu.MemsetD32Async(tw_dptr(dst), value, count, (tw_CUstream)stream));
+}
+
+twell_status tw_cuda_memset_d8(twell_ctx *ctx, void *dst, uint8_t value, size_t count,
+                               twell_stream stream) {
+    TW_CU_SCOPED(ctx, "cuMemsetD8Async",
+                 r_ = tw_cu.MemsetD8Async(tw_dptr(dst), value, count, (tw_CUstream)stream));
+}
+
+twell_status tw_cuda_synchronize(twell_ctx *ctx) {
+    TW_CU_SCOPED(ctx, "cuCtxSynchronize", r_ = tw_cu.CtxSynchronize());
+}
+
+twell_status tw_cuda_stream_synchronize(twell_ctx *ctx, twell_stream stream) {
+    TW_CU_SCOPED(ctx, "cuStreamSynchronize", r_ = tw_cu.StreamSynchronize((tw_CUstream)stream));
+}
+
+twell_status tw_cuda_stream_create(twell_ctx *ctx, twell_stream *out) {
+    *out = NULL;
+    tw_CUstream s = NULL;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUresult r = tw_cu.StreamCreate(&s, TW_CU_STREAM_NON_BLOCKING);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, "cuStreamCreate", r);
+    *out = s;
+    return TWELL_OK;
+}
+
+void tw_cuda_stream_destroy(twell_ctx *ctx, twell_stream stream) {
+    tw_cu_scope sc;
+    if (!stream || tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.StreamDestroy((tw_CUstream)stream);
+    tw_cu_leave(ctx, &sc);
+}
+
+twell_status tw_cuda_mem_info(twell_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    TW_CU_SCOPED(ctx, "cuMemGetInfo_v2", r_ = tw_cu.MemGetInfo(free_bytes, total_bytes));
+}
+
+twell_status tw_cuda_event_create(twell_ctx *ctx, tw_cuda_event *out) {
+    *out = NULL;
+    tw_CUevent e = NULL;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUresult r = tw_cu.EventCreate(&e, TW_CU_EVENT_DEFAULT);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, "cuEventCreate", r);
+    *out = e;
+    return TWELL_OK;
+}
+
+void tw_cuda_event_destroy(twell_ctx *ctx, tw_cuda_event ev) {
+    tw_cu_scope sc;
+    if (!ev || tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.EventDestroy(ev);
+    tw_cu_leave(ctx, &sc);
+}
+
+twell_status tw_cuda_event_record(twell_ctx *ctx, tw_cuda_event ev, twell_stream stream) {
+    TW_CU_SCOPED(ctx, "cuEventRecord", r_ = tw_cu.EventRecord(ev, (tw_CUstream)stream));
+}
+
+twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_event end,
+                                   float *ms) {
+    *ms = 0.0f;
+    TW_CU_SCOPED(ctx, "cuEventElapsedTime", {
+        r_ = tw_cu.EventSynchronize(end);
+        if (r_ == TW_CUDA_SUCCESS)
+            r_ = tw_cu.EventElapsedTime(ms, start, end);
+    });
+}
