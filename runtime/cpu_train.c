@@ -5,51 +5,18 @@
  */
 #include "cpu_train.h"
 
+#include "cpu_ref.h"
 #include "half.h"
 #include "internal.h"
-#include "twell_format.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Row and neuron block of the dense gate GEMM: each task converts a block of Wg rows to fp32
- * once per block of token rows (1/TW_RB of the multiply-adds) and reuses it from cache. */
-#define TW_RB 16u
-#define TW_NB 16u
-
-/* ---- small helpers ---- */
-
-static void tw_to_f32(twell_dtype dt, const uint16_t *src, uint32_t K, float *dst) {
-    if (dt == TWELL_DTYPE_BF16) {
-        for (uint32_t k = 0; k < K; k++)
-            dst[k] = tw_bf16_to_f32(src[k]);
-    } else {
-        for (uint32_t k = 0; k < K; k++)
-            dst[k] = tw_fp16_to_f32(src[k]);
-    }
-}
-
-/* The one fp32 dot product of this file: ascending k, one accumulator. The product and the sum
- * are separate statements so no compiler contracts them into an FMA (bitwise reproducibility,
- * and the gate recomputed for a spilled row-tile must equal the first computation). */
-static float tw_dot(const float *a, const float *b, uint32_t K) {
-    float acc = 0.0f;
-    for (uint32_t k = 0; k < K; k++) {
-        float p = a[k] * b[k];
-        acc += p;
-    }
-    return acc;
-}
-
-/* relu, then rounded to dtype: the stored gate value; 0 (inactive) unless it rounds positive. */
-static uint16_t tw_gate_value(twell_dtype dt, float pre) {
-    if (!(pre > 0.0f))
-        return 0;
-    uint16_t h = tw_f32_to_half(dt, pre);
-    return (h & 0x8000u) ? 0 : h;
-}
+/* Arithmetic goes through cpu_ref.h (tw_to_f32_ref, tw_dot_ref, tw_act_ref, tw_gate_pack_ref):
+ * one rounding sequence for every dot product, so the training gate is bit-identical to
+ * twell_gate_pack's and a spilled row-tile recomputed here equals its first computation. */
 
 /* Grows one array to at least need elements (contents are not kept: every phase rewrites what
  * it uses). Returns the array, or NULL with *cap = 0 when it cannot be allocated. */
@@ -210,13 +177,10 @@ static void *tw_carve(unsigned char **cur, size_t bytes) {
     return p;
 }
 
+/* Per task: five fp32 rows of K and one row-tile of 16-bit gate values, 64-byte aligned. */
 static size_t tw_task_bytes(const twell_shape *s) {
-    size_t K = s->K, N = s->N;
-    size_t gate = ((TW_RB * N * sizeof(uint16_t) + 63u) & ~(size_t)63u) +
-                  ((TW_RB * K * sizeof(float) + 63u) & ~(size_t)63u) +
-                  ((TW_NB * K * sizeof(float) + 63u) & ~(size_t)63u);
-    size_t rows = 5u * ((K * sizeof(float) + 63u) & ~(size_t)63u);
-    return (gate > rows ? gate : rows) + 64u;
+    size_t row = ((size_t)s->K * sizeof(float) + 63u) & ~(size_t)63u;
+    return 5u * row + (((size_t)s->T * sizeof(uint16_t) + 63u) & ~(size_t)63u) + 64u;
 }
 
 static unsigned char *tw_task_scratch(const tw_train_job *j, size_t task) {
@@ -224,51 +188,19 @@ static unsigned char *tw_task_scratch(const tw_train_job *j, size_t task) {
     return (unsigned char *)((base + 63u) & ~(uintptr_t)63u);
 }
 
-/* Forward pass 1: dense gate GEMM, relu, round, pack every row-tile (counts exact; the first
- * slots entries kept). */
-static void tw_fwd_gate_task(void *arg, size_t tb, size_t te) {
-    const tw_train_job *j = arg;
-    const twell_shape *s = j->s;
-    uint32_t K = s->K, N = s->N, T = s->T, C = s->C, W = T / C, tiles = N / T;
-    for (size_t task = tb; task < te; task++) {
-        size_t r0, r1;
-        tw_task_range(j->M, j->ntasks, task, &r0, &r1);
-        unsigned char *cur = tw_task_scratch(j, task);
-        uint16_t *pbuf = tw_carve(&cur, TW_RB * (size_t)N * sizeof *pbuf);
-        float *xf = tw_carve(&cur, TW_RB * (size_t)K * sizeof *xf);
-        float *wf = tw_carve(&cur, TW_NB * (size_t)K * sizeof *wf);
-        for (size_t rb = r0; rb < r1; rb += TW_RB) {
-            size_t nr = r1 - rb < TW_RB ? r1 - rb : TW_RB;
-            for (size_t r = 0; r < nr; r++)
-                tw_to_f32(s->dtype, j->x + (rb + r) * K, K, xf + r * K);
-            for (uint32_t nb = 0; nb < N; nb += TW_NB) {
-                uint32_t nn = N - nb < TW_NB ? N - nb : TW_NB;
-                for (uint32_t q = 0; q < nn; q++)
-                    tw_to_f32(s->dtype, j->wg + (size_t)(nb + q) * K, K, wf + (size_t)q * K);
-                for (size_t r = 0; r < nr; r++)
-                    for (uint32_t q = 0; q < nn; q++)
-                        pbuf[r * N + nb + q] =
-                            tw_gate_value(s->dtype, tw_dot(xf + r * K, wf + (size_t)q * K, K));
-            }
-            for (size_t r = 0; r < nr; r++)
-                for (uint32_t t = 0; t < tiles; t++)
-                    tw_pack_row_tile(pbuf + r * N + (size_t)t * T, T, C, t * T,
-                                     j->sv->packed + (rb + r) * (N / C) + (size_t)t * W);
-        }
-    }
-}
-
-/* Forward pass 3, one row: U on the support (ELL slots, then the recomputed spill of each
- * overflowing row-tile), Tm = U·P, y in ascending n, and Σ|Tm|. Returns non-zero if a
- * recomputed row-tile disagrees with its count (cannot happen unless the code is wrong). */
-static int tw_fwd_row(const tw_train_job *j, size_t m, float *xf, float *acc, float *wf) {
+/* Forward, one row: U on the support (ELL slots, then for an overflowing row-tile the entries
+ * beyond the slots, found by recomputing the tile's gate as the GPU consumer does, and kept in
+ * the spill), Tm = U·P, y in ascending n, and Σ|Tm|. Returns non-zero if a recomputed row-tile
+ * disagrees with its stored count (impossible unless the code is wrong). */
+static int tw_fwd_row(const tw_train_job *j, size_t m, float *xf, float *acc, float *wf,
+                      uint16_t *vals) {
     const twell_shape *s = j->s;
     tw_train_saved *sv = j->sv;
     twell_dtype dt = s->dtype;
     uint32_t K = s->K, T = s->T, W = T / s->C, slots = W - 1, tiles = s->N / T;
     size_t rw = s->N / s->C;
     double l1 = 0.0;
-    tw_to_f32(dt, j->x + m * K, K, xf);
+    tw_to_f32_ref(dt, j->x + m * K, xf, K);
     memset(acc, 0, (size_t)K * sizeof *acc);
     memset(sv->u_ell + m * rw, 0, rw * sizeof *sv->u_ell);
     for (uint32_t t = 0; t < tiles; t++) {
@@ -276,42 +208,47 @@ static int tw_fwd_row(const tw_train_job *j, size_t m, float *xf, float *acc, fl
         uint32_t count = sv->packed[w0];
         uint32_t stored = count < slots ? count : slots;
         size_t sp = sv->spill_off[m * tiles + t];
-        uint32_t next = t * T; /* first column after the last entry seen */
-        for (uint32_t i = 0; i < count; i++) {
+        if (count > slots)
+            tw_gate_tile_ref(dt, xf, j->wg, K, t * T, T, wf, vals);
+        uint32_t i = 0, next = 0; /* entry index in the tile; next column of vals to scan */
+        for (; i < count; i++) {
             uint32_t n;
-            uint16_t pv = 0;
+            uint16_t pv;
             if (i < stored) {
                 uint32_t word = sv->packed[w0 + 1 + i];
                 n = word & 0xffffu;
                 pv = (uint16_t)(word >> 16);
             } else {
-                /* Beyond the slots: recompute the gate of the tile's remaining columns, as the
-                 * GPU consumer does, and keep each entry in the spill. */
-                for (n = next; n < (t + 1) * T; n++) {
-                    tw_to_f32(dt, j->wg + (size_t)n * K, K, wf);
-                    pv = tw_gate_value(dt, tw_dot(xf, wf, K));
-                    if (pv)
-                        break;
-                }
-                if (!pv)
+                if (i == stored) /* skip the columns already held by the slots */
+                    next = (sv->packed[w0 + stored] & 0xffffu) - t * T + 1;
+                while (next < T && !(vals[next] && !(vals[next] & 0x8000u)))
+                    next++;
+                if (next == T)
                     return 1;
+                n = t * T + next;
+                pv = vals[next++];
                 sv->spill[sp + (i - stored)] = ((uint32_t)pv << 16) | n;
             }
-            next = n + 1;
             float p = tw_half_to_f32(dt, pv);
-            tw_to_f32(dt, j->wu + (size_t)n * K, K, wf);
-            float u = tw_dot(xf, wf, K);
+            tw_to_f32_ref(dt, j->wu + (size_t)n * K, wf, K);
+            float u = tw_dot_ref(xf, wf, K);
             if (i < stored)
                 sv->u_ell[w0 + 1 + i] = u;
             else
                 sv->u_spill[sp + (i - stored)] = u;
             float tm = u * p;
             l1 += fabs((double)tm);
-            tw_to_f32(dt, j->wd + (size_t)n * K, K, wf);
+            tw_to_f32_ref(dt, j->wd + (size_t)n * K, wf, K);
             for (uint32_t k = 0; k < K; k++) {
                 float q = tm * wf[k];
                 acc[k] += q;
             }
+        }
+        if (count > slots) { /* the recomputed tile must hold exactly count entries */
+            while (next < T && !(vals[next] && !(vals[next] & 0x8000u)))
+                next++;
+            if (next != T)
+                return 1;
         }
     }
     for (uint32_t k = 0; k < K; k++)
@@ -330,9 +267,10 @@ static void tw_fwd_rows_task(void *arg, size_t tb, size_t te) {
         float *xf = tw_carve(&cur, K * sizeof *xf);
         float *acc = tw_carve(&cur, K * sizeof *acc);
         float *wf = tw_carve(&cur, K * sizeof *wf);
+        uint16_t *vals = tw_carve(&cur, j->s->T * sizeof *vals);
         j->sv->task_st[task] = TWELL_OK;
         for (size_t m = r0; m < r1; m++)
-            if (tw_fwd_row(j, m, xf, acc, wf)) {
+            if (tw_fwd_row(j, m, xf, acc, wf, vals)) {
                 j->sv->task_st[task] = TWELL_ERR_INTERNAL;
                 break;
             }
@@ -394,7 +332,11 @@ twell_status tw_cpu_forward_train(twell_plan *plan, size_t M, const void *x, con
                         .wu = wu,
                         .wd = wd,
                         .y = y};
-    tw_pool_for(ctx->pool, ntasks, tw_fwd_gate_task, &job);
+    /* Dense gate GEMM + packing: exact counts, the first slots entries of each row-tile. */
+    twell_status st = tw_gate_pack_ref(ctx->pool, s, M, x, wg, sv->packed);
+    if (st != TWELL_OK)
+        return tw_error(ctx, st, "twell_ffn_forward_train: gate-pack scratch (%s)",
+                        twell_status_name(st));
 
     /* The spill is sized from the exact counts, so it holds every entry at any density. */
     size_t nnz;
@@ -440,20 +382,20 @@ static void tw_bwd_row(const tw_train_job *j, size_t m, float *dyf, float *acc, 
     uint32_t K = s->K;
     size_t e0 = sv->row_off[m];
     size_t cnt = tw_train_row_support(s, sv, m, sv->e_col + e0, sv->e_p + e0, sv->e_u + e0);
-    tw_to_f32(dt, j->dy + m * K, K, dyf);
+    tw_to_f32_ref(dt, j->dy + m * K, dyf, K);
     memset(acc, 0, (size_t)K * sizeof *acc);
     for (size_t e = e0; e < e0 + cnt; e++) {
         size_t n = sv->e_col[e];
         float p = sv->e_p[e], u = sv->e_u[e];
-        tw_to_f32(dt, j->wd + n * K, K, wdf);
+        tw_to_f32_ref(dt, j->wd + n * K, wdf, K);
         float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
         float l1term = j->l1c * sgn;
-        float dtv = tw_dot(dyf, wdf, K) + l1term;
+        float dtv = tw_dot_ref(dyf, wdf, K) + l1term;
         float du = dtv * p, dp = dtv * u;
         sv->e_du[e] = du;
         sv->e_dp[e] = dp;
-        tw_to_f32(dt, j->wu + n * K, K, wuf);
-        tw_to_f32(dt, j->wg + n * K, K, wgf);
+        tw_to_f32_ref(dt, j->wu + n * K, wuf, K);
+        tw_to_f32_ref(dt, j->wg + n * K, wgf, K);
         for (uint32_t k = 0; k < K; k++) {
             float a = du * wuf[k];
             float b = dp * wgf[k];
@@ -493,8 +435,8 @@ static void tw_bwd_neuron(const tw_train_job *j, size_t n, float *xf, float *dyf
         size_t m = sv->col_row[i], e = sv->col_ent[i];
         float du = sv->e_du[e], dp = sv->e_dp[e];
         float tm = sv->e_u[e] * sv->e_p[e]; /* the forward's Tm, bit for bit */
-        tw_to_f32(s->dtype, j->x + m * K, K, xf);
-        tw_to_f32(s->dtype, j->dy + m * K, K, dyf);
+        tw_to_f32_ref(s->dtype, j->x + m * K, xf, K);
+        tw_to_f32_ref(s->dtype, j->dy + m * K, dyf, K);
         for (uint32_t k = 0; k < K; k++) {
             float a = du * xf[k], b = dp * xf[k], c = tm * dyf[k];
             gu[k] += a;

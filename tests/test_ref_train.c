@@ -561,6 +561,81 @@ static void test_ref_train_transpose(void **st) {
     free(col_ent);
 }
 
+/* The training forward's saved gate and y are bit-identical to the inference ops' (one
+ * rounding sequence for every dot product, neurons accumulated in the same order). */
+static void test_ref_train_matches_inference(void **st) {
+    (void)st;
+    const cfg cs[2] = {{33, 64, 512, 128, 8, TWELL_DTYPE_FP16, 1, 0.10},
+                       {7, 48, 256, 64, 4, TWELL_DTYPE_BF16, 1, 0.25}};
+    for (int i = 0; i < 2; i++) {
+        const cfg *c = &cs[i];
+        twell_shape s = cfg_shape(c);
+        tw_t_gen g = {c->density, c->skew, 0, 31u + (uint64_t)i};
+        tw_t_data d;
+        assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &g), 0);
+        tw_t_lib L;
+        assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
+        lib_out o;
+        run_lib(&L, &d, 0.5f, &o);
+        size_t words = twell_packed_words(&s, c->M);
+        uint32_t *packed = malloc(words * sizeof *packed);
+        uint16_t *yi = malloc(c->M * c->K * 2);
+        assert_true(packed && yi);
+        memset(packed, 0xcd, words * sizeof *packed);
+        memset(yi, 0xcd, c->M * c->K * 2);
+        assert_int_equal(twell_gate_pack(L.plan, c->M, d.x, d.wg, packed, NULL), TWELL_OK);
+        assert_int_equal(twell_ffn_infer(L.plan, c->M, d.x, packed, d.wg, d.wu, d.wd, yi, NULL),
+                         TWELL_OK);
+        const tw_train_saved *sv = L.state->backend_data;
+        assert_true(sv->spill_total > 0);
+        assert_memory_equal(packed, sv->packed, words * sizeof *packed);
+        assert_memory_equal(yi, o.y, c->M * c->K * 2);
+        free(packed);
+        free(yi);
+        out_free(&o);
+        tw_t_lib_close(&L);
+        tw_t_data_free(&d);
+    }
+}
+
+/* The public entry points around the state: no backward before a forward or for another M, and
+ * such a refusal writes nothing. */
+static void test_ref_train_state_errors(void **st) {
+    (void)st;
+    cfg c = {7, 16, 256, 64, 4, TWELL_DTYPE_BF16, 0, 0.2};
+    twell_shape s = cfg_shape(&c);
+    tw_t_gen g = {c.density, 0, 0, 41};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &g), 0);
+    tw_t_lib L;
+    assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
+    lib_out o;
+    out_alloc(&o, c.M, c.K, c.N);
+    uint16_t dx0 = o.dx[0];
+    assert_int_equal(tw_t_lib_backward(&L, &d, 0.0f, o.dx, o.dwg, o.dwu, o.dwd),
+                     TWELL_ERR_INVALID_ARG);
+    assert_int_equal(o.dx[0], dx0);
+    assert_int_equal(twell_train_state_bytes(L.state), 0);
+    assert_int_equal(tw_t_lib_forward(&L, &d, o.y, o.stats), TWELL_OK);
+    assert_true(twell_train_state_bytes(L.state) > 0);
+    assert_int_equal(twell_ffn_backward(L.plan, L.state, c.M - 1, d.x, d.wg, d.wu, d.wd, d.dy, 0.0f,
+                                        o.dx, o.dwg, o.dwu, o.dwd, NULL),
+                     TWELL_ERR_INVALID_ARG);
+    assert_int_equal(o.dx[0], dx0);
+    assert_int_equal(tw_t_lib_backward(&L, &d, 0.0f, o.dx, o.dwg, o.dwu, o.dwd), TWELL_OK);
+    /* a backward does not consume the forward: a second one gives the same bytes */
+    lib_out o2;
+    out_alloc(&o2, c.M, c.K, c.N);
+    memcpy(o2.y, o.y, c.M * c.K * 2);
+    memcpy(o2.stats, o.stats, sizeof o.stats);
+    assert_int_equal(tw_t_lib_backward(&L, &d, 0.0f, o2.dx, o2.dwg, o2.dwu, o2.dwd), TWELL_OK);
+    assert_same_out(&o, &o2, c.M, c.K, c.N);
+    out_free(&o);
+    out_free(&o2);
+    tw_t_lib_close(&L);
+    tw_t_data_free(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_train_transpose),
@@ -570,6 +645,8 @@ int main(void) {
         cmocka_unit_test(test_ref_train_shapes_generic),
         cmocka_unit_test(test_ref_train_threads_deterministic),
         cmocka_unit_test(test_ref_train_state_reuse),
+        cmocka_unit_test(test_ref_train_matches_inference),
+        cmocka_unit_test(test_ref_train_state_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -326,40 +326,35 @@ int tw_t_lib_open(tw_t_lib *L, const twell_shape *s, int threads) {
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = threads;
-    if (twell_ctx_create(&o, &L->ctx) != TWELL_OK) {
-        fprintf(stderr, "tw_t_lib_open: twell_ctx_create failed\n");
-        return -1;
-    }
-    /* Built by hand until the public plan/state entry points are committed. */
-    L->plan = calloc(1, sizeof *L->plan);
-    L->state = calloc(1, sizeof *L->state);
-    if (!L->plan || !L->state) {
+    twell_status st = twell_ctx_create(&o, &L->ctx);
+    if (st == TWELL_OK)
+        st = twell_plan_create(L->ctx, s, &L->plan);
+    if (st == TWELL_OK)
+        st = twell_train_state_create(L->plan, &L->state);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "tw_t_lib_open: %s: %s\n", twell_status_name(st), twell_ctx_errmsg(L->ctx));
         tw_t_lib_close(L);
         return -1;
     }
-    L->plan->ctx = L->ctx;
-    L->plan->shape = *s;
-    L->state->plan = L->plan;
     return 0;
 }
 
 void tw_t_lib_close(tw_t_lib *L) {
-    if (L->state)
-        tw_cpu_train_state_release(L->state);
-    free(L->state);
-    free(L->plan);
+    twell_train_state_destroy(L->state);
+    twell_plan_destroy(L->plan);
     twell_ctx_destroy(L->ctx);
     memset(L, 0, sizeof *L);
 }
 
 twell_status tw_t_lib_forward(tw_t_lib *L, const tw_t_data *d, uint16_t *y, float *stats) {
-    return tw_cpu_forward_train(L->plan, d->M, d->x, d->wg, d->wu, d->wd, y, stats, L->state);
+    return twell_ffn_forward_train(L->plan, d->M, d->x, d->wg, d->wu, d->wd, y, stats, L->state,
+                                   NULL);
 }
 
 twell_status tw_t_lib_backward(tw_t_lib *L, const tw_t_data *d, float lambda, uint16_t *dx,
                                float *dwg, float *dwu, float *dwd) {
-    return tw_cpu_backward(L->plan, L->state, d->M, d->x, d->wg, d->wu, d->wd, d->dy, lambda, dx,
-                           dwg, dwu, dwd);
+    return twell_ffn_backward(L->plan, L->state, d->M, d->x, d->wg, d->wu, d->wd, d->dy, lambda, dx,
+                              dwg, dwu, dwd, NULL);
 }
 
 double *tw_t_lib_dense_p(const tw_t_lib *L) {
