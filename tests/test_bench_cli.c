@@ -1,0 +1,100 @@
+/* test_bench_cli.c — `twell bench` as a user runs it: help, option errors, the no-device exit code,
+ * and on a machine with a GPU a tiny end-to-end run whose JSON records hold the required fields.
+ * labels: unit */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static int bc_run(const char *args, char *out, size_t outlen) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "\"%s\" bench %s 2>&1", TWELL_TOOL_PATH, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_bench_cli_help_and_errors(void **state) {
+    (void)state;
+    static char out[65536];
+    assert_int_equal(bc_run("--help", out, sizeof out), 0);
+    assert_non_null(strstr(out, "usage: twell bench"));
+    assert_int_equal(bc_run("--M 12,x", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value '12,x' for --M"));
+    assert_int_equal(bc_run("--frobnicate 3", out, sizeof out), 2);
+    assert_non_null(strstr(out, "unknown option '--frobnicate'"));
+    assert_int_equal(bc_run("--K 100", out, sizeof out), 2); /* not a multiple of 16 */
+    assert_int_equal(bc_run("--N 256 --nnz 300", out, sizeof out), 2);
+    assert_int_equal(bc_run("--variant wgmma", out, sizeof out), 2);
+}
+
+static void test_bench_cli_tiny_run(void **state) {
+    (void)state;
+    static char out[65536];
+    char dir[512], args[1024];
+    snprintf(dir, sizeof dir, "%s/test-cache/test_bench_cli/results", TWELL_TEST_BINARY_DIR);
+    snprintf(args, sizeof args,
+             "--M 33,100 --K 64 --N 512 --nnz 10 --dist uniform,skewed --reps 20 --warmup 1 "
+             "--out %s",
+             dir);
+    int rc = bc_run(args, out, sizeof out);
+    if (rc == 3) {
+        /* no GPU here: a clear message, nothing written */
+        assert_non_null(strstr(out, "no usable CUDA device"));
+        return;
+    }
+    if (rc != 0)
+        fail_msg("twell bench exited %d:\n%s", rc, out);
+    const char *rec = strstr(out, " records in ");
+    assert_non_null(rec);
+    char path[1024];
+    assert_int_equal(sscanf(rec, " %*d records in %1023s", path), 1);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char json[65536];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = '\0';
+    fclose(f);
+    const char *keys[] = {"\"op\": \"gate_pack\"",
+                          "\"dtype\": \"bf16\"",
+                          "\"M\": 33",
+                          "\"M\": 100",
+                          "\"K\": 64",
+                          "\"N\": 512",
+                          "\"T\": 256",
+                          "\"C\": 8",
+                          "\"distribution\": \"skewed\"",
+                          "\"nnz_mean\"",
+                          "\"ours_ms\"",
+                          "\"baseline\": \"cublas_gemm\"",
+                          "\"baseline_ms\"",
+                          "\"ratio\"",
+                          "\"max_rel_err\"",
+                          "\"gpu\"",
+                          "\"commit\"",
+                          "\"date\"",
+                          "\"correct\": true"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strstr(json, keys[i]))
+            fail_msg("%s lacks %s:\n%s", path, keys[i], json);
+    assert_null(strstr(json, "\"correct\": false"));
+    printf("%s", out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bench_cli_help_and_errors),
+        cmocka_unit_test(test_bench_cli_tiny_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
