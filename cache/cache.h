@@ -75,4 +75,62 @@ void tw_cache_entry_write(uint8_t *dst, tw_cache_kind kind, const tw_key *key, c
 twell_status tw_cache_entry_read(const uint8_t *buf, size_t n, tw_cache_kind kind,
                                  const tw_key *key, const uint8_t **payload, size_t *len);
 
+/* ---- additions for tools, tests and benchmarks (cache/cache.c) ---- */
+
+/* Bytes of an entry's fixed header; the layout is documented at the top of cache/cache.c. */
+#define TW_CACHE_HEADER_BYTES 64u
+/* Largest payload written to disk (larger ones stay in memory); also bounds how much of an
+ * untrusted file is ever read. */
+#define TW_CACHE_MAX_PAYLOAD ((uint64_t)1 << 32)
+
+/* The directory tw_cache_open uses for dir NULL, malloc'd (caller frees); NULL when none of
+ * $TWELL_CACHE_DIR, $XDG_CACHE_HOME (absolute) and $HOME is set, or out of memory. */
+char *tw_cache_default_dir(void);
+
+/* File-name suffix of kind ("cubin", "tune"); NULL for a value outside tw_cache_kind. */
+const char *tw_cache_kind_ext(tw_cache_kind kind);
+
+/* The size cap in bytes (max_bytes as opened, 1 GiB for 0). */
+size_t tw_cache_max_bytes(const tw_cache *c);
+
+/* Bounds the memory layer (default 256 MiB, counting payloads plus a small per-entry overhead);
+ * entries beyond it are dropped least recently used first. 0 disables it, so every get reads
+ * the disk (benchmarks, tests). */
+void tw_cache_set_memory_limit(tw_cache *c, size_t bytes);
+
+/* Counters since tw_cache_open. */
+typedef struct tw_cache_stats {
+    uint64_t mem_hits, disk_hits, misses, puts;
+    uint64_t corrupt_removed; /* bad entry files met by get and deleted */
+    uint64_t evicted;         /* entry files deleted to honour the size cap */
+    uint64_t mem_entries, mem_bytes;
+    int memory_only; /* 1 once the directory is unusable (or there is none) */
+} tw_cache_stats;
+void tw_cache_get_stats(tw_cache *c, tw_cache_stats *out);
+
+/* One entry file of the directory, as tw_cache_list reports it. */
+typedef struct tw_cache_entry_info {
+    const char *name; /* file name inside the directory; valid during the callback only */
+    tw_cache_kind kind;
+    tw_key key;    /* parsed from the name */
+    uint64_t size; /* file size in bytes, header included */
+    int64_t mtime; /* last use (seconds since the epoch) */
+} tw_cache_entry_info;
+typedef int (*tw_cache_visit_fn)(void *user, const tw_cache_entry_info *e);
+
+/* Calls fn for every entry file (named <64 hex digits>.<cubin|tune>) in name order, stopping
+ * early when fn returns nonzero. Other files are ignored. Errors: TWELL_ERR_UNSUPPORTED (memory-
+ * only cache), TWELL_ERR_IO (directory unreadable), TWELL_ERR_NO_MEMORY. */
+twell_status tw_cache_list(tw_cache *c, tw_cache_visit_fn fn, void *user);
+
+/* Reads and validates every entry file, deleting corrupt, truncated or foreign ones; does not
+ * touch mtimes. *n_ok and *n_removed (each may be NULL) receive the counts. Errors as
+ * tw_cache_list. */
+twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed);
+
+/* Deletes every entry file and every temp file older than an hour (younger ones may belong to a
+ * put in flight), and empties the memory layer. *n_removed (may be NULL) counts entry files.
+ * Errors as tw_cache_list. */
+twell_status tw_cache_clear(tw_cache *c, size_t *n_removed);
+
 #endif /* TWELL_CACHE_H */

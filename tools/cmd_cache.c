@@ -1,11 +1,163 @@
-/* cmd_cache.c — placeholder for `twell cache` until the disk cache lands. */
+/* cmd_cache.c — `twell cache ls|verify|clear`: inspect, check and empty the kernel cache
+ * directory (the same one the library uses: --dir, else $TWELL_CACHE_DIR, else the default). */
+#include "cache.h"
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void tw_cli_usage(FILE *f) {
+    fprintf(f, "usage: twell cache ls|verify|clear [--dir DIR] [--max-bytes N]\n\n"
+               "  ls       list entries (kind, size, age, key) and the total against the cap\n"
+               "  verify   check every entry's header and checksum; delete corrupt ones\n"
+               "  clear    delete every entry\n\n"
+               "  --dir DIR       cache directory (default: $TWELL_CACHE_DIR, else\n"
+               "                  $XDG_CACHE_HOME/twellrt, else ~/.cache/twellrt)\n"
+               "  --max-bytes N   size cap to report against (default 1 GiB, the library's)\n");
+}
+
+static void tw_cli_log(void *user, twell_log_level level, const char *msg) {
+    (void)user;
+    if (level >= TWELL_LOG_WARN)
+        fprintf(stderr, "twell: %s\n", msg);
+}
+
+static const char *tw_human(uint64_t b, char *buf, size_t n) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
+    else
+        snprintf(buf, n, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+static const char *tw_age(int64_t secs, char *buf, size_t n) {
+    if (secs < 0)
+        secs = 0;
+    if (secs < 120)
+        snprintf(buf, n, "%llds", (long long)secs);
+    else if (secs < 7200)
+        snprintf(buf, n, "%lldm", (long long)(secs / 60));
+    else if (secs < 2 * 86400)
+        snprintf(buf, n, "%lldh", (long long)(secs / 3600));
+    else
+        snprintf(buf, n, "%lldd", (long long)(secs / 86400));
+    return buf;
+}
+
+typedef struct {
+    int print;
+    time_t now;
+    uint64_t entries, bytes;
+} tw_ls_state;
+
+static int tw_ls_visit(void *user, const tw_cache_entry_info *e) {
+    tw_ls_state *s = user;
+    s->entries++;
+    s->bytes += e->size;
+    if (s->print) {
+        char hb[32], ab[32], hex[65];
+        tw_key_hex(&e->key, hex);
+        printf("%-6s %10s %6s  %s\n", tw_cache_kind_ext(e->kind), tw_human(e->size, hb, sizeof hb),
+               tw_age((int64_t)s->now - e->mtime, ab, sizeof ab), hex);
+    }
+    return 0;
+}
+
+/* Prints "<n> entries, <size> of <cap> cap in <dir>"; 0 or an exit code. */
+static int tw_total(tw_cache *c, int print_entries) {
+    tw_ls_state s = {print_entries, time(NULL), 0, 0};
+    if (print_entries)
+        printf("%-6s %10s %6s  %s\n", "KIND", "SIZE", "AGE", "KEY");
+    twell_status st = tw_cache_list(c, tw_ls_visit, &s);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell cache: cannot list %s: %s\n", tw_cache_dir(c), twell_status_str(st));
+        return 1;
+    }
+    char hb[32], cb[32];
+    printf("%llu entr%s, %s of %s cap in %s\n", (unsigned long long)s.entries,
+           s.entries == 1 ? "y" : "ies", tw_human(s.bytes, hb, sizeof hb),
+           tw_human(tw_cache_max_bytes(c), cb, sizeof cb), tw_cache_dir(c));
+    return 0;
+}
 
 int twell_cmd_cache(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "twell cache: not implemented in this build\n");
-    return 2;
+    const char *action = NULL, *dir = NULL;
+    size_t max_bytes = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            tw_cli_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) {
+            char *end;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (*end || !*argv[i]) {
+                fprintf(stderr, "twell cache: --max-bytes wants a byte count, got '%s'\n", argv[i]);
+                return 2;
+            }
+            max_bytes = (size_t)v;
+        } else if (!action && argv[i][0] != '-') {
+            action = argv[i];
+        } else {
+            fprintf(stderr, "twell cache: unexpected argument '%s'\n\n", argv[i]);
+            tw_cli_usage(stderr);
+            return 2;
+        }
+    }
+    if (!action || (strcmp(action, "ls") && strcmp(action, "verify") && strcmp(action, "clear"))) {
+        if (action)
+            fprintf(stderr, "twell cache: unknown action '%s'\n\n", action);
+        tw_cli_usage(stderr);
+        return 2;
+    }
+
+    tw_cache *c;
+    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, NULL, &c);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell cache: %s\n", twell_status_str(st));
+        return 1;
+    }
+    if (!tw_cache_dir(c)) {
+        /* The library fell back to memory (the warning above says why): nothing on disk. */
+        fprintf(stderr, "twell cache: no usable cache directory\n");
+        tw_cache_close(c);
+        return 1;
+    }
+    int rc = 0;
+    if (!strcmp(action, "ls")) {
+        rc = tw_total(c, 1);
+    } else if (!strcmp(action, "verify")) {
+        size_t ok, removed;
+        st = tw_cache_verify(c, &ok, &removed);
+        if (st != TWELL_OK) {
+            fprintf(stderr, "twell cache: verify: %s\n", twell_status_str(st));
+            rc = 1;
+        } else {
+            printf("verified %zu entr%s: %zu ok, %zu corrupt removed\n", ok + removed,
+                   ok + removed == 1 ? "y" : "ies", ok, removed);
+            rc = tw_total(c, 0);
+        }
+    } else {
+        size_t removed;
+        st = tw_cache_clear(c, &removed);
+        if (st != TWELL_OK) {
+            fprintf(stderr, "twell cache: clear: %s\n", twell_status_str(st));
+            rc = 1;
+        } else {
+            printf("removed %zu entr%s\n", removed, removed == 1 ? "y" : "ies");
+            rc = tw_total(c, 0);
+        }
+    }
+    tw_cache_close(c);
+    return rc;
 }
