@@ -2,8 +2,9 @@
 # Builds and runs twellrt on the lent GPU machine (Ubuntu, CUDA, no apt, no network).
 # Carry .deps/ (made here by `sh scripts/device.sh fetch`) with the call; then on the device:
 #   sh scripts/device.sh test            # build + all tests (gpu ones included), logs to $OUT
-#   sh scripts/device.sh sanitize        # compute-sanitizer memcheck/racecheck on the gpu tests
+#   sh scripts/device.sh sanitize        # compute-sanitizer memcheck/racecheck on small gpu cases
 #   sh scripts/device.sh bench [args]    # `twell bench` with args, JSON into $OUT
+#   sh scripts/device.sh all [bench args] # test + sanitize + bench in one call (one lease)
 #   sh scripts/device.sh shell 'cmd'     # set up, then run cmd
 set -eu
 cmd=${1:-test}
@@ -23,22 +24,44 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT
     { tail -30 "$OUT/cmake.log"; exit 1; }
 cmake --build $B -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-case "$cmd" in
-test)
+run_tests() {
     (cd $B && ctest --output-on-failure -j 4 "$@") >"$OUT/ctest.log" 2>&1 || true
     grep -E "tests passed|Passed|Failed|\*\*\*|Skipped|Not Run" "$OUT/ctest.log" | tail -60
-    ;;
-sanitize)
-    for t in $B/test_gpu_*; do
-        [ -x "$t" ] || continue
-        for tool in memcheck racecheck; do
-            compute-sanitizer --tool $tool --error-exitcode 9 "$t" "$@" >"$OUT/san_$(basename $t)_$tool.log" 2>&1 &&
-                echo "$tool $(basename $t): clean" || echo "$tool $(basename $t): FAILED (rc $?)"
+    # the per-case lines of the gpu tests (worst ulp, max_rel_err, variant) for the record
+    grep -hE "^# |FAILED|\[  FAILED|fail" $B/Testing/Temporary/LastTest.log 2>/dev/null |
+        grep -E "M=|cuda:|simt|sm90|FAIL" | head -80 >"$OUT/gpu_cases.log" || true
+}
+# Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack takes `small`.
+run_sanitize() {
+    for t in test_gpu_driver test_gpu_gate_pack; do
+        [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
+        arg=""; [ $t = test_gpu_gate_pack ] && arg=small
+        tools="memcheck racecheck"; [ $t = test_gpu_driver ] && tools=memcheck
+        for tool in $tools; do
+            log="$OUT/san_${t}_$tool.log"
+            if (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/san TWELL_TEMPLATE_DIR=$PWD/../templates \
+                compute-sanitizer --tool $tool --error-exitcode 9 ./$t $arg) >"$log" 2>&1; then
+                echo "$tool $t $arg: clean ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1))"
+            else
+                echo "$tool $t $arg: FAILED (rc $?)"; tail -25 "$log"
+            fi
         done
     done
+}
+case "$cmd" in
+test)
+    run_tests "$@"
+    ;;
+sanitize)
+    run_sanitize
     ;;
 bench)
     $B/twell bench --out "$OUT" "$@"
+    ;;
+all)
+    run_tests -E test_install
+    run_sanitize
+    $B/twell bench --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
     ;;
 shell)
     sh -c "$*"

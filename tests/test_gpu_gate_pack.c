@@ -7,7 +7,7 @@
  * only where fp32 summation order can legitimately change a rounding (values inside their fp64
  * error bounds, only ambiguous columns may flip); besides, stored values may differ from the
  * reference by at most 1 unit of the 16-bit type. The worst difference is printed per case.
- * labels: gpu */
+ * labels: gpu slow */
 #include "cpu_ref.h"
 #include "cuda_backend.h"
 #include "cuda_driver.h"
