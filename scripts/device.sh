@@ -25,7 +25,7 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT
 cmake --build $B -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 run_tests() {
-    (cd $B && ctest --output-on-failure -j 4 "$@") >"$OUT/ctest.log" 2>&1 || true
+    (cd $B && ctest --output-on-failure -j 4 --timeout ${TEST_TIMEOUT:-300} "$@") >"$OUT/ctest.log" 2>&1 || true
     grep -E "tests passed|Passed|Failed|\*\*\*|Skipped|Not Run" "$OUT/ctest.log" | tail -60
     # the per-case lines of the gpu tests (worst ulp, max_rel_err, variant) for the record
     grep -hE "^# |FAILED|\[  FAILED|fail" $B/Testing/Temporary/LastTest.log 2>/dev/null |
@@ -61,7 +61,8 @@ bench)
 all)
     run_tests -E test_install
     run_sanitize
-    $B/twell bench --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
+    # bounded so a slow kernel cannot eat the whole call; the JSON is rewritten per record
+    timeout ${BENCH_TIMEOUT:-300} $B/twell bench --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
     ;;
 shell)
     sh -c "$*"
