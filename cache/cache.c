@@ -125,6 +125,16 @@ void tw_cache_entry_write(uint8_t *dst, tw_cache_kind kind, const tw_key *key, c
         memcpy(dst + TW_CACHE_HEADER_BYTES, payload, len);
 }
 
+/* Checks everything in a header but the checksum, for a file of total bytes; 1 if good. */
+static int tw_header_ok(const uint8_t *h, uint64_t total, tw_cache_kind kind, const tw_key *key) {
+    if (total < TW_CACHE_HEADER_BYTES || memcmp(h, TW_MAGIC, 8) != 0 ||
+        tw_get_le(h + 8, 4) != TW_CACHE_FORMAT_VERSION || tw_get_le(h + 12, 4) != (uint64_t)kind ||
+        memcmp(h + 16, key->b, 32) != 0)
+        return 0;
+    /* Exact size: trailing bytes are as suspect as missing ones. */
+    return tw_get_le(h + 48, 8) == total - TW_CACHE_HEADER_BYTES;
+}
+
 twell_status tw_cache_entry_read(const uint8_t *buf, size_t n, tw_cache_kind kind,
                                  const tw_key *key, const uint8_t **payload, size_t *len) {
     if (payload)
@@ -133,20 +143,14 @@ twell_status tw_cache_entry_read(const uint8_t *buf, size_t n, tw_cache_kind kin
         *len = 0;
     if (!key || !payload || !len)
         return TWELL_ERR_INVALID_ARG;
-    if (!buf || n < TW_CACHE_HEADER_BYTES)
-        return TWELL_ERR_CORRUPT;
-    if (memcmp(buf, TW_MAGIC, 8) != 0 || tw_get_le(buf + 8, 4) != TW_CACHE_FORMAT_VERSION ||
-        tw_get_le(buf + 12, 4) != (uint64_t)kind || memcmp(buf + 16, key->b, 32) != 0)
-        return TWELL_ERR_CORRUPT;
-    /* Exact size: trailing bytes are as suspect as missing ones. */
-    uint64_t plen = tw_get_le(buf + 48, 8);
-    if (plen != (uint64_t)(n - TW_CACHE_HEADER_BYTES))
+    if (!buf || n < TW_CACHE_HEADER_BYTES || !tw_header_ok(buf, (uint64_t)n, kind, key))
         return TWELL_ERR_CORRUPT;
     const uint8_t *p = buf + TW_CACHE_HEADER_BYTES;
-    if (tw_get_le(buf + 56, 8) != tw_checksum64(p, (size_t)plen))
+    size_t plen = n - TW_CACHE_HEADER_BYTES;
+    if (tw_get_le(buf + 56, 8) != tw_checksum64(p, plen))
         return TWELL_ERR_CORRUPT;
     *payload = p;
-    *len = (size_t)plen;
+    *len = plen;
     return TWELL_OK;
 }
 
@@ -556,6 +560,20 @@ static void tw_scan_evict(tw_cache *c, const char *keep) {
 
 /* ---- reading an entry file ---- */
 
+/* Reads exactly len bytes; -1 on error or early end of file. */
+static int tw_read_all(int fd, uint8_t *p, size_t len) {
+    while (len) {
+        ssize_t r = read(fd, p, len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
 /* Deletes path if it is still the file we examined: a concurrent writer may have renamed a good
  * entry over it since (the window left is tiny and only costs that writer a recompile). */
 static int tw_remove_if_same(const char *path, const struct stat *seen) {
@@ -565,8 +583,8 @@ static int tw_remove_if_same(const char *path, const struct stat *seen) {
     return unlink(path) == 0;
 }
 
-/* Reads and validates one entry file. TWELL_OK: *out (malloc'd) holds the payload, moved to the
- * start of the buffer. TWELL_ERR_NOT_FOUND: absent, or bad (then deleted, *removed = 1).
+/* Reads and validates one entry file. TWELL_OK: *out (malloc'd) holds the payload.
+ * TWELL_ERR_NOT_FOUND: absent, or bad (then deleted, *removed = 1).
  * TWELL_ERR_NO_MEMORY. touch refreshes the mtime of a good file. */
 static twell_status tw_read_file(const char *path, tw_cache_kind kind, const tw_key *key, int touch,
                                  uint8_t **out, size_t *outlen, int *removed) {
@@ -586,31 +604,21 @@ static twell_status tw_read_file(const char *path, tw_cache_kind kind, const tw_
         close(fd);
         return TWELL_ERR_NOT_FOUND;
     }
-    uint8_t *buf = NULL;
-    size_t n = 0;
+    /* Header first, then the payload straight into its own buffer: no copy of the image. */
+    uint8_t hdr[TW_CACHE_HEADER_BYTES], *buf = NULL;
+    uint64_t total = (uint64_t)sb.st_size;
     int bad = sb.st_size < (off_t)TW_CACHE_HEADER_BYTES ||
-              (uint64_t)sb.st_size > TW_CACHE_MAX_PAYLOAD + TW_CACHE_HEADER_BYTES;
+              total > TW_CACHE_MAX_PAYLOAD + TW_CACHE_HEADER_BYTES ||
+              tw_read_all(fd, hdr, sizeof hdr) != 0 || !tw_header_ok(hdr, total, kind, key);
     if (!bad) {
-        n = (size_t)sb.st_size;
-        buf = malloc(n);
+        size_t plen = (size_t)(total - TW_CACHE_HEADER_BYTES);
+        buf = malloc(plen ? plen : 1);
         if (!buf) {
             close(fd);
             return TWELL_ERR_NO_MEMORY;
         }
-        size_t got = 0;
-        while (got < n) {
-            ssize_t r = read(fd, buf + got, n - got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-            got += (size_t)r;
-        }
-        const uint8_t *p;
-        size_t plen;
-        bad = got != n || tw_cache_entry_read(buf, n, kind, key, &p, &plen) != TWELL_OK;
+        bad = tw_read_all(fd, buf, plen) != 0 || tw_get_le(hdr + 56, 8) != tw_checksum64(buf, plen);
         if (!bad) {
-            memmove(buf, p, plen);
             *out = buf;
             *outlen = plen;
             if (touch)
@@ -678,19 +686,29 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
     }
     void *copy = NULL;
     if (st == TWELL_OK) {
-        copy = malloc(n ? n : 1);
-        if (!copy) {
-            free(data);
-            return TWELL_ERR_NO_MEMORY;
+        /* The caller gets the buffer itself unless the memory layer keeps a copy. */
+        pthread_mutex_lock(&c->mu);
+        int keep = tw_mem_cost(n) <= c->mem_max;
+        pthread_mutex_unlock(&c->mu);
+        if (keep) {
+            copy = malloc(n ? n : 1);
+            if (!copy) {
+                free(data);
+                return TWELL_ERR_NO_MEMORY;
+            }
+            memcpy(copy, data, n);
+        } else {
+            copy = data;
+            data = NULL;
         }
-        memcpy(copy, data, n);
     }
     pthread_mutex_lock(&c->mu);
     if (removed)
         c->st.corrupt_removed++;
     if (st == TWELL_OK) {
         c->st.disk_hits++;
-        tw_mem_insert(c, kind, key, data, n, tw_mono_s());
+        if (data)
+            tw_mem_insert(c, kind, key, data, n, tw_mono_s());
     } else if (st == TWELL_ERR_NOT_FOUND) {
         c->st.misses++;
     }
