@@ -295,8 +295,12 @@ int twell_cmd_demo(int argc, char **argv) {
 
     for (size_t i = 0; i < nrows; i++)
         rows[i] = i * M / nrows; /* evenly spaced from row 0 */
-    printf("  computing the dense fp64 reference on %s%zu of %zu rows ...",
-           nrows < M ? "a sample of " : "all ", nrows, M);
+    if (nrows < M)
+        printf("  computing the dense fp64 reference on %zu of %zu rows (evenly spaced "
+               "sample) ...",
+               nrows, M);
+    else
+        printf("  computing the dense fp64 reference on all %zu rows ...", M);
     fflush(stdout);
     t0 = demo_now();
     st = tw_synth_ffn64(ctx->pool, &s, f->x, f->wg, f->wu, f->wd, rows, nrows, y64);
