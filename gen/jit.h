@@ -44,4 +44,10 @@ twell_status tw_jit_cubin(twell_ctx *ctx, const char *name, const tw_param *para
                           size_t nparams, const char *arch, tw_cubin *out);
 void tw_cubin_free(tw_cubin *c);
 
+/* tw_jit_cubin with flags. TW_JIT_SKIP_LOOKUP compiles even when the key is cached (the result is
+ * still published): cold-compile measurements. */
+#define TW_JIT_SKIP_LOOKUP 1u
+twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *params,
+                             size_t nparams, const char *arch, unsigned flags, tw_cubin *out);
+
 #endif /* TWELL_JIT_H */

@@ -1,0 +1,949 @@
+/*
+ * lua_engine.c — sandboxed Lua 5.4 rendering of kernel templates into CUDA C: the only file that
+ * touches the Lua C API. Determinism, the sandbox, resource limits and #line mapping live here;
+ * the authoring API it offers templates is described in templates/README.md.
+ */
+#include "lua_engine.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TW_MAX_SOURCES 16  /* the template plus imported modules */
+#define TW_HOOK_EVERY 1000 /* VM instructions between two budget checks */
+
+typedef struct tw_source {
+    char *chunk; /* "@templates/<file>": Lua's chunk name; chunk + 1 is the display name */
+    char *text;
+    size_t len;
+} tw_source;
+
+/* How output lines are attributed to template lines (see tw_out_text). */
+typedef enum tw_map { TW_MAP_NONE, TW_MAP_FIRST, TW_MAP_BLOCK } tw_map;
+
+typedef struct tw_out {
+    char *buf;
+    size_t len, cap, max;
+    int bol;           /* at the beginning of an output line */
+    const char *cfile; /* file NVRTC attributes the next line to (NULL: the program name) */
+    long cline;        /* line number NVRTC gives the next line */
+} tw_out;
+
+/* Everything one render owns; reachable from Lua as the allocator's user data. */
+typedef struct tw_engine {
+    size_t mem_used, mem_cap;
+    int mem_refused; /* an allocation was refused because of the cap */
+    unsigned long long instr, instr_cap;
+    int unsupported; /* unsupported(...) was called */
+    const char *dir;
+    const char *name;
+    const tw_param *params;
+    size_t nparams;
+    tw_source src[TW_MAX_SOURCES];
+    int nsrc;
+    tw_out out;
+    char where[320]; /* last position seen by the hook, for memory errors */
+} tw_engine;
+
+/* Registry keys (addresses are unique). */
+static const char tw_key_env = 0, tw_key_p = 0, tw_key_modules = 0, tw_key_format = 0;
+
+static tw_engine *tw_eng(lua_State *L) {
+    void *ud = NULL;
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocator with a cap, and the instruction budget
+ * ------------------------------------------------------------------------------------------- */
+
+static void *tw_lalloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+    tw_engine *e = ud;
+    size_t old = ptr ? osize : 0; /* with ptr NULL, osize encodes an object type */
+    if (nsize == 0) {
+        free(ptr);
+        e->mem_used -= old;
+        return NULL;
+    }
+    if (nsize > old && e->mem_used - old + nsize > e->mem_cap) {
+        e->mem_refused = 1;
+        return NULL;
+    }
+    void *p = realloc(ptr, nsize);
+    if (p)
+        e->mem_used = e->mem_used - old + nsize;
+    return p;
+}
+
+static void tw_hook(lua_State *L, lua_Debug *ar) {
+    tw_engine *e = tw_eng(L);
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0 && ar->source[0] == '@')
+        snprintf(e->where, sizeof e->where, "%s:%d", ar->source + 1, ar->currentline);
+    e->instr += TW_HOOK_EVERY;
+    if (e->instr > e->instr_cap) {
+        lua_pushfstring(L, "%s: template exceeded the instruction limit (%d million)",
+                        e->where[0] ? e->where : "?", (int)(e->instr_cap / 1000000u));
+        lua_error(L);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Output with #line mapping
+ * ------------------------------------------------------------------------------------------- */
+
+static void tw_out_raw(lua_State *L, tw_out *o, const char *s, size_t n) {
+    if (o->len + n + 1 > o->max)
+        luaL_error(L, "rendered source exceeds the output cap (%d MiB)", (int)(o->max >> 20));
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < o->len + n + 1)
+            cap *= 2;
+        if (cap > o->max)
+            cap = o->max;
+        char *b = realloc(o->buf, cap);
+        if (!b)
+            luaL_error(L, "out of host memory for the rendered source");
+        o->buf = b;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+/* Appends text. A new output line whose origin (file, line) is known and differs from where
+ * NVRTC would place it gets a #line directive first, so compiler messages name template lines.
+ * TW_MAP_BLOCK: successive lines come from successive template lines starting at *line;
+ * TW_MAP_FIRST: only the first line started here has a known origin; TW_MAP_NONE: none. */
+static void tw_out_text(lua_State *L, tw_out *o, const char *s, size_t n, const char *file,
+                        long *line, tw_map map) {
+    size_t i = 0;
+    while (i < n) {
+        if (o->bol && map != TW_MAP_NONE && file) {
+            if (!o->cfile || strcmp(o->cfile, file) != 0 || o->cline != *line) {
+                char d[300];
+                int k = snprintf(d, sizeof d, "#line %ld \"%s\"\n", *line, file);
+                tw_out_raw(L, o, d, (size_t)k);
+                o->cfile = file;
+                o->cline = *line;
+            }
+            if (map == TW_MAP_FIRST)
+                map = TW_MAP_NONE;
+        }
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - s) + 1 : n;
+        tw_out_raw(L, o, s + i, end - i);
+        o->bol = nl != NULL;
+        if (nl) {
+            o->cline++;
+            if (map == TW_MAP_BLOCK)
+                (*line)++;
+        }
+        i = end;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Values to text: integers as integers, nothing whose text could vary between runs
+ * ------------------------------------------------------------------------------------------- */
+
+/* Text of the value at idx for emit and ${...}, in buf or borrowed from Lua; NULL with *why set
+ * when the value has no deterministic CUDA spelling. */
+static const char *tw_value_text(lua_State *L, int idx, char *buf, size_t cap, size_t *len,
+                                 const char **why) {
+    switch (lua_type(L, idx)) {
+    case LUA_TSTRING:
+        return lua_tolstring(L, idx, len);
+    case LUA_TNUMBER: {
+        long long v;
+        if (lua_isinteger(L, idx)) {
+            v = (long long)lua_tointeger(L, idx);
+        } else {
+            double d = (double)lua_tonumber(L, idx);
+            if (!(d == floor(d) && fabs(d) < 9.2e18)) {
+                *why = "is a non-integer number (format it with flt(x))";
+                return NULL;
+            }
+            v = (long long)d;
+        }
+        *len = (size_t)snprintf(buf, cap, "%lld", v);
+        return buf;
+    }
+    case LUA_TBOOLEAN:
+        *len = lua_toboolean(L, idx) ? 4 : 5;
+        return lua_toboolean(L, idx) ? "true" : "false";
+    case LUA_TNIL:
+        *why = "is nil";
+        return NULL;
+    default:
+        *why = "is not a string, number or boolean";
+        return NULL;
+    }
+}
+
+/* The calling template's position: file display name (borrowed from the engine, so it outlives
+ * the call) and current line. */
+static const char *tw_caller(lua_State *L, int level, long *line, const char **chunk) {
+    lua_Debug ar;
+    *line = 0;
+    if (chunk)
+        *chunk = NULL;
+    if (!lua_getstack(L, level, &ar) || !lua_getinfo(L, "Sl", &ar) || ar.source[0] != '@')
+        return NULL;
+    tw_engine *e = tw_eng(L);
+    for (int i = 0; i < e->nsrc; i++)
+        if (strcmp(e->src[i].chunk, ar.source) == 0) {
+            *line = ar.currentline;
+            if (chunk)
+                *chunk = e->src[i].chunk;
+            return e->src[i].chunk + 1;
+        }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Template API: emit, emitf, cuda, num, flt, param, check, unsupported, import
+ * ------------------------------------------------------------------------------------------- */
+
+static int tw_l_emit(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    long line;
+    const char *file = tw_caller(L, 1, &line, NULL);
+    int n = lua_gettop(L);
+    for (int i = 1; i <= n; i++) {
+        char buf[32];
+        size_t len = 0;
+        const char *why = NULL;
+        const char *s = tw_value_text(L, i, buf, sizeof buf, &len, &why);
+        if (!s)
+            return luaL_error(L, "emit: argument #%d %s", i, why);
+        tw_out_text(L, &e->out, s, len, file, &line, i == 1 ? TW_MAP_FIRST : TW_MAP_NONE);
+    }
+    return 0;
+}
+
+/* string.format that refuses what would make the output vary: %p and tables or functions
+ * (whose default text is an address). */
+static int tw_l_format(lua_State *L) {
+    const char *fmt = luaL_checkstring(L, 1);
+    for (const char *p = strchr(fmt, '%'); p; p = strchr(p, '%')) {
+        p++;
+        if (*p == '%') {
+            p++;
+            continue;
+        }
+        while (*p && strchr("-+ #0123456789.", *p))
+            p++;
+        if (*p == 'p')
+            return luaL_error(L, "format: %%p prints an address, which is not deterministic");
+    }
+    int n = lua_gettop(L);
+    for (int i = 2; i <= n; i++) {
+        int t = lua_type(L, i);
+        if (t != LUA_TNUMBER && t != LUA_TSTRING && t != LUA_TBOOLEAN && t != LUA_TNIL)
+            return luaL_error(L, "format: argument #%d is a %s, whose text is not deterministic", i,
+                              lua_typename(L, t));
+    }
+    lua_pushvalue(L, lua_upvalueindex(1)); /* the original string.format */
+    lua_insert(L, 1);
+    lua_call(L, n, 1);
+    return 1;
+}
+
+static int tw_l_emitf(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    long line;
+    const char *file = tw_caller(L, 1, &line, NULL);
+    int n = lua_gettop(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_format);
+    lua_insert(L, 1);
+    lua_call(L, n, 1);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    tw_out_text(L, &e->out, s, len, file, &line, TW_MAP_FIRST);
+    return 0;
+}
+
+/* Line of chunk's source on which the first line of a long string passed at `line` starts:
+ * Lua drops a newline right after the opening bracket, so the text starts on the next line
+ * then. Falls back to `line` when no long bracket is found within three lines. */
+static long tw_block_first_line(const tw_engine *e, const char *chunk, long line) {
+    const tw_source *s = NULL;
+    for (int i = 0; i < e->nsrc; i++)
+        if (e->src[i].chunk == chunk)
+            s = &e->src[i];
+    if (!s || line <= 0)
+        return line;
+    const char *p = s->text, *end = s->text + s->len;
+    for (long l = 1; l < line && p < end; p++)
+        if (*p == '\n')
+            l++;
+    for (long l = line; l < line + 3 && p < end; l++) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            eol = end;
+        for (const char *q = p; q < eol; q++) {
+            if (*q != '[')
+                continue;
+            const char *r = q + 1;
+            while (r < eol && *r == '=')
+                r++;
+            if (r < eol && *r == '[')
+                return r + 1 == eol ? l + 1 : l;
+        }
+        p = eol + 1;
+    }
+    return line;
+}
+
+/* Builds, at the top of the stack, the table ${...} expressions see: the caller's upvalues and
+ * active locals (inner shadowing outer), falling back to the template's globals. */
+static void tw_push_scope(lua_State *L) {
+    lua_Debug ar;
+    lua_newtable(L);
+    int scope = lua_gettop(L);
+    lua_newtable(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_env);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, scope);
+    if (!lua_getstack(L, 1, &ar))
+        return;
+    lua_getinfo(L, "f", &ar);
+    const char *nm;
+    for (int i = 1; (nm = lua_getupvalue(L, -1, i)) != NULL; i++) {
+        if (nm[0] && nm[0] != '(' && strcmp(nm, "_ENV") != 0)
+            lua_setfield(L, scope, nm);
+        else
+            lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    for (int i = 1; (nm = lua_getlocal(L, &ar, i)) != NULL; i++) {
+        if (nm[0] != '(')
+            lua_setfield(L, scope, nm);
+        else
+            lua_pop(L, 1);
+    }
+}
+
+/* Evaluates the Lua expression expr[0..n) written at chunk:line with the scope at index scope;
+ * leaves the value on the stack. The chunk is padded with newlines so that Lua's own messages
+ * carry the template line. */
+static void tw_eval(lua_State *L, const char *chunk, long line, const char *expr, size_t n,
+                    int scope) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (long i = 1; i < line; i++)
+        luaL_addchar(&b, '\n');
+    luaL_addstring(&b, "return ");
+    luaL_addlstring(&b, expr, n);
+    luaL_pushresult(&b);
+    size_t len;
+    const char *code = lua_tolstring(L, -1, &len);
+    if (luaL_loadbufferx(L, code, len, chunk, "t") != LUA_OK)
+        lua_error(L);
+    lua_remove(L, -2);
+    lua_pushvalue(L, scope);
+    lua_setupvalue(L, -2, 1);
+    lua_call(L, 0, 1);
+}
+
+static int tw_l_cuda(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    long line;
+    const char *chunk;
+    const char *file = tw_caller(L, 1, &line, &chunk);
+    line = tw_block_first_line(e, chunk, line);
+    int scope = 0;
+    size_t i = 0;
+    while (i < n) {
+        const char *open = strstr(s + i, "${");
+        size_t lit_end = open ? (size_t)(open - s) : n;
+        tw_out_text(L, &e->out, s + i, lit_end - i, file, &line, TW_MAP_BLOCK);
+        if (!open)
+            break;
+        size_t j = lit_end + 2;
+        int depth = 1;
+        while (j < n && depth > 0) {
+            if (s[j] == '{')
+                depth++;
+            else if (s[j] == '}')
+                depth--;
+            j++;
+        }
+        if (depth)
+            return luaL_error(L, "%s:%d: unterminated ${ in cuda block", file ? file : "?",
+                              (int)line);
+        const char *expr = s + lit_end + 2;
+        size_t elen = j - 1 - (lit_end + 2);
+        if (!scope) {
+            tw_push_scope(L);
+            scope = lua_gettop(L);
+        }
+        if (chunk)
+            tw_eval(L, chunk, line, expr, elen, scope);
+        else
+            return luaL_error(L, "cuda: must be called from a template file");
+        char buf[32];
+        size_t vlen = 0;
+        const char *why = NULL;
+        const char *v = tw_value_text(L, -1, buf, sizeof buf, &vlen, &why);
+        if (!v)
+            return luaL_error(L, "%s:%d: ${%.*s} %s", file, (int)line, (int)elen, expr, why);
+        tw_out_text(L, &e->out, v, vlen, file, &line, TW_MAP_NONE);
+        lua_pop(L, 1);
+        for (size_t k = 0; k < elen; k++) /* an expression spanning lines */
+            if (expr[k] == '\n')
+                line++;
+        i = j;
+    }
+    return 0;
+}
+
+static int tw_l_num(lua_State *L) {
+    luaL_checkany(L, 1);
+    char buf[32];
+    size_t len = 0;
+    const char *why = NULL;
+    if (lua_type(L, 1) != LUA_TNUMBER)
+        return luaL_error(L, "num: expected a number, got a %s", luaL_typename(L, 1));
+    const char *s = tw_value_text(L, 1, buf, sizeof buf, &len, &why);
+    if (!s)
+        return luaL_error(L, "num: %s %s", lua_tostring(L, 1), why);
+    lua_pushlstring(L, s, len);
+    return 1;
+}
+
+/* A CUDA float literal for the fp32 value of x: the shortest decimal that reads back as the
+ * same float (at most 9 significant digits), always with a '.' or an exponent, and the f suffix. */
+static int tw_l_flt(lua_State *L) {
+    double d = (double)luaL_checknumber(L, 1);
+    float f = (float)d;
+    if (!isfinite(f))
+        return luaL_error(L, "flt: %s has no finite float literal", lua_tostring(L, 1));
+    char buf[48];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f)
+            break;
+    }
+    if (!strpbrk(buf, ".e"))
+        strcat(buf, ".0");
+    strcat(buf, "f");
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int tw_l_p_index(lua_State *L) {
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return 0;
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TNIL)
+        return luaL_error(L,
+                          "template parameter '%s' was not given (pass it, or read it with "
+                          "param(\"%s\", default))",
+                          lua_tostring(L, 2), lua_tostring(L, 2));
+    return 1;
+}
+
+static int tw_l_p_newindex(lua_State *L) {
+    return luaL_error(L, "template parameters are read-only (P.%s)", luaL_tolstring(L, 2, NULL));
+}
+
+static int tw_l_param(lua_State *L) {
+    luaL_checkstring(L, 1);
+    lua_settop(L, 2);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_p);
+    lua_getmetatable(L, -1);
+    lua_getfield(L, -1, "__data");
+    lua_pushvalue(L, 1);
+    if (lua_rawget(L, -2) == LUA_TNIL)
+        lua_pushvalue(L, 2);
+    return 1;
+}
+
+/* Formats arguments from index `first` with the safe format into one message. */
+static const char *tw_message(lua_State *L, int first) {
+    int n = lua_gettop(L);
+    if (n < first)
+        return "check failed";
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_format);
+    for (int i = first; i <= n; i++)
+        lua_pushvalue(L, i);
+    lua_call(L, n - first + 1, 1);
+    return lua_tostring(L, -1);
+}
+
+static int tw_l_check(lua_State *L) {
+    luaL_checkany(L, 1);
+    if (lua_toboolean(L, 1))
+        return 0;
+    return luaL_error(L, "%s", tw_message(L, 2));
+}
+
+static int tw_l_unsupported(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    e->unsupported = 1;
+    return luaL_error(L, "unsupported: %s", tw_message(L, 1));
+}
+
+/* Reads a file into a new source slot; 0 with errno set on failure. */
+static tw_source *tw_read_source(tw_engine *e, const char *path, const char *display) {
+    if (e->nsrc >= TW_MAX_SOURCES) {
+        errno = EMFILE;
+        return NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    tw_source *s = &e->src[e->nsrc];
+    size_t cap = 8192, len = 0;
+    char *text = malloc(cap);
+    for (;;) {
+        if (!text)
+            break;
+        size_t got = fread(text + len, 1, cap - len - 1, f);
+        len += got;
+        if (len + 1 < cap)
+            break;
+        char *t = realloc(text, cap * 2);
+        if (!t) {
+            free(text);
+            text = NULL;
+            break;
+        }
+        text = t;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    size_t dlen = strlen(display);
+    char *chunk = malloc(dlen + 2);
+    if (!text || !chunk || bad) {
+        free(text);
+        free(chunk);
+        errno = bad ? EIO : ENOMEM;
+        return NULL;
+    }
+    text[len] = '\0';
+    chunk[0] = '@';
+    memcpy(chunk + 1, display, dlen + 1);
+    s->chunk = chunk;
+    s->text = text;
+    s->len = len;
+    e->nsrc++;
+    return s;
+}
+
+static int tw_valid_name(const char *s) {
+    if (!s[0] || strlen(s) > 100)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return 0;
+    return 1;
+}
+
+static int tw_l_import(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    const char *name = luaL_checkstring(L, 1);
+    if (!tw_valid_name(name))
+        return luaL_error(L, "import: bad module name '%s' (letters, digits, _)", name);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_modules);
+    if (lua_getfield(L, -1, name) != LUA_TNIL)
+        return 1;
+    lua_pop(L, 1);
+    char path[4096], display[160];
+    snprintf(path, sizeof path, "%s/%s.lua", e->dir, name);
+    snprintf(display, sizeof display, "templates/%s.lua", name);
+    tw_source *s = tw_read_source(e, path, display);
+    if (!s)
+        return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display,
+                          strerror(errno));
+    if (luaL_loadbufferx(L, s->text, s->len, s->chunk, "t") != LUA_OK)
+        return lua_error(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_env);
+    lua_setupvalue(L, -2, 1);
+    lua_call(L, 0, 1);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 1);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, name);
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Deterministic replacements for pairs and tostring
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct tw_keyrec {
+    int is_str;
+    int is_int;
+    double num;
+    const char *s;
+    size_t len;
+    int idx; /* position in the unsorted key list */
+} tw_keyrec;
+
+static int tw_keyrec_cmp(const void *pa, const void *pb) {
+    const tw_keyrec *a = pa, *b = pb;
+    if (a->is_str != b->is_str)
+        return a->is_str - b->is_str; /* numbers first */
+    if (!a->is_str) {
+        if (a->num != b->num)
+            return a->num < b->num ? -1 : 1;
+        return a->is_int - b->is_int;
+    }
+    size_t m = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->s, b->s, m);
+    if (c)
+        return c;
+    return a->len < b->len ? -1 : a->len > b->len;
+}
+
+static int tw_l_pairs_next(lua_State *L) {
+    lua_Integer i = lua_tointeger(L, lua_upvalueindex(3)) + 1;
+    if (lua_rawgeti(L, lua_upvalueindex(2), i) == LUA_TNIL)
+        return 1;
+    lua_pushinteger(L, i);
+    lua_replace(L, lua_upvalueindex(3));
+    lua_pushvalue(L, -1);
+    lua_rawget(L, lua_upvalueindex(1));
+    return 2;
+}
+
+/* pairs in a fixed order (numbers ascending, then strings by bytes), so no output depends on the
+ * per-process hash seed. Keys of other types are refused. */
+static int tw_l_pairs(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_p);
+    if (lua_rawequal(L, 1, -1)) { /* P: iterate its hidden data */
+        lua_getmetatable(L, -1);
+        lua_getfield(L, -1, "__data");
+        lua_replace(L, 1);
+    }
+    lua_settop(L, 1);
+    lua_newtable(L); /* 2: keys, unsorted */
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        lua_pop(L, 1);
+        int t = lua_type(L, -1);
+        if (t != LUA_TNUMBER && t != LUA_TSTRING)
+            return luaL_error(L, "pairs: a %s key has no deterministic order", lua_typename(L, t));
+        if (n == 0x7ffffff)
+            return luaL_error(L, "pairs: table too large");
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, 2, ++n);
+    }
+    tw_keyrec *k = lua_newuserdatauv(L, sizeof *k * (size_t)(n ? n : 1), 0); /* 3 */
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, i + 1);
+        k[i].idx = i + 1;
+        k[i].is_str = lua_type(L, -1) == LUA_TSTRING;
+        k[i].is_int = !k[i].is_str && lua_isinteger(L, -1);
+        k[i].num = k[i].is_str ? 0 : (double)lua_tonumber(L, -1);
+        k[i].s = k[i].is_str ? lua_tolstring(L, -1, &k[i].len) : NULL; /* kept alive by keys */
+        lua_pop(L, 1);
+    }
+    qsort(k, (size_t)n, sizeof *k, tw_keyrec_cmp);
+    lua_pushvalue(L, 1);      /* upvalue 1: the table */
+    lua_createtable(L, n, 0); /* upvalue 2: sorted keys */
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, k[i].idx);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, 0); /* upvalue 3: position */
+    lua_pushcclosure(L, tw_l_pairs_next, 3);
+    lua_pushnil(L);
+    lua_pushnil(L);
+    return 3;
+}
+
+static int tw_l_tostring(lua_State *L) {
+    luaL_checkany(L, 1);
+    int t = lua_type(L, 1);
+    if (t != LUA_TNUMBER && t != LUA_TSTRING && t != LUA_TBOOLEAN && t != LUA_TNIL &&
+        luaL_getmetafield(L, 1, "__tostring") == LUA_TNIL)
+        return luaL_error(L, "tostring: a %s has no deterministic text", lua_typename(L, t));
+    lua_settop(L, 1);
+    luaL_tolstring(L, 1, NULL);
+    return 1;
+}
+
+static int tw_l_env_index(lua_State *L) {
+    return luaL_error(L, "unknown global '%s' (templates see only the API in templates/README.md)",
+                      luaL_tolstring(L, 2, NULL));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Set-up and the protected main
+ * ------------------------------------------------------------------------------------------- */
+
+static void tw_open_lib(lua_State *L, const char *name, lua_CFunction open) {
+    luaL_requiref(L, name, open, 1);
+    lua_pop(L, 1);
+}
+
+/* Builds the sandbox environment; leaves it in the registry. */
+static void tw_setup(lua_State *L, tw_engine *e) {
+    tw_open_lib(L, "_G", luaopen_base);
+    tw_open_lib(L, LUA_STRLIBNAME, luaopen_string);
+    tw_open_lib(L, LUA_TABLIBNAME, luaopen_table);
+    tw_open_lib(L, LUA_MATHLIBNAME, luaopen_math);
+    tw_open_lib(L, LUA_UTF8LIBNAME, luaopen_utf8);
+
+    lua_newtable(L); /* env */
+    int env = lua_gettop(L);
+    lua_pushglobaltable(L);
+    static const char *const keep[] = {"assert",       "error",        "ipairs",   "select",
+                                       "type",         "tonumber",     "rawequal", "rawlen",
+                                       "setmetatable", "getmetatable", "_VERSION"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        lua_getfield(L, -1, keep[i]);
+        lua_setfield(L, env, keep[i]);
+    }
+    lua_pop(L, 1);
+
+    /* Library tables are private to this state, so they are trimmed in place: the string
+     * metatable (s:format(...)) then sees the same safe functions. */
+    lua_getglobal(L, LUA_STRLIBNAME);
+    lua_getfield(L, -1, "format");
+    lua_pushcclosure(L, tw_l_format, 1);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &tw_key_format);
+    lua_setfield(L, -2, "format");
+    lua_pushnil(L);
+    lua_setfield(L, -2, "dump");
+    lua_setfield(L, env, "string");
+    lua_getglobal(L, LUA_MATHLIBNAME);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "random"); /* seeded from the clock in 5.4 */
+    lua_pushnil(L);
+    lua_setfield(L, -2, "randomseed");
+    lua_setfield(L, env, "math");
+    lua_getglobal(L, LUA_TABLIBNAME);
+    lua_setfield(L, env, "table");
+    lua_getglobal(L, LUA_UTF8LIBNAME);
+    lua_setfield(L, env, "utf8");
+
+    static const luaL_Reg api[] = {{"pairs", tw_l_pairs},   {"tostring", tw_l_tostring},
+                                   {"emit", tw_l_emit},     {"emitf", tw_l_emitf},
+                                   {"cuda", tw_l_cuda},     {"num", tw_l_num},
+                                   {"flt", tw_l_flt},       {"param", tw_l_param},
+                                   {"check", tw_l_check},   {"unsupported", tw_l_unsupported},
+                                   {"import", tw_l_import}, {NULL, NULL}};
+    luaL_setfuncs(L, api, 0);
+    lua_pushstring(L, e->name);
+    lua_setfield(L, env, "TEMPLATE");
+
+    /* P: an empty proxy whose metatable serves the parameters read-only. */
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_createtable(L, 0, (int)e->nparams);
+    for (size_t i = 0; i < e->nparams; i++) {
+        if (e->params[i].sval)
+            lua_pushstring(L, e->params[i].sval);
+        else
+            lua_pushinteger(L, (lua_Integer)e->params[i].ival);
+        lua_setfield(L, -2, e->params[i].key);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "__data");
+    lua_pushcclosure(L, tw_l_p_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, tw_l_p_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushstring(L, "the parameter table is read-only");
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &tw_key_p);
+    lua_setfield(L, env, "P");
+
+    lua_newtable(L);
+    lua_pushcfunction(L, tw_l_env_index);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, env);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &tw_key_env);
+    lua_newtable(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &tw_key_modules);
+}
+
+/* The header line: template name and parameters sorted by key, so a reader of the rendered source
+ * (or of a cache entry) sees what produced it. */
+static void tw_header(lua_State *L, tw_engine *e) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "// generated by twellrt from templates/");
+    luaL_addstring(&b, e->name);
+    luaL_addstring(&b, ".cu.lua:");
+    const char *last = "";
+    for (size_t k = 0; k < e->nparams; k++) { /* selection in key order; nparams is small */
+        const tw_param *best = NULL;
+        for (size_t i = 0; i < e->nparams; i++)
+            if (strcmp(e->params[i].key, last) > 0 &&
+                (!best || strcmp(e->params[i].key, best->key) < 0))
+                best = &e->params[i];
+        if (!best)
+            break;
+        char v[32];
+        luaL_addchar(&b, ' ');
+        luaL_addstring(&b, best->key);
+        luaL_addchar(&b, '=');
+        if (best->sval) {
+            luaL_addstring(&b, best->sval);
+        } else {
+            snprintf(v, sizeof v, "%lld", best->ival);
+            luaL_addstring(&b, v);
+        }
+        last = best->key;
+    }
+    luaL_addchar(&b, '\n');
+    luaL_pushresult(&b);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    long line = 0;
+    tw_out_text(L, &e->out, s, len, NULL, &line, TW_MAP_NONE);
+    lua_pop(L, 1);
+}
+
+static int tw_main(lua_State *L) {
+    tw_engine *e = tw_eng(L);
+    tw_setup(L, e);
+    tw_header(L, e);
+    const tw_source *s = &e->src[0];
+    if (luaL_loadbufferx(L, s->text, s->len, s->chunk, "t") != LUA_OK)
+        return lua_error(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_env);
+    lua_setupvalue(L, -2, 1);
+    lua_call(L, 0, 0);
+    return 0;
+}
+
+/* Message handler: when the error passed through more than one template frame (a helper), lists
+ * them innermost first, so the caller's line is known too. */
+static int tw_msgh(lua_State *L) {
+    if (lua_type(L, 1) != LUA_TSTRING)
+        return 1;
+    char stack[1024] = "";
+    size_t used = 0;
+    int frames = 0;
+    lua_Debug ar;
+    for (int lvl = 1; lvl < 40 && lua_getstack(L, lvl, &ar); lvl++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.source[0] != '@' || ar.currentline <= 0)
+            continue;
+        if (used < sizeof stack) {
+            int w = snprintf(stack + used, sizeof stack - used, "%s%s:%d", frames ? " <- " : "",
+                             ar.source + 1, ar.currentline);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        frames++;
+    }
+    if (frames >= 2)
+        lua_pushfstring(L, "%s\n  template stack: %s", lua_tostring(L, 1), stack);
+    return 1;
+}
+
+#if defined(__GNUC__)
+#define TW_PRINTF_LIKE __attribute__((format(printf, 1, 2)))
+#else
+#define TW_PRINTF_LIKE
+#endif
+static char *tw_fmt(const char *fmt, ...) TW_PRINTF_LIKE;
+
+static char *tw_fmt(const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s)
+        vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return s;
+}
+
+twell_status tw_lua_render(const char *dir, const char *name, const tw_param *params,
+                           size_t nparams, const tw_lua_limits *limits, char **src, size_t *len,
+                           char **err) {
+    *src = NULL;
+    *len = 0;
+    *err = NULL;
+    tw_engine e;
+    memset(&e, 0, sizeof e);
+    e.mem_cap = limits->mem_bytes;
+    e.instr_cap = limits->instructions;
+    e.out.max = limits->out_bytes;
+    e.out.bol = 1;
+    e.out.cline = 1;
+    e.dir = dir;
+    e.name = name;
+    e.params = params;
+    e.nparams = nparams;
+
+    char path[4096], display[160];
+    snprintf(path, sizeof path, "%s/%s.cu.lua", dir, name);
+    snprintf(display, sizeof display, "templates/%s.cu.lua", name);
+    if (!tw_read_source(&e, path, display)) {
+        int en = errno;
+        *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path, strerror(en));
+        return en == ENOENT || en == ENOTDIR ? TWELL_ERR_NOT_FOUND
+               : en == ENOMEM                ? TWELL_ERR_NO_MEMORY
+                                             : TWELL_ERR_IO;
+    }
+
+    twell_status st = TWELL_OK;
+    lua_State *L = lua_newstate(tw_lalloc, &e);
+    if (!L) {
+        st = e.mem_refused ? TWELL_ERR_TEMPLATE : TWELL_ERR_NO_MEMORY;
+        *err = tw_fmt("%s: cannot create a Lua state", display);
+        goto done;
+    }
+    lua_sethook(L, tw_hook, LUA_MASKCOUNT, TW_HOOK_EVERY);
+    lua_pushcfunction(L, tw_msgh);
+    lua_pushcfunction(L, tw_main);
+    int rc = lua_pcall(L, 0, 0, 1);
+    if (rc == LUA_OK) {
+        if (!e.out.buf) { /* cannot happen: the header line is always written */
+            st = TWELL_ERR_INTERNAL;
+            *err = tw_fmt("%s: rendered nothing", display);
+        }
+    } else if (rc == LUA_ERRMEM) {
+        st = e.mem_refused ? TWELL_ERR_TEMPLATE : TWELL_ERR_NO_MEMORY;
+        *err = e.mem_refused ? tw_fmt("%s: template exceeded the memory cap (%zu MiB)",
+                                      e.where[0] ? e.where : display, e.mem_cap >> 20)
+                             : tw_fmt("%s: out of host memory while rendering", display);
+    } else {
+        st = e.unsupported ? TWELL_ERR_UNSUPPORTED : TWELL_ERR_TEMPLATE;
+        const char *m = lua_tostring(L, -1);
+        *err = tw_fmt("%s", m ? m : "template error (no message)");
+    }
+    lua_close(L);
+done:
+    if (st == TWELL_OK) {
+        *src = e.out.buf;
+        *len = e.out.len;
+    } else {
+        free(e.out.buf);
+    }
+    for (int i = 0; i < e.nsrc; i++) {
+        free(e.src[i].chunk);
+        free(e.src[i].text);
+    }
+    return st;
+}

@@ -1,0 +1,118 @@
+-- twell_common.lua — helpers shared by kernel templates (import "twell_common"):
+-- shape validation, exact 16-bit conversions and the warp-cooperative TwELL row-tile packer.
+-- Everything here must stay bit-exact with runtime/half.h and runtime/cpu_ref.h.
+
+local M = {}
+
+-- Validates the shape parameters every kernel takes and returns them with derived sizes:
+-- { K, N, T, C, dtype, W = T/C words per row-tile, SLOTS = W - 1, NW = N/C words per row }.
+function M.shape()
+    local K, N, T, C, dtype = P.K, P.N, P.T, P.C, P.dtype
+    for _, kv in ipairs({ { "K", K }, { "N", N }, { "T", T }, { "C", C } }) do
+        check(math.type(kv[2]) == "integer", "%s must be an integer, got %s", kv[1],
+            tostring(kv[2]))
+    end
+    check(K >= 16 and K % 16 == 0, "K=%d must be a positive multiple of 16", K)
+    check(T == 64 or T == 128 or T == 256, "T=%d must be 64, 128 or 256", T)
+    check(N >= T and N % T == 0 and N <= 65536, "N=%d must be a multiple of T=%d, at most 65536",
+        N, T)
+    check(C == 2 or C == 4 or C == 8, "C=%d must be 2, 4 or 8", C)
+    check(dtype == "bf16" or dtype == "fp16", "dtype=%s must be bf16 or fp16", tostring(dtype))
+    return { K = K, N = N, T = T, C = C, dtype = dtype, W = T // C, SLOTS = T // C - 1,
+             NW = N // C }
+end
+
+-- Emits tw_to_f32(unsigned short) and tw_from_f32(float) for dtype: exact widening, and
+-- narrowing with round to nearest even (NaN stays NaN), written with integer operations only so
+-- they need no CUDA header and match runtime/half.h bit for bit.
+function M.conversions(dtype)
+    cuda [==[
+__device__ __forceinline__ float tw_bits_f32(unsigned int u) { return __uint_as_float(u); }
+__device__ __forceinline__ unsigned int tw_f32_bits(float f) { return __float_as_uint(f); }
+]==]
+    if dtype == "bf16" then
+        cuda [==[
+__device__ __forceinline__ float tw_to_f32(unsigned short h) {
+    return tw_bits_f32((unsigned int)h << 16);
+}
+__device__ __forceinline__ unsigned short tw_from_f32(float f) {
+    unsigned int u = tw_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign kept */
+        return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+]==]
+    else
+        cuda [==[
+__device__ __forceinline__ float tw_to_f32(unsigned short h) {
+    const unsigned int sign = (unsigned int)(h & 0x8000u) << 16;
+    const unsigned int exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact */
+        const float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (exp == 31)
+        return tw_bits_f32(sign | 0x7f800000u | (man << 13));
+    return tw_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+__device__ __forceinline__ unsigned short tw_from_f32(float f) {
+    const unsigned int u = tw_f32_bits(f);
+    const unsigned int sign = (u >> 16) & 0x8000u;
+    unsigned int a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (unsigned short)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* rounds to 65520 or more: infinity */
+        return (unsigned short)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal result in units of 2^-24 */
+        const unsigned int e = a >> 23;
+        if (e == 0)
+            return (unsigned short)sign; /* fp32 zero or subnormal: far below 2^-25 */
+        const unsigned int m = (a & 0x7fffffu) | 0x800000u;
+        const unsigned int shift = 126u - e; /* >= 14 */
+        if (shift > 25u)
+            return (unsigned short)sign;
+        unsigned int q = m >> shift;
+        const unsigned int rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
+        return (unsigned short)(sign | q);
+    }
+    a += 0xfffu + ((a >> 13) & 1u);
+    return (unsigned short)(sign | (((a >> 13) - (112u << 10)) & 0x7fffu));
+}
+]==]
+    end
+end
+
+-- Emits tw_pack_row_tile_warp(vals, dst, col0): the 32 lanes of one warp pack the T 16-bit
+-- activations vals[0..T) (shared memory) of one row-tile into dst[0..W): word 0 = number of
+-- active values (positive patterns), then up to SLOTS entries (value << 16 | column) in ascending
+-- column order, unused slots 0. Ballots and prefix popcounts, no atomics: deterministic. All 32
+-- lanes must call it together.
+function M.pack_row_tile_warp(S)
+    cuda [==[
+__device__ __forceinline__ void tw_pack_row_tile_warp(const unsigned short *vals,
+                                                      unsigned int *dst, unsigned int col0) {
+    const unsigned int lane = threadIdx.x & 31u;
+    const unsigned int below = (1u << lane) - 1u; /* lanes before this one */
+    unsigned int count = 0;
+#pragma unroll
+    for (unsigned int c = 0; c < ${S.T}u; c += 32u) {
+        const unsigned short v = vals[c + lane];
+        const bool active = v != 0 && (v & 0x8000u) == 0;
+        const unsigned int ballot = __ballot_sync(0xffffffffu, active);
+        const unsigned int pos = count + (unsigned int)__popc(ballot & below);
+        if (active && pos < ${S.SLOTS}u)
+            dst[1u + pos] = ((unsigned int)v << 16) | (col0 + c + lane);
+        count += (unsigned int)__popc(ballot);
+    }
+    for (unsigned int s = count + lane; s < ${S.SLOTS}u; s += 32u)
+        dst[1u + s] = 0u;
+    if (lane == 0)
+        dst[0] = count;
+}
+]==]
+end
+
+return M
