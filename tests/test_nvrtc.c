@@ -1,0 +1,468 @@
+/* test_nvrtc.c — every template × a sweep of shapes renders and compiles to cubin with NVRTC (no
+ * GPU needed); NVRTC errors name template lines; cache miss then hit. labels: nvrtc */
+#include "cache.h"
+#include "internal.h"
+#include "jit.h"
+#include "nvrtc.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define TW_SRC_TEMPLATES TWELL_TEST_SOURCE_DIR "/templates"
+#define TW_FIXTURES TWELL_TEST_SOURCE_DIR "/tests/templates"
+
+/* ---- the sweep: one row per template that needs more than the defaults ---------------------
+ * A template not listed gets the full shape sweep (K, N, T, C, dtype) for sm_90a. A row may add
+ * fixed parameters ("BM=64 THREADS=128", space separated key=value), restrict the sweep to a
+ * smaller subset, and name more architectures (compiled with the small subset). A parameter set
+ * the template rejects with unsupported(...) is skipped; each template must accept at least one. */
+typedef enum tw_sweep_size { TW_SWEEP_FULL, TW_SWEEP_SMALL } tw_sweep_size;
+typedef struct tw_sweep_row {
+    const char *name;
+    const char *extra;         /* extra parameters, or NULL */
+    tw_sweep_size size;        /* on sm_90a */
+    const char *more_archs[3]; /* compiled with the small subset; NULL-terminated */
+} tw_sweep_row;
+
+static const tw_sweep_row tw_sweep_rows[] = {
+    {"gate_pack_simt", NULL, TW_SWEEP_FULL, {"sm_80", NULL}},
+    {"gate_pack_simt", "BM=64 THREADS=512", TW_SWEEP_SMALL, {NULL}},
+    {"gate_pack_simt", "BM=64 THREADS=64", TW_SWEEP_SMALL, {NULL}}, /* too many accumulators */
+};
+
+static const unsigned tw_full_K[] = {64, 512, 2048}, tw_full_N[] = {256, 5632},
+                      tw_full_T[] = {128, 256}, tw_full_C[] = {2, 4, 8};
+static const char *const tw_dtypes[] = {"bf16", "fp16"};
+
+#define TW_MAX_JOB_PARAMS 12
+
+typedef struct tw_job {
+    char name[64];
+    char arch[16];
+    tw_param params[TW_MAX_JOB_PARAMS];
+    size_t nparams;
+    char extra_buf[128]; /* storage for the row's extra parameters */
+    /* results */
+    twell_status st;
+    char *msg;
+    size_t size;
+    int elf;
+    double ms;
+} tw_job;
+
+typedef struct tw_queue {
+    tw_job *jobs;
+    size_t n, next;
+    pthread_mutex_t lock;
+} tw_queue;
+
+static size_t tw_add_jobs(tw_job *jobs, size_t n, const char *name, const char *extra,
+                          tw_sweep_size size, const char *arch) {
+    size_t made = 0;
+    for (size_t k = 0; k < 3; k++)
+        for (size_t nn = 0; nn < 2; nn++)
+            for (size_t t = 0; t < 2; t++)
+                for (size_t c = 0; c < 3; c++)
+                    for (size_t d = 0; d < 2; d++) {
+                        /* small subset: K = 512, N = 5632, C in {2, 8}: 8 sets */
+                        if (size == TW_SWEEP_SMALL && (k != 1 || nn != 1 || c == 1))
+                            continue;
+                        tw_job *j = &jobs[n + made++];
+                        memset(j, 0, sizeof *j);
+                        snprintf(j->name, sizeof j->name, "%s", name);
+                        snprintf(j->arch, sizeof j->arch, "%s", arch);
+                        tw_param p[] = {{"K", NULL, tw_full_K[k]},
+                                        {"N", NULL, tw_full_N[nn]},
+                                        {"T", NULL, tw_full_T[t]},
+                                        {"C", NULL, tw_full_C[c]},
+                                        {"dtype", tw_dtypes[d], 0}};
+                        memcpy(j->params, p, sizeof p);
+                        j->nparams = 5;
+                        if (extra) {
+                            snprintf(j->extra_buf, sizeof j->extra_buf, "%s", extra);
+                            char *save = NULL;
+                            for (char *kv = strtok_r(j->extra_buf, " ", &save); kv;
+                                 kv = strtok_r(NULL, " ", &save)) {
+                                char *eq = strchr(kv, '=');
+                                assert_non_null(eq);
+                                assert_true(j->nparams < TW_MAX_JOB_PARAMS);
+                                *eq = '\0';
+                                tw_param *q = &j->params[j->nparams++];
+                                q->key = kv;
+                                char *end;
+                                long long v = strtoll(eq + 1, &end, 10);
+                                if (*end == '\0') {
+                                    q->sval = NULL;
+                                    q->ival = v;
+                                } else {
+                                    q->sval = eq + 1;
+                                }
+                            }
+                        }
+                    }
+    return made;
+}
+
+static double tw_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Worker: its own context (a context is used by one thread at a time). No cmocka asserts off the
+ * main thread: results are recorded and checked after the join. */
+static void *tw_worker(void *arg) {
+    tw_queue *q = arg;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    twell_ctx *ctx = NULL;
+    if (twell_ctx_create(&o, &ctx) != TWELL_OK)
+        return NULL;
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        size_t i = q->next < q->n ? q->next++ : q->n;
+        pthread_mutex_unlock(&q->lock);
+        if (i == q->n)
+            break;
+        tw_job *j = &q->jobs[i];
+        tw_cubin c;
+        double t0 = tw_ms();
+        /* Skip the lookup: a second run of the test must compile again, not hit the cache. */
+        j->st =
+            tw_jit_cubin_ex(ctx, j->name, j->params, j->nparams, j->arch, TW_JIT_SKIP_LOOKUP, &c);
+        j->ms = tw_ms() - t0;
+        if (j->st == TWELL_OK) {
+            j->size = c.size;
+            j->elf = c.size >= 4 && memcmp(c.data,
+                                           "\x7f"
+                                           "ELF",
+                                           4) == 0;
+            tw_cubin_free(&c);
+        } else {
+            j->msg = tw_strdup(twell_ctx_errmsg(ctx));
+        }
+    }
+    twell_ctx_destroy(ctx);
+    return NULL;
+}
+
+static int tw_cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void test_nvrtc_sweep_all_templates(void **state) {
+    (void)state;
+    setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
+    DIR *d = opendir(TW_SRC_TEMPLATES);
+    assert_non_null(d);
+    char *names[64];
+    size_t nnames = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len > 7 && !strcmp(de->d_name + len - 7, ".cu.lua")) {
+            assert_true(nnames < 64);
+            names[nnames] = tw_strdup(de->d_name);
+            names[nnames][len - 7] = '\0';
+            nnames++;
+        }
+    }
+    closedir(d);
+    qsort(names, nnames, sizeof names[0], tw_cmp_str);
+    assert_true(nnames >= 1);
+
+    /* Upper bound: every template unlisted (72 sets) plus every row at its largest. */
+    const size_t nrows = sizeof tw_sweep_rows / sizeof tw_sweep_rows[0];
+    size_t cap = nnames * 72 + nrows * (72 + 3 * 8);
+    tw_job *jobs = calloc(cap, sizeof *jobs);
+    assert_non_null(jobs);
+    size_t n = 0;
+    for (size_t t = 0; t < nnames; t++) {
+        int listed = 0;
+        for (size_t r = 0; r < nrows; r++) {
+            const tw_sweep_row *row = &tw_sweep_rows[r];
+            if (strcmp(row->name, names[t]) != 0)
+                continue;
+            listed = 1;
+            n += tw_add_jobs(jobs, n, names[t], row->extra, row->size, "sm_90a");
+            for (size_t a = 0; a < 3 && row->more_archs[a]; a++)
+                n += tw_add_jobs(jobs, n, names[t], row->extra, TW_SWEEP_SMALL, row->more_archs[a]);
+        }
+        if (!listed)
+            n += tw_add_jobs(jobs, n, names[t], NULL, TW_SWEEP_FULL, "sm_90a");
+        assert_true(n <= cap);
+    }
+
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nthreads = cores < 1 ? 1 : cores > 8 ? 8 : (size_t)cores;
+    tw_queue q = {jobs, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th[8];
+    double t0 = tw_ms();
+    for (size_t i = 0; i < nthreads; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, tw_worker, &q), 0);
+    for (size_t i = 0; i < nthreads; i++)
+        pthread_join(th[i], NULL);
+    double wall = tw_ms() - t0;
+
+    size_t failures = 0;
+    for (size_t t = 0; t < nnames; t++) {
+        size_t ok = 0, unsupported = 0, total = 0;
+        double ms = 0, worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            tw_job *j = &jobs[i];
+            if (strcmp(j->name, names[t]) != 0)
+                continue;
+            total++;
+            if (j->st == TWELL_OK && j->elf && j->size > 0) {
+                ok++;
+                ms += j->ms;
+                worst = j->ms > worst ? j->ms : worst;
+            } else if (j->st == TWELL_ERR_UNSUPPORTED) {
+                unsupported++;
+            } else {
+                failures++;
+                char desc[256] = "";
+                size_t used = 0;
+                for (size_t p = 0; p < j->nparams && used < sizeof desc; p++) {
+                    int w = j->params[p].sval
+                                ? snprintf(desc + used, sizeof desc - used, " %s=%s",
+                                           j->params[p].key, j->params[p].sval)
+                                : snprintf(desc + used, sizeof desc - used, " %s=%lld",
+                                           j->params[p].key, j->params[p].ival);
+                    used += w > 0 ? (size_t)w : 0;
+                }
+                print_error("%s %s%s: %s (elf %d, %zu bytes): %s\n", j->name, j->arch, desc,
+                            twell_status_name(j->st), j->elf, j->size,
+                            j->msg ? j->msg : "(no message)");
+            }
+        }
+        fprintf(stderr,
+                "[ sweep    ] %-16s %3zu compiled, %2zu unsupported, of %3zu; mean %.0f ms, "
+                "worst %.0f ms per compile\n",
+                names[t], ok, unsupported, total, ok ? ms / (double)ok : 0.0, worst);
+        if (ok == 0)
+            print_error("%s: no parameter set compiled\n", names[t]);
+        assert_true(ok > 0);
+    }
+    fprintf(stderr, "[ sweep    ] %zu compiles on %zu threads in %.1f s\n", n, nthreads,
+            wall / 1e3);
+    assert_int_equal(failures, 0);
+    for (size_t i = 0; i < n; i++)
+        free(jobs[i].msg);
+    free(jobs);
+    for (size_t t = 0; t < nnames; t++)
+        free(names[t]);
+}
+
+static twell_ctx *tw_ctx_in(const char *cache_dir) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = cache_dir;
+    twell_ctx *ctx = NULL;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    return ctx;
+}
+
+static void tw_assert_contains(const char *hay, const char *needle) {
+    if (!hay || !strstr(hay, needle)) {
+        print_error("expected to find \"%s\" in:\n%s\n", needle, hay ? hay : "(null)");
+        fail();
+    }
+}
+
+static void test_nvrtc_error_names_template_line(void **state) {
+    (void)state;
+    setenv("TWELL_TEMPLATE_DIR", TW_FIXTURES, 1);
+    twell_ctx *ctx = tw_ctx_in(NULL);
+    tw_param p = {"T", NULL, 64};
+    tw_cubin c;
+    memset(&c, 0xab, sizeof c);
+    twell_status st = tw_jit_cubin(ctx, "broken_cuda", &p, 1, "sm_90a", &c);
+    assert_int_equal(st, TWELL_ERR_NVRTC);
+    assert_null(c.data);
+    assert_int_equal(c.size, 0);
+    const char *msg = twell_ctx_errmsg(ctx);
+    tw_assert_contains(msg, "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION (6) at "
+                            "templates/broken_cuda.cu.lua:7: ");
+    tw_assert_contains(msg, "undefined_identifier_on_line_7");
+    /* The full log follows, in NVRTC's own format. */
+    tw_assert_contains(msg, "\ntemplates/broken_cuda.cu.lua(7): error");
+    /* The same context works afterwards. */
+    setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
+    tw_param ok[] = {
+        {"K", NULL, 64}, {"N", NULL, 256}, {"T", NULL, 128}, {"C", NULL, 4}, {"dtype", "fp16", 0}};
+    assert_int_equal(tw_jit_cubin(ctx, "gate_pack_simt", ok, 5, "sm_80", &c), TWELL_OK);
+    assert_string_equal(twell_ctx_errmsg(ctx), "");
+    tw_cubin_free(&c);
+    assert_null(c.data);
+    twell_ctx_destroy(ctx);
+}
+
+static void tw_rm_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static char *tw_run(const char *cmd, int *exit_status) {
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char *buf = calloc(1, 65536);
+    assert_non_null(buf);
+    size_t len = fread(buf, 1, 65535, f);
+    buf[len] = '\0';
+    *exit_status = pclose(f);
+    return buf;
+}
+
+static void test_nvrtc_cache_miss_then_hit(void **state) {
+    (void)state;
+    setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-miss-hit-XXXXXX", TWELL_TEST_BINARY_DIR);
+    mkdir(TWELL_TEST_BINARY_DIR "/test-cache", 0700);
+    assert_non_null(mkdtemp(dir));
+    tw_param p[] = {{"K", NULL, 512},
+                    {"N", NULL, 5632},
+                    {"T", NULL, 256},
+                    {"C", NULL, 8},
+                    {"dtype", "bf16", 0}};
+
+    twell_ctx *a = tw_ctx_in(dir);
+    tw_cubin c1, c2, c3, c4;
+    assert_int_equal(tw_jit_cubin(a, "gate_pack_simt", p, 5, "sm_90a", &c1), TWELL_OK);
+    assert_int_equal(c1.cache_hit, 0);
+    assert_true(c1.compile_ms > 0.0);
+    assert_int_equal(strlen(c1.key_hex), 64);
+    assert_int_equal(tw_jit_cubin(a, "gate_pack_simt", p, 5, "sm_90a", &c2), TWELL_OK);
+    assert_int_equal(c2.cache_hit, 1);
+    assert_true(c2.compile_ms == 0.0);
+    twell_ctx_destroy(a);
+
+    /* A second context (own memory layer) finds it on disk: same key, same bytes. */
+    twell_ctx *b = tw_ctx_in(dir);
+    assert_int_equal(tw_jit_cubin(b, "gate_pack_simt", p, 5, "sm_90a", &c3), TWELL_OK);
+    assert_int_equal(c3.cache_hit, 1);
+    assert_string_equal(c3.key_hex, c1.key_hex);
+    assert_int_equal(c3.size, c1.size);
+    assert_memory_equal(c3.data, c1.data, c1.size);
+    /* Another architecture or dtype is another key. */
+    assert_int_equal(tw_jit_cubin(b, "gate_pack_simt", p, 5, "sm_80", &c4), TWELL_OK);
+    assert_int_equal(c4.cache_hit, 0);
+    assert_string_not_equal(c4.key_hex, c1.key_hex);
+    tw_cubin_free(&c4);
+    p[4].sval = "fp16";
+    assert_int_equal(tw_jit_cubin(b, "gate_pack_simt", p, 5, "sm_90a", &c4), TWELL_OK);
+    assert_string_not_equal(c4.key_hex, c1.key_hex);
+    tw_cubin_free(&c4);
+    /* Bad architecture strings are refused before any work. */
+    assert_int_equal(tw_jit_cubin(b, "gate_pack_simt", p, 5, "compute_90", &c4),
+                     TWELL_ERR_INVALID_ARG);
+    tw_assert_contains(twell_ctx_errmsg(b), "compute_90");
+    assert_int_equal(tw_jit_cubin(b, "gate_pack_simt", p, 5, "sm_9", &c4), TWELL_ERR_INVALID_ARG);
+    twell_ctx_destroy(b);
+
+    /* The command line: twice gives a miss, then a hit, with the same key. */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "TWELL_CACHE_DIR='%s' '%s' compile gate_pack_simt --K 64 --N 256 --T 128 --C 2 "
+             "--dtype bf16 --arch sm_90a",
+             dir, TWELL_TOOL_PATH);
+    int s1, s2;
+    char *o1 = tw_run(cmd, &s1), *o2 = tw_run(cmd, &s2);
+    assert_int_equal(s1, 0);
+    assert_int_equal(s2, 0);
+    tw_assert_contains(o1, " miss ");
+    tw_assert_contains(o2, " hit ");
+    tw_assert_contains(o1, "gate_pack_simt sm_90a key ");
+    assert_memory_equal(strstr(o1, " key "), strstr(o2, " key "), 5 + 64);
+    free(o1);
+    free(o2);
+
+    tw_cubin_free(&c1);
+    tw_cubin_free(&c2);
+    tw_cubin_free(&c3);
+    tw_rm_dir(dir);
+}
+
+static void test_nvrtc_missing_library(void **state) {
+    (void)state;
+    /* Another process, told to load NVRTC from a path that does not exist. */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' compile gate_pack_simt --K 64 "
+             "--N 256 --T 128 --C 2 --dtype bf16 2>&1; echo \"exit=$?\"",
+             TWELL_TOOL_PATH);
+    int st;
+    char *out = tw_run(cmd, &st);
+    tw_assert_contains(out, "TWELL_ERR_NOT_FOUND");
+    tw_assert_contains(out, "NVRTC not found");
+    tw_assert_contains(out, "/nonexistent/libnvrtc.so");
+    tw_assert_contains(out, "exit=1");
+    free(out);
+    snprintf(cmd, sizeof cmd, "TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' info 2>&1",
+             TWELL_TOOL_PATH);
+    out = tw_run(cmd, &st);
+    assert_int_equal(st, 0);
+    tw_assert_contains(out, "nvrtc:     not found: /nonexistent/libnvrtc.so");
+    free(out);
+}
+
+static void test_nvrtc_versions_and_archs(void **state) {
+    (void)state;
+    int major = 0, minor = -1;
+    assert_int_equal(tw_nvrtc_version(NULL, &major, &minor), TWELL_OK);
+    assert_true(major >= 11);
+    assert_true(minor >= 0);
+    char archs[512];
+    assert_int_equal(tw_nvrtc_supported_archs(NULL, archs, sizeof archs), TWELL_OK);
+    tw_assert_contains(archs, "sm_90");
+    tw_assert_contains(archs, "sm_80");
+    char a[16];
+    tw_nvrtc_arch_for(9, 0, a, sizeof a);
+    assert_string_equal(a, "sm_90a");
+    tw_nvrtc_arch_for(8, 6, a, sizeof a);
+    assert_string_equal(a, "sm_86");
+    tw_nvrtc_arch_for(12, 0, a, sizeof a);
+    assert_string_equal(a, "sm_120");
+}
+
+int main(void) {
+    if (tw_nvrtc_load(NULL) != TWELL_OK) {
+        fprintf(stderr, "test_nvrtc: SKIPPED: NVRTC cannot be loaded: %s\n",
+                tw_nvrtc_why_missing());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nvrtc_versions_and_archs),
+        cmocka_unit_test(test_nvrtc_error_names_template_line),
+        cmocka_unit_test(test_nvrtc_cache_miss_then_hit),
+        cmocka_unit_test(test_nvrtc_missing_library),
+        cmocka_unit_test(test_nvrtc_sweep_all_templates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
