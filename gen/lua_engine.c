@@ -560,9 +560,14 @@ static int tw_l_import(lua_State *L) {
     if (!tw_valid_name(name))
         return luaL_error(L, "import: bad module name '%s' (letters, digits, _)", name);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_modules);
-    if (lua_getfield(L, -1, name) != LUA_TNIL)
+    int t = lua_getfield(L, -1, name);
+    if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+        return luaL_error(L, "import: module '%s' imports itself (a cycle)", name);
+    if (t != LUA_TNIL)
         return 1;
     lua_pop(L, 1);
+    lua_pushboolean(L, 0); /* "loading": detects cycles */
+    lua_setfield(L, -2, name);
     char path[4096], display[160];
     snprintf(path, sizeof path, "%s/%s.lua", e->dir, name);
     snprintf(display, sizeof display, "templates/%s.lua", name);

@@ -288,6 +288,8 @@ twell_status tw_nvrtc_compile(twell_ctx *ctx, const char *src, const char *prog_
     }
     *cubin = img;
     *size = n;
+    if (full_log && full_log[0]) /* warnings only: worth a look, never a failure */
+        tw_log(ctx, TWELL_LOG_DEBUG, "nvrtc: %s compiled with messages:\n%s", prog_name, full_log);
     st = TWELL_OK;
 done:
     tw_nv.DestroyProgram(&prog);

@@ -276,6 +276,10 @@ static void test_render_error_positions(void **state) {
                     "templates/runtime_error.cu.lua:6");
     tw_expect_error("interp_error", NULL, 0, TWELL_ERR_TEMPLATE,
                     "templates/interp_error.cu.lua:5: unknown global 'unknown_name'", NULL);
+    tw_expect_error("import_cycle", NULL, 0, TWELL_ERR_TEMPLATE,
+                    "templates/import_cycle_mod.lua:2: import: module 'import_cycle_mod' imports "
+                    "itself",
+                    "<- templates/import_cycle.cu.lua:2");
     tw_param k = {"K", NULL, 64};
     tw_expect_error("missing_param", &k, 1, TWELL_ERR_TEMPLATE,
                     "templates/missing_param.cu.lua:3: template parameter 'Q' was not given", NULL);
