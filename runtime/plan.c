@@ -169,7 +169,7 @@ size_t twell_train_state_bytes(const twell_train_state *state) { return state ? 
 
 /* ---- op argument validation ---- */
 
-/* Validation context of one op call: the function name for messages and the backend. */
+/* Validation context of one op call: where messages go and the function name they start with. */
 typedef struct {
     twell_ctx *ctx;
     const char *fn;
