@@ -6,8 +6,10 @@ local M = {}
 
 -- Validates the shape parameters every kernel takes and returns them with derived sizes:
 -- { K, N, T, C, dtype, W = T/C words per row-tile, SLOTS = W - 1, NW = N/C words per row }.
+-- K and N are required; T, C and dtype default as in twell_shape_default (256, 8, bf16).
 function M.shape()
-    local K, N, T, C, dtype = P.K, P.N, P.T, P.C, P.dtype
+    local K, N = P.K, P.N
+    local T, C, dtype = param("T", 256), param("C", 8), param("dtype", "bf16")
     for _, kv in ipairs({ { "K", K }, { "N", N }, { "T", T }, { "C", C } }) do
         check(math.type(kv[2]) == "integer", "%s must be an integer, got %s", kv[1],
             tostring(kv[2]))
