@@ -27,7 +27,8 @@ int main(void) {
     twell_shape shape = twell_shape_default(K, N);
     twell_plan *plan = NULL;
     if ((st = twell_plan_create(ctx, &shape, &plan)) != TWELL_OK) {
-        fprintf(stderr, "twell_plan_create: %s: %s\n", twell_status_name(st), twell_ctx_errmsg(ctx));
+        fprintf(stderr, "twell_plan_create: %s: %s\n", twell_status_name(st),
+                twell_ctx_errmsg(ctx));
         return 1;
     }
     static unsigned short x[M * K], wg[N * K], wu[N * K], wd[N * K], y[M * K];

@@ -29,9 +29,9 @@ const char *tw_template_dir(void);
 
 /* A compiled kernel image. */
 typedef struct tw_cubin {
-    void *data;  /* malloc'd cubin bytes */
+    void *data; /* malloc'd cubin bytes */
     size_t size;
-    int cache_hit;  /* 1 if it came from the cache */
+    int cache_hit;     /* 1 if it came from the cache */
     double compile_ms; /* 0 on a hit */
     char key_hex[65];
 } tw_cubin;
@@ -40,8 +40,8 @@ typedef struct tw_cubin {
  * compiling with NVRTC and publishing it. Errors: those of tw_render, TWELL_ERR_NOT_FOUND (NVRTC
  * missing: the message says where it looked), TWELL_ERR_NVRTC (the message holds the log, with
  * #line-mapped template locations). */
-twell_status tw_jit_cubin(twell_ctx *ctx, const char *name, const tw_param *params,
-                          size_t nparams, const char *arch, tw_cubin *out);
+twell_status tw_jit_cubin(twell_ctx *ctx, const char *name, const tw_param *params, size_t nparams,
+                          const char *arch, tw_cubin *out);
 void tw_cubin_free(tw_cubin *c);
 
 /* tw_jit_cubin with flags. TW_JIT_SKIP_LOOKUP compiles even when the key is cached (the result is

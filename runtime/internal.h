@@ -41,8 +41,8 @@ struct twell_plan {
 
 struct twell_train_state {
     twell_plan *plan;
-    size_t M;       /* rows of the saved forward; 0 = none saved */
-    size_t bytes;   /* backend memory held */
+    size_t M;     /* rows of the saved forward; 0 = none saved */
+    size_t bytes; /* backend memory held */
     void *backend_data;
 };
 
@@ -104,10 +104,10 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
 twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream);
-twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t M,
-                              const void *x, const void *wg, const void *wu, const void *wd,
-                              const void *dy, float lambda, void *dx, float *dwg, float *dwu,
-                              float *dwd, twell_stream stream);
+twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                              const void *wg, const void *wu, const void *wd, const void *dy,
+                              float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                              twell_stream stream);
 void tw_cuda_train_state_release(twell_train_state *state);
 
 #endif /* TWELL_INTERNAL_H */

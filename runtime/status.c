@@ -14,8 +14,8 @@ int twell_version_number(void) { return TWELL_VERSION_NUMBER; }
 
 const char *twell_status_name(twell_status s) {
     switch (s) {
-#define TW_NAME_CASE(name, code, msg)                                                          \
-    case TWELL_##name:                                                                         \
+#define TW_NAME_CASE(name, code, msg)                                                              \
+    case TWELL_##name:                                                                             \
         return "TWELL_" #name;
         TWELL_STATUS_MAP(TW_NAME_CASE)
 #undef TW_NAME_CASE
@@ -25,8 +25,8 @@ const char *twell_status_name(twell_status s) {
 
 const char *twell_status_str(twell_status s) {
     switch (s) {
-#define TW_MSG_CASE(name, code, msg)                                                           \
-    case TWELL_##name:                                                                         \
+#define TW_MSG_CASE(name, code, msg)                                                               \
+    case TWELL_##name:                                                                             \
         return msg;
         TWELL_STATUS_MAP(TW_MSG_CASE)
 #undef TW_MSG_CASE

@@ -1,4 +1,5 @@
-/* twell_format.h — packing and unpacking TwELL row-tiles (host side; the layout is in twellrt.h). */
+/* twell_format.h — packing and unpacking TwELL row-tiles (host side; the layout is in twellrt.h).
+ */
 #ifndef TWELL_FORMAT_H
 #define TWELL_FORMAT_H
 

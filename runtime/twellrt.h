@@ -27,7 +27,7 @@ extern "C" {
 #define TWELL_VERSION_MINOR 1
 #define TWELL_VERSION_PATCH 0
 /* One integer that orders versions: MAJOR * 10000 + MINOR * 100 + PATCH. */
-#define TWELL_VERSION_NUMBER                                                                   \
+#define TWELL_VERSION_NUMBER                                                                       \
     (TWELL_VERSION_MAJOR * 10000 + TWELL_VERSION_MINOR * 100 + TWELL_VERSION_PATCH)
 
 /* The library's version as "MAJOR.MINOR.PATCH"; a static string, never NULL. Compare with the
@@ -41,18 +41,18 @@ TWELL_API int twell_version_number(void);
  * Status codes. One X-macro list generates the enum and its name/message tables.
  * ------------------------------------------------------------------------------------------- */
 
-#define TWELL_STATUS_MAP(X)                                                                    \
-    X(OK, 0, "success")                                                                        \
-    X(ERR_INVALID_ARG, 1, "invalid argument")                                                  \
-    X(ERR_UNSUPPORTED, 2, "not supported by this backend, device or build")                    \
-    X(ERR_NO_MEMORY, 3, "out of memory")                                                       \
-    X(ERR_NO_DEVICE, 4, "no usable CUDA device")                                               \
-    X(ERR_NOT_FOUND, 5, "a required library, file or symbol was not found")                    \
-    X(ERR_CUDA, 6, "CUDA driver call failed")                                                  \
-    X(ERR_NVRTC, 7, "NVRTC call or compilation failed")                                        \
-    X(ERR_TEMPLATE, 8, "kernel template failed to render")                                     \
-    X(ERR_IO, 9, "file system error")                                                          \
-    X(ERR_CORRUPT, 10, "corrupt or foreign data")                                              \
+#define TWELL_STATUS_MAP(X)                                                                        \
+    X(OK, 0, "success")                                                                            \
+    X(ERR_INVALID_ARG, 1, "invalid argument")                                                      \
+    X(ERR_UNSUPPORTED, 2, "not supported by this backend, device or build")                        \
+    X(ERR_NO_MEMORY, 3, "out of memory")                                                           \
+    X(ERR_NO_DEVICE, 4, "no usable CUDA device")                                                   \
+    X(ERR_NOT_FOUND, 5, "a required library, file or symbol was not found")                        \
+    X(ERR_CUDA, 6, "CUDA driver call failed")                                                      \
+    X(ERR_NVRTC, 7, "NVRTC call or compilation failed")                                            \
+    X(ERR_TEMPLATE, 8, "kernel template failed to render")                                         \
+    X(ERR_IO, 9, "file system error")                                                              \
+    X(ERR_CORRUPT, 10, "corrupt or foreign data")                                                  \
     X(ERR_INTERNAL, 11, "internal error (a bug in twellrt)")
 
 typedef enum twell_status {
@@ -99,15 +99,15 @@ typedef void (*twell_log_fn)(void *user, twell_log_level level, const char *msg)
 /* Plain-data options, passed by pointer and copied by twell_ctx_create (strings included); the
  * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default(). */
 typedef struct twell_ctx_options {
-    twell_backend backend; /* default TWELL_BACKEND_AUTO */
-    int device;            /* CUDA device ordinal; default 0 */
-    const char *cache_dir; /* NULL: $TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else
-                              ~/.cache/twellrt */
-    twell_log_fn log;      /* NULL: no logging */
-    void *log_user;        /* passed back to log */
+    twell_backend backend;     /* default TWELL_BACKEND_AUTO */
+    int device;                /* CUDA device ordinal; default 0 */
+    const char *cache_dir;     /* NULL: $TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else
+                                  ~/.cache/twellrt */
+    twell_log_fn log;          /* NULL: no logging */
+    void *log_user;            /* passed back to log */
     twell_log_level log_level; /* messages below this level are not delivered; default WARN */
-    int cpu_threads;       /* CPU backend worker threads; 0 = one per online core */
-    size_t cache_max_bytes; /* disk cache size cap; 0 = default (1 GiB) */
+    int cpu_threads;           /* CPU backend worker threads; 0 = one per online core */
+    size_t cache_max_bytes;    /* disk cache size cap; 0 = default (1 GiB) */
 } twell_ctx_options;
 
 /* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores). */
@@ -116,8 +116,8 @@ TWELL_API twell_ctx_options twell_ctx_options_default(void);
 /* Creates a context. opts may be NULL (defaults). On success *out is the new context; on failure
  * *out is NULL and the status says why: TWELL_ERR_NO_DEVICE when CUDA was requested explicitly and
  * no device is usable (AUTO falls back to CPU instead, logging at INFO why CUDA was not used),
- * TWELL_ERR_INVALID_ARG for bad options, TWELL_ERR_NO_MEMORY. A failed create has no context to hold
- * a message; the reason goes to opts->log. The cache directory is created lazily; a cache that
+ * TWELL_ERR_INVALID_ARG for bad options, TWELL_ERR_NO_MEMORY. A failed create has no context to
+ * hold a message; the reason goes to opts->log. The cache directory is created lazily; a cache that
  * cannot be used degrades to memory only with one warning, never an error. */
 TWELL_API twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out);
 
@@ -311,8 +311,7 @@ TWELL_API twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const
 TWELL_API twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size_t M,
                                           const void *x, const void *wg, const void *wu,
                                           const void *wd, const void *dy, float lambda, void *dx,
-                                          float *dwg, float *dwu, float *dwd,
-                                          twell_stream stream);
+                                          float *dwg, float *dwu, float *dwd, twell_stream stream);
 
 #ifdef __cplusplus
 }

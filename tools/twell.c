@@ -21,7 +21,8 @@ static const tw_cmd tw_cmds[] = {
 };
 
 static void tw_usage(FILE *f) {
-    fprintf(f, "twell %s — sparse TwELL feed-forward kernels\n\nusage: twell <command> [options]\n\n",
+    fprintf(f,
+            "twell %s — sparse TwELL feed-forward kernels\n\nusage: twell <command> [options]\n\n",
             twell_version());
     for (size_t i = 0; i < sizeof tw_cmds / sizeof tw_cmds[0]; i++)
         fprintf(f, "  %-8s %s\n", tw_cmds[i].name, tw_cmds[i].help);
