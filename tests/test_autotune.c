@@ -1,0 +1,1190 @@
+/* test_autotune.c — the autotuner without a GPU: canonical configs, pruning of the candidate
+ * spaces, the tuner's selection with injected cost functions and clock (failures, margin, ties,
+ * budget, default mode, interleaving, parallel compile), tuning records across processes, and the
+ * strict JSON / config.json reader.
+ * labels: unit */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "candidates.h"
+#include "internal.h"
+#include "tuner.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- helpers ---- */
+
+static int tw_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* A fresh, empty cache directory for one case, under the test's own cache directory. */
+static void tw_case_dir(const char *name, char *out, size_t n) {
+    const char *base = getenv("TWELL_CACHE_DIR");
+    if (!base || !*base)
+        base = TWELL_TEST_BINARY_DIR "/test-cache/test_autotune";
+    snprintf(out, n, "%s/%s", base, name);
+    nftw(out, tw_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+typedef struct {
+    int warns;
+    char last[1024];
+    char all[8192]; /* every message, one per line, truncated when full */
+} tw_logbook;
+
+static void tw_test_log(void *user, twell_log_level level, const char *msg) {
+    tw_logbook *b = user;
+    if (level >= TWELL_LOG_WARN)
+        b->warns++;
+    snprintf(b->last, sizeof b->last, "%s", msg);
+    size_t used = strlen(b->all);
+    snprintf(b->all + used, sizeof b->all - used, "%s\n", msg);
+}
+
+static twell_ctx *tw_cpu_ctx(const char *dir, tw_logbook *log) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = dir;
+    if (log) {
+        o.log = tw_test_log;
+        o.log_user = log;
+        o.log_level = TWELL_LOG_INFO;
+    }
+    twell_ctx *ctx = NULL;
+    if (twell_ctx_create(&o, &ctx) != TWELL_OK)
+        return NULL;
+    return ctx;
+}
+
+static tw_tune_problem tw_problem(const char *op, uint32_t K, uint32_t N, size_t M) {
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", op);
+    p.shape = twell_shape_default(K, N);
+    p.M = M;
+    return p;
+}
+
+static tw_tune_config tw_cfg2(const char *kernel, const char *a, int64_t va, const char *b,
+                              int64_t vb) {
+    tw_tune_config c;
+    assert_int_equal(tw_tune_config_init(&c, kernel), 0);
+    assert_int_equal(tw_tune_config_set(&c, a, va), 0);
+    if (b)
+        assert_int_equal(tw_tune_config_set(&c, b, vb), 0);
+    return c;
+}
+
+static void tw_assert_canon(const tw_tune_config *c, const char *want) {
+    char buf[TW_TUNE_CANON_MAX];
+    size_t n = tw_tune_config_canon(c, buf, sizeof buf);
+    assert_string_equal(buf, want);
+    assert_int_equal(n, strlen(want));
+}
+
+/* ---- configurations ---- */
+
+static void test_autotune_canon_roundtrip(void **state) {
+    (void)state;
+    tw_tune_config c = tw_cfg2("gate_pack_simt", "BM", 32, "THREADS", 256);
+    tw_assert_canon(&c, "gate_pack_simt:BM=32,THREADS=256");
+    /* Order is the declared order, not sorted. */
+    tw_tune_config r = tw_cfg2("k", "THREADS", 256, "BM", 32);
+    tw_assert_canon(&r, "k:THREADS=256,BM=32");
+    /* Replacing keeps the position. */
+    assert_int_equal(tw_tune_config_set(&r, "THREADS", -7), 0);
+    tw_assert_canon(&r, "k:THREADS=-7,BM=32");
+    assert_int_equal(tw_tune_config_value(&r, "BM", 0), 32);
+    assert_int_equal(tw_tune_config_value(&r, "NOPE", 99), 99);
+
+    tw_tune_config big = tw_cfg2("x_1", "LO", INT64_MIN, "HI", INT64_MAX);
+    char buf[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&big, buf, sizeof buf);
+    assert_string_equal(buf, "x_1:LO=-9223372036854775808,HI=9223372036854775807");
+    const tw_tune_config *all[] = {&c, &r, &big};
+    for (size_t i = 0; i < 3; i++) {
+        tw_tune_config back;
+        tw_tune_config_canon(all[i], buf, sizeof buf);
+        assert_int_equal(tw_tune_config_parse(buf, &back), TWELL_OK);
+        assert_true(tw_tune_config_equal(&back, all[i]));
+        char again[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&back, again, sizeof again);
+        assert_string_equal(again, buf);
+    }
+    /* No parameters at all. */
+    tw_tune_config e;
+    assert_int_equal(tw_tune_config_parse("plain:", &e), TWELL_OK);
+    assert_int_equal(e.n, 0);
+    tw_assert_canon(&e, "plain:");
+
+    /* Truncation behaves like snprintf. */
+    char small[8];
+    size_t need = tw_tune_config_canon(&c, small, sizeof small);
+    assert_int_equal(need, strlen("gate_pack_simt:BM=32,THREADS=256"));
+    assert_string_equal(small, "gate_pa");
+}
+
+static void test_autotune_canon_rejects(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "nocolon",
+        ":BM=1",
+        "k:BM=01",
+        "k:BM=+1",
+        "k:BM=1,",
+        "k:BM=1,BM=2",
+        "k:1BM=3",
+        "k:BM=",
+        "k:=3",
+        "k:BM=-0",
+        "k:BM=1;",
+        "k:BM=1,,B=2",
+        "k:BM= 1",
+        "k :BM=1",
+        "k:B-M=1",
+        "k:BM=1x",
+        "k:BM=0x10",
+        "k:BM=--1",
+        "k:BM",
+        "k:BM=99999999999999999999",
+        "k:BM=9223372036854775808",
+        "k:ABCDEFGHIJKLMNOPQ=1", /* name too long */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tw_tune_config c;
+        memset(&c, 0x5a, sizeof c);
+        if (tw_tune_config_parse(bad[i], &c) != TWELL_ERR_CORRUPT)
+            fail_msg("'%s' was accepted", bad[i]);
+        assert_int_equal(c.n, 0);
+        assert_string_equal(c.kernel, "");
+    }
+    tw_tune_config ok;
+    assert_int_equal(tw_tune_config_parse("k:BM=0,X=-12", &ok), TWELL_OK);
+    assert_int_equal(tw_tune_config_value(&ok, "X", 0), -12);
+}
+
+static void test_autotune_config_limits(void **state) {
+    (void)state;
+    tw_tune_config c;
+    assert_int_equal(tw_tune_config_init(&c, "bad-name"), -1);
+    assert_int_equal(tw_tune_config_init(&c, "0lead"), -1);
+    assert_int_equal(tw_tune_config_init(&c, "k"), 0);
+    assert_int_equal(tw_tune_config_set(&c, "", 1), -1);
+    assert_int_equal(tw_tune_config_set(&c, "A=B", 1), -1);
+    assert_int_equal(tw_tune_config_set(&c, "ABCDEFGHIJKLMNOP", 1), -1); /* 16 chars */
+    assert_int_equal(tw_tune_config_set(&c, "ABCDEFGHIJKLMNO", 1), 0);   /* 15 chars */
+    for (int i = 1; i < TW_TUNE_MAX_PARAMS; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "P%d", i);
+        assert_int_equal(tw_tune_config_set(&c, name, i), 0);
+    }
+    assert_int_equal(c.n, TW_TUNE_MAX_PARAMS);
+    assert_int_equal(tw_tune_config_set(&c, "ONE_MORE", 1), -1);
+    assert_int_equal(tw_tune_config_set(&c, "P3", 33), 0); /* replacing still works */
+    assert_int_equal(tw_tune_config_value(&c, "P3", 0), 33);
+
+    /* Template parameters: the shape first, then the config. */
+    tw_tune_config g = tw_cfg2("gate_pack_simt", "BM", 16, "THREADS", 128);
+    twell_shape s = twell_shape_default(512, 768);
+    s.dtype = TWELL_DTYPE_FP16;
+    tw_param prm[8];
+    assert_int_equal(tw_tune_config_params(&g, &s, prm, 6), 0);
+    assert_int_equal(tw_tune_config_params(&g, &s, prm, 8), 7);
+    assert_string_equal(prm[0].key, "K");
+    assert_int_equal(prm[0].ival, 512);
+    assert_int_equal(prm[1].ival, 768);
+    assert_string_equal(prm[4].key, "dtype");
+    assert_string_equal(prm[4].sval, "fp16");
+    assert_string_equal(prm[5].key, "BM");
+    assert_null(prm[5].sval);
+    assert_int_equal(prm[5].ival, 16);
+    assert_int_equal(prm[6].ival, 128);
+}
+
+static void test_autotune_m_bucket(void **state) {
+    (void)state;
+    static const size_t in[] = {0, 1, 2, 3, 4, 5, 255, 256, 257, 3000, 4096, 4097, 16384};
+    static const size_t want[] = {1, 1, 2, 4, 4, 8, 256, 256, 512, 4096, 4096, 8192, 16384};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (tw_tune_m_bucket(in[i]) != want[i])
+            fail_msg("bucket(%zu) = %zu, want %zu", in[i], tw_tune_m_bucket(in[i]), want[i]);
+    assert_int_equal(tw_tune_m_bucket(SIZE_MAX), (size_t)1 << 62);
+}
+
+/* ---- spaces and pruning ---- */
+
+static tw_prune_reason tw_prune_cfg(const tw_tune_space *s, const tw_tune_problem *p,
+                                    const tw_tune_device *d, const tw_tune_config *c) {
+    char why[160];
+    tw_prune_reason r = tw_tune_prune(s, p, d, c, why, sizeof why);
+    assert_true(r == TW_PRUNE_KEPT ? why[0] == '\0' : why[0] != '\0');
+    return r;
+}
+
+static void test_autotune_prune_simt(void **state) {
+    (void)state;
+    tw_tune_device h200;
+    assert_int_equal(tw_tune_device_preset("h200", &h200), 0);
+    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    assert_non_null(s);
+    tw_tune_problem p = tw_problem("gate_pack", 2048, 5632, 4096);
+
+    tw_tune_config c = tw_cfg2("gate_pack_simt", "BM", 32, "THREADS", 256);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+    c = tw_cfg2("gate_pack_simt", "BM", 128, "THREADS", 64); /* 512 accumulators per thread */
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_SHAPE);
+    c = tw_cfg2("gate_pack_simt", "BM", 128, "THREADS", 512); /* over 48 KB static smem */
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_SHAPE);
+    c = tw_cfg2("gate_pack_simt", "BM", 64, "THREADS", 1024);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+
+    tw_tune_config *cands = NULL;
+    size_t n = 0, di = 0;
+    tw_prune_stats st;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(st.total, 25);
+    assert_int_equal(st.kept, n);
+    assert_int_equal(st.by[TW_PRUNE_KEPT], n);
+    size_t sum = 0;
+    for (int r = 0; r < TW_PRUNE_REASONS; r++)
+        sum += st.by[r];
+    assert_int_equal(sum, st.total);
+    assert_true(n > 4 && n < 25);
+    assert_true(di < n);
+    tw_tune_config def;
+    tw_tune_space_default(s, &def);
+    assert_true(tw_tune_config_equal(&cands[di], &def));
+    /* Generation order: the first axis varies slowest, and every kept config passes. */
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(tw_prune_cfg(s, &p, &h200, &cands[i]), TW_PRUNE_KEPT);
+        assert_true(tw_tune_space_accepts(s, &p, &h200, &cands[i]));
+        if (i)
+            assert_true(cands[i - 1].p[0].value < cands[i].p[0].value ||
+                        (cands[i - 1].p[0].value == cands[i].p[0].value &&
+                         cands[i - 1].p[1].value < cands[i].p[1].value));
+    }
+    free(cands);
+
+    /* One row: only the smallest row tile is worth compiling. */
+    p.M = 1;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    assert_true(n >= 1);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(tw_tune_config_value(&cands[i], "BM", 0), 8);
+    assert_int_equal(di, SIZE_MAX); /* BM=32 was pruned */
+    free(cands);
+
+    /* K = 48 is a multiple of 16, not 32: the template's KT = 16 path. Still kept. */
+    p = tw_problem("gate_pack", 48, 256, 64);
+    c = tw_cfg2("gate_pack_simt", "BM", 32, "THREADS", 256);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+}
+
+static void test_autotune_prune_sm90(void **state) {
+    (void)state;
+    tw_tune_device h200, a100;
+    assert_int_equal(tw_tune_device_preset("h200", &h200), 0);
+    assert_int_equal(tw_tune_device_preset("a100", &a100), 0);
+    assert_int_equal(tw_tune_device_preset("gtx480", &a100), -1);
+    assert_int_equal(tw_tune_device_preset("a100", &a100), 0);
+    tw_tune_problem p = tw_problem("gate_pack", 2048, 5632, 16384);
+
+    const tw_tune_space *picked = tw_tune_space_pick("gate_pack", &p, &h200);
+    assert_non_null(picked);
+    assert_string_equal(picked->kernel, "gate_pack_sm90");
+    picked = tw_tune_space_pick("gate_pack", &p, &a100);
+    assert_non_null(picked);
+    assert_string_equal(picked->kernel, "gate_pack_simt");
+    tw_tune_problem odd = tw_problem("gate_pack", 48, 512, 64); /* K not a multiple of 64 */
+    assert_string_equal(tw_tune_space_pick("gate_pack", &odd, &h200)->kernel, "gate_pack_simt");
+    assert_null(tw_tune_space_pick("frobnicate", &p, &h200));
+
+    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_sm90");
+    tw_tune_config c;
+    tw_tune_space_default(s, &c);
+    tw_assert_canon(&c, "gate_pack_sm90:BK=64,STAGES=3,CLUSTER=2");
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+    assert_int_equal(tw_tune_config_set(&c, "STAGES", 4), 0); /* 265 KB > 227 KB */
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_SMEM);
+    assert_int_equal(tw_tune_config_set(&c, "BK", 32), 0);
+    assert_int_equal(tw_tune_config_set(&c, "STAGES", 6), 0);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+    assert_int_equal(tw_tune_config_set(&c, "STAGES", 7), 0);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_SMEM);
+
+    tw_tune_config *cands;
+    size_t n, di;
+    tw_prune_stats st;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    /* BK 64: stages 2-3, BK 32: stages 2-6; each with cluster 1 and 2. */
+    assert_int_equal(n, 14);
+    assert_int_equal(st.total, 28);
+    assert_int_equal(st.by[TW_PRUNE_SMEM], 14);
+    free(cands);
+    /* M = 100 fits in one row tile: no clusters. */
+    p.M = 100;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(n, 7);
+    assert_int_equal(st.by[TW_PRUNE_SHAPE], 14);
+    assert_int_equal(di, SIZE_MAX);
+    free(cands);
+
+    /* Device limits: no clusters before sm_90, fewer registers, smaller blocks. */
+    p.M = 16384;
+    tw_tune_device weak = h200;
+    weak.max_cluster = 1;
+    tw_tune_space_default(s, &c);
+    assert_int_equal(tw_prune_cfg(s, &p, &weak, &c), TW_PRUNE_CLUSTER);
+    weak = h200;
+    weak.regs_per_sm = 32768;
+    assert_int_equal(tw_prune_cfg(s, &p, &weak, &c), TW_PRUNE_REGS);
+    weak = h200;
+    weak.max_threads_per_block = 256;
+    assert_int_equal(tw_prune_cfg(s, &p, &weak, &c), TW_PRUNE_THREADS);
+    assert_string_equal(tw_prune_reason_name(TW_PRUNE_SMEM), "smem");
+    assert_string_equal(tw_prune_reason_name(TW_PRUNE_REASONS), "?");
+
+    /* A stored config from elsewhere is rejected when it no longer fits. */
+    tw_tune_space_default(s, &c);
+    assert_true(tw_tune_space_accepts(s, &p, &h200, &c));
+    assert_false(tw_tune_space_accepts(s, &p, &a100, &c));    /* space unsupported there */
+    assert_int_equal(tw_tune_config_set(&c, "STAGES", 9), 0); /* not in the axis */
+    assert_false(tw_tune_space_accepts(s, &p, &h200, &c));
+    tw_tune_config other = tw_cfg2("gate_pack_simt", "BM", 32, "THREADS", 256);
+    assert_false(tw_tune_space_accepts(s, &p, &h200, &other));
+
+    /* Every op has a space on both presets. */
+    for (const char *const *op = tw_tune_ops(); *op; op++) {
+        const tw_tune_space *sp[4];
+        assert_true(tw_tune_spaces_for(*op, sp, 4) >= 1);
+        tw_tune_problem q = tw_problem(*op, 4096, 11008, 4096);
+        assert_non_null(tw_tune_space_pick(*op, &q, &h200));
+        assert_non_null(tw_tune_space_pick(*op, &q, &a100));
+    }
+}
+
+static const int64_t tw_ax_a[] = {1, 2, 3};
+static const int64_t tw_ax_b[] = {10, 20};
+
+static void test_autotune_enumerate_errors(void **state) {
+    (void)state;
+    tw_tune_device h200;
+    tw_tune_device_preset("h200", &h200);
+    tw_tune_problem p = tw_problem("gate_pack", 256, 512, 64);
+    tw_tune_space s;
+    memset(&s, 0, sizeof s);
+    s.op = "gate_pack";
+    s.kernel = "toy";
+    s.naxes = 2;
+    s.axes[0] = (tw_tune_axis){"A", tw_ax_a, 3};
+    s.axes[1] = (tw_tune_axis){"B", tw_ax_b, 2};
+    s.defaults[0] = 2;
+    s.defaults[1] = 20;
+    tw_tune_config *c = (tw_tune_config *)1;
+    size_t n = 99, di = 99;
+    assert_int_equal(tw_tune_space_enumerate(&s, &p, &h200, &c, &n, &di, NULL), TWELL_OK);
+    assert_int_equal(n, 6);
+    assert_int_equal(di, 3);
+    static const char *const want[] = {"toy:A=1,B=10", "toy:A=1,B=20", "toy:A=2,B=10",
+                                       "toy:A=2,B=20", "toy:A=3,B=10", "toy:A=3,B=20"};
+    for (size_t i = 0; i < 6; i++)
+        tw_assert_canon(&c[i], want[i]);
+    free(c);
+
+    s.defaults[1] = 15; /* not in its axis */
+    assert_int_equal(tw_tune_space_enumerate(&s, &p, &h200, &c, &n, &di, NULL),
+                     TWELL_ERR_INVALID_ARG);
+    assert_null(c);
+    assert_int_equal(n, 0);
+    s.defaults[1] = 10;
+    s.axes[1].n = 0;
+    assert_int_equal(tw_tune_space_enumerate(&s, &p, &h200, &c, &n, &di, NULL),
+                     TWELL_ERR_INVALID_ARG);
+    s.axes[1] = (tw_tune_axis){"A", tw_ax_b, 2}; /* repeated name */
+    assert_int_equal(tw_tune_space_enumerate(&s, &p, &h200, &c, &n, &di, NULL),
+                     TWELL_ERR_INVALID_ARG);
+    s.naxes = 0;
+    assert_int_equal(tw_tune_space_enumerate(&s, &p, &h200, &c, &n, &di, NULL),
+                     TWELL_ERR_INVALID_ARG);
+}
+
+/* ---- the tuner with injected costs ---- */
+
+#define TW_FAKE_MAX 64
+
+typedef struct tw_fake {
+    const tw_tune_config *base;
+    double ms[TW_FAKE_MAX];
+    twell_status compile_fail[TW_FAKE_MAX];
+    twell_status verify_fail[TW_FAKE_MAX];
+    int measure_fail_at[TW_FAKE_MAX]; /* fail on this call number (1-based); 0 never */
+    size_t measures[TW_FAKE_MAX];
+    size_t compiles[TW_FAKE_MAX];
+    size_t verifies[TW_FAKE_MAX];
+    size_t releases[TW_FAKE_MAX];
+    size_t total_measures;
+    size_t log[4096]; /* candidate of each measure call */
+    double clock_s;
+    double advance_s; /* the fake clock moves this much per measure call */
+    double (*cost)(const tw_tune_config *c);
+    /* parallel compile */
+    pthread_mutex_t mu;
+    int in_compile, max_in_compile;
+    int compile_sleep_us;
+} tw_fake;
+
+static size_t tw_fake_idx(tw_fake *f, const tw_tune_config *c) {
+    size_t i = (size_t)(c - f->base);
+    assert_true(i < TW_FAKE_MAX);
+    return i;
+}
+
+static twell_status tw_fake_compile(void *user, const tw_tune_config *c) {
+    tw_fake *f = user;
+    size_t i = (size_t)(c - f->base);
+    pthread_mutex_lock(&f->mu);
+    f->compiles[i]++;
+    f->in_compile++;
+    if (f->in_compile > f->max_in_compile)
+        f->max_in_compile = f->in_compile;
+    pthread_mutex_unlock(&f->mu);
+    if (f->compile_sleep_us)
+        usleep((useconds_t)f->compile_sleep_us);
+    pthread_mutex_lock(&f->mu);
+    f->in_compile--;
+    pthread_mutex_unlock(&f->mu);
+    return f->compile_fail[i];
+}
+
+static twell_status tw_fake_verify(void *user, const tw_tune_config *c) {
+    tw_fake *f = user;
+    size_t i = tw_fake_idx(f, c);
+    f->verifies[i]++;
+    return f->verify_fail[i];
+}
+
+static twell_status tw_fake_measure(void *user, const tw_tune_config *c, double *ms) {
+    tw_fake *f = user;
+    size_t i = tw_fake_idx(f, c);
+    f->measures[i]++;
+    if (f->total_measures < sizeof f->log / sizeof f->log[0])
+        f->log[f->total_measures] = i;
+    f->total_measures++;
+    f->clock_s += f->advance_s;
+    if (f->measure_fail_at[i] && (int)f->measures[i] >= f->measure_fail_at[i])
+        return TWELL_ERR_CUDA;
+    /* A little deterministic jitter around the true time; the median sees through it. */
+    double jitter = (f->measures[i] % 3 == 0) ? 1.5 : 1.0;
+    *ms = (f->cost ? f->cost(c) : f->ms[i]) * (f->measures[i] % 5 == 0 ? jitter : 1.0);
+    return TWELL_OK;
+}
+
+static void tw_fake_release(void *user, const tw_tune_config *c) {
+    tw_fake *f = user;
+    f->releases[tw_fake_idx(f, c)]++;
+}
+
+static double tw_fake_clock(void *user) { return ((tw_fake *)user)->clock_s; }
+
+static void tw_fake_init(tw_fake *f, const tw_tune_config *base) {
+    memset(f, 0, sizeof *f);
+    f->base = base;
+    pthread_mutex_init(&f->mu, NULL);
+}
+
+static tw_tune_callbacks tw_fake_cb(tw_fake *f) {
+    tw_tune_callbacks cb = {f, tw_fake_compile, tw_fake_verify, tw_fake_measure, tw_fake_release};
+    return cb;
+}
+
+static tw_tune_options tw_fake_opts(tw_fake *f) {
+    tw_tune_options o = tw_tune_options_default();
+    o.clock = tw_fake_clock;
+    o.clock_user = f;
+    o.threads = 2;
+    return o;
+}
+
+/* n toy candidates "toy:I=<i>". */
+static void tw_toy(tw_tune_config *c, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(tw_tune_config_init(&c[i], "toy"), 0);
+        assert_int_equal(tw_tune_config_set(&c[i], "I", (int64_t)i), 0);
+    }
+}
+
+static void test_autotune_selects_fastest(void **state) {
+    (void)state;
+    tw_tune_config c[5];
+    tw_toy(c, 5);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    double ms[] = {5.0, 3.0, 4.0, 1.5, 2.0};
+    memcpy(f.ms, ms, sizeof ms);
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 5, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.best, 3);
+    assert_true(tw_tune_config_equal(&r.config, &c[3]));
+    if (fabs(r.ms - 1.5) > 1e-12 || fabs(r.default_ms - 5.0) > 1e-12)
+        fail_msg("ms %g (want 1.5), default_ms %g (want 5)", r.ms, r.default_ms);
+    assert_int_equal(r.n_measured, 5);
+    assert_int_equal(r.n_failed, 0);
+    assert_int_equal(r.budget_cut, 0);
+    /* 1 warm-up + 10 timed runs each; compile, verify and release once each. */
+    assert_int_equal(r.measure_calls, 55);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(f.measures[i], 11);
+        assert_int_equal(f.compiles[i], 1);
+        assert_int_equal(f.verifies[i], 1);
+        assert_int_equal(f.releases[i], 1);
+        assert_int_equal(r.outcomes[i].state, TW_CAND_MEASURED);
+        assert_true(r.outcomes[i].min_ms <= r.outcomes[i].ms);
+        assert_true(r.outcomes[i].ms <= r.outcomes[i].max_ms);
+    }
+    tw_tune_result_free(&r);
+    assert_null(r.outcomes);
+
+    /* Interleaved: within every round each candidate runs once, and the first one rotates. */
+    for (size_t round = 0; round < 11; round++) {
+        int seen[5] = {0};
+        for (size_t j = 0; j < 5; j++)
+            seen[f.log[round * 5 + j]]++;
+        for (size_t i = 0; i < 5; i++)
+            assert_int_equal(seen[i], 1);
+    }
+    assert_true(f.log[0] != f.log[5]);
+    for (size_t k = 1; k < 55; k++)
+        assert_true(f.log[k] != f.log[k - 1] || k % 5 == 0);
+}
+
+static void test_autotune_failures_score_infinity(void **state) {
+    (void)state;
+    tw_tune_config c[6];
+    tw_toy(c, 6);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    double ms[] = {4.0, 0.5, 0.6, 0.7, 2.0, 3.0};
+    memcpy(f.ms, ms, sizeof ms);
+    f.compile_fail[1] = TWELL_ERR_NVRTC;  /* fastest: does not compile */
+    f.verify_fail[2] = TWELL_ERR_CORRUPT; /* next: wrong answers */
+    f.measure_fail_at[3] = 4;             /* next: launch fails on its 4th run */
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 6, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.best, 4);
+    assert_int_equal(r.n_measured, 3);
+    assert_int_equal(r.n_failed, 3);
+    assert_int_equal(r.outcomes[1].state, TW_CAND_FAIL_COMPILE);
+    assert_int_equal(r.outcomes[1].status, TWELL_ERR_NVRTC);
+    assert_true(isinf(r.outcomes[1].ms));
+    assert_int_equal(r.outcomes[2].state, TW_CAND_FAIL_VERIFY);
+    assert_int_equal(r.outcomes[2].status, TWELL_ERR_CORRUPT);
+    assert_int_equal(r.outcomes[3].state, TW_CAND_FAIL_MEASURE);
+    assert_int_equal(r.outcomes[3].status, TWELL_ERR_CUDA);
+    assert_true(isinf(r.outcomes[3].ms));
+    /* A failed candidate is never called again. */
+    assert_int_equal(f.verifies[1], 0);
+    assert_int_equal(f.measures[1], 0);
+    assert_int_equal(f.measures[2], 0);
+    assert_int_equal(f.measures[3], 4);
+    assert_int_equal(f.releases[1], 1);
+    assert_string_equal(tw_cand_state_name(TW_CAND_FAIL_VERIFY), "verification failed");
+    tw_tune_result_free(&r);
+
+    /* The default failing leaves default_ms infinite, the winner still found. */
+    tw_fake_init(&f, c);
+    memcpy(f.ms, ms, sizeof ms);
+    f.compile_fail[0] = TWELL_ERR_NVRTC;
+    assert_int_equal(tw_tune_run(NULL, c, 6, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_true(isinf(r.default_ms));
+    assert_int_equal(r.best, 1);
+    tw_tune_result_free(&r);
+}
+
+static void test_autotune_all_fail(void **state) {
+    (void)state;
+    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    assert_non_null(ctx);
+    tw_tune_config c[3];
+    tw_toy(c, 3);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    f.compile_fail[0] = TWELL_ERR_NOT_FOUND; /* e.g. NVRTC missing */
+    f.compile_fail[1] = TWELL_ERR_NOT_FOUND;
+    f.verify_fail[2] = TWELL_ERR_CORRUPT;
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(ctx, c, 3, 0, SIZE_MAX, &cb, &o, &r), TWELL_ERR_NOT_FOUND);
+    const char *msg = twell_ctx_errmsg(ctx);
+    if (!strstr(msg, "all 3 candidates failed") || !strstr(msg, "toy:I=0") ||
+        !strstr(msg, "compile failed"))
+        fail_msg("message: %s", msg);
+    assert_non_null(r.outcomes); /* outcomes kept for the report */
+    assert_int_equal(r.n_failed, 3);
+    assert_int_equal(r.outcomes[2].state, TW_CAND_FAIL_VERIFY);
+    tw_tune_result_free(&r);
+
+    /* Argument errors. */
+    assert_int_equal(tw_tune_run(ctx, c, 0, SIZE_MAX, SIZE_MAX, &cb, &o, &r),
+                     TWELL_ERR_INVALID_ARG);
+    assert_int_equal(tw_tune_run(ctx, c, 3, 3, SIZE_MAX, &cb, &o, &r), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(tw_tune_run(ctx, c, 3, 0, 7, &cb, &o, &r), TWELL_ERR_INVALID_ARG);
+    tw_tune_callbacks none = {NULL, NULL, NULL, NULL, NULL};
+    assert_int_equal(tw_tune_run(ctx, c, 3, 0, SIZE_MAX, &none, &o, &r), TWELL_ERR_INVALID_ARG);
+    assert_null(r.outcomes);
+    twell_ctx_destroy(ctx);
+}
+
+/* The incumbent at 1.0 ms against a challenger that is `faster` percent faster. */
+static size_t tw_margin_case(double faster_pct, int *kept) {
+    tw_tune_config c[3];
+    tw_toy(c, 3);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    f.ms[0] = 2.0;                              /* default */
+    f.ms[1] = 1.0;                              /* incumbent */
+    f.ms[2] = 1.0 / (1.0 + faster_pct / 100.0); /* challenger */
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 3, 0, 1, &cb, &o, &r), TWELL_OK);
+    *kept = r.kept_incumbent;
+    size_t best = r.best;
+    tw_tune_result_free(&r);
+    return best;
+}
+
+static void test_autotune_margin(void **state) {
+    (void)state;
+    int kept;
+    assert_int_equal(tw_margin_case(2.0, &kept), 1); /* 2% faster: the stored winner stays */
+    assert_int_equal(kept, 1);
+    assert_int_equal(tw_margin_case(4.0, &kept), 2); /* 4% faster: replaced */
+    assert_int_equal(kept, 0);
+    assert_int_equal(tw_margin_case(3.0, &kept), 2);  /* exactly 3%: replaced (≥) */
+    assert_int_equal(tw_margin_case(-5.0, &kept), 1); /* slower: stays, not thanks to margin */
+    assert_int_equal(kept, 0);
+
+    /* Without an incumbent the 2% faster one simply wins. */
+    tw_tune_config c[2];
+    tw_toy(c, 2);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    f.ms[0] = 1.0;
+    f.ms[1] = 1.0 / 1.02;
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 2, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.best, 1);
+    tw_tune_result_free(&r);
+}
+
+static void test_autotune_ties_deterministic(void **state) {
+    (void)state;
+    /* Three configs with the same time in every order: the smallest canonical string wins
+     * ("k:BM=128" < "k:BM=32" < "k:BM=64" bytewise). */
+    const int64_t vals[3] = {64, 128, 32};
+    const size_t perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    for (size_t pi = 0; pi < 6; pi++) {
+        tw_tune_config c[4];
+        c[0] = tw_cfg2("k", "BM", 8, NULL, 0); /* a slower default */
+        for (size_t j = 0; j < 3; j++)
+            c[1 + j] = tw_cfg2("k", "BM", vals[perms[pi][j]], NULL, 0);
+        tw_fake f;
+        tw_fake_init(&f, c);
+        f.ms[0] = 9.0;
+        f.ms[1] = f.ms[2] = f.ms[3] = 0.25;
+        tw_tune_callbacks cb = tw_fake_cb(&f);
+        tw_tune_options o = tw_fake_opts(&f);
+        tw_tune_result r;
+        assert_int_equal(tw_tune_run(NULL, c, 4, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+        assert_int_equal(tw_tune_config_value(&r.config, "BM", 0), 128);
+        tw_tune_result_free(&r);
+    }
+}
+
+static void test_autotune_budget(void **state) {
+    (void)state;
+    tw_tune_config c[12];
+    tw_toy(c, 12);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    for (size_t i = 0; i < 12; i++)
+        f.ms[i] = 10.0 - (double)i * 0.5; /* later is faster: the budget hides the best */
+    f.advance_s = 0.01;                   /* each run "takes" 10 ms of tuning time */
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    o.batch = 4;
+    o.budget_s = 0.5; /* a batch costs 4 × 11 runs = 0.44 s: two batches fit */
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 12, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.budget_cut, 1);
+    assert_int_equal(r.n_measured, 8);
+    assert_int_equal(r.n_skipped, 4);
+    assert_int_equal(r.best, 7); /* best of those timed */
+    for (size_t i = 8; i < 12; i++) {
+        assert_int_equal(r.outcomes[i].state, TW_CAND_SKIPPED);
+        assert_int_equal(f.measures[i], 0);
+        assert_int_equal(f.compiles[i], 0);
+        assert_int_equal(f.releases[i], 0);
+    }
+    if (fabs(r.elapsed_s - 0.88) > 1e-9)
+        fail_msg("elapsed %g s by the fake clock, want 0.88", r.elapsed_s);
+    tw_tune_result_free(&r);
+
+    /* No budget: everything is timed and the true best found. */
+    tw_fake_init(&f, c);
+    for (size_t i = 0; i < 12; i++)
+        f.ms[i] = 10.0 - (double)i * 0.5;
+    f.advance_s = 0.01;
+    o.budget_s = 0.0;
+    assert_int_equal(tw_tune_run(NULL, c, 12, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.budget_cut, 0);
+    assert_int_equal(r.best, 11);
+    tw_tune_result_free(&r);
+
+    /* A budget already spent by a first batch that all failed: the search goes on until
+     * something is timed. */
+    tw_fake_init(&f, c);
+    for (size_t i = 0; i < 12; i++) {
+        f.ms[i] = 1.0;
+        if (i < 4)
+            f.measure_fail_at[i] = 1;
+    }
+    f.advance_s = 1.0;
+    o.budget_s = 0.5;
+    assert_int_equal(tw_tune_run(NULL, c, 12, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.n_measured, 4);
+    assert_int_equal(r.n_skipped, 4);
+    assert_int_equal(r.best, 4);
+    tw_tune_result_free(&r);
+}
+
+static void test_autotune_default_mode(void **state) {
+    (void)state;
+    tw_tune_config c[4];
+    tw_toy(c, 4);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    o.mode = TW_TUNE_DEFAULT_ONLY;
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 4, 2, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(r.best, 2);
+    assert_int_equal(r.default_only, 1);
+    assert_true(isnan(r.ms));
+    assert_int_equal(r.measure_calls, 0);
+    assert_int_equal(f.total_measures + f.compiles[2] + f.verifies[2], 0);
+    tw_tune_result_free(&r);
+    /* No default: the first candidate; no callbacks needed at all. */
+    assert_int_equal(tw_tune_run(NULL, c, 4, SIZE_MAX, SIZE_MAX, NULL, &o, &r), TWELL_OK);
+    assert_int_equal(r.best, 0);
+    tw_tune_result_free(&r);
+}
+
+static void test_autotune_parallel_compile(void **state) {
+    (void)state;
+    tw_tune_config c[16];
+    tw_toy(c, 16);
+    tw_fake f;
+    tw_fake_init(&f, c);
+    for (size_t i = 0; i < 16; i++)
+        f.ms[i] = 1.0 + (double)((i * 7) % 16);
+    f.compile_sleep_us = 20000;
+    tw_tune_callbacks cb = tw_fake_cb(&f);
+    tw_tune_options o = tw_fake_opts(&f);
+    o.threads = 4;
+    o.batch = 8;
+    tw_tune_result r;
+    assert_int_equal(tw_tune_run(NULL, c, 16, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    for (size_t i = 0; i < 16; i++)
+        assert_int_equal(f.compiles[i], 1);
+    if (f.max_in_compile < 2 || f.max_in_compile > 4)
+        fail_msg("%d compiles ran at once, want 2..4", f.max_in_compile);
+    assert_int_equal(r.best, 0); /* (0 * 7) % 16 = 0 */
+    tw_tune_result_free(&r);
+
+    /* One thread: never concurrent. */
+    tw_fake_init(&f, c);
+    for (size_t i = 0; i < 16; i++)
+        f.ms[i] = 1.0;
+    f.compile_sleep_us = 1000;
+    o.threads = 1;
+    assert_int_equal(tw_tune_run(NULL, c, 16, 0, SIZE_MAX, &cb, &o, &r), TWELL_OK);
+    assert_int_equal(f.max_in_compile, 1);
+    tw_tune_result_free(&r);
+}
+
+/* ---- records and persistence ---- */
+
+static void tw_h200_problem(tw_tune_device *d, tw_tune_problem *p) {
+    assert_int_equal(tw_tune_device_preset("h200", d), 0);
+    d->driver_version = 12080;
+    *p = tw_problem("gate_pack", 2048, 5632, 4096);
+}
+
+static void test_autotune_record_roundtrip(void **state) {
+    (void)state;
+    tw_tune_device d;
+    tw_tune_problem p;
+    tw_h200_problem(&d, &p);
+    tw_tune_record r = {tw_cfg2("gate_pack_simt", "BM", 64, "THREADS", 512), 0.123456789012345, 0.2,
+                        1732140000};
+    char *buf;
+    size_t len;
+    assert_int_equal(tw_tune_record_encode(&r, &p, &d, &buf, &len), TWELL_OK);
+    assert_non_null(strstr(buf, "config gate_pack_simt:BM=64,THREADS=512\n"));
+    assert_non_null(strstr(buf, "device NVIDIA H200 sm_90a"));
+    tw_tune_record back;
+    assert_int_equal(tw_tune_record_decode(buf, len, &back), TWELL_OK);
+    assert_true(tw_tune_config_equal(&back.config, &r.config));
+    assert_true(back.ms == r.ms);
+    assert_true(back.default_ms == r.default_ms);
+    assert_int_equal(back.time, r.time);
+
+    /* Every truncation and every single-byte change decodes cleanly or is rejected. */
+    tw_tune_record junk;
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_equal(tw_tune_record_decode(buf, cut, &junk), TWELL_ERR_CORRUPT);
+    char *m = malloc(len);
+    size_t accepted = 0;
+    for (size_t i = 0; i < len; i++) {
+        static const char subs[] = {'\0', '\n', ' ', '9', 'x', '=', ',', '-', (char)0xff};
+        for (size_t s = 0; s < sizeof subs; s++) {
+            memcpy(m, buf, len);
+            if (m[i] == subs[s])
+                continue;
+            m[i] = subs[s];
+            twell_status st = tw_tune_record_decode(m, len, &junk);
+            assert_true(st == TWELL_OK || st == TWELL_ERR_CORRUPT);
+            accepted += st == TWELL_OK;
+        }
+    }
+    free(m);
+    assert_true(accepted > 0); /* digits in the echo lines are legal edits */
+    free(buf);
+
+    /* Infinite default (it failed) round-trips; an infinite winner does not exist. */
+    r.default_ms = INFINITY;
+    assert_int_equal(tw_tune_record_encode(&r, &p, &d, &buf, &len), TWELL_OK);
+    assert_int_equal(tw_tune_record_decode(buf, len, &back), TWELL_OK);
+    assert_true(isinf(back.default_ms));
+    free(buf);
+
+    static const char *const bad[] = {
+#define TW_ECHO "problem x\ndevice y\nlibrary z\n"
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\n" TW_ECHO,          /* no time */
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\n" TW_ECHO "time 5", /* no \n */
+        "twell-tune-record 2\nconfig k:A=1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO,  /* version */
+        "twell-tune-record 1\nconfig k:A=1\nms inf\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 0x1p3\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms -1\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms infinity\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO "extra 1\n",
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO "library z\n",
+        "twell-tune-record 1\nconfig k:A=01\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\ntime -5\n" TW_ECHO,
+        "twell-tune-record 1\nconfigk:A=1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO,
+        "twell-tune-record 1\nconfig k:A=1\nms 1\ndefault_ms 2\ntime 5\nproblem x\ndevice y\n",
+        "twell-tune-record 1\nconfig k:A=1\n\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO, /* blank */
+        "twell-tune-record 1\r\nconfig k:A=1\nms 1\ndefault_ms 2\ntime 5\n" TW_ECHO,
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (tw_tune_record_decode(bad[i], strlen(bad[i]), &junk) != TWELL_ERR_CORRUPT)
+            fail_msg("accepted record #%zu:\n%s", i, bad[i]);
+    const char *good =
+        "twell-tune-record 1\nconfig k:A=1\nms 1e-3\ndefault_ms nan\ntime 5\n" TW_ECHO;
+    assert_int_equal(tw_tune_record_decode(good, strlen(good), &junk), TWELL_OK);
+    assert_true(isnan(junk.default_ms));
+}
+
+static void test_autotune_key_fields(void **state) {
+    (void)state;
+    tw_tune_device d;
+    tw_tune_problem p;
+    tw_h200_problem(&d, &p);
+    tw_key base, k;
+    tw_tune_key(&p, &d, &base);
+    /* Same bucket, same key. */
+    tw_tune_problem q = p;
+    q.M = 3000;
+    tw_tune_key(&q, &d, &k);
+    assert_memory_equal(base.b, k.b, 32);
+    /* Every field of the key changes it. */
+    for (int f = 0; f < 12; f++) {
+        tw_tune_problem pp = p;
+        tw_tune_device dd = d;
+        switch (f) {
+        case 0:
+            snprintf(pp.op, sizeof pp.op, "ffn_infer");
+            break;
+        case 1:
+            pp.shape.K = 4096;
+            break;
+        case 2:
+            pp.shape.N = 11008;
+            break;
+        case 3:
+            pp.shape.T = 128;
+            break;
+        case 4:
+            pp.shape.C = 4;
+            break;
+        case 5:
+            pp.shape.dtype = TWELL_DTYPE_FP16;
+            break;
+        case 6:
+            pp.shape.gated = 0;
+            break;
+        case 7:
+            pp.M = 4097;
+            break;
+        case 8:
+            snprintf(dd.name, sizeof dd.name, "NVIDIA H100");
+            break;
+        case 9:
+            dd.sm_count = 114;
+            break;
+        case 10:
+            dd.driver_version = 12090;
+            break;
+        case 11:
+            snprintf(dd.arch, sizeof dd.arch, "sm_90");
+            break;
+        }
+        tw_tune_key(&pp, &dd, &k);
+        if (!memcmp(base.b, k.b, 32))
+            fail_msg("field %d does not change the key", f);
+    }
+}
+
+/* A cost that depends only on the config, so separate processes agree. */
+static double tw_simt_cost(const tw_tune_config *c) {
+    double bm = (double)tw_tune_config_value(c, "BM", 1);
+    double th = (double)tw_tune_config_value(c, "THREADS", 1);
+    return 1.0 + fabs(bm - 16.0) / 16.0 + fabs(th - 512.0) / 512.0;
+}
+
+/* The measure used across processes: cost from the config, a count in a pipe-free global. */
+static size_t tw_xp_calls;
+static twell_status tw_xp_measure(void *user, const tw_tune_config *c, double *ms) {
+    (void)user;
+    tw_xp_calls++;
+    *ms = tw_simt_cost(c);
+    return TWELL_OK;
+}
+
+static void test_autotune_persist_fork(void **state) {
+    (void)state;
+    char dir[512];
+    tw_case_dir("fork", dir, sizeof dir);
+    tw_tune_device d;
+    tw_tune_problem p;
+    tw_h200_problem(&d, &p);
+    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    tw_tune_callbacks cb = {NULL, NULL, NULL, tw_xp_measure, NULL};
+    tw_tune_options o = tw_tune_options_default();
+
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        twell_ctx *ctx = tw_cpu_ctx(dir, NULL);
+        if (!ctx)
+            _exit(10);
+        tw_tune_choice ch;
+        int rc = 0;
+        if (tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch) != TWELL_OK)
+            rc = 11;
+        else if (ch.source != TW_TUNE_TUNED || tw_xp_calls == 0 || ch.n_measured == 0)
+            rc = 12;
+        else if (tw_tune_config_value(&ch.config, "BM", 0) != 16 ||
+                 tw_tune_config_value(&ch.config, "THREADS", 0) != 512)
+            rc = 13;
+        twell_ctx_destroy(ctx);
+        _exit(rc);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    if (WEXITSTATUS(ws) != 0)
+        fail_msg("child exited %d", WEXITSTATUS(ws));
+
+    /* Parent: a fresh process state finds the record and measures nothing. */
+    tw_xp_calls = 0;
+    twell_ctx *ctx = tw_cpu_ctx(dir, NULL);
+    assert_non_null(ctx);
+    tw_tune_choice ch;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_FROM_CACHE);
+    assert_int_equal(tw_xp_calls, 0);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=16,THREADS=512");
+    if (fabs(ch.ms - 1.0) > 1e-12 || !(ch.default_ms > ch.ms))
+        fail_msg("stored ms %g (want 1), default %g", ch.ms, ch.default_ms);
+    /* Same bucket (M = 3000 → 4096): the same record. Default-only mode also uses it. */
+    tw_tune_problem q = p;
+    q.M = 3000;
+    o.mode = TW_TUNE_DEFAULT_ONLY;
+    assert_int_equal(tw_tune_select(ctx, &q, &d, s, NULL, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_FROM_CACHE);
+    /* Another bucket in default-only mode: the default, nothing measured or stored. */
+    q.M = 100;
+    assert_int_equal(tw_tune_select(ctx, &q, &d, s, NULL, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_DEFAULT);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=32,THREADS=256");
+    tw_tune_record rec;
+    assert_int_equal(tw_tune_store_load(ctx, &q, &d, &rec), TWELL_ERR_NOT_FOUND);
+    /* Another device: its own tuning. */
+    tw_tune_device other = d;
+    other.driver_version = 12090;
+    o.mode = TW_TUNE_MEASURE;
+    assert_int_equal(tw_tune_select(ctx, &p, &other, s, &cb, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_true(tw_xp_calls > 0);
+    twell_ctx_destroy(ctx);
+}
+
+/* Costs the retune test switches between. */
+static double tw_rt_scale_32_256 = 1.0;
+static size_t tw_rt_calls;
+static twell_status tw_rt_measure(void *user, const tw_tune_config *c, double *ms) {
+    (void)user;
+    tw_rt_calls++;
+    int is_def =
+        tw_tune_config_value(c, "BM", 0) == 32 && tw_tune_config_value(c, "THREADS", 0) == 256;
+    int is_inc =
+        tw_tune_config_value(c, "BM", 0) == 16 && tw_tune_config_value(c, "THREADS", 0) == 512;
+    *ms = is_inc ? 1.0 : is_def ? tw_rt_scale_32_256 : 5.0;
+    return TWELL_OK;
+}
+
+static void test_autotune_retune_and_stale(void **state) {
+    (void)state;
+    char dir[512];
+    tw_case_dir("retune", dir, sizeof dir);
+    tw_tune_device d;
+    tw_tune_problem p;
+    tw_h200_problem(&d, &p);
+    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    tw_logbook log;
+    memset(&log, 0, sizeof log);
+    twell_ctx *ctx = tw_cpu_ctx(dir, &log);
+    assert_non_null(ctx);
+    tw_tune_callbacks cb = {NULL, NULL, NULL, tw_rt_measure, NULL};
+    tw_tune_options o = tw_tune_options_default();
+    tw_tune_choice ch;
+
+    tw_rt_scale_32_256 = 2.0;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=16,THREADS=512");
+    assert_true(ch.pruning.kept > 0);
+
+    /* Re-tune: the default is now 2% faster than the stored winner: it stays. */
+    tw_rt_scale_32_256 = 1.0 / 1.02;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 1, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_int_equal(ch.kept_incumbent, 1);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=16,THREADS=512");
+    /* 4% faster: replaced, and the replacement is what the next process gets. */
+    tw_rt_scale_32_256 = 1.0 / 1.04;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 1, &ch), TWELL_OK);
+    assert_int_equal(ch.kept_incumbent, 0);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=32,THREADS=256");
+    tw_rt_calls = 0;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_FROM_CACHE);
+    tw_assert_canon(&ch.config, "gate_pack_simt:BM=32,THREADS=256");
+    assert_int_equal(tw_rt_calls, 0);
+
+    /* A stored config the space no longer allows is ignored: tuning happens again. */
+    tw_tune_record stale = {tw_cfg2("gate_pack_simt", "BM", 48, "THREADS", 256), 0.5, 1.0, 1};
+    assert_int_equal(tw_tune_store_save(ctx, &p, &d, &stale), TWELL_OK);
+    tw_tune_record back;
+    assert_int_equal(tw_tune_store_load(ctx, &p, &d, &back), TWELL_OK);
+    assert_int_equal(tw_tune_config_value(&back.config, "BM", 0), 48);
+    tw_rt_calls = 0;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_true(tw_rt_calls > 0);
+    assert_non_null(
+        strstr(log.all, "stored config gate_pack_simt:BM=48,THREADS=256 no longer fits"));
+
+    /* A corrupt record under the key: a WARN, then tuning as if there were none. */
+    tw_cache *c = NULL;
+    assert_int_equal(tw_ctx_cache(ctx, &c), TWELL_OK);
+    tw_key key;
+    tw_tune_key(&p, &d, &key);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_TUNING, &key, "garbage\n", 8), TWELL_OK);
+    int warns = log.warns;
+    assert_int_equal(tw_tune_store_load(ctx, &p, &d, &back), TWELL_ERR_NOT_FOUND);
+    assert_int_equal(log.warns, warns + 1);
+    assert_non_null(strstr(log.last, "malformed"));
+    tw_rt_calls = 0;
+    assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_true(tw_rt_calls > 0);
+
+    /* Unsupported: the sm90 space on an A100, and a space that prunes everything. */
+    tw_tune_device a100;
+    tw_tune_device_preset("a100", &a100);
+    assert_int_equal(
+        tw_tune_select(ctx, &p, &a100, tw_tune_space_by_kernel("gate_pack_sm90"), &cb, &o, 0, &ch),
+        TWELL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(twell_ctx_errmsg(ctx), "gate_pack_sm90"));
+    tw_tune_device tiny = d;
+    tiny.max_threads_per_block = 32;
+    assert_int_equal(tw_tune_select(ctx, &p, &tiny, s, &cb, &o, 0, &ch), TWELL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(twell_ctx_errmsg(ctx), "pruned"));
+    assert_true(ch.pruning.total == 25 && ch.pruning.kept == 0);
+    twell_ctx_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_autotune_canon_roundtrip),
+        cmocka_unit_test(test_autotune_canon_rejects),
+        cmocka_unit_test(test_autotune_config_limits),
+        cmocka_unit_test(test_autotune_m_bucket),
+        cmocka_unit_test(test_autotune_prune_simt),
+        cmocka_unit_test(test_autotune_prune_sm90),
+        cmocka_unit_test(test_autotune_enumerate_errors),
+        cmocka_unit_test(test_autotune_selects_fastest),
+        cmocka_unit_test(test_autotune_failures_score_infinity),
+        cmocka_unit_test(test_autotune_all_fail),
+        cmocka_unit_test(test_autotune_margin),
+        cmocka_unit_test(test_autotune_ties_deterministic),
+        cmocka_unit_test(test_autotune_budget),
+        cmocka_unit_test(test_autotune_default_mode),
+        cmocka_unit_test(test_autotune_parallel_compile),
+        cmocka_unit_test(test_autotune_record_roundtrip),
+        cmocka_unit_test(test_autotune_key_fields),
+        cmocka_unit_test(test_autotune_persist_fork),
+        cmocka_unit_test(test_autotune_retune_and_stale),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
