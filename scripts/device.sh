@@ -17,6 +17,8 @@ OUT=${OUT:-/tmp/twell-out}
 mkdir -p "$OUT" /opt/deps
 for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
 export TWELL_DEPS_PREFIX=/opt/deps
+# luaconf.h includes "lua5.4-deb-multiarch.h", which Debian keeps in the multiarch include dir
+export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
 export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
 B=build-dev
