@@ -321,8 +321,9 @@ static void tw_rm_dir(const char *dir) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
+        int n = snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (n > 0 && (size_t)n < sizeof p)
+            unlink(p);
     }
     closedir(d);
     rmdir(dir);
