@@ -210,6 +210,14 @@ twell_status tw_tune_run(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
         return TWELL_OK;
     }
 
+    if (cb->begin) {
+        twell_status bst = cb->begin(cb->user, cands, n);
+        if (bst != TWELL_OK) {
+            tw_tune_result_free(out);
+            return bst;
+        }
+    }
+
     /* Default and incumbent first, so they are timed even when the budget cuts the rest. */
     size_t *order = malloc(n * sizeof *order);
     size_t *idx = malloc(o.batch * sizeof *idx);

@@ -21,6 +21,9 @@
  * (except release). */
 typedef struct tw_tune_callbacks {
     void *user;
+    /* Optional. Called first, once, with the whole candidate array (for per-candidate state);
+     * a failure ends the run with its status before any other callback. */
+    twell_status (*begin)(void *user, const tw_tune_config *cands, size_t n);
     /* Optional. Prepares cfg (render, compile, keep the image). Called on up to
      * tw_tune_options.threads threads at once, each candidate once: must be thread-safe. */
     twell_status (*compile)(void *user, const tw_tune_config *cfg);

@@ -450,6 +450,10 @@ typedef struct tw_fake {
     pthread_mutex_t mu;
     int in_compile, max_in_compile;
     int compile_sleep_us;
+    /* begin */
+    const tw_tune_config *begin_base;
+    size_t begin_n, begins;
+    twell_status begin_fail;
 } tw_fake;
 
 static size_t tw_fake_idx(tw_fake *f, const tw_tune_config *c) {
@@ -473,6 +477,14 @@ static twell_status tw_fake_compile(void *user, const tw_tune_config *c) {
     f->in_compile--;
     pthread_mutex_unlock(&f->mu);
     return f->compile_fail[i];
+}
+
+static twell_status tw_fake_begin(void *user, const tw_tune_config *c, size_t n) {
+    tw_fake *f = user;
+    f->begins++;
+    f->begin_base = c;
+    f->begin_n = n;
+    return f->begin_fail;
 }
 
 static twell_status tw_fake_verify(void *user, const tw_tune_config *c) {
@@ -512,7 +524,8 @@ static void tw_fake_init(tw_fake *f, const tw_tune_config *base) {
 }
 
 static tw_tune_callbacks tw_fake_cb(tw_fake *f) {
-    tw_tune_callbacks cb = {f, tw_fake_compile, tw_fake_verify, tw_fake_measure, tw_fake_release};
+    tw_tune_callbacks cb = {
+        f, tw_fake_begin, tw_fake_compile, tw_fake_verify, tw_fake_measure, tw_fake_release};
     return cb;
 }
 
@@ -562,6 +575,9 @@ static void test_autotune_selects_fastest(void **state) {
         assert_true(r.outcomes[i].min_ms <= r.outcomes[i].ms);
         assert_true(r.outcomes[i].ms <= r.outcomes[i].max_ms);
     }
+    assert_int_equal(f.begins, 1);
+    assert_ptr_equal(f.begin_base, c);
+    assert_int_equal(f.begin_n, 5);
     tw_tune_result_free(&r);
     assert_null(r.outcomes);
 
@@ -647,12 +663,20 @@ static void test_autotune_all_fail(void **state) {
     assert_int_equal(r.outcomes[2].state, TW_CAND_FAIL_VERIFY);
     tw_tune_result_free(&r);
 
+    /* A failing begin ends the run before any other callback. */
+    tw_fake_init(&f, c);
+    f.begin_fail = TWELL_ERR_NO_DEVICE;
+    assert_int_equal(tw_tune_run(ctx, c, 3, 0, SIZE_MAX, &cb, &o, &r), TWELL_ERR_NO_DEVICE);
+    assert_null(r.outcomes);
+    assert_int_equal(f.begins, 1);
+    assert_int_equal(f.compiles[0] + f.verifies[0] + f.total_measures, 0);
+
     /* Argument errors. */
     assert_int_equal(tw_tune_run(ctx, c, 0, SIZE_MAX, SIZE_MAX, &cb, &o, &r),
                      TWELL_ERR_INVALID_ARG);
     assert_int_equal(tw_tune_run(ctx, c, 3, 3, SIZE_MAX, &cb, &o, &r), TWELL_ERR_INVALID_ARG);
     assert_int_equal(tw_tune_run(ctx, c, 3, 0, 7, &cb, &o, &r), TWELL_ERR_INVALID_ARG);
-    tw_tune_callbacks none = {NULL, NULL, NULL, NULL, NULL};
+    tw_tune_callbacks none = {NULL, NULL, NULL, NULL, NULL, NULL};
     assert_int_equal(tw_tune_run(ctx, c, 3, 0, SIZE_MAX, &none, &o, &r), TWELL_ERR_INVALID_ARG);
     assert_null(r.outcomes);
     twell_ctx_destroy(ctx);
@@ -1008,7 +1032,7 @@ static void test_autotune_persist_fork(void **state) {
     tw_tune_problem p;
     tw_h200_problem(&d, &p);
     const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
-    tw_tune_callbacks cb = {NULL, NULL, NULL, tw_xp_measure, NULL};
+    tw_tune_callbacks cb = {NULL, NULL, NULL, NULL, tw_xp_measure, NULL};
     tw_tune_options o = tw_tune_options_default();
 
     fflush(NULL);
@@ -1096,7 +1120,7 @@ static void test_autotune_retune_and_stale(void **state) {
     memset(&log, 0, sizeof log);
     twell_ctx *ctx = tw_cpu_ctx(dir, &log);
     assert_non_null(ctx);
-    tw_tune_callbacks cb = {NULL, NULL, NULL, tw_rt_measure, NULL};
+    tw_tune_callbacks cb = {NULL, NULL, NULL, NULL, tw_rt_measure, NULL};
     tw_tune_options o = tw_tune_options_default();
     tw_tune_choice ch;
 
