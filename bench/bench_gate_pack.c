@@ -5,9 +5,10 @@
  * use its first rows (rows depend only on their index, so a prefix is the smaller data set).
  *
  * Check: ~check_rows rows (first, last-tile boundaries, ragged end, evenly spread) of our output
- * compared to the CPU reference with the rule of runtime/pack_check.h; max_rel_err = max over
- * our stored entries of |v − z| / |z|, z the exact fp64 pre-activation (for bf16, rounding alone
- * allows 2⁻⁹ ≈ 1.95e-3). The whole output is also scanned for unwritten or malformed words.
+ * compared to the CPU reference with the rule of runtime/pack_check.h; max_rel_err = the largest
+ * row-wise ‖v − z‖₂ / ‖z‖₂ over our stored entries, z the exact fp64 pre-activation (bf16
+ * rounding alone allows up to 2⁻⁹ ≈ 1.95e-3). The whole output is also scanned for unwritten or
+ * malformed words.
  */
 #include "bench.h"
 #include "cpu_ref.h"

@@ -117,6 +117,7 @@ void tw_pack_check_rows(const twell_shape *s, const uint16_t *x, const uint16_t 
     const size_t row_words = (size_t)s->N / s->C;
     for (size_t r = 0; r < n; r++) {
         const uint16_t *xr = x + rows[r] * s->K;
+        double err2 = 0.0, ref2 = 0.0; /* this row's Σ(v − z)² and Σz² over stored entries */
         out->rows++;
         for (uint32_t t = 0; t < tiles; t++) {
             const uint32_t *rt = ref + r * row_words + (size_t)t * words;
@@ -157,12 +158,14 @@ void tw_pack_check_rows(const twell_shape *s, const uint16_t *x, const uint16_t 
                 uint32_t col = gt[1 + q] & 0xffffu;
                 double z, e, v = (double)tw_half_to_f32(s->dtype, (uint16_t)(gt[1 + q] >> 16));
                 tw_z(s->dtype, xr, w + (size_t)col * s->K, s->K, &z, &e);
-                double rel = fabs(v - z) / (fabs(z) > 0.0 ? fabs(z) : 1.0);
-                if (rel > out->max_rel_err)
-                    out->max_rel_err = rel;
+                err2 += (v - z) * (v - z);
+                ref2 += z * z;
                 out->entries++;
             }
         }
+        double rel = ref2 > 0.0 ? sqrt(err2 / ref2) : (err2 > 0.0 ? 1.0 : 0.0);
+        if (rel > out->max_rel_err)
+            out->max_rel_err = rel;
     }
 }
 

@@ -25,7 +25,11 @@
  *        such column when the tile does not overflow — is stored.
  *  - else "bad" (the first one is described in first_bad).
  * Also measured: worst_ulp, the largest |v_gpu − v_ref| in 16-bit units over columns stored in
- * both, and max_rel_err = max |v − z| / |z| over the GPU's stored entries (v the stored value).
+ * both, and max_rel_err = the largest, over compared rows, of ‖v − z‖₂ / ‖z‖₂ taken over that
+ * row's stored GPU entries (v the stored 16-bit value, z its exact fp64 pre-activation): the
+ * norm-wise error of the dense activation values we deliver. Rounding alone gives up to 2⁻⁹
+ * (bf16) or 2⁻¹² (fp16) per entry; a per-entry ratio would be dominated by entries near zero,
+ * where fp32 cancellation, not the kernel, sets the error.
  */
 typedef struct tw_pack_check {
     size_t rows;            /* rows compared */
@@ -37,7 +41,7 @@ typedef struct tw_pack_check {
     size_t flips;           /* columns active in exactly one of GPU / reference (ambiguous ones) */
     size_t overflow_tiles;  /* reference row-tiles with count > slots */
     unsigned worst_ulp;     /* see above */
-    double max_rel_err;     /* see above */
+    double max_rel_err;     /* see above (norm-wise per row, max over rows) */
     char first_bad[256];    /* "" when tiles_bad == 0 */
 } tw_pack_check;
 

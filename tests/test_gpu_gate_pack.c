@@ -43,15 +43,17 @@ typedef struct {
 #define SKW TW_SYNTH_SKEWED
 
 /* The cross product is pruned so each value of every axis appears, in mixed company; skewed
- * cases use heavy rows (~20% active per tile) and dense first tokens, so C = 8 and C = 4 tiles
- * overflow; C = 2 needs > 127 of 256 active, hence the dense uniform case. */
+ * cases use heavy rows (~20% active per tile) and dense first tokens, so C = 8 tiles (31 slots)
+ * overflow, as do C = 4 tiles at T = 128 (31 slots); C = 2 needs > 127 of 256 active, hence the
+ * dense uniform case. (C = 4, T = 256 has 63 slots: the skewed data there did not reach them on
+ * the device run of 2026-11-20, so that case does not demand overflow.) */
 static const gp_case gp_cases[] = {
     {1, 64, 256, 256, 8, BF, UNI, 8, 0},        {7, 512, 1024, 256, 4, FP, SKW, 40, 0},
     {128, 2048, 5632, 256, 8, BF, SKW, 29, 1},  {1000, 4096, 8192, 256, 2, BF, UNI, 280, 0},
     {4096, 2048, 5632, 256, 8, FP, UNI, 29, 0}, {4096, 64, 256, 256, 2, BF, SKW, 60, 0},
     {1000, 512, 5632, 256, 8, FP, SKW, 280, 1}, {128, 4096, 1024, 256, 4, FP, UNI, 100, 0},
     {7, 2048, 8192, 256, 8, BF, SKW, 29, 0},    {1, 4096, 5632, 256, 4, FP, SKW, 29, 0},
-    {4096, 512, 8192, 256, 4, BF, SKW, 280, 1}, {128, 64, 1024, 256, 2, FP, UNI, 600, 1},
+    {4096, 512, 8192, 256, 4, BF, SKW, 280, 0}, {128, 64, 1024, 256, 2, FP, UNI, 600, 1},
     {1000, 2048, 256, 256, 4, BF, UNI, 29, 0},  {333, 512, 1024, 128, 4, BF, SKW, 50, 1},
 };
 
