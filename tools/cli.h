@@ -8,5 +8,6 @@ int twell_cmd_compile(int argc, char **argv); /* tools/cmd_jit.c */
 int twell_cmd_cache(int argc, char **argv);   /* tools/cmd_cache.c */
 int twell_cmd_info(int argc, char **argv);    /* tools/cmd_jit.c */
 int twell_cmd_bench(int argc, char **argv);   /* bench/bench.c */
+int twell_cmd_tune(int argc, char **argv);    /* tools/cmd_tune.c */
 
 #endif

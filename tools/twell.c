@@ -18,6 +18,7 @@ static const tw_cmd tw_cmds[] = {
     {"cache", twell_cmd_cache, "ls | verify | clear the kernel cache"},
     {"info", twell_cmd_info, "library, NVRTC, driver, devices and cache"},
     {"bench", twell_cmd_bench, "benchmark against dense cuBLAS (GPU)"},
+    {"tune", twell_cmd_tune, "autotune and prewarm shapes or a model's config.json (GPU)"},
 };
 
 static void tw_usage(FILE *f) {

@@ -1,0 +1,394 @@
+/*
+ * gpu_tune.c — the tuner's callbacks on a CUDA device: candidates compiled by NVRTC on worker
+ * threads (each with its own CPU context, sharing the disk cache), loaded and checked against the
+ * CPU reference on a probe, then timed with CUDA events after an L2 flush. One launcher per
+ * tunable kernel; a kernel without one here is not tuned on the device.
+ */
+#include "gpu_tune.h"
+
+#include "cpu_ref.h"
+#include "cuda_driver.h"
+#include "pack_check.h"
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TW_PROBE_ROWS 67     /* awkward on purpose: a full 64-row tile plus a ragged end */
+#define TW_GRID_Y_MAX 65535u /* gridDim.y limit: larger M goes in row chunks */
+
+twell_status tw_tune_device_of(twell_ctx *ctx, tw_tune_device *out) {
+    memset(out, 0, sizeof *out);
+    if (!ctx || !ctx->cuda)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "tune: tuning needs a CUDA device");
+    const tw_cuda *c = ctx->cuda;
+    snprintf(out->name, sizeof out->name, "%s", c->name);
+    snprintf(out->arch, sizeof out->arch, "%s", c->arch);
+    out->cc_major = c->cc_major;
+    out->cc_minor = c->cc_minor;
+    out->sm_count = c->sm_count;
+    out->driver_version = c->driver_version;
+    out->smem_per_block = c->smem_optin;
+    out->smem_per_sm = c->smem_optin + 1024; /* the driver reserves 1 KiB per block */
+    /* The same on every architecture we target (CUDA C++ Programming Guide, compute
+     * capabilities table): 64 K registers per SM, 255 per thread, 1024 threads per block;
+     * portable clusters of up to 8 from sm_90. */
+    out->regs_per_sm = 65536;
+    out->max_regs_per_thread = 255;
+    out->max_threads_per_block = 1024;
+    out->max_cluster = c->cc_major >= 9 ? 8 : 1;
+    out->l2_bytes = c->l2_bytes;
+    return TWELL_OK;
+}
+
+/* ---- per-op data on the device ---- */
+
+typedef struct tw_gpu_data {
+    size_t M;         /* rows timed (the bucket) */
+    size_t P;         /* probe rows */
+    void *x, *w;      /* x [M, K], the packing weight [N, K] */
+    uint32_t *packed; /* [M, N/C] */
+    void *flush;
+    size_t flush_bytes;
+    tw_cuda_event ev[2];
+    tw_synth_ffn *host; /* the synthetic inputs (probe reference and checks) */
+    uint32_t *ref;      /* [P, N/C] reference of the probe */
+    uint32_t *got;      /* [P, N/C] scratch */
+} tw_gpu_data;
+
+/* ---- launchers ---- */
+
+typedef struct tw_gpu_kernel {
+    const char *kernel;   /* template */
+    const char *function; /* its extern "C" entry */
+    const char *op;
+    /* Called once after the module is loaded (function attributes). May be NULL. */
+    twell_status (*prepare)(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
+                            const twell_shape *s);
+    /* Enqueues one run over rows [0, M) on the default stream; context current. */
+    twell_status (*launch)(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
+                           const twell_shape *s, size_t M, const tw_gpu_data *d);
+} tw_gpu_kernel;
+
+/* gate_pack_simt: grid (N/T, ceil(M/BM)), block THREADS, no dynamic shared memory (the ABI in
+ * the template's header). */
+static twell_status tw_simt_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
+                                   const twell_shape *s, size_t M, const tw_gpu_data *d) {
+    const size_t bm = (size_t)tw_tune_config_value(cfg, "BM", 32);
+    const unsigned threads = (unsigned)tw_tune_config_value(cfg, "THREADS", 256);
+    const size_t rows_per_launch = (size_t)TW_GRID_Y_MAX * bm;
+    tw_cu_launch_cfg lc;
+    memset(&lc, 0, sizeof lc);
+    lc.grid[0] = s->N / s->T;
+    lc.grid[2] = 1;
+    lc.block[0] = threads;
+    lc.block[1] = lc.block[2] = 1;
+    for (size_t r0 = 0; r0 < M; r0 += rows_per_launch) {
+        size_t rows = M - r0 < rows_per_launch ? M - r0 : rows_per_launch;
+        const void *xa = (const char *)d->x + r0 * (size_t)s->K * 2u;
+        const void *wa = d->w;
+        uint32_t *pa = d->packed + r0 * (size_t)(s->N / s->C);
+        int m = (int)rows;
+        void *args[] = {(void *)&xa, (void *)&wa, (void *)&pa, (void *)&m};
+        lc.grid[1] = (unsigned)((rows + bm - 1) / bm);
+        twell_status st = tw_cu_launch(ctx, fn, &lc, NULL, args);
+        if (st != TWELL_OK)
+            return st;
+    }
+    return TWELL_OK;
+}
+
+/* The kernels this build can tune on a device. gate_pack_sm90 and ffn_fused join here when
+ * their launchers accept a tuned configuration. */
+static const tw_gpu_kernel tw_gpu_kernels[] = {
+    {"gate_pack_simt", "twell_gate_pack_simt", "gate_pack", NULL, tw_simt_launch},
+};
+
+static const tw_gpu_kernel *tw_gpu_kernel_find(const char *kernel) {
+    for (size_t i = 0; i < sizeof tw_gpu_kernels / sizeof tw_gpu_kernels[0]; i++)
+        if (!strcmp(tw_gpu_kernels[i].kernel, kernel))
+            return &tw_gpu_kernels[i];
+    return NULL;
+}
+
+int tw_tune_kernel_runnable(const char *kernel) {
+    if (!kernel || !tw_gpu_kernel_find(kernel))
+        return 0;
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s.cu.lua", tw_template_dir(), kernel);
+    return stat(path, &st) == 0;
+}
+
+const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,
+                                            const tw_tune_device *d) {
+    const tw_tune_space *sp[8];
+    size_t n = tw_tune_spaces_for(op, sp, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if ((!sp[i]->supports || sp[i]->supports(p, d)) && tw_tune_kernel_runnable(sp[i]->kernel))
+            return sp[i];
+    return NULL;
+}
+
+twell_status tw_tune_gpu_cubin(twell_ctx *ctx, const tw_tune_config *cfg, const twell_shape *shape,
+                               tw_cubin *out) {
+    tw_param prm[5 + TW_TUNE_MAX_PARAMS];
+    size_t np = tw_tune_config_params(cfg, shape, prm, sizeof prm / sizeof prm[0]);
+    const char *arch = ctx && ctx->cuda ? ctx->cuda->arch : "sm_90a";
+    return tw_jit_cubin(ctx, cfg->kernel, prm, np, arch, out);
+}
+
+/* ---- the callbacks ---- */
+
+typedef struct tw_gpu_slot {
+    tw_cubin cubin;
+    tw_CUmodule mod;
+    tw_CUfunction fn;
+    char err[384]; /* why compile failed (worker contexts die with their messages) */
+} tw_gpu_slot;
+
+typedef struct tw_gpu_tuner {
+    twell_ctx *ctx;
+    const tw_gpu_kernel *k;
+    twell_shape shape;
+    size_t M;
+    const tw_tune_config *base;
+    tw_gpu_slot *slots;
+    size_t n;
+    tw_gpu_data data;
+    int have_data;
+    uint32_t salt; /* a different flush value every run */
+} tw_gpu_tuner;
+
+static tw_gpu_slot *tw_slot(tw_gpu_tuner *t, const tw_tune_config *cfg) {
+    return &t->slots[cfg - t->base];
+}
+
+static void tw_gpu_data_free(twell_ctx *ctx, tw_gpu_data *d) {
+    tw_cuda_free(ctx, d->x);
+    tw_cuda_free(ctx, d->w);
+    tw_cuda_free(ctx, d->packed);
+    tw_cuda_free(ctx, d->flush);
+    for (int i = 0; i < 2; i++)
+        if (d->ev[i])
+            tw_cuda_event_destroy(ctx, d->ev[i]);
+    tw_synth_destroy(d->host);
+    free(d->ref);
+    free(d->got);
+    memset(d, 0, sizeof *d);
+}
+
+/* Synthetic inputs of the bucket's size with about 0.5% of the hidden width active per row (29
+ * of 5632, the sparsity DESIGN.md §1 reports), uploaded once; the probe's reference computed
+ * on the host. */
+static twell_status tw_gpu_data_make(tw_gpu_tuner *t) {
+    twell_ctx *ctx = t->ctx;
+    tw_gpu_data *d = &t->data;
+    const twell_shape *s = &t->shape;
+    memset(d, 0, sizeof *d);
+    d->M = t->M;
+    d->P = t->M < TW_PROBE_ROWS ? t->M : TW_PROBE_ROWS;
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = d->M;
+    sp.K = s->K;
+    sp.N = s->N;
+    sp.dtype = s->dtype;
+    sp.gated = s->gated;
+    sp.nnz = fmax(1.0, 0.00515 * (double)s->N);
+    twell_status st = tw_synth_create(ctx->pool, &sp, &d->host);
+    if (st != TWELL_OK)
+        return tw_error(ctx, st, "tune: cannot make %zu rows of synthetic data (%s)", d->M,
+                        twell_status_name(st));
+    const size_t row_words = s->N / s->C;
+    const size_t xbytes = d->M * s->K * 2u, wbytes = (size_t)s->N * s->K * 2u;
+    d->flush_bytes = (size_t)(ctx->cuda->l2_bytes > 0 ? ctx->cuda->l2_bytes : 32 << 20) * 2u;
+    d->ref = malloc(d->P * row_words * sizeof *d->ref);
+    d->got = malloc(d->P * row_words * sizeof *d->got);
+    if (!d->ref || !d->got)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory for the probe");
+    const uint16_t *w = tw_synth_pack_weight(d->host);
+    if ((st = tw_gate_pack_ref(ctx->pool, s, d->P, d->host->x, w, d->ref)) != TWELL_OK ||
+        (st = tw_cuda_malloc(ctx, xbytes, &d->x)) != TWELL_OK ||
+        (st = tw_cuda_malloc(ctx, wbytes, &d->w)) != TWELL_OK ||
+        (st = tw_cuda_malloc(ctx, d->M * row_words * 4u, (void **)&d->packed)) != TWELL_OK ||
+        (st = tw_cuda_malloc(ctx, d->flush_bytes, &d->flush)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_htod(ctx, d->x, d->host->x, xbytes)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_htod(ctx, d->w, w, wbytes)) != TWELL_OK ||
+        (st = tw_cuda_event_create(ctx, &d->ev[0])) != TWELL_OK ||
+        (st = tw_cuda_event_create(ctx, &d->ev[1])) != TWELL_OK)
+        return st;
+    return TWELL_OK;
+}
+
+static twell_status tw_gpu_begin(void *user, const tw_tune_config *cands, size_t n) {
+    tw_gpu_tuner *t = user;
+    t->base = cands;
+    t->n = n;
+    t->slots = calloc(n, sizeof *t->slots);
+    if (!t->slots)
+        return tw_error(t->ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+    t->have_data = 1;
+    return tw_gpu_data_make(t);
+}
+
+/* On a worker thread: a CPU context of its own (contexts are single-threaded) sharing the disk
+ * cache, so the cubin is also published for later processes. */
+static twell_status tw_gpu_compile(void *user, const tw_tune_config *cfg) {
+    tw_gpu_tuner *t = user;
+    tw_gpu_slot *slot = tw_slot(t, cfg);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = t->ctx->cache_dir;
+    o.cache_max_bytes = t->ctx->opts.cache_max_bytes;
+    twell_ctx *w = NULL;
+    twell_status st = twell_ctx_create(&o, &w);
+    if (st != TWELL_OK) {
+        snprintf(slot->err, sizeof slot->err, "cannot create a compile context");
+        return st;
+    }
+    tw_param prm[5 + TW_TUNE_MAX_PARAMS];
+    size_t np = tw_tune_config_params(cfg, &t->shape, prm, sizeof prm / sizeof prm[0]);
+    st = tw_jit_cubin(w, cfg->kernel, prm, np, t->ctx->cuda->arch, &slot->cubin);
+    if (st != TWELL_OK)
+        snprintf(slot->err, sizeof slot->err, "%s", twell_ctx_errmsg(w));
+    twell_ctx_destroy(w);
+    return st;
+}
+
+static void tw_gpu_note(tw_gpu_tuner *t, const tw_tune_config *cfg, const char *what,
+                        const char *why) {
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(cfg, canon, sizeof canon);
+    tw_log(t->ctx, TWELL_LOG_INFO, "tune: %s %s: %.300s", canon, what, why);
+}
+
+/* Loads the module, runs the probe rows into a poisoned buffer and compares them with the
+ * reference (pack_check's rule: only fp32 summation-order differences pass). */
+static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
+    tw_gpu_tuner *t = user;
+    twell_ctx *ctx = t->ctx;
+    tw_gpu_slot *slot = tw_slot(t, cfg);
+    tw_gpu_data *d = &t->data;
+    const twell_shape *s = &t->shape;
+    const size_t row_words = s->N / s->C;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    if ((st = tw_cu_module_load(ctx, slot->cubin.data, &slot->mod)) == TWELL_OK &&
+        (st = tw_cu_module_function(ctx, slot->mod, t->k->function, &slot->fn)) == TWELL_OK &&
+        (!t->k->prepare || (st = t->k->prepare(ctx, slot->fn, cfg, s)) == TWELL_OK) &&
+        (st = tw_cuda_memset_d32(ctx, d->packed, 0xA5A5A5A5u, d->P * row_words, NULL)) ==
+            TWELL_OK &&
+        (st = t->k->launch(ctx, slot->fn, cfg, s, d->P, d)) == TWELL_OK &&
+        (st = tw_cuda_synchronize(ctx)) == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(ctx, d->got, d->packed, d->P * row_words * 4u);
+    tw_cu_leave(ctx, &sc);
+    if (st != TWELL_OK) {
+        tw_gpu_note(t, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
+        return st;
+    }
+    size_t *rows = malloc(d->P * sizeof *rows);
+    if (!rows)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+    for (size_t i = 0; i < d->P; i++)
+        rows[i] = i;
+    tw_pack_check chk;
+    tw_pack_check_rows(s, d->host->x, tw_synth_pack_weight(d->host), rows, d->P, d->ref, d->got,
+                       &chk);
+    free(rows);
+    if (chk.tiles_bad) {
+        char canon[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(cfg, canon, sizeof canon);
+        tw_gpu_note(t, cfg, "gives wrong results", chk.first_bad);
+        return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %zu of %zu probe row-tiles wrong: %s",
+                        canon, chk.tiles_bad, chk.tiles, chk.first_bad);
+    }
+    return TWELL_OK;
+}
+
+/* One timed run: flush L2 by writing a buffer twice its size, then events around the launch. */
+static twell_status tw_gpu_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
+    tw_gpu_tuner *t = user;
+    twell_ctx *ctx = t->ctx;
+    tw_gpu_slot *slot = tw_slot(t, cfg);
+    tw_gpu_data *d = &t->data;
+    float ms = 0.0f;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    if ((st = tw_cuda_memset_d32(ctx, d->flush, ++t->salt, d->flush_bytes / 4u, NULL)) ==
+            TWELL_OK &&
+        (st = tw_cuda_event_record(ctx, d->ev[0], NULL)) == TWELL_OK &&
+        (st = t->k->launch(ctx, slot->fn, cfg, &t->shape, d->M, d)) == TWELL_OK &&
+        (st = tw_cuda_event_record(ctx, d->ev[1], NULL)) == TWELL_OK)
+        st = tw_cuda_event_elapsed(ctx, d->ev[0], d->ev[1], &ms);
+    tw_cu_leave(ctx, &sc);
+    if (st != TWELL_OK) {
+        tw_gpu_note(t, cfg, "failed to launch", twell_ctx_errmsg(ctx));
+        return st;
+    }
+    *ms_out = (double)ms;
+    return TWELL_OK;
+}
+
+static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
+    tw_gpu_tuner *t = user;
+    tw_gpu_slot *slot = tw_slot(t, cfg);
+    if (slot->err[0])
+        tw_gpu_note(t, cfg, "did not compile", slot->err);
+    if (slot->mod) {
+        tw_cu_scope sc;
+        if (tw_cu_enter(t->ctx, &sc) == TWELL_OK) {
+            tw_cu_module_unload(slot->mod);
+            tw_cu_leave(t->ctx, &sc);
+        }
+    }
+    tw_cubin_free(&slot->cubin);
+    memset(slot, 0, sizeof *slot);
+}
+
+twell_status tw_tune_gpu(twell_ctx *ctx, const char *op, const twell_shape *shape, size_t M,
+                         const tw_tune_options *opt, int retune, tw_tune_choice *out) {
+    memset(out, 0, sizeof *out);
+    out->ms = out->default_ms = NAN;
+    tw_tune_device dev;
+    twell_status st = tw_tune_device_of(ctx, &dev);
+    if (st != TWELL_OK)
+        return st;
+    if ((st = twell_shape_check(ctx, shape)) != TWELL_OK)
+        return st;
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", op ? op : "");
+    p.shape = *shape;
+    p.M = tw_tune_m_bucket(M);
+    const tw_tune_space *space = tw_tune_space_runnable(p.op, &p, &dev);
+    if (!space)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "tune: no kernel for %s that this build can launch on %s", p.op, dev.arch);
+    tw_gpu_tuner t;
+    memset(&t, 0, sizeof t);
+    t.ctx = ctx;
+    t.k = tw_gpu_kernel_find(space->kernel);
+    t.shape = *shape;
+    t.M = p.M;
+    tw_tune_callbacks cb = {
+        &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
+    st = tw_tune_select(ctx, &p, &dev, space, &cb, opt, retune, out);
+    if (t.have_data)
+        tw_gpu_data_free(ctx, &t.data);
+    free(t.slots);
+    if (st != TWELL_OK)
+        return st;
+    /* The record alone would still leave a compile to the next process. */
+    tw_cubin cubin;
+    st = tw_tune_gpu_cubin(ctx, &out->config, shape, &cubin);
+    tw_cubin_free(&cubin);
+    return st;
+}

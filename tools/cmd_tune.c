@@ -1,0 +1,640 @@
+/* cmd_tune.c — `twell tune`: prewarm the tuning records and kernel cache for explicit shapes or
+ * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
+ * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
+#include "cli.h"
+#include "gpu_tune.h"
+#include "internal.h"
+#include "json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TW_MAX_M 32
+#define TW_MAX_OPS 8
+
+static void tw_tune_usage(FILE *f) {
+    fprintf(f,
+            "usage: twell tune (--model config.json | --K n --N n) [options]\n\n"
+            "Tunes the kernels of each op for each shape and row count on this GPU, stores the\n"
+            "winners and their compiled kernels in the cache, and reports what was chosen, so a\n"
+            "deployed process compiles and measures nothing. Works offline.\n\n"
+            "Shape:\n"
+            "  --model FILE      a Hugging Face config.json: hidden_size is K, intermediate_size\n"
+            "                    N, torch_dtype the element type (bfloat16 or float16)\n"
+            "  --K n --N n       model and hidden width, instead of --model\n"
+            "  --T n             TwELL column tile (default 256)\n"
+            "  --C n             compression factor 2, 4 or 8 (default 8)\n"
+            "  --dtype bf16|fp16 element type (default: the model's, else bf16)\n"
+            "  --non-gated       non-gated FFN (h = relu(x Wu^T))\n"
+            "  --M list          row counts, comma-separated (default 1,256,4096,16384); each is\n"
+            "                    tuned for its power-of-two bucket\n"
+            "  --ops list        ops to tune (default gate_pack,ffn_infer)\n"
+            "Tuning:\n"
+            "  --budget s        seconds per shape before no new candidates are timed\n"
+            "                    (default 20; 0: no limit)\n"
+            "  --reps n          timed runs per candidate, median kept (default 10, at least 10)\n"
+            "  --threads n       compile threads (default: cores, at most 8)\n"
+            "  --retune          time again even when a winner is stored; it is replaced only by\n"
+            "                    a challenger at least 3%% faster\n"
+            "  --device n        CUDA device ordinal (default 0)\n"
+            "Output:\n"
+            "  --json FILE       write a JSON report\n"
+            "  --dry-run         list shapes, kernels and candidate counts; no GPU needed\n"
+            "  --assume-device NAME\n"
+            "                    prune for h200, h100, a100 or l4 instead of the GPU present\n"
+            "                    (the default for --dry-run without a GPU is h200)\n"
+            "  --quiet           no progress output\n\n"
+            "Exit: 0 ok, 1 a tuning failed, 2 usage or bad input, 3 no usable CUDA device.\n");
+}
+
+typedef struct tw_tune_args {
+    const char *model, *json, *assume;
+    uint32_t K, N, T, C;
+    int have_K, have_N, have_dtype;
+    twell_dtype dtype;
+    int gated;
+    size_t M[TW_MAX_M];
+    size_t nM;
+    const char *ops[TW_MAX_OPS];
+    size_t nops;
+    char ops_buf[256];
+    double budget;
+    int reps, threads, retune, dry_run, quiet, device;
+} tw_tune_args;
+
+static int tw_bad(const char *opt, const char *val) {
+    fprintf(stderr, "twell tune: bad value '%s' for %s (see --help)\n", val, opt);
+    return 0;
+}
+
+static int tw_u32(const char *opt, const char *val, uint32_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (!val[0] || *end || errno || v == 0 || v > UINT32_MAX || val[0] == '-')
+        return tw_bad(opt, val);
+    *out = (uint32_t)v;
+    return 1;
+}
+
+static int tw_int(const char *opt, const char *val, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (!val[0] || *end || errno || v < lo || v > hi)
+        return tw_bad(opt, val);
+    *out = (int)v;
+    return 1;
+}
+
+static int tw_list_m(const char *val, tw_tune_args *a) {
+    a->nM = 0;
+    const char *p = val;
+    while (*p) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9')
+            return tw_bad("--M", val);
+        unsigned long long v = strtoull(p, &end, 10);
+        if (errno || v == 0 || v > ((size_t)1 << 40) || (*end && *end != ',') || a->nM == TW_MAX_M)
+            return tw_bad("--M", val);
+        a->M[a->nM++] = (size_t)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return tw_bad("--M", val);
+    }
+    return a->nM ? 1 : tw_bad("--M", val);
+}
+
+static int tw_list_ops(const char *val, tw_tune_args *a) {
+    snprintf(a->ops_buf, sizeof a->ops_buf, "%s", val);
+    a->nops = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(a->ops_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int known = 0;
+        for (const char *const *op = tw_tune_ops(); *op; op++)
+            known |= !strcmp(*op, tok);
+        if (!known) {
+            fprintf(stderr, "twell tune: unknown op '%s' in --ops (known:", tok);
+            for (const char *const *op = tw_tune_ops(); *op; op++)
+                fprintf(stderr, " %s", *op);
+            fprintf(stderr, ")\n");
+            return 0;
+        }
+        for (size_t i = 0; i < a->nops; i++)
+            if (!strcmp(a->ops[i], tok))
+                return tw_bad("--ops", val);
+        if (a->nops == TW_MAX_OPS)
+            return tw_bad("--ops", val);
+        a->ops[a->nops++] = tok;
+    }
+    return a->nops ? 1 : tw_bad("--ops", val);
+}
+
+/* 1 parsed, 0 usage error (message printed), -1 --help. */
+static int tw_parse_args(int argc, char **argv, tw_tune_args *a) {
+    memset(a, 0, sizeof *a);
+    a->T = 256;
+    a->C = 8;
+    a->gated = 1;
+    a->budget = TW_TUNE_DEFAULT_BUDGET_S;
+    a->reps = TW_TUNE_MIN_REPS;
+    static const size_t defM[] = {1, 256, 4096, 16384};
+    memcpy(a->M, defM, sizeof defM);
+    a->nM = 4;
+    for (const char *const *op = tw_tune_ops(); *op && a->nops < TW_MAX_OPS; op++)
+        a->ops[a->nops++] = *op;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h"))
+            return -1;
+        if (!strcmp(o, "--dry-run")) {
+            a->dry_run = 1;
+            continue;
+        }
+        if (!strcmp(o, "--retune")) {
+            a->retune = 1;
+            continue;
+        }
+        if (!strcmp(o, "--quiet")) {
+            a->quiet = 1;
+            continue;
+        }
+        if (!strcmp(o, "--non-gated")) {
+            a->gated = 0;
+            continue;
+        }
+        static const char *const with_value[] = {
+            "--model", "--K",    "--N",      "--T",    "--C",       "--dtype",  "--M",
+            "--ops",   "--json", "--budget", "--reps", "--threads", "--device", "--assume-device"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            known |= !strcmp(o, with_value[k]);
+        if (!known) {
+            fprintf(stderr, "twell tune: unknown option '%s' (see --help)\n", o);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "twell tune: %s needs a value\n", o);
+            return 0;
+        }
+        const char *v = argv[++i];
+        int ok = 1;
+        if (!strcmp(o, "--model"))
+            a->model = v;
+        else if (!strcmp(o, "--json"))
+            a->json = v;
+        else if (!strcmp(o, "--assume-device")) {
+            tw_tune_device d;
+            if (tw_tune_device_preset(v, &d) != 0) {
+                fprintf(stderr, "twell tune: unknown device '%s' (h200, h100, a100, l4)\n", v);
+                return 0;
+            }
+            a->assume = v;
+        } else if (!strcmp(o, "--K"))
+            ok = a->have_K = tw_u32(o, v, &a->K);
+        else if (!strcmp(o, "--N"))
+            ok = a->have_N = tw_u32(o, v, &a->N);
+        else if (!strcmp(o, "--T"))
+            ok = tw_u32(o, v, &a->T);
+        else if (!strcmp(o, "--C"))
+            ok = tw_u32(o, v, &a->C);
+        else if (!strcmp(o, "--dtype")) {
+            a->have_dtype = 1;
+            if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16"))
+                a->dtype = TWELL_DTYPE_BF16;
+            else if (!strcmp(v, "fp16") || !strcmp(v, "float16"))
+                a->dtype = TWELL_DTYPE_FP16;
+            else
+                ok = tw_bad(o, v);
+        } else if (!strcmp(o, "--M"))
+            ok = tw_list_m(v, a);
+        else if (!strcmp(o, "--ops"))
+            ok = tw_list_ops(v, a);
+        else if (!strcmp(o, "--budget")) {
+            char *end;
+            a->budget = strtod(v, &end);
+            if (!v[0] || *end || !(a->budget >= 0.0) || a->budget > 1e6)
+                ok = tw_bad(o, v);
+        } else if (!strcmp(o, "--reps"))
+            ok = tw_int(o, v, 1, 100000, &a->reps);
+        else if (!strcmp(o, "--threads"))
+            ok = tw_int(o, v, 1, 64, &a->threads);
+        else if (!strcmp(o, "--device"))
+            ok = tw_int(o, v, 0, 1024, &a->device);
+        if (!ok)
+            return 0;
+    }
+    if (a->model && (a->have_K || a->have_N)) {
+        fprintf(stderr, "twell tune: give --model or --K/--N, not both\n");
+        return 0;
+    }
+    if (!a->model && !(a->have_K && a->have_N)) {
+        fprintf(stderr, "twell tune: give --model config.json, or both --K and --N (see --help)\n");
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- output helpers ---- */
+
+static void tw_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void tw_json_ms(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.6f", v);
+    else
+        fputs("null", f);
+}
+
+static const char *tw_dt(twell_dtype d) { return d == TWELL_DTYPE_FP16 ? "fp16" : "bf16"; }
+
+/* One row of the summary and the report. */
+typedef struct tw_row {
+    const char *op;
+    char kernel[TW_TUNE_KERNEL_MAX];
+    size_t M, bucket;
+    tw_tune_choice ch;
+    twell_status st;
+    char err[320];
+    int runnable;
+    int stored; /* dry run: a record exists for this device */
+    char note[96];
+} tw_row;
+
+/* ---- progress ---- */
+
+typedef struct tw_progress {
+    int on, tty;
+    size_t job, njobs;
+    const char *op;
+    size_t M;
+} tw_progress;
+
+static void tw_progress_draw(tw_progress *p, size_t done, size_t total, const char *phase) {
+    if (!p->on)
+        return;
+    const int width = 24;
+    double frac = ((double)p->job + (total ? (double)done / (double)total : 0.0)) /
+                  (double)(p->njobs ? p->njobs : 1);
+    int fill = (int)(frac * width + 0.5);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    if (p->tty)
+        fprintf(stderr, "\r[%s] %zu/%zu %-9s M=%-6zu %3zu/%-3zu candidates %-14s", bar, p->job + 1,
+                p->njobs, p->op, p->M, done, total, phase);
+    else if (!strcmp(phase, "start") || !strcmp(phase, "budget spent"))
+        fprintf(stderr, "[%s] %zu/%zu %s M=%zu: %s\n", bar, p->job + 1, p->njobs, p->op, p->M,
+                phase);
+    fflush(stderr);
+}
+
+static void tw_progress_cb(void *user, size_t done, size_t total, const char *phase) {
+    tw_progress_draw(user, done, total, phase);
+}
+
+static void tw_progress_end(tw_progress *p) {
+    if (p->on && p->tty)
+        fprintf(stderr, "\r%78s\r", "");
+}
+
+/* ---- the command ---- */
+
+static void tw_quiet_log(void *user, twell_log_level level, const char *msg) {
+    (void)user;
+    if (level >= TWELL_LOG_WARN)
+        fprintf(stderr, "twell: %s\n", msg);
+}
+
+static void tw_print_table(const tw_row *rows, size_t n, int dry) {
+    if (dry)
+        printf("\n%-10s %-15s %7s %7s %6s %6s  %-29s %-42s %s\n", "OP", "KERNEL", "M", "BUCKET",
+               "CANDS", "KEPT", "PRUNED shape/smem/regs/thr/cl", "DEFAULT CONFIG", "NOTE");
+    else
+        printf("\n%-10s %7s %7s  %-42s %10s %10s %8s  %s\n", "OP", "M", "BUCKET", "CONFIG",
+               "TIME ms", "DEFAULT ms", "SPEEDUP", "SOURCE");
+    for (size_t i = 0; i < n; i++) {
+        const tw_row *r = &rows[i];
+        char canon[TW_TUNE_CANON_MAX];
+        if (dry) {
+            const tw_prune_stats *ps = &r->ch.pruning;
+            char pruned[64];
+            snprintf(pruned, sizeof pruned, "%zu/%zu/%zu/%zu/%zu", ps->by[TW_PRUNE_SHAPE],
+                     ps->by[TW_PRUNE_SMEM], ps->by[TW_PRUNE_REGS], ps->by[TW_PRUNE_THREADS],
+                     ps->by[TW_PRUNE_CLUSTER]);
+            tw_tune_config_canon(&r->ch.config, canon, sizeof canon);
+            const char *note = r->st != TWELL_OK ? r->err
+                               : r->stored       ? "stored winner"
+                               : !r->runnable    ? "no launcher in this build yet"
+                                                 : r->note;
+            printf("%-10s %-15s %7zu %7zu %6zu %6zu  %-29s %-42s %s\n", r->op,
+                   r->kernel[0] ? r->kernel : "-", r->M, r->bucket, ps->total, ps->kept, pruned,
+                   r->st == TWELL_OK ? canon : "-", note);
+            continue;
+        }
+        if (r->st != TWELL_OK) {
+            printf("%-10s %7zu %7zu  %-42s %10s %10s %8s  %s: %s\n", r->op, r->M, r->bucket, "-",
+                   "-", "-", "-", r->st == TWELL_ERR_UNSUPPORTED ? "unavailable" : "FAILED",
+                   r->err);
+            continue;
+        }
+        tw_tune_config_canon(&r->ch.config, canon, sizeof canon);
+        char t[32] = "-", dt[32] = "-", sp[32] = "-";
+        if (isfinite(r->ch.ms))
+            snprintf(t, sizeof t, "%.4f", r->ch.ms);
+        if (isfinite(r->ch.default_ms))
+            snprintf(dt, sizeof dt, "%.4f", r->ch.default_ms);
+        else if (isinf(r->ch.default_ms))
+            snprintf(dt, sizeof dt, "failed");
+        if (isfinite(r->ch.ms) && isfinite(r->ch.default_ms) && r->ch.ms > 0.0)
+            snprintf(sp, sizeof sp, "%.2fx", r->ch.default_ms / r->ch.ms);
+        printf("%-10s %7zu %7zu  %-42s %10s %10s %8s  %s%s\n", r->op, r->M, r->bucket, canon, t, dt,
+               sp, tw_tune_source_name(r->ch.source), r->ch.budget_cut ? " (budget cut)" : "");
+    }
+}
+
+static int tw_write_json(const char *path, const tw_tune_args *a, const tw_model_config *m,
+                         const twell_shape *s, const tw_tune_device *d, int assumed,
+                         const tw_row *rows, size_t n) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "twell tune: cannot write %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    fprintf(f, "{\n  \"tool\": \"twell tune\",\n  \"version\": ");
+    tw_json_string(f, twell_version());
+    fprintf(f, ",\n  \"date\": \"%s\",\n  \"dry_run\": %s,\n  \"device\": {\"name\": ", date,
+            a->dry_run ? "true" : "false");
+    tw_json_string(f, d->name);
+    fprintf(f, ", \"arch\": ");
+    tw_json_string(f, d->arch);
+    fprintf(f, ", \"sm_count\": %d, \"driver_version\": %d, \"assumed\": %s},\n", d->sm_count,
+            d->driver_version, assumed ? "true" : "false");
+    fprintf(f, "  \"model\": ");
+    if (m) {
+        fprintf(f, "{\"path\": ");
+        tw_json_string(f, a->model);
+        fprintf(f, ", \"model_type\": ");
+        tw_json_string(f, m->model_type);
+        fprintf(f,
+                ", \"hidden_size\": %u, \"intermediate_size\": %u, \"num_layers\": %lld, "
+                "\"torch_dtype\": ",
+                m->hidden_size, m->intermediate_size, (long long)m->num_layers);
+        tw_json_string(f, m->torch_dtype);
+        fprintf(f, "},\n");
+    } else {
+        fprintf(f, "null,\n");
+    }
+    fprintf(f, "  \"budget_s\": %g,\n  \"results\": [", a->budget);
+    for (size_t i = 0; i < n; i++) {
+        const tw_row *r = &rows[i];
+        char canon[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&r->ch.config, canon, sizeof canon);
+        fprintf(f, "%s\n    {\"op\": \"%s\", \"kernel\": ", i ? "," : "", r->op);
+        tw_json_string(f, r->kernel);
+        fprintf(f,
+                ", \"K\": %u, \"N\": %u, \"T\": %u, \"C\": %u, \"dtype\": \"%s\", \"gated\": %s, "
+                "\"M\": %zu, \"bucket\": %zu, \"config\": ",
+                s->K, s->N, s->T, s->C, tw_dt(s->dtype), s->gated ? "true" : "false", r->M,
+                r->bucket);
+        if (r->st == TWELL_OK)
+            tw_json_string(f, canon);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"ms\": ");
+        tw_json_ms(f, r->ch.ms);
+        fprintf(f, ", \"default_ms\": ");
+        tw_json_ms(f, r->ch.default_ms);
+        fprintf(f, ", \"speedup\": ");
+        tw_json_ms(f, r->ch.ms > 0.0 ? r->ch.default_ms / r->ch.ms : NAN);
+        fprintf(f, ", \"source\": ");
+        tw_json_string(f, r->st != TWELL_OK ? "error"
+                          : a->dry_run      ? (r->stored ? "stored" : "planned")
+                                            : tw_tune_source_name(r->ch.source));
+        fprintf(f,
+                ", \"budget_cut\": %s, \"candidates\": %zu, \"kept\": %zu, \"measured\": %zu, "
+                "\"failed\": %zu, \"skipped\": %zu, \"elapsed_s\": %.3f, \"error\": ",
+                r->ch.budget_cut ? "true" : "false", r->ch.pruning.total, r->ch.pruning.kept,
+                r->ch.n_measured, r->ch.n_failed, r->ch.n_skipped, r->ch.elapsed_s);
+        if (r->st == TWELL_OK)
+            fputs("null", f);
+        else
+            tw_json_string(f, r->err);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ]\n}\n");
+    int ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (!ok)
+        fprintf(stderr, "twell tune: error writing %s\n", path);
+    return ok;
+}
+
+/* Planning without measuring: which kernel, how many candidates survive pruning, the default,
+ * and whether a winner is already stored for this device. */
+static void tw_plan_row(twell_ctx *ctx, const tw_tune_device *d, const twell_shape *s, tw_row *r) {
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", r->op);
+    p.shape = *s;
+    p.M = r->bucket;
+    const tw_tune_space *sp = tw_tune_space_runnable(r->op, &p, d);
+    const tw_tune_space *preferred = tw_tune_space_pick(r->op, &p, d);
+    if (!sp)
+        sp = preferred;
+    else if (preferred && preferred != sp)
+        snprintf(r->note, sizeof r->note, "%s preferred: no launcher in this build yet",
+                 preferred->kernel);
+    if (!sp) {
+        r->st = TWELL_ERR_UNSUPPORTED;
+        snprintf(r->err, sizeof r->err, "no kernel supports this shape on %s", d->arch);
+        return;
+    }
+    snprintf(r->kernel, sizeof r->kernel, "%s", sp->kernel);
+    r->runnable = tw_tune_kernel_runnable(sp->kernel);
+    tw_tune_config *c = NULL;
+    size_t n = 0, di = SIZE_MAX;
+    r->st = tw_tune_space_enumerate(sp, &p, d, &c, &n, &di, &r->ch.pruning);
+    if (r->st == TWELL_OK && n == 0) {
+        r->st = TWELL_ERR_UNSUPPORTED;
+        snprintf(r->err, sizeof r->err, "every candidate is pruned on %s", d->arch);
+    } else if (r->st != TWELL_OK) {
+        snprintf(r->err, sizeof r->err, "invalid candidate space (%s)", twell_status_name(r->st));
+    } else {
+        r->ch.config = c[di != SIZE_MAX ? di : 0];
+        tw_tune_record rec;
+        if (tw_tune_store_load(ctx, &p, d, &rec) == TWELL_OK &&
+            tw_tune_space_accepts(sp, &p, d, &rec.config)) {
+            r->stored = 1;
+            r->ch.config = rec.config;
+            r->ch.ms = rec.ms;
+            r->ch.default_ms = rec.default_ms;
+        }
+    }
+    free(c);
+}
+
+int twell_cmd_tune(int argc, char **argv) {
+    tw_tune_args a;
+    int pr = tw_parse_args(argc, argv, &a);
+    if (pr < 0) {
+        tw_tune_usage(stdout);
+        return 0;
+    }
+    if (pr == 0)
+        return 2;
+
+    tw_model_config model, *m = NULL;
+    twell_shape shape = twell_shape_default(a.K, a.N);
+    shape.T = a.T;
+    shape.C = a.C;
+    shape.gated = a.gated;
+    shape.dtype = a.have_dtype ? a.dtype : TWELL_DTYPE_BF16;
+    if (a.model) {
+        char err[512];
+        if (tw_model_config_load(a.model, &model, err, sizeof err) != TWELL_OK) {
+            fprintf(stderr, "twell tune: %s\n", err);
+            return 2;
+        }
+        m = &model;
+        shape.K = model.hidden_size;
+        shape.N = model.intermediate_size;
+        if (!a.have_dtype &&
+            tw_model_config_dtype(&model, &shape.dtype, err, sizeof err) != TWELL_OK) {
+            fprintf(stderr, "twell tune: %s: %s\n", a.model, err);
+            return 2;
+        }
+    }
+
+    /* A context for messages and the cache: the GPU for tuning; for a dry run, whatever is
+     * here (a GPU describes itself, otherwise a preset is assumed). */
+    twell_ctx_options co = twell_ctx_options_default();
+    co.backend = a.dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
+    co.device = a.device;
+    co.cpu_threads = 0;
+    co.log = tw_quiet_log;
+    twell_ctx *ctx = NULL;
+    twell_status st = twell_ctx_create(&co, &ctx);
+    if (st != TWELL_OK && !a.dry_run) {
+        fprintf(stderr,
+                "twell tune: tuning needs a CUDA device, and none is usable here (%s); "
+                "`twell tune --dry-run` lists the shapes and candidates without one\n",
+                twell_status_name(st));
+        return 3;
+    }
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell tune: cannot create a context: %s\n", twell_status_name(st));
+        return 1;
+    }
+    if (twell_shape_check(ctx, &shape) != TWELL_OK) {
+        fprintf(stderr, "twell tune: unsupported shape%s%s: %s\n", a.model ? " from " : "",
+                a.model ? a.model : "", twell_ctx_errmsg(ctx));
+        twell_ctx_destroy(ctx);
+        return 2;
+    }
+
+    tw_tune_device dev;
+    int assumed = 0;
+    if (a.assume || twell_ctx_backend(ctx) != TWELL_BACKEND_CUDA) {
+        tw_tune_device_preset(a.assume ? a.assume : "h200", &dev);
+        assumed = 1;
+    } else if (tw_tune_device_of(ctx, &dev) != TWELL_OK) {
+        fprintf(stderr, "twell tune: %s\n", twell_ctx_errmsg(ctx));
+        twell_ctx_destroy(ctx);
+        return 1;
+    }
+    if (assumed && !a.dry_run) {
+        fprintf(stderr, "twell tune: --assume-device only applies to --dry-run: tuning measures "
+                        "the GPU present\n");
+        twell_ctx_destroy(ctx);
+        return 2;
+    }
+
+    if (m) {
+        printf("model: %s (%s%s", a.model, model.model_type[0] ? model.model_type : "unknown type",
+               model.section[0] ? ", sizes from text_config" : "");
+        if (model.num_layers >= 0)
+            printf(", %lld layers share this FFN shape", (long long)model.num_layers);
+        printf(")\n");
+        if (model.hidden_act[0] && strcmp(model.hidden_act, "relu"))
+            printf("note: hidden_act is %s; TwELL kernels apply relu to the gate (sparse models "
+                   "are trained or fine-tuned with relu)\n",
+                   model.hidden_act);
+    }
+    printf("shape: K=%u N=%u T=%u C=%u %s %s\n", shape.K, shape.N, shape.T, shape.C,
+           tw_dt(shape.dtype), shape.gated ? "gated" : "non-gated");
+    printf("device: %s (%s, %d SMs)%s\n", dev.name, dev.arch, dev.sm_count,
+           assumed ? (a.assume ? " [assumed]" : " [assumed: no CUDA device here]") : "");
+
+    size_t nrows = a.nops * a.nM;
+    tw_row *rows = calloc(nrows, sizeof *rows);
+    if (!rows) {
+        twell_ctx_destroy(ctx);
+        return 1;
+    }
+    tw_tune_options opt = tw_tune_options_default();
+    opt.budget_s = a.budget;
+    opt.reps = a.reps;
+    opt.threads = a.threads;
+    tw_progress prog = {!a.quiet && !a.dry_run, isatty(2), 0, nrows, NULL, 0};
+    opt.progress = tw_progress_cb;
+    opt.progress_user = &prog;
+    int failed = 0;
+    for (size_t o = 0; o < a.nops; o++)
+        for (size_t i = 0; i < a.nM; i++) {
+            tw_row *r = &rows[o * a.nM + i];
+            r->op = a.ops[o];
+            r->M = a.M[i];
+            r->bucket = tw_tune_m_bucket(a.M[i]);
+            r->ch.ms = r->ch.default_ms = NAN;
+            if (a.dry_run) {
+                tw_plan_row(ctx, &dev, &shape, r);
+                continue;
+            }
+            prog.job = o * a.nM + i;
+            prog.op = r->op;
+            prog.M = r->M;
+            tw_progress_draw(&prog, 0, 0, "start");
+            r->st = tw_tune_gpu(ctx, r->op, &shape, r->M, &opt, a.retune, &r->ch);
+            if (r->st != TWELL_OK) {
+                snprintf(r->err, sizeof r->err, "%s", twell_ctx_errmsg(ctx));
+                failed |= r->st != TWELL_ERR_UNSUPPORTED;
+            } else {
+                snprintf(r->kernel, sizeof r->kernel, "%s", r->ch.config.kernel);
+            }
+        }
+    tw_progress_end(&prog);
+    tw_print_table(rows, nrows, a.dry_run);
+    int rc = failed ? 1 : 0;
+    if (a.json) {
+        if (tw_write_json(a.json, &a, m, &shape, &dev, assumed, rows, nrows))
+            printf("report: %s\n", a.json);
+        else
+            rc = 1;
+    }
+    free(rows);
+    twell_ctx_destroy(ctx);
+    return rc;
+}
