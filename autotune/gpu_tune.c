@@ -160,7 +160,8 @@ typedef struct tw_gpu_tuner {
     size_t n;
     tw_gpu_data data;
     int have_data;
-    uint32_t salt; /* a different flush value every run */
+    uint32_t salt;       /* a different flush value every run */
+    char first_err[704]; /* the first candidate failure, for the message if all fail */
 } tw_gpu_tuner;
 
 static tw_gpu_slot *tw_slot(tw_gpu_tuner *t, const tw_tune_config *cfg) {
@@ -259,11 +260,15 @@ static twell_status tw_gpu_compile(void *user, const tw_tune_config *cfg) {
     return st;
 }
 
+/* Candidates are allowed to fail (their score is +∞), so each failure is only logged; the first
+ * is kept for the message when none succeeds. */
 static void tw_gpu_note(tw_gpu_tuner *t, const tw_tune_config *cfg, const char *what,
                         const char *why) {
     char canon[TW_TUNE_CANON_MAX];
     tw_tune_config_canon(cfg, canon, sizeof canon);
     tw_log(t->ctx, TWELL_LOG_INFO, "tune: %s %s: %.300s", canon, what, why);
+    if (!t->first_err[0])
+        snprintf(t->first_err, sizeof t->first_err, "%s %s: %.300s", canon, what, why);
 }
 
 /* Loads the module, runs the probe rows into a poisoned buffer and compares them with the
@@ -384,8 +389,14 @@ twell_status tw_tune_gpu(twell_ctx *ctx, const char *op, const twell_shape *shap
     if (t.have_data)
         tw_gpu_data_free(ctx, &t.data);
     free(t.slots);
-    if (st != TWELL_OK)
+    if (st != TWELL_OK) {
+        if (t.first_err[0]) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
+            tw_error(ctx, st, "%s; first failure: %s", msg, t.first_err);
+        }
         return st;
+    }
     /* The record alone would still leave a compile to the next process. */
     tw_cubin cubin;
     st = tw_tune_gpu_cubin(ctx, &out->config, shape, &cubin);

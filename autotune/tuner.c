@@ -191,6 +191,8 @@ twell_status tw_tune_run(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
         o.threads = tw_default_threads();
     if (o.batch == 0)
         o.batch = 8;
+    if (o.batch > n)
+        o.batch = n;
     if (!(o.margin >= 0.0))
         o.margin = TW_TUNE_DEFAULT_MARGIN;
     double (*clk)(void *) = o.clock ? o.clock : tw_monotonic_s;

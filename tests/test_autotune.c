@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "candidates.h"
+#include "gpu_tune.h"
 #include "internal.h"
 #include "json.h"
 #include "tuner.h"
@@ -1493,6 +1494,71 @@ static void test_autotune_model_config(void **state) {
     assert_non_null(strstr(err, "--dtype"));
 }
 
+/* The C space of gate_pack_simt mirrors the template's own rules: a config is kept (for a large
+ * M) exactly when the template renders it. */
+static void test_autotune_simt_space_matches_template(void **state) {
+    (void)state;
+    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    assert_non_null(ctx);
+    tw_tune_device h200;
+    tw_tune_device_preset("h200", &h200);
+    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    static const uint32_t Ks[] = {48, 2048}, Ts[] = {64, 256};
+    size_t checked = 0;
+    for (size_t ki = 0; ki < 2; ki++)
+        for (size_t ti = 0; ti < 2; ti++) {
+            tw_tune_problem p = tw_problem("gate_pack", Ks[ki], 512, 1u << 20);
+            p.shape.T = Ts[ti];
+            for (size_t a = 0; a < s->axes[0].n; a++)
+                for (size_t b = 0; b < s->axes[1].n; b++) {
+                    tw_tune_config c = tw_cfg2("gate_pack_simt", "BM", s->axes[0].values[a],
+                                               "THREADS", s->axes[1].values[b]);
+                    tw_prune_reason r = tw_tune_prune(s, &p, &h200, &c, NULL, 0);
+                    tw_param prm[16];
+                    size_t np = tw_tune_config_params(&c, &p.shape, prm, 16);
+                    char *src = NULL;
+                    size_t len = 0;
+                    twell_status st = tw_render(ctx, "gate_pack_simt", prm, np, &src, &len);
+                    free(src);
+                    char canon[TW_TUNE_CANON_MAX];
+                    tw_tune_config_canon(&c, canon, sizeof canon);
+                    if ((r == TW_PRUNE_KEPT) != (st == TWELL_OK))
+                        fail_msg("K=%u T=%u %s: pruning says %s, the template says %s (%s)",
+                                 p.shape.K, p.shape.T, canon, tw_prune_reason_name(r),
+                                 twell_status_name(st), twell_ctx_errmsg(ctx));
+                    checked++;
+                }
+        }
+    assert_int_equal(checked, 100);
+    twell_ctx_destroy(ctx);
+}
+
+static void test_autotune_gpu_glue_without_device(void **state) {
+    (void)state;
+    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    assert_non_null(ctx);
+    tw_tune_device d;
+    memset(&d, 0x5a, sizeof d);
+    assert_int_equal(tw_tune_device_of(ctx, &d), TWELL_ERR_UNSUPPORTED);
+    assert_int_equal(d.sm_count, 0);
+    assert_non_null(strstr(twell_ctx_errmsg(ctx), "tuning needs a CUDA device"));
+    twell_shape sh = twell_shape_default(2048, 5632);
+    tw_tune_choice ch;
+    assert_int_equal(tw_tune_gpu(ctx, "gate_pack", &sh, 4096, NULL, 0, &ch), TWELL_ERR_UNSUPPORTED);
+    /* What this build can launch: the SIMT gate-pack; the others wait for their launchers. */
+    assert_true(tw_tune_kernel_runnable("gate_pack_simt"));
+    assert_false(tw_tune_kernel_runnable("no_such_kernel"));
+    tw_tune_device h200;
+    tw_tune_device_preset("h200", &h200);
+    tw_tune_problem p = tw_problem("gate_pack", 2048, 5632, 4096);
+    const tw_tune_space *s = tw_tune_space_runnable("gate_pack", &p, &h200);
+    assert_non_null(s);
+    if (!tw_tune_kernel_runnable("gate_pack_sm90"))
+        assert_string_equal(s->kernel, "gate_pack_simt");
+    assert_null(tw_tune_space_runnable("no_such_op", &p, &h200));
+    twell_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_autotune_canon_roundtrip),
@@ -1514,6 +1580,8 @@ int main(void) {
         cmocka_unit_test(test_autotune_key_fields),
         cmocka_unit_test(test_autotune_persist_fork),
         cmocka_unit_test(test_autotune_retune_and_stale),
+        cmocka_unit_test(test_autotune_simt_space_matches_template),
+        cmocka_unit_test(test_autotune_gpu_glue_without_device),
         cmocka_unit_test(test_autotune_json_valid),
         cmocka_unit_test(test_autotune_json_rejects),
         cmocka_unit_test(test_autotune_json_fuzz),
