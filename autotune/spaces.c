@@ -16,11 +16,13 @@ static int64_t tw_v(const tw_tune_config *c, const char *name) {
 
 /* ---------------------------------------------------------------------------------------------
  * gate_pack_sm90 — templates/gate_pack_sm90.cu.lua (Hopper wgmma + TMA, see
- * bench/dev/NOTES-gate-pack.md). Fixed geometry: CTA tile 128 x 256 (BN = T), 384 threads (one
+ * bench/dev/NOTES-gate-pack.md). Fixed geometry: CTA tile 128 x 256, 384 threads (one
  * producer and two consumer warpgroups). Tuned: BK (K per stage: 64 with 128-byte swizzle or 32
  * with 64-byte), STAGES (pipeline depth) and CLUSTER (CTAs along M sharing the weight tile by
- * multicast). Shared memory: the stage ring, the epilogue staging (8 warps x 16 rows x 528 B),
- * one mbarrier pair per stage and 1 KiB of alignment slack.
+ * multicast). Shared memory as TW_SMEM_BYTES in bench/dev/gate_pack_sm90_kernel.cuh: the stage
+ * ring, the epilogue staging (8 warps x 16 rows x 528 B), full/empty mbarriers per stage plus
+ * the staging pair, and 1 KiB of alignment slack. T = 128 tiles are packed two per CTA column
+ * tile, so N must still be a multiple of 256.
  * ------------------------------------------------------------------------------------------- */
 
 #define TW_SM90_BM 128
@@ -33,8 +35,8 @@ static const int64_t tw_sm90_stages[] = {2, 3, 4, 5, 6, 7, 8};
 static const int64_t tw_sm90_cluster[] = {1, 2};
 
 static int tw_sm90_supports(const tw_tune_problem *p, const tw_tune_device *d) {
-    return !strcmp(d->arch, "sm_90a") && p->shape.K % 64 == 0 && p->shape.T == TW_SM90_BN &&
-           p->shape.N % TW_SM90_BN == 0;
+    return !strcmp(d->arch, "sm_90a") && p->shape.K % 64 == 0 &&
+           (p->shape.T == 128 || p->shape.T == 256) && p->shape.N % TW_SM90_BN == 0;
 }
 
 static int tw_sm90_check(const tw_tune_problem *p, const tw_tune_config *c, char *why, size_t n) {
@@ -55,7 +57,8 @@ static int tw_sm90_check(const tw_tune_problem *p, const tw_tune_config *c, char
 static uint64_t tw_sm90_smem(const tw_tune_problem *p, const tw_tune_config *c) {
     (void)p;
     uint64_t bk = (uint64_t)tw_v(c, "BK"), stages = (uint64_t)tw_v(c, "STAGES");
-    return 1024u + stages * (TW_SM90_BM + TW_SM90_BN) * bk * 2u + TW_SM90_STAGING + 16u * stages;
+    return 1024u + stages * (TW_SM90_BM + TW_SM90_BN) * bk * 2u + TW_SM90_STAGING +
+           16u * (stages + 1u);
 }
 
 static int tw_sm90_threads(const tw_tune_problem *p, const tw_tune_config *c) {

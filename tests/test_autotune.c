@@ -318,6 +318,11 @@ static void test_autotune_prune_sm90(void **state) {
     tw_tune_problem odd = tw_problem("gate_pack", 48, 512, 64); /* K not a multiple of 64 */
     assert_string_equal(tw_tune_space_pick("gate_pack", &odd, &h200)->kernel, "gate_pack_simt");
     assert_null(tw_tune_space_pick("frobnicate", &p, &h200));
+    tw_tune_problem t128 = p, t64 = p;
+    t128.shape.T = 128;
+    t64.shape.T = 64;
+    assert_string_equal(tw_tune_space_pick("gate_pack", &t128, &h200)->kernel, "gate_pack_sm90");
+    assert_string_equal(tw_tune_space_pick("gate_pack", &t64, &h200)->kernel, "gate_pack_simt");
 
     const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_sm90");
     tw_tune_config c;
