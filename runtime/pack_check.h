@@ -27,8 +27,8 @@
  * Also measured: worst_ulp, the largest |v_gpu − v_ref| in 16-bit units over columns stored in
  * both, and max_rel_err = the largest, over compared rows, of ‖v − z‖₂ / ‖z‖₂ taken over that
  * row's stored GPU entries (v the stored 16-bit value, z its exact fp64 pre-activation): the
- * norm-wise error of the dense activation values we deliver. Rounding alone gives up to 2⁻⁹
- * (bf16) or 2⁻¹² (fp16) per entry; a per-entry ratio would be dominated by entries near zero,
+ * norm-wise error of the dense activation values we deliver. Rounding alone gives up to 2⁻⁸
+ * (bf16) or 2⁻¹¹ (fp16) per entry; a per-entry ratio would be dominated by entries near zero,
  * where fp32 cancellation, not the kernel, sets the error.
  */
 typedef struct tw_pack_check {
