@@ -216,13 +216,14 @@ __global__ void diff_kernel(const u32 *a, const u32 *b, long long n, unsigned lo
 /* ---- variants ---- */
 struct Variant {
     const char *name;
-    int dt, T, C, BK, S, CL, EPI;
+    int dt, T, C, BK, S, CL, EPI, OPT;
     const void *fn;
     int smem;
 };
-#define VE(nm, DT, T, C, BK, S, CL, EPI)                                                           \
-    {nm, DT, T, C, BK, S, CL, EPI, (const void *)tw_gate_pack_sm90<DT, T, C, BK, S, CL, EPI>,      \
+#define VO(nm, DT, T, C, BK, S, CL, EPI, OPT)                                                      \
+    {nm,  DT, T, C, BK, S, CL, EPI, OPT, (const void *)tw_gate_pack_sm90<DT, T, C, BK, S, CL, EPI, OPT>, \
      TW_SMEM_BYTES(BK, S, EPI)}
+#define VE(nm, DT, T, C, BK, S, CL, EPI) VO(nm, DT, T, C, BK, S, CL, EPI, 2)
 #define V(nm, DT, T, C, BK, S, CL) VE(nm, DT, T, C, BK, S, CL, 2)
 static Variant g_variants[] = {
     V("b64s3c1", 0, 256, 8, 64, 3, 1),   V("b64s3c2", 0, 256, 8, 64, 3, 1 + 1),
@@ -232,11 +233,17 @@ static Variant g_variants[] = {
     V("c4_T128", 0, 128, 4, 64, 3, 2),   V("c2_T128", 0, 128, 2, 32, 6, 1),
     V("f16_c8", 1, 256, 8, 64, 3, 2),    V("f16_c4b32", 1, 256, 4, 32, 6, 1),
     V("f16_T128", 1, 128, 8, 64, 3, 1),
-    VE("e1_b64s3c2", 0, 256, 8, 64, 3, 2, 1), VE("e1_b64s3c1", 0, 256, 8, 64, 3, 1, 1),
-    VE("e1_c2_T128", 0, 128, 2, 64, 3, 2, 1),
+    V("b64s3c4", 0, 256, 8, 64, 3, 4),    VO("o0_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 0),
+    V("c4_T128c4", 0, 128, 4, 64, 3, 4),  V("f16_c2c4", 1, 256, 2, 64, 3, 4),
+    V("c8_T64", 0, 64, 8, 64, 3, 2),      V("f16_c2_T64", 1, 64, 2, 64, 3, 1),
+    /* timing probes: packers idle / packers without stores (output wrong by design) */
+    VO("p0_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 6), VO("p1_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 10),
+    VO("p2_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 38), VO("p3_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 70),
+    VO("noepi_big", 0, 256, 8, 64, 3, 2, 0, 16), VO("pol_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 130),
+    VO("polw_b64s3c1", 0, 256, 8, 64, 3, 1, 2, 130),
     /* timing probes: no epilogue (output not written, check fails by design) */
     VE("noepi_b64s3c2", 0, 256, 8, 64, 3, 2, 0), VE("noepi_b64s4c2", 0, 256, 8, 64, 4, 2, 0),
-    VE("noepi_b64s4c1", 0, 256, 8, 64, 4, 1, 0), VE("noepi_b32s8c2", 0, 256, 8, 32, 8, 2, 0),
+    VE("noepi_b64s3c4", 0, 256, 8, 64, 3, 4, 0),
 };
 
 static decltype(&cuTensorMapEncodeTiled) g_encode;
@@ -262,7 +269,12 @@ struct Launch {
     u32 *packed;
     int M, N, K;
     int grid;
+    float *ws;
+    u32 *ctr;
 };
+static float *g_ws;   /* split-K workspace, shared by all launches (they never overlap) */
+static u32 *g_ctr;
+static int g_split = 1;
 
 static Launch prepare(const Variant *v, const u16 *x, const u16 *w, u32 *packed, int M, int N,
                       int K, int sms) {
@@ -272,6 +284,8 @@ static Launch prepare(const Variant *v, const u16 *x, const u16 *w, u32 *packed,
     make_map(&L.mw, w, v->dt, N, K, v->BK, TW_BN / v->CL);
     L.packed = packed;
     L.M = M, L.N = N, L.K = K;
+    if (v->OPT & 16) /* probe: reserve the staging buffer's shared memory without using it */
+        const_cast<Variant *>(v)->smem = TW_SMEM_BYTES(v->BK, v->S, 2);
     CK(cudaFuncSetAttribute(v->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, v->smem));
     const int MB = (M + TW_BM - 1) / TW_BM, MP = (MB + v->CL - 1) / v->CL;
     const int NB = (N + TW_BN - 1) / TW_BN;
@@ -292,6 +306,8 @@ static Launch prepare(const Variant *v, const u16 *x, const u16 *w, u32 *packed,
     }
     clusters = std::min(clusters, MP * NB);
     L.grid = clusters * v->CL;
+    L.ws = g_split ? g_ws : nullptr;
+    L.ctr = g_split ? g_ctr : nullptr;
     return L;
 }
 
@@ -306,7 +322,7 @@ static void launch(const Launch &L, cudaStream_t s) {
     at[0].val.clusterDim.x = L.v->CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     cfg.attrs = at, cfg.numAttrs = 1;
     void *args[] = {(void *)&L.mx, (void *)&L.mw, (void *)&L.packed, (void *)&L.M, (void *)&L.N,
-                    (void *)&L.K};
+                    (void *)&L.K, (void *)&L.ws, (void *)&L.ctr};
     CK(cudaLaunchKernelExC(&cfg, L.v->fn, args));
 }
 
@@ -329,7 +345,7 @@ static double median(std::vector<float> v) {
 
 int main(int argc, char **argv) {
     std::vector<int> Ms = {4096, 16384, 65536}, nnzs = {29, 280};
-    int K = 2048, N = 5632, reps = 20, dtsel = -1, check = 1;
+    int K = 2048, N = 5632, reps = 20, dtsel = -1, check = 1, warm_ms = 1;
     std::string vsel = "perf";
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -350,6 +366,8 @@ int main(int argc, char **argv) {
             dtsel = std::string(nx()) == "fp16" ? 1 : 0;
         else if (a == "--nocheck")
             check = 0;
+        else if (a == "--nosplit")
+            g_split = 0;
         else {
             fprintf(stderr, "unknown argument %s\n", a.c_str());
             return 2;
@@ -361,7 +379,7 @@ int main(int argc, char **argv) {
                                        std::string::npos;
         if (vsel == "perf")
             on = v.dt == 0 && v.T == 256 && v.C == 8 && v.EPI == 2;
-        if (vsel == "all" && v.EPI == 0)
+        if (vsel == "all" && (v.EPI == 0 || (v.OPT & ~3)))
             on = false;
         if (dtsel >= 0 && v.dt != dtsel)
             on = false;
@@ -391,6 +409,9 @@ int main(int argc, char **argv) {
     int *dfirst;
     CK(cudaMalloc(&dstats, 64));
     CK(cudaMalloc(&dfirst, 8));
+    CK(cudaMalloc(&g_ws, (size_t)prop.multiProcessorCount * TW_WS_FLOATS_PER_CTA * 4));
+    CK(cudaMalloc(&g_ctr, (size_t)prop.multiProcessorCount * 4));
+    CK(cudaMemset(g_ctr, 0, (size_t)prop.multiProcessorCount * 4));
 
     std::vector<std::string> table;
     int failures = 0;
@@ -443,6 +464,14 @@ int main(int argc, char **argv) {
                         rref.push_back(r);
                     }
                 }
+                struct Pending {
+                    const Variant *v;
+                    Launch L;
+                    u32 *pk, *pk2;
+                    double cnt;
+                    std::string status;
+                };
+                std::vector<Pending> pending;
                 for (auto v : vd) {
                     if (N % v->T) {
                         continue;
@@ -514,44 +543,56 @@ int main(int argc, char **argv) {
                         snprintf(status, sizeof status, "%s bad=%llu exact_diff=%llu ovf=%llu nondet=%llu cpu_bad=%d",
                                  ok ? "OK" : "FAIL", hs[0], hs[1], hs[2], hs[4], cpu_bad);
                     }
-                    /* timing: ours and cuBLAS interleaved, L2 flushed before each */
-                    std::vector<cudaEvent_t> ev(4 * (reps + 3));
+                    pending.push_back({v, L, pk, pk2, mean_cnt, std::string(status)});
+                }
+                /* timing, round robin over cuBLAS and every variant so all see the same clocks
+                 * (the GPU slows as it warms); L2 flushed before each; warm-up first */
+                {
+                    const int nv = (int)pending.size() + 1;
+                    std::vector<cudaEvent_t> ev(2 * nv * (reps + 3));
                     for (auto &e : ev)
                         CK(cudaEventCreate(&e));
-                    for (int r = 0; r < reps + 3; ++r) {
-                        CK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st));
-                        CK(cudaEventRecord(ev[4 * r + 0], st));
-                        launch(L, st);
-                        CK(cudaEventRecord(ev[4 * r + 1], st));
-                        CK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st));
-                        CK(cudaEventRecord(ev[4 * r + 2], st));
+                    for (int r = 0; r < 40 && warm_ms > 0; ++r) /* heat the GPU first */
                         cublas_run(cout, ct);
-                        CK(cudaEventRecord(ev[4 * r + 3], st));
-                    }
+                    for (int r = 0; r < reps + 3; ++r)
+                        for (int i = 0; i < nv; ++i) {
+                            CK(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st));
+                            CK(cudaEventRecord(ev[2 * (r * nv + i)], st));
+                            if (i == 0)
+                                cublas_run(cout, ct);
+                            else
+                                launch(pending[i - 1].L, st);
+                            CK(cudaEventRecord(ev[2 * (r * nv + i) + 1], st));
+                        }
                     CK(cudaStreamSynchronize(st));
                     CK(cudaGetLastError());
-                    std::vector<float> to, tc;
-                    for (int r = 3; r < reps + 3; ++r) {
-                        float a, b;
-                        CK(cudaEventElapsedTime(&a, ev[4 * r + 0], ev[4 * r + 1]));
-                        CK(cudaEventElapsedTime(&b, ev[4 * r + 2], ev[4 * r + 3]));
-                        to.push_back(a), tc.push_back(b);
-                    }
+                    std::vector<std::vector<float>> t(nv);
+                    for (int r = 3; r < reps + 3; ++r)
+                        for (int i = 0; i < nv; ++i) {
+                            float a;
+                            CK(cudaEventElapsedTime(&a, ev[2 * (r * nv + i)],
+                                                    ev[2 * (r * nv + i) + 1]));
+                            t[i].push_back(a);
+                        }
                     for (auto &e : ev)
                         CK(cudaEventDestroy(e));
-                    const double mo = median(to), mc = median(tc);
-                    const double tflops = 2.0 * M * (double)N * K / (mo * 1e-3) / 1e12;
-                    char line[512];
-                    snprintf(line, sizeof line,
-                             "%-10s %s T=%3d C=%d M=%6d nnz=%4d cnt=%7.2f ours=%8.4f cublas=%8.4f "
-                             "ratio=%6.4f %5.0fTF grid=%d | %s",
-                             v->name, dt ? "fp16" : "bf16", v->T, v->C, M, nnz, mean_cnt, mo, mc,
-                             mo / mc, tflops, L.grid, status);
-                    printf("%s\n", line);
-                    fflush(stdout);
-                    table.push_back(line);
-                    CK(cudaFree(pk));
-                    CK(cudaFree(pk2));
+                    const double mc = median(t[0]);
+                    for (int i = 1; i < nv; ++i) {
+                        const Pending &pd = pending[i - 1];
+                        const double mo = median(t[i]);
+                        const double tflops = 2.0 * M * (double)N * K / (mo * 1e-3) / 1e12;
+                        char line[512];
+                        snprintf(line, sizeof line,
+                                 "%-13s %s T=%3d C=%d M=%6d nnz=%4d cnt=%7.2f ours=%8.4f "
+                                 "cublas=%8.4f ratio=%6.4f %5.0fTF grid=%d | %s",
+                                 pd.v->name, dt ? "fp16" : "bf16", pd.v->T, pd.v->C, M, nnz,
+                                 pd.cnt, mo, mc, mo / mc, tflops, pd.L.grid, pd.status.c_str());
+                        printf("%s\n", line);
+                        fflush(stdout);
+                        table.push_back(line);
+                        CK(cudaFree(pd.pk));
+                        CK(cudaFree(pd.pk2));
+                    }
                 }
                 CK(cudaFree(x));
                 CK(cudaFree(w));

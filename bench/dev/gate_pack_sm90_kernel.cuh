@@ -35,7 +35,10 @@ struct __align__(64) tw_tmap {
 /* Dynamic shared memory the kernel needs (1024 B of slack for the swizzle alignment). */
 #define TW_SMEM_BYTES(BK, STAGES, EPI)                                                            \
     (1024 + (STAGES) * (TW_BM + TW_BN) * (BK) * 2 + ((EPI) ? TW_STG_BYTES : 0) +                   \
-     2 * ((STAGES) + 1) * 8)
+     2 * ((STAGES) + 1) * 8 + 16)
+/* Split-K workspace for the last partial wave: fp32 partial tiles, one per CTA of the grid, and
+ * one arrival counter per CTA (zero before the first launch; the kernel leaves them zero). */
+#define TW_WS_FLOATS_PER_CTA (256 * 128)
 
 static __device__ __forceinline__ tw_u32 tw_smem_addr(const void *p) {
     tw_u32 a;
@@ -114,6 +117,23 @@ static __device__ __forceinline__ void tw_tma_load_mc(tw_u32 dst, const tw_tmap 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
                  "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(ctamask)
+                 : "memory");
+}
+
+/* Same, with an L2 cache policy (createpolicy) for the loaded lines. */
+static __device__ __forceinline__ void tw_tma_load_pol(tw_u32 dst, const tw_tmap *map, int c0,
+                                                       int c1, tw_u32 bar, tw_u64 pol) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
+                 : "memory");
+}
+static __device__ __forceinline__ void tw_tma_load_mc_pol(tw_u32 dst, const tw_tmap *map, int c0,
+                                                          int c1, tw_u32 bar, tw_u16 ctamask,
+                                                          tw_u64 pol) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(dst),
+                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(ctamask), "l"(pol)
                  : "memory");
 }
 
@@ -226,6 +246,22 @@ static __device__ __forceinline__ tw_u32 tw_lanemask_lt(void) {
  *    the bits of c (no dependent shuffle scan); the row-tile count from the same ballots;
  *  - entries stored by a loop over the set bits of m8 (usually none: rows are ~99% zeros);
  *  - count and zeroed unused slots by the lanes, one coalesced store per 32 words. */
+static __device__ __forceinline__ void tw_st_cg4(float *p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+                 "f"(d)
+                 : "memory");
+}
+static __device__ __forceinline__ void tw_ld_cg4(const float *p, float &a, float &b, float &c,
+                                                 float &d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(a), "=f"(b), "=f"(c), "=f"(d)
+                 : "l"(p)
+                 : "memory");
+}
+static __device__ __forceinline__ void tw_st_cs(tw_u32 *p, tw_u32 v) {
+    asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 template <int T, int C, int NR>
 static __device__ __forceinline__ void tw_pack_rows(const tw_u32 (&row_addr)[NR],
                                                     const int (&grow)[NR], int M, int n0, int N,
@@ -235,7 +271,7 @@ static __device__ __forceinline__ void tw_pack_rows(const tw_u32 (&row_addr)[NR]
     constexpr int SEG = T / 8;   /* lanes per row-tile */
     const int lane = threadIdx.x & 31;
     const int li = lane & (SEG - 1);
-    const tw_u32 segmask = SEG == 32 ? 0xffffffffu : (0xffffu << (lane & 16));
+    const tw_u32 segmask = SEG == 32 ? 0xffffffffu : (((1u << SEG) - 1u) << (lane & ~(SEG - 1)));
     const tw_u32 below = tw_lanemask_lt() & segmask;
     const int col0 = n0 + lane * 8;
     /* T = 128 with N an odd multiple of 128: the second row-tile does not exist */
@@ -249,8 +285,11 @@ static __device__ __forceinline__ void tw_pack_rows(const tw_u32 (&row_addr)[NR]
         tw_u32 m = 0;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            /* bit 15 / 31 of u: that 16-bit half is non-zero after masking the sign */
-            const tw_u32 u = (v[r][q] & 0x7fff7fffu) + 0x7fff7fffu;
+            /* bit 15 / 31 of u: that 16-bit half h is active, i.e. h & 0x7fff is non-zero (relu
+             * leaves no negative value but -0) and h is not the canonical NaN 0x7fff that
+             * cvt.relu makes of NaN (the reference stores +0 for NaN) */
+            const tw_u32 u = ((v[r][q] & 0x7fff7fffu) + 0x7fff7fffu) &
+                             (((v[r][q] ^ 0x7fff7fffu) & 0x7fff7fffu) + 0x7fff7fffu);
             m |= ((u >> (15 - 2 * q)) & (1u << (2 * q))) | ((u >> (30 - 2 * q)) & (2u << (2 * q)));
         }
         m8[r] = m;
@@ -300,29 +339,66 @@ static __device__ __forceinline__ void tw_release(tw_u32 empty_bar) {
             tw_mbar_arrive_cluster(empty_bar, (tw_u32)c);
 }
 
+/* One unit of work of a cluster: an output tile (tile index t; the cluster's CTAs own M-blocks
+ * CLUSTER*mp + rank, N-block nb) over k-blocks [kb0, kb1). Units u = cid, cid + ncl, ...: first
+ * the whole tiles of the full waves; then, when the last wave would leave at least half of the
+ * clusters idle and a workspace is given, its R tiles are split along K into S parts each, one per
+ * cluster, so the last wave takes 1/S of a tile's time. split = part index, S = 1: no split. */
+struct tw_unit {
+    int t, kb0, kb1, split, S, tail;
+};
+static __device__ __forceinline__ bool tw_unit_get(int u, int U, int G, int KB, bool can_split,
+                                                   tw_unit &w) {
+    const int R = U % G;
+    int S = R ? G / R : 1;
+    const int smax = KB / 4 > 1 ? KB / 4 : 1; /* at least 4 k-blocks per part */
+    S = S < smax ? S : smax;
+    if (!can_split || S < 2)
+        S = 1;
+    const int full = S > 1 ? U - R : U;
+    if (u < full) {
+        w.t = u, w.kb0 = 0, w.kb1 = KB, w.split = 0, w.S = 1, w.tail = 0;
+        return true;
+    }
+    const int j = u - full;
+    if (S == 1 || j >= R * S)
+        return false;
+    w.t = full + j / S, w.split = j % S, w.S = S, w.tail = j / S;
+    w.kb0 = (int)((long long)w.split * KB / S), w.kb1 = (int)((long long)(w.split + 1) * KB / S);
+    return true;
+}
+
 /* relu(x · wᵀ) for x [M, K] (map_x: box BK x 128) and w [N, K] (map_w: box BK x 256/CLUSTER),
  * packed to TwELL (T, C) into packed [M, N/C]. Grid: a multiple of CLUSTER persistent CTAs,
  * TW_THREADS threads, TW_SMEM_BYTES(BK, STAGES, EPI) dynamic shared memory, cluster
- * (CLUSTER,1,1). Requires K % BK == 0, N % T == 0, M >= 1.
- * EPI (development switch): 2 = packing by the producer warpgroup's 3 spare warps (default);
- * 1 = each consumer warp packs its own rows during the next tile's main loop; 0 = no epilogue
- * (timing probe, writes nothing). */
-template <int DT, int T, int C, int BK, int STAGES, int CLUSTER, int EPI = 2>
+ * (CLUSTER,1,1). Requires K % BK == 0, N % T == 0, M >= 1. ws/ctr: split-K workspace
+ * (gridDim.x * TW_WS_FLOATS_PER_CTA floats, gridDim.x zeroed counters) or NULL (no split);
+ * launches sharing a workspace must not overlap in time.
+ * EPI (development switch): 2 = pack (default), 0 = no epilogue (timing probe, writes nothing).
+ * OPT bit 1: the CTA's last tile is packed by the consumer warps themselves (not left to the 3
+ * packer warps after the tensor cores have gone idle). Timing probes (wrong output): bit 2:
+ * the packer warps pack nothing; bit 3: they compute but store nothing. */
+template <int DT, int T, int C, int BK, int STAGES, int CLUSTER, int EPI = 2, int OPT = 2>
 __global__ void __launch_bounds__(TW_THREADS, 1)
     tw_gate_pack_sm90(const __grid_constant__ tw_tmap map_x, const __grid_constant__ tw_tmap map_w,
-                      tw_u32 *__restrict__ packed, int M, int N, int K) {
+                      tw_u32 *__restrict__ packed, int M, int N, int K, float *__restrict__ ws,
+                      tw_u32 *__restrict__ ctr) {
     constexpr tw_u32 A_BYTES = TW_BM * BK * 2;
     constexpr tw_u32 B_BYTES = TW_BN * BK * 2;
-    constexpr int NPACK = 3; /* packer warps (EPI == 2): warps 1..3 */
-    constexpr int PNR = 4;   /* rows a packer warp interleaves */
+    constexpr int NPACK = 3; /* packer warps: warps 1..3 */
+    constexpr int PNR = 4;   /* rows a packing warp interleaves */
     extern __shared__ __align__(1024) unsigned char tw_smem[];
     const tw_u32 base = (tw_smem_addr(tw_smem) + 1023u) & ~1023u;
     const tw_u32 sA = base;
     const tw_u32 sB = sA + STAGES * A_BYTES;
     const tw_u32 sStg = sB + STAGES * B_BYTES;
-    /* full[STAGES], empty[STAGES], staged (8 consumer warps), unstaged (NPACK packer warps) */
+    /* full[STAGES], empty[STAGES], staged (8 consumer warps), unstaged (NPACK packer warps),
+     * then two words: the staged tile's first row (-1: nothing to pack), the split-K verdict */
     const tw_u32 sBar = sStg + (EPI ? TW_STG_BYTES : 0);
     const tw_u32 bar_staged = sBar + 16 * STAGES, bar_unstaged = bar_staged + 8;
+    const tw_u32 s_info = bar_unstaged + 8, s_last = s_info + 4;
+    volatile int *info_ptr = (volatile int *)(tw_smem + (s_info - tw_smem_addr(tw_smem)));
+    volatile int *last_ptr = (volatile int *)(tw_smem + (s_last - tw_smem_addr(tw_smem)));
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
@@ -349,27 +425,44 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
     const int MB = (M + TW_BM - 1) / TW_BM;
     const int MP = (MB + CLUSTER - 1) / CLUSTER;
     const int NB = (N + TW_BN - 1) / TW_BN;
-    const int total = MP * NB;
+    const int U = MP * NB;
     const int KB = K / BK;
+    const bool can_split = ws != 0 && ctr != 0;
+    /* n fastest: the clusters running at once share x rows and sweep all of W (in L2) */
+#define TW_UNIT_COORDS(w)                                                                          \
+    const int nb = (w).t % NB, mp = (w).t / NB;                                                    \
+    const int m0 = (mp * CLUSTER + (int)rank) * TW_BM, n0 = nb * TW_BN
 
     if (wg == 0) {
         /* the CTA's pool is 168 x 384 registers: 128 P + 256 C <= 64512 */
-        if (EPI == 2)
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 88;"); /* packers need ~60-80 */
-        else
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;"); /* packers fit in 72 */
         if (tid == 0) {
             int stage = 0;
             tw_u32 phase = 0;
-            for (int t = cid; t < total; t += ncl) {
-                /* n fastest: the CTAs running at once share x rows and sweep all of W, which
-                 * stays in L2 */
-                const int nb = t % NB, mp = t / NB;
-                const int m0 = (mp * CLUSTER + (int)rank) * TW_BM, n0 = nb * TW_BN;
-                for (int kb = 0; kb < KB; ++kb) {
+            tw_unit w;
+            tw_u64 pol_x = 0, pol_w = 0;
+            if (OPT & 128) {
+                asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol_x));
+                asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol_w));
+            }
+            for (int u = cid; tw_unit_get(u, U, ncl, KB, can_split, w); u += ncl) {
+                TW_UNIT_COORDS(w);
+                (void)m0;
+                for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     const tw_u32 full = sBar + 8 * stage, empty = sBar + 8 * (STAGES + stage);
                     tw_mbar_wait(empty, phase ^ 1u);
                     tw_mbar_expect_tx(full, A_BYTES + B_BYTES);
+                    if (OPT & 128) { /* probe: x evict-first, w evict-last in L2 */
+                        tw_tma_load_pol(sA + stage * A_BYTES, &map_x, kb * BK, m0, full, pol_x);
+                        if (CLUSTER == 1)
+                            tw_tma_load_pol(sB + stage * B_BYTES, &map_w, kb * BK, n0, full,
+                                            pol_w);
+                        else
+                            tw_tma_load_mc_pol(sB + stage * B_BYTES + rank * (B_BYTES / CLUSTER),
+                                               &map_w, kb * BK,
+                                               n0 + (int)rank * (TW_BN / CLUSTER), full,
+                                               (tw_u16)((1u << CLUSTER) - 1u), pol_w);
+                    } else {
                     tw_tma_load(sA + stage * A_BYTES, &map_x, kb * BK, m0, full);
                     if (CLUSTER == 1)
                         tw_tma_load(sB + stage * B_BYTES, &map_w, kb * BK, n0, full);
@@ -377,30 +470,37 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                         tw_tma_load_mc(sB + stage * B_BYTES + rank * (B_BYTES / CLUSTER), &map_w,
                                        kb * BK, n0 + (int)rank * (TW_BN / CLUSTER), full,
                                        (tw_u16)((1u << CLUSTER) - 1u));
+                    }
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1u;
                     }
                 }
             }
-        } else if (EPI == 2 && warp >= 1) {
+        } else if (EPI && warp >= 1) {
             /* packers: rows warp-1, warp-1+NPACK, ... of each staged tile */
             tw_u32 sphase = 0;
-            for (int t = cid; t < total; t += ncl) {
-                const int nb = t % NB, mp = t / NB;
-                const int m0 = (mp * CLUSTER + (int)rank) * TW_BM, n0 = nb * TW_BN;
+            tw_unit w, wn;
+            for (int u = cid; tw_unit_get(u, U, ncl, KB, can_split, w); u += ncl) {
+                if ((OPT & 2) && !tw_unit_get(u + ncl, U, ncl, KB, can_split, wn))
+                    break; /* the consumers pack the CTA's last unit themselves */
+                TW_UNIT_COORDS(w);
+                (void)m0;
                 tw_mbar_wait(bar_staged, sphase);
-                const int rows = M - m0 < TW_BM ? M - m0 : TW_BM;
-                for (int r = warp - 1; r < rows; r += PNR * NPACK) {
-                    tw_u32 a[PNR];
-                    int g[PNR];
+                const int row0 = *info_ptr;
+                if (row0 >= 0 && !(OPT & 4)) {
+                    const int rows = M - row0 < TW_BM ? M - row0 : TW_BM;
+                    for (int r = warp - 1; r < rows; r += PNR * NPACK) {
+                        tw_u32 a[PNR];
+                        int g[PNR];
 #pragma unroll
-                    for (int i = 0; i < PNR; ++i) {
-                        const int ri = r + i * NPACK;
-                        a[i] = sStg + (tw_u32)((ri < TW_BM ? ri : TW_BM - 1) * TW_ROWB);
-                        g[i] = ri < rows ? m0 + ri : M; /* M: skipped */
+                        for (int i = 0; i < PNR; ++i) {
+                            const int ri = r + i * NPACK;
+                            a[i] = sStg + (tw_u32)((ri < TW_BM ? ri : TW_BM - 1) * TW_ROWB);
+                            g[i] = ri < rows && !(OPT & 8) ? row0 + ri : M; /* M: skipped */
+                        }
+                        tw_pack_rows<T, C, PNR>(a, g, M, n0, N, packed);
                     }
-                    tw_pack_rows<T, C, PNR>(a, g, M, n0, N, packed);
                 }
                 __syncwarp();
                 if (lane == 0)
@@ -409,12 +509,10 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
             }
         }
     } else {
-        if (EPI == 2)
-            asm volatile("setmaxnreg.inc.sync.aligned.u32 208;");
-        else
-            asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1;   /* consumer warpgroup: rows 64cw .. 64cw+63 of the tile */
-        const int wq = warp & 3; /* warp in the warpgroup: rows 16wq .. 16wq+15 of those */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
+        const int cw = wg - 1;     /* consumer warpgroup: rows 64cw .. 64cw+63 of the tile */
+        const int wq = warp & 3;   /* warp in the warpgroup: rows 16wq .. 16wq+15 of those */
+        const int ct = tid - 128;  /* consumer thread 0..255 */
         const tw_u32 stg = sStg + (tw_u32)((cw * 4 + wq) * TW_STG_WARP);
         /* stmatrix row address of this lane: matrix lane/8 (bit 0: rows +8, bit 1: cols +8) */
         const tw_u32 st_addr =
@@ -425,13 +523,12 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
             d[i] = 0.f;
         int stage = 0;
         tw_u32 phase = 0, sphase = 0;
-        int pend_row = -1, pend_n = 0; /* EPI == 1: staged tile waiting to be packed */
-        for (int t = cid; t < total; t += ncl) {
-            const int nb = t % NB, mp = t / NB;
-            const int m0 = (mp * CLUSTER + (int)rank) * TW_BM, n0 = nb * TW_BN;
+        tw_unit w, wn;
+        for (int u = cid; tw_unit_get(u, U, ncl, KB, can_split, w); u += ncl) {
+            TW_UNIT_COORDS(w);
+            const bool last_unit = !tw_unit_get(u + ncl, U, ncl, KB, can_split, wn);
             int prev = 0;
-            int jdone = 0;
-            for (int kb = 0; kb < KB; ++kb) {
+            for (int kb = w.kb0; kb < w.kb1; ++kb) {
                 tw_mbar_wait(sBar + 8 * stage, phase);
                 tw_wg_fence();
                 const tw_u64 da = tw_desc<BK>(sA + stage * A_BYTES + (tw_u32)(cw * 64 * BK * 2));
@@ -439,9 +536,9 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk)
                     tw_wgmma<DT>(d, da + (tw_u64)(2 * kk), db + (tw_u64)(2 * kk),
-                                 (kb > 0 || kk > 0) ? 1u : 0u);
+                                 (kb > w.kb0 || kk > 0) ? 1u : 0u);
                 tw_wg_commit();
-                if (kb > 0) {
+                if (kb > w.kb0) {
                     tw_wg_wait<1>(); /* the previous k-block's group is done: free its stage */
                     if (lane == 0)
                         tw_release<CLUSTER>(sBar + 8 * (STAGES + prev));
@@ -450,15 +547,6 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                 if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1u;
-                }
-                if (EPI == 1 && pend_row >= 0) {
-                    /* row pairs p with 2p * KB < (kb + 1) * 16: spread over the k-blocks */
-                    for (; jdone < 16 && jdone * KB < (kb + 1) * 16; jdone += 2) {
-                        const tw_u32 a[2] = {stg + (tw_u32)(jdone * TW_ROWB),
-                                             stg + (tw_u32)((jdone + 1) * TW_ROWB)};
-                        const int g[2] = {pend_row + jdone, pend_row + jdone + 1};
-                        tw_pack_rows<T, C, 2>(a, g, M, pend_n, N, packed);
-                    }
                 }
             }
             tw_wg_wait<0>();
@@ -470,30 +558,89 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                     packed[0] = 1u;
                 continue;
             }
-            if (EPI == 2)
-                tw_mbar_wait(bar_unstaged, sphase ^ 1u); /* packers are done with the buffer */
-            __syncwarp(); /* EPI == 1: the lanes' reads of the previous staged tile are done */
+            bool have = true;
+            if (w.S > 1) {
+                /* split-K part: publish the fp32 partial; the last part to arrive sums all parts
+                 * in part order (deterministic) and packs. Nobody waits on another CTA. */
+                const int slot = (w.tail * w.S + w.split) * CLUSTER + (int)rank;
+                /* layout [slot][i][consumer thread][4]: coalesced 16-byte stores */
+                float *mine = ws + (long long)slot * TW_WS_FLOATS_PER_CTA + 4 * ct;
 #pragma unroll
-            for (int b = 0; b < 32; b += 2)
-                tw_stmatrix4(st_addr + (tw_u32)(b * 16),
-                             tw_relu_pack<DT>(d[4 * b + 0], d[4 * b + 1]),
-                             tw_relu_pack<DT>(d[4 * b + 2], d[4 * b + 3]),
-                             tw_relu_pack<DT>(d[4 * b + 4], d[4 * b + 5]),
-                             tw_relu_pack<DT>(d[4 * b + 6], d[4 * b + 7]));
-            __syncwarp();
-            if (EPI == 2 && lane == 0)
-                tw_mbar_arrive(bar_staged);
-            sphase ^= 1u;
-            pend_row = m0 + cw * 64 + wq * 16;
-            pend_n = n0;
-        }
-        if (EPI == 1 && pend_row >= 0)
-            for (int j = 0; j < 16; j += 2) {
-                const tw_u32 a[2] = {stg + (tw_u32)(j * TW_ROWB), stg + (tw_u32)((j + 1) * TW_ROWB)};
-                const int g[2] = {pend_row + j, pend_row + j + 1};
-                tw_pack_rows<T, C, 2>(a, g, M, pend_n, N, packed);
+                for (int i = 0; i < 32; ++i)
+                    tw_st_cg4(mine + i * 1024, d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+                __threadfence();
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                tw_u32 *c = ctr + w.tail * CLUSTER + (int)rank;
+                if (ct == 0) {
+                    const tw_u32 prev_parts = atomicAdd(c, 1u);
+                    __threadfence();
+                    *last_ptr = prev_parts == (tw_u32)(w.S - 1);
+                }
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                have = *last_ptr != 0;
+                if (have) {
+                    if (ct == 0)
+                        *c = 0u; /* every part has arrived: reset for the next launch */
+                    /* part by part: the sum order is fixed */
+                    const int slot0 = (w.tail * w.S) * CLUSTER + (int)rank;
+                    const float *part0 = ws + (long long)slot0 * TW_WS_FLOATS_PER_CTA + 4 * ct;
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) /* straight into the (dead) accumulators */
+                        tw_ld_cg4(part0 + i * 1024, d[4 * i], d[4 * i + 1], d[4 * i + 2],
+                                  d[4 * i + 3]);
+                    for (int p = 1; p < w.S; ++p) {
+                        const float *part = part0 + (long long)p * CLUSTER * TW_WS_FLOATS_PER_CTA;
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) { /* 8 loads in flight per batch */
+                            float b[32];
+#pragma unroll
+                            for (int i = 0; i < 8; ++i)
+                                tw_ld_cg4(part + (8 * h + i) * 1024, b[4 * i], b[4 * i + 1],
+                                          b[4 * i + 2], b[4 * i + 3]);
+#pragma unroll
+                            for (int i = 0; i < 32; ++i)
+                                d[32 * h + i] += b[i];
+                        }
+                    }
+                }
             }
+            const bool self_pack = (OPT & 2) && last_unit;
+            tw_mbar_wait(bar_unstaged, sphase ^ 1u); /* packers are done with the buffer */
+            if (have && !(OPT & 32)) {
+#pragma unroll
+                for (int rep = 0; rep < ((OPT & 64) ? 2 : 1); ++rep)
+#pragma unroll
+                for (int b = 0; b < 32; b += 2)
+                    tw_stmatrix4(st_addr + (tw_u32)(b * 16),
+                                 tw_relu_pack<DT>(d[4 * b + 0], d[4 * b + 1]),
+                                 tw_relu_pack<DT>(d[4 * b + 2], d[4 * b + 3]),
+                                 tw_relu_pack<DT>(d[4 * b + 4], d[4 * b + 5]),
+                                 tw_relu_pack<DT>(d[4 * b + 6], d[4 * b + 7]));
+            }
+            __syncwarp();
+            if (self_pack) {
+                if (have) { /* this warp's own 16 rows */
+                    const int row0 = m0 + cw * 64 + wq * 16;
+#pragma unroll 1
+                    for (int j = 0; j < 16; j += PNR) {
+                        tw_u32 a[PNR];
+                        int g[PNR];
+#pragma unroll
+                        for (int i = 0; i < PNR; ++i)
+                            a[i] = stg + (tw_u32)((j + i) * TW_ROWB), g[i] = row0 + j + i;
+                        tw_pack_rows<T, C, PNR>(a, g, M, n0, N, packed);
+                    }
+                }
+            } else {
+                if (tid == 128)
+                    *info_ptr = have ? m0 : -1;
+                if (lane == 0)
+                    tw_mbar_arrive(bar_staged);
+            }
+            sphase ^= 1u;
+        }
     }
+#undef TW_UNIT_COORDS
     __syncwarp();
     if (CLUSTER > 1)
         tw_cluster_sync(); /* no CTA leaves while its peer may still signal its barriers */

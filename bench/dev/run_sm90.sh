@@ -32,7 +32,7 @@ run() { # name timeout args...
 }
 if [ "$what" = check ] || [ "$what" = all ]; then
     run c_k64 60 --variants all --K 64 --N 256 --M 1,7,1000 --nnz 29,100 --reps 2
-    run c_t128 60 --variants c8_T128,c4_T128,c2_T128,f16_T128 --K 128 --N 384 --M 300 --nnz 40,150 --reps 2
+    run c_t128 60 --variants c8_T128,c4_T128,c2_T128,f16_T128,c8_T64,f16_c2_T64 --K 128 --N 384 --M 300 --nnz 40,150 --reps 2
     run c_k512 60 --variants all --K 512 --N 1024 --M 128,1000 --nnz 29,500 --reps 2
     run c_big 120 --variants all --K 2048 --N 5632 --M 4096 --nnz 29,2000 --reps 2
     run c_k4096 60 --variants b64s3c2,b32s6c1,c2_T128,f16_c8 --K 4096 --N 8192 --M 1000 --nnz 29 --reps 2
