@@ -1,0 +1,954 @@
+// fused_kernels.cuh — fused TwELL FFN inference kernels (gated: x + packed gate + Wu + Wd -> y;
+// non-gated: packed h + Wd -> y). Includes no CUDA header so the same text compiles under NVRTC.
+// Versions (bench/dev/NOTES-fused.md has the numbers):
+//   v0 rows   one warp per token row, two entries in flight, overflowing row-tiles recomputed
+//             inline (the simple baseline, and the exact fallback when the workspace is too small)
+//   v1 tiled  pre-pass builds, per group of 8 tokens and per chunk of CN neurons, a list of active
+//             (neuron, token) pairs; phase A (u) and phase B (y) stream weight chunks [CN x 64]
+//             through shared memory for a block of 1024 / 512 tokens and run mma.sync m16n8k16 on
+//             rounds of 16 pairs (A = gathered weight rows via ldmatrix, B = the group's x / h).
+//   v3        phase A reads A fragments with ld.shared.v4 in a permuted k order (bank rule: pairs
+//             of rows differ in bit 0), branch-free (predicated loads/stores); phase B keeps
+//             ldmatrix.trans + hi/lo mmas; lists dealt over 8-blocks, octiles interleaved.
+//   v2        lists become 16-bit descriptors (row in chunk << 3 | token column) staged in shared
+//             memory with the weight chunk (the per-round global loads were the latency bound);
+//             flattened list build with a bank-balanced layout; overflow recompute as a CTA GEMM.
+
+typedef unsigned int tw_u32;
+typedef unsigned short tw_u16;
+typedef unsigned char tw_u8;
+typedef unsigned long long tw_u64;
+
+#define TW_FULL 0xffffffffu
+/* A kernel of the pipeline: a __global__ function in the development harness; in the NVRTC
+   template the same text defines device bodies that extern "C" wrappers call. */
+#ifndef TW_KERNEL
+#define TW_KERNEL(bounds) __global__ void __launch_bounds__ bounds
+#endif
+#define TW_KW 64 /* k columns per slice (phase A/B CTAs) */
+#define TW_PAD 7u /* descriptor of a pad slot: row 0 of the chunk, token column 7, g = 0 */
+
+// ---------------------------------------------------------------------------------------------
+// 16-bit helpers (DT 0 = bf16, 1 = fp16)
+// ---------------------------------------------------------------------------------------------
+template <int DT> __device__ __forceinline__ float tw_h2f(tw_u32 h) {
+    if constexpr (DT == 0) {
+        return __uint_as_float((h & 0xffffu) << 16);
+    } else {
+        float f;
+        asm("{.reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t;}" : "=f"(f) : "h"((tw_u16)h));
+        return f;
+    }
+}
+template <int DT> __device__ __forceinline__ void tw_h2f2(tw_u32 w, float &lo, float &hi) {
+    if constexpr (DT == 0) {
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    } else {
+        asm("{.reg .f16 a, b; mov.b32 {a, b}, %2; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b;}"
+            : "=f"(lo), "=f"(hi)
+            : "r"(w));
+    }
+}
+template <int DT> __device__ __forceinline__ tw_u16 tw_f2h(float f) {
+    tw_u16 r;
+    if constexpr (DT == 0)
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    else
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+// lo goes to bits 15..0, hi to bits 31..16 (round to nearest even).
+template <int DT> __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi) {
+    tw_u32 r;
+    if constexpr (DT == 0)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// relu then round: the packed value convention (active iff the result is positive).
+template <int DT> __device__ __forceinline__ tw_u32 tw_relu_round(float v) {
+    return v > 0.0f ? (tw_u32)tw_f2h<DT>(v) : 0u;
+}
+
+__device__ __forceinline__ tw_u32 tw_smem_addr(const void *p) {
+    tw_u32 r;
+    asm("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void tw_cp16(tw_u32 dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tw_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tw_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 tw_lds128(tw_u32 a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void tw_lds128p(uint4 &v, tw_u32 a, tw_u32 p) {
+    asm volatile("{.reg .pred q; setp.ne.u32 q, %5, 0; @q ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];}"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "r"(a), "r"(p));
+}
+__device__ __forceinline__ tw_u32 tw_lds16(tw_u32 a) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void tw_stgp(float *ptr, float v, tw_u32 p) {
+    asm volatile("{.reg .pred q; setp.ne.u32 q, %2, 0; @q st.global.f32 [%0], %1;}" ::"l"(ptr), "f"(v),
+                 "r"(p)
+                 : "memory");
+}
+__device__ __forceinline__ tw_u32 tw_lds32(tw_u32 a) {
+    tw_u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ tw_u32 tw_prmt(tw_u32 a, tw_u32 sel) {
+    tw_u32 r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(a), "r"(sel));
+    return r;
+}
+__device__ __forceinline__ void tw_ldsm4(tw_u32 (&r)[4], tw_u32 a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void tw_ldsm4t(tw_u32 (&r)[4], tw_u32 a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+// d += A(16x16, row) * B(16x8, col), fp32 accumulate.
+template <int DT>
+__device__ __forceinline__ void tw_mma(float (&d)[4], const tw_u32 (&a)[4], tw_u32 b0, tw_u32 b1) {
+    if constexpr (DT == 0)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float tw_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(TW_FULL, v, o);
+    return v;
+}
+
+// Workspace control words (flag[]): [0] fallback bits (1: overflow slots over capacity, 2: pair
+// slots over capacity), [1] total pair slots, [2] overflowing row-tiles, [3] recompute items.
+
+// ---------------------------------------------------------------------------------------------
+// Pre-pass 1: find overflowing row-tiles; per tile t a list of rows (order irrelevant: every
+// consumer indexes by (row, tile)), and each overflowing cell's slot in its tile's list.
+// ---------------------------------------------------------------------------------------------
+TW_KERNEL((256)) tw_k_ovf_detect(const tw_u32 *__restrict__ packed, int M, int NT, int W,
+                                tw_u32 *__restrict__ ovf_cnt, tw_u32 *__restrict__ ovf_rows,
+                                tw_u32 *__restrict__ ovf_slot) {
+    const long long cells = (long long)M * NT;
+    const int S = W - 1;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < cells;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long m = i / NT;
+        const int t = (int)(i - m * NT);
+        const tw_u32 c = packed[i * W]; /* row m, tile t starts at word (m*NT + t)*W */
+        if (c > (tw_u32)S) {
+            const tw_u32 s = atomicAdd(&ovf_cnt[t], 1u);
+            ovf_rows[(long long)t * M + s] = (tw_u32)m;
+            ovf_slot[i] = s;
+        }
+    }
+}
+
+// Pre-pass 2 (one block): bases of each tile's overflow slots and recompute items (64 rows each);
+// resets flag[0]; zeroes the per-slot nonzero counters.
+TW_KERNEL((256)) tw_k_ovf_scan(const tw_u32 *__restrict__ ovf_cnt, int NT, tw_u32 *ovf_base,
+                              tw_u32 *item_base, tw_u32 *ovf_nnz, tw_u32 *flag, tw_u32 ovf_cap) {
+    __shared__ tw_u32 tot;
+    if (threadIdx.x == 0) {
+        tw_u32 a = 0, b = 0;
+        for (int t = 0; t < NT; t++) {
+            const tw_u32 c = ovf_cnt[t];
+            ovf_base[t] = a;
+            item_base[t] = b;
+            a += c;
+            b += (c + 63u) / 64u;
+        }
+        ovf_base[NT] = a;
+        item_base[NT] = b;
+        flag[0] = a > ovf_cap ? 1u : 0u;
+        flag[2] = a;
+        flag[3] = b;
+        tot = a > ovf_cap ? 0u : a;
+    }
+    __syncthreads();
+    for (tw_u32 i = threadIdx.x; i < tot; i += blockDim.x)
+        ovf_nnz[i] = 0;
+}
+
+// Pre-pass 3: exact recompute of overflowing row-tiles, g = round(relu(x . w_n)) for all TT
+// columns. CTA item = (tile t, up to 64 of its overflowing rows): the weight tile [TT x K] and the
+// gathered x rows stream through shared memory in 64-column steps (cp.async, XOR swizzle); 8 warps,
+// warp = (16-row m-tile, half of the columns). Dense rows thus spread over all SMs and share the
+// weight tile. Also counts each row-tile's non-zeros (integer atomics: order-free).
+template <int DT, int TT>
+TW_KERNEL((256))
+    tw_k_ovf_gate(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w, int M, int K, int NT,
+                  const tw_u32 *__restrict__ ovf_cnt, const tw_u32 *__restrict__ ovf_rows,
+                  const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
+                  tw_u16 *__restrict__ ovf_g, tw_u32 *__restrict__ ovf_nnz,
+                  const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    if (flag[0] & 1u)
+        return;
+    constexpr int NTL = TT / 16; /* 8-column n-tiles per warp */
+    constexpr int STAGE = TT * 128 + 64 * 128;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int mt = warp & 3, ch = warp >> 2;
+    const tw_u32 nitems = item_base[NT];
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    const int arow = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
+    const int brow0 = (lane & 7) + (lane >> 4) * 8, bhi = (lane >> 3) & 1;
+    const int nk = K / 64;
+    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
+        int lo = 0, hi = NT - 1; /* last t with item_base[t] <= item */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (item_base[mid] <= item)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const int t = lo;
+        const tw_u32 r0 = 64u * (item - item_base[t]);
+        const int nrows = (int)min(64u, ovf_cnt[t] - r0);
+        const tw_u32 *rows = ovf_rows + (long long)t * M + r0;
+        auto stage = [&](int kc, int buf) {
+            const tw_u32 sw = sbase + buf * STAGE, sx = sw + TT * 128;
+            const tw_u16 *wsrc = w + (long long)t * TT * K + kc * 64;
+            for (int i = tid; i < TT * 8; i += 256) {
+                const int r = i >> 3, q = i & 7;
+                tw_cp16(sw + r * 128 + ((q ^ (r & 7)) << 4), wsrc + (long long)r * K + 8 * q);
+            }
+            for (int i = tid; i < 64 * 8; i += 256) {
+                const int r = i >> 3, q = i & 7;
+                const tw_u32 m = rows[r < nrows ? r : 0];
+                tw_cp16(sx + r * 128 + ((q ^ (r & 7)) << 4), x + (long long)m * K + kc * 64 + 8 * q);
+            }
+        };
+        float acc[NTL][4];
+#pragma unroll
+        for (int j = 0; j < NTL; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        stage(0, 0);
+        tw_cp_commit();
+        for (int kc = 0; kc < nk; kc++) {
+            if (kc + 1 < nk)
+                stage(kc + 1, (kc + 1) & 1);
+            tw_cp_commit();
+            tw_cp_wait<1>();
+            __syncthreads();
+            const tw_u32 sw = sbase + (kc & 1) * STAGE, sx = sw + TT * 128;
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                tw_u32 a[4];
+                tw_ldsm4(a, sx + arow * 128 + (((2 * ks + ahi) ^ (arow & 7)) << 4));
+#pragma unroll
+                for (int p = 0; p < NTL / 2; p++) {
+                    const int br = ch * (TT / 2) + 16 * p + brow0;
+                    tw_u32 b[4];
+                    tw_ldsm4(b, sw + br * 128 + (((2 * ks + bhi) ^ (br & 7)) << 4));
+                    tw_mma<DT>(acc[2 * p], a, b[0], b[1]);
+                    tw_mma<DT>(acc[2 * p + 1], a, b[2], b[3]);
+                }
+            }
+            __syncthreads();
+        }
+        const int ra = 16 * mt + g, rb = ra + 8;
+        const tw_u32 sa = ovf_base[t] + r0 + ra, sb = ovf_base[t] + r0 + rb;
+        int ca = 0, cb = 0;
+#pragma unroll
+        for (int j = 0; j < NTL; j++) {
+            const int col = ch * (TT / 2) + 8 * j + 2 * t4;
+            const tw_u32 g00 = tw_relu_round<DT>(acc[j][0]), g01 = tw_relu_round<DT>(acc[j][1]);
+            const tw_u32 g10 = tw_relu_round<DT>(acc[j][2]), g11 = tw_relu_round<DT>(acc[j][3]);
+            ca += (g00 != 0) + (g01 != 0);
+            cb += (g10 != 0) + (g11 != 0);
+            if (ra < nrows)
+                *(tw_u32 *)(ovf_g + (long long)sa * TT + col) = g00 | (g01 << 16);
+            if (rb < nrows)
+                *(tw_u32 *)(ovf_g + (long long)sb * TT + col) = g10 | (g11 << 16);
+        }
+        ca += __shfl_xor_sync(TW_FULL, ca, 1);
+        ca += __shfl_xor_sync(TW_FULL, ca, 2);
+        cb += __shfl_xor_sync(TW_FULL, cb, 1);
+        cb += __shfl_xor_sync(TW_FULL, cb, 2);
+        if (t4 == 0) {
+            if (ra < nrows && ca)
+                atomicAdd(&ovf_nnz[sa], (tw_u32)ca);
+            if (rb < nrows && cb)
+                atomicAdd(&ovf_nnz[sb], (tw_u32)cb);
+        }
+    }
+}
+
+// Pre-pass 4: slots of each (group of 8 rows, chunk of TPC tiles) list: active pairs rounded up
+// to a multiple of 16 (one mma round). One warp per (group, chunk).
+TW_KERNEL((256)) tw_k_sizes(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC,
+                           int TPC, int NG, const tw_u32 *__restrict__ ovf_slot,
+                           const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ ovf_nnz,
+                           tw_u32 *__restrict__ sizes, const tw_u32 *__restrict__ flag) {
+    const long long wid = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (wid >= (long long)NG * NC)
+        return;
+    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG); /* chunk-major */
+    const int t0 = c * TPC, nt = min(TPC, NT - t0);
+    const tw_u32 S = (tw_u32)(W - 1);
+    const bool ovf_ok = (flag[0] & 1u) == 0;
+    tw_u32 sum = 0;
+    for (int i = lane; i < 8 * nt; i += 32) {
+        const int r = i / nt, t = t0 + i % nt;
+        const long long m = 8LL * G + r;
+        if (m < M) {
+            tw_u32 cnt = packed[(m * NT + t) * W];
+            if (cnt > S)
+                cnt = ovf_ok ? ovf_nnz[ovf_base[t] + ovf_slot[m * NT + t]] : 0u;
+            sum += cnt;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(TW_FULL, sum, o);
+    if (lane == 0)
+        sizes[wid] = (sum + 15u) & ~15u;
+}
+
+// Pre-pass 5 (one block of 1024): exclusive scan of the list sizes -> offsets[0..n], total.
+TW_KERNEL((1024))
+    tw_k_scan(const tw_u32 *__restrict__ sizes, int n, tw_u32 *__restrict__ offsets,
+              tw_u32 *__restrict__ flag, tw_u32 pair_cap) {
+    __shared__ tw_u64 part[1024];
+    const int tid = threadIdx.x;
+    const int per = (n + 1023) / 1024;
+    const int beg = min(tid * per, n), end = min(beg + per, n);
+    tw_u64 s = 0;
+    for (int i = beg; i < end; i++)
+        s += sizes[i];
+    part[tid] = s;
+    __syncthreads();
+    for (int o = 1; o < 1024; o <<= 1) {
+        const tw_u64 v = tid >= o ? part[tid - o] : 0;
+        __syncthreads();
+        part[tid] += v;
+        __syncthreads();
+    }
+    tw_u64 run = part[tid] - s;
+    for (int i = beg; i < end; i++) {
+        offsets[i] = (tw_u32)run;
+        run += sizes[i];
+    }
+    if (tid == 1023) {
+        const tw_u64 total = part[1023];
+        offsets[n] = (tw_u32)(total > pair_cap ? pair_cap : total);
+        flag[1] = (tw_u32)(total > 0xffffffffull ? 0xffffffffull : total);
+        if (total > pair_cap)
+            atomicOr(&flag[0], 2u);
+    }
+}
+
+// Pre-pass 6: writes each (chunk, group) list as 16-bit descriptors (row in chunk << 3 | token
+// column) and the 16-bit gate values. Bank rules of the phases (XOR-swizzled chunk, f = row & 7):
+// phase A reads aligned pairs of entries per quarter-warp (conflict-free iff their rows differ in
+// bit 0); phase B's ldmatrix reads aligned 8-blocks (conflict-free iff all 8 residues differ).
+// Pads (g = 0, row 0, token column 7) fill the list. One warp per list, entries processed flat (32 per step):
+// the cell words and a prefix of each cell's candidates (stored entries, or T for an overflowing
+// row-tile) are staged in shared memory first.
+template <int CELLW, int BW>
+TW_KERNEL((BW * 32))
+    tw_k_build(const tw_u32 *__restrict__ packed, int M, int NT, int W, int T, int NC, int TPC,
+               int NG, const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ ovf_base,
+               const tw_u16 *__restrict__ ovf_g, const tw_u32 *__restrict__ offsets,
+               const tw_u32 *__restrict__ sizes, tw_u16 *__restrict__ desc,
+               tw_u16 *__restrict__ gv, const tw_u32 *__restrict__ flag) {
+    __shared__ tw_u32 sbuf[BW][CELLW];
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long wid = (long long)blockIdx.x * BW + warp;
+    if (wid >= (long long)NG * NC)
+        return;
+    tw_u32 *buf = sbuf[warp];
+    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG); /* chunk-major */
+    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = 8 * nt;
+    const tw_u32 out = offsets[wid], size = sizes[wid];
+    const tw_u32 S = (tw_u32)(W - 1);
+    const int rw = nt * W; /* words of one row's cells in this chunk */
+    tw_u32 *pre = buf + 8 * rw;
+    for (int i = lane; i < 8 * rw; i += 32) {
+        const int r = i / rw, o = i - r * rw;
+        const long long m = 8LL * G + r;
+        buf[i] = m < M ? packed[(m * NT + t0) * W + o] : 0u;
+    }
+    __syncwarp();
+    tw_u32 carry = 0;
+    for (int i0 = 0; i0 < ncell; i0 += 32) {
+        const int i = i0 + lane;
+        tw_u32 cand = 0;
+        if (i < ncell) {
+            const tw_u32 cnt = buf[(i / nt) * rw + (i % nt) * W];
+            cand = cnt > S ? (tw_u32)T : cnt;
+        }
+        tw_u32 incl = cand;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const tw_u32 v = __shfl_up_sync(TW_FULL, incl, o);
+            incl += lane >= o ? v : 0u;
+        }
+        if (i < ncell)
+            pre[i] = carry + incl - cand;
+        carry += __shfl_sync(TW_FULL, incl, 31);
+    }
+    __syncwarp();
+    const tw_u32 ecand = carry;
+    const tw_u32 cstart = (tw_u32)(t0 * T);
+    const tw_u32 lt = (1u << lane) - 1u;
+    /* candidate j -> (word = g << 16 | n, or 0 if inactive; token column r) */
+    auto fetch = [&](tw_u32 j, tw_u32 &word, int &r) {
+        int lo = 0, hi = ncell - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (pre[mid] <= j)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        r = lo / nt;
+        const int tt = lo - r * nt, t = t0 + tt;
+        const tw_u32 *cell = buf + r * rw + tt * W;
+        const tw_u32 k = j - pre[lo];
+        if (cell[0] <= S) {
+            word = cell[1 + k];
+        } else {
+            const long long m = 8LL * G + r;
+            const tw_u32 slot = ovf_base[t] + ovf_slot[m * NT + t];
+            const tw_u32 gb = ovf_g[(long long)slot * T + k];
+            word = gb ? (gb << 16) | (tw_u32)(t * T + k) : 0u;
+        }
+    };
+    tw_u32 sres[8];
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+        sres[q] = 0;
+    for (tw_u32 j0 = 0; j0 < ecand; j0 += 32) {
+        tw_u32 word = 0;
+        int r = 0;
+        if (j0 + lane < ecand)
+            fetch(j0 + lane, word, r);
+        const bool act = word != 0u;
+        const tw_u32 res = word & 7u;
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            sres[q] += __popc(__ballot_sync(TW_FULL, act && res == (tw_u32)q));
+    }
+    /* sorted by (bit 0, bits 1-2): residue r has slot (r & 1) * 4 + (r >> 1); the sorted index i
+       goes to block i mod B (B = size / 8) at position map(i / B), map = 0 2 4 6 1 3 5 7: a block
+       takes one entry of each octile of the sorted order, octiles o and o + 4 side by side */
+    tw_u32 bst[8], run[8], e = 0;
+#pragma unroll
+    for (int q = 0; q < 8; q++) { /* q = slot; its residue is 2 (q & 3) + (q >> 2) */
+        const int res = 2 * (q & 3) + (q >> 2);
+        bst[res] = e;
+        e += sres[res];
+        run[q] = 0;
+    }
+    const tw_u32 nb8 = size >> 3;
+    for (tw_u32 j0 = 0; j0 < ecand; j0 += 32) {
+        tw_u32 word = 0;
+        int r = 0;
+        if (j0 + lane < ecand)
+            fetch(j0 + lane, word, r);
+        const bool act = word != 0u;
+        const tw_u32 res = word & 7u;
+        tw_u32 bq[8], mine = 0, base = 0;
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            bq[q] = __ballot_sync(TW_FULL, act && res == (tw_u32)q);
+            if (res == (tw_u32)q) {
+                mine = bq[q];
+                base = bst[q] + run[q];
+            }
+        }
+        if (act) {
+            const tw_u32 i = base + __popc(mine & lt), o = i / nb8;
+            const tw_u32 pos = (i % nb8) * 8 + (o < 4 ? 2 * o : 2 * (o - 4) + 1);
+            desc[out + pos] = (tw_u16)((((word & 0xffffu) - cstart) << 3) | (tw_u32)r);
+            gv[out + pos] = (tw_u16)(word >> 16);
+        }
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            run[q] += __popc(bq[q]);
+    }
+    for (tw_u32 i = e + lane; i < size; i += 32) { /* pads: g = 0 (they add nothing), row 0 */
+        const tw_u32 o = i / nb8;
+        const tw_u32 pos = (i % nb8) * 8 + (o < 4 ? 2 * o : 2 * (o - 4) + 1);
+        desc[out + pos] = TW_PAD;
+        gv[out + pos] = 0;
+    }
+}
+
+// Loads rows [c*CN, c*CN + rows) x columns [k0, k0+64) of w into a chunk buffer: 128-byte rows,
+// 16-byte piece q of row r stored at piece q ^ (r & 7).
+template <int CN, int NTHR>
+__device__ __forceinline__ void tw_load_chunk(tw_u32 sdst, const tw_u16 *__restrict__ w, int c,
+                                              int N, int K, int k0) {
+    const int rows = min(CN, N - c * CN);
+    const tw_u16 *src = w + (long long)c * CN * K + k0;
+    for (int i = threadIdx.x; i < rows * 8; i += NTHR) {
+        const int r = i >> 3, q = i & 7;
+        tw_cp16(sdst + r * 128 + ((q ^ (r & 7)) << 4), src + (long long)r * K + 8 * q);
+    }
+}
+// Copies bytes [0, n16*16) of src to shared memory (cp.async, 16-byte pieces).
+template <int NTHR>
+__device__ __forceinline__ void tw_load_bytes(tw_u32 sdst, const void *src, tw_u32 n16) {
+    const char *p = (const char *)src;
+    for (tw_u32 i = threadIdx.x; i < n16; i += NTHR)
+        tw_cp16(sdst + 16 * i, p + 16ull * i);
+}
+
+// One phase-A chunk for one warp: rounds of 16 pairs of its GPW groups. Descriptors come from the
+// shared staging buffer (SH, 32-bit addresses) or from global memory.
+template <int DT, int GPW, bool SH>
+__device__ __forceinline__ void tw_phase_a_chunk(const tw_u32 (&bx)[GPW][8], const tw_u32 (&off)[GPW],
+                                                 const tw_u32 (&nr)[GPW], tw_u32 dsh,
+                                                 const tw_u16 *dgl, tw_u32 buf, float *po, int g,
+                                                 int t4) {
+    const tw_u32 c2 = 2u * (tw_u32)t4, ut4 = (tw_u32)t4;
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        float *pj = po + off[j] + g;
+        const tw_u16 *dj = dgl + off[j] + g;
+        tw_u32 sj = dsh + 2 * (off[j] + (tw_u32)g);
+        for (tw_u32 r = 0; r < nr[j]; r++, pj += 16, dj += 16, sj += 32) {
+            tw_u32 da, db;
+            if (SH) {
+                da = tw_lds16(sj);
+                db = tw_lds16(sj + 16);
+            } else {
+                da = dj[0];
+                db = dj[8];
+            }
+            /* lane (g, t4) reads 32 contiguous bytes (k = 16 t4 .. +15) of entries g and g + 8:
+               logical pieces 2 t4 and 2 t4 + 1 of the XOR-swizzled row */
+            const tw_u32 xa = ((((da >> 3) & 7u) ^ c2) << 4), xb = ((((db >> 3) & 7u) ^ c2) << 4);
+            const tw_u32 aa = buf + ((da >> 3) << 7), ab = buf + ((db >> 3) << 7);
+            const uint4 a0 = tw_lds128(aa + xa), a1 = tw_lds128(aa + (xa ^ 16u));
+            const uint4 b0 = tw_lds128(ab + xb), b1 = tw_lds128(ab + (xb ^ 16u));
+            const tw_u32 wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const tw_u32 wb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+            float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                /* fragment k positions 2t4, 2t4+1, 2t4+8, 2t4+9 <-> k = 16 t4 + 4 ks + 0..3 */
+                const tw_u32 af[4] = {wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1]};
+                if (ks & 1)
+                    tw_mma<DT>(d1, af, bx[j][2 * ks], bx[j][2 * ks + 1]);
+                else
+                    tw_mma<DT>(d0, af, bx[j][2 * ks], bx[j][2 * ks + 1]);
+            }
+            const tw_u32 ca = da & 7u, cb = db & 7u;
+            const float va = (ca & 1u) ? d0[1] + d1[1] : d0[0] + d1[0];
+            const float vb = (cb & 1u) ? d0[3] + d1[3] : d0[2] + d1[2];
+            tw_stgp(pj, va, (ca >> 1) == ut4);
+            tw_stgp(pj + 8, vb, (cb >> 1) == ut4);
+        }
+    }
+}
+
+// Phase A (gated): partial u over one 64-column slice for every pair of a block of
+// 16 warps x GPW groups x 8 tokens. A = gathered Wu rows (entries x k), B = x of the group's 8
+// tokens (k x tokens), D[e][tok]; pair e keeps D[e][col(e)]. Shared memory: two weight chunks
+// (2 x CN x 128 B) then two descriptor buffers (2 x DCAP x 2 B); a chunk whose block region holds
+// more than DCAP slots reads its descriptors from global memory instead.
+template <int DT, int CN, int GPW, int DCAP>
+TW_KERNEL((512, 1))
+    tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
+                 int NG, int NC, const tw_u16 *__restrict__ desc,
+                 const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
+                 float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int s = blockIdx.y, k0 = s * TW_KW;
+    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
+    const int G0 = GB + warp * GPW;
+    /* B fragments in the permuted k order of the A loads: lane (g, t4) holds x[token g][k0 + 16 t4
+       .. + 15]; k-step ks uses words 2 ks (k 4ks, 4ks+1) and 2 ks + 1 (k 4ks+2, 4ks+3) */
+    tw_u32 bx[GPW][8];
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        const int row = min((G0 + j) * 8 + g, M - 1);
+        const uint4 *p = (const uint4 *)(x + (long long)row * K + k0 + 16 * t4);
+        const uint4 v0 = p[0], v1 = p[1];
+        bx[j][0] = v0.x, bx[j][1] = v0.y, bx[j][2] = v0.z, bx[j][3] = v0.w;
+        bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
+    }
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    float *pout = partial + (long long)s * pstride;
+    auto stage = [&](int c) {
+        const int b = c & 1;
+        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        if (rn <= DCAP)
+            tw_load_bytes<512>(sbase + 2 * CN * 128 + b * DCAP * 2, desc + ra, rn / 8);
+    };
+    stage(0);
+    tw_cp_commit();
+    for (int c = 0; c < NC; c++) {
+        if (c + 1 < NC)
+            stage(c + 1);
+        tw_cp_commit();
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        tw_u32 off[GPW], nr[GPW];
+#pragma unroll
+        for (int j = 0; j < GPW; j++) {
+            const int G = G0 + j;
+            const long long idx = (long long)c * NG + G;
+            off[j] = G < NG ? offsets[idx] - ra : 0u;
+            nr[j] = G < NG ? sizes[idx] >> 4 : 0u;
+        }
+        tw_cp_wait<1>();
+        __syncthreads();
+        const tw_u32 buf = sbase + (c & 1) * CN * 128;
+        if (rn <= DCAP)
+            tw_phase_a_chunk<DT, GPW, true>(bx, off, nr, sbase + 2 * CN * 128 + (c & 1) * DCAP * 2,
+                                            nullptr, buf, pout + ra, g, t4);
+        else
+            tw_phase_a_chunk<DT, GPW, false>(bx, off, nr, 0u, desc + ra, buf, pout + ra, g, t4);
+        __syncthreads();
+    }
+}
+
+// Between the phases (gated): h = g * (sum of the slices' partial u), in fixed slice order.
+template <int DT>
+TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
+                            tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
+                            float *__restrict__ h, const tw_u32 *__restrict__ flag) {
+    if (flag[0])
+        return;
+    const tw_u32 total = *total_p;
+    for (tw_u32 p = blockIdx.x * blockDim.x + threadIdx.x; p < total;
+         p += gridDim.x * blockDim.x) {
+        float u = 0.0f;
+        for (int s = 0; s < nslices; s++)
+            u += partial[(long long)s * pstride + p];
+        h[p] = tw_h2f<DT>(gv[p]) * u;
+    }
+}
+
+// Phase B: y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in registers.
+// A = gathered Wd rows transposed (k x entries, ldmatrix.trans), B = h of the round's pairs placed
+// at their token column (entries x tokens). Gated: h (fp32) is split into two 16-bit terms hi + lo
+// (two mmas) so it keeps ~16 mantissa bits; fp16 also scales each round by a power of two for
+// range. Non-gated: h = g, exact in dtype (one mma). Pads (row 0) carry value 0. Shared
+// memory: two weight chunks, then two staging buffers of DCAP slots (descriptors, then h or g).
+template <int DT, int GATED, int GPW>
+__device__ __forceinline__ void tw_phase_b_chunk(float (&acc)[GPW][4][4], const tw_u32 (&off)[GPW],
+                                                 const tw_u32 (&nr)[GPW], const tw_u16 *dsc,
+                                                 const float *hv, const tw_u16 *gvv, tw_u32 buf,
+                                                 int lane, int g, int t4) {
+    const int el = (lane & 7) + (lane >> 4) * 8, hsel = (lane >> 3) & 1;
+    const tw_u32 ug = (tw_u32)g;
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        for (tw_u32 r = 0; r < nr[j]; r++) {
+            const tw_u32 e = off[j] + 16 * r;
+            const tw_u32 row = (tw_u32)dsc[e + el] >> 3;
+            const tw_u32 da = *(const tw_u32 *)(dsc + e + 2 * t4);
+            const tw_u32 db = *(const tw_u32 *)(dsc + e + 2 * t4 + 8);
+            const tw_u32 rb = buf + row * 128, sw = row & 7;
+            tw_u32 a[4][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+                tw_ldsm4t(a[mt], rb + (((2 * mt + hsel) ^ sw) << 4));
+            float v0, v1, v2, v3;
+            if constexpr (GATED) {
+                const float2 ha = *(const float2 *)(hv + e + 2 * t4);
+                const float2 hb = *(const float2 *)(hv + e + 2 * t4 + 8);
+                v0 = ha.x, v1 = ha.y, v2 = hb.x, v3 = hb.y;
+            } else {
+                tw_h2f2<DT>(*(const tw_u32 *)(gvv + e + 2 * t4), v0, v1);
+                tw_h2f2<DT>(*(const tw_u32 *)(gvv + e + 2 * t4 + 8), v2, v3);
+            }
+            v0 = (da & 7u) == ug ? v0 : 0.0f;
+            v1 = ((da >> 16) & 7u) == ug ? v1 : 0.0f;
+            v2 = (db & 7u) == ug ? v2 : 0.0f;
+            v3 = ((db >> 16) & 7u) == ug ? v3 : 0.0f;
+            if constexpr (!GATED) {
+                const tw_u32 b0 = tw_pack2<DT>(v0, v1), b1 = tw_pack2<DT>(v2, v3);
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++)
+                    tw_mma<DT>(acc[j][mt], a[mt], b0, b1);
+            } else {
+                float scale_inv = 1.0f;
+                if constexpr (DT == 1) {
+                    float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+#pragma unroll
+                    for (int o = 1; o < 32; o <<= 1)
+                        amax = fmaxf(amax, __shfl_xor_sync(TW_FULL, amax, o));
+                    int ex = (int)((__float_as_uint(amax) >> 23) & 0xffu);
+                    ex = amax > 0.0f ? ex : 127;
+                    ex = min(max(ex, 20), 250);
+                    /* amax * 2^(141-ex) lies in [2^14, 2^15): hi and lo stay normal fp16 */
+                    const float sc = __uint_as_float((tw_u32)(268 - ex) << 23);
+                    scale_inv = __uint_as_float((tw_u32)(ex - 14) << 23);
+                    v0 *= sc, v1 *= sc, v2 *= sc, v3 *= sc;
+                }
+                const tw_u32 bh0 = tw_pack2<DT>(v0, v1), bh1 = tw_pack2<DT>(v2, v3);
+                float l0, l1, l2, l3;
+                tw_h2f2<DT>(bh0, l0, l1);
+                tw_h2f2<DT>(bh1, l2, l3);
+                const tw_u32 bl0 = tw_pack2<DT>(v0 - l0, v1 - l1);
+                const tw_u32 bl1 = tw_pack2<DT>(v2 - l2, v3 - l3);
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    if constexpr (DT == 0) {
+                        tw_mma<DT>(acc[j][mt], a[mt], bh0, bh1);
+                        tw_mma<DT>(acc[j][mt], a[mt], bl0, bl1);
+                    } else {
+                        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        tw_mma<DT>(t, a[mt], bh0, bh1);
+                        tw_mma<DT>(t, a[mt], bl0, bl1);
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+                            acc[j][mt][q] = fmaf(t[q], scale_inv, acc[j][mt][q]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+template <int DT, int GATED, int CN, int GPW, int DCAP>
+TW_KERNEL((512, 1))
+    tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
+                 const tw_u16 *__restrict__ desc, const tw_u16 *__restrict__ gv,
+                 const float *__restrict__ h, const tw_u32 *__restrict__ offsets,
+                 const tw_u32 *__restrict__ sizes, tw_u16 *__restrict__ y,
+                 const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    constexpr int VB = GATED ? 4 : 2;        /* bytes per slot of the value array */
+    constexpr int SB = DCAP * (2 + VB);      /* bytes per staging buffer */
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int s = blockIdx.y, k0 = s * TW_KW;
+    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
+    const int G0 = GB + warp * GPW;
+    float acc[GPW][4][4];
+#pragma unroll
+    for (int j = 0; j < GPW; j++)
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    auto stage = [&](int c) {
+        const int b = c & 1;
+        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        if (rn <= DCAP) {
+            const tw_u32 sb = sbase + 2 * CN * 128 + b * SB;
+            tw_load_bytes<512>(sb, desc + ra, rn / 8);
+            if (GATED)
+                tw_load_bytes<512>(sb + DCAP * 2, h + ra, rn / 4);
+            else
+                tw_load_bytes<512>(sb + DCAP * 2, gv + ra, rn / 8);
+        }
+    };
+    stage(0);
+    tw_cp_commit();
+    for (int c = 0; c < NC; c++) {
+        if (c + 1 < NC)
+            stage(c + 1);
+        tw_cp_commit();
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        const bool fits = rn <= DCAP;
+        const unsigned char *sb = tw_smem + 2 * CN * 128 + (c & 1) * SB;
+        const tw_u16 *dsc = fits ? (const tw_u16 *)sb : desc + ra;
+        const float *hv = fits ? (const float *)(sb + DCAP * 2) : h + ra;
+        const tw_u16 *gvv = fits ? (const tw_u16 *)(sb + DCAP * 2) : gv + ra;
+        tw_u32 off[GPW], nr[GPW];
+#pragma unroll
+        for (int j = 0; j < GPW; j++) {
+            const int G = G0 + j;
+            const long long idx = (long long)c * NG + G;
+            off[j] = G < NG ? offsets[idx] - ra : 0u;
+            nr[j] = G < NG ? sizes[idx] >> 4 : 0u;
+        }
+        tw_cp_wait<1>();
+        __syncthreads();
+        tw_phase_b_chunk<DT, GATED, GPW>(acc, off, nr, dsc, hv, gvv, sbase + (c & 1) * CN * 128,
+                                         lane, g, t4);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        const long long m0 = (long long)(G0 + j) * 8 + 2 * t4;
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            const int kk = k0 + 16 * mt + g;
+            if (m0 < M) {
+                y[m0 * K + kk] = tw_f2h<DT>(acc[j][mt][0]);
+                y[m0 * K + kk + 8] = tw_f2h<DT>(acc[j][mt][2]);
+            }
+            if (m0 + 1 < M) {
+                y[(m0 + 1) * K + kk] = tw_f2h<DT>(acc[j][mt][1]);
+                y[(m0 + 1) * K + kk + 8] = tw_f2h<DT>(acc[j][mt][3]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// v0: one warp per row. Lane l holds x[k] for k = 256 i + 8 l .. +8 (NI = ceil(K/256) pieces).
+// ---------------------------------------------------------------------------------------------
+template <int DT, int NI>
+__device__ __forceinline__ void tw_dot2(const uint4 (&xr)[NI], const tw_u16 *w0, const tw_u16 *w1,
+                                        int K, int lane, float &s0, float &s1) {
+    s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int k = 256 * i + 8 * lane;
+        if (k < K) {
+            const uint4 a = *(const uint4 *)(w0 + k), b = *(const uint4 *)(w1 + k);
+            const tw_u32 xa[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
+            const tw_u32 aa[4] = {a.x, a.y, a.z, a.w}, bb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float xl, xh, al, ah, bl, bh;
+                tw_h2f2<DT>(xa[q], xl, xh);
+                tw_h2f2<DT>(aa[q], al, ah);
+                tw_h2f2<DT>(bb[q], bl, bh);
+                s0 = fmaf(xl, al, s0);
+                s0 = fmaf(xh, ah, s0);
+                s1 = fmaf(xl, bl, s1);
+                s1 = fmaf(xh, bh, s1);
+            }
+        }
+    }
+    s0 = tw_warp_sum(s0);
+    s1 = tw_warp_sum(s1);
+}
+
+template <int DT, int GATED, int NI>
+__device__ __forceinline__ void tw_rows_entry2(tw_u32 w0, tw_u32 w1, const uint4 (&xr)[NI],
+                                               const tw_u16 *__restrict__ wu,
+                                               const tw_u16 *__restrict__ wd, int K, int lane,
+                                               float (&ya)[NI][8]) {
+    const tw_u32 n0 = w0 & 0xffffu, n1 = w1 & 0xffffu;
+    float h0 = tw_h2f<DT>(w0 >> 16), h1 = tw_h2f<DT>(w1 >> 16);
+    if constexpr (GATED) {
+        float u0, u1;
+        tw_dot2<DT, NI>(xr, wu + (long long)n0 * K, wu + (long long)n1 * K, K, lane, u0, u1);
+        h0 *= u0;
+        h1 *= u1;
+    }
+    const tw_u16 *d0 = wd + (long long)n0 * K, *d1 = wd + (long long)n1 * K;
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        const int k = 256 * i + 8 * lane;
+        if (k < K) {
+            const uint4 a = *(const uint4 *)(d0 + k), b = *(const uint4 *)(d1 + k);
+            const tw_u32 aa[4] = {a.x, a.y, a.z, a.w}, bb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float al, ah, bl, bh;
+                tw_h2f2<DT>(aa[q], al, ah);
+                tw_h2f2<DT>(bb[q], bl, bh);
+                ya[i][2 * q] = fmaf(h1, bl, fmaf(h0, al, ya[i][2 * q]));
+                ya[i][2 * q + 1] = fmaf(h1, bh, fmaf(h0, ah, ya[i][2 * q + 1]));
+            }
+        }
+    }
+}
+
+// wp = the packing weight (Wg gated, Wu non-gated) for overflowing row-tiles.
+// fallback_only: run only when flag[0] != 0 (the tiled path could not hold the pairs).
+template <int DT, int GATED, int NI>
+TW_KERNEL((256))
+    tw_k_rows(const tw_u16 *__restrict__ x, const tw_u32 *__restrict__ packed,
+              const tw_u16 *__restrict__ wp, const tw_u16 *__restrict__ wu,
+              const tw_u16 *__restrict__ wd, tw_u16 *__restrict__ y, int M, int K, int N, int T,
+              int C, const tw_u32 *__restrict__ flag, int fallback_only) {
+    if (fallback_only && flag[0] == 0)
+        return;
+    const int lane = threadIdx.x & 31;
+    const int W = T / C, NT = N / T;
+    const tw_u32 S = (tw_u32)(W - 1);
+    const long long RW = N / C;
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long m = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
+        uint4 xr[NI];
+        float ya[NI][8];
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int k = 256 * i + 8 * lane;
+            xr[i] = k < K ? *(const uint4 *)(x + m * K + k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                ya[i][q] = 0.0f;
+        }
+        const tw_u32 *prow = packed + m * RW;
+        for (int t = 0; t < NT; t++) {
+            const tw_u32 cnt = prow[t * W];
+            if (cnt <= S) {
+                for (tw_u32 j0 = 0; j0 < cnt; j0 += 32) {
+                    const tw_u32 word = j0 + lane < cnt ? prow[t * W + 1 + j0 + lane] : 0u;
+                    const int nb = (int)min(32u, cnt - j0);
+                    for (int q = 0; q < nb; q += 2) {
+                        const tw_u32 w0 = __shfl_sync(TW_FULL, word, q);
+                        tw_u32 w1 = __shfl_sync(TW_FULL, word, (q + 1) & 31);
+                        if (q + 1 >= nb)
+                            w1 = w0 & 0xffffu; /* g = 0: a second slot that adds nothing */
+                        tw_rows_entry2<DT, GATED, NI>(w0, w1, xr, wu, wd, K, lane, ya);
+                    }
+                }
+            } else {
+                for (int j = 0; j < T; j += 2) {
+                    const tw_u32 n0 = (tw_u32)(t * T + j), n1 = n0 + 1;
+                    float g0, g1;
+                    tw_dot2<DT, NI>(xr, wp + (long long)n0 * K, wp + (long long)n1 * K, K, lane,
+                                    g0, g1);
+                    const tw_u32 b0 = tw_relu_round<DT>(g0), b1 = tw_relu_round<DT>(g1);
+                    if (b0 | b1)
+                        tw_rows_entry2<DT, GATED, NI>((b0 << 16) | n0, (b1 << 16) | n1, xr, wu,
+                                                      wd, K, lane, ya);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int k = 256 * i + 8 * lane;
+            if (k < K) {
+                uint4 o;
+                o.x = tw_pack2<DT>(ya[i][0], ya[i][1]);
+                o.y = tw_pack2<DT>(ya[i][2], ya[i][3]);
+                o.z = tw_pack2<DT>(ya[i][4], ya[i][5]);
+                o.w = tw_pack2<DT>(ya[i][6], ya[i][7]);
+                *(uint4 *)(y + m * K + k) = o;
+            }
+        }
+    }
+}
