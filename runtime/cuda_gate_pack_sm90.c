@@ -1,7 +1,7 @@
 /* cuda_gate_pack_sm90.c — Hopper (sm_90a) gate-pack launcher for templates/gate_pack_sm90.cu.lua:
- * compiles and loads the template once per plan, owns its split-K workspace, and per launch
- * encodes the two TMA tensor maps and enqueues one persistent cluster launch. The interface is
- * documented in cuda_gate_pack.h; the kernel's design and measurements in bench/dev/. */
+ * compiles and loads the template once per plan, and per launch encodes the two TMA tensor maps
+ * and enqueues one persistent cluster launch. The interface is documented in cuda_gate_pack.h;
+ * the kernel's design and measurements in bench/dev/NOTES-gate-pack.md. */
 #include "cuda_gate_pack.h"
 
 #include "jit.h"
@@ -23,15 +23,14 @@
 #define TW_SM90_SMEM                                                                               \
     (1024u + TW_SM90_STAGES * (TW_SM90_BM + TW_SM90_BN) * TW_SM90_BK * 2u + 8u * 16u * 528u +      \
      2u * (TW_SM90_STAGES + 1u) * 8u + 16u)
-/* Split-K workspace per CTA: one fp32 128x256 partial tile. */
-#define TW_SM90_WS_FLOATS (TW_SM90_BM * TW_SM90_BN)
+/* The kernel can split the tiles of its last partial wave along K through a workspace (about 2%
+ * faster at M = 4096), but a workspace owned by the plan would be shared by launches that the
+ * caller may run concurrently on different streams, so the launcher passes none (ws = NULL). */
 
 typedef struct tw_sm90 {
     tw_CUmodule mod;
     tw_CUfunction fn;
     unsigned max_clusters; /* one CTA per SM: the persistent grid's size in clusters */
-    float *ws;             /* max_clusters * CLUSTER partial tiles */
-    uint32_t *ctr;         /* max_clusters * CLUSTER arrival counters, zero between launches */
 } tw_sm90;
 
 int tw_sm90_gate_pack_supports(const twell_shape *shape, const tw_cuda *dev) {
@@ -52,8 +51,7 @@ void tw_sm90_gate_pack_release(twell_plan *plan, void *state) {
     tw_sm90 *s = state;
     if (!s)
         return;
-    tw_cuda_free(plan->ctx, s->ws);
-    tw_cuda_free(plan->ctx, s->ctr);
+    (void)plan;
     tw_cu_module_unload(s->mod);
     free(s);
 }
@@ -100,16 +98,6 @@ twell_status tw_sm90_gate_pack_init(twell_plan *plan, void **state, int *modules
      * co-resident; where fewer are, the extra clusters only run later (no CTA ever waits on
      * another, so this cannot deadlock). */
     s->max_clusters = (unsigned)ctx->cuda->sm_count / TW_SM90_CLUSTER;
-    const size_t ctas = (size_t)s->max_clusters * TW_SM90_CLUSTER;
-    if (st == TWELL_OK)
-        st = tw_cuda_malloc(ctx, ctas * TW_SM90_WS_FLOATS * sizeof(float), (void **)&s->ws);
-    if (st == TWELL_OK)
-        st = tw_cuda_malloc(ctx, ctas * sizeof(uint32_t), (void **)&s->ctr);
-    /* The counters must be zero before any launch, whatever stream it uses. */
-    if (st == TWELL_OK)
-        st = tw_cuda_memset_d32(ctx, s->ctr, 0u, ctas, NULL);
-    if (st == TWELL_OK)
-        st = tw_cuda_synchronize(ctx);
     if (st != TWELL_OK) {
         tw_sm90_gate_pack_release(plan, s);
         return st;
@@ -164,7 +152,9 @@ twell_status tw_sm90_gate_pack_launch(twell_plan *plan, void *state, size_t M, c
     cfg.cluster[1] = cfg.cluster[2] = 1u;
     cfg.smem = TW_SM90_SMEM;
     int m = (int)M;
+    float *ws = NULL;
+    uint32_t *ctr = NULL;
     void *args[] = {(void *)&map_x, (void *)&map_w, (void *)&packed,
-                    (void *)&m,     (void *)&s->ws, (void *)&s->ctr};
+                    (void *)&m,     (void *)&ws,    (void *)&ctr};
     return tw_cu_launch(ctx, s->fn, &cfg, stream, args);
 }
