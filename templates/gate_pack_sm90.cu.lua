@@ -17,8 +17,9 @@
 --       int M,
 --       float *ws, unsigned int *ctr)           // split-K workspace or NULL (see below)
 --   block = 384 threads, cluster = (CLUSTER, 1, 1), grid = a multiple of CLUSTER persistent
---   CTAs (at most one per SM; more only costs time), dynamic shared memory = the SMEM value
---   this template prints in its first line ("// twell_gate_pack_sm90 smem=<bytes>").
+--   CTAs (at most one per SM; more only costs time), dynamic shared memory = SMEM below
+--   (also printed as "// twell_gate_pack_sm90 smem=<bytes>" at the top of the source; the
+--   launcher computes the same formula).
 --   ws: gridDim.x * 32768 floats, ctr: gridDim.x words, zero before the first launch (the kernel
 --   leaves them zero); launches sharing them must not overlap in time. With ws = NULL the last
 --   partial wave of tiles is not split along K (slower tail, same results up to fp32 order).

@@ -7,7 +7,11 @@
  * Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
  *          -o gate_pack_dev gate_pack_sm90_dev.cu -lcublas -lcuda
  * Run:   ./gate_pack_dev [--M 4096,16384] [--nnz 29,280] [--K 2048] [--N 5632]
- *          [--variants name,...|all|perf] [--reps 20] [--dtype bf16|fp16] [--nocheck]
+ *          [--variants name,...|all|perf] [--reps 20] [--dtype bf16|fp16] [--nocheck] [--nosplit]
+ * Variants (table g_variants): b<BK>s<STAGES>c<CLUSTER> pipeline configs, format variants (T, C,
+ * fp16), and timing probes (noepi_*, p0/p1/p2/p3_*, pol*, h*: output wrong by design). Timing is
+ * round robin over cuBLAS and all selected variants, so every one sees the same clocks.
+ * bench/dev/run_sm90.sh runs the whole check sweep and the timing on the device.
  */
 #include "gate_pack_sm90_kernel.cuh"
 
@@ -240,7 +244,8 @@ static Variant g_variants[] = {
     VO("p0_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 6), VO("p1_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 10),
     VO("p2_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 38), VO("p3_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 70),
     VO("noepi_big", 0, 256, 8, 64, 3, 2, 0, 16), VO("pol_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 130),
-    VO("polw_b64s3c1", 0, 256, 8, 64, 3, 1, 2, 130),
+    VO("polw_b64s3c1", 0, 256, 8, 64, 3, 1, 2, 130), VO("h_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 258),
+    VO("hp0_b64s3c2", 0, 256, 8, 64, 3, 2, 2, 262),
     /* timing probes: no epilogue (output not written, check fails by design) */
     VE("noepi_b64s3c2", 0, 256, 8, 64, 3, 2, 0), VE("noepi_b64s4c2", 0, 256, 8, 64, 4, 2, 0),
     VE("noepi_b64s3c4", 0, 256, 8, 64, 3, 4, 0),

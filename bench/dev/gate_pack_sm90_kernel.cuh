@@ -69,6 +69,26 @@ static __device__ __forceinline__ void tw_mbar_wait(tw_u32 bar, tw_u32 parity) {
     while (!tw_mbar_try(bar, parity)) {
     }
 }
+/* try_wait with a suspend-time hint (ns): the thread sleeps until the phase completes (or the
+ * hint expires) instead of re-polling, leaving issue slots to the other warps. */
+static __device__ __forceinline__ tw_u32 tw_mbar_try_hint(tw_u32 bar, tw_u32 parity) {
+    tw_u32 ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity), "r"(1000000u)
+                 : "memory");
+    return ok;
+}
+template <int OPT> static __device__ __forceinline__ void tw_mbar_wait_opt(tw_u32 bar, tw_u32 parity) {
+    if (OPT & 256) {
+        while (!tw_mbar_try_hint(bar, parity)) {
+        }
+    } else {
+        while (!tw_mbar_try(bar, parity)) {
+        }
+    }
+}
 static __device__ __forceinline__ void tw_mbar_arrive(tw_u32 bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                  : "memory");
@@ -450,7 +470,7 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                 (void)m0;
                 for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     const tw_u32 full = sBar + 8 * stage, empty = sBar + 8 * (STAGES + stage);
-                    tw_mbar_wait(empty, phase ^ 1u);
+                    tw_mbar_wait_opt<OPT>(empty, phase ^ 1u);
                     tw_mbar_expect_tx(full, A_BYTES + B_BYTES);
                     if (OPT & 128) { /* probe: x evict-first, w evict-last in L2 */
                         tw_tma_load_pol(sA + stage * A_BYTES, &map_x, kb * BK, m0, full, pol_x);
@@ -486,7 +506,7 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                     break; /* the consumers pack the CTA's last unit themselves */
                 TW_UNIT_COORDS(w);
                 (void)m0;
-                tw_mbar_wait(bar_staged, sphase);
+                tw_mbar_wait_opt<OPT>(bar_staged, sphase);
                 const int row0 = *info_ptr;
                 if (row0 >= 0 && !(OPT & 4)) {
                     const int rows = M - row0 < TW_BM ? M - row0 : TW_BM;
@@ -529,7 +549,7 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
             const bool last_unit = !tw_unit_get(u + ncl, U, ncl, KB, can_split, wn);
             int prev = 0;
             for (int kb = w.kb0; kb < w.kb1; ++kb) {
-                tw_mbar_wait(sBar + 8 * stage, phase);
+                tw_mbar_wait_opt<OPT>(sBar + 8 * stage, phase);
                 tw_wg_fence();
                 const tw_u64 da = tw_desc<BK>(sA + stage * A_BYTES + (tw_u32)(cw * 64 * BK * 2));
                 const tw_u64 db = tw_desc<BK>(sB + stage * B_BYTES);
@@ -605,7 +625,7 @@ __global__ void __launch_bounds__(TW_THREADS, 1)
                 }
             }
             const bool self_pack = (OPT & 2) && last_unit;
-            tw_mbar_wait(bar_unstaged, sphase ^ 1u); /* packers are done with the buffer */
+            tw_mbar_wait_opt<OPT>(bar_unstaged, sphase ^ 1u); /* packers are done with the buffer */
             if (have && !(OPT & 32)) {
 #pragma unroll
                 for (int rep = 0; rep < ((OPT & 64) ? 2 : 1); ++rep)

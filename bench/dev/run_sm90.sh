@@ -56,3 +56,27 @@ if [ "$what" = prof ]; then # PROFV="variant ..." : ncu stall sampling at M=1638
         grep -E "Duration|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$OUT/ncu_$v.log" | head -8
     done
 fi
+if [ "$what" = prof2 ]; then # PROFV="variant ...": stall summary per kernel at M=${PM:-16384}, nnz 29, no split
+    for v in ${PROFV:-b64s3c2}; do
+        ncu --clock-control none -k regex:tw_gate -c 1 --section WarpStateStats --section SourceCounters \
+            -f -o /tmp/prof_$v "$B" --variants $v --M ${PM:-16384} --nnz 29 --reps 1 --nocheck --nosplit >/dev/null 2>&1
+        ncu -i /tmp/prof_$v.ncu-rep --page source --csv --print-source sass >/tmp/src_$v.csv 2>&1
+        python3 - "$v" /tmp/src_$v.csv >>"$OUT/prof2.log" <<'PY'
+import csv, sys
+v, f = sys.argv[1], sys.argv[2]
+rows = list(csv.reader(open(f).read().splitlines()[1:]))
+hdr = rows[0]; data = [r for r in rows[1:] if len(r) == len(hdr)]
+ci = {h: i for i, h in enumerate(hdr)}
+cols = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+S = "Warp Stall Sampling (All Samples)"; E = "Instructions Executed"
+tot = sum(int(r[ci[S]] or 0) for r in data)
+agg = {h: sum(int(r[ci[h]] or 0) for r in data) for h in cols}
+print("=== %s samples %d instr %d" % (v, tot, sum(int(r[ci[E]] or 0) for r in data)))
+print("  " + " ".join("%s=%.1f%%" % (h[6:], 100.0 * n / tot) for h, n in sorted(agg.items(), key=lambda x: -x[1])[:9]))
+for r in sorted(data, key=lambda r: -int(r[ci[S]] or 0))[:22]:
+    st = sorted(((h[6:], int(r[ci[h]] or 0)) for h in cols), key=lambda x: -x[1])[:2]
+    print("  %5.1f%% ex=%-8s %-60s %s" % (100.0 * int(r[ci[S]]) / tot, r[ci[E]], r[ci["Source"]].strip()[:60], st))
+PY
+    done
+    tail -c 9000 "$OUT/prof2.log"
+fi
