@@ -102,7 +102,11 @@ static int bench_gp_check(bench_env *env, const twell_shape *s, twell_plan *plan
             tw_pack_check_rows(s, f->x, w, rows, n, ref, sub, &c);
             r->checked_rows = c.rows;
             r->max_rel_err = c.max_rel_err;
-            ok = c.tiles_bad == 0 && c.worst_ulp <= 1;
+            /* The 1-unit bound holds only for the SIMT kernel, which sums in the reference's
+             * order; tensor-core kernels sum in another order, so near-cancelling values may move
+             * further while staying inside the fp32 bounds that tiles_bad checks. */
+            ok = c.tiles_bad == 0 &&
+                 (tw_cuda_plan_gate_pack_variant(plan) != TW_GP_SIMT || c.worst_ulp <= 1);
             if (c.tiles_bad)
                 snprintf(r->check_note, sizeof r->check_note, "%zu bad row-tiles; first: %s",
                          c.tiles_bad, c.first_bad);

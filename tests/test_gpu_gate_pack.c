@@ -5,8 +5,9 @@
  *
  * Exactness rule (pack_check.h): each sampled row-tile must equal the reference bytes, or differ
  * only where fp32 summation order can legitimately change a rounding (values inside their fp64
- * error bounds, only ambiguous columns may flip); besides, stored values may differ from the
- * reference by at most 1 unit of the 16-bit type. The worst difference is printed per case.
+ * error bounds, only ambiguous columns may flip); besides, for the SIMT kernel (which sums in the
+ * reference's order) stored values may differ by at most 1 unit of the 16-bit type. The worst
+ * difference is printed per case.
  * labels: gpu slow */
 #include "cpu_ref.h"
 #include "cuda_backend.h"
@@ -140,7 +141,9 @@ static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan 
     if (r.tiles_bad)
         fail_msg("%zu row-tiles differ beyond fp32 summation order; first: %s", r.tiles_bad,
                  r.first_bad);
-    if (r.worst_ulp > 1)
+    /* Only the SIMT kernel sums in the reference's order; wgmma's order may move near-cancelling
+     * values further, within the fp32 bounds already enforced by tiles_bad. */
+    if (tw_cuda_plan_gate_pack_variant(plan) == TW_GP_SIMT && r.worst_ulp > 1)
         fail_msg("a stored value differs from the reference by %u units (> 1)", r.worst_ulp);
     if (c->want_overflow && r.overflow_tiles == 0)
         fail_msg("the case was meant to overflow row-tiles but the sample has none");
