@@ -93,6 +93,12 @@ typedef struct tw_cu_api {
     tw_CUresult (*EventRecord)(tw_CUevent, tw_CUstream);
     tw_CUresult (*EventSynchronize)(tw_CUevent);
     tw_CUresult (*EventElapsedTime)(float *, tw_CUevent, tw_CUevent);
+    tw_CUresult (*ModuleGetGlobal)(tw_CUdeviceptr *, size_t *, tw_CUmodule, const char *);
+    tw_CUresult (*MemAllocHost)(void **, size_t);
+    tw_CUresult (*MemFreeHost)(void *);
+    tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
+    tw_CUresult (*EventQuery)(tw_CUevent);
+    tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
     /* optional: absent from drivers older than CUDA 12 */
     tw_CUresult (*LaunchKernelEx)(const tw_CUlaunchConfig *, tw_CUfunction, void **, void **);
     tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,
@@ -150,6 +156,12 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(EventSynchronize, "cuEventSynchronize", NULL, 0),
     /* CUDA 13 renamed the entry point; older drivers only have the first version */
     TW_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0),
+    TW_SYM(ModuleGetGlobal, "cuModuleGetGlobal_v2", NULL, 0),
+    TW_SYM(MemAllocHost, "cuMemAllocHost_v2", NULL, 0),
+    TW_SYM(MemFreeHost, "cuMemFreeHost", NULL, 0),
+    TW_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
+    TW_SYM(EventQuery, "cuEventQuery", NULL, 0),
+    TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
     TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
     TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
 };
@@ -433,6 +445,21 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
     return TWELL_OK;
 }
 
+twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
+                                 size_t *bytes) {
+    *dptr = NULL;
+    *bytes = 0;
+    tw_CUdeviceptr d = 0;
+    tw_CUresult r = tw_cu.ModuleGetGlobal(&d, bytes, mod, name);
+    if (r != TW_CUDA_SUCCESS) {
+        *bytes = 0;
+        twell_status st = tw_cu_fail(ctx, "cuModuleGetGlobal_v2", r);
+        return tw_error(ctx, st, "%s (variable \"%s\")", twell_ctx_errmsg(ctx), name);
+    }
+    *dptr = (void *)(uintptr_t)d;
+    return TWELL_OK;
+}
+
 twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int value) {
     TW_CU_TRY(ctx, FuncSetAttribute, fn, attr, value);
     return TWELL_OK;
@@ -637,4 +664,54 @@ twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_
         if (r_ == TW_CUDA_SUCCESS)
             r_ = tw_cu.EventElapsedTime(ms, start, end);
     });
+}
+
+twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
+    *out = NULL;
+    void *p = NULL;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUresult r = tw_cu.MemAllocHost(&p, bytes ? bytes : 1);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS) {
+        st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
+        return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
+    }
+    *out = p;
+    return TWELL_OK;
+}
+
+void tw_cuda_host_free(twell_ctx *ctx, void *p) {
+    tw_cu_scope sc;
+    if (!p || !ctx || !ctx->cuda || tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.MemFreeHost(p);
+    tw_cu_leave(ctx, &sc);
+}
+
+twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,
+                                       twell_stream stream) {
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoHAsync_v2",
+                 r_ = tw_cu.MemcpyDtoHAsync(dst, tw_dptr(src), bytes, (tw_CUstream)stream));
+}
+
+twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done) {
+    *done = 0;
+    TW_CU_SCOPED(ctx, "cuEventQuery", {
+        r_ = tw_cu.EventQuery(ev);
+        if (r_ == TW_CUDA_SUCCESS)
+            *done = 1;
+        else if (r_ == TW_CUDA_ERROR_NOT_READY)
+            r_ = TW_CUDA_SUCCESS;
+    });
+}
+
+twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev) {
+    TW_CU_SCOPED(ctx, "cuStreamWaitEvent", r_ = tw_cu.StreamWaitEvent((tw_CUstream)stream, ev, 0u));
+}
+
+twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
+    TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = tw_cu.EventSynchronize(ev));
 }

@@ -134,6 +134,10 @@ twell_status tw_cu_module_load(twell_ctx *ctx, const void *image, tw_CUmodule *o
 void tw_cu_module_unload(tw_CUmodule mod); /* NULL is a no-op */
 twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *name,
                                    tw_CUfunction *out);
+/* The device address and size of mod's __device__ variable `name` (cuModuleGetGlobal); read it
+ * with tw_cuda_memcpy_dtoh. *dptr NULL, *bytes 0 on failure. */
+twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
+                                 size_t *bytes);
 twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int value);
 twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int *value);
 /* Blocks of fn that fit on one SM with `smem` bytes of dynamic shared memory. */
@@ -189,5 +193,21 @@ twell_status tw_cuda_event_record(twell_ctx *ctx, tw_cuda_event ev, twell_stream
 /* Milliseconds between two recorded events; waits for `end` first. */
 twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_event end,
                                    float *ms);
+
+/* Page-locked host memory (cuMemAllocHost): the target of asynchronous device-to-host copies.
+ * *out NULL on failure; free with tw_cuda_host_free (NULL is a no-op). */
+twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out);
+void tw_cuda_host_free(twell_ctx *ctx, void *p);
+/* Enqueues a device-to-host copy on stream; dst must be page-locked (tw_cuda_host_alloc) for the
+ * copy to be asynchronous. dst is valid once an event recorded after it has completed. */
+twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,
+                                       twell_stream stream);
+/* Non-blocking: *done 1 when the work ev captured has completed (or ev was never recorded), 0 when
+ * it is still pending (CUDA_ERROR_NOT_READY is not an error here). */
+twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done);
+/* Blocks the host until the work ev captured has completed. */
+twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev);
+/* Makes later work on stream wait for ev (cuStreamWaitEvent); the host does not wait. */
+twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev);
 
 #endif /* TWELL_CUDA_DRIVER_H */
