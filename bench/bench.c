@@ -15,12 +15,14 @@
 
 static const bench_op bench_ops[] = {
     {"gate_pack", "cublas_gemm", bench_gate_pack_run},
+    {"ffn_infer", "cublas_ffn", bench_ffn_run},
 };
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: twell bench [--op gate_pack] [--M 4096,16384,65536] [--K 2048] [--N 5632]\n"
-            "                   [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
+            "usage: twell bench [--op gate_pack|ffn_infer] [--M 4096,16384,65536] [--K 2048]\n"
+            "                   [--N 5632]"
+            " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90] [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
@@ -28,6 +30,8 @@ static void bench_usage(FILE *f) {
             "Times are medians of CUDA-event timings, the L2 flushed before every run, ours and\n"
             "the baseline interleaved. Writes a table to stdout and the records as JSON to\n"
             "DIR/<op>-<date>.json (default DIR: bench/results). ratio = baseline_ms / ours_ms.\n"
+            "ffn_infer: ours = gate-pack + fused inference (and the fused part alone, op\n"
+            "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -413,7 +417,7 @@ int twell_cmd_bench(int argc, char **argv) {
         if (!strcmp(o.op, bench_ops[i].name))
             op = &bench_ops[i];
     if (!op) {
-        fprintf(stderr, "twell bench: unknown op '%s' (known: gate_pack)\n", o.op);
+        fprintf(stderr, "twell bench: unknown op '%s' (known: gate_pack, ffn_infer)\n", o.op);
         return 2;
     }
 

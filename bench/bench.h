@@ -17,7 +17,7 @@
 
 /* Command-line options (lists are comma-separated on the command line). */
 typedef struct bench_opts {
-    const char *op; /* "gate_pack", ... */
+    const char *op; /* "gate_pack", "ffn_infer" */
     size_t M[BENCH_MAX_LIST];
     size_t nM;
     double nnz[BENCH_MAX_LIST];
@@ -86,6 +86,7 @@ typedef struct bench_op {
 } bench_op;
 
 int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_record *));
+int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *));
 
 /* Fills the record fields common to every op (gpu, commit, date, shape, dtype). */
 void bench_record_init(const bench_env *env, bench_record *r, const char *op, size_t M,

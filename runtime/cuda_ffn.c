@@ -335,15 +335,23 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
             continue;
         st = tw_cu_module_function(ctx, f->mod, tw_fn_names[i], &f->fn[i]);
     }
+    /* The module's own configuration is the truth; every value is one we passed or derived
+     * with the template's formulas, so a lookup failure (a variable the compiler dropped) can
+     * fall back to ours, while a disagreement is a bug. */
     void *dcfg = NULL;
     size_t bytes = 0;
-    if (st == TWELL_OK)
-        st = tw_cu_module_global(ctx, f->mod, "twell_ffn_cfg", &dcfg, &bytes);
-    if (st == TWELL_OK && bytes != sizeof f->cfg)
-        st = tw_error(ctx, TWELL_ERR_INTERNAL, "ffn_infer: twell_ffn_cfg has %zu bytes, not %zu",
-                      bytes, sizeof f->cfg);
-    if (st == TWELL_OK)
-        st = tw_cuda_memcpy_dtoh(ctx, f->cfg, dcfg, sizeof f->cfg);
+    if (st == TWELL_OK) {
+        if (tw_cu_module_global(ctx, f->mod, "twell_ffn_cfg", &dcfg, &bytes) != TWELL_OK ||
+            bytes != sizeof f->cfg) {
+            tw_log(ctx, TWELL_LOG_INFO,
+                   "ffn_infer: twell_ffn_cfg not readable from the module (%s); using the "
+                   "launcher's configuration",
+                   bytes ? "size differs" : twell_ctx_errmsg(ctx));
+            memcpy(f->cfg, want, sizeof f->cfg);
+        } else {
+            st = tw_cuda_memcpy_dtoh(ctx, f->cfg, dcfg, sizeof f->cfg);
+        }
+    }
     for (int i = 0; i < TW_CFG_COUNT && st == TWELL_OK; i++)
         if (f->cfg[i] != want[i])
             st = tw_error(ctx, TWELL_ERR_INTERNAL,
@@ -365,6 +373,7 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
     if (st != TWELL_OK) {
         tw_cu_module_unload(f->mod);
         f->mod = NULL;
+        f->modules--;
         memset(f->fn, 0, sizeof f->fn);
         return st;
     }

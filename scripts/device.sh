@@ -34,11 +34,12 @@ run_tests() {
     grep -hE "^# |FAILED|\[  FAILED|fail" $B/Testing/Temporary/LastTest.log 2>/dev/null |
         grep -E "M=|cuda:|simt|sm90|FAIL" | head -80 >"$OUT/gpu_cases.log" || true
 }
-# Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack takes `small`.
+# Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack and
+# test_gpu_ffn_infer take `small`.
 run_sanitize() {
-    for t in test_gpu_driver test_gpu_gate_pack; do
+    for t in test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer; do
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
-        arg=""; [ $t = test_gpu_gate_pack ] && arg=small
+        arg=""; [ $t != test_gpu_driver ] && arg=small
         tools="memcheck racecheck"; [ $t = test_gpu_driver ] && tools=memcheck
         # test_gpu_driver provokes driver errors on purpose (bad image, OOM, unknown kernel):
         # report memory errors only, not API return codes

@@ -1,0 +1,362 @@
+/*
+ * bench_ffn.c — the ffn_infer benchmark: ours end to end (twell_gate_pack + twell_ffn_infer)
+ * against a dense cuBLAS FFN on the same data (gate GEMM, up GEMM, h = relu(g) ⊙ u by a small
+ * kernel of ours (templates/ffn_dense_ew.cu.lua), down GEMM), and the fused part alone
+ * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
+ * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only".
+ *
+ * The dense down GEMM reads Wd transposed, [K, N] (what nn.Linear stores for a down projection),
+ * so all three GEMMs are the fast "TN" cuBLAS form.
+ *
+ * Check (before timing): y poisoned, one end-to-end run; every element written and finite; the
+ * sampled rows (~check_rows, plus rows with overflowing row-tiles) compared with tw_ffn_infer_ref
+ * on the same packed bytes. max_rel_err = the largest row-relative L2 error; tolerance 5e-3 (bf16)
+ * or 1e-3 (fp16), the output rounding level. The note records whether the tiled pipeline ran or
+ * fell back, and its pair slots per row.
+ */
+#include "bench.h"
+#include "cpu_ref.h"
+#include "cuda_backend.h"
+#include "half.h"
+#include "jit.h"
+#include "pack_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    twell_plan *plan;
+    size_t M;
+    const void *x, *wg, *wu, *wd;
+    uint32_t *packed;
+    void *y;
+} bench_ffn_ours;
+
+typedef struct {
+    bench_env *env;
+    size_t M;
+    const void *x, *wg, *wu, *wdt;
+    void *g, *u, *h, *y;
+    tw_CUfunction ew;
+} bench_ffn_dense;
+
+static twell_status bench_ffn_run_e2e(void *arg) {
+    bench_ffn_ours *a = arg;
+    twell_status st = twell_gate_pack(a->plan, a->M, a->x, a->wg, a->packed, NULL);
+    if (st == TWELL_OK)
+        st = twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, NULL);
+    return st;
+}
+
+static twell_status bench_ffn_run_fused(void *arg) {
+    bench_ffn_ours *a = arg;
+    return twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, NULL);
+}
+
+static twell_status bench_ffn_run_dense(void *arg) {
+    bench_ffn_dense *a = arg;
+    bench_env *env = a->env;
+    const bench_opts *o = env->opts;
+    twell_ctx *ctx = env->ctx;
+    char err[256];
+    if (bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->N, o->K, a->x, a->wg, a->g, err,
+                             sizeof err) != 0 ||
+        bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->N, o->K, a->x, a->wu, a->u, err,
+                             sizeof err) != 0) {
+        fprintf(stderr, "twell bench: %s\n", err);
+        return TWELL_ERR_CUDA;
+    }
+    long long n = (long long)a->M * o->N;
+    size_t blocks = (size_t)ctx->cuda->sm_count * 8;
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)blocks, cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.block[0] = 256, cfg.block[1] = cfg.block[2] = 1;
+    void *args[] = {&a->g, &a->u, &a->h, &n};
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    st = tw_cu_launch(ctx, a->ew, &cfg, NULL, args);
+    tw_cu_leave(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    /* y[M, K] = h[M, N] · (Wdᵀ [K, N])ᵀ */
+    if (bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->K, o->N, a->h, a->wdt, a->y, err,
+                             sizeof err) != 0) {
+        fprintf(stderr, "twell bench: %s\n", err);
+        return TWELL_ERR_CUDA;
+    }
+    return TWELL_OK;
+}
+
+/* The dense baseline's elementwise kernel, compiled through the JIT like our own. */
+static twell_status bench_ffn_load_ew(twell_ctx *ctx, twell_dtype dt, tw_CUmodule *mod,
+                                      tw_CUfunction *fn) {
+    tw_param params[] = {{"dtype", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
+                         {"gated", NULL, 1}};
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    twell_status st = tw_jit_cubin(ctx, "ffn_dense_ew", params, 2, ctx->cuda->arch, &cubin);
+    if (st != TWELL_OK)
+        return st;
+    tw_cu_scope sc;
+    st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cu_module_load(ctx, cubin.data, mod);
+        if (st == TWELL_OK)
+            st = tw_cu_module_function(ctx, *mod, "twell_dense_ew", fn);
+        tw_cu_leave(ctx, &sc);
+    }
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+/* Correctness of one M (see the file comment). Leaves a valid packed buffer for the fused-only
+ * timing. */
+static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *plan, size_t M,
+                           const tw_synth_ffn *f, const bench_ffn_ours *d, uint32_t *hp,
+                           uint16_t *hy, bench_record *r) {
+    twell_ctx *ctx = env->ctx;
+    size_t words = twell_packed_words(s, M), row_words = s->N / s->C, n = M * s->K;
+    if (tw_cuda_memset_d32(ctx, d->y, 0xFFFFFFFFu, n / 2, NULL) != TWELL_OK ||
+        bench_ffn_run_e2e((void *)d) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
+        tw_cuda_memcpy_dtoh(ctx, hp, d->packed, words * 4) != TWELL_OK ||
+        tw_cuda_memcpy_dtoh(ctx, hy, d->y, n * 2) != TWELL_OK) {
+        snprintf(r->check_note, sizeof r->check_note, "run failed: %s", twell_ctx_errmsg(ctx));
+        return 0;
+    }
+    uint32_t fl[4];
+    if (tw_cuda_ffn_flags(plan, fl) != TWELL_OK)
+        memset(fl, 0, sizeof fl);
+    for (size_t i = 0; i < n; i++)
+        if (hy[i] == 0xFFFFu || !isfinite(tw_half_to_f32(s->dtype, hy[i]))) {
+            snprintf(r->check_note, sizeof r->check_note,
+                     "y[%zu][%zu] = %04x: never written or not finite", i / s->K, i % s->K, hy[i]);
+            return 0;
+        }
+    tw_synth_stats stats;
+    tw_synth_packed_stats(s, M, hp, &stats);
+    r->nnz_mean = stats.mean_row;
+
+    size_t want = env->opts->check_rows ? env->opts->check_rows : 1, extra = 16;
+    size_t *rows = malloc((want + extra) * sizeof *rows);
+    size_t nr = rows ? tw_pack_sample_rows(M, want, rows) : 0;
+    uint32_t W = s->T / s->C, NT = s->N / s->T;
+    for (size_t m = 0, added = 0; rows && m < M && added < extra; m++) {
+        int ovf = 0, dup = 0;
+        for (uint32_t t = 0; t < NT; t++)
+            ovf |= hp[m * row_words + t * W] > W - 1;
+        for (size_t i = 0; i < nr && ovf; i++)
+            dup |= rows[i] == m;
+        if (ovf && !dup)
+            rows[nr++] = m, added++;
+    }
+    uint16_t *xs = malloc(nr * s->K * 2 + 2), *ref = malloc(nr * s->K * 2 + 2);
+    uint32_t *ps = malloc(nr * row_words * 4 + 4);
+    int ok = 0;
+    if (!rows || !xs || !ref || !ps) {
+        snprintf(r->check_note, sizeof r->check_note, "out of host memory for the check");
+    } else {
+        for (size_t i = 0; i < nr; i++) {
+            memcpy(xs + i * s->K, f->x + rows[i] * s->K, s->K * 2u);
+            memcpy(ps + i * row_words, hp + rows[i] * row_words, row_words * 4);
+        }
+        twell_status st = tw_ffn_infer_ref(ctx->pool, s, nr, xs, ps, f->wg, f->wu, f->wd, ref);
+        if (st != TWELL_OK) {
+            snprintf(r->check_note, sizeof r->check_note, "CPU reference: %s%s",
+                     twell_status_name(st),
+                     st == TWELL_ERR_INVALID_ARG ? " (malformed packed rows from the GPU)" : "");
+        } else {
+            double worst = 0.0;
+            size_t worst_row = 0;
+            for (size_t i = 0; i < nr; i++) {
+                double num = 0.0, den = 0.0;
+                for (uint32_t k = 0; k < s->K; k++) {
+                    double a = tw_half_to_f32(s->dtype, hy[rows[i] * s->K + k]);
+                    double b = tw_half_to_f32(s->dtype, ref[i * s->K + k]);
+                    num += (a - b) * (a - b);
+                    den += b * b;
+                }
+                double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
+                if (!(e <= worst))
+                    worst = e, worst_row = rows[i];
+            }
+            double tol = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
+            size_t chunk = M < TW_FFN_CHUNK ? M : TW_FFN_CHUNK;
+            r->checked_rows = nr;
+            r->max_rel_err = worst;
+            ok = worst <= tol;
+            snprintf(r->check_note, sizeof r->check_note,
+                     "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair slots "
+                     "%.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB",
+                     worst, worst_row, tol,
+                     !tw_cuda_ffn_tiled(plan) ? "portable row kernel"
+                     : fl[0]                  ? "tiled pipeline FELL BACK to the row kernel"
+                                              : "tiled pipeline",
+                     (double)fl[1] / (double)chunk, stats.overflow_tiles,
+                     (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+        }
+    }
+    free(rows);
+    free(xs);
+    free(ref);
+    free(ps);
+    return ok;
+}
+
+/* Wd [N, K] -> Wdᵀ [K, N]. */
+static uint16_t *bench_transpose(const uint16_t *w, uint32_t N, uint32_t K) {
+    uint16_t *t = malloc((size_t)N * K * 2);
+    if (!t)
+        return NULL;
+    for (uint32_t n = 0; n < N; n++)
+        for (uint32_t k = 0; k < K; k++)
+            t[(size_t)k * N + n] = w[(size_t)n * K + k];
+    return t;
+}
+
+static void bench_ffn_emit(bench_env *env, void (*emit)(bench_env *, const bench_record *),
+                           bench_record *r, const double *med, const double *mn, const double *mx,
+                           size_t i, int have_dense) {
+    r->reps = env->opts->reps;
+    r->ours_ms = med[i], r->ours_min_ms = mn[i], r->ours_max_ms = mx[i];
+    snprintf(r->baseline, sizeof r->baseline, "cublas_ffn");
+    if (have_dense) {
+        r->baseline_ms = med[2], r->baseline_min_ms = mn[2], r->baseline_max_ms = mx[2];
+        r->ratio = r->ours_ms > 0 ? r->baseline_ms / r->ours_ms : -1.0;
+    }
+    emit(env, r);
+}
+
+int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
+    const bench_opts *o = env->opts;
+    twell_ctx *ctx = env->ctx;
+    int rc = 0;
+    size_t Mmax = 0;
+    for (size_t i = 0; i < o->nM; i++)
+        if (o->M[i] > Mmax)
+            Mmax = o->M[i];
+    twell_shape s = twell_shape_default(o->K, o->N);
+    s.T = o->T, s.C = o->C, s.dtype = o->dtype; /* gated, as in the table */
+
+    twell_plan *plan = NULL;
+    if (twell_plan_create(ctx, &s, &plan) != TWELL_OK) {
+        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+        return 1;
+    }
+    int want = tw_gp_variant_parse(o->variant);
+    if (want != TW_GP_AUTO &&
+        tw_cuda_plan_gate_pack_select(plan, (tw_gp_variant)want) != TWELL_OK) {
+        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(plan);
+        return 1;
+    }
+    char variant[16];
+    snprintf(variant, sizeof variant, "%s+%s",
+             tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)),
+             tw_cuda_ffn_tiled(plan) ? "tiled" : "rows");
+
+    tw_CUmodule ew_mod = NULL;
+    tw_CUfunction ew = NULL;
+    int have_dense = env->cublas != NULL;
+    if (have_dense && bench_ffn_load_ew(ctx, s.dtype, &ew_mod, &ew) != TWELL_OK) {
+        fprintf(stderr, "twell bench: dense baseline kernel: %s\n", twell_ctx_errmsg(ctx));
+        have_dense = 0;
+    }
+
+    size_t xb = Mmax * s.K * 2, wb = (size_t)s.N * s.K * 2, hb = Mmax * s.N * 2;
+    size_t words_max = twell_packed_words(&s, Mmax);
+    void *dx = NULL, *dwg = NULL, *dwu = NULL, *dwd = NULL, *dwdt = NULL, *dp = NULL, *dy = NULL;
+    void *dg = NULL, *du = NULL, *dh = NULL, *dy2 = NULL;
+    uint32_t *hp = malloc(words_max * 4);
+    uint16_t *hy = malloc(xb);
+    if (!hp || !hy || tw_cuda_malloc(ctx, xb, &dx) != TWELL_OK ||
+        tw_cuda_malloc(ctx, wb, &dwg) != TWELL_OK || tw_cuda_malloc(ctx, wb, &dwu) != TWELL_OK ||
+        tw_cuda_malloc(ctx, wb, &dwd) != TWELL_OK ||
+        tw_cuda_malloc(ctx, words_max * 4, &dp) != TWELL_OK ||
+        tw_cuda_malloc(ctx, xb, &dy) != TWELL_OK ||
+        (have_dense &&
+         (tw_cuda_malloc(ctx, wb, &dwdt) != TWELL_OK || tw_cuda_malloc(ctx, hb, &dg) != TWELL_OK ||
+          tw_cuda_malloc(ctx, hb, &du) != TWELL_OK || tw_cuda_malloc(ctx, hb, &dh) != TWELL_OK ||
+          tw_cuda_malloc(ctx, xb, &dy2) != TWELL_OK))) {
+        fprintf(stderr, "twell bench: allocation: %s\n", hp && hy ? twell_ctx_errmsg(ctx) : "host");
+        rc = 1;
+        goto done;
+    }
+
+    for (size_t di = 0; di < o->ndist; di++) {
+        for (size_t ni = 0; ni < o->nnnz; ni++) {
+            tw_synth_params sp = tw_synth_params_default();
+            sp.M = Mmax, sp.K = s.K, sp.N = s.N, sp.dtype = s.dtype, sp.gated = 1;
+            sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
+            tw_synth_ffn *f = NULL;
+            if (tw_synth_create(ctx->pool, &sp, &f) != TWELL_OK) {
+                fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", Mmax);
+                rc = 1;
+                goto done;
+            }
+            uint16_t *wdt = have_dense ? bench_transpose(f->wd, s.N, s.K) : NULL;
+            if ((have_dense && !wdt) || tw_cuda_memcpy_htod(ctx, dx, f->x, xb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, dwg, f->wg, wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, dwu, f->wu, wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, dwd, f->wd, wb) != TWELL_OK ||
+                (have_dense && tw_cuda_memcpy_htod(ctx, dwdt, wdt, wb) != TWELL_OK)) {
+                fprintf(stderr, "twell bench: upload: %s\n", twell_ctx_errmsg(ctx));
+                free(wdt);
+                tw_synth_destroy(f);
+                rc = 1;
+                goto done;
+            }
+            free(wdt);
+            for (size_t mi = 0; mi < o->nM; mi++) {
+                size_t M = o->M[mi];
+                bench_record r;
+                bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
+                snprintf(r.variant, sizeof r.variant, "%s", variant);
+                bench_ffn_ours ours = {plan, M, dx, dwg, dwu, dwd, dp, dy};
+                bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew};
+                r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
+                if (!r.correct)
+                    fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
+                            r.distribution, r.nnz_target, r.check_note);
+
+                bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
+                void *args[3] = {&ours, &ours, &dense};
+                double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
+                twell_status st =
+                    bench_time(env, have_dense ? 3 : 2, fns, args, o->reps, o->warmup, med, mn, mx);
+                if (st != TWELL_OK) {
+                    fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
+                    r.correct = 0;
+                    snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
+                             twell_ctx_errmsg(ctx));
+                }
+                bench_record fused = r;
+                snprintf(fused.op, sizeof fused.op, "ffn_fused_only");
+                bench_ffn_emit(env, emit, &r, med, mn, mx, 0, have_dense);
+                bench_ffn_emit(env, emit, &fused, med, mn, mx, 1, have_dense);
+                if (!r.correct)
+                    rc = 1;
+            }
+            tw_synth_destroy(f);
+        }
+    }
+done:
+    free(hp);
+    free(hy);
+    void *bufs[] = {dx, dwg, dwu, dwd, dwdt, dp, dy, dg, du, dh, dy2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        tw_cuda_free(ctx, bufs[i]);
+    if (ew_mod) {
+        tw_cu_scope sc;
+        if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
+            tw_cu_module_unload(ew_mod);
+            tw_cu_leave(ctx, &sc);
+        }
+    }
+    twell_plan_destroy(plan);
+    return rc;
+}

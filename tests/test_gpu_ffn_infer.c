@@ -1,0 +1,485 @@
+/* test_gpu_ffn_infer.c — twell_ffn_infer on the GPU (gate-pack on the GPU too, then the fused
+ * kernels) against the CPU reference tw_ffn_infer_ref on the same packed bytes, over a pruned
+ * shape sweep (every M, K, N, C value of the issue, both dtypes, gated and non-gated, uniform and
+ * skewed data with overflowing row-tiles), for every kernel path: the tiled pipeline, its
+ * device-side fallback (workspace too small), the simple row kernel and the portable one. Also:
+ * bitwise determinism, poisoned outputs fully overwritten, growth of the workspace without a
+ * probe, several chunks on a stream, alignment, and the path switch. Exits 77 without a device.
+ *
+ * Tolerance: the largest row-relative L2 error ‖y − y_ref‖₂ / ‖y_ref‖₂ over the checked rows is
+ * at most 5e-3 (bf16) or 1e-3 (fp16): the output rounding level the development harness measured
+ * against an fp64 reference (1.7e-3 bf16, 2.2e-4 fp16); both sides round y once, the rest is
+ * fp32 summation order. The worst error is printed per case and path.
+ * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs).
+ * labels: gpu slow */
+#include "cpu_ref.h"
+#include "cuda_backend.h"
+#include "cuda_driver.h"
+#include "cuda_ffn.h"
+#include "half.h"
+#include "pack_check.h"
+#include "synth.h"
+#include "twellrt.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static twell_ctx *fi_ctx;
+
+typedef struct {
+    size_t M;
+    uint32_t K, N, T, C;
+    twell_dtype dtype;
+    int gated;
+    tw_synth_dist dist;
+    double nnz;
+    int want_overflow; /* the checked rows must contain overflowing row-tiles */
+} fi_case;
+
+#define BF TWELL_DTYPE_BF16
+#define FP TWELL_DTYPE_FP16
+#define UNI TW_SYNTH_UNIFORM
+#define SKW TW_SYNTH_SKEWED
+
+/* Pruned cross product: each value of every axis appears, in mixed company. Skewed data has 10%
+ * heavy rows (~20% of a tile active) and a dense first token every 64 rows, so C = 8 tiles
+ * (31 slots of 256, 7 of 64) and C = 4 at T = 128 overflow; C = 2 (127 slots) needs the dense
+ * uniform case. K = 80 and 48 are not multiples of 64: the portable row kernel serves them. The
+ * first three cases are small (the sanitizer runs them). */
+static const fi_case fi_cases[] = {
+    {1, 64, 256, 256, 8, BF, 1, UNI, 8, 0},        {128, 512, 5632, 64, 8, FP, 1, SKW, 29, 1},
+    {7, 512, 1024, 256, 2, BF, 0, UNI, 600, 1},    {128, 2048, 5632, 256, 8, BF, 1, SKW, 29, 1},
+    {1000, 2048, 5632, 256, 8, FP, 1, UNI, 29, 0}, {4096, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
+    {4096, 2048, 5632, 256, 8, BF, 1, SKW, 29, 1}, {1000, 512, 5632, 256, 8, FP, 0, SKW, 280, 1},
+    {4096, 64, 256, 256, 2, BF, 1, SKW, 60, 0},    {7, 2048, 256, 256, 4, BF, 0, UNI, 29, 0},
+    {4096, 2048, 1024, 256, 4, FP, 0, SKW, 29, 0}, {333, 512, 1024, 128, 4, BF, 1, SKW, 50, 1},
+    {1, 2048, 5632, 256, 8, FP, 0, SKW, 29, 0},    {1000, 64, 1024, 256, 4, FP, 1, UNI, 100, 0},
+    {100, 80, 512, 256, 8, BF, 1, SKW, 29, 1},     {33, 48, 256, 64, 4, FP, 0, UNI, 20, 0},
+};
+
+#define FI_SAMPLE 96   /* evenly spread rows checked when M is large */
+#define FI_OVF_ROWS 16 /* plus up to this many rows with overflowing row-tiles */
+#define FI_FULL_M 1000 /* up to this M every row is checked */
+#define FI_POISON_A 0xFFFFu
+#define FI_POISON_B 0x7FC1u /* a NaN in both bf16 and fp16 */
+
+static void fi_log(void *user, twell_log_level level, const char *msg) {
+    (void)level;
+    snprintf((char *)user, 512, "%s", msg);
+}
+
+static void fi_open_or_skip(void) {
+    static char why[512];
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    o.log = fi_log;
+    o.log_user = why;
+    o.log_level = TWELL_LOG_ERROR;
+    twell_status st = twell_ctx_create(&o, &fi_ctx);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "test_gpu_ffn_infer: SKIPPED, no usable CUDA device (%s: %s)\n",
+                twell_status_name(st), why);
+        exit(77);
+    }
+    printf("# %s\n", twell_ctx_device_name(fi_ctx));
+}
+
+#define FI_OK(expr)                                                                                \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(fi_ctx));       \
+    } while (0)
+
+static double fi_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
+
+/* Everything one case needs on both sides. */
+typedef struct {
+    twell_shape s;
+    size_t M;
+    tw_synth_ffn *f;
+    void *dx, *dwg, *dwu, *dwd, *dy;
+    uint32_t *dp;
+    uint32_t *packed; /* host copy of the GPU's packed buffer */
+    size_t rows[FI_SAMPLE + FI_OVF_ROWS + FI_FULL_M];
+    size_t nrows;
+    size_t ovf_tiles; /* overflowing row-tiles among the checked rows */
+    uint16_t *ref;    /* [nrows, K] reference rows */
+    uint16_t *got;    /* [M, K] host copy of y */
+} fi_data;
+
+static void *fi_upload(const void *src, size_t bytes) {
+    void *d = NULL;
+    FI_OK(tw_cuda_malloc(fi_ctx, bytes, &d));
+    FI_OK(tw_cuda_memcpy_htod(fi_ctx, d, src, bytes));
+    return d;
+}
+
+/* Synthetic data, uploaded; gate-pack on the GPU with `plan`; the checked rows and their
+ * reference computed from the GPU's packed bytes. */
+static void fi_prepare(fi_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
+                       uint64_t seed, twell_plan *plan) {
+    memset(d, 0, sizeof *d);
+    d->s = *s;
+    d->M = M;
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = s->gated;
+    sp.nnz = nnz, sp.dist = dist, sp.seed = seed;
+    sp.heavy_frac = 0.1, sp.seq_len = 64; /* heavy and first-token rows even at small M */
+    FI_OK(tw_synth_create(fi_ctx->pool, &sp, &d->f));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, words = twell_packed_words(s, M);
+    d->dx = fi_upload(d->f->x, xb);
+    d->dwg = s->gated ? fi_upload(d->f->wg, wb) : NULL;
+    d->dwu = fi_upload(d->f->wu, wb);
+    d->dwd = fi_upload(d->f->wd, wb);
+    FI_OK(tw_cuda_malloc(fi_ctx, xb, &d->dy));
+    void *dp = NULL;
+    FI_OK(tw_cuda_malloc(fi_ctx, words * 4, &dp));
+    d->dp = dp;
+    FI_OK(twell_gate_pack(plan, M, d->dx, s->gated ? d->dwg : d->dwu, d->dp, NULL));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    d->packed = malloc(words * 4);
+    d->got = malloc(xb);
+    assert_true(d->packed && d->got);
+    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->packed, d->dp, words * 4));
+
+    /* rows: all of them for small M, else a spread sample plus rows that overflow */
+    size_t row_words = s->N / s->C, W = s->T / s->C, NT = s->N / s->T;
+    if (M <= FI_FULL_M) {
+        for (size_t m = 0; m < M; m++)
+            d->rows[m] = m;
+        d->nrows = M;
+    } else {
+        d->nrows = tw_pack_sample_rows(M, FI_SAMPLE, d->rows);
+        size_t added = 0;
+        for (size_t m = 0; m < M && added < FI_OVF_ROWS; m++) {
+            int ovf = 0;
+            for (size_t t = 0; t < NT; t++)
+                ovf |= d->packed[m * row_words + t * W] > W - 1;
+            int dup = 0;
+            for (size_t i = 0; i < d->nrows; i++)
+                dup |= d->rows[i] == m;
+            if (ovf && !dup) {
+                d->rows[d->nrows++] = m;
+                added++;
+            }
+        }
+    }
+    uint16_t *xs = malloc(d->nrows * s->K * 2u);
+    uint32_t *ps = malloc(d->nrows * row_words * 4);
+    d->ref = malloc(d->nrows * s->K * 2u);
+    assert_true(xs && ps && d->ref);
+    for (size_t i = 0; i < d->nrows; i++) {
+        memcpy(xs + i * s->K, d->f->x + d->rows[i] * s->K, s->K * 2u);
+        memcpy(ps + i * row_words, d->packed + d->rows[i] * row_words, row_words * 4);
+        for (size_t t = 0; t < NT; t++)
+            d->ovf_tiles += ps[i * row_words + t * W] > W - 1;
+    }
+    FI_OK(
+        tw_ffn_infer_ref(fi_ctx->pool, s, d->nrows, xs, ps, d->f->wg, d->f->wu, d->f->wd, d->ref));
+    free(xs);
+    free(ps);
+}
+
+static void fi_release(fi_data *d) {
+    tw_cuda_free(fi_ctx, d->dx);
+    tw_cuda_free(fi_ctx, d->dwg);
+    tw_cuda_free(fi_ctx, d->dwu);
+    tw_cuda_free(fi_ctx, d->dwd);
+    tw_cuda_free(fi_ctx, d->dy);
+    tw_cuda_free(fi_ctx, d->dp);
+    free(d->packed);
+    free(d->got);
+    free(d->ref);
+    tw_synth_destroy(d->f);
+}
+
+/* Largest row-relative L2 error of the checked rows of d->got; *worst_row gets its row. */
+static double fi_max_err(const fi_data *d, size_t *worst_row) {
+    const twell_shape *s = &d->s;
+    double worst = 0.0;
+    *worst_row = 0;
+    for (size_t i = 0; i < d->nrows; i++) {
+        const uint16_t *g = d->got + d->rows[i] * s->K, *r = d->ref + i * s->K;
+        double num = 0.0, den = 0.0;
+        for (uint32_t k = 0; k < s->K; k++) {
+            double a = tw_half_to_f32(s->dtype, g[k]), b = tw_half_to_f32(s->dtype, r[k]);
+            num += (a - b) * (a - b);
+            den += b * b;
+        }
+        double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
+        if (!(e <= worst)) { /* NaN counts as worst */
+            worst = e;
+            *worst_row = d->rows[i];
+        }
+    }
+    return worst;
+}
+
+/* One run into y poisoned with `poison` (then copied to d->got): every element written, finite. */
+static void fi_run(fi_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
+    const twell_shape *s = &d->s;
+    size_t n = d->M * s->K; /* even: K is a multiple of 16 */
+    FI_OK(tw_cuda_memset_d32(fi_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
+    FI_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, d->dy, n * 2));
+    for (size_t i = 0; i < n; i++) {
+        float v = tw_half_to_f32(s->dtype, d->got[i]);
+        if (d->got[i] == poison || !isfinite(v))
+            fail_msg("y[%zu][%zu] = %04x (%g): never written or not finite (poison %04x)", i / s->K,
+                     i % s->K, d->got[i], (double)v, poison);
+    }
+}
+
+/* The checked rows of d->got against the reference, within the dtype's tolerance. */
+static void fi_expect(const fi_data *d, const char *path) {
+    size_t wr;
+    double e = fi_max_err(d, &wr), tol = fi_tol(d->s.dtype);
+    printf("#   %-9s max row-rel err %.3e (row %zu), tolerance %.0e\n", path, e, wr, tol);
+    if (!(e <= tol))
+        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", path, wr, e, tol);
+}
+
+static void test_gpu_ffn_infer_case(void **state) {
+    const fi_case *c = *state;
+    twell_shape s = twell_shape_default(c->K, c->N);
+    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    fi_data d;
+    fi_prepare(&d, &s, c->M, c->dist, c->nnz, 2000u + c->M + c->K + c->N, plan);
+    int tiled = tw_cuda_ffn_tiled(plan);
+    printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked, %zu "
+           "overflowing row-tiles among them; %s\n",
+           c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
+           s.gated ? "gated" : "non-gated", tw_synth_dist_name(c->dist), c->nnz, d.nrows,
+           d.ovf_tiles, tiled ? "tiled pipeline" : "portable row kernel");
+    if (c->want_overflow && d.ovf_tiles == 0)
+        fail_msg("the case was meant to overflow row-tiles but the checked rows have none");
+    if (c->K % 64 == 0 && fi_ctx->cuda->cc_major >= 8 && !tiled)
+        fail_msg("K=%u on %s should get the tiled pipeline", c->K, fi_ctx->cuda->arch);
+
+    /* the default path: the first call measures the workspace (one probe), so it is tiled */
+    int modules = tw_cuda_ffn_modules(plan);
+    fi_run(&d, plan, FI_POISON_A, NULL);
+    fi_expect(&d, tiled ? "tiled" : "generic");
+    uint32_t fl[4];
+    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    if (tiled) {
+        printf("#   flags: fallback %u, pair slots %u (%.1f per row), overflowing tiles %u; "
+               "workspace %.1f MB\n",
+               fl[0], fl[1], (double)fl[1] / (double)(c->M < TW_FFN_CHUNK ? c->M : TW_FFN_CHUNK),
+               fl[2], (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+        assert_int_equal(fl[0], 0); /* the probe sized the workspace: no fallback */
+        assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+    }
+    /* determinism: a second run gives the same bytes, without a new probe or module */
+    uint16_t *first = malloc(c->M * s.K * 2u);
+    assert_non_null(first);
+    memcpy(first, d.got, c->M * s.K * 2u);
+    fi_run(&d, plan, FI_POISON_B, NULL);
+    if (memcmp(first, d.got, c->M * s.K * 2u) != 0) {
+        size_t i = 0;
+        while (first[i] == d.got[i])
+            i++;
+        fail_msg("run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
+                 first[i], d.got[i]);
+    }
+    assert_int_equal(tw_cuda_ffn_modules(plan), modules);
+    if (tiled) {
+        assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+        /* the fallback: a workspace far too small sends every chunk to the exact row kernel */
+        FI_OK(tw_cuda_ffn_set_capacity(plan, 16, 1));
+        fi_run(&d, plan, FI_POISON_A, NULL);
+        FI_OK(tw_cuda_ffn_flags(plan, fl));
+        if (fl[0] == 0 && fl[1] > 16)
+            fail_msg("pair slots %u > capacity 16 but no fallback flagged", fl[1]);
+        fi_expect(&d, "fallback");
+        FI_OK(tw_cuda_ffn_set_capacity(plan, 0, 0));
+        /* the simple row kernel of ffn_fused */
+        FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_ROWS));
+        fi_run(&d, plan, FI_POISON_B, NULL);
+        fi_expect(&d, "rows");
+    }
+    FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC));
+    fi_run(&d, plan, FI_POISON_A, NULL);
+    fi_expect(&d, "generic");
+    FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO));
+    free(first);
+    fi_release(&d);
+    twell_plan_destroy(plan);
+}
+
+/* Rows beyond one chunk (TW_FFN_CHUNK) on a created stream, then on the default stream (the
+ * plan orders calls on different streams itself): the chunk boundaries are checked. */
+static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
+    (void)state;
+    const size_t M = 2 * TW_FFN_CHUNK + 777;
+    twell_shape s = twell_shape_default(64, 256);
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    fi_data d;
+    fi_prepare(&d, &s, M, TW_SYNTH_SKEWED, 12, 4242, plan);
+    size_t extra[] = {TW_FFN_CHUNK - 1, TW_FFN_CHUNK, 2 * TW_FFN_CHUNK - 1, 2 * TW_FFN_CHUNK};
+    /* the reference for the boundary rows */
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        const uint32_t rw = s.N / s.C;
+        uint16_t *r = realloc(d.ref, (d.nrows + 1) * s.K * 2u);
+        assert_non_null(r);
+        d.ref = r;
+        FI_OK(tw_ffn_infer_ref(fi_ctx->pool, &s, 1, d.f->x + extra[i] * s.K,
+                               d.packed + extra[i] * rw, d.f->wg, d.f->wu, d.f->wd,
+                               d.ref + d.nrows * s.K));
+        d.rows[d.nrows++] = extra[i];
+    }
+    twell_stream stream = NULL;
+    FI_OK(tw_cuda_stream_create(fi_ctx, &stream));
+    fi_run(&d, plan, FI_POISON_A, stream);
+    fi_expect(&d, "stream");
+    uint16_t *first = malloc(M * s.K * 2u);
+    void *dy2 = NULL;
+    assert_non_null(first);
+    memcpy(first, d.got, M * s.K * 2u);
+    /* back to back on two streams, no host wait between: the second call must wait for the
+     * first (they share the workspace) */
+    FI_OK(tw_cuda_malloc(fi_ctx, M * s.K * 2u, &dy2));
+    FI_OK(tw_cuda_memset_d32(fi_ctx, d.dy, 0xFFFFFFFFu, M * s.K / 2, NULL));
+    FI_OK(tw_cuda_memset_d32(fi_ctx, dy2, 0xFFFFFFFFu, M * s.K / 2, NULL));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    FI_OK(twell_ffn_infer(plan, M, d.dx, d.dp, d.dwg, d.dwu, d.dwd, dy2, stream));
+    FI_OK(twell_ffn_infer(plan, M, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d.got, d.dy, M * s.K * 2u));
+    assert_memory_equal(first, d.got, M * s.K * 2u);
+    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d.got, dy2, M * s.K * 2u));
+    assert_memory_equal(first, d.got, M * s.K * 2u);
+    printf("#   two streams back to back: both outputs equal the first run\n");
+    tw_cuda_free(fi_ctx, dy2);
+    free(first);
+    tw_cuda_stream_destroy(fi_ctx, stream);
+    fi_release(&d);
+    twell_plan_destroy(plan);
+}
+
+/* Denser data than the probe measured: that call falls back (exact), the next one finds the
+ * flags, grows the workspace and is tiled again, with no second probe. */
+static void test_gpu_ffn_infer_growth_without_probe(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(512, 2048);
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    if (!tw_cuda_ffn_tiled(plan)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    fi_data sparse, dense;
+    fi_prepare(&sparse, &s, 3000, TW_SYNTH_UNIFORM, 6, 11, plan);
+    fi_prepare(&dense, &s, 3000, TW_SYNTH_UNIFORM, 40, 12, plan);
+    uint32_t fl[4];
+    fi_run(&sparse, plan, FI_POISON_A, NULL);
+    fi_expect(&sparse, "sparse");
+    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    assert_int_equal(fl[0], 0);
+    size_t ws = tw_cuda_ffn_workspace_bytes(plan);
+    fi_run(&dense, plan, FI_POISON_A, NULL);
+    fi_expect(&dense, "dense 1");
+    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    printf("#   denser call: fallback flag %u, pair slots %u\n", fl[0], fl[1]);
+    assert_int_not_equal(fl[0], 0);
+    fi_run(&dense, plan, FI_POISON_B, NULL);
+    fi_expect(&dense, "dense 2");
+    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    printf("#   next call: fallback flag %u; workspace %.1f -> %.1f MB\n", fl[0], (double)ws / 1e6,
+           (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+    assert_int_equal(fl[0], 0);
+    assert_true(tw_cuda_ffn_workspace_bytes(plan) > ws);
+    assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+    fi_release(&sparse);
+    fi_release(&dense);
+    twell_plan_destroy(plan);
+}
+
+/* TWELL_PATH_DENSE is not implemented (clear error, y untouched); SPARSE and AUTO run; tensors
+ * off 16-byte alignment go to the portable kernel; an odd address is rejected. */
+static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(256, 1024);
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    fi_data d;
+    fi_prepare(&d, &s, 200, TW_SYNTH_SKEWED, 20, 99, plan);
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
+    FI_OK(tw_cuda_memset_d32(fi_ctx, d.dy, 0x12341234u, 200 * s.K / 2, NULL));
+    twell_status st = twell_ffn_infer(plan, 200, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);
+    assert_int_equal(st, TWELL_ERR_UNSUPPORTED);
+    printf("#   DENSE: %s\n", twell_ctx_errmsg(fi_ctx));
+    assert_non_null(strstr(twell_ctx_errmsg(fi_ctx), "TWELL_PATH_DENSE"));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d.got, d.dy, 200 * s.K * 2u));
+    for (size_t i = 0; i < 200 * (size_t)s.K; i++)
+        if (d.got[i] != 0x1234u)
+            fail_msg("y[%zu] was written by a call that failed", i);
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    fi_run(&d, plan, FI_POISON_A, NULL);
+    fi_expect(&d, "sparse");
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
+    fi_run(&d, plan, FI_POISON_B, NULL);
+    fi_expect(&d, "auto");
+
+    /* x 2 bytes and y 4 bytes past a 256-byte boundary (y stays 4-byte aligned for the poison) */
+    size_t xb = 200 * s.K * 2u;
+    void *bx = NULL, *by = NULL;
+    FI_OK(tw_cuda_malloc(fi_ctx, xb + 16, &bx));
+    FI_OK(tw_cuda_malloc(fi_ctx, xb + 16, &by));
+    FI_OK(tw_cuda_memcpy_htod(fi_ctx, (char *)bx + 2, d.f->x, xb));
+    void *keep_x = d.dx, *keep_y = d.dy;
+    d.dx = (char *)bx + 2, d.dy = (char *)by + 4;
+    fi_run(&d, plan, FI_POISON_A, NULL);
+    fi_expect(&d, "unaligned");
+    st = twell_ffn_infer(plan, 200, (char *)bx + 1, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);
+    assert_int_equal(st, TWELL_ERR_INVALID_ARG);
+    d.dx = keep_x, d.dy = keep_y;
+    tw_cuda_free(fi_ctx, bx);
+    tw_cuda_free(fi_ctx, by);
+    fi_release(&d);
+    twell_plan_destroy(plan);
+}
+
+int main(int argc, char **argv) {
+    fi_open_or_skip();
+    size_t ncases = sizeof fi_cases / sizeof fi_cases[0];
+    int small = argc > 1 && !strcmp(argv[1], "small");
+    if (small)
+        ncases = 3;
+    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 4];
+    static char names[sizeof fi_cases / sizeof fi_cases[0]][112];
+    for (size_t i = 0; i < ncases; i++) {
+        const fi_case *c = &fi_cases[i];
+        snprintf(names[i], sizeof names[i], "test_gpu_ffn_infer_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s",
+                 c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
+                 c->gated ? "gated" : "plain", tw_synth_dist_name(c->dist));
+        struct CMUnitTest t = {names[i], test_gpu_ffn_infer_case, NULL, NULL, (void *)c};
+        tests[i] = t;
+    }
+    size_t n = ncases;
+    struct CMUnitTest t1 = cmocka_unit_test(test_gpu_ffn_infer_paths_and_alignment);
+    tests[n++] = t1;
+    if (!small) {
+        struct CMUnitTest t2 = cmocka_unit_test(test_gpu_ffn_infer_growth_without_probe);
+        struct CMUnitTest t3 = cmocka_unit_test(test_gpu_ffn_infer_chunks_and_streams);
+        tests[n++] = t2;
+        tests[n++] = t3;
+    }
+    int rc = _cmocka_run_group_tests("test_gpu_ffn_infer", tests, n, NULL, NULL);
+    twell_ctx_destroy(fi_ctx);
+    return rc;
+}
