@@ -513,15 +513,13 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
 }
 
 /* Pair slots and overflow slots a chunk needed, from its flag words. When the overflow buffer was
- * too small the sizes kernel counted overflowing row-tiles as empty: add T per tile and a full
- * round of padding per list as an upper bound. */
-static void tw_ffn_needs(const twell_plan *plan, const tw_ffn *f, const uint32_t *fl, size_t *pairs,
-                         size_t *ovf) {
-    size_t p = fl[1];
+ * too small (flag bit 0) the sizes kernel counted overflowing row-tiles as empty, so the pair count
+ * is a lower bound: *exact is cleared, and only the overflow need is reliable. */
+static void tw_ffn_needs(const uint32_t *fl, size_t *pairs, size_t *ovf, int *exact) {
     if (fl[0] & 1u)
-        p += (size_t)fl[2] * plan->shape.T + tw_cdiv(f->rows_cap, 8) * f->cfg[TW_CFG_NC] * 16u;
-    if (p > *pairs)
-        *pairs = p;
+        *exact = 0;
+    else if (fl[1] > *pairs)
+        *pairs = fl[1];
     if (fl[2] > *ovf)
         *ovf = fl[2];
 }
@@ -530,7 +528,9 @@ static size_t tw_grow_to(size_t need, size_t slack) { return need + need / 4 + s
 
 /* Reads the flag copies of the previous call if its event has completed (never waits) and grows
  * the buffers that were too small. The plan's earlier work has then all finished (calls are
- * ordered through the event), so the old buffers can be freed. */
+ * ordered through the event), so the old buffers can be freed. A call whose overflow buffer was
+ * too small did not count its pairs: the next call probes again (one synchronisation) rather than
+ * allocating for T entries per overflowing row-tile. */
 static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
     if (!f->pending)
         return TWELL_OK;
@@ -540,8 +540,9 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
         return TWELL_OK;
     f->pending = 0;
     size_t pairs = 0, ovf = 0;
+    int exact = 1;
     for (unsigned i = 0; i < TW_SLOTS; i++) {
-        tw_ffn_needs(plan, f, f->hflags + 4 * i, &pairs, &ovf);
+        tw_ffn_needs(f->hflags + 4 * i, &pairs, &ovf, &exact);
         memset(f->hflags + 4 * i, 0, 16);
     }
     if (f->pinned)
@@ -550,32 +551,35 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
         (void)tw_ffn_set_ovf(plan, f, tw_grow_to(ovf, 64));
     if (pairs > f->pair_cap)
         (void)tw_ffn_set_pairs(plan, f, tw_grow_to(pairs, 1024));
+    if (!exact)
+        f->probed = 0;
     return TWELL_OK;
 }
 
 /* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
- * synchronisation), grow, and run the pre-pass again with buffers that fit. */
+ * synchronisation), grow, and run the pre-pass again with buffers that fit. An overflow buffer
+ * too small is grown first (the pair count is only known once the overflowing row-tiles fit). */
 static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
                                  const uint32_t *packed, const void *wp, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    for (int iter = 0; iter < 3; iter++) {
+    for (int iter = 0; iter < 4; iter++) {
         TW_TRY(tw_ffn_prepass(plan, f, w, m, x, packed, wp, stream));
         TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
         TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
         size_t pairs = 0, ovf = 0;
-        tw_ffn_needs(plan, f, hf, &pairs, &ovf);
-        int grew = 0;
+        int exact = 1, grew = 0;
+        tw_ffn_needs(hf, &pairs, &ovf, &exact);
         if (ovf > f->ovf_cap)
             grew |= tw_ffn_set_ovf(plan, f, tw_grow_to(ovf, 64));
-        if (pairs > f->pair_cap)
+        if (exact && pairs > f->pair_cap)
             grew |= tw_ffn_set_pairs(plan, f, tw_grow_to(pairs, 1024));
         if (!grew)
             return TWELL_OK;
         tw_ffn_ws_of(plan, f, w);
     }
-    /* still growing after three rounds (a failed allocation stops earlier): the pre-pass above
+    /* still growing after four rounds (a failed allocation stops earlier): the pre-pass above
      * ran with the current buffers, and the device flag sends what does not fit to the fallback */
     return tw_ffn_prepass(plan, f, w, m, x, packed, wp, stream);
 }

@@ -44,7 +44,9 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    largest chunk, never in the steady state;
  *  - every call copies each chunk's flag words asynchronously into pinned memory and records an
  *    event; the next call reads them only if that event has completed (cuEventQuery, no wait),
- *    and grows the buffers when a call needed more than they held (denser data than the probe).
+ *    and grows the buffers when a call needed more than they held (denser data than the probe);
+ *    a call whose overflow buffer was too small could not count its pairs, so the next call
+ *    probes again (one synchronisation) instead of allocating T slots per overflowing row-tile.
  *    A chunk that does not fit runs the exact row kernel instead (device-side flag), so every
  *    call is correct whatever the capacities; results are bitwise reproducible for a given
  *    workspace state (a fallback chunk and a tiled one differ at rounding level).
