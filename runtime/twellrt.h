@@ -216,8 +216,10 @@ typedef struct twell_plan twell_plan;
  * unless stated otherwise; the CPU backend returns when results are written. */
 typedef void *twell_stream;
 
-/* Which implementation the inference ops use on the CUDA backend. AUTO chooses from the
- * observed sparsity without synchronising the host every call; SPARSE and DENSE force one.
+/* Which implementation the inference ops use on the CUDA backend. SPARSE forces the TwELL
+ * kernels; DENSE forces dense kernels; AUTO is meant to choose from the observed sparsity
+ * without synchronising the host every call. In this version there is no dense path yet:
+ * AUTO runs the sparse kernels, and twell_ffn_infer with DENSE returns TWELL_ERR_UNSUPPORTED.
  * The CPU backend is exact in every mode and ignores this. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
@@ -294,6 +296,9 @@ TWELL_API void twell_train_state_destroy(twell_train_state *state);
 
 /* Bytes of backend memory the state holds now (after a forward: the saved activations). */
 TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
+
+/* Training ops run on the CPU backend in this version; on the CUDA backend they return
+ * TWELL_ERR_UNSUPPORTED (the signatures will not change when the GPU kernels land). */
 
 /* Training forward. Writes y [M, K] (dtype) and, when stats is not NULL, stats[0] = L0 and
  * stats[1] = L1 (two floats in the backend's memory space), and saves into state what
