@@ -250,7 +250,8 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
  * on the CUDA backend; they must not alias outputs. Inputs are only read, and only during the
  * call (or, on CUDA, the work it enqueues). On any error nothing is written to the outputs and
  * the message names the bad argument. Errors common to every op: TWELL_ERR_INVALID_ARG (NULL
- * plan or pointer, M = 0, a pointer of the wrong memory space where detectable),
+ * plan or pointer, M = 0, a pointer of the wrong memory space where detectable, an output
+ * overlapping another tensor),
  * TWELL_ERR_UNSUPPORTED (op not available on this backend/device yet), TWELL_ERR_CUDA.
  * ------------------------------------------------------------------------------------------- */
 
