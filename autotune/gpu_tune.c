@@ -1,13 +1,14 @@
 /*
  * gpu_tune.c — the tuner's callbacks on a CUDA device: candidates compiled by NVRTC on worker
  * threads (each with its own CPU context, sharing the disk cache), loaded and checked against the
- * CPU reference on a probe, then timed with CUDA events after an L2 flush. One launcher per
- * tunable kernel; a kernel without one here is not tuned on the device.
+ * CPU reference on a probe, then timed with CUDA events after an L2 flush. Candidates run through
+ * the launchers plans use; a kernel without one here is not tuned on the device.
  */
 #include "gpu_tune.h"
 
 #include "cpu_ref.h"
 #include "cuda_driver.h"
+#include "cuda_gate_pack.h"
 #include "pack_check.h"
 #include "synth.h"
 
@@ -17,8 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TW_PROBE_ROWS 67     /* awkward on purpose: a full 64-row tile plus a ragged end */
-#define TW_GRID_Y_MAX 65535u /* gridDim.y limit: larger M goes in row chunks */
+#define TW_PROBE_ROWS 67 /* awkward on purpose: a full 64-row tile plus a ragged end */
 
 twell_status tw_tune_device_of(twell_ctx *ctx, tw_tune_device *out) {
     memset(out, 0, sizeof *out);
@@ -59,52 +59,20 @@ typedef struct tw_gpu_data {
     uint32_t *got;      /* [P, N/C] scratch */
 } tw_gpu_data;
 
-/* ---- launchers ---- */
+/* ---- kernels ---- */
 
+/* The kernels this build can tune on a device: both gate-pack variants, launched by the same
+ * code plans use (runtime/cuda_gate_pack.h), so what is timed is what runs. ffn_fused joins here
+ * when its launcher accepts a tuned configuration. */
 typedef struct tw_gpu_kernel {
-    const char *kernel;   /* template */
-    const char *function; /* its extern "C" entry */
+    const char *kernel; /* template */
     const char *op;
-    /* Called once after the module is loaded (function attributes). May be NULL. */
-    twell_status (*prepare)(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
-                            const twell_shape *s);
-    /* Enqueues one run over rows [0, M) on the default stream; context current. */
-    twell_status (*launch)(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
-                           const twell_shape *s, size_t M, const tw_gpu_data *d);
+    int ulp1; /* sums in the reference's order: stored values within 1 unit of it (SIMT only) */
 } tw_gpu_kernel;
 
-/* gate_pack_simt: grid (N/T, ceil(M/BM)), block THREADS, no dynamic shared memory (the ABI in
- * the template's header). */
-static twell_status tw_simt_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_tune_config *cfg,
-                                   const twell_shape *s, size_t M, const tw_gpu_data *d) {
-    const size_t bm = (size_t)tw_tune_config_value(cfg, "BM", 32);
-    const unsigned threads = (unsigned)tw_tune_config_value(cfg, "THREADS", 256);
-    const size_t rows_per_launch = (size_t)TW_GRID_Y_MAX * bm;
-    tw_cu_launch_cfg lc;
-    memset(&lc, 0, sizeof lc);
-    lc.grid[0] = s->N / s->T;
-    lc.grid[2] = 1;
-    lc.block[0] = threads;
-    lc.block[1] = lc.block[2] = 1;
-    for (size_t r0 = 0; r0 < M; r0 += rows_per_launch) {
-        size_t rows = M - r0 < rows_per_launch ? M - r0 : rows_per_launch;
-        const void *xa = (const char *)d->x + r0 * (size_t)s->K * 2u;
-        const void *wa = d->w;
-        uint32_t *pa = d->packed + r0 * (size_t)(s->N / s->C);
-        int m = (int)rows;
-        void *args[] = {(void *)&xa, (void *)&wa, (void *)&pa, (void *)&m};
-        lc.grid[1] = (unsigned)((rows + bm - 1) / bm);
-        twell_status st = tw_cu_launch(ctx, fn, &lc, NULL, args);
-        if (st != TWELL_OK)
-            return st;
-    }
-    return TWELL_OK;
-}
-
-/* The kernels this build can tune on a device. gate_pack_sm90 and ffn_fused join here when
- * their launchers accept a tuned configuration. */
 static const tw_gpu_kernel tw_gpu_kernels[] = {
-    {"gate_pack_simt", "twell_gate_pack_simt", "gate_pack", NULL, tw_simt_launch},
+    {"gate_pack_sm90", "gate_pack", 0},
+    {"gate_pack_simt", "gate_pack", 1},
 };
 
 static const tw_gpu_kernel *tw_gpu_kernel_find(const char *kernel) {
@@ -145,9 +113,9 @@ twell_status tw_tune_gpu_cubin(twell_ctx *ctx, const tw_tune_config *cfg, const 
 
 typedef struct tw_gpu_slot {
     tw_cubin cubin;
-    tw_CUmodule mod;
-    tw_CUfunction fn;
-    char err[384]; /* why compile failed (worker contexts die with their messages) */
+    tw_gp_cfg cfg;
+    tw_gp_kernel k; /* loaded by verify */
+    char err[384];  /* why compile failed (worker contexts die with their messages) */
 } tw_gpu_slot;
 
 typedef struct tw_gpu_tuner {
@@ -184,7 +152,7 @@ static void tw_gpu_data_free(twell_ctx *ctx, tw_gpu_data *d) {
 
 /* Synthetic inputs of the bucket's size with about 0.5% of the hidden width active per row (29
  * of 5632, the sparsity DESIGN.md §1 reports), uploaded once; the probe's reference computed
- * on the host. */
+ * on the host. Non-gated data: gate-pack needs only the packing weight. */
 static twell_status tw_gpu_data_make(tw_gpu_tuner *t) {
     twell_ctx *ctx = t->ctx;
     tw_gpu_data *d = &t->data;
@@ -197,7 +165,7 @@ static twell_status tw_gpu_data_make(tw_gpu_tuner *t) {
     sp.K = s->K;
     sp.N = s->N;
     sp.dtype = s->dtype;
-    sp.gated = s->gated;
+    sp.gated = 0;
     sp.nnz = fmax(1.0, 0.00515 * (double)s->N);
     twell_status st = tw_synth_create(ctx->pool, &sp, &d->host);
     if (st != TWELL_OK)
@@ -240,6 +208,12 @@ static twell_status tw_gpu_begin(void *user, const tw_tune_config *cands, size_t
 static twell_status tw_gpu_compile(void *user, const tw_tune_config *cfg) {
     tw_gpu_tuner *t = user;
     tw_gpu_slot *slot = tw_slot(t, cfg);
+    if (tw_gp_cfg_from_tune(cfg, &slot->cfg) != 0) {
+        snprintf(slot->err, sizeof slot->err, "not a configuration of %s", t->k->kernel);
+        return TWELL_ERR_INVALID_ARG;
+    }
+    if (tw_gp_cfg_check(&slot->cfg, &t->shape, t->ctx->cuda, slot->err, sizeof slot->err) != 0)
+        return TWELL_ERR_UNSUPPORTED;
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
@@ -272,7 +246,8 @@ static void tw_gpu_note(tw_gpu_tuner *t, const tw_tune_config *cfg, const char *
 }
 
 /* Loads the module, runs the probe rows into a poisoned buffer and compares them with the
- * reference (pack_check's rule: only fp32 summation-order differences pass). */
+ * reference: pack_check's fp32-bound rule for every kernel, and for a kernel that sums in the
+ * reference's order (SIMT) also at most 1 unit of difference in stored values. */
 static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
     tw_gpu_tuner *t = user;
     twell_ctx *ctx = t->ctx;
@@ -284,12 +259,12 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    if ((st = tw_cu_module_load(ctx, slot->cubin.data, &slot->mod)) == TWELL_OK &&
-        (st = tw_cu_module_function(ctx, slot->mod, t->k->function, &slot->fn)) == TWELL_OK &&
-        (!t->k->prepare || (st = t->k->prepare(ctx, slot->fn, cfg, s)) == TWELL_OK) &&
+    if ((st = tw_gp_kernel_load_image(ctx, s, &slot->cfg, slot->cubin.data, &slot->k)) ==
+            TWELL_OK &&
         (st = tw_cuda_memset_d32(ctx, d->packed, 0xA5A5A5A5u, d->P * row_words, NULL)) ==
             TWELL_OK &&
-        (st = t->k->launch(ctx, slot->fn, cfg, s, d->P, d)) == TWELL_OK &&
+        (st = tw_gp_kernel_launch(ctx, &slot->k, s, d->P, d->x, d->w, d->packed, NULL)) ==
+            TWELL_OK &&
         (st = tw_cuda_synchronize(ctx)) == TWELL_OK)
         st = tw_cuda_memcpy_dtoh(ctx, d->got, d->packed, d->P * row_words * 4u);
     tw_cu_leave(ctx, &sc);
@@ -306,12 +281,19 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
     tw_pack_check_rows(s, d->host->x, tw_synth_pack_weight(d->host), rows, d->P, d->ref, d->got,
                        &chk);
     free(rows);
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(cfg, canon, sizeof canon);
     if (chk.tiles_bad) {
-        char canon[TW_TUNE_CANON_MAX];
-        tw_tune_config_canon(cfg, canon, sizeof canon);
         tw_gpu_note(t, cfg, "gives wrong results", chk.first_bad);
         return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %zu of %zu probe row-tiles wrong: %s",
                         canon, chk.tiles_bad, chk.tiles, chk.first_bad);
+    }
+    if (t->k->ulp1 && chk.worst_ulp > 1) {
+        char why[96];
+        snprintf(why, sizeof why, "a stored value is %u units from the reference (> 1)",
+                 chk.worst_ulp);
+        tw_gpu_note(t, cfg, "gives wrong results", why);
+        return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %s", canon, why);
     }
     return TWELL_OK;
 }
@@ -330,7 +312,8 @@ static twell_status tw_gpu_measure(void *user, const tw_tune_config *cfg, double
     if ((st = tw_cuda_memset_d32(ctx, d->flush, ++t->salt, d->flush_bytes / 4u, NULL)) ==
             TWELL_OK &&
         (st = tw_cuda_event_record(ctx, d->ev[0], NULL)) == TWELL_OK &&
-        (st = t->k->launch(ctx, slot->fn, cfg, &t->shape, d->M, d)) == TWELL_OK &&
+        (st = tw_gp_kernel_launch(ctx, &slot->k, &t->shape, d->M, d->x, d->w, d->packed, NULL)) ==
+            TWELL_OK &&
         (st = tw_cuda_event_record(ctx, d->ev[1], NULL)) == TWELL_OK)
         st = tw_cuda_event_elapsed(ctx, d->ev[0], d->ev[1], &ms);
     tw_cu_leave(ctx, &sc);
@@ -347,10 +330,10 @@ static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
     tw_gpu_slot *slot = tw_slot(t, cfg);
     if (slot->err[0])
         tw_gpu_note(t, cfg, "did not compile", slot->err);
-    if (slot->mod) {
+    if (slot->k.mod) {
         tw_cu_scope sc;
         if (tw_cu_enter(t->ctx, &sc) == TWELL_OK) {
-            tw_cu_module_unload(slot->mod);
+            tw_gp_kernel_unload(&slot->k);
             tw_cu_leave(t->ctx, &sc);
         }
     }
@@ -358,48 +341,120 @@ static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
     memset(slot, 0, sizeof *slot);
 }
 
-twell_status tw_tune_gpu(twell_ctx *ctx, const char *op, const twell_shape *shape, size_t M,
-                         const tw_tune_options *opt, int retune, tw_tune_choice *out) {
-    memset(out, 0, sizeof *out);
-    out->ms = out->default_ms = NAN;
-    tw_tune_device dev;
-    twell_status st = tw_tune_device_of(ctx, &dev);
+/* ---- entry points ---- */
+
+/* The problem, device and space of (op, shape, M) on ctx, and a tuner ready for callbacks.
+ * kernel: the space to use (NULL: the first runnable one). */
+static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *kernel,
+                                 const twell_shape *shape, size_t M, tw_tune_problem *p,
+                                 tw_tune_device *dev, const tw_tune_space **space,
+                                 tw_gpu_tuner *t) {
+    memset(t, 0, sizeof *t);
+    twell_status st = tw_tune_device_of(ctx, dev);
     if (st != TWELL_OK)
         return st;
     if ((st = twell_shape_check(ctx, shape)) != TWELL_OK)
         return st;
-    tw_tune_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.op, sizeof p.op, "%s", op ? op : "");
-    p.shape = *shape;
-    p.M = tw_tune_m_bucket(M);
-    const tw_tune_space *space = tw_tune_space_runnable(p.op, &p, &dev);
-    if (!space)
+    memset(p, 0, sizeof *p);
+    snprintf(p->op, sizeof p->op, "%s", op ? op : "");
+    p->shape = *shape;
+    /* Gate-pack is one op for gated and non-gated FFNs: one record serves both. */
+    if (!strcmp(p->op, "gate_pack"))
+        p->shape.gated = 1;
+    p->M = tw_tune_m_bucket(M);
+    const tw_tune_space *sp = NULL;
+    if (kernel) {
+        sp = tw_tune_space_by_kernel(kernel);
+        if (sp && (strcmp(sp->op, p->op) != 0 || (sp->supports && !sp->supports(p, dev)) ||
+                   !tw_tune_kernel_runnable(kernel)))
+            sp = NULL;
+    } else {
+        sp = tw_tune_space_runnable(p->op, p, dev);
+    }
+    if (!sp)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "tune: no kernel for %s that this build can launch on %s", p.op, dev.arch);
+                        "tune: no kernel%s%s for %s that this build can launch on %s",
+                        kernel ? " " : "", kernel ? kernel : "", p->op, dev->arch);
+    *space = sp;
+    t->ctx = ctx;
+    t->k = tw_gpu_kernel_find(sp->kernel);
+    t->shape = *shape;
+    t->M = p->M;
+    return TWELL_OK;
+}
+
+static void tw_gpu_teardown(twell_ctx *ctx, tw_gpu_tuner *t, twell_status st) {
+    if (t->have_data)
+        tw_gpu_data_free(ctx, &t->data);
+    free(t->slots);
+    t->slots = NULL;
+    if (st != TWELL_OK && t->first_err[0]) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
+        tw_error(ctx, st, "%s; first failure: %s", msg, t->first_err);
+    }
+}
+
+twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
+                            const twell_shape *shape, size_t M, const tw_tune_options *opt,
+                            int retune, tw_tune_choice *out) {
+    memset(out, 0, sizeof *out);
+    out->ms = out->default_ms = NAN;
+    tw_tune_problem p;
+    tw_tune_device dev;
+    const tw_tune_space *space = NULL;
     tw_gpu_tuner t;
-    memset(&t, 0, sizeof t);
-    t.ctx = ctx;
-    t.k = tw_gpu_kernel_find(space->kernel);
-    t.shape = *shape;
-    t.M = p.M;
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t);
+    if (st != TWELL_OK)
+        return st;
     tw_tune_callbacks cb = {
         &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
     st = tw_tune_select(ctx, &p, &dev, space, &cb, opt, retune, out);
-    if (t.have_data)
-        tw_gpu_data_free(ctx, &t.data);
-    free(t.slots);
-    if (st != TWELL_OK) {
-        if (t.first_err[0]) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
-            tw_error(ctx, st, "%s; first failure: %s", msg, t.first_err);
-        }
+    tw_gpu_teardown(ctx, &t, st);
+    if (st != TWELL_OK)
         return st;
-    }
     /* The record alone would still leave a compile to the next process. */
     tw_cubin cubin;
     st = tw_tune_gpu_cubin(ctx, &out->config, shape, &cubin);
     tw_cubin_free(&cubin);
+    return st;
+}
+
+twell_status tw_tune_gpu(twell_ctx *ctx, const char *op, const twell_shape *shape, size_t M,
+                         const tw_tune_options *opt, int retune, tw_tune_choice *out) {
+    return tw_tune_gpu_ex(ctx, op, NULL, shape, M, opt, retune, out);
+}
+
+twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *kernel,
+                                    const twell_shape *shape, size_t M, const tw_tune_options *opt,
+                                    tw_tune_config **cands, tw_tune_result *out) {
+    *cands = NULL;
+    memset(out, 0, sizeof *out);
+    tw_tune_problem p;
+    tw_tune_device dev;
+    const tw_tune_space *space = NULL;
+    tw_gpu_tuner t;
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t);
+    if (st != TWELL_OK)
+        return st;
+    tw_tune_config *c = NULL;
+    size_t n = 0, di = SIZE_MAX;
+    st = tw_tune_space_enumerate(space, &p, &dev, &c, &n, &di, NULL);
+    if (st == TWELL_OK && n == 0)
+        st = tw_error(ctx, TWELL_ERR_UNSUPPORTED, "tune: every config of %s is pruned",
+                      space->kernel);
+    if (st != TWELL_OK) {
+        free(c);
+        return st;
+    }
+    tw_tune_options o = opt ? *opt : tw_tune_options_default();
+    o.mode = TW_TUNE_MEASURE;
+    o.budget_s = 0.0;
+    o.batch = n;
+    tw_tune_callbacks cb = {
+        &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
+    st = tw_tune_run(ctx, c, n, di, SIZE_MAX, &cb, &o, out);
+    tw_gpu_teardown(ctx, &t, st);
+    *cands = c;
     return st;
 }

@@ -24,12 +24,30 @@ const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_proble
 /* The configuration of op for (shape, M) on ctx's device: the stored winner when there is one
  * (nothing compiled or timed), else tuned now with the real kernels on synthetic data of the
  * M bucket's size (about 0.5% of N active per row, never zeros: tw_synth), each candidate
- * verified against the CPU reference on a 67-row probe, then stored. In every case the chosen
- * config's cubin is then made present in the kernel cache, so a later plan compiles nothing.
- * opt may be NULL (defaults). Errors: TWELL_ERR_UNSUPPORTED (CPU context, unknown op, no runnable
- * kernel for it), those of tw_tune_select, and the compile errors of the chosen config. */
+ * verified against the CPU reference on a 67-row probe, then stored. For gate_pack the record's
+ * key ignores shape->gated (the op is the same), as plans do when they look it up. In every case
+ * the chosen config's cubin is then made present in the kernel cache, so a later plan compiles
+ * nothing. opt may be NULL (defaults). Errors: TWELL_ERR_UNSUPPORTED (CPU context, unknown op, no
+ * runnable kernel for it), those of tw_tune_select, and the compile errors of the chosen config. */
 twell_status tw_tune_gpu(twell_ctx *ctx, const char *op, const twell_shape *shape, size_t M,
                          const tw_tune_options *opt, int retune, tw_tune_choice *out);
+
+/* tw_tune_gpu with the space of template `kernel` (e.g. "gate_pack_simt") instead of the first
+ * runnable one; NULL: the same as tw_tune_gpu. TWELL_ERR_UNSUPPORTED when that kernel does not
+ * serve op, does not support the problem on this device or cannot be launched by this build. The
+ * record is the op's (one per problem), so tuning another kernel replaces it. */
+twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
+                            const twell_shape *shape, size_t M, const tw_tune_options *opt,
+                            int retune, tw_tune_choice *out);
+
+/* Exhaustive search with the same harness, for tests and studies: every unpruned candidate of
+ * the space (chosen as in tw_tune_gpu_ex) compiled, verified and timed in ONE interleaved batch,
+ * with no budget, reading and storing no record. opt supplies reps, warm-up and threads (may be
+ * NULL). *cands (malloc'd, caller frees, also on failure) receives the candidates and *out the
+ * tuner's result over them (tw_tune_result_free it either way). Errors as tw_tune_run. */
+twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *kernel,
+                                    const twell_shape *shape, size_t M, const tw_tune_options *opt,
+                                    tw_tune_config **cands, tw_tune_result *out);
 
 /* The cubin of cfg for shape on ctx's device (kernel cache hit, or compiled and published): what
  * a plan does with a chosen config. Errors: those of tw_jit_cubin. */

@@ -1,30 +1,48 @@
 /*
- * cuda_gate_pack.c — gate-pack on CUDA: picks a kernel variant once per plan (SM90 wgmma launcher
- * or the portable SIMT template templates/gate_pack_simt.cu.lua) and launches it on the caller's
- * stream with no host allocation, compile or cache lookup.
+ * cuda_gate_pack.c — gate-pack on CUDA: kernel configurations and loaded kernels of both variants
+ * (SIMT template here, SM90 in cuda_gate_pack_sm90.c), and the per-plan state that uses the
+ * autotuner's stored winner for each M bucket.
+ *
+ * How a plan consults the tuner. A plan is created without M, but configurations are tuned per M
+ * bucket (the power of two ≥ M). So:
+ *  - plan creation loads the DEFAULT configuration of the chosen variant (as before tuning
+ *    existed): a plan is ready at once and a first call is never slowed by tuning;
+ *  - the first call of each bucket looks the tuning record up once (tw_tune_store_load: memory,
+ *    then disk) and, when a winner for this plan's variant is stored, loads its module (the
+ *    cubin was published by whoever tuned; a lost cubin is recompiled); the choice is memoised
+ *    in a per-bucket table, so later calls of that bucket do no lookup, allocation or compile;
+ *  - tuning itself happens ahead of time (`twell tune`) or, opt-in, with TWELL_TUNE=1 in the
+ *    environment when the plan is created: then a bucket without a record is tuned on its first
+ *    call (budget TW_TUNE_DEFAULT_BUDGET_S, synchronising the device). Default off: a library
+ *    call that may take seconds must be asked for.
  */
 #include "cuda_gate_pack.h"
 
+#include "candidates.h"
+#include "gpu_tune.h"
 #include "jit.h"
+#include "tuner.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* SIMT template geometry (the template's defaults; its ABI is fixed: see gate_pack_simt.cu.lua).
- * Rows per block and threads per block. */
-#define TW_SIMT_BM 32u
-#define TW_SIMT_THREADS 256u
 /* gridDim.y is limited to 65535: larger M is launched in row chunks. */
 #define TW_GRID_Y_MAX 65535u
+/* M buckets are powers of two, 2^0 .. 2^62 (tw_tune_m_bucket saturates there). */
+#define TW_GP_BUCKETS 64
+/* The default plus distinct tuned configurations one plan may hold; beyond that a bucket keeps
+ * the default (a space has few configurations that win anywhere). */
+#define TW_GP_MAX_KERNELS 16
 
 struct tw_gate_pack {
     tw_gp_variant variant;
     int modules_loaded;
-    /* SIMT */
-    tw_CUmodule mod;
-    tw_CUfunction fn;
-    /* SM90 */
-    void *sm90;
+    int tune_on_first_use;             /* TWELL_TUNE=1 when the plan was created */
+    size_t nk;                         /* kernels loaded; k[0] is the default configuration */
+    tw_gp_kernel k[TW_GP_MAX_KERNELS]; /* distinct configurations */
+    signed char bucket[TW_GP_BUCKETS]; /* index into k per M bucket; -1: not resolved yet */
 };
 
 const char *tw_gp_variant_name(tw_gp_variant v) {
@@ -48,42 +66,156 @@ int tw_gp_variant_parse(const char *name) {
     return -1;
 }
 
-static twell_status tw_simt_init(twell_plan *plan, tw_gate_pack *gp) {
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
+/* ---- configurations ---- */
+
+tw_gp_cfg tw_gp_cfg_default(tw_gp_variant v) {
+    tw_gp_cfg c;
+    memset(&c, 0, sizeof c);
+    c.variant = v == TW_GP_SM90 ? TW_GP_SM90 : TW_GP_SIMT;
+    /* The templates' defaults; the tuner's spaces (autotune/spaces.c) declare the same. */
+    c.bm = 32u;
+    c.threads = 256u;
+    c.bk = 64u;
+    c.stages = 3u;
+    c.cluster = 2u;
+    return c;
+}
+
+const char *tw_gp_cfg_kernel(const tw_gp_cfg *c) {
+    return c->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
+}
+
+static int tw_gp_u(const tw_tune_config *tc, const char *name, unsigned dflt, unsigned *out) {
+    int64_t v = tw_tune_config_value(tc, name, (int64_t)dflt);
+    if (v < 1 || v > 65535)
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int tw_gp_cfg_from_tune(const struct tw_tune_config *tc, tw_gp_cfg *out) {
+    if (!strcmp(tc->kernel, "gate_pack_simt")) {
+        *out = tw_gp_cfg_default(TW_GP_SIMT);
+        return tw_gp_u(tc, "BM", out->bm, &out->bm) || tw_gp_u(tc, "THREADS", 256u, &out->threads)
+                   ? -1
+                   : 0;
+    }
+    if (!strcmp(tc->kernel, "gate_pack_sm90")) {
+        *out = tw_gp_cfg_default(TW_GP_SM90);
+        return tw_gp_u(tc, "BK", out->bk, &out->bk) || tw_gp_u(tc, "STAGES", 3u, &out->stages) ||
+                       tw_gp_u(tc, "CLUSTER", 2u, &out->cluster)
+                   ? -1
+                   : 0;
+    }
+    return -1;
+}
+
+static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
+    if (a->variant != b->variant)
+        return 0;
+    if (a->variant == TW_GP_SM90)
+        return a->bk == b->bk && a->stages == b->stages && a->cluster == b->cluster;
+    return a->bm == b->bm && a->threads == b->threads;
+}
+
+/* The SIMT template's own rules (gate_pack_simt.cu.lua), so a bad configuration is refused
+ * before rendering. */
+static int tw_simt_cfg_check(const tw_gp_cfg *c, const twell_shape *s, char *why, size_t n) {
+    unsigned tile = c->bm * s->T;
+    if (c->bm < 1u || c->bm > 128u || c->threads < 32u || c->threads > 1024u ||
+        c->threads % 32u != 0 || tile % c->threads != 0 || tile / c->threads > 64u) {
+        snprintf(why, n, "BM=%u THREADS=%u is not a configuration of gate_pack_simt for T=%u",
+                 c->bm, c->threads, s->T);
+        return -1;
+    }
+    return 0;
+}
+
+int tw_gp_cfg_check(const tw_gp_cfg *cfg, const twell_shape *s, const tw_cuda *dev, char *why,
+                    size_t n) {
+    char dummy[256];
+    if (!why)
+        why = dummy, n = sizeof dummy;
+    if (cfg->variant == TW_GP_SM90)
+        return tw_sm90_cfg_check(cfg, s, dev, why, n);
+    if (cfg->variant == TW_GP_SIMT)
+        return tw_simt_cfg_check(cfg, s, why, n);
+    snprintf(why, n, "no such gate-pack variant");
+    return -1;
+}
+
+/* ---- loaded kernels ---- */
+
+twell_status tw_gp_kernel_load_image(twell_ctx *ctx, const twell_shape *s, const tw_gp_cfg *cfg,
+                                     const void *cubin, tw_gp_kernel *out) {
+    (void)s;
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    const char *fn = cfg->variant == TW_GP_SM90 ? "twell_gate_pack_sm90" : "twell_gate_pack_simt";
+    twell_status st = tw_cu_module_load(ctx, cubin, &out->mod);
+    if (st == TWELL_OK)
+        st = tw_cu_module_function(ctx, out->mod, fn, &out->fn);
+    if (st == TWELL_OK && cfg->variant == TW_GP_SM90)
+        st = tw_sm90_kernel_prepare(ctx, out);
+    if (st != TWELL_OK)
+        tw_gp_kernel_unload(out);
+    return st;
+}
+
+twell_status tw_gp_kernel_load(twell_ctx *ctx, const twell_shape *s, const tw_gp_cfg *cfg,
+                               tw_gp_kernel *out) {
+    memset(out, 0, sizeof *out);
+    char why[192];
+    if (tw_gp_cfg_check(cfg, s, ctx->cuda, why, sizeof why) != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: %s", why);
     tw_param params[] = {
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},
         {"C", NULL, (long long)s->C},
         {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
-        {"BM", NULL, (long long)TW_SIMT_BM},
-        {"THREADS", NULL, (long long)TW_SIMT_THREADS},
+        {"BM", NULL, (long long)cfg->bm},
+        {"THREADS", NULL, (long long)cfg->threads},
+        {"BK", NULL, (long long)cfg->bk},
+        {"STAGES", NULL, (long long)cfg->stages},
+        {"CLUSTER", NULL, (long long)cfg->cluster},
     };
+    /* Only the variant's own parameters: the rendered source (hence the cache key) is the one
+     * the tuner compiled for the same configuration. */
+    tw_param use[8];
+    size_t np = 0;
+    for (size_t i = 0; i < 5; i++)
+        use[np++] = params[i];
+    for (size_t i = cfg->variant == TW_GP_SM90 ? 7 : 5; i < (cfg->variant == TW_GP_SM90 ? 10 : 7);
+         i++)
+        use[np++] = params[i];
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "gate_pack_simt", params, sizeof params / sizeof params[0],
-                                   ctx->cuda->arch, &cubin);
+    twell_status st = tw_jit_cubin(ctx, tw_gp_cfg_kernel(cfg), use, np, ctx->cuda->arch, &cubin);
     if (st != TWELL_OK)
         return st;
-    st = tw_cu_module_load(ctx, cubin.data, &gp->mod);
+    st = tw_gp_kernel_load_image(ctx, s, cfg, cubin.data, out);
     tw_cubin_free(&cubin);
-    if (st != TWELL_OK)
-        return st;
-    gp->modules_loaded = 1;
-    return tw_cu_module_function(ctx, gp->mod, "twell_gate_pack_simt", &gp->fn);
+    return st;
 }
 
-static twell_status tw_simt_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
-                                   const void *w, uint32_t *packed, twell_stream stream) {
-    const twell_shape *s = &plan->shape;
-    const size_t rows_per_launch = (size_t)TW_GRID_Y_MAX * TW_SIMT_BM;
+void tw_gp_kernel_unload(tw_gp_kernel *k) {
+    tw_cu_module_unload(k->mod);
+    memset(k, 0, sizeof *k);
+}
+
+/* SIMT: grid (N/T, ceil(M/BM)), block THREADS, no dynamic shared memory (the template's ABI). */
+static twell_status tw_simt_launch(twell_ctx *ctx, const tw_gp_kernel *k, const twell_shape *s,
+                                   size_t M, const void *x, const void *w, uint32_t *packed,
+                                   twell_stream stream) {
+    const size_t bm = k->cfg.bm;
+    const size_t rows_per_launch = (size_t)TW_GRID_Y_MAX * bm;
     const size_t x_row_bytes = (size_t)s->K * 2u, packed_row_words = (size_t)(s->N / s->C);
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = s->N / s->T;
     cfg.grid[2] = 1;
-    cfg.block[0] = TW_SIMT_THREADS;
+    cfg.block[0] = k->cfg.threads;
     cfg.block[1] = cfg.block[2] = 1;
     for (size_t r0 = 0; r0 < M; r0 += rows_per_launch) {
         size_t rows = M - r0 < rows_per_launch ? M - r0 : rows_per_launch;
@@ -91,13 +223,23 @@ static twell_status tw_simt_launch(twell_plan *plan, tw_gate_pack *gp, size_t M,
         uint32_t *pa = packed + r0 * packed_row_words;
         int m = (int)rows;
         void *args[] = {(void *)&xa, (void *)&w, (void *)&pa, (void *)&m};
-        cfg.grid[1] = (unsigned)((rows + TW_SIMT_BM - 1) / TW_SIMT_BM);
-        twell_status st = tw_cu_launch(plan->ctx, gp->fn, &cfg, stream, args);
+        cfg.grid[1] = (unsigned)((rows + bm - 1) / bm);
+        twell_status st = tw_cu_launch(ctx, k->fn, &cfg, stream, args);
         if (st != TWELL_OK)
             return st;
     }
     return TWELL_OK;
 }
+
+twell_status tw_gp_kernel_launch(twell_ctx *ctx, const tw_gp_kernel *k, const twell_shape *s,
+                                 size_t M, const void *x, const void *w, uint32_t *packed,
+                                 twell_stream stream) {
+    if (k->cfg.variant == TW_GP_SM90)
+        return tw_sm90_kernel_launch(ctx, k, s, M, x, w, packed, stream);
+    return tw_simt_launch(ctx, k, s, M, x, w, packed, stream);
+}
+
+/* ---- per-plan state ---- */
 
 twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gate_pack **out) {
     *out = NULL;
@@ -105,6 +247,9 @@ twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gat
     tw_gate_pack *gp = calloc(1, sizeof *gp);
     if (!gp)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "gate_pack: out of memory for the plan state");
+    memset(gp->bucket, -1, sizeof gp->bucket);
+    const char *tune = getenv("TWELL_TUNE");
+    gp->tune_on_first_use = tune && !strcmp(tune, "1");
     twell_status st = TWELL_OK;
     int sm90_ok = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
     if (want == TW_GP_SM90 && !sm90_ok) {
@@ -116,9 +261,12 @@ twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gat
                         plan->shape.C);
     }
     if ((want == TW_GP_AUTO || want == TW_GP_SM90) && sm90_ok) {
-        st = tw_sm90_gate_pack_init(plan, &gp->sm90, &gp->modules_loaded);
+        tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SM90);
+        st = tw_gp_kernel_load(ctx, &plan->shape, &d, &gp->k[0]);
         if (st == TWELL_OK) {
             gp->variant = TW_GP_SM90;
+            gp->nk = 1;
+            gp->modules_loaded = 1;
             *out = gp;
             return TWELL_OK;
         }
@@ -128,32 +276,126 @@ twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gat
         }
         tw_log(ctx, TWELL_LOG_INFO, "gate_pack: sm90 variant unavailable (%s); using SIMT",
                twell_ctx_errmsg(ctx));
-        gp->modules_loaded = 0;
     }
     gp->variant = TW_GP_SIMT;
-    st = tw_simt_init(plan, gp);
+    tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SIMT);
+    st = tw_gp_kernel_load(ctx, &plan->shape, &d, &gp->k[0]);
     if (st != TWELL_OK) {
-        tw_cuda_gate_pack_release(plan, gp);
+        free(gp);
         return st;
     }
+    gp->nk = 1;
+    gp->modules_loaded = 1;
     *out = gp;
     return TWELL_OK;
 }
 
 void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
+    (void)plan;
     if (!gp)
         return;
-    if (gp->variant == TW_GP_SM90)
-        tw_sm90_gate_pack_release(plan, gp->sm90);
-    tw_cu_module_unload(gp->mod);
+    for (size_t i = 0; i < gp->nk; i++)
+        tw_gp_kernel_unload(&gp->k[i]);
     free(gp);
+}
+
+/* Index of M's bucket in gp->bucket: log2 of tw_tune_m_bucket(M), one instruction. */
+static unsigned tw_gp_bucket_index(size_t M) {
+    if (M <= 1)
+        return 0;
+    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
+    return b < TW_GP_BUCKETS ? b : TW_GP_BUCKETS - 1;
+}
+
+/* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it.
+ * 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+    twell_ctx *ctx = plan->ctx;
+    tw_tune_device dev;
+    if (tw_tune_device_of(ctx, &dev) != TWELL_OK)
+        return -1;
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "gate_pack");
+    p.shape = plan->shape;
+    p.shape.gated = 1; /* gate-pack is one op for gated and non-gated FFNs: one record */
+    p.M = tw_tune_m_bucket(M);
+    const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
+    tw_tune_record rec;
+    twell_status st = tw_tune_store_load(ctx, &p, &dev, &rec);
+    if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
+        return -1;
+    if (st == TWELL_ERR_NOT_FOUND) {
+        /* Tune only for the kernel the tuner would pick anyway: a plan forced onto another
+         * variant must not replace the record every other plan uses. */
+        const tw_tune_space *sp = tw_tune_space_runnable(p.op, &p, &dev);
+        if (!gp->tune_on_first_use || !sp || strcmp(sp->kernel, mine) != 0)
+            return -1;
+        tw_tune_options o = tw_tune_options_default();
+        tw_tune_choice ch;
+        tw_log(ctx, TWELL_LOG_INFO, "gate_pack: TWELL_TUNE=1: tuning K=%u N=%u M bucket %zu",
+               p.shape.K, p.shape.N, p.M);
+        if (tw_tune_gpu(ctx, p.op, &plan->shape, M, &o, 0, &ch) != TWELL_OK) {
+            tw_log(ctx, TWELL_LOG_WARN, "gate_pack: tuning failed, using the default: %s",
+                   twell_ctx_errmsg(ctx));
+            return -1;
+        }
+        rec.config = ch.config;
+    }
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&rec.config, canon, sizeof canon);
+    const tw_tune_space *sp = tw_tune_space_by_kernel(rec.config.kernel);
+    if (strcmp(rec.config.kernel, mine) != 0 || !sp ||
+        !tw_tune_space_accepts(sp, &p, &dev, &rec.config) ||
+        tw_gp_cfg_from_tune(&rec.config, cfg)) {
+        tw_log(ctx, TWELL_LOG_INFO,
+               "gate_pack: stored config %s does not apply to this %s plan (M bucket %zu); "
+               "default used",
+               canon, tw_gp_variant_name(gp->variant), p.M);
+        return -1;
+    }
+    return 0;
+}
+
+void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+    unsigned b = tw_gp_bucket_index(M);
+    if (gp->bucket[b] < 0) {
+        size_t pick = 0; /* the default unless a usable winner says otherwise */
+        tw_gp_cfg want;
+        if (tw_gp_winner(plan, gp, M, &want) == 0) {
+            size_t have = SIZE_MAX; /* a kernel of that configuration loaded already */
+            for (size_t i = 0; i < gp->nk && have == SIZE_MAX; i++)
+                if (tw_gp_cfg_equal(&gp->k[i].cfg, &want))
+                    have = i;
+            if (have != SIZE_MAX) {
+                pick = have;
+            } else if (gp->nk == TW_GP_MAX_KERNELS) {
+                tw_log(plan->ctx, TWELL_LOG_INFO,
+                       "gate_pack: %d kernels loaded already; the default serves M=%zu",
+                       TW_GP_MAX_KERNELS, M);
+            } else if (tw_gp_kernel_load(plan->ctx, &plan->shape, &want, &gp->k[gp->nk]) !=
+                       TWELL_OK) {
+                tw_log(plan->ctx, TWELL_LOG_WARN,
+                       "gate_pack: tuned kernel failed to load, using the default: %s",
+                       twell_ctx_errmsg(plan->ctx));
+            } else {
+                pick = gp->nk++;
+                gp->modules_loaded++;
+            }
+        }
+        gp->bucket[b] = (signed char)pick;
+    }
+    if (cfg)
+        *cfg = gp->k[(size_t)gp->bucket[b]].cfg;
 }
 
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
                                       const void *w, uint32_t *packed, twell_stream stream) {
-    if (gp->variant == TW_GP_SM90)
-        return tw_sm90_gate_pack_launch(plan, gp->sm90, M, x, w, packed, stream);
-    return tw_simt_launch(plan, gp, M, x, w, packed, stream);
+    unsigned b = tw_gp_bucket_index(M);
+    if (gp->bucket[b] < 0)
+        tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
+    return tw_gp_kernel_launch(plan->ctx, &gp->k[(size_t)gp->bucket[b]], &plan->shape, M, x, w,
+                               packed, stream);
 }
 
 tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp) {

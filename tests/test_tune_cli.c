@@ -81,7 +81,7 @@ static void test_tune_cli_dry_run_model(void **state) {
         "device: ",
         "gate_pack",
         "ffn_infer",
-        "gate_pack_simt:BM=32,THREADS=256", /* the default of the M = 4096 row */
+        "gate_pack_sm90:BK=64,STAGES=3,CLUSTER=2", /* the default of the M = 4096 row */
         "  16384   16384 ",
         "      1       1 ",
     };
@@ -198,7 +198,8 @@ static void test_tune_cli_sees_stored_winner(void **state) {
     p.M = 4096;
     tw_tune_record r;
     memset(&r, 0, sizeof r);
-    assert_int_equal(tw_tune_config_parse("gate_pack_simt:BM=64,THREADS=512", &r.config), TWELL_OK);
+    assert_int_equal(tw_tune_config_parse("gate_pack_sm90:BK=32,STAGES=5,CLUSTER=1", &r.config),
+                     TWELL_OK);
     r.ms = 0.25;
     r.default_ms = 0.5;
     r.time = 1;
@@ -211,7 +212,7 @@ static void test_tune_cli_sees_stored_winner(void **state) {
              "gate_pack --M 3000,16384");
     setenv("TWELL_CACHE_DIR", dir, 1); /* the tool's cache: where the record went */
     int rc = tc_run(args);
-    if (rc != 0 || !strstr(tc_out, "gate_pack_simt:BM=64,THREADS=512") ||
+    if (rc != 0 || !strstr(tc_out, "gate_pack_sm90:BK=32,STAGES=5,CLUSTER=1") ||
         !strstr(tc_out, "stored winner"))
         fail_msg("exit %d; the stored winner is not listed:\n%s", rc, tc_out);
     /* Only the M = 3000 row (bucket 4096) has it. */

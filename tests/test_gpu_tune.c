@@ -1,0 +1,397 @@
+/* test_gpu_tune.c — the autotuner on the GPU: for two shapes the gate-pack config the tuner picks
+ * is within 3% of the best found by timing every candidate of the same space in one interleaved
+ * batch (same harness, same process); plans then use the stored winner of their M bucket (correct
+ * results, one module load per bucket, none later); a second process reuses record and cubins
+ * with zero compiles and has its plan ready in ≤ 50 ms; TWELL_TUNE=1 tunes on first use; a plan
+ * of another variant ignores a record that is not its kernel's. Exits 77 without a device.
+ * The cache is cleared first, so the first tuning is cold (compiles included) and is timed.
+ * labels: gpu slow */
+#include "cpu_ref.h"
+#include "cuda_backend.h"
+#include "cuda_driver.h"
+#include "gpu_tune.h"
+#include "pack_check.h"
+#include "synth.h"
+#include "twellrt.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define TU_MARGIN 0.03   /* the bound: tuned within 3% of the exhaustive best */
+#define TU_READY_MS 50.0 /* the bound on a second process's plan-ready time */
+#define TU_EXHAUSTIVE_REPS 25
+
+static twell_ctx *tu_ctx;
+static char tu_self[1024]; /* this executable, for the second process */
+
+typedef struct {
+    uint32_t K, N;
+    size_t M;
+} tu_shape;
+
+/* The two shapes (Llama-ish and a small one), M = 4096. */
+static const tu_shape tu_shapes[] = {{2048, 5632, 4096}, {1024, 4096, 4096}};
+
+static double tu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+#define TU_OK(ctx, expr)                                                                           \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(ctx));          \
+    } while (0)
+
+static twell_shape tu_make_shape(uint32_t K, uint32_t N) {
+    twell_shape s = twell_shape_default(K, N);
+    s.dtype = TWELL_DTYPE_BF16;
+    return s;
+}
+
+static tw_gate_pack *tu_gp(twell_plan *plan) {
+    return ((tw_cuda_plan *)plan->backend_data)->gate_pack;
+}
+
+static void tu_canon_gp(const tw_gp_cfg *c, char *buf, size_t n) {
+    if (c->variant == TW_GP_SM90)
+        snprintf(buf, n, "gate_pack_sm90:BK=%u,STAGES=%u,CLUSTER=%u", c->bk, c->stages, c->cluster);
+    else
+        snprintf(buf, n, "gate_pack_simt:BM=%u,THREADS=%u", c->bm, c->threads);
+}
+
+static int tu_cfg_same(const tw_gp_cfg *a, const tw_gp_cfg *b) {
+    char x[96], y[96];
+    tu_canon_gp(a, x, sizeof x);
+    tu_canon_gp(b, y, sizeof y);
+    return !strcmp(x, y);
+}
+
+/* Runs plan's gate-pack on fresh sparse data of M rows and checks sampled rows against the CPU
+ * reference (pack_check's fp32 rule; SIMT also within 1 unit). Returns the modules the plan had
+ * loaded after the first call; a second call must not load more. */
+static int tu_run_plan(twell_plan *plan, const twell_shape *s, size_t M, uint64_t seed) {
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 0, sp.seed = seed;
+    sp.nnz = 0.00515 * s->N;
+    tw_synth_ffn *f = NULL;
+    TU_OK(tu_ctx, tw_synth_create(tu_ctx->pool, &sp, &f));
+    const uint16_t *w = tw_synth_pack_weight(f);
+    size_t rows[96], row_words = s->N / s->C, words = twell_packed_words(s, M);
+    size_t nrows = tw_pack_sample_rows(M, 96, rows);
+    uint16_t *xs = malloc(nrows * s->K * 2);
+    uint32_t *ref = malloc(nrows * row_words * 4), *sub = malloc(nrows * row_words * 4);
+    uint32_t *got = malloc(words * 4);
+    assert_true(xs && ref && sub && got);
+    for (size_t i = 0; i < nrows; i++)
+        memcpy(xs + i * s->K, f->x + rows[i] * s->K, s->K * 2u);
+    TU_OK(tu_ctx, tw_gate_pack_ref(tu_ctx->pool, s, nrows, xs, w, ref));
+    void *dx = NULL, *dw = NULL, *dp = NULL;
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, M * s->K * 2, &dx));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, (size_t)s->N * s->K * 2, &dw));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, words * 4, &dp));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dx, f->x, M * s->K * 2));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dw, w, (size_t)s->N * s->K * 2));
+    TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dp, 0xA5A5A5A5u, words, NULL));
+    TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dw, dp, NULL));
+    int modules = tw_cuda_plan_gate_pack_modules(plan);
+    TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dw, dp, NULL));
+    assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), modules);
+    TU_OK(tu_ctx, tw_cuda_synchronize(tu_ctx));
+    TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, got, dp, words * 4));
+    for (size_t i = 0; i < nrows; i++)
+        memcpy(sub + i * row_words, got + rows[i] * row_words, row_words * 4);
+    tw_pack_check r;
+    tw_pack_check_rows(s, f->x, w, rows, nrows, ref, sub, &r);
+    tw_gp_variant v = tw_cuda_plan_gate_pack_variant(plan);
+    printf("#   plan (%s) M=%zu: %zu/%zu tiles exact, %zu tolerated, %zu bad, worst %u ulp\n",
+           tw_gp_variant_name(v), M, r.tiles_exact, r.tiles, r.tiles_tolerated, r.tiles_bad,
+           r.worst_ulp);
+    if (r.tiles_bad)
+        fail_msg("%zu row-tiles wrong; first: %s", r.tiles_bad, r.first_bad);
+    if (v == TW_GP_SIMT && r.worst_ulp > 1)
+        fail_msg("SIMT value %u units from the reference (> 1)", r.worst_ulp);
+    tw_cuda_free(tu_ctx, dx);
+    tw_cuda_free(tu_ctx, dw);
+    tw_cuda_free(tu_ctx, dp);
+    tw_synth_destroy(f);
+    free(xs), free(ref), free(sub), free(got);
+    return modules;
+}
+
+/* Tuned vs exhaustive for one shape, then a plan that must use the tuned config. */
+static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
+    const tu_shape *c = *state;
+    twell_shape s = tu_make_shape(c->K, c->N);
+    tw_tune_options opt = tw_tune_options_default();
+    tw_tune_choice ch;
+    double t0 = tu_now_ms();
+    TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, "gate_pack", &s, c->M, &opt, 0, &ch));
+    double tune_ms = tu_now_ms() - t0;
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&ch.config, canon, sizeof canon);
+    printf("# K=%u N=%u M=%zu: tuned %s in %.2f s wall (%.2f s timing; %zu measured, %zu failed, "
+           "%zu skipped%s): %.4f ms, default %.4f ms (%.3fx)\n",
+           c->K, c->N, c->M, canon, tune_ms / 1e3, ch.elapsed_s, ch.n_measured, ch.n_failed,
+           ch.n_skipped, ch.budget_cut ? ", budget cut" : "", ch.ms, ch.default_ms,
+           ch.default_ms / ch.ms);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_true(isfinite(ch.ms) && ch.ms > 0.0);
+
+    /* Every candidate of the same space, one interleaved batch, more repetitions. */
+    tw_tune_options ex = tw_tune_options_default();
+    ex.reps = TU_EXHAUSTIVE_REPS;
+    ex.warmup = 3;
+    tw_tune_config *cands = NULL;
+    tw_tune_result res;
+    t0 = tu_now_ms();
+    TU_OK(tu_ctx, tw_tune_gpu_exhaustive(tu_ctx, "gate_pack", ch.config.kernel, &s, c->M, &ex,
+                                         &cands, &res));
+    double ex_ms = tu_now_ms() - t0;
+    size_t tuned = SIZE_MAX;
+    for (size_t i = 0; i < res.n_candidates; i++) {
+        char cc[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&cands[i], cc, sizeof cc);
+        const tw_tune_outcome *o = &res.outcomes[i];
+        printf("#   %-42s %-9s median %.4f ms (min %.4f, max %.4f)%s%s\n", cc,
+               tw_cand_state_name(o->state), o->ms, o->min_ms, o->max_ms,
+               i == res.best ? "  <- exhaustive best" : "",
+               tw_tune_config_equal(&cands[i], &ch.config) ? "  <- tuned" : "");
+        if (tw_tune_config_equal(&cands[i], &ch.config))
+            tuned = i;
+    }
+    if (tuned == SIZE_MAX)
+        fail_msg("the tuned config %s is not in the exhaustive candidate set", canon);
+    double best = res.outcomes[res.best].ms, got = res.outcomes[tuned].ms;
+    printf("# K=%u N=%u M=%zu: exhaustive over %zu candidates in %.2f s: best %.4f ms, tuned "
+           "%.4f ms (%+.2f%%, bound +%.0f%%)\n",
+           c->K, c->N, c->M, res.n_candidates, ex_ms / 1e3, best, got, (got / best - 1.0) * 100.0,
+           TU_MARGIN * 100.0);
+    /* A failing candidate scores +inf and can never be stored; worth a loud line, not a fail. */
+    if (res.n_failed)
+        printf("# WARNING: %zu candidates failed to compile, verify or launch (listed above)\n",
+               res.n_failed);
+    if (!(got <= best * (1.0 + TU_MARGIN)))
+        fail_msg("tuned %s: %.4f ms > exhaustive best %.4f ms + 3%%", canon, got, best);
+    tw_tune_result_free(&res);
+    free(cands);
+
+    /* A plan uses the stored winner for this bucket: created with the default loaded, then the
+     * first call of the bucket loads the tuned module (none when the winner is the default). */
+    twell_plan *plan = NULL;
+    t0 = tu_now_ms();
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    double plan_ms = tu_now_ms() - t0;
+    assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), 1);
+    tw_gp_cfg want, use;
+    assert_int_equal(tw_gp_cfg_from_tune(&ch.config, &want), 0);
+    tw_gp_cfg dflt = tw_gp_cfg_default(want.variant);
+    assert_int_equal(tw_cuda_plan_gate_pack_variant(plan), want.variant);
+    int modules = tu_run_plan(plan, &s, c->M, 11);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), c->M, &use);
+    char a[96], b[96];
+    tu_canon_gp(&use, a, sizeof a);
+    tu_canon_gp(&want, b, sizeof b);
+    printf("#   first plan: created in %.1f ms (compiles included), M=%zu uses %s, %d modules\n",
+           plan_ms, c->M, a, modules);
+    if (!tu_cfg_same(&use, &want))
+        fail_msg("the plan uses %s for M=%zu, the stored winner is %s", a, c->M, b);
+    assert_int_equal(modules, tu_cfg_same(&want, &dflt) ? 1 : 2);
+    /* M = 3000 shares the bucket: no new module. A bucket without a record (M = 100) keeps the
+     * default and loads nothing. */
+    assert_int_equal(tu_run_plan(plan, &s, 3000, 12), modules);
+    assert_int_equal(tu_run_plan(plan, &s, 100, 13), modules);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), 100, &use);
+    assert_true(tu_cfg_same(&use, &dflt));
+    twell_plan_destroy(plan);
+}
+
+/* The second process (this executable with "second K N M"): no tuning, no compile. */
+static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
+    double t0 = tu_now_ms();
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    twell_ctx *ctx = NULL;
+    if (twell_ctx_create(&o, &ctx) != TWELL_OK) {
+        printf("second: no context\n");
+        return 1;
+    }
+    double ctx_ms = tu_now_ms() - t0;
+    tw_cache *cache = NULL;
+    tw_cache_stats st0, st1;
+    if (tw_ctx_cache(ctx, &cache) != TWELL_OK)
+        return 1;
+    tw_cache_get_stats(cache, &st0);
+    twell_shape s = tu_make_shape(K, N);
+    /* Plan ready: creation (default kernels loaded) plus the bucket's winner looked up and
+     * loaded, in a fresh process, before anything else touched the cache or NVRTC. */
+    twell_plan *plan = NULL;
+    t0 = tu_now_ms();
+    twell_status st = twell_plan_create(ctx, &s, &plan);
+    tw_gp_cfg use;
+    if (st == TWELL_OK)
+        tw_cuda_gate_pack_prepare(plan, ((tw_cuda_plan *)plan->backend_data)->gate_pack, M, &use);
+    double ready_ms = tu_now_ms() - t0;
+    if (st != TWELL_OK) {
+        printf("second: plan: %s\n", twell_ctx_errmsg(ctx));
+        return 1;
+    }
+    /* A second tuning process: the record and the cubin come from the cache. */
+    tw_tune_choice ch;
+    t0 = tu_now_ms();
+    st = tw_tune_gpu(ctx, "gate_pack", &s, M, NULL, 0, &ch);
+    double tune_ms = tu_now_ms() - t0;
+    tw_cache_get_stats(cache, &st1);
+    char canon[TW_TUNE_CANON_MAX], a[96];
+    tw_tune_config_canon(&ch.config, canon, sizeof canon);
+    tu_canon_gp(&use, a, sizeof a);
+    unsigned long long puts = (unsigned long long)(st1.puts - st0.puts);
+    unsigned long long misses = (unsigned long long)(st1.misses - st0.misses);
+    printf("# second process K=%u N=%u M=%zu: context %.1f ms; plan ready %.2f ms (bound %.0f) "
+           "using %s; tune call %.2f ms (%s %s); cache puts %llu (compiles + records), misses "
+           "%llu\n",
+           K, N, M, ctx_ms, ready_ms, TU_READY_MS, a, tune_ms,
+           st == TWELL_OK ? tw_tune_source_name(ch.source) : twell_status_name(st), canon, puts,
+           misses);
+    int bad = st != TWELL_OK || ch.source != TW_TUNE_FROM_CACHE || puts != 0 ||
+              ready_ms > TU_READY_MS || strcmp(canon, a) != 0;
+    twell_plan_destroy(plan);
+    twell_ctx_destroy(ctx);
+    return bad;
+}
+
+static void test_gpu_tune_second_process(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof tu_shapes / sizeof tu_shapes[0]; i++) {
+        char cmd[1300];
+        snprintf(cmd, sizeof cmd, "'%s' second %u %u %zu 2>&1", tu_self, tu_shapes[i].K,
+                 tu_shapes[i].N, tu_shapes[i].M);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        char line[1024];
+        while (fgets(line, sizeof line, p))
+            fputs(line, stdout);
+        int rc = pclose(p);
+        if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
+            fail_msg("second process for K=%u N=%u failed (status %d): see its line above",
+                     tu_shapes[i].K, tu_shapes[i].N, rc);
+    }
+}
+
+/* TWELL_TUNE=1: a bucket without a record is tuned on its first call, then stored. */
+static void test_gpu_tune_on_first_use(void **state) {
+    (void)state;
+    twell_shape s = tu_make_shape(512, 1280);
+    s.T = 128;
+    s.C = 4;
+    setenv("TWELL_TUNE", "1", 1);
+    twell_plan *plan = NULL;
+    twell_status st = twell_plan_create(tu_ctx, &s, &plan);
+    unsetenv("TWELL_TUNE");
+    TU_OK(tu_ctx, st);
+    tw_tune_device d;
+    TU_OK(tu_ctx, tw_tune_device_of(tu_ctx, &d));
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "gate_pack");
+    p.shape = s;
+    p.M = 512;
+    tw_tune_record rec;
+    assert_int_equal(tw_tune_store_load(tu_ctx, &p, &d, &rec), TWELL_ERR_NOT_FOUND);
+    double t0 = tu_now_ms();
+    tu_run_plan(plan, &s, 300, 21);
+    printf("# TWELL_TUNE=1: first call of bucket 512 took %.2f s (tuning included)\n",
+           (tu_now_ms() - t0) / 1e3);
+    TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
+    tw_gp_cfg want, use;
+    assert_int_equal(tw_gp_cfg_from_tune(&rec.config, &want), 0);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), 300, &use);
+    if (want.variant == tw_cuda_plan_gate_pack_variant(plan) && !tu_cfg_same(&use, &want))
+        fail_msg("the plan did not take the config it tuned");
+    twell_plan_destroy(plan);
+}
+
+/* A SIMT winner (tuned by forcing its space) serves SIMT plans only: an sm90 plan of the same
+ * shape keeps its default. */
+static void test_gpu_tune_variant_mismatch(void **state) {
+    (void)state;
+    twell_shape s = tu_make_shape(576, 1280);
+    s.T = 128;
+    s.C = 4;
+    const size_t M = 200;
+    tw_tune_choice ch;
+    TU_OK(tu_ctx, tw_tune_gpu_ex(tu_ctx, "gate_pack", "gate_pack_simt", &s, M, NULL, 0, &ch));
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&ch.config, canon, sizeof canon);
+    printf("# SIMT K=576 N=1280 T=128 M=%zu: tuned %s %.4f ms, default %.4f ms\n", M, canon, ch.ms,
+           ch.default_ms);
+    tw_gp_cfg simt, use;
+    assert_int_equal(tw_gp_cfg_from_tune(&ch.config, &simt), 0);
+    assert_int_equal(simt.variant, TW_GP_SIMT);
+    twell_plan *plan = NULL;
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tw_gp_variant v = tw_cuda_plan_gate_pack_variant(plan);
+    tu_run_plan(plan, &s, M, 31);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+    tw_gp_cfg expect = v == TW_GP_SIMT ? simt : tw_gp_cfg_default(v);
+    if (!tu_cfg_same(&use, &expect))
+        fail_msg("a %s plan uses the wrong config", tw_gp_variant_name(v));
+    if (v != TW_GP_SIMT) {
+        TU_OK(tu_ctx, tw_cuda_plan_gate_pack_select(plan, TW_GP_SIMT));
+        tu_run_plan(plan, &s, M, 32);
+        tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+        if (!tu_cfg_same(&use, &simt))
+            fail_msg("the SIMT plan does not use the SIMT winner %s", canon);
+    }
+    twell_plan_destroy(plan);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "second"))
+        return tu_second_process((uint32_t)strtoul(argv[2], NULL, 10),
+                                 (uint32_t)strtoul(argv[3], NULL, 10),
+                                 (size_t)strtoull(argv[4], NULL, 10));
+    ssize_t n = readlink("/proc/self/exe", tu_self, sizeof tu_self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "test_gpu_tune: cannot find its own executable\n");
+        return 1;
+    }
+    tu_self[n] = '\0';
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    if (twell_ctx_create(&o, &tu_ctx) != TWELL_OK) {
+        fprintf(stderr, "test_gpu_tune: SKIPPED, no usable CUDA device\n");
+        return 77;
+    }
+    printf("# %s\n", twell_ctx_device_name(tu_ctx));
+    /* Start cold: no record and no cubin from an earlier run. */
+    tw_cache *cache = NULL;
+    if (tw_ctx_cache(tu_ctx, &cache) == TWELL_OK)
+        (void)tw_cache_clear(cache, NULL);
+    struct CMUnitTest tests[] = {
+        {"test_gpu_tune_gate_pack_K2048_N5632_M4096", test_gpu_tune_gate_pack_vs_exhaustive, NULL,
+         NULL, (void *)&tu_shapes[0]},
+        {"test_gpu_tune_gate_pack_K1024_N4096_M4096", test_gpu_tune_gate_pack_vs_exhaustive, NULL,
+         NULL, (void *)&tu_shapes[1]},
+        cmocka_unit_test(test_gpu_tune_second_process),
+        cmocka_unit_test(test_gpu_tune_on_first_use),
+        cmocka_unit_test(test_gpu_tune_variant_mismatch),
+    };
+    int rc =
+        _cmocka_run_group_tests("test_gpu_tune", tests, sizeof tests / sizeof tests[0], NULL, NULL);
+    twell_ctx_destroy(tu_ctx);
+    return rc;
+}
