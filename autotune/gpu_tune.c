@@ -245,6 +245,60 @@ static void tw_gpu_note(tw_gpu_tuner *t, const tw_tune_config *cfg, const char *
         snprintf(t->first_err, sizeof t->first_err, "%s %s: %.300s", canon, what, why);
 }
 
+/* The probe check split over the context's CPU workers by rows (at K = 8192 the fp64 bounds of
+ * the row-tiles that differ from the reference in rounding take seconds on one core). */
+typedef struct tw_check_job {
+    const tw_gpu_tuner *t;
+    const size_t *rows;
+    tw_pack_check *part; /* one per row */
+} tw_check_job;
+
+static void tw_check_chunk(void *arg, size_t begin, size_t end) {
+    const tw_check_job *j = arg;
+    const tw_gpu_data *d = &j->t->data;
+    const twell_shape *s = &j->t->shape;
+    const size_t row_words = s->N / s->C;
+    for (size_t r = begin; r < end; r++)
+        tw_pack_check_rows(s, d->host->x, tw_synth_pack_weight(d->host), j->rows + r, 1,
+                           d->ref + r * row_words, d->got + r * row_words, &j->part[r]);
+}
+
+static twell_status tw_gpu_check_probe(tw_gpu_tuner *t, tw_pack_check *out) {
+    const size_t P = t->data.P;
+    size_t *rows = malloc(P * sizeof *rows);
+    tw_pack_check *part = calloc(P, sizeof *part);
+    if (!rows || !part) {
+        free(rows);
+        free(part);
+        return tw_error(t->ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+    }
+    for (size_t i = 0; i < P; i++)
+        rows[i] = i;
+    tw_check_job job = {t, rows, part};
+    tw_pool_for(t->ctx->pool, P, tw_check_chunk, &job);
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < P; i++) {
+        const tw_pack_check *c = &part[i];
+        out->rows += c->rows;
+        out->tiles += c->tiles;
+        out->tiles_exact += c->tiles_exact;
+        out->tiles_tolerated += c->tiles_tolerated;
+        out->tiles_bad += c->tiles_bad;
+        out->entries += c->entries;
+        out->flips += c->flips;
+        out->overflow_tiles += c->overflow_tiles;
+        if (c->worst_ulp > out->worst_ulp)
+            out->worst_ulp = c->worst_ulp;
+        if (c->max_rel_err > out->max_rel_err)
+            out->max_rel_err = c->max_rel_err;
+        if (!out->first_bad[0] && c->first_bad[0])
+            snprintf(out->first_bad, sizeof out->first_bad, "%s", c->first_bad);
+    }
+    free(rows);
+    free(part);
+    return TWELL_OK;
+}
+
 /* Loads the module, runs the probe rows into a poisoned buffer and compares them with the
  * reference: pack_check's fp32-bound rule for every kernel, and for a kernel that sums in the
  * reference's order (SIMT) also at most 1 unit of difference in stored values. */
@@ -272,15 +326,10 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
         tw_gpu_note(t, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
         return st;
     }
-    size_t *rows = malloc(d->P * sizeof *rows);
-    if (!rows)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
-    for (size_t i = 0; i < d->P; i++)
-        rows[i] = i;
     tw_pack_check chk;
-    tw_pack_check_rows(s, d->host->x, tw_synth_pack_weight(d->host), rows, d->P, d->ref, d->got,
-                       &chk);
-    free(rows);
+    st = tw_gpu_check_probe(t, &chk);
+    if (st != TWELL_OK)
+        return st;
     char canon[TW_TUNE_CANON_MAX];
     tw_tune_config_canon(cfg, canon, sizeof canon);
     if (chk.tiles_bad) {

@@ -362,7 +362,11 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
     if (gp->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_gp_cfg want;
-        if (tw_gp_winner(plan, gp, M, &want) == 0) {
+        /* Module loads need the context current: free when the op's call made it so, and makes
+         * a direct call (tests, warm-up) safe. */
+        tw_cu_scope sc;
+        int entered = tw_cu_enter(plan->ctx, &sc) == TWELL_OK;
+        if (entered && tw_gp_winner(plan, gp, M, &want) == 0) {
             size_t have = SIZE_MAX; /* a kernel of that configuration loaded already */
             for (size_t i = 0; i < gp->nk && have == SIZE_MAX; i++)
                 if (tw_gp_cfg_equal(&gp->k[i].cfg, &want))
@@ -383,6 +387,8 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
                 gp->modules_loaded++;
             }
         }
+        if (entered)
+            tw_cu_leave(plan->ctx, &sc);
         gp->bucket[b] = (signed char)pick;
     }
     if (cfg)

@@ -94,7 +94,7 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp); /* NULL is a
  * default. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a record is
  * tuned here first (tw_tune_gpu, 20 s budget; it synchronises the device). Never fails: a
  * problem is logged (WARN) and the bucket uses the default. *cfg (may be NULL) receives the
- * configuration chosen. Context current. */
+ * configuration chosen. Enters the plan's context itself (when resolving). */
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg);
 
 /* Enqueues the op on stream (arguments validated by the caller; context current). The first

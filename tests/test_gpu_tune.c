@@ -219,11 +219,18 @@ static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     twell_plan_destroy(plan);
 }
 
+static void tu_log(void *user, twell_log_level level, const char *msg) {
+    (void)user, (void)level;
+    printf("# log: %s\n", msg);
+}
+
 /* The second process (this executable with "second K N M"): no tuning, no compile. */
 static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     double t0 = tu_now_ms();
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CUDA;
+    o.log = tu_log;
+    o.log_level = TWELL_LOG_WARN;
     twell_ctx *ctx = NULL;
     if (twell_ctx_create(&o, &ctx) != TWELL_OK) {
         printf("second: no context\n");
@@ -260,14 +267,18 @@ static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     tu_canon_gp(&use, a, sizeof a);
     unsigned long long puts = (unsigned long long)(st1.puts - st0.puts);
     unsigned long long misses = (unsigned long long)(st1.misses - st0.misses);
+    unsigned long long hits = (unsigned long long)(st1.disk_hits - st0.disk_hits);
+    int modules = tw_cuda_plan_gate_pack_modules(plan);
+    tw_gp_cfg dflt = tw_gp_cfg_default(use.variant);
     printf("# second process K=%u N=%u M=%zu: context %.1f ms; plan ready %.2f ms (bound %.0f) "
-           "using %s; tune call %.2f ms (%s %s); cache puts %llu (compiles + records), misses "
-           "%llu\n",
-           K, N, M, ctx_ms, ready_ms, TU_READY_MS, a, tune_ms,
+           "using %s (%d gate-pack modules); tune call %.2f ms (%s %s); cache puts %llu "
+           "(compiles + records), misses %llu, disk hits %llu\n",
+           K, N, M, ctx_ms, ready_ms, TU_READY_MS, a, modules, tune_ms,
            st == TWELL_OK ? tw_tune_source_name(ch.source) : twell_status_name(st), canon, puts,
-           misses);
+           misses, hits);
     int bad = st != TWELL_OK || ch.source != TW_TUNE_FROM_CACHE || puts != 0 ||
-              ready_ms > TU_READY_MS || strcmp(canon, a) != 0;
+              ready_ms > TU_READY_MS || strcmp(canon, a) != 0 ||
+              modules != (tu_cfg_same(&use, &dflt) ? 1 : 2);
     twell_plan_destroy(plan);
     twell_ctx_destroy(ctx);
     return bad;
@@ -372,6 +383,8 @@ int main(int argc, char **argv) {
     tu_self[n] = '\0';
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CUDA;
+    o.log = tu_log;
+    o.log_level = TWELL_LOG_WARN;
     if (twell_ctx_create(&o, &tu_ctx) != TWELL_OK) {
         fprintf(stderr, "test_gpu_tune: SKIPPED, no usable CUDA device\n");
         return 77;
