@@ -1,0 +1,830 @@
+-- train_ffn.cu.lua — the CUDA training forward and backward of a gated TwELL FFN (DESIGN.md §4,
+-- twellrt.h "Training"), every step exact and deterministic (fixed orders, integer scans, no
+-- floating-point atomics). runtime/cuda_train.c owns the buffers and launches these kernels.
+--
+-- Parameters: K, N, T, C, dtype (see twellrt.h); VEC (8: 16-byte vector loads and stores, every
+-- tensor 16-byte aligned; 1: element loads, any 2-byte alignment; default 8); WPB (warps per
+-- block of the kernels that keep a token row in shared memory, default 4).
+--
+-- Arithmetic. Every dot product is the reference sequence of runtime/cpu_ref.h (tw_dot_ref):
+-- one lane walks k ascending, products rounded to fp32 (__fmul_rn), one accumulator from +0
+-- (__fadd_rn), so a recomputed gate value, U and dy·Wd are bit-identical to the CPU reference.
+-- Sums over entries (y, dx) and tokens (dW) add separately rounded products in the CPU's order
+-- (ascending column, ascending token); a row or neuron split into chunks adds its chunk partials
+-- in chunk order afterwards (deterministic, not bit-identical to the CPU's single chain).
+--
+-- Saved state (mirrors runtime/cpu_train.h; r = m·NT + t is a row-tile, entries e are numbered
+-- row-major, ascending column within a row):
+--   packed [M, N/C] u32   TwELL of P (gate-pack, then overflowing row-tiles rewritten by recount)
+--   u_ell  [M, N/C] f32   U of the entry in the same word (count words and empty slots untouched)
+--   mask   [M·NT, T/32]   active columns of row-tiles that overflow (valid where count > slots)
+--   tile_off [M·NT+1] u64 first entry of each row-tile; row_off [M+1] u64 the same per row
+--   spill_off [M·NT+1] u64 first spill word of each row-tile: max(0, count - slots) each
+--   spill, u_spill        (P << 16 | n) and U of the entries beyond the slots
+-- Row chunks (load balance): row m is cut into max(1, ceil(cnt/E)) chunks of at most E entries,
+-- E = max(lo, 4·ceil(nnz/M)) (lo = 64 from the host, or a fixed length the host forces for
+-- tests; chosen by the rows scan, reported in tot[2]); chunk c belongs to
+-- row chunk_row[c], chunk_off [M+1] u64; a row with more than one chunk owns partial slots
+-- pslot_off[m] .. (one [K] fp32 row per chunk). Neuron chunks: the same with E2 (from the host),
+-- nchunk_off/nslot_off [N+1] u64, nchunk_nrn[c]; chunk j ≥ 1 of a neuron owns partial slot
+-- nslot_off[n] + j - 1 ([3][K] fp32: dWu, dWg, dWd), chunk 0 writes the outputs.
+--
+-- Kernels (all grid-stride; "warp item" kernels take any grid; block sizes fixed as noted):
+--   twell_train_recount        WPB warps, smem WPB·(4K + 2T): one warp per row-tile r with
+--                              count > slots: recompute its T gate values (lane per column),
+--                              rewrite count + slots (pack), write mask[r].
+--   twell_train_scan_up_<md>, twell_train_scan_top, twell_train_scan_down_<md>: 256/1024/256
+--                              threads; exclusive scan of two u64 channels per item, 2048 items
+--                              per block (modes below); totals to tot[].
+--   twell_train_owners         256 threads; owner[c] = i for c in [off[i], off[i+1]).
+--   twell_train_spill          WPB warps, smem 4K·WPB: spill words of overflowing row-tiles.
+--   twell_train_fwd_ent        WPB warps, smem 4K·WPB: warp per row chunk, lane per entry:
+--                              U, u_ell/u_spill, e_col, e_tm = U·P, chunk_l1 (Σ|Tm|, double).
+--   twell_train_fwd_y          256 threads: warp per (row chunk, K slice of 32·VEC): y (or the
+--                              chunk's partial) = Σ Tm·Wd_n.
+--   twell_train_row_reduce     256 threads: rows with several chunks: out = Σ partials.
+--   twell_train_stats          1 block of 256: L0 = nnz/M, L1 = Σ chunk_l1 / M (fixed tree).
+--   twell_train_bwd_ent        WPB warps, smem 4K·WPB: dT = dy·Wd_n + l1c·sign(U); e_du, e_dp.
+--   twell_train_bwd_dx         256 threads: dx (or partial) = Σ dU·Wu_n + dP·Wg_n.
+--   twell_train_hist           256 threads, grid = B row blocks: hist[n·B + b] (integer atomics).
+--   twell_train_scatter        256 threads, grid = B: stable placement, rows in order.
+--   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd.
+--   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
+-- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
+-- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
+
+local common = import "twell_common"
+local S = common.shape()
+local VEC = param("VEC", 8)
+check(VEC == 8 or VEC == 1, "VEC=%s must be 8 or 1", tostring(VEC))
+local WPB = param("WPB", 4)
+check(math.type(WPB) == "integer" and WPB >= 1 and WPB <= 8, "WPB=%s must be in 1..8",
+    tostring(WPB))
+local NT = S.N // S.T
+local TM = S.T // 32 -- mask words per row-tile
+local G = S.K // VEC -- VEC-groups per row
+local SW = 32 * VEC -- K slice of one warp item
+local NS = (S.K + SW - 1) // SW
+
+common.conversions(S.dtype)
+common.pack_row_tile_warp(S)
+
+cuda [==[
+typedef unsigned long long tw_u64;
+typedef unsigned int tw_u32;
+typedef unsigned short tw_u16;
+#define TW_FULL 0xffffffffu
+#define TW_NT ${NT}
+#define TW_NW ${S.NW}
+#define TW_W ${S.W}
+#define TW_SLOTS ${S.SLOTS}u
+
+/* The 16-bit activation of a pre-activation: round_to_dtype(relu(pre)), +0 when not positive. */
+__device__ __forceinline__ tw_u16 tw_act(float pre) {
+    return pre > 0.0f ? tw_from_f32(pre) : (tw_u16)0;
+}
+__device__ __forceinline__ bool tw_active(tw_u16 v) { return v != 0 && (v & 0x8000u) == 0; }
+
+/* Global warp index and warp count of a grid-stride kernel. */
+__device__ __forceinline__ long long tw_gwarp(void) {
+    return ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+}
+__device__ __forceinline__ long long tw_nwarps(void) {
+    return ((long long)gridDim.x * blockDim.x) >> 5;
+}
+]==]
+
+-- VEC-specific loads and stores of one group (VEC consecutive elements) of a row.
+if VEC == 8 then
+    cuda [==[
+__device__ __forceinline__ void tw_ldg(const tw_u16 *__restrict__ row, long long g, float (&f)[8]) {
+    const uint4 v = *((const uint4 *)row + g);
+    const tw_u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = tw_to_f32((tw_u16)(w[i] & 0xffffu));
+        f[2 * i + 1] = tw_to_f32((tw_u16)(w[i] >> 16));
+    }
+}
+__device__ __forceinline__ void tw_ldf(const float *row, long long g, float (&f)[8]) {
+    const float4 a = *((const float4 *)row + 2 * g), b = *((const float4 *)row + 2 * g + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void tw_stf(float *row, long long g, const float (&f)[8]) {
+    *((float4 *)row + 2 * g) = make_float4(f[0], f[1], f[2], f[3]);
+    *((float4 *)row + 2 * g + 1) = make_float4(f[4], f[5], f[6], f[7]);
+}
+__device__ __forceinline__ void tw_sth(tw_u16 *row, long long g, const float (&f)[8]) {
+    tw_u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (tw_u32)tw_from_f32(f[2 * i]) | ((tw_u32)tw_from_f32(f[2 * i + 1]) << 16);
+    *((uint4 *)row + g) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+]==]
+else
+    cuda [==[
+__device__ __forceinline__ void tw_ldg(const tw_u16 *__restrict__ row, long long g, float (&f)[1]) {
+    f[0] = tw_to_f32(row[g]);
+}
+__device__ __forceinline__ void tw_ldf(const float *row, long long g, float (&f)[1]) { f[0] = row[g]; }
+__device__ __forceinline__ void tw_stf(float *row, long long g, const float (&f)[1]) { row[g] = f[0]; }
+__device__ __forceinline__ void tw_sth(tw_u16 *row, long long g, const float (&f)[1]) {
+    row[g] = tw_from_f32(f[0]);
+}
+]==]
+end
+
+cuda [==[
+/* A token row of dtype into this warp's shared fp32 copy (then __syncwarp). */
+__device__ __forceinline__ void tw_row_to_smem(float *xs, const tw_u16 *__restrict__ row, int lane) {
+    for (int g = lane; g < ${G}; g += 32) {
+        float f[${VEC}];
+        tw_ldg(row, g, f);
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            xs[g * ${VEC} + q] = f[q];
+    }
+    __syncwarp();
+}
+
+/* The reference dot product of cpu_ref.h, by one lane: xs (shared, fp32) · w (a weight row). */
+__device__ __forceinline__ float tw_dot_ref(const float *xs, const tw_u16 *__restrict__ w) {
+    float s = 0.0f;
+#pragma unroll 4
+    for (int g = 0; g < ${G}; g++) {
+        float f[${VEC}];
+        tw_ldg(w, g, f);
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            s = __fadd_rn(s, __fmul_rn(xs[g * ${VEC} + q], f[q]));
+    }
+    return s;
+}
+
+/* ---- recount: overflowing row-tiles recomputed, rewritten and masked ---- */
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_recount(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
+                    tw_u32 *__restrict__ packed, tw_u32 *__restrict__ mask, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    tw_u16 *vals = (tw_u16 *)(tw_sm + ${WPB * S.K}) + warp * ${S.T};
+    const long long tiles = M * ${NT};
+    for (long long r = tw_gwarp(); r < tiles; r += tw_nwarps()) {
+        const long long m = r / ${NT};
+        const int t = (int)(r % ${NT});
+        tw_u32 *cell = packed + m * ${S.NW} + t * ${S.W};
+        if (cell[0] <= ${S.SLOTS}u)
+            continue;
+        tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        for (int c0 = 0; c0 < ${S.T}; c0 += 32) {
+            const long long n = (long long)t * ${S.T} + c0 + lane;
+            const tw_u16 v = tw_act(tw_dot_ref(xs, wg + n * ${S.K}));
+            vals[c0 + lane] = v;
+            const tw_u32 b = __ballot_sync(TW_FULL, tw_active(v));
+            if (lane == 0)
+                mask[r * ${TM} + c0 / 32] = b;
+        }
+        __syncwarp();
+        tw_pack_row_tile_warp(vals, cell, (unsigned int)(t * ${S.T}));
+        __syncwarp();
+    }
+}
+
+/* ---- scans: exclusive, two u64 channels, 2048 items per block of 256 threads ---- */
+
+struct tw_sa { /* every field 8 bytes: the host mirrors this layout (cuda_train.c) */
+    const tw_u32 *packed;
+    const tw_u64 *in64;
+    const tw_u32 *in32;
+    tw_u64 *o0, *o1, *o2;
+    tw_u32 *o32;
+    tw_u64 *tot; /* [0], [1]: the channel totals; [2]: a mode's extra value */
+    tw_u64 n;    /* items */
+    tw_u64 p0, p1;
+};
+
+/* Exclusive block scan of (a, b) over blockDim.x threads (a multiple of 32, at most 1024);
+ * *ta, *tb receive the block totals. sh: 64 u64 of shared memory. */
+__device__ __forceinline__ void tw_block_scan2(tw_u64 &a, tw_u64 &b, tw_u64 *sh, tw_u64 &ta,
+                                               tw_u64 &tb) {
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
+    const int nw = (int)(blockDim.x >> 5);
+    tw_u64 ia = a, ib = b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const tw_u64 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
+        if (lane >= o)
+            ia += va, ib += vb;
+    }
+    if (lane == 31)
+        sh[warp] = ia, sh[32 + warp] = ib;
+    __syncthreads();
+    if (warp == 0) {
+        tw_u64 wa = lane < nw ? sh[lane] : 0ull, wb = lane < nw ? sh[32 + lane] : 0ull;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const tw_u64 va = __shfl_up_sync(TW_FULL, wa, o), vb = __shfl_up_sync(TW_FULL, wb, o);
+            if (lane >= o)
+                wa += va, wb += vb;
+        }
+        sh[lane] = wa, sh[32 + lane] = wb;
+    }
+    __syncthreads();
+    const tw_u64 pa = warp > 0 ? sh[warp - 1] : 0ull, pb = warp > 0 ? sh[32 + warp - 1] : 0ull;
+    ta = sh[nw - 1], tb = sh[32 + nw - 1];
+    a = pa + ia - a, b = pb + ib - b;
+    __syncthreads();
+}
+
+/* Row chunk length of the rows mode: the device's choice, reported to the host in tot[2]. */
+/* Row chunk length: max(lo, 4·ceil(nnz/M)), lo from the host (64 normally): rows more than four
+ * times the mean (and longer than lo) are split. runtime/train_layout.c has the same formula. */
+__device__ __forceinline__ tw_u64 tw_row_chunk_len(tw_u64 nnz, tw_u64 M, tw_u64 lo) {
+    const tw_u64 e = 4ull * ((nnz + M - 1) / M);
+    return e > lo ? e : lo;
+}
+__device__ __forceinline__ tw_u64 tw_chunks_of(tw_u64 cnt, tw_u64 len) {
+    return cnt <= len ? 1ull : (cnt + len - 1) / len;
+}
+]==]
+
+-- Per mode: the item values (v0, v1) and what an item's exclusive offsets (e0, e1) store; the
+-- last item also stores the totals (its offsets plus its values) at index n.
+local MODES = {
+    { name = "tiles", value = [==[
+    const tw_u32 c = a.packed[(i / TW_NT) * TW_NW + (i % TW_NT) * TW_W];
+    v0 = c;
+    v1 = c > TW_SLOTS ? c - TW_SLOTS : 0u;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i % TW_NT == 0)
+        a.o2[i / TW_NT] = e0;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+        a.o2[a.n / TW_NT] = e0 + v0;
+    }
+]==] },
+    { name = "rows", value = [==[
+    const tw_u64 len = a.p1 ? a.p1 : tw_row_chunk_len(a.in64[a.n], a.n, a.p0);
+    const tw_u64 ch = tw_chunks_of(a.in64[i + 1] - a.in64[i], len);
+    v0 = ch;
+    v1 = ch > 1ull ? ch : 0ull;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+        a.tot[2] = a.p1 ? a.p1 : tw_row_chunk_len(a.in64[a.n], a.n, a.p0);
+    }
+]==] },
+    { name = "hist", value = [==[
+    v0 = a.in32[i];
+    v1 = 0ull;
+]==], store = [==[
+    a.o32[i] = (tw_u32)e0;
+    if (i % a.p0 == 0)
+        a.o0[i / a.p0] = e0;
+    if (i + 1 == a.n)
+        a.o0[a.n / a.p0] = e0 + v0;
+]==] },
+    { name = "neurons", value = [==[
+    const tw_u64 ch = tw_chunks_of(a.in64[i + 1] - a.in64[i], a.p1);
+    v0 = ch;
+    v1 = ch - 1ull;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+    }
+]==] },
+}
+
+for _, md in ipairs(MODES) do
+    local value, store = md.value, md.store
+    cuda [==[
+__device__ __forceinline__ void tw_scan_value_${md.name}(const tw_sa &a, tw_u64 i, tw_u64 &v0,
+                                                        tw_u64 &v1) {
+${value}}
+__device__ __forceinline__ void tw_scan_store_${md.name}(const tw_sa &a, tw_u64 i, tw_u64 e0,
+                                                        tw_u64 e1, tw_u64 v0, tw_u64 v1) {
+${store}}
+
+extern "C" __global__ void __launch_bounds__(256) twell_train_scan_up_${md.name}(tw_sa a,
+                                                                                tw_u64 *bsum) {
+    __shared__ tw_u64 sh[64];
+    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
+    tw_u64 s0 = 0, s1 = 0;
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        if (i < a.n) {
+            tw_u64 v0, v1;
+            tw_scan_value_${md.name}(a, i, v0, v1);
+            s0 += v0, s1 += v1;
+        }
+    }
+    tw_u64 t0, t1;
+    tw_block_scan2(s0, s1, sh, t0, t1);
+    if (threadIdx.x == 0)
+        bsum[2 * blockIdx.x] = t0, bsum[2 * blockIdx.x + 1] = t1;
+}
+
+extern "C" __global__ void __launch_bounds__(256) twell_train_scan_down_${md.name}(
+    tw_sa a, const tw_u64 *__restrict__ boff) {
+    __shared__ tw_u64 sh[64];
+    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
+    tw_u64 v0[8], v1[8], s0 = 0, s1 = 0;
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        v0[q] = v1[q] = 0;
+        if (i < a.n)
+            tw_scan_value_${md.name}(a, i, v0[q], v1[q]);
+        s0 += v0[q], s1 += v1[q];
+    }
+    tw_u64 t0, t1;
+    tw_block_scan2(s0, s1, sh, t0, t1);
+    s0 += boff[2 * blockIdx.x], s1 += boff[2 * blockIdx.x + 1];
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        if (i < a.n)
+            tw_scan_store_${md.name}(a, i, s0, s1, v0[q], v1[q]);
+        s0 += v0[q], s1 += v1[q];
+    }
+}
+]==]
+end
+
+cuda [==[
+/* The block sums of a scan into exclusive block offsets (in place), totals to tot[0], tot[1]. */
+extern "C" __global__ void __launch_bounds__(1024) twell_train_scan_top(tw_u64 *bsum, tw_u64 nb,
+                                                                      tw_u64 *tot) {
+    __shared__ tw_u64 sh[64];
+    tw_u64 c0 = 0, c1 = 0;
+    for (tw_u64 base = 0; base < nb; base += 1024ull) {
+        const tw_u64 i = base + threadIdx.x;
+        tw_u64 a = i < nb ? bsum[2 * i] : 0ull, b = i < nb ? bsum[2 * i + 1] : 0ull;
+        tw_u64 ta, tb;
+        tw_block_scan2(a, b, sh, ta, tb);
+        if (i < nb)
+            bsum[2 * i] = c0 + a, bsum[2 * i + 1] = c1 + b;
+        c0 += ta, c1 += tb;
+    }
+    if (threadIdx.x == 0)
+        tot[0] = c0, tot[1] = c1;
+}
+
+/* owner[c] = i for every c in [off[i], off[i+1]), i < n. */
+extern "C" __global__ void __launch_bounds__(256) twell_train_owners(const tw_u64 *__restrict__ off,
+                                                                   long long n,
+                                                                   tw_u32 *__restrict__ owner) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        for (tw_u64 c = off[i]; c < off[i + 1]; c++)
+            owner[c] = (tw_u32)i;
+}
+
+/* ---- spill: the entries of overflowing row-tiles beyond the slots ---- */
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_spill(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
+                  const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ mask,
+                  const tw_u64 *__restrict__ spill_off, tw_u32 *__restrict__ spill, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    const long long tiles = M * ${NT};
+    for (long long r = tw_gwarp(); r < tiles; r += tw_nwarps()) {
+        const long long m = r / ${NT};
+        const int t = (int)(r % ${NT});
+        const tw_u32 cnt = packed[m * ${S.NW} + t * ${S.W}];
+        if (cnt <= ${S.SLOTS}u)
+            continue;
+        tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        const tw_u32 *mk = mask + r * ${TM};
+        const tw_u64 base = spill_off[r], have = spill_off[r + 1] - base;
+        for (tw_u32 j0 = 0; j0 < cnt - ${S.SLOTS}u; j0 += 32u) {
+            const tw_u32 j = j0 + (tw_u32)lane; /* this lane's spill entry */
+            if (j < cnt - ${S.SLOTS}u && j < have) {
+                tw_u32 k = ${S.SLOTS}u + j, col = 0; /* the k-th active column (0-based) */
+                for (int w = 0; w < ${TM}; w++) {
+                    const tw_u32 bits = mk[w], pc = (tw_u32)__popc(bits);
+                    if (k < pc) {
+                        tw_u32 b = bits;
+                        for (tw_u32 s = 0; s < k; s++)
+                            b &= b - 1u;
+                        col = (tw_u32)w * 32u + (tw_u32)(__ffs((int)b) - 1);
+                        break;
+                    }
+                    k -= pc;
+                }
+                const tw_u32 n = (tw_u32)t * ${S.T}u + col;
+                const tw_u16 v = tw_act(tw_dot_ref(xs, wg + (long long)n * ${S.K}));
+                spill[base + j] = ((tw_u32)v << 16) | n;
+            }
+        }
+        __syncwarp();
+    }
+}
+
+/* Where entry e (global, of row m) lives: its TwELL word and the address of its U. */
+__device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *__restrict__ packed,
+                                          const tw_u64 *__restrict__ tile_off,
+                                          const tw_u64 *__restrict__ spill_off,
+                                          const tw_u32 *__restrict__ spill, float *u_ell,
+                                          float *u_spill, tw_u32 &word, float *&up) {
+    const tw_u64 *to = tile_off + m * ${NT};
+    int lo = 0, hi = ${NT - 1};
+    while (lo < hi) { /* the last row-tile starting at or before e (non-empty by construction) */
+        const int mid = (lo + hi + 1) >> 1;
+        if (to[mid] <= e)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const tw_u64 i = e - to[lo];
+    if (i < ${S.SLOTS}ull) {
+        const long long w = m * ${S.NW} + lo * ${S.W} + 1 + (long long)i;
+        word = packed[w];
+        up = u_ell + w;
+    } else {
+        const tw_u64 j = spill_off[m * ${NT} + lo] + (i - ${S.SLOTS}ull);
+        word = spill[j];
+        up = u_spill + j;
+    }
+}
+
+/* Entries [e0, e1) of row chunk c of a row-chunk table. */
+__device__ __forceinline__ long long tw_row_chunk(long long c, const tw_u32 *__restrict__ chunk_row,
+                                                  const tw_u64 *__restrict__ chunk_off,
+                                                  const tw_u64 *__restrict__ row_off, tw_u64 E,
+                                                  tw_u64 &j, tw_u64 &e0, tw_u64 &e1) {
+    const long long m = chunk_row[c];
+    j = (tw_u64)c - chunk_off[m];
+    e0 = row_off[m] + j * E;
+    const tw_u64 end = row_off[m + 1];
+    e1 = e0 + E < end ? e0 + E : end;
+    return m;
+}
+
+/* ---- forward: U on the support, Tm = U·P, Σ|Tm| per chunk ---- */
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_fwd_ent(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
+                    const tw_u32 *__restrict__ packed, float *u_ell,
+                    const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                    const tw_u32 *__restrict__ spill, float *u_spill,
+                    const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                    const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
+                    float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        double l1 = 0.0;
+        if (e0 < e1)
+            tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            float tm = 0.0f;
+            if (e < e1) {
+                tw_u32 word;
+                float *up;
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+                const tw_u32 n = word & 0xffffu;
+                const float u = tw_dot_ref(xs, wu + (long long)n * ${S.K});
+                tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
+                *up = u;
+                e_col[e] = n;
+                e_tm[e] = tm;
+            }
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+            for (int q = 0; q < nb; q++) /* Σ|Tm| in entry order, as the CPU */
+                l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
+        }
+        if (lane == 0)
+            chunk_l1[c] = l1;
+        __syncwarp();
+    }
+}
+
+/* y (or a partial row) of one (row chunk, K slice): Σ Tm·Wd_n over the chunk's entries. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_fwd_y(const tw_u16 *__restrict__ wd, const tw_u32 *__restrict__ e_col,
+                  const float *__restrict__ e_tm, const tw_u64 *__restrict__ row_off,
+                  const tw_u64 *__restrict__ chunk_off, const tw_u64 *__restrict__ pslot_off,
+                  const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u16 *__restrict__ y,
+                  float *__restrict__ partial, long long M) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long items = (long long)chunk_off[M] * ${NS};
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long c = it / ${NS};
+        const long long g = (it % ${NS}) * 32 + lane;
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        float acc[${VEC}];
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            acc[q] = 0.0f;
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const tw_u32 nl = e < e1 ? e_col[e] : 0u;
+            const float tl = e < e1 ? e_tm[e] : 0.0f;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+#pragma unroll 4
+            for (int q = 0; q < nb; q++) {
+                const long long n = __shfl_sync(TW_FULL, nl, q);
+                const float tm = __shfl_sync(TW_FULL, tl, q);
+                if (g < ${G}) {
+                    float w[${VEC}];
+                    tw_ldg(wd + n * ${S.K}, g, w);
+#pragma unroll
+                    for (int v = 0; v < ${VEC}; v++)
+                        acc[v] = __fadd_rn(acc[v], __fmul_rn(tm, w[v]));
+                }
+            }
+        }
+        if (g < ${G}) {
+            if (chunk_off[m + 1] - chunk_off[m] == 1ull)
+                tw_sth(y + m * ${S.K}, g, acc);
+            else
+                tw_stf(partial + (long long)(pslot_off[m] + j) * ${S.K}, g, acc);
+        }
+    }
+}
+
+/* Rows with several chunks: out = Σ partials in chunk order, rounded once. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_row_reduce(const float *__restrict__ partial, const tw_u64 *__restrict__ chunk_off,
+                       const tw_u64 *__restrict__ pslot_off, tw_u16 *__restrict__ out,
+                       long long M) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long items = M * ${NS};
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long m = it / ${NS};
+        const long long g = (it % ${NS}) * 32 + lane;
+        const tw_u64 nch = chunk_off[m + 1] - chunk_off[m];
+        if (nch <= 1ull || g >= ${G})
+            continue;
+        float acc[${VEC}];
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            acc[q] = 0.0f;
+        for (tw_u64 j = 0; j < nch; j++) {
+            float f[${VEC}];
+            tw_ldf(partial + (long long)(pslot_off[m] + j) * ${S.K}, g, f);
+#pragma unroll
+            for (int q = 0; q < ${VEC}; q++)
+                acc[q] = __fadd_rn(acc[q], f[q]);
+        }
+        tw_sth(out + m * ${S.K}, g, acc);
+    }
+}
+
+/* stats[0] = nnz/M, stats[1] = Σ chunk_l1 / M: contiguous per-thread sums, then a fixed tree. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_stats(const double *__restrict__ chunk_l1, const tw_u64 *__restrict__ chunk_off,
+                  const tw_u64 *__restrict__ row_off, long long M, float *__restrict__ stats) {
+    __shared__ double sh[256];
+    const tw_u64 n = chunk_off[M], t = threadIdx.x;
+    double s = 0.0;
+    for (tw_u64 c = n * t / 256ull; c < n * (t + 1ull) / 256ull; c++)
+        s += chunk_l1[c];
+    sh[t] = s;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if ((int)t < h)
+            sh[t] += sh[t + h];
+        __syncthreads();
+    }
+    if (t == 0) {
+        stats[0] = (float)((double)row_off[M] / (double)M);
+        stats[1] = (float)(sh[0] / (double)M);
+    }
+}
+
+/* ---- backward ---- */
+
+/* dT = dy·Wd_n + l1c·sign(U), dU = dT·P, dP = dT·U per entry (lane per entry). */
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_bwd_ent(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
+                    const tw_u32 *__restrict__ packed, float *u_ell,
+                    const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                    const tw_u32 *__restrict__ spill, float *u_spill,
+                    const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                    const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
+                    float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *ds = tw_sm + warp * ${S.K};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        if (e0 < e1)
+            tw_row_to_smem(ds, dy + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            if (e < e1) {
+                tw_u32 word;
+                float *up;
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+                const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
+                const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                const float dt =
+                    __fadd_rn(tw_dot_ref(ds, wd + (long long)(word & 0xffffu) * ${S.K}),
+                              __fmul_rn(l1c, sgn));
+                e_du[e] = __fmul_rn(dt, p);
+                e_dp[e] = __fmul_rn(dt, u);
+            }
+        }
+        __syncwarp();
+    }
+}
+
+/* dx (or a partial row) of one (row chunk, K slice): Σ dU·Wu_n + dP·Wg_n. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_bwd_dx(const tw_u16 *__restrict__ wu, const tw_u16 *__restrict__ wg,
+                   const tw_u32 *__restrict__ e_col, const float *__restrict__ e_du,
+                   const float *__restrict__ e_dp, const tw_u64 *__restrict__ row_off,
+                   const tw_u64 *__restrict__ chunk_off, const tw_u64 *__restrict__ pslot_off,
+                   const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u16 *__restrict__ dx,
+                   float *__restrict__ partial, long long M) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long items = (long long)chunk_off[M] * ${NS};
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long c = it / ${NS};
+        const long long g = (it % ${NS}) * 32 + lane;
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        float acc[${VEC}];
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            acc[q] = 0.0f;
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const tw_u32 nl = e < e1 ? e_col[e] : 0u;
+            const float ul = e < e1 ? e_du[e] : 0.0f, pl = e < e1 ? e_dp[e] : 0.0f;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+#pragma unroll 2
+            for (int q = 0; q < nb; q++) {
+                const long long n = __shfl_sync(TW_FULL, nl, q);
+                const float du = __shfl_sync(TW_FULL, ul, q), dp = __shfl_sync(TW_FULL, pl, q);
+                if (g < ${G}) {
+                    float a[${VEC}], b2[${VEC}];
+                    tw_ldg(wu + n * ${S.K}, g, a);
+                    tw_ldg(wg + n * ${S.K}, g, b2);
+#pragma unroll
+                    for (int v = 0; v < ${VEC}; v++)
+                        acc[v] = __fadd_rn(acc[v],
+                                           __fadd_rn(__fmul_rn(du, a[v]), __fmul_rn(dp, b2[v])));
+                }
+            }
+        }
+        if (g < ${G}) {
+            if (chunk_off[m + 1] - chunk_off[m] == 1ull)
+                tw_sth(dx + m * ${S.K}, g, acc);
+            else
+                tw_stf(partial + (long long)(pslot_off[m] + j) * ${S.K}, g, acc);
+        }
+    }
+}
+
+/* Per row block b (rows [b·R, b·R + R)): hist[n·B + b] = its entries of neuron n (integer
+ * atomics: the counts are exact whatever the order). hist must be zero. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_hist(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict__ e_col,
+                 long long M, long long R, long long B, tw_u32 *__restrict__ hist) {
+    for (long long b = blockIdx.x; b < B; b += gridDim.x) {
+        const long long r0 = b * R, r1 = r0 + R < M ? r0 + R : M;
+        for (tw_u64 e = row_off[r0] + threadIdx.x; e < row_off[r1]; e += blockDim.x)
+            atomicAdd(hist + (long long)e_col[e] * B + b, 1u);
+    }
+}
+
+/* Stable placement: row block b visits its rows in order; a row's entries have distinct
+ * neurons, so each takes the next slot of its (neuron, block) cursor without a race. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_scatter(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict__ e_col,
+                    long long M, long long R, long long B, tw_u32 *__restrict__ cursor,
+                    tw_u32 *__restrict__ col_row, tw_u32 *__restrict__ col_ent) {
+    for (long long b = blockIdx.x; b < B; b += gridDim.x) {
+        const long long r0 = b * R, r1 = r0 + R < M ? r0 + R : M;
+        for (long long m = r0; m < r1; m++) {
+            for (tw_u64 e = row_off[m] + threadIdx.x; e < row_off[m + 1]; e += blockDim.x) {
+                tw_u32 *cur = cursor + (long long)e_col[e] * B + b;
+                const tw_u32 at = *cur;
+                *cur = at + 1u;
+                col_row[at] = (tw_u32)m;
+                col_ent[at] = (tw_u32)e;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* dWu, dWg, dWd of one (neuron chunk, K slice): tokens ascending. Chunk 0 writes the outputs,
+ * chunk j ≥ 1 its partial slot. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
+               const tw_u64 *__restrict__ col_off, const tw_u32 *__restrict__ col_row,
+               const tw_u32 *__restrict__ col_ent, const float *__restrict__ e_du,
+               const float *__restrict__ e_dp, const float *__restrict__ e_tm,
+               const tw_u64 *__restrict__ nchunk_off, const tw_u64 *__restrict__ nslot_off,
+               const tw_u32 *__restrict__ nchunk_nrn, tw_u64 E2, float *__restrict__ dwg,
+               float *__restrict__ dwu, float *__restrict__ dwd, float *__restrict__ npart) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long items = (long long)nchunk_off[${S.N}] * ${NS};
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long c = it / ${NS};
+        const long long g = (it % ${NS}) * 32 + lane;
+        const long long n = nchunk_nrn[c];
+        const tw_u64 j = (tw_u64)c - nchunk_off[n];
+        const tw_u64 i0 = col_off[n] + j * E2, end = col_off[n + 1];
+        const tw_u64 i1 = i0 + E2 < end ? i0 + E2 : end;
+        float gu[${VEC}], gg[${VEC}], gd[${VEC}];
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            gu[q] = gg[q] = gd[q] = 0.0f;
+        for (tw_u64 b = i0; b < i1; b += 32ull) {
+            const tw_u64 i = b + (tw_u64)lane;
+            tw_u32 ml = 0;
+            float ul = 0.0f, pl = 0.0f, tl = 0.0f;
+            if (i < i1) {
+                const tw_u32 e = col_ent[i];
+                ml = col_row[i];
+                ul = e_du[e], pl = e_dp[e], tl = e_tm[e];
+            }
+            const int nb = (int)(i1 - b < 32ull ? i1 - b : 32ull);
+#pragma unroll 2
+            for (int q = 0; q < nb; q++) {
+                const long long m = __shfl_sync(TW_FULL, ml, q);
+                const float du = __shfl_sync(TW_FULL, ul, q), dp = __shfl_sync(TW_FULL, pl, q);
+                const float tm = __shfl_sync(TW_FULL, tl, q);
+                if (g < ${G}) {
+                    float xv[${VEC}], dv[${VEC}];
+                    tw_ldg(x + m * ${S.K}, g, xv);
+                    tw_ldg(dy + m * ${S.K}, g, dv);
+#pragma unroll
+                    for (int v = 0; v < ${VEC}; v++) {
+                        gu[v] = __fadd_rn(gu[v], __fmul_rn(du, xv[v]));
+                        gg[v] = __fadd_rn(gg[v], __fmul_rn(dp, xv[v]));
+                        gd[v] = __fadd_rn(gd[v], __fmul_rn(tm, dv[v]));
+                    }
+                }
+            }
+        }
+        if (g < ${G}) {
+            if (j == 0) {
+                tw_stf(dwu + n * ${S.K}, g, gu);
+                tw_stf(dwg + n * ${S.K}, g, gg);
+                tw_stf(dwd + n * ${S.K}, g, gd);
+            } else {
+                float *p = npart + (long long)(nslot_off[n] + j - 1ull) * ${3 * S.K};
+                tw_stf(p, g, gu);
+                tw_stf(p + ${S.K}, g, gg);
+                tw_stf(p + ${2 * S.K}, g, gd);
+            }
+        }
+    }
+}
+
+/* Neurons with several chunks: outputs += partials in chunk order. */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_dw_reduce(const tw_u64 *__restrict__ nchunk_off, const tw_u64 *__restrict__ nslot_off,
+                      const float *__restrict__ npart, float *__restrict__ dwg,
+                      float *__restrict__ dwu, float *__restrict__ dwd) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long items = (long long)${S.N} * ${NS};
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long n = it / ${NS};
+        const long long g = (it % ${NS}) * 32 + lane;
+        const tw_u64 nch = nchunk_off[n + 1] - nchunk_off[n];
+        if (nch <= 1ull || g >= ${G})
+            continue;
+        float *outs[3] = {dwu + n * ${S.K}, dwg + n * ${S.K}, dwd + n * ${S.K}};
+        for (int o = 0; o < 3; o++) {
+            float acc[${VEC}];
+            tw_ldf(outs[o], g, acc);
+            for (tw_u64 j = 1; j < nch; j++) {
+                float f[${VEC}];
+                tw_ldf(npart + (long long)(nslot_off[n] + j - 1ull) * ${3 * S.K} + o * ${S.K}, g,
+                       f);
+#pragma unroll
+                for (int q = 0; q < ${VEC}; q++)
+                    acc[q] = __fadd_rn(acc[q], f[q]);
+            }
+            tw_stf(outs[o], g, acc);
+        }
+    }
+}
+]==]

@@ -1,0 +1,627 @@
+/* test_gpu_train.c — twell_ffn_forward_train / twell_ffn_backward on the GPU against the CPU
+ * reference (itself checked by finite differences in test_grad), over uniform and skewed data
+ * (heavy rows: every 8th token ~90% active, every 8th from token 3 ~50%; heavy neurons: every
+ * 16th ~90% active), densities 0.5%, 1%, 2%, 5% and 20% of N, M ∈ {1, 7, 33, 333, 1000},
+ * K ∈ {64, 512}, N ∈ {256, 1024}, T/C ∈ {256/8, 128/4, 64/2, 64/8}, both dtypes, aligned and
+ * unaligned tensors (the element-load kernels), forced short chunks that split rows and neurons.
+ *
+ * Data: x and Wg are small integers times powers of two ("exact gate") except in one case, so
+ * every gate pre-activation is exact in any summation order: the GPU support and gate values
+ * must equal the CPU's bit for bit, and so must the saved layout (packed words, row and spill
+ * offsets, spill words), the transpose (col_off, col_row, col_ent) and its host mirror
+ * tw_tl_transpose_blocked. The generic-data case allows support flips at fp32 rounding of zero:
+ * rows and neurons they touch are counted and left out (at most 1% of rows).
+ *
+ * Tolerances (per output tensor, largest row-relative L2 error ‖got − ref‖₂/‖ref‖₂ over rows of
+ * y and dx, over neuron rows of dWg, dWu, dWd; the worst is printed): y, dx 5e-3 (bf16) or 1e-3
+ * (fp16), the level of their final rounding; dWg, dWu, dWd 1e-5 (fp32: only split neurons add
+ * their chunk partials in another association); L0 exact, L1 relative 1e-6. The kernels use the
+ * CPU's exact sequence of roundings per dot product and per sum, so unsplit rows and neurons are
+ * expected bit-identical: their share is printed. Also: determinism (two runs bitwise identical
+ * in y, stats, dx, dWg, dWu, dWd), poisoned outputs fully overwritten, state reuse across M, error
+ * paths. Exits 77 without a device. `test_gpu_train small`: the first three cases only (sanitizer).
+ * labels: gpu slow */
+#include "cpu_train.h"
+#include "cuda_driver.h"
+#include "cuda_train.h"
+#include "half.h"
+#include "internal.h"
+#include "ref64_train.h"
+#include "train_check.h"
+#include "train_layout.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static twell_ctx *g_ctx;
+
+#define BF TWELL_DTYPE_BF16
+#define FP TWELL_DTYPE_FP16
+
+typedef struct {
+    size_t M;
+    uint32_t K, N, T, C;
+    twell_dtype dt;
+    double density;
+    int skew;
+    int exact; /* exact-gate data: the support must match the CPU bit for bit */
+    float lambda;
+    uint64_t row_len, nrn_len; /* forced chunk lengths, 0 = automatic */
+    int unaligned;             /* tensors at 2-byte (16-bit) / 4-byte (fp32) offsets */
+} gt_case;
+
+/* The first three are small (the sanitizer runs them). */
+static const gt_case gt_cases[] = {
+    {33, 64, 256, 256, 8, BF, 0.05, 0, 1, 0.5f, 0, 0, 0},
+    {33, 64, 256, 256, 8, FP, 0.02, 1, 1, 1.0f, 16, 4, 0},
+    {7, 64, 256, 64, 8, BF, 0.20, 1, 1, 0.3f, 0, 0, 1},
+    {1, 64, 256, 256, 8, BF, 0.20, 1, 1, 0.5f, 0, 0, 0},
+    {1, 512, 1024, 256, 8, FP, 0.01, 0, 1, 0.5f, 0, 0, 0},
+    {1000, 512, 1024, 256, 8, BF, 0.005, 0, 1, 1.0f, 0, 0, 0},
+    {1000, 512, 1024, 256, 8, FP, 0.01, 1, 1, 1.0f, 0, 0, 0},
+    {1000, 512, 1024, 256, 8, BF, 0.02, 1, 1, 2.0f, 0, 0, 0},
+    {1000, 64, 1024, 256, 8, FP, 0.05, 0, 1, 1.0f, 0, 0, 0},
+    {1000, 512, 256, 256, 8, BF, 0.20, 0, 1, 1.0f, 0, 0, 0},
+    {1000, 512, 1024, 256, 8, FP, 0.20, 1, 1, 1.0f, 0, 0, 0},
+    {1000, 64, 256, 256, 8, BF, 0.05, 1, 1, 1.0f, 8, 64, 0},
+    {333, 512, 1024, 128, 4, FP, 0.05, 1, 1, 0.5f, 0, 0, 0},
+    {1000, 64, 1024, 64, 2, BF, 0.02, 1, 1, 0.5f, 0, 0, 0},
+    {33, 512, 1024, 256, 8, BF, 0.01, 1, 1, 0.5f, 0, 0, 1},
+    {1000, 512, 1024, 256, 8, BF, 0.02, 1, 0, 1.0f, 0, 0, 0},
+};
+
+static void gt_log(void *user, twell_log_level level, const char *msg) {
+    (void)level;
+    snprintf((char *)user, 512, "%s", msg);
+}
+
+static void gt_open_or_skip(void) {
+    static char why[512];
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    o.log = gt_log;
+    o.log_user = why;
+    o.log_level = TWELL_LOG_ERROR;
+    twell_status st = twell_ctx_create(&o, &g_ctx);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "test_gpu_train: SKIPPED, no usable CUDA device (%s: %s)\n",
+                twell_status_name(st), why);
+        exit(77);
+    }
+    printf("# %s\n", twell_ctx_device_name(g_ctx));
+}
+
+#define GT_OK(expr)                                                                                \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(g_ctx));        \
+    } while (0)
+
+#define GT_LE(val, tol, what)                                                                      \
+    do {                                                                                           \
+        double v_ = (val), t_ = (tol);                                                             \
+        if (!(v_ <= t_))                                                                           \
+            fail_msg("%s: %.4g > tolerance %.1g", what, v_, t_);                                   \
+    } while (0)
+
+static twell_shape gt_shape(const gt_case *c) {
+    twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+    return s;
+}
+
+/* ---- device buffers (optionally at an unaligned offset) ---- */
+
+typedef struct {
+    void *base; /* what tw_cuda_malloc returned */
+    void *p;    /* what the op sees */
+} gt_dbuf;
+
+static void gt_alloc(gt_dbuf *b, size_t bytes, size_t offset) {
+    b->base = NULL;
+    GT_OK(tw_cuda_malloc(g_ctx, bytes + 16, &b->base));
+    b->p = (char *)b->base + offset;
+}
+
+static void gt_upload(gt_dbuf *b, const void *src, size_t bytes, size_t offset) {
+    gt_alloc(b, bytes, offset);
+    GT_OK(tw_cuda_memcpy_htod(g_ctx, b->p, src, bytes));
+}
+
+/* Everything a GPU run writes, on the host. */
+typedef struct {
+    uint16_t *y, *dx;
+    float *dwg, *dwu, *dwd;
+    float stats[2];
+} gt_out;
+
+static void gt_out_alloc(gt_out *o, size_t M, uint32_t K, uint32_t N) {
+    o->y = malloc(M * K * 2);
+    o->dx = malloc(M * K * 2);
+    o->dwg = malloc((size_t)N * K * 4);
+    o->dwu = malloc((size_t)N * K * 4);
+    o->dwd = malloc((size_t)N * K * 4);
+    assert_true(o->y && o->dx && o->dwg && o->dwu && o->dwd);
+}
+
+static void gt_out_free(gt_out *o) {
+    free(o->y);
+    free(o->dx);
+    free(o->dwg);
+    free(o->dwu);
+    free(o->dwd);
+}
+
+/* The GPU side of a case: plan, state, uploaded inputs, outputs. */
+typedef struct {
+    twell_plan *plan;
+    twell_train_state *state;
+    gt_dbuf x, wg, wu, wd, dy, y, dx, dwg, dwu, dwd, stats;
+    size_t M;
+    uint32_t K, N;
+} gt_gpu;
+
+static void gt_gpu_open(gt_gpu *g, const twell_shape *s, const gt_case *c) {
+    memset(g, 0, sizeof *g);
+    GT_OK(twell_plan_create(g_ctx, s, &g->plan));
+    GT_OK(twell_train_state_create(g->plan, &g->state));
+    if (c->row_len || c->nrn_len)
+        GT_OK(tw_cuda_train_set_chunk_len(g->state, c->row_len, c->nrn_len));
+}
+
+static void gt_gpu_data(gt_gpu *g, const tw_t_data *d, int unaligned) {
+    size_t xk = d->M * d->K * 2, wk = (size_t)d->N * d->K * 2, o16 = unaligned ? 2 : 0;
+    size_t o32 = unaligned ? 4 : 0;
+    g->M = d->M, g->K = d->K, g->N = d->N;
+    gt_upload(&g->x, d->x, xk, o16);
+    gt_upload(&g->wg, d->wg, wk, o16);
+    gt_upload(&g->wu, d->wu, wk, o16);
+    gt_upload(&g->wd, d->wd, wk, o16);
+    gt_upload(&g->dy, d->dy, xk, o16);
+    gt_alloc(&g->y, xk, o16);
+    gt_alloc(&g->dx, xk, o16);
+    gt_alloc(&g->dwg, wk * 2, o32);
+    gt_alloc(&g->dwu, wk * 2, o32);
+    gt_alloc(&g->dwd, wk * 2, o32);
+    gt_alloc(&g->stats, 8, 0);
+}
+
+static void gt_gpu_free_data(gt_gpu *g) {
+    gt_dbuf *b[] = {&g->x,  &g->wg,  &g->wu,  &g->wd,  &g->dy,   &g->y,
+                    &g->dx, &g->dwg, &g->dwu, &g->dwd, &g->stats};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        tw_cuda_free(g_ctx, b[i]->base);
+        b[i]->base = b[i]->p = NULL;
+    }
+}
+
+static void gt_gpu_close(gt_gpu *g) {
+    gt_gpu_free_data(g);
+    twell_train_state_destroy(g->state);
+    twell_plan_destroy(g->plan);
+}
+
+/* Poisons every output with a NaN pattern, runs forward + backward, copies the outputs back and
+ * checks every element was written and is finite. */
+static void gt_gpu_run(gt_gpu *g, float lambda, uint32_t poison, gt_out *o) {
+    size_t M = g->M, K = g->K, N = g->N;
+    uint16_t p16 = (uint16_t)(poison & 0xffffu);
+    uint32_t p16x2 = (uint32_t)p16 << 16 | p16;
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->y.p, p16x2, M * K / 2, NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->dx.p, p16x2, M * K / 2, NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwg.p, poison, (size_t)N * K, NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwu.p, poison, (size_t)N * K, NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwd.p, poison, (size_t)N * K, NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g->stats.p, poison, 2, NULL));
+    GT_OK(twell_ffn_forward_train(g->plan, M, g->x.p, g->wg.p, g->wu.p, g->wd.p, g->y.p, g->stats.p,
+                                  g->state, NULL));
+    GT_OK(twell_ffn_backward(g->plan, g->state, M, g->x.p, g->wg.p, g->wu.p, g->wd.p, g->dy.p,
+                             lambda, g->dx.p, g->dwg.p, g->dwu.p, g->dwd.p, NULL));
+    GT_OK(tw_cuda_synchronize(g_ctx));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->y, g->y.p, M * K * 2));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dx, g->dx.p, M * K * 2));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwg, g->dwg.p, N * K * 4));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwu, g->dwu.p, N * K * 4));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwd, g->dwd.p, N * K * 4));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, o->stats, g->stats.p, 8));
+    twell_dtype dt = twell_plan_shape(g->plan)->dtype;
+    const uint16_t *h16[2] = {o->y, o->dx};
+    const char *n16[2] = {"y", "dx"};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < M * K; i++)
+            if (h16[t][i] == p16 || !isfinite(tw_half_to_f32(dt, h16[t][i])))
+                fail_msg("%s[%zu][%zu] = %04x: never written or not finite (poison %04x)", n16[t],
+                         i / K, i % K, h16[t][i], p16);
+    const float *h32[3] = {o->dwg, o->dwu, o->dwd};
+    const char *n32[3] = {"dwg", "dwu", "dwd"};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < N * K; i++)
+            if (!isfinite(h32[t][i]))
+                fail_msg("%s[%zu][%zu] = %g: never written or not finite", n32[t], i / K, i % K,
+                         (double)h32[t][i]);
+    if (!isfinite(o->stats[0]) || !isfinite(o->stats[1]))
+        fail_msg("stats = (%g, %g): never written or not finite", (double)o->stats[0],
+                 (double)o->stats[1]);
+}
+
+/* ---- supports ---- */
+
+/* Row-major support lists of a saved forward (the CPU's tw_train_saved layout). */
+typedef struct {
+    uint64_t *row_off;
+    uint32_t *col;
+    uint16_t *pbits;
+    float *u;
+    tw_train_support sup;
+} gt_sup;
+
+static void gt_sup_make(gt_sup *g, const twell_shape *s, const tw_train_saved *sv) {
+    size_t M = sv->M, nnz = sv->row_off[M];
+    g->row_off = malloc((M + 1) * sizeof *g->row_off);
+    g->col = malloc((nnz + 1) * sizeof *g->col);
+    g->pbits = malloc((nnz + 1) * sizeof *g->pbits);
+    g->u = malloc((nnz + 1) * sizeof *g->u);
+    float *p = malloc((nnz + 1) * sizeof *p);
+    assert_true(g->row_off && g->col && g->pbits && g->u && p);
+    for (size_t m = 0; m <= M; m++)
+        g->row_off[m] = sv->row_off[m];
+    for (size_t m = 0; m < M; m++) {
+        size_t e0 = sv->row_off[m];
+        size_t n = tw_train_row_support(s, sv, m, g->col + e0, p + e0, g->u + e0);
+        assert_int_equal(n, sv->row_off[m + 1] - e0);
+    }
+    for (size_t e = 0; e < nnz; e++)
+        g->pbits[e] = tw_f32_to_half(s->dtype, p[e]);
+    free(p);
+    g->sup.M = M, g->sup.row_off = g->row_off, g->sup.col = g->col, g->sup.pbits = g->pbits;
+}
+
+static void gt_sup_free(gt_sup *g) {
+    free(g->row_off);
+    free(g->col);
+    free(g->pbits);
+    free(g->u);
+}
+
+/* The downloaded GPU state as a tw_train_saved (the CPU's walk then reads it). */
+static void gt_saved_of(const tw_cuda_train_host *h, const twell_shape *s, tw_train_saved *sv,
+                        size_t **spill_off, size_t **row_off) {
+    size_t tiles = h->M * (s->N / s->T);
+    memset(sv, 0, sizeof *sv);
+    *spill_off = malloc((tiles + 1) * sizeof **spill_off);
+    *row_off = malloc((h->M + 1) * sizeof **row_off);
+    assert_true(*spill_off && *row_off);
+    for (size_t i = 0; i <= tiles; i++)
+        (*spill_off)[i] = (size_t)h->spill_off[i];
+    for (size_t i = 0; i <= h->M; i++)
+        (*row_off)[i] = (size_t)h->row_off[i];
+    sv->M = h->M, sv->nnz = h->nnz, sv->spill_total = h->spill_total;
+    sv->packed = h->packed, sv->u_ell = h->u_ell, sv->spill_off = *spill_off;
+    sv->spill = h->spill, sv->u_spill = h->u_spill, sv->row_off = *row_off;
+}
+
+/* The GPU's saved layout and transpose: against its own host mirrors always, and against the
+ * CPU's arrays when the supports agree. Returns the number of entries whose U differs from the
+ * CPU's bit pattern (for the report), or SIZE_MAX when supports differ. */
+static size_t gt_check_layout(const twell_shape *s, const tw_cuda_train_host *h,
+                              const tw_train_saved *cpu, const gt_sup *gs, const gt_sup *cs,
+                              int same_support) {
+    size_t M = h->M, NT = s->N / s->T, tiles = M * NT, nnz = h->nnz;
+    /* the row-tile scan of the GPU's own packed words */
+    uint64_t *to = malloc((tiles + 1) * 8), *so = malloc((tiles + 1) * 8);
+    uint64_t *ro = malloc((M + 1) * 8), tn, ts;
+    assert_true(to && so && ro);
+    tw_tl_tile_scan(s, M, h->packed, to, so, ro, &tn, &ts);
+    assert_int_equal(tn, nnz);
+    assert_int_equal(ts, h->spill_total);
+    assert_memory_equal(to, h->tile_off, (tiles + 1) * 8);
+    assert_memory_equal(so, h->spill_off, (tiles + 1) * 8);
+    assert_memory_equal(ro, h->row_off, (M + 1) * 8);
+    free(to), free(so), free(ro);
+    /* entry arrays: columns, Tm = U·P of the walk */
+    for (size_t e = 0; e < nnz; e++) {
+        if (h->e_col[e] != gs->col[e])
+            fail_msg("e_col[%zu] = %u, the saved support says %u", e, h->e_col[e], gs->col[e]);
+        float tm = gs->u[e] * tw_half_to_f32(s->dtype, gs->pbits[e]);
+        if (memcmp(&tm, &h->e_tm[e], 4) != 0)
+            fail_msg("e_tm[%zu] = %g, U·P = %g", e, (double)h->e_tm[e], (double)tm);
+    }
+    /* row chunks */
+    uint64_t *co = malloc((M + 1) * 8), *po = malloc((M + 1) * 8), ps;
+    assert_true(co && po);
+    uint64_t nch = tw_tl_row_chunks(M, h->row_off, h->E, co, po, &ps);
+    assert_int_equal(nch, h->nchunks);
+    assert_int_equal(ps, h->pslots);
+    assert_memory_equal(co, h->chunk_off, (M + 1) * 8);
+    free(co), free(po);
+    /* the transpose, against the host mirror of the device algorithm */
+    assert_true(h->have_bwd);
+    uint32_t *hist = malloc((size_t)s->N * h->B * 4 + 4), *cr = malloc(nnz * 4 + 4);
+    uint32_t *ce = malloc(nnz * 4 + 4);
+    uint64_t *cof = malloc(((size_t)s->N + 1) * 8);
+    assert_true(hist && cr && ce && cof);
+    tw_tl_transpose_blocked(M, s->N, h->row_off, h->e_col, h->R, h->B, hist, cof, cr, ce);
+    assert_memory_equal(cof, h->col_off, ((size_t)s->N + 1) * 8);
+    assert_memory_equal(cr, h->col_row, nnz * 4 + (nnz == 0));
+    assert_memory_equal(ce, h->col_ent, nnz * 4 + (nnz == 0));
+    free(hist), free(cr), free(ce), free(cof);
+    if (!same_support)
+        return SIZE_MAX;
+    /* the CPU's own arrays */
+    assert_int_equal(h->nnz, cpu->nnz);
+    assert_int_equal(h->spill_total, cpu->spill_total);
+    assert_memory_equal(h->packed, cpu->packed, M * (s->N / s->C) * 4);
+    for (size_t i = 0; i <= tiles; i++)
+        assert_int_equal(h->spill_off[i], cpu->spill_off[i]);
+    if (h->spill_total)
+        assert_memory_equal(h->spill, cpu->spill, h->spill_total * 4);
+    for (uint32_t n = 0; n <= s->N; n++)
+        assert_int_equal(h->col_off[n], cpu->col_off[n]);
+    for (size_t i = 0; i < nnz; i++) {
+        assert_int_equal(h->col_row[i], cpu->col_row[i]);
+        assert_int_equal(h->col_ent[i], cpu->col_ent[i]);
+    }
+    size_t udiff = 0;
+    for (size_t e = 0; e < nnz; e++)
+        udiff += memcmp(&gs->u[e], &cs->u[e], 4) != 0;
+    return udiff;
+}
+
+/* ---- one case ---- */
+
+typedef struct {
+    double e[5];   /* y, dx, dwg, dwu, dwd */
+    size_t at[5];  /* worst row */
+    size_t bit[5]; /* rows bitwise equal to the CPU */
+    size_t cmp[5]; /* rows compared */
+} gt_errs;
+
+static const char *const gt_names[5] = {"y", "dx", "dWg", "dWu", "dWd"};
+
+static void gt_compare(const twell_shape *s, size_t M, const gt_out *g, const gt_out *r,
+                       const unsigned char *row_same, const unsigned char *nrn_same, gt_errs *e) {
+    e->e[0] =
+        tw_train_err_h(s->dtype, g->y, r->y, M, s->K, row_same, &e->at[0], &e->bit[0], &e->cmp[0]);
+    e->e[1] = tw_train_err_h(s->dtype, g->dx, r->dx, M, s->K, row_same, &e->at[1], &e->bit[1],
+                             &e->cmp[1]);
+    const float *gf[3] = {g->dwg, g->dwu, g->dwd}, *rf[3] = {r->dwg, r->dwu, r->dwd};
+    for (int t = 0; t < 3; t++)
+        e->e[2 + t] = tw_train_err_f(gf[t], rf[t], s->N, s->K, nrn_same, &e->at[2 + t],
+                                     &e->bit[2 + t], &e->cmp[2 + t]);
+}
+
+static void gt_expect(const twell_shape *s, const gt_errs *e) {
+    double t16 = s->dtype == BF ? 5e-3 : 1e-3;
+    for (int t = 0; t < 5; t++) {
+        double tol = t < 2 ? t16 : 1e-5;
+        printf("#   %-3s worst row-rel %.3e (row %zu) tol %.0e; bitwise equal %zu/%zu\n",
+               gt_names[t], e->e[t], e->at[t], tol, e->bit[t], e->cmp[t]);
+        char what[64];
+        snprintf(what, sizeof what, "%s row %zu", gt_names[t], e->at[t]);
+        GT_LE(e->e[t], tol, what);
+    }
+}
+
+static void gt_case_run(const gt_case *c, uint64_t seed) {
+    twell_shape s = gt_shape(c);
+    tw_t_gen gen = {c->density, c->skew, c->exact, seed};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
+
+    /* CPU reference */
+    tw_t_lib L;
+    assert_int_equal(tw_t_lib_open(&L, &s, 0), 0);
+    gt_out r;
+    gt_out_alloc(&r, c->M, c->K, c->N);
+    assert_int_equal(tw_t_lib_forward(&L, &d, r.y, r.stats), TWELL_OK);
+    assert_int_equal(tw_t_lib_backward(&L, &d, c->lambda, r.dx, r.dwg, r.dwu, r.dwd), TWELL_OK);
+    const tw_train_saved *cpu = L.state->backend_data;
+
+    /* GPU, twice, with different poison */
+    gt_gpu g;
+    gt_gpu_open(&g, &s, c);
+    gt_gpu_data(&g, &d, c->unaligned);
+    gt_out o1, o2;
+    gt_out_alloc(&o1, c->M, c->K, c->N);
+    gt_out_alloc(&o2, c->M, c->K, c->N);
+    gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o1);
+    assert_int_equal(tw_cuda_train_last_vec(g.state), c->unaligned ? 1 : 8);
+    tw_cuda_train_host h;
+    GT_OK(tw_cuda_train_download(g.state, &h));
+    gt_gpu_run(&g, c->lambda, 0x7FC17FC1u, &o2);
+
+    /* determinism: bit for bit */
+    size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
+    assert_memory_equal(o1.y, o2.y, xk * 2);
+    assert_memory_equal(o1.dx, o2.dx, xk * 2);
+    assert_memory_equal(o1.dwg, o2.dwg, wk * 4);
+    assert_memory_equal(o1.dwu, o2.dwu, wk * 4);
+    assert_memory_equal(o1.dwd, o2.dwd, wk * 4);
+    assert_memory_equal(o1.stats, o2.stats, 8);
+
+    /* supports: the CPU's and the GPU's */
+    gt_sup cs, gs;
+    gt_sup_make(&cs, &s, cpu);
+    tw_train_saved gsv;
+    size_t *gso, *gro;
+    gt_saved_of(&h, &s, &gsv, &gso, &gro);
+    gt_sup_make(&gs, &s, &gsv);
+    unsigned char *row_same = malloc(c->M), *nrn_same = malloc(c->N);
+    assert_true(row_same && nrn_same);
+    size_t diff = tw_train_support_diff(c->N, &gs.sup, &cs.sup, row_same, nrn_same);
+    size_t rows_out = 0, nrn_out = 0;
+    for (size_t m = 0; m < c->M; m++)
+        rows_out += !row_same[m];
+    for (uint32_t n = 0; n < c->N; n++)
+        nrn_out += !nrn_same[n];
+    size_t udiff = gt_check_layout(&s, &h, cpu, &gs, &cs, diff == 0);
+    printf("# M=%zu K=%u N=%u T=%u C=%u %s %s%s density %.3f: nnz %zu (%.1f/row), spill %zu, "
+           "chunks %zu (E %llu, %zu partial rows), E2 %llu, state %.2f MB, %s loads\n",
+           c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
+           c->skew ? "skewed" : "uniform", c->exact ? "" : " generic", c->density, h.nnz,
+           (double)h.nnz / (double)c->M, h.spill_total, h.nchunks, (unsigned long long)h.E,
+           h.pslots, (unsigned long long)h.E2, (double)twell_train_state_bytes(g.state) / 1e6,
+           c->unaligned ? "element" : "vector");
+    printf("#   support vs CPU: %zu differing entries (%zu rows, %zu neurons left out); U bitwise "
+           "differing %s\n",
+           diff, rows_out, nrn_out,
+           udiff == SIZE_MAX ? "n/a" : (udiff == 0 ? "none" : "SOME (see below)"));
+    if (udiff != SIZE_MAX && udiff)
+        printf("#   %zu of %zu entries have U differing from the CPU's bits\n", udiff, h.nnz);
+    if (c->exact)
+        assert_int_equal(diff, 0);
+    else
+        GT_LE((double)rows_out / (double)c->M, 0.01, "rows with a differing support");
+
+    /* results */
+    gt_errs e;
+    gt_compare(&s, c->M, &o1, &r, row_same, nrn_same, &e);
+    gt_expect(&s, &e);
+    double l1rel = fabs((double)o1.stats[1] - (double)r.stats[1]) /
+                   (fabs((double)r.stats[1]) > 0 ? fabs((double)r.stats[1]) : 1.0);
+    printf("#   L0 %.6g (CPU %.6g), L1 %.9g (CPU %.9g, rel %.1e, tol 1e-6)\n", (double)o1.stats[0],
+           (double)r.stats[0], (double)o1.stats[1], (double)r.stats[1], l1rel);
+    if (diff == 0) {
+        if (o1.stats[0] != r.stats[0])
+            fail_msg("L0 = %.9g, CPU %.9g", (double)o1.stats[0], (double)r.stats[0]);
+        GT_LE(l1rel, 1e-6, "L1");
+    }
+
+    free(row_same);
+    free(nrn_same);
+    gt_sup_free(&cs);
+    gt_sup_free(&gs);
+    free(gso);
+    free(gro);
+    tw_cuda_train_host_free(&h);
+    gt_out_free(&o1);
+    gt_out_free(&o2);
+    gt_out_free(&r);
+    gt_gpu_close(&g);
+    tw_t_lib_close(&L);
+    tw_t_data_free(&d);
+}
+
+static void test_gpu_train_case(void **state) {
+    const gt_case *c = *state;
+    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases));
+}
+
+/* One state reused across M (1000, 33, 1000): results right each time, capacity reused (the
+ * third call allocates nothing new). */
+static void test_gpu_train_state_reuse(void **unused) {
+    (void)unused;
+    gt_case c = {1000, 64, 256, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0};
+    twell_shape s = gt_shape(&c);
+    gt_gpu g;
+    gt_gpu_open(&g, &s, &c);
+    size_t Ms[3] = {1000, 33, 1000}, bytes[3];
+    for (int i = 0; i < 3; i++) {
+        c.M = Ms[i];
+        tw_t_gen gen = {c.density, c.skew, 1, i == 1 ? 78u : 77u};
+        tw_t_data d;
+        assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &gen), 0);
+        tw_t_lib L;
+        assert_int_equal(tw_t_lib_open(&L, &s, 0), 0);
+        gt_out r, o;
+        gt_out_alloc(&r, c.M, c.K, c.N);
+        gt_out_alloc(&o, c.M, c.K, c.N);
+        assert_int_equal(tw_t_lib_forward(&L, &d, r.y, r.stats), TWELL_OK);
+        assert_int_equal(tw_t_lib_backward(&L, &d, c.lambda, r.dx, r.dwg, r.dwu, r.dwd), TWELL_OK);
+        gt_gpu_data(&g, &d, 0);
+        gt_gpu_run(&g, c.lambda, 0xFFFFFFFFu, &o);
+        bytes[i] = twell_train_state_bytes(g.state);
+        printf("# reuse M=%zu: state %zu bytes\n", c.M, bytes[i]);
+        gt_errs e;
+        gt_compare(&s, c.M, &o, &r, NULL, NULL, &e);
+        gt_expect(&s, &e);
+        gt_gpu_free_data(&g);
+        gt_out_free(&r);
+        gt_out_free(&o);
+        tw_t_lib_close(&L);
+        tw_t_data_free(&d);
+    }
+    assert_true(bytes[0] > 0);
+    assert_int_equal(bytes[1], bytes[0]);
+    assert_int_equal(bytes[2], bytes[0]);
+    gt_gpu_close(&g);
+}
+
+/* Error paths: backward before any forward, with another M, with a state of another plan; the
+ * outputs stay untouched. */
+static void test_gpu_train_errors(void **unused) {
+    (void)unused;
+    gt_case c = {33, 64, 256, 256, 8, BF, 0.05, 0, 1, 1.0f, 0, 0, 0};
+    twell_shape s = gt_shape(&c);
+    tw_t_gen gen = {c.density, 0, 1, 5};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &gen), 0);
+    gt_gpu g;
+    gt_gpu_open(&g, &s, &c);
+    gt_gpu_data(&g, &d, 0);
+    twell_status st = twell_ffn_backward(g.plan, g.state, c.M, g.x.p, g.wg.p, g.wu.p, g.wd.p,
+                                         g.dy.p, 1.0f, g.dx.p, g.dwg.p, g.dwu.p, g.dwd.p, NULL);
+    assert_int_equal(st, TWELL_ERR_INVALID_ARG);
+    GT_OK(twell_ffn_forward_train(g.plan, c.M, g.x.p, g.wg.p, g.wu.p, g.wd.p, g.y.p, NULL, g.state,
+                                  NULL));
+    GT_OK(tw_cuda_memset_d32(g_ctx, g.dx.p, 0xABCDABCDu, c.M * c.K / 2, NULL));
+    st = twell_ffn_backward(g.plan, g.state, c.M - 1, g.x.p, g.wg.p, g.wu.p, g.wd.p, g.dy.p, 1.0f,
+                            g.dx.p, g.dwg.p, g.dwu.p, g.dwd.p, NULL);
+    assert_int_equal(st, TWELL_ERR_INVALID_ARG);
+    uint16_t *dx = malloc(c.M * c.K * 2);
+    assert_non_null(dx);
+    GT_OK(tw_cuda_synchronize(g_ctx));
+    GT_OK(tw_cuda_memcpy_dtoh(g_ctx, dx, g.dx.p, c.M * c.K * 2));
+    for (size_t i = 0; i < c.M * c.K; i++)
+        if (dx[i] != 0xABCDu)
+            fail_msg("dx[%zu] = %04x written by a failed backward", i, dx[i]);
+    free(dx);
+    twell_plan *other = NULL;
+    twell_train_state *ostate = NULL;
+    GT_OK(twell_plan_create(g_ctx, &s, &other));
+    GT_OK(twell_train_state_create(other, &ostate));
+    st = twell_ffn_backward(g.plan, ostate, c.M, g.x.p, g.wg.p, g.wu.p, g.wd.p, g.dy.p, 1.0f,
+                            g.dx.p, g.dwg.p, g.dwu.p, g.dwd.p, NULL);
+    assert_int_equal(st, TWELL_ERR_INVALID_ARG);
+    twell_train_state_destroy(ostate);
+    twell_plan_destroy(other);
+    gt_gpu_close(&g);
+    tw_t_data_free(&d);
+}
+
+int main(int argc, char **argv) {
+    gt_open_or_skip();
+    size_t ncases = sizeof gt_cases / sizeof gt_cases[0];
+    int small = argc > 1 && !strcmp(argv[1], "small");
+    if (small)
+        ncases = 3;
+    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 2];
+    static char names[sizeof gt_cases / sizeof gt_cases[0]][128];
+    for (size_t i = 0; i < ncases; i++) {
+        const gt_case *c = &gt_cases[i];
+        snprintf(names[i], sizeof names[i], "test_gpu_train_M%zu_K%u_N%u_T%u_C%u_%s_%s_d%.3f%s%s%s",
+                 c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
+                 c->skew ? "skewed" : "uniform", c->density, c->exact ? "" : "_generic",
+                 c->row_len ? "_split" : "", c->unaligned ? "_unaligned" : "");
+        struct CMUnitTest t = {names[i], test_gpu_train_case, NULL, NULL, (void *)c};
+        tests[i] = t;
+    }
+    size_t n = ncases;
+    struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_errors);
+    tests[n++] = t1;
+    if (!small) {
+        struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_state_reuse);
+        tests[n++] = t2;
+    }
+    int rc = _cmocka_run_group_tests("test_gpu_train", tests, n, NULL, NULL);
+    twell_ctx_destroy(g_ctx);
+    return rc;
+}
