@@ -4,6 +4,7 @@
  * TWELL_ERR_UNSUPPORTED (training; the dense inference path).
  */
 #include "cuda_backend.h"
+#include "cuda_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,17 +172,15 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
 twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream) {
-    (void)M, (void)x, (void)wg, (void)wu, (void)wd, (void)y, (void)stats, (void)state, (void)stream;
-    return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: not on CUDA yet");
+    return tw_cuda_train_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
 }
 
 twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
                               const void *wg, const void *wu, const void *wd, const void *dy,
                               float lambda, void *dx, float *dwg, float *dwu, float *dwd,
                               twell_stream stream) {
-    (void)state, (void)M, (void)x, (void)wg, (void)wu, (void)wd, (void)dy, (void)lambda, (void)dx,
-        (void)dwg, (void)dwu, (void)dwd, (void)stream;
-    return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_backward: not on CUDA yet");
+    return tw_cuda_train_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd,
+                                  stream);
 }
 
-void tw_cuda_train_state_release(twell_train_state *state) { (void)state; }
+void tw_cuda_train_state_release(twell_train_state *state) { tw_cuda_train_release(state); }
