@@ -16,6 +16,7 @@
 static const bench_op bench_ops[] = {
     {"gate_pack", "cublas_gemm", bench_gate_pack_run},
     {"ffn_infer", "cublas_ffn", bench_ffn_run},
+    {"train", "cublas_train", bench_train_run},
 };
 
 static void bench_usage(FILE *f) {

@@ -87,6 +87,7 @@ typedef struct bench_op {
 
 int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_record *));
 int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *));
+int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record *));
 
 /* Fills the record fields common to every op (gpu, commit, date, shape, dtype). */
 void bench_record_init(const bench_env *env, bench_record *r, const char *op, size_t M,

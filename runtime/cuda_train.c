@@ -364,11 +364,15 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     long long Ml = (long long)M;
     unsigned rthreads = 32u * t->wpb;
 
-    /* 1. the packed gate: exact counts, the first slots entries of each row-tile */
-    TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
+    /* 1. the packed gate: exact counts, the first slots entries of each row-tile. The plan's
+     * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
+     * the recount kernel itself, every row-tile in the reference order. */
+    int all = vi != 0;
+    if (!all)
+        TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
     /* 2. overflowing row-tiles recomputed in the reference order (they define the spill) */
     {
-        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml};
+        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
         TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_RECOUNT], tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
                                t->smem_recount, stream, args));
     }

@@ -61,7 +61,7 @@ void tw_tl_row_blocks(size_t M, uint32_t N, size_t *R, size_t *B) {
     size_t cap = ((size_t)1 << 22) / N; /* counters we are willing to keep: B·N ≤ 2^22 */
     if (cap < 1)
         cap = 1;
-    size_t b = (M + 31) / 32;
+    size_t b = M / 32; /* rows per block ≥ 32 */
     if (b > cap)
         b = cap;
     if (b < 1)

@@ -298,8 +298,12 @@ TWELL_API void twell_train_state_destroy(twell_train_state *state);
 /* Bytes of backend memory the state holds now (after a forward: the saved activations). */
 TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
 
-/* Training ops run on the CPU backend in this version; on the CUDA backend they return
- * TWELL_ERR_UNSUPPORTED (the signatures will not change when the GPU kernels land). */
+/* Training ops run on both backends. On CUDA, twell_ffn_forward_train synchronises the host
+ * once per call (after the gate-pack and the device scans that count the active entries, to size
+ * the saved state; its buffers only grow, so steady-state steps do not allocate) and is otherwise
+ * asynchronous on `stream`; twell_ffn_backward does not synchronise. Both are deterministic and
+ * follow the CPU reference's rounding sequence per dot product and per sum, so results match the
+ * CPU backend to the output rounding. */
 
 /* Training forward. Writes y [M, K] (dtype) and, when stats is not NULL, stats[0] = L0 and
  * stats[1] = L1 (two floats in the backend's memory space), and saves into state what

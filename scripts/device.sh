@@ -34,10 +34,10 @@ run_tests() {
     grep -hE "^# |FAILED|\[  FAILED|fail" $B/Testing/Temporary/LastTest.log 2>/dev/null |
         grep -E "M=|cuda:|simt|sm90|FAIL" | head -80 >"$OUT/gpu_cases.log" || true
 }
-# Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack and
-# test_gpu_ffn_infer take `small`.
+# Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack,
+# test_gpu_ffn_infer and test_gpu_train take `small`. SAN_TESTS="t1 t2" picks a subset.
 run_sanitize() {
-    for t in test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer; do
+    for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_train}; do
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
         arg=""; [ $t != test_gpu_driver ] && arg=small
         tools="memcheck racecheck"; [ $t = test_gpu_driver ] && tools=memcheck

@@ -31,8 +31,9 @@
 --
 -- Kernels (all grid-stride; "warp item" kernels take any grid; block sizes fixed as noted):
 --   twell_train_recount        WPB warps, smem WPB·(4K + 2T): one warp per row-tile r with
---                              count > slots: recompute its T gate values (lane per column),
---                              rewrite count + slots (pack), write mask[r].
+--                              count > slots (every row-tile when `all`: the gate-pack itself,
+--                              for inputs the plan's gate-pack cannot take): recompute its T gate
+--                              values (lane per column), write count + slots (pack) and mask[r].
 --   twell_train_scan_up_<md>, twell_train_scan_top, twell_train_scan_down_<md>: 256/1024/256
 --                              threads; exclusive scan of two u64 channels per item, 2048 items
 --                              per block (modes below); totals to tot[].
@@ -166,7 +167,7 @@ __device__ __forceinline__ float tw_dot_ref(const float *xs, const tw_u16 *__res
 
 extern "C" __global__ void __launch_bounds__(${32 * WPB})
 twell_train_recount(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
-                    tw_u32 *__restrict__ packed, tw_u32 *__restrict__ mask, long long M) {
+                    tw_u32 *__restrict__ packed, tw_u32 *__restrict__ mask, long long M, int all) {
     extern __shared__ float tw_sm[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     float *xs = tw_sm + warp * ${S.K};
@@ -176,7 +177,7 @@ twell_train_recount(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
         const long long m = r / ${NT};
         const int t = (int)(r % ${NT});
         tw_u32 *cell = packed + m * ${S.NW} + t * ${S.W};
-        if (cell[0] <= ${S.SLOTS}u)
+        if (!all && cell[0] <= ${S.SLOTS}u)
             continue;
         tw_row_to_smem(xs, x + m * ${S.K}, lane);
         for (int c0 = 0; c0 < ${S.T}; c0 += 32) {

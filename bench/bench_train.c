@@ -1,0 +1,730 @@
+/*
+ * bench_train.c — `twell bench --op train`: one training step (twell_ffn_forward_train +
+ * twell_ffn_backward) against a dense cuBLAS step on the same data, timed interleaved in the same
+ * run (L2 flushed, medians). Records: op "train" (forward + backward), "train_fwd", "train_bwd".
+ *
+ * Dense baseline (fp32 accumulation, dtype activations, fp32 weight gradients like ours):
+ *   forward   G = x·Wgᵀ, U = x·Wuᵀ (2 GEMMs), H = relu(G) ⊙ U (JIT kernel), y = H·Wd (GEMM)
+ *   backward  dH = dy·Wdᵀ (GEMM); dT = dH + (λ/M)·sign(U) on G > 0, dU = dT·relu(G),
+ *             dG = dT·U (JIT kernel, writes [dU | dG] as one [M, 2N] matrix); dx = dU·Wu + dG·Wg
+ *             as one GEMM over the concatenated 2N (the two dx GEMMs in one call);
+ *             dWu = dUᵀ·x, dWg = dGᵀ·x, dWd = Hᵀ·dy (3 GEMMs, fp32 out).
+ * Its extra activation memory is G, U, H, dH and [dU | dG]: 6·M·N dtype values; ours is the
+ * training state (twell_train_state_bytes after forward + backward). Both go into the note.
+ *
+ * Check: the first Mc = min(M, 8·check_rows) rows run forward + backward on the GPU (a fresh
+ * state) and on the CPU reference; the comparison is support-aware (train_check.h: rows and
+ * neurons whose gate support differs by fp32 rounding of a pre-activation near zero are counted
+ * and left out, at most 1% of rows allowed); tolerances: y, dx row-relative 5e-3 (bf16) / 1e-3
+ * (fp16), dWg, dWu, dWd 1e-5; max_rel_err is the worst of the five. The timed full-M run is
+ * checked for poison (every output written, finite).
+ */
+#include "bench.h"
+#include "cpu_train.h"
+#include "cuda_backend.h"
+#include "cuda_train.h"
+#include "half.h"
+#include "jit.h"
+#include "train_check.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a general row-major GemmEx (its own handle: bench/cublas.c only does x·Wᵀ) ---- */
+
+enum {
+    BT_OP_N = 0,
+    BT_OP_T = 1,
+    BT_R_32F = 0,
+    BT_R_16F = 2,
+    BT_R_16BF = 14,
+    BT_COMPUTE_32F = 68,
+    BT_GEMM_DEFAULT = -1
+};
+
+typedef struct bt_handle_st *bt_handle;
+
+typedef struct {
+    void *lib;
+    bt_handle h;
+    int (*Create)(bt_handle *);
+    int (*Destroy)(bt_handle);
+    int (*SetStream)(bt_handle, void *);
+    int (*GemmEx)(bt_handle, int, int, int, int, int, const void *, const void *, int, int,
+                  const void *, int, int, const void *, void *, int, int, int, int);
+} bt_blas;
+
+#define BT_LOAD(b, field, name)                                                                    \
+    do {                                                                                           \
+        void *p_ = dlsym((b)->lib, name);                                                          \
+        memcpy(&(b)->field, &p_, sizeof p_);                                                       \
+    } while (0)
+
+static int bt_blas_open(twell_ctx *ctx, bt_blas *b) {
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    memset(b, 0, sizeof *b);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !b->lib; i++)
+        b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!b->lib)
+        return -1;
+    BT_LOAD(b, Create, "cublasCreate_v2");
+    BT_LOAD(b, Destroy, "cublasDestroy_v2");
+    BT_LOAD(b, SetStream, "cublasSetStream_v2");
+    BT_LOAD(b, GemmEx, "cublasGemmEx");
+    if (!b->Create || !b->Destroy || !b->SetStream || !b->GemmEx)
+        return -1;
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return -1;
+    int st = b->Create(&b->h);
+    if (st == 0)
+        st = b->SetStream(b->h, NULL);
+    tw_cu_leave(ctx, &sc);
+    return st == 0 ? 0 : -1;
+}
+
+static void bt_blas_close(twell_ctx *ctx, bt_blas *b) {
+    tw_cu_scope sc;
+    if (b->h && tw_cu_enter(ctx, &sc) == TWELL_OK) {
+        b->Destroy(b->h);
+        tw_cu_leave(ctx, &sc);
+    }
+    memset(b, 0, sizeof *b); /* the library stays loaded, as in cublas.c */
+}
+
+/* Row-major C[M, N] (row stride ldc) = op(A)·op(B): A is [M, Kd] (stride lda) or, with ta, stored
+ * [Kd, M]; B is [Kd, N] (ldb) or, with tb, stored [N, Kd]. As column-major: Cᵀ = op(B)ᵀ·op(A)ᵀ. */
+static twell_status bt_gemm(twell_ctx *ctx, bt_blas *b, int ta, int tb, size_t M, size_t N,
+                            size_t Kd, const void *A, size_t lda, int at, const void *B, size_t ldb,
+                            int btp, void *C, size_t ldc, int ct) {
+    if (M > INT_MAX || N > INT_MAX || Kd > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
+        ldc > INT_MAX)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "bench train: GEMM dimensions beyond int");
+    const float alpha = 1.0f, beta = 0.0f;
+    tw_cu_scope sc;
+    twell_status s = tw_cu_enter(ctx, &sc);
+    if (s != TWELL_OK)
+        return s;
+    int st = b->GemmEx(b->h, tb ? BT_OP_T : BT_OP_N, ta ? BT_OP_T : BT_OP_N, (int)N, (int)M,
+                       (int)Kd, &alpha, B, btp, (int)ldb, A, at, (int)lda, &beta, C, ct, (int)ldc,
+                       BT_COMPUTE_32F, BT_GEMM_DEFAULT);
+    tw_cu_leave(ctx, &sc);
+    if (st != 0)
+        return tw_error(ctx, TWELL_ERR_CUDA, "bench train: cublasGemmEx failed (%d)", st);
+    return TWELL_OK;
+}
+
+/* ---- the timed units ---- */
+
+typedef struct {
+    twell_plan *plan;
+    twell_train_state *state;
+    size_t M;
+    const void *x, *wg, *wu, *wd, *dy;
+    void *y, *dx;
+    float *dwg, *dwu, *dwd, *stats;
+    float lambda;
+} bt_ours;
+
+static twell_status bt_ours_fwd(void *arg) {
+    bt_ours *a = arg;
+    return twell_ffn_forward_train(a->plan, a->M, a->x, a->wg, a->wu, a->wd, a->y, a->stats,
+                                   a->state, NULL);
+}
+
+static twell_status bt_ours_bwd(void *arg) {
+    bt_ours *a = arg;
+    return twell_ffn_backward(a->plan, a->state, a->M, a->x, a->wg, a->wu, a->wd, a->dy, a->lambda,
+                              a->dx, a->dwg, a->dwu, a->dwd, NULL);
+}
+
+static twell_status bt_ours_step(void *arg) {
+    twell_status st = bt_ours_fwd(arg);
+    return st == TWELL_OK ? bt_ours_bwd(arg) : st;
+}
+
+typedef struct {
+    twell_ctx *ctx;
+    bt_blas *blas;
+    size_t M;
+    uint32_t K, N;
+    int ty;
+    float l1c;
+    const void *x, *wg, *wu, *wd, *wuwg, *dy;
+    void *G, *U, *H, *y, *dH, *DUG, *dx;
+    float *dwg, *dwu, *dwd;
+    tw_CUfunction fwd_ew, bwd_ew;
+} bt_dense;
+
+static twell_status bt_ew(twell_ctx *ctx, tw_CUfunction fn, void **args) {
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.block[0] = 256, cfg.block[1] = cfg.block[2] = 1;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
+        tw_cu_leave(ctx, &sc);
+    }
+    return st;
+}
+
+static twell_status bt_dense_fwd(void *arg) {
+    bt_dense *d = arg;
+    twell_ctx *c = d->ctx;
+    size_t M = d->M, K = d->K, N = d->N;
+    twell_status st =
+        bt_gemm(c, d->blas, 0, 1, M, N, K, d->x, K, d->ty, d->wg, K, d->ty, d->G, N, d->ty);
+    if (st == TWELL_OK)
+        st = bt_gemm(c, d->blas, 0, 1, M, N, K, d->x, K, d->ty, d->wu, K, d->ty, d->U, N, d->ty);
+    if (st == TWELL_OK) {
+        long long n = (long long)(M * N);
+        void *args[] = {&d->G, &d->U, &d->H, &n};
+        st = bt_ew(c, d->fwd_ew, args);
+    }
+    if (st == TWELL_OK) /* y = H·Wd, Wd stored [N, K] */
+        st = bt_gemm(c, d->blas, 0, 0, M, K, N, d->H, N, d->ty, d->wd, K, d->ty, d->y, K, d->ty);
+    return st;
+}
+
+static twell_status bt_dense_bwd(void *arg) {
+    bt_dense *d = arg;
+    twell_ctx *c = d->ctx;
+    size_t M = d->M, K = d->K, N = d->N;
+    twell_status st =
+        bt_gemm(c, d->blas, 0, 1, M, N, K, d->dy, K, d->ty, d->wd, K, d->ty, d->dH, N, d->ty);
+    if (st == TWELL_OK) {
+        long long Ml = (long long)M, Nl = (long long)N;
+        void *args[] = {&d->G, &d->U, &d->dH, &d->l1c, &d->DUG, &Ml, &Nl};
+        st = bt_ew(c, d->bwd_ew, args);
+    }
+    if (st == TWELL_OK) /* dx = [dU | dG]·[Wu; Wg] */
+        st = bt_gemm(c, d->blas, 0, 0, M, K, 2 * N, d->DUG, 2 * N, d->ty, d->wuwg, K, d->ty, d->dx,
+                     K, d->ty);
+    const char *dug = d->DUG;
+    size_t half = N * 2u; /* bytes of N dtype values: dG starts there in each row */
+    if (st == TWELL_OK)   /* dWu = dUᵀ·x */
+        st = bt_gemm(c, d->blas, 1, 0, N, K, M, dug, 2 * N, d->ty, d->x, K, d->ty, d->dwu, K,
+                     BT_R_32F);
+    if (st == TWELL_OK) /* dWg = dGᵀ·x */
+        st = bt_gemm(c, d->blas, 1, 0, N, K, M, dug + half, 2 * N, d->ty, d->x, K, d->ty, d->dwg, K,
+                     BT_R_32F);
+    if (st == TWELL_OK) /* dWd = Hᵀ·dy */
+        st = bt_gemm(c, d->blas, 1, 0, N, K, M, d->H, N, d->ty, d->dy, K, d->ty, d->dwd, K,
+                     BT_R_32F);
+    return st;
+}
+
+static twell_status bt_dense_step(void *arg) {
+    twell_status st = bt_dense_fwd(arg);
+    return st == TWELL_OK ? bt_dense_bwd(arg) : st;
+}
+
+static twell_status bt_load_ew(twell_ctx *ctx, twell_dtype dt, tw_CUmodule *mod, tw_CUfunction *f,
+                               tw_CUfunction *b) {
+    tw_param params[] = {{"dtype", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0}};
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    twell_status st = tw_jit_cubin(ctx, "train_dense_ew", params, 1, ctx->cuda->arch, &cubin);
+    if (st != TWELL_OK)
+        return st;
+    tw_cu_scope sc;
+    st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cu_module_load(ctx, cubin.data, mod);
+        if (st == TWELL_OK)
+            st = tw_cu_module_function(ctx, *mod, "twell_train_dense_fwd", f);
+        if (st == TWELL_OK)
+            st = tw_cu_module_function(ctx, *mod, "twell_train_dense_bwd", b);
+        tw_cu_leave(ctx, &sc);
+    }
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+/* ---- check ---- */
+
+/* Row-major support lists of a CPU-format saved state (cpu_train.h). */
+typedef struct {
+    uint64_t *row_off;
+    uint32_t *col;
+    uint16_t *pbits;
+    tw_train_support sup;
+} bt_sup;
+
+static int bt_sup_make(bt_sup *g, const twell_shape *s, const tw_train_saved *sv) {
+    size_t M = sv->M, nnz = sv->row_off[M];
+    memset(g, 0, sizeof *g);
+    g->row_off = malloc((M + 1) * sizeof *g->row_off);
+    g->col = malloc((nnz + 1) * sizeof *g->col);
+    g->pbits = malloc((nnz + 1) * sizeof *g->pbits);
+    float *p = malloc((nnz + 1) * sizeof *p);
+    if (!g->row_off || !g->col || !g->pbits || !p) {
+        free(p);
+        return -1;
+    }
+    for (size_t m = 0; m <= M; m++)
+        g->row_off[m] = sv->row_off[m];
+    for (size_t m = 0; m < M; m++)
+        (void)tw_train_row_support(s, sv, m, g->col + sv->row_off[m], p + sv->row_off[m], NULL);
+    for (size_t e = 0; e < nnz; e++)
+        g->pbits[e] = tw_f32_to_half(s->dtype, p[e]);
+    free(p);
+    g->sup.M = M, g->sup.row_off = g->row_off, g->sup.col = g->col, g->sup.pbits = g->pbits;
+    return 0;
+}
+
+static void bt_sup_free(bt_sup *g) {
+    free(g->row_off);
+    free(g->col);
+    free(g->pbits);
+}
+
+typedef struct {
+    size_t Mc, rows_out, nrn_out, diff;
+    double err[5];
+} bt_check_res;
+
+/* The first Mc rows on both backends (see the file comment). Returns 1 when within tolerance;
+ * the note says what was measured or what failed. */
+static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
+                    const uint16_t *hdy, float lambda, const bt_ours *o, bt_check_res *res,
+                    char *note, size_t notelen) {
+    twell_ctx *ctx = env->ctx;
+    size_t Mc = o->M < 8 * env->opts->check_rows ? o->M : 8 * env->opts->check_rows;
+    if (Mc < 1)
+        Mc = 1;
+    size_t K = s->K, N = s->N, xk = Mc * K, wk = N * K;
+    memset(res, 0, sizeof *res);
+    res->Mc = Mc;
+    twell_ctx *cpu = NULL;
+    twell_plan *cplan = NULL, *gplan = o->plan;
+    twell_train_state *cst = NULL, *gst = NULL;
+    uint16_t *ry = malloc(xk * 2), *rdx = malloc(xk * 2), *gy = malloc(xk * 2),
+             *gdx = malloc(xk * 2);
+    float *rw = malloc(wk * 3 * 4), *gw = malloc(wk * 3 * 4), stats[2];
+    unsigned char *row_same = malloc(Mc), *nrn_same = malloc(N);
+    tw_cuda_train_host h;
+    memset(&h, 0, sizeof h);
+    bt_sup cs, gs;
+    memset(&cs, 0, sizeof cs);
+    memset(&gs, 0, sizeof gs);
+    size_t *gso = NULL, *gro = NULL;
+    int ok = 0;
+    twell_ctx_options co = twell_ctx_options_default();
+    co.backend = TWELL_BACKEND_CPU;
+    twell_status st = TWELL_ERR_NO_MEMORY;
+    if (ry && rdx && gy && gdx && rw && gw && row_same && nrn_same)
+        st = twell_ctx_create(&co, &cpu);
+    if (st == TWELL_OK && (st = twell_plan_create(cpu, s, &cplan)) == TWELL_OK &&
+        (st = twell_train_state_create(cplan, &cst)) == TWELL_OK &&
+        (st = twell_ffn_forward_train(cplan, Mc, f->x, f->wg, f->wu, f->wd, ry, stats, cst,
+                                      NULL)) == TWELL_OK)
+        st = twell_ffn_backward(cplan, cst, Mc, f->x, f->wg, f->wu, f->wd, hdy, lambda, rdx, rw,
+                                rw + wk, rw + 2 * wk, NULL);
+    if (st != TWELL_OK) {
+        snprintf(note, notelen, "CPU reference: %s: %s", twell_status_name(st),
+                 cpu ? twell_ctx_errmsg(cpu) : "out of memory");
+        goto done;
+    }
+    /* the GPU on the same rows, a fresh state, outputs in the full-size buffers */
+    if ((st = twell_train_state_create(gplan, &gst)) != TWELL_OK ||
+        (st = twell_ffn_forward_train(gplan, Mc, o->x, o->wg, o->wu, o->wd, o->y, NULL, gst,
+                                      NULL)) != TWELL_OK ||
+        (st = twell_ffn_backward(gplan, gst, Mc, o->x, o->wg, o->wu, o->wd, o->dy, lambda, o->dx,
+                                 o->dwg, o->dwu, o->dwd, NULL)) != TWELL_OK ||
+        (st = tw_cuda_train_download(gst, &h)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_dtoh(ctx, gy, o->y, xk * 2)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_dtoh(ctx, gdx, o->dx, xk * 2)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_dtoh(ctx, gw, o->dwg, wk * 4)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_dtoh(ctx, gw + wk, o->dwu, wk * 4)) != TWELL_OK ||
+        (st = tw_cuda_memcpy_dtoh(ctx, gw + 2 * wk, o->dwd, wk * 4)) != TWELL_OK) {
+        snprintf(note, notelen, "GPU run of the check rows: %s: %s", twell_status_name(st),
+                 twell_ctx_errmsg(ctx));
+        goto done;
+    }
+    /* supports */
+    tw_train_saved gsv;
+    memset(&gsv, 0, sizeof gsv);
+    size_t tiles = Mc * (N / s->T);
+    gso = malloc((tiles + 1) * sizeof *gso);
+    gro = malloc((Mc + 1) * sizeof *gro);
+    if (!gso || !gro) {
+        snprintf(note, notelen, "out of host memory for the check");
+        goto done;
+    }
+    for (size_t i = 0; i <= tiles; i++)
+        gso[i] = (size_t)h.spill_off[i];
+    for (size_t i = 0; i <= Mc; i++)
+        gro[i] = (size_t)h.row_off[i];
+    gsv.M = Mc, gsv.nnz = h.nnz, gsv.spill_total = h.spill_total, gsv.packed = h.packed;
+    gsv.u_ell = h.u_ell, gsv.spill_off = gso, gsv.spill = h.spill, gsv.u_spill = h.u_spill;
+    gsv.row_off = gro;
+    if (bt_sup_make(&cs, s, cst->backend_data) || bt_sup_make(&gs, s, &gsv)) {
+        snprintf(note, notelen, "out of host memory for the check");
+        goto done;
+    }
+    res->diff = tw_train_support_diff(s->N, &gs.sup, &cs.sup, row_same, nrn_same);
+    for (size_t m = 0; m < Mc; m++)
+        res->rows_out += !row_same[m];
+    for (size_t n = 0; n < N; n++)
+        res->nrn_out += !nrn_same[n];
+    res->err[0] = tw_train_err_h(s->dtype, gy, ry, Mc, s->K, row_same, NULL, NULL, NULL);
+    res->err[1] = tw_train_err_h(s->dtype, gdx, rdx, Mc, s->K, row_same, NULL, NULL, NULL);
+    for (size_t t = 0; t < 3; t++)
+        res->err[2 + t] =
+            tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
+    double t16 = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
+    ok = res->rows_out * 100 <= Mc && res->err[0] <= t16 && res->err[1] <= t16 &&
+         res->err[2] <= 1e-5 && res->err[3] <= 1e-5 && res->err[4] <= 1e-5;
+    snprintf(note, notelen,
+             "CPU check, first %zu rows: row-rel y %.1e dx %.1e (tol %.0e) dWg %.1e dWu %.1e "
+             "dWd %.1e (tol 1e-5); support diff %zu entries (%zu rows, %zu neurons out)",
+             Mc, res->err[0], res->err[1], t16, res->err[2], res->err[3], res->err[4], res->diff,
+             res->rows_out, res->nrn_out);
+done:
+    free(ry), free(rdx), free(gy), free(gdx), free(rw), free(gw), free(row_same), free(nrn_same);
+    free(gso), free(gro);
+    bt_sup_free(&cs);
+    bt_sup_free(&gs);
+    tw_cuda_train_host_free(&h);
+    twell_train_state_destroy(gst);
+    twell_train_state_destroy(cst);
+    twell_plan_destroy(cplan);
+    twell_ctx_destroy(cpu);
+    return ok;
+}
+
+/* Every element of the full-M run written and finite (outputs were poisoned first). */
+static int bt_poison_check(bench_env *env, const twell_shape *s, const bt_ours *o, char *note,
+                           size_t notelen) {
+    twell_ctx *ctx = env->ctx;
+    size_t n = o->M * s->K, wk = (size_t)s->N * s->K;
+    uint16_t *h = malloc(n * 2);
+    float *w = malloc(wk * 4);
+    int ok = h && w;
+    const void *d16[2] = {o->y, o->dx};
+    const float *d32[3] = {o->dwg, o->dwu, o->dwd};
+    for (int t = 0; ok && t < 2; t++) {
+        ok = tw_cuda_memcpy_dtoh(ctx, h, d16[t], n * 2) == TWELL_OK;
+        for (size_t i = 0; ok && i < n; i++)
+            if (h[i] == 0xFFFFu || !isfinite(tw_half_to_f32(s->dtype, h[i]))) {
+                snprintf(note, notelen, "%s[%zu] = %04x: never written or not finite",
+                         t ? "dx" : "y", i, h[i]);
+                ok = 0;
+            }
+    }
+    for (int t = 0; ok && t < 3; t++) {
+        ok = tw_cuda_memcpy_dtoh(ctx, w, d32[t], wk * 4) == TWELL_OK;
+        for (size_t i = 0; ok && i < wk; i++)
+            if (!isfinite(w[i])) {
+                snprintf(note, notelen, "dW%d[%zu] never written or not finite", t, i);
+                ok = 0;
+            }
+    }
+    free(h);
+    free(w);
+    return ok;
+}
+
+/* The dense baseline computes the same step: its outputs against ours on the full M (its H, dH,
+ * dU, dG are rounded to dtype, ours keep U and the sums in fp32, so they differ at the 1e-3
+ * level; a transposed or misplaced GEMM would give O(1)). Returns the worst row-relative error,
+ * or -1 if a run or copy failed. */
+static double bt_dense_agree(bench_env *env, const twell_shape *s, const bt_ours *o, bt_dense *d) {
+    twell_ctx *ctx = env->ctx;
+    size_t n = o->M * s->K, wk = (size_t)s->N * s->K;
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    float *fa = malloc(wk * 4), *fb = malloc(wk * 4);
+    double worst = -1.0;
+    if (a && b && fa && fb && bt_dense_step(d) == TWELL_OK &&
+        tw_cuda_synchronize(ctx) == TWELL_OK) {
+        worst = 0.0;
+        const void *ours16[2] = {o->y, o->dx}, *dense16[2] = {d->y, d->dx};
+        const float *ours32[3] = {o->dwg, o->dwu, o->dwd}, *dense32[3] = {d->dwg, d->dwu, d->dwd};
+        for (int t = 0; t < 2 && worst >= 0.0; t++) {
+            if (tw_cuda_memcpy_dtoh(ctx, a, ours16[t], n * 2) != TWELL_OK ||
+                tw_cuda_memcpy_dtoh(ctx, b, dense16[t], n * 2) != TWELL_OK) {
+                worst = -1.0;
+                break;
+            }
+            double e = tw_train_err_h(s->dtype, b, a, o->M, s->K, NULL, NULL, NULL, NULL);
+            if (!(e <= worst))
+                worst = e;
+        }
+        for (int t = 0; t < 3 && worst >= 0.0; t++) {
+            if (tw_cuda_memcpy_dtoh(ctx, fa, ours32[t], wk * 4) != TWELL_OK ||
+                tw_cuda_memcpy_dtoh(ctx, fb, dense32[t], wk * 4) != TWELL_OK) {
+                worst = -1.0;
+                break;
+            }
+            double e = tw_train_err_f(fb, fa, s->N, s->K, NULL, NULL, NULL, NULL);
+            if (!(e <= worst))
+                worst = e;
+        }
+    }
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+    return worst;
+}
+
+/* ---- the op ---- */
+
+static void bt_emit(bench_env *env, void (*emit)(bench_env *, const bench_record *),
+                    bench_record *r, const char *op, const double *med, const double *mn,
+                    const double *mx, size_t ours, size_t dense, int have_dense) {
+    bench_record c = *r;
+    snprintf(c.op, sizeof c.op, "%s", op);
+    c.reps = env->opts->reps;
+    c.ours_ms = med[ours], c.ours_min_ms = mn[ours], c.ours_max_ms = mx[ours];
+    snprintf(c.baseline, sizeof c.baseline, "cublas_train");
+    if (have_dense) {
+        c.baseline_ms = med[dense], c.baseline_min_ms = mn[dense], c.baseline_max_ms = mx[dense];
+        c.ratio = c.ours_ms > 0 ? c.baseline_ms / c.ours_ms : -1.0;
+    }
+    emit(env, &c);
+}
+
+/* Deterministic dy in (-1, 1). */
+static void bt_fill_dy(twell_dtype dt, uint16_t *dy, size_t n, uint64_t seed) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1u;
+    for (size_t i = 0; i < n; i++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        double u = (double)(z >> 11) * 0x1.0p-53;
+        dy[i] = tw_f32_to_half(dt, (float)(2.0 * u - 1.0));
+    }
+}
+
+int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
+    const bench_opts *o = env->opts;
+    twell_ctx *ctx = env->ctx;
+    const float lambda = 1.0f;
+    int rc = 0;
+    size_t Mmax = 0;
+    for (size_t i = 0; i < o->nM; i++)
+        if (o->M[i] > Mmax)
+            Mmax = o->M[i];
+    twell_shape s = twell_shape_default(o->K, o->N);
+    s.T = o->T, s.C = o->C, s.dtype = o->dtype;
+    twell_plan *plan = NULL;
+    if (twell_plan_create(ctx, &s, &plan) != TWELL_OK) {
+        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+        return 1;
+    }
+    int want = tw_gp_variant_parse(o->variant);
+    if (want != TW_GP_AUTO &&
+        tw_cuda_plan_gate_pack_select(plan, (tw_gp_variant)want) != TWELL_OK) {
+        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(plan);
+        return 1;
+    }
+    char variant[16];
+    snprintf(variant, sizeof variant, "%s+simt",
+             tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)));
+
+    bt_blas blas;
+    tw_CUmodule ew_mod = NULL;
+    tw_CUfunction fwd_ew = NULL, bwd_ew = NULL;
+    int have_dense = bt_blas_open(ctx, &blas) == 0;
+    if (!have_dense)
+        fprintf(stderr, "twell bench: no cuBLAS for the dense training baseline\n");
+    if (have_dense && bt_load_ew(ctx, s.dtype, &ew_mod, &fwd_ew, &bwd_ew) != TWELL_OK) {
+        fprintf(stderr, "twell bench: dense baseline kernels: %s\n", twell_ctx_errmsg(ctx));
+        have_dense = 0;
+    }
+    int ty = s.dtype == TWELL_DTYPE_BF16 ? BT_R_16BF : BT_R_16F;
+
+    size_t K = s.K, N = s.N, xb = Mmax * K * 2, wb = N * K * 2, hb = Mmax * N * 2;
+    twell_train_state *state = NULL;
+    void *bufs[24];
+    memset(bufs, 0, sizeof bufs);
+    enum {
+        X,
+        WG,
+        WU,
+        WD,
+        WUWG,
+        DY,
+        Y,
+        DX,
+        DWG,
+        DWU,
+        DWD,
+        STATS,
+        G,
+        U,
+        H,
+        DH,
+        DUG,
+        Y2,
+        DX2,
+        DWG2,
+        DWU2,
+        DWD2,
+        NBUF
+    };
+    size_t sizes[NBUF] = {xb, wb, wb, wb, 2 * wb, xb,     xb, xb, 2 * wb, 2 * wb, 2 * wb,
+                          16, hb, hb, hb, hb,     2 * hb, xb, xb, 2 * wb, 2 * wb, 2 * wb};
+    uint16_t *hdy = malloc(xb), *wuwg = malloc(2 * wb);
+    if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK) {
+        fprintf(stderr, "twell bench: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (int i = 0; i < NBUF; i++) {
+        if (!have_dense && i >= G)
+            break;
+        if (tw_cuda_malloc(ctx, sizes[i], &bufs[i]) != TWELL_OK) {
+            fprintf(stderr, "twell bench: allocation: %s\n", twell_ctx_errmsg(ctx));
+            rc = 1;
+            goto done;
+        }
+    }
+
+    for (size_t di = 0; di < o->ndist; di++) {
+        for (size_t ni = 0; ni < o->nnnz; ni++) {
+            tw_synth_params sp = tw_synth_params_default();
+            sp.M = Mmax, sp.K = s.K, sp.N = s.N, sp.dtype = s.dtype, sp.gated = 1;
+            sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
+            tw_synth_ffn *f = NULL;
+            if (tw_synth_create(ctx->pool, &sp, &f) != TWELL_OK) {
+                fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", Mmax);
+                rc = 1;
+                goto done;
+            }
+            bt_fill_dy(s.dtype, hdy, Mmax * K, o->seed + 7u);
+            memcpy(wuwg, f->wu, wb);
+            memcpy(wuwg + N * K, f->wg, wb);
+            if (tw_cuda_memcpy_htod(ctx, bufs[X], f->x, xb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, bufs[WG], f->wg, wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, bufs[WU], f->wu, wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, bufs[WD], f->wd, wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, bufs[WUWG], wuwg, 2 * wb) != TWELL_OK ||
+                tw_cuda_memcpy_htod(ctx, bufs[DY], hdy, xb) != TWELL_OK) {
+                fprintf(stderr, "twell bench: upload: %s\n", twell_ctx_errmsg(ctx));
+                tw_synth_destroy(f);
+                rc = 1;
+                goto done;
+            }
+            for (size_t mi = 0; mi < o->nM; mi++) {
+                size_t M = o->M[mi];
+                bench_record r;
+                bench_record_init(env, &r, "train", M, o->dist[di], o->nnz[ni]);
+                snprintf(r.variant, sizeof r.variant, "%s", variant);
+                bt_ours ours = {plan,      state,     M,         bufs[X],     bufs[WG],
+                                bufs[WU],  bufs[WD],  bufs[DY],  bufs[Y],     bufs[DX],
+                                bufs[DWG], bufs[DWU], bufs[DWD], bufs[STATS], lambda};
+                bt_dense dense = {ctx,
+                                  &blas,
+                                  M,
+                                  (uint32_t)K,
+                                  (uint32_t)N,
+                                  ty,
+                                  (float)((double)lambda / (double)M),
+                                  bufs[X],
+                                  bufs[WG],
+                                  bufs[WU],
+                                  bufs[WD],
+                                  bufs[WUWG],
+                                  bufs[DY],
+                                  bufs[G],
+                                  bufs[U],
+                                  bufs[H],
+                                  bufs[Y2],
+                                  bufs[DH],
+                                  bufs[DUG],
+                                  bufs[DX2],
+                                  bufs[DWG2],
+                                  bufs[DWU2],
+                                  bufs[DWD2],
+                                  fwd_ew,
+                                  bwd_ew};
+                /* check first (fresh state, Mc rows), then the full-M run poisoned */
+                bt_check_res cr;
+                r.correct = bt_check(env, &s, f, hdy, lambda, &ours, &cr, r.check_note,
+                                     sizeof r.check_note);
+                r.checked_rows = cr.Mc;
+                r.max_rel_err = 0.0;
+                for (int t = 0; t < 5; t++)
+                    if (!(cr.err[t] <= r.max_rel_err))
+                        r.max_rel_err = cr.err[t];
+                float st2[2] = {0, 0};
+                char pnote[160] = "";
+                if (tw_cuda_memset_d32(ctx, bufs[Y], 0xFFFFFFFFu, M * K / 2, NULL) != TWELL_OK ||
+                    tw_cuda_memset_d32(ctx, bufs[DX], 0xFFFFFFFFu, M * K / 2, NULL) != TWELL_OK ||
+                    tw_cuda_memset_d32(ctx, bufs[DWG], 0xFFFFFFFFu, N * K, NULL) != TWELL_OK ||
+                    tw_cuda_memset_d32(ctx, bufs[DWU], 0xFFFFFFFFu, N * K, NULL) != TWELL_OK ||
+                    tw_cuda_memset_d32(ctx, bufs[DWD], 0xFFFFFFFFu, N * K, NULL) != TWELL_OK ||
+                    bt_ours_step(&ours) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
+                    tw_cuda_memcpy_dtoh(ctx, st2, bufs[STATS], 8) != TWELL_OK) {
+                    snprintf(pnote, sizeof pnote, "full-M run failed: %s", twell_ctx_errmsg(ctx));
+                    r.correct = 0;
+                } else if (!bt_poison_check(env, &s, &ours, pnote, sizeof pnote)) {
+                    r.correct = 0;
+                }
+                r.nnz_mean = st2[0];
+                double agree = have_dense ? bt_dense_agree(env, &s, &ours, &dense) : 0.0;
+                if (have_dense && !(agree >= 0.0 && agree <= 5e-2)) {
+                    r.correct = 0;
+                    snprintf(pnote, sizeof pnote,
+                             "DENSE BASELINE DISAGREES with ours: worst row-rel %.2e%s", agree,
+                             agree < 0.0 ? " (run failed)" : "");
+                }
+                size_t ours_bytes = twell_train_state_bytes(state);
+                double dense_bytes = 6.0 * (double)M * (double)N * 2.0;
+                size_t len = strlen(r.check_note);
+                snprintf(r.check_note + len, sizeof r.check_note - len,
+                         "; extra memory: ours %.3f GiB (state), dense %.3f GiB (G,U,H,dH,dU|dG); "
+                         "dense vs ours %.1e%s%s",
+                         (double)ours_bytes / 1073741824.0, dense_bytes / 1073741824.0, agree,
+                         *pnote ? "; " : "", pnote);
+                if (!r.correct)
+                    fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
+                            r.distribution, r.nnz_target, r.check_note);
+
+                bench_fn fns[6] = {bt_ours_step,  bt_ours_fwd,  bt_ours_bwd,
+                                   bt_dense_step, bt_dense_fwd, bt_dense_bwd};
+                void *args[6] = {&ours, &ours, &ours, &dense, &dense, &dense};
+                double med[6] = {0}, mn[6] = {0}, mx[6] = {0};
+                twell_status st =
+                    bench_time(env, have_dense ? 6 : 3, fns, args, o->reps, o->warmup, med, mn, mx);
+                if (st != TWELL_OK) {
+                    fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
+                    r.correct = 0;
+                    snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
+                             twell_ctx_errmsg(ctx));
+                }
+                bt_emit(env, emit, &r, "train", med, mn, mx, 0, 3, have_dense);
+                bt_emit(env, emit, &r, "train_fwd", med, mn, mx, 1, 4, have_dense);
+                bt_emit(env, emit, &r, "train_bwd", med, mn, mx, 2, 5, have_dense);
+                if (!r.correct)
+                    rc = 1;
+            }
+            tw_synth_destroy(f);
+        }
+    }
+done:
+    free(hdy);
+    free(wuwg);
+    for (int i = 0; i < NBUF; i++)
+        tw_cuda_free(ctx, bufs[i]);
+    twell_train_state_destroy(state);
+    if (ew_mod) {
+        tw_cu_scope sc;
+        if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
+            tw_cu_module_unload(ew_mod);
+            tw_cu_leave(ctx, &sc);
+        }
+    }
+    if (have_dense || blas.h)
+        bt_blas_close(ctx, &blas);
+    twell_plan_destroy(plan);
+    return rc;
+}
