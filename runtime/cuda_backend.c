@@ -1,7 +1,7 @@
 /*
  * cuda_backend.c — the CUDA backend's entry points (internal.h): device open/close, pointer
  * kinds, per-plan kernels, and dispatch of the ops. Ops not on the GPU yet report
- * TWELL_ERR_UNSUPPORTED (training; the dense inference path).
+ * TWELL_ERR_UNSUPPORTED (training).
  */
 #include "cuda_backend.h"
 #include "cuda_train.h"
@@ -77,6 +77,11 @@ twell_status tw_cuda_plan_init(twell_plan *plan) {
         st = tw_cuda_gate_pack_init(plan, TW_GP_AUTO, &cp->gate_pack);
         if (st == TWELL_OK) {
             st = tw_cuda_ffn_init(plan, &cp->ffn);
+            if (st == TWELL_OK) {
+                st = tw_cuda_dense_init(plan, &cp->dense);
+                if (st != TWELL_OK)
+                    tw_cuda_ffn_release(plan, cp->ffn);
+            }
             if (st != TWELL_OK)
                 tw_cuda_gate_pack_release(plan, cp->gate_pack);
         }
@@ -100,6 +105,7 @@ void tw_cuda_plan_release(twell_plan *plan) {
         (void)tw_cuda_synchronize(plan->ctx);
         tw_cuda_gate_pack_release(plan, cp->gate_pack);
         tw_cuda_ffn_release(plan, cp->ffn);
+        tw_cuda_dense_release(plan, cp->dense);
         tw_cu_leave(plan->ctx, &sc);
     }
     free(cp);
@@ -153,18 +159,13 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
 twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
                                const void *wg, const void *wu, const void *wd, void *y,
                                twell_stream stream) {
-    /* AUTO is the sparse path for now: there is no dense path of our own yet (future work: a
-     * generated tensor-core FFN chosen from the previous call's counts). */
-    if (plan->path == TWELL_PATH_DENSE)
-        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
-                        "twell_ffn_infer: TWELL_PATH_DENSE is not implemented on CUDA yet (use "
-                        "TWELL_PATH_SPARSE or TWELL_PATH_AUTO, which is sparse for now)");
     tw_cuda_plan *cp = tw_cplan(plan);
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    st = tw_cuda_ffn_launch(plan, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
+    /* the path choice (plan->path, AUTO from earlier counts) and the sparse launch: cuda_dense.c */
+    st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }

@@ -3,6 +3,7 @@
 #ifndef TWELL_CUDA_BACKEND_H
 #define TWELL_CUDA_BACKEND_H
 
+#include "cuda_dense.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
 
@@ -10,6 +11,7 @@
 typedef struct tw_cuda_plan {
     tw_gate_pack *gate_pack; /* chosen and loaded by tw_cuda_plan_init */
     tw_ffn *ffn;             /* ffn_infer kernels and workspace (cuda_ffn.c) */
+    tw_dense *dense;         /* ffn_infer's dense path and AUTO state (cuda_dense.c) */
 } tw_cuda_plan;
 
 /* Replaces plan's gate-pack kernel with variant v (AUTO: the normal choice). On failure the

@@ -542,6 +542,12 @@ twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int dat
 
 static tw_CUdeviceptr tw_dptr(const void *p) { return (tw_CUdeviceptr)(uintptr_t)p; }
 
+/* Calls below that block the host until device work completes (tests check that the steady
+ * state of an op makes none). */
+static atomic_ulong tw_host_waits;
+
+unsigned long tw_cuda_host_waits(void) { return atomic_load(&tw_host_waits); }
+
 twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     *dptr = NULL;
     tw_CUdeviceptr d = 0;
@@ -574,6 +580,7 @@ twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, siz
 }
 
 twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuMemcpyDtoH_v2", r_ = tw_cu.MemcpyDtoH(dst, tw_dptr(src), bytes));
 }
 
@@ -594,10 +601,12 @@ twell_status tw_cuda_memset_d8(twell_ctx *ctx, void *dst, uint8_t value, size_t 
 }
 
 twell_status tw_cuda_synchronize(twell_ctx *ctx) {
+    atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuCtxSynchronize", r_ = tw_cu.CtxSynchronize());
 }
 
 twell_status tw_cuda_stream_synchronize(twell_ctx *ctx, twell_stream stream) {
+    atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuStreamSynchronize", r_ = tw_cu.StreamSynchronize((tw_CUstream)stream));
 }
 
@@ -659,6 +668,7 @@ twell_status tw_cuda_event_record(twell_ctx *ctx, tw_cuda_event ev, twell_stream
 twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_event end,
                                    float *ms) {
     *ms = 0.0f;
+    atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuEventElapsedTime", {
         r_ = tw_cu.EventSynchronize(end);
         if (r_ == TW_CUDA_SUCCESS)
@@ -713,5 +723,6 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
 }
 
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
+    atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = tw_cu.EventSynchronize(ev));
 }

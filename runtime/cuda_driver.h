@@ -210,4 +210,9 @@ twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev);
 /* Makes later work on stream wait for ev (cuStreamWaitEvent); the host does not wait. */
 twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev);
 
+/* How many calls of this process so far blocked the host on device work: tw_cuda_synchronize,
+ * tw_cuda_stream_synchronize, tw_cuda_event_synchronize, tw_cuda_event_elapsed and the
+ * synchronous tw_cuda_memcpy_dtoh (whether or not they succeeded). Thread-safe. */
+unsigned long tw_cuda_host_waits(void);
+
 #endif /* TWELL_CUDA_DRIVER_H */

@@ -255,6 +255,7 @@ static void test_gpu_ffn_infer_case(void **state) {
     s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE)); /* AUTO may switch to the dense path */
     fi_data d;
     fi_prepare(&d, &s, c->M, c->dist, c->nnz, 2000u + c->M + c->K + c->N, plan);
     int tiled = tw_cuda_ffn_tiled(plan);
@@ -327,6 +328,7 @@ static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
     twell_shape s = twell_shape_default(64, 256);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     fi_data d;
     fi_prepare(&d, &s, M, TW_SYNTH_SKEWED, 12, 4242, plan);
     size_t extra[] = {TW_FFN_CHUNK - 1, TW_FFN_CHUNK, 2 * TW_FFN_CHUNK - 1, 2 * TW_FFN_CHUNK};
@@ -377,6 +379,7 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     twell_shape s = twell_shape_default(512, 2048);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     if (!tw_cuda_ffn_tiled(plan)) {
         twell_plan_destroy(plan);
         skip();
@@ -408,8 +411,8 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     twell_plan_destroy(plan);
 }
 
-/* TWELL_PATH_DENSE is not implemented (clear error, y untouched); SPARSE and AUTO run; tensors
- * off 16-byte alignment go to the portable kernel; an odd address is rejected. */
+/* TWELL_PATH_DENSE runs on sm_90a, elsewhere it is a clear error (y untouched); SPARSE and AUTO
+ * run; tensors off 16-byte alignment go to the portable kernel; an odd address is rejected. */
 static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     (void)state;
     twell_shape s = twell_shape_default(256, 1024);
@@ -418,16 +421,22 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     fi_data d;
     fi_prepare(&d, &s, 200, TW_SYNTH_SKEWED, 20, 99, plan);
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
-    FI_OK(tw_cuda_memset_d32(fi_ctx, d.dy, 0x12341234u, 200 * s.K / 2, NULL));
-    twell_status st = twell_ffn_infer(plan, 200, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);
-    assert_int_equal(st, TWELL_ERR_UNSUPPORTED);
-    printf("#   DENSE: %s\n", twell_ctx_errmsg(fi_ctx));
-    assert_non_null(strstr(twell_ctx_errmsg(fi_ctx), "TWELL_PATH_DENSE"));
-    FI_OK(tw_cuda_synchronize(fi_ctx));
-    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d.got, d.dy, 200 * s.K * 2u));
-    for (size_t i = 0; i < 200 * (size_t)s.K; i++)
-        if (d.got[i] != 0x1234u)
-            fail_msg("y[%zu] was written by a call that failed", i);
+    twell_status st;
+    if (tw_cuda_dense_available(plan)) { /* sm_90a: the dense path (test_gpu_ffn_dense.c) */
+        fi_run(&d, plan, FI_POISON_B, NULL);
+        fi_expect(&d, "dense");
+    } else {
+        FI_OK(tw_cuda_memset_d32(fi_ctx, d.dy, 0x12341234u, 200 * s.K / 2, NULL));
+        st = twell_ffn_infer(plan, 200, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);
+        assert_int_equal(st, TWELL_ERR_UNSUPPORTED);
+        printf("#   DENSE: %s\n", twell_ctx_errmsg(fi_ctx));
+        assert_non_null(strstr(twell_ctx_errmsg(fi_ctx), "TWELL_PATH_DENSE"));
+        FI_OK(tw_cuda_synchronize(fi_ctx));
+        FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d.got, d.dy, 200 * s.K * 2u));
+        for (size_t i = 0; i < 200 * (size_t)s.K; i++)
+            if (d.got[i] != 0x1234u)
+                fail_msg("y[%zu] was written by a call that failed", i);
+    }
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     fi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, "sparse");

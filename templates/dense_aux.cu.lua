@@ -1,0 +1,142 @@
+-- dense_aux.cu.lua — the small kernels around gemm_sm90 in the dense FFN path
+-- (runtime/cuda_dense.c): counting the packed activation (the AUTO path choice and the units whose
+-- row-tiles overflow), expanding it into a dense 16-bit matrix (non-gated H), and transposing the
+-- down projection for the "NT" GEMM.
+--
+-- Parameters: K, N, T, C, dtype (the plan's shape, see twellrt.h).
+-- ABI (block = 256 threads for all three):
+--   twell_dense_count(const unsigned *packed, int M, int unit_rows, unsigned *flags,
+--                     unsigned long long *stats)
+--       any grid (grid-stride over the M·N/T row-tiles). stats[0] += Σ counts (word 0 of every
+--       row-tile: the exact number of active values), and when flags is not NULL, flags[u] = 1
+--       for every unit u = (m / unit_rows)·ceil(N/256) + (column / 256) holding a row-tile with
+--       count > slots, stats[1] += the number of units it set. flags and stats must be zeroed
+--       before; several launches may accumulate into the same stats.
+--   twell_dense_expand(const unsigned *packed, int M, unsigned short *h)
+--       any grid (grid-stride over M·ceil(N/256) items of one row x 256 columns). h [M, N]
+--       (16-byte aligned) = the packed values at their columns, 0 elsewhere; of an overflowing
+--       row-tile only the stored entries (the caller recomputes those units).
+--   twell_dense_transpose(const unsigned short *w, unsigned short *wt)
+--       grid (K/64, N/64): wt [K, N] = transpose of w [N, K] (both 4-byte aligned); K % 64 == 0.
+
+local common = import "twell_common"
+local S = common.shape()
+if S.K % 64 ~= 0 then
+    unsupported("K=%d is not a multiple of 64 (the dense path's GEMMs need it)", S.K)
+end
+local NT = S.N // S.T
+local NB = (S.N + 255) // 256
+local IT = 256 // S.C // 32
+if IT < 1 then
+    IT = 1
+end
+
+cuda [==[
+typedef unsigned int tw_u32;
+typedef unsigned long long tw_u64;
+typedef unsigned short tw_u16;
+
+extern "C" __global__ void __launch_bounds__(256)
+    twell_dense_count(const tw_u32 *__restrict__ packed, int M, int unit_rows,
+                      tw_u32 *__restrict__ flags, tw_u64 *__restrict__ stats) {
+    const long long items = (long long)M * ${NT};
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    tw_u64 sum = 0;
+    tw_u32 nset = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
+        const long long m = i / ${NT};
+        const int t = (int)(i - m * ${NT});
+        const tw_u32 c = __ldg(packed + m * ${S.NW} + (long long)t * ${S.W});
+        sum += c;
+        if (flags != 0 && c > ${S.SLOTS}u) {
+            const long long u = (m / unit_rows) * ${NB} + (t * ${S.T}) / 256;
+            if (atomicExch(flags + u, 1u) == 0u)
+                nset++;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        sum += __shfl_down_sync(0xffffffffu, sum, o);
+        nset += __shfl_down_sync(0xffffffffu, nset, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (sum != 0)
+            atomicAdd(stats, sum);
+        if (nset != 0)
+            atomicAdd(stats + 1, (tw_u64)nset);
+    }
+}
+
+/* The dense 256-column block n0 of packed row `row` into buf (256 values): zero, then each
+ * row-tile's first min(count, slots) entries whose column lies in that row-tile. One warp. */
+static __device__ __forceinline__ void tw_expand_block(const tw_u32 *__restrict__ packed,
+                                                       long long row, int n0,
+                                                       tw_u16 *buf) {
+    constexpr int W = ${S.W}, SLOTS = ${S.SLOTS}, T = ${S.T}, IT = ${IT};
+    const int lane = threadIdx.x & 31;
+    *(uint4 *)(buf + lane * 8) = make_uint4(0u, 0u, 0u, 0u);
+    const int ncols = ${S.N} - n0 < 256 ? ${S.N} - n0 : 256;
+    const int segw = ncols / ${S.C};
+    const tw_u32 *src = packed + row * ${S.NW} + n0 / ${S.C};
+    tw_u32 v[IT];
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+        const int j = it * 32 + lane;
+        v[it] = j < segw ? __ldg(src + j) : 0u;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+        const int j = it * 32 + lane;
+        tw_u32 count;
+        if (W <= 32)
+            count = __shfl_sync(0xffffffffu, v[it], lane & ~(W - 1));
+        else
+            count = __shfl_sync(0xffffffffu, v[it & ~(W / 32 - 1)], 0);
+        const int slot = j & (W - 1);
+        const tw_u32 lim = count < (tw_u32)SLOTS ? count : (tw_u32)SLOTS;
+        const int rel = (int)(v[it] & 0xffffu) - n0;
+        const int tile0 = (j / W) * T;
+        if (j < segw && slot >= 1 && (tw_u32)slot <= lim && (unsigned)(rel - tile0) < (unsigned)T)
+            buf[rel] = (tw_u16)(v[it] >> 16);
+    }
+    __syncwarp();
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    twell_dense_expand(const tw_u32 *__restrict__ packed, int M, tw_u16 *__restrict__ h) {
+    __shared__ __align__(16) tw_u16 tw_buf[8][256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long items = (long long)M * ${NB};
+    for (long long i = (long long)blockIdx.x * 8 + warp; i < items; i += (long long)gridDim.x * 8) {
+        const long long row = i / ${NB};
+        const int n0 = (int)(i - row * ${NB}) * 256;
+        tw_expand_block(packed, row, n0, tw_buf[warp]);
+        const uint4 val = *(const uint4 *)(tw_buf[warp] + lane * 8);
+        if (n0 + lane * 8 < ${S.N})
+            *(uint4 *)(h + row * ${S.N} + n0 + lane * 8) = val;
+        __syncwarp(); /* the next item zeroes the buffer */
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    twell_dense_transpose(const tw_u16 *__restrict__ w, tw_u16 *__restrict__ wt) {
+    __shared__ tw_u16 tile[64][66]; /* [n][k], padded against bank conflicts */
+    const int k0 = blockIdx.x * 64, n0 = blockIdx.y * 64, tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int idx = tid + 256 * i, r = idx >> 5, c2 = idx & 31;
+        const tw_u32 v =
+            __ldg((const tw_u32 *)(w + (long long)(n0 + r) * ${S.K} + k0 + 2 * c2));
+        tile[r][2 * c2] = (tw_u16)(v & 0xffffu);
+        tile[r][2 * c2 + 1] = (tw_u16)(v >> 16);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int idx = tid + 256 * i, kr = idx >> 5, n2 = idx & 31;
+        const tw_u32 v = (tw_u32)tile[2 * n2][kr] | ((tw_u32)tile[2 * n2 + 1][kr] << 16);
+        *(tw_u32 *)(wt + (long long)(k0 + kr) * ${S.N} + n0 + 2 * n2) = v;
+    }
+}
+]==]

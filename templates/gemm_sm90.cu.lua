@@ -1,0 +1,548 @@
+-- gemm_sm90.cu.lua — Hopper (sm_90a) dense GEMM of the dense FFN path (runtime/cuda_dense.c):
+-- out[M, N] = epilogue(A[M, K] · B[N, K]ᵀ), both operands K-major ("NT", as gate_pack_sm90), on
+-- tensor cores (wgmma m64n256k16, fp32 accumulation), TMA 128-byte swizzle, persistent clusters
+-- of 2 CTAs along M sharing the B tile by multicast. Same main loop as gate_pack_sm90.cu.lua.
+--
+-- Parameters: K (reduction length, a multiple of 64), N (output columns, a multiple of 64),
+--             dtype ("bf16" | "fp16"), MODE ("gated" | "relu" | "plain", default "gated"),
+--             T, C (TwELL tile and compression of `packed`; MODE gated only; defaults 256, 8),
+--             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2).
+-- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0 else +0):
+--   gated  the up projection with the gate applied: out = round(g ⊙ (x·Wuᵀ)), A = x, B = Wu,
+--          G = Wg. g is the TwELL gate `packed` (same rows as A) expanded in shared memory by the
+--          idle warps of the producer warpgroup while the tensor cores run; a unit whose flags
+--          word is non-zero (one of its row-tiles overflows) first computes g = tw_act(x·Wgᵀ)
+--          itself (a second pass over K with B = G).
+--   relu   out = tw_act(A·Bᵀ), computed only for units whose flags word is non-zero (the others
+--          are left untouched: the caller wrote them from the packed activation).
+--   plain  out = round(A·Bᵀ) (the down projection: A = H, B = Wdᵀ).
+-- Unit = the 128·CLUSTER rows x 256 columns a cluster computes: t = mp·NB + nb, NB = ceil(N/256),
+-- rows [128·CLUSTER·mp, +128·CLUSTER), columns [256·nb, +256).
+-- ABI (runtime/cuda_dense.c launches it):
+--   extern "C" __global__ void twell_gemm_sm90(
+--       const __grid_constant__ tw_tmap map_a,  // A [M, K]: dims {K, M}, box {64, 128}
+--       const __grid_constant__ tw_tmap map_b,  // B [N, K]: dims {K, N}, box {64, 256/CLUSTER}
+--       const __grid_constant__ tw_tmap map_g,  // G like B (gated), else any valid map
+--                                               // all: 16-bit, swizzle 128B
+--       unsigned short *out,                    // [M, N] row-major, 16-byte aligned
+--       const unsigned int *packed,             // gated: [M, N/C] TwELL, else unused
+--       const unsigned int *flags,              // gated, relu: one word per unit, else unused
+--       int M)
+--   block = 384 threads, cluster = (CLUSTER, 1, 1), grid = a multiple of CLUSTER persistent CTAs
+--   (at most one per SM), dynamic shared memory = SMEM below (printed as
+--   "// twell_gemm_sm90 smem=<bytes>" on the first line; the launcher computes the same formula).
+-- Contract: writes rows [0, M) x columns [0, N) of out (relu: of the flagged units only);
+-- deterministic (fixed summation order per element); g from `packed` is used only through the
+-- first min(count, slots) entries of each row-tile, and entries whose column lies outside their
+-- row-tile are ignored (a malformed buffer gives unspecified values, never a wild access).
+--
+-- Design: warpgroup 0: thread 0 issues TMA into a STAGES-deep ring (A 128x64, B 256x64) completing
+-- on mbarriers; in MODE gated its warps 1..3 expand the next unit's gate rows into a 128-row
+-- staging buffer (528-byte rows) while the tensor cores run. Warpgroups 1 and 2 consume (64 rows
+-- each, one wgmma group in flight). Epilogue in place: each thread reads g at its own accumulator
+-- positions of the staging buffer (conflict-free: rows are 132 words apart), writes h back there,
+-- then each warp stores its 16 rows with coalesced 16-byte stores. setmaxnreg 72 / 216.
+
+local K = P.K
+local N = P.N
+local dtype = param("dtype", "bf16")
+local MODE = param("MODE", "gated")
+local STAGES = param("STAGES", 3)
+local CLUSTER = param("CLUSTER", 2)
+for _, kv in ipairs({ { "K", K }, { "N", N } }) do
+    check(math.type(kv[2]) == "integer" and kv[2] > 0, "%s must be a positive integer, got %s",
+        kv[1], tostring(kv[2]))
+end
+check(dtype == "bf16" or dtype == "fp16", "dtype=%s must be bf16 or fp16", tostring(dtype))
+check(MODE == "gated" or MODE == "relu" or MODE == "plain",
+    "MODE=%s must be gated, relu or plain", tostring(MODE))
+check(math.type(STAGES) == "integer" and STAGES >= 2 and STAGES <= 8,
+    "STAGES=%s must be an integer in 2..8", tostring(STAGES))
+check(CLUSTER == 1 or CLUSTER == 2, "CLUSTER=%s must be 1 or 2", tostring(CLUSTER))
+if K % 64 ~= 0 then
+    unsupported("K=%d is not a multiple of 64", K)
+end
+if N % 64 ~= 0 then
+    unsupported("N=%d is not a multiple of 64", N)
+end
+local GATED = MODE == "gated"
+local T, C, W, SLOTS, NW = 256, 8, 32, 31, N // 8
+if GATED then
+    local common = import "twell_common"
+    local S = common.shape() -- validates K, N, T, C, dtype as a TwELL shape
+    T, C, W, SLOTS, NW = S.T, S.C, S.W, S.SLOTS, S.NW
+end
+
+local BM, BN, BK, THREADS = 128, 256, 64, 384
+local ROWB = 528 -- staging row pitch: 512 B + 16 B (conflict-free fragment access and row reads)
+local STG_BYTES = BM * ROWB
+local A_BYTES, B_BYTES = BM * BK * 2, BN * BK * 2
+local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * (STAGES + 2) * 8
+if SMEM > 227 * 1024 then
+    unsupported("STAGES=%d needs %d bytes of shared memory (max 232448)", STAGES, SMEM)
+end
+local DT = dtype == "bf16" and "bf16" or "f16"
+local SBO = 8 * BK * 2 -- 8 rows of 128 B
+local IT = 256 // C // 32 -- 32-word loads per row of a unit's gate segment (C = 8: 1)
+if IT < 1 then
+    IT = 1
+end
+
+local regs, outs = {}, {}
+for i = 0, 127 do
+    regs[#regs + 1] = "%" .. i
+    outs[#outs + 1] = string.format('"+f"(d[%d])', i)
+end
+local WG_REGS = table.concat(regs, ", ")
+local WG_OUTS = table.concat(outs, ", ")
+local MODE_ID = GATED and 0 or (MODE == "relu" and 1 or 2)
+
+emitf("// twell_gemm_sm90 smem=%d\n", SMEM)
+cuda [==[
+typedef unsigned int tw_u32;
+typedef unsigned long long tw_u64;
+typedef unsigned short tw_u16;
+
+#define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain */
+
+/* Same size and alignment as CUtensorMap. */
+struct __align__(64) tw_tmap {
+    tw_u64 opaque[16];
+};
+
+static __device__ __forceinline__ tw_u32 tw_smem_addr(const void *p) {
+    tw_u32 a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
+                 : "=r"(a)
+                 : "l"(p));
+    return a;
+}
+
+/* ---- mbarriers ---- */
+static __device__ __forceinline__ void tw_mbar_init(tw_u32 bar, tw_u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void tw_mbar_expect_tx(tw_u32 bar, tw_u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ tw_u32 tw_mbar_try(tw_u32 bar, tw_u32 parity) {
+    tw_u32 ok;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return ok;
+}
+static __device__ __forceinline__ void tw_mbar_wait(tw_u32 bar, tw_u32 parity) {
+    while (!tw_mbar_try(bar, parity)) {
+    }
+}
+static __device__ __forceinline__ void tw_mbar_arrive(tw_u32 bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+/* Arrive on the barrier at the same offset in cluster CTA `cta`. Default semantics on purpose
+ * (see gate_pack_sm90.cu.lua: `.release.cluster` costs a MEMBAR.ALL.GPU per arrive); only the
+ * wgmma reads of the stage must be complete, and wgmma.wait_group guarantees that. */
+static __device__ __forceinline__ void tw_mbar_arrive_cluster(tw_u32 bar, tw_u32 cta) {
+    tw_u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+/* ---- cluster ---- */
+static __device__ __forceinline__ tw_u32 tw_sreg_cluster_rank(void) {
+    tw_u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ tw_u32 tw_sreg_cluster_id(void) {
+    tw_u32 r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ tw_u32 tw_sreg_cluster_count(void) {
+    tw_u32 r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ void tw_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+/* ---- TMA ---- */
+static __device__ __forceinline__ void tw_tma_load(tw_u32 dst, const tw_tmap *map, int c0, int c1,
+                                                   tw_u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void tw_tma_load_mc(tw_u32 dst, const tw_tmap *map, int c0,
+                                                      int c1, tw_u32 bar, tw_u16 ctamask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(ctamask)
+                 : "memory");
+}
+
+/* ---- wgmma ---- */
+static __device__ __forceinline__ void tw_wg_fence(void) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void tw_wg_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void tw_wg_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void tw_fence_acc(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+/* K-major operand descriptor, 128-byte swizzle: start address, LBO 16 B (unused), SBO = 8 rows. */
+static __device__ __forceinline__ tw_u64 tw_desc(tw_u32 saddr) {
+    return (tw_u64)((saddr & 0x3FFFF) >> 4) | ((tw_u64)1 << 16) | ((tw_u64)(${SBO} >> 4) << 32) |
+           ((tw_u64)1 << 62);
+}
+static __device__ __forceinline__ void tw_wgmma(float (&d)[128], tw_u64 da, tw_u64 db,
+                                                tw_u32 scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.${DT}.${DT} "
+                 "{${WG_REGS}}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : ${WG_OUTS}
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* ---- epilogue helpers ---- */
+/* Rounds two floats to dtype (nearest even): lo in bits 15..0, hi in bits 31..16. */
+static __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi) {
+    tw_u32 r;
+    asm("cvt.rn.${DT}x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+/* tw_act of two values: fmaxf gives +0 for NaN and for negatives (the reference's inactive). */
+static __device__ __forceinline__ tw_u32 tw_act2(float lo, float hi) {
+    return tw_pack2(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
+}
+/* The two 16-bit values of w as floats (exact). */
+static __device__ __forceinline__ void tw_unpack2(tw_u32 w, float &lo, float &hi) {
+#if ${dtype == "bf16" and 1 or 0}
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+#else
+    asm("{.reg .f16 a, b; mov.b32 {a, b}, %2; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b;}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(w));
+#endif
+}
+static __device__ __forceinline__ tw_u32 tw_lds32(tw_u32 addr) {
+    tw_u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void tw_sts32(tw_u32 addr, tw_u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+static __device__ __forceinline__ void tw_sts16(tw_u32 addr, tw_u16 v) {
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
+}
+static __device__ __forceinline__ void tw_sts128_zero(tw_u32 addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
+static __device__ __forceinline__ void tw_lds128(tw_u32 addr, uint4 &v) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+}
+
+/* Stores the 16 rows of a consumer warp's slab (row pitch ${ROWB} B) to out rows row0.., columns
+ * n0..n0+255 (columns >= N and rows >= M skipped): lane l moves bytes 16l..16l+15 of each row. */
+static __device__ __forceinline__ void tw_store_slab(tw_u32 slab, tw_u16 *__restrict__ out,
+                                                     int row0, int n0, int M) {
+    const int lane = threadIdx.x & 31;
+    const int col = n0 + lane * 8;
+    const bool col_ok = col < ${N};
+#pragma unroll
+    for (int r0 = 0; r0 < 16; r0 += 8) {
+        uint4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            tw_lds128(slab + (tw_u32)((r0 + i) * ${ROWB} + lane * 16), v[i]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int row = row0 + r0 + i;
+            if (col_ok && row < M)
+                *(uint4 *)(out + (long long)row * ${N} + col) = v[i];
+        }
+    }
+}
+]==]
+
+if GATED then
+    cuda [==[
+/* Expands the gate rows [m0, m0+128) x columns [n0, n0+256) of `packed` into the staging buffer
+ * (dtype values, 0 where inactive). Run by warp pw (0..2) of the 3 expanding warps: it owns rows
+ * pw, pw+3, ... First zeroes its rows, then scatters each row-tile's first min(count, slots)
+ * entries; rows are loaded 4 at a time so several loads are in flight. */
+static __device__ __forceinline__ void tw_expand_gate(tw_u32 stg, const tw_u32 *__restrict__ packed,
+                                                      int m0, int n0, int M, int pw) {
+    constexpr int W = ${W}, SLOTS = ${SLOTS}, T = ${T}, IT = ${IT}, NR = 4;
+    const int lane = threadIdx.x & 31;
+    for (int r = pw; r < ${BM}; r += 3)
+        tw_sts128_zero(stg + (tw_u32)(r * ${ROWB} + lane * 16));
+    __syncwarp();
+    const int ncols = ${N} - n0 < 256 ? ${N} - n0 : 256;
+    const int segw = ncols / ${C}; /* words of a row in this unit's columns */
+    for (int r0 = pw; r0 < ${BM}; r0 += 3 * NR) {
+        tw_u32 v[NR][IT];
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+            const int r = r0 + 3 * i, grow = m0 + r;
+            const bool ok = r < ${BM} && grow < M;
+            const tw_u32 *src = packed + (long long)grow * ${NW} + n0 / ${C};
+#pragma unroll
+            for (int it = 0; it < IT; ++it) {
+                const int j = it * 32 + lane;
+                v[i][it] = ok && j < segw ? __ldg(src + j) : 0u;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+            const int r = r0 + 3 * i;
+#pragma unroll
+            for (int it = 0; it < IT; ++it) {
+                const int j = it * 32 + lane;
+                tw_u32 count;
+                if (W <= 32)
+                    count = __shfl_sync(0xffffffffu, v[i][it], lane & ~(W - 1));
+                else
+                    count = __shfl_sync(0xffffffffu, v[i][it & ~(W / 32 - 1)], 0);
+                const int slot = j & (W - 1);
+                const tw_u32 lim = count < (tw_u32)SLOTS ? count : (tw_u32)SLOTS;
+                const tw_u32 e = v[i][it];
+                const int rel = (int)(e & 0xffffu) - n0;   /* column within the unit */
+                const int tile0 = (j / W) * T;             /* first column of j's row-tile */
+                if (r < ${BM} && j < segw && slot >= 1 && (tw_u32)slot <= lim &&
+                    (unsigned)(rel - tile0) < (unsigned)T)
+                    tw_sts16(stg + (tw_u32)(r * ${ROWB} + 2 * rel), (tw_u16)(e >> 16));
+            }
+        }
+    }
+}
+]==]
+end
+
+cuda [==[
+extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
+    twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
+                    const __grid_constant__ tw_tmap map_g, tw_u16 *__restrict__ out,
+                    const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ flags, int M) {
+    constexpr int NB = (${N} + ${BN} - 1) / ${BN};
+    constexpr int KB = ${K} / ${BK};
+    constexpr tw_u32 A_BYTES = ${A_BYTES}, B_BYTES = ${B_BYTES};
+    constexpr int STAGES = ${STAGES}, CLUSTER = ${CLUSTER};
+    extern __shared__ __align__(1024) unsigned char tw_smem[];
+    const tw_u32 smem0 = tw_smem_addr(tw_smem);
+    const tw_u32 base = (smem0 + 1023u) & ~1023u;
+    const tw_u32 sA = base;
+    const tw_u32 sB = sA + STAGES * A_BYTES;
+    const tw_u32 sStg = sB + STAGES * B_BYTES;
+    /* full[STAGES], empty[STAGES], gready (3 expanding warps), gfree (8 consumer warps) */
+    const tw_u32 sBar = sStg + ${STG_BYTES};
+    const tw_u32 bar_gready = sBar + 16 * STAGES, bar_gfree = bar_gready + 8;
+    (void)packed, (void)flags, (void)map_g, (void)bar_gfree;
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const tw_u32 rank = CLUSTER > 1 ? tw_sreg_cluster_rank() : 0u;
+    const int cid = CLUSTER > 1 ? (int)tw_sreg_cluster_id() : (int)blockIdx.x;
+    const int ncl = CLUSTER > 1 ? (int)tw_sreg_cluster_count() : (int)gridDim.x;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            tw_mbar_init(sBar + 8 * s, 1);
+            tw_mbar_init(sBar + 8 * (STAGES + s), 8 * CLUSTER); /* one arrival per consumer warp */
+        }
+        tw_mbar_init(bar_gready, 3);
+        tw_mbar_init(bar_gfree, 8);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if (CLUSTER > 1)
+        tw_cluster_sync(); /* the peer's multicast must not reach uninitialised barriers */
+    else
+        __syncthreads();
+
+    const int MB = (M + ${BM} - 1) / ${BM};
+    const int MP = (MB + CLUSTER - 1) / CLUSTER;
+    const int U = MP * NB;
+    /* passes over K of unit u: gated 1 (2 when its gate must be recomputed), relu 0 or 1, plain 1 */
+#if TW_MODE == 0
+#define TW_PASSES(u) (flags[u] != 0u ? 2 : 1)
+#elif TW_MODE == 1
+#define TW_PASSES(u) (flags[u] != 0u ? 1 : 0)
+#else
+#define TW_PASSES(u) 1
+#endif
+    /* n fastest: the clusters running at once share A rows and sweep B (kept in L2) */
+#define TW_UNIT_COORDS(u)                                                                          \
+    const int nb = (u) % NB, mp = (u) / NB;                                                        \
+    const int m0 = (mp * CLUSTER + (int)rank) * ${BM}, n0 = nb * ${BN}
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;");
+        if (tid == 0) {
+            int stage = 0;
+            tw_u32 phase = 0;
+            for (int u = cid; u < U; u += ncl) {
+                const int np = TW_PASSES(u);
+                TW_UNIT_COORDS(u);
+                for (int p = 0; p < np; ++p) {
+                    const tw_tmap *mb = (TW_MODE == 0 && np == 2 && p == 0) ? &map_g : &map_b;
+                    for (int kb = 0; kb < KB; ++kb) {
+                        const tw_u32 full = sBar + 8 * stage, empty = sBar + 8 * (STAGES + stage);
+                        tw_mbar_wait(empty, phase ^ 1u);
+                        tw_mbar_expect_tx(full, A_BYTES + B_BYTES);
+                        tw_tma_load(sA + stage * A_BYTES, &map_a, kb * ${BK}, m0, full);
+                        if (CLUSTER == 1)
+                            tw_tma_load(sB + stage * B_BYTES, mb, kb * ${BK}, n0, full);
+                        else
+                            tw_tma_load_mc(sB + stage * B_BYTES + rank * (B_BYTES / CLUSTER), mb,
+                                           kb * ${BK}, n0 + (int)rank * (${BN} / CLUSTER), full,
+                                           (tw_u16)((1u << CLUSTER) - 1u));
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1u;
+                        }
+                    }
+                }
+            }
+        }
+#if TW_MODE == 0
+        else if (warp >= 1) {
+            /* expanders: the gate of each unit whose gate is not recomputed, once the consumers
+             * have stored the previous unit out of the staging buffer */
+            tw_u32 gp = 0;
+            for (int u = cid; u < U; u += ncl) {
+                const bool recompute = flags[u] != 0u;
+                TW_UNIT_COORDS(u);
+                tw_mbar_wait(bar_gfree, gp ^ 1u);
+                if (!recompute)
+                    tw_expand_gate(sStg, packed, m0, n0, M, warp - 1);
+                __syncwarp();
+                if (lane == 0)
+                    tw_mbar_arrive(bar_gready);
+                gp ^= 1u;
+            }
+        }
+#endif
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
+        const int cw = wg - 1;   /* consumer warpgroup: rows 64cw .. 64cw+63 of the tile */
+        const int wq = warp & 3; /* warp in the warpgroup: rows 16wq .. 16wq+15 of those */
+        const tw_u32 slab = sStg + (tw_u32)((cw * 4 + wq) * 16 * ${ROWB});
+        /* this thread's accumulator pair (j, h) lives at frag + h*8 rows + 16j bytes: rows
+         * lane/4 (+8), columns 8j + 2(lane%4) (+1) of the warp's 16 x 256 block */
+        const tw_u32 frag = slab + (tw_u32)((lane >> 2) * ${ROWB} + 4 * (lane & 3));
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i)
+            d[i] = 0.f;
+        int stage = 0;
+        tw_u32 phase = 0, gp = 0;
+        (void)gp;
+        for (int u = cid; u < U; u += ncl) {
+            const int np = TW_PASSES(u);
+            if (np == 0)
+                continue;
+            TW_UNIT_COORDS(u);
+            for (int p = 0; p < np; ++p) {
+                int prev = 0;
+                for (int kb = 0; kb < KB; ++kb) {
+                    tw_mbar_wait(sBar + 8 * stage, phase);
+                    tw_wg_fence();
+                    const tw_u64 da = tw_desc(sA + stage * A_BYTES + (tw_u32)(cw * 64 * ${BK} * 2));
+                    const tw_u64 db = tw_desc(sB + stage * B_BYTES);
+#pragma unroll
+                    for (int kk = 0; kk < ${BK} / 16; ++kk)
+                        tw_wgmma(d, da + (tw_u64)(2 * kk), db + (tw_u64)(2 * kk),
+                                 (kb > 0 || kk > 0) ? 1u : 0u);
+                    tw_wg_commit();
+                    if (kb > 0) {
+                        tw_wg_wait<1>(); /* the previous k-block's group is done: free its stage */
+                        if (lane == 0) {
+                            if (CLUSTER == 1)
+                                tw_mbar_arrive(sBar + 8 * (STAGES + prev));
+                            else
+                                for (int c = 0; c < CLUSTER; ++c)
+                                    tw_mbar_arrive_cluster(sBar + 8 * (STAGES + prev), (tw_u32)c);
+                        }
+                    }
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1u;
+                    }
+                }
+                tw_wg_wait<0>();
+                tw_fence_acc(d);
+                if (lane == 0) {
+                    if (CLUSTER == 1)
+                        tw_mbar_arrive(sBar + 8 * (STAGES + prev));
+                    else
+                        for (int c = 0; c < CLUSTER; ++c)
+                            tw_mbar_arrive_cluster(sBar + 8 * (STAGES + prev), (tw_u32)c);
+                }
+#if TW_MODE == 0
+                if (p == 0) /* the expanders are done with the buffer (or left it to us) */
+                    tw_mbar_wait(bar_gready, gp);
+                if (p + 1 < np) { /* recomputed gate: g = tw_act(acc) at our own positions */
+#pragma unroll
+                    for (int j = 0; j < 32; ++j)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                            tw_sts32(frag + (tw_u32)(h * 8 * ${ROWB} + 16 * j),
+                                     tw_act2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
+                }
+#endif
+            }
+            /* epilogue in place: each thread touches only its own positions until __syncwarp */
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const tw_u32 a = frag + (tw_u32)(h * 8 * ${ROWB} + 16 * j);
+                    const float lo = d[4 * j + 2 * h], hi = d[4 * j + 2 * h + 1];
+#if TW_MODE == 0
+                    float g0, g1;
+                    tw_unpack2(tw_lds32(a), g0, g1);
+                    tw_sts32(a, tw_pack2(g0 * lo, g1 * hi));
+#elif TW_MODE == 1
+                    tw_sts32(a, tw_act2(lo, hi));
+#else
+                    tw_sts32(a, tw_pack2(lo, hi));
+#endif
+                }
+            __syncwarp();
+            tw_store_slab(slab, out, m0 + cw * 64 + wq * 16, n0, M);
+            __syncwarp();
+#if TW_MODE == 0
+            if (lane == 0)
+                tw_mbar_arrive(bar_gfree);
+            gp ^= 1u;
+#endif
+        }
+    }
+#undef TW_UNIT_COORDS
+#undef TW_PASSES
+    __syncwarp();
+    if (CLUSTER > 1)
+        tw_cluster_sync(); /* no CTA leaves while its peer may still signal its barriers */
+}
+]==]

@@ -1,0 +1,92 @@
+/* test_dense_templates.c — the dense path's templates against their launcher without a GPU: the
+ * shared memory gemm_sm90 declares (first line of its source) equals what runtime/cuda_dense.c
+ * gives it, in every MODE; shapes the kernels cannot take are rejected as unsupported, not as
+ * template errors; the expanding code exists only where it is used.
+ * labels: unit */
+#include "cuda_dense.h"
+#include "jit.h"
+#include "twellrt.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static twell_ctx *td_ctx;
+
+static int td_setup(void **state) {
+    (void)state;
+    setenv("TWELL_TEMPLATE_DIR", TWELL_TEST_SOURCE_DIR "/templates", 1);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    return twell_ctx_create(&o, &td_ctx) == TWELL_OK ? 0 : -1;
+}
+
+static int td_teardown(void **state) {
+    (void)state;
+    twell_ctx_destroy(td_ctx);
+    return 0;
+}
+
+static twell_status td_render(const char *name, long long K, long long N, long long T,
+                              const char *mode, char **src) {
+    tw_param p[] = {
+        {"K", NULL, K}, {"N", NULL, N},       {"T", NULL, T},
+        {"C", NULL, 8}, {"dtype", "bf16", 0}, {"MODE", mode, 0},
+    };
+    size_t len = 0;
+    *src = NULL;
+    return tw_render(td_ctx, name, p, mode ? 6 : 5, src, &len);
+}
+
+static void test_dense_templates_smem_matches_launcher(void **state) {
+    (void)state;
+    const char *modes[] = {"gated", "relu", "plain"};
+    for (size_t i = 0; i < 3; i++) {
+        char *src = NULL;
+        twell_status st = td_render("gemm_sm90", 2048, 5632, 256, modes[i], &src);
+        if (st != TWELL_OK)
+            fail_msg("render gemm_sm90 MODE=%s: %s", modes[i], twell_ctx_errmsg(td_ctx));
+        unsigned smem = 0;
+        const char *line = strstr(src, "// twell_gemm_sm90 smem=");
+        assert_non_null(line);
+        assert_int_equal(sscanf(line, "// twell_gemm_sm90 smem=%u", &smem), 1);
+        printf("# MODE=%s: template smem %u, launcher %u\n", modes[i], smem,
+               tw_cuda_dense_gemm_smem());
+        assert_int_equal(smem, tw_cuda_dense_gemm_smem());
+        assert_true(smem <= 232448u);
+        /* the gate expansion is compiled in MODE gated only */
+        assert_int_equal(strstr(src, "void tw_expand_gate(") != NULL, i == 0);
+        free(src);
+    }
+}
+
+static void test_dense_templates_reject_unsupported_shapes(void **state) {
+    (void)state;
+    char *src = NULL;
+    /* K not a multiple of 64: no 64-column k-blocks */
+    assert_int_equal(td_render("gemm_sm90", 80, 512, 256, "plain", &src), TWELL_ERR_UNSUPPORTED);
+    assert_int_equal(td_render("dense_aux", 80, 512, 256, NULL, &src), TWELL_ERR_UNSUPPORTED);
+    /* output width not a multiple of 64 (the down GEMM's N is the model width) */
+    assert_int_equal(td_render("gemm_sm90", 512, 96, 256, "plain", &src), TWELL_ERR_UNSUPPORTED);
+    /* a bad MODE is a template error naming it */
+    assert_int_equal(td_render("gemm_sm90", 512, 512, 256, "sideways", &src), TWELL_ERR_TEMPLATE);
+    assert_non_null(strstr(twell_ctx_errmsg(td_ctx), "MODE"));
+    /* the plain GEMM takes any output width that is a multiple of 64, below T as well */
+    assert_int_equal(td_render("gemm_sm90", 5632, 64, 256, "plain", &src), TWELL_OK);
+    free(src);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dense_templates_smem_matches_launcher),
+        cmocka_unit_test(test_dense_templates_reject_unsupported_shapes),
+    };
+    return cmocka_run_group_tests(tests, td_setup, td_teardown);
+}
