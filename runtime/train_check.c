@@ -9,38 +9,38 @@
 #include <string.h>
 
 size_t tw_train_support_diff(uint32_t N, const tw_train_support *a, const tw_train_support *b,
-                             unsigned char *row_same, unsigned char *nrn_same) {
-    size_t diff = 0;
+                             unsigned char *row_same, unsigned char *nrn_same, size_t *value_diff) {
+    size_t flips = 0, values = 0;
     memset(nrn_same, 1, N);
     for (size_t m = 0; m < a->M; m++) {
         uint64_t i = a->row_off[m], ie = a->row_off[m + 1];
         uint64_t j = b->row_off[m], je = b->row_off[m + 1];
-        size_t before = diff;
+        size_t before = flips;
         /* merge the two ascending column lists */
         while (i < ie || j < je) {
             uint32_t ca = i < ie ? a->col[i] : UINT32_MAX, cb = j < je ? b->col[j] : UINT32_MAX;
+            uint32_t c = ca < cb ? ca : cb;
             if (ca == cb) {
                 if (a->pbits[i] != b->pbits[j]) {
-                    diff += 2;
-                    if (ca < N)
-                        nrn_same[ca] = 0;
+                    values++;
+                    nrn_same[c] = 0;
                 }
                 i++, j++;
-            } else if (ca < cb) {
-                diff++;
-                if (ca < N)
-                    nrn_same[ca] = 0;
-                i++;
-            } else {
-                diff++;
-                if (cb < N)
-                    nrn_same[cb] = 0;
-                j++;
+                continue;
             }
+            flips++;
+            if (c < N)
+                nrn_same[c] = 0;
+            if (ca < cb)
+                i++;
+            else
+                j++;
         }
-        row_same[m] = diff == before;
+        row_same[m] = flips == before;
     }
-    return diff;
+    if (value_diff)
+        *value_diff = values;
+    return flips;
 }
 
 static double tw_rowrel(const double *num_den) {

@@ -21,11 +21,14 @@ typedef struct tw_train_support {
     const uint16_t *pbits;   /* [nnz] */
 } tw_train_support;
 
-/* Marks row_same[m] = 1 when row m has the same columns and gate values in a and b, and
- * nrn_same[n] = 1 when neuron n has no entry that differs in any row. Returns the number of
- * entries (of either side) that have no identical counterpart. row_same [M], nrn_same [N]. */
+/* Compares two supports of M rows. Returns the number of membership flips (entries present on
+ * one side only); *value_diff (may be NULL) receives the number of entries present on both sides
+ * with different gate values (a 16-bit rounding that fp32 summation order moved). row_same[m] = 1
+ * when row m has no flip (its y and dx then agree to the output rounding: a one-step change of P
+ * moves them far less); nrn_same[n] = 1 when neuron n has neither kind of difference in any row
+ * (its fp32 weight gradients are compared tightly). row_same [M], nrn_same [N]. */
 size_t tw_train_support_diff(uint32_t N, const tw_train_support *a, const tw_train_support *b,
-                             unsigned char *row_same, unsigned char *nrn_same);
+                             unsigned char *row_same, unsigned char *nrn_same, size_t *value_diff);
 
 /* Largest row-relative L2 error ‖got_r − ref_r‖₂ / ‖ref_r‖₂ (‖got_r‖₂ when ref_r is zero) over
  * the rows r < rows with mask[r] (mask NULL: all rows). NaN counts as worst. *worst gets its row,

@@ -9,8 +9,10 @@
  * every gate pre-activation is exact in any summation order: the GPU support and gate values
  * must equal the CPU's bit for bit, and so must the saved layout (packed words, row and spill
  * offsets, spill words), the transpose (col_off, col_row, col_ent) and its host mirror
- * tw_tl_transpose_blocked. The generic-data case allows support flips at fp32 rounding of zero:
- * rows and neurons they touch are counted and left out (at most 1% of rows).
+ * tw_tl_transpose_blocked. The generic-data case allows what fp32 summation order can move in the
+ * plan's gate-pack (sm_90a: wgmma): entries flipped at a pre-activation near zero (their rows and
+ * neurons left out, at most 1% of rows) and gate values one 16-bit step apart (their neurons left
+ * out of the fp32 weight-gradient comparison; their rows stay within the 16-bit tolerance).
  *
  * Tolerances (per output tensor, largest row-relative L2 error ‖got − ref‖₂/‖ref‖₂ over rows of
  * y and dx, over neuron rows of dWg, dWu, dWd; the worst is printed): y, dx 5e-3 (bf16) or 1e-3
@@ -209,18 +211,29 @@ static void gt_gpu_close(gt_gpu *g) {
     twell_plan_destroy(g->plan);
 }
 
+/* Fills `bytes` (a multiple of 2) of device memory at p with the 32-bit pattern repeated, by a
+ * copy from the host: cuMemsetD32 needs 4-byte alignment, the unaligned cases have 2. */
+static void gt_poison(void *p, size_t bytes, uint32_t pattern) {
+    unsigned char *h = malloc(bytes);
+    assert_non_null(h);
+    for (size_t i = 0; i < bytes; i++)
+        h[i] = (unsigned char)(pattern >> (8 * (i % 4)));
+    GT_OK(tw_cuda_memcpy_htod(g_ctx, p, h, bytes));
+    free(h);
+}
+
 /* Poisons every output with a NaN pattern, runs forward + backward, copies the outputs back and
  * checks every element was written and is finite. */
 static void gt_gpu_run(gt_gpu *g, float lambda, uint32_t poison, gt_out *o) {
     size_t M = g->M, K = g->K, N = g->N;
     uint16_t p16 = (uint16_t)(poison & 0xffffu);
     uint32_t p16x2 = (uint32_t)p16 << 16 | p16;
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->y.p, p16x2, M * K / 2, NULL));
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->dx.p, p16x2, M * K / 2, NULL));
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwg.p, poison, (size_t)N * K, NULL));
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwu.p, poison, (size_t)N * K, NULL));
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->dwd.p, poison, (size_t)N * K, NULL));
-    GT_OK(tw_cuda_memset_d32(g_ctx, g->stats.p, poison, 2, NULL));
+    gt_poison(g->y.p, M * K * 2, p16x2);
+    gt_poison(g->dx.p, M * K * 2, p16x2);
+    gt_poison(g->dwg.p, (size_t)N * K * 4, poison);
+    gt_poison(g->dwu.p, (size_t)N * K * 4, poison);
+    gt_poison(g->dwd.p, (size_t)N * K * 4, poison);
+    gt_poison(g->stats.p, 8, poison);
     GT_OK(twell_ffn_forward_train(g->plan, M, g->x.p, g->wg.p, g->wu.p, g->wd.p, g->y.p, g->stats.p,
                                   g->state, NULL));
     GT_OK(twell_ffn_backward(g->plan, g->state, M, g->x.p, g->wg.p, g->wu.p, g->wd.p, g->dy.p,
@@ -456,13 +469,14 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
     gt_sup_make(&gs, &s, &gsv);
     unsigned char *row_same = malloc(c->M), *nrn_same = malloc(c->N);
     assert_true(row_same && nrn_same);
-    size_t diff = tw_train_support_diff(c->N, &gs.sup, &cs.sup, row_same, nrn_same);
+    size_t values = 0,
+           diff = tw_train_support_diff(c->N, &gs.sup, &cs.sup, row_same, nrn_same, &values);
     size_t rows_out = 0, nrn_out = 0;
     for (size_t m = 0; m < c->M; m++)
         rows_out += !row_same[m];
     for (uint32_t n = 0; n < c->N; n++)
         nrn_out += !nrn_same[n];
-    size_t udiff = gt_check_layout(&s, &h, cpu, &gs, &cs, diff == 0);
+    size_t udiff = gt_check_layout(&s, &h, cpu, &gs, &cs, diff == 0 && values == 0);
     printf("# M=%zu K=%u N=%u T=%u C=%u %s %s%s density %.3f: nnz %zu (%.1f/row), spill %zu, "
            "chunks %zu (E %llu, %zu partial rows), E2 %llu, state %.2f MB, %s loads\n",
            c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
@@ -470,16 +484,18 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
            (double)h.nnz / (double)c->M, h.spill_total, h.nchunks, (unsigned long long)h.E,
            h.pslots, (unsigned long long)h.E2, (double)twell_train_state_bytes(g.state) / 1e6,
            c->unaligned ? "element" : "vector");
-    printf("#   support vs CPU: %zu differing entries (%zu rows, %zu neurons left out); U bitwise "
-           "differing %s\n",
-           diff, rows_out, nrn_out,
+    printf("#   support vs CPU: %zu flipped entries, %zu with another gate value (%zu rows, %zu "
+           "neurons left out); U bitwise differing %s\n",
+           diff, values, rows_out, nrn_out,
            udiff == SIZE_MAX ? "n/a" : (udiff == 0 ? "none" : "SOME (see below)"));
     if (udiff != SIZE_MAX && udiff)
         printf("#   %zu of %zu entries have U differing from the CPU's bits\n", udiff, h.nnz);
-    if (c->exact)
+    if (c->exact) {
         assert_int_equal(diff, 0);
-    else
-        GT_LE((double)rows_out / (double)c->M, 0.01, "rows with a differing support");
+        assert_int_equal(values, 0);
+    } else {
+        GT_LE((double)rows_out / (double)c->M, 0.01, "rows with flipped entries");
+    }
 
     /* results */
     gt_errs e;
@@ -489,7 +505,7 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
                    (fabs((double)r.stats[1]) > 0 ? fabs((double)r.stats[1]) : 1.0);
     printf("#   L0 %.6g (CPU %.6g), L1 %.9g (CPU %.9g, rel %.1e, tol 1e-6)\n", (double)o1.stats[0],
            (double)r.stats[0], (double)o1.stats[1], (double)r.stats[1], l1rel);
-    if (diff == 0) {
+    if (diff == 0 && values == 0) {
         if (o1.stats[0] != r.stats[0])
             fail_msg("L0 = %.9g, CPU %.9g", (double)o1.stats[0], (double)r.stats[0]);
         GT_LE(l1rel, 1e-6, "L1");

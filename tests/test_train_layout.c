@@ -205,9 +205,10 @@ static void test_train_layout_support_diff(void **state) {
     uint16_t pa[] = {10, 11, 12, 13, 14, 15}, pb[] = {10, 11, 99, 13, 14, 15, 16};
     tw_train_support a = {4, ra, ca, pa}, b = {4, rb, cb, pb};
     unsigned char rs[4], ns[10];
-    size_t diff = tw_train_support_diff(10, &a, &b, rs, ns);
-    assert_int_equal(diff, 3); /* the changed value counts on both sides, the extra entry once */
-    assert_int_equal(rs[0], 0);
+    size_t values = 0, flips = tw_train_support_diff(10, &a, &b, rs, ns, &values);
+    assert_int_equal(flips, 1);  /* column 8 of row 3 */
+    assert_int_equal(values, 1); /* column 9 of row 0 */
+    assert_int_equal(rs[0], 1);  /* a value change keeps the row comparable */
     assert_int_equal(rs[1], 1);
     assert_int_equal(rs[2], 1);
     assert_int_equal(rs[3], 0);
