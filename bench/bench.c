@@ -25,7 +25,8 @@ static void bench_usage(FILE *f) {
             "                   [--N 5632]"
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
-            "                   [--variant auto|simt|sm90] [--seed 1] [--out DIR]\n\n"
+            "                   [--variant auto|simt|sm90] [--path auto|sparse|dense]\n"
+            "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
             "Times are medians of CUDA-event timings, the L2 flushed before every run, ours and\n"
@@ -33,6 +34,8 @@ static void bench_usage(FILE *f) {
             "DIR/<op>-<date>.json (default DIR: bench/results). ratio = baseline_ms / ours_ms.\n"
             "ffn_infer: ours = gate-pack + fused inference (and the fused part alone, op\n"
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
+            "--path sets twell_plan_set_path (default auto: the plan picks sparse or dense from\n"
+            "the previous call's counts); the record's variant names the path that ran.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -99,6 +102,7 @@ static void bench_opts_default(bench_opts *o) {
     o->warmup = 3;
     o->check_rows = 128;
     o->variant = "auto";
+    o->path = "auto";
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -170,6 +174,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90");
+        } else if (!strcmp(key, "--path")) {
+            o->path = v;
+            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense");
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 0;
             bad = bench_parse_u32(v, &n);

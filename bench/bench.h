@@ -30,6 +30,7 @@ typedef struct bench_opts {
     int warmup;          /* untimed runs first */
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
+    const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;

@@ -3,7 +3,9 @@
  * against a dense cuBLAS FFN on the same data (gate GEMM, up GEMM, h = relu(g) ⊙ u by a small
  * kernel of ours (templates/ffn_dense_ew.cu.lua), down GEMM), and the fused part alone
  * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
- * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only".
+ * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
+ * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);
+ * the record's variant says which ran ("sm90+dense", "sm90+tiled", ...).
  *
  * The dense down GEMM reads Wd transposed, [K, N] (what nn.Linear stores for a down projection),
  * so all three GEMMs are the fast "TN" cuBLAS form.
@@ -192,15 +194,26 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
             r->checked_rows = nr;
             r->max_rel_err = worst;
             ok = worst <= tol;
-            snprintf(r->check_note, sizeof r->check_note,
-                     "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair slots "
-                     "%.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB",
-                     worst, worst_row, tol,
-                     !tw_cuda_ffn_tiled(plan) ? "portable row kernel"
-                     : fl[0]                  ? "tiled pipeline FELL BACK to the row kernel"
-                                              : "tiled pipeline",
-                     (double)fl[1] / (double)chunk, stats.overflow_tiles,
-                     (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+            if (tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE)
+                snprintf(r->check_note, sizeof r->check_note,
+                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
+                         "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
+                         "row-tiles %zu (all M); dense workspace %.0f MB",
+                         worst, worst_row, tol, env->opts->path, tw_cuda_dense_estimate(plan),
+                         tw_cuda_dense_threshold(plan), stats.overflow_tiles,
+                         (double)tw_cuda_dense_workspace_bytes(plan) / 1e6);
+            else
+                snprintf(r->check_note, sizeof r->check_note,
+                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair "
+                         "slots %.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB; "
+                         "estimate %.1f/row",
+                         worst, worst_row, tol,
+                         !tw_cuda_ffn_tiled(plan) ? "portable row kernel"
+                         : fl[0]                  ? "tiled pipeline FELL BACK to the row kernel"
+                                                  : "tiled pipeline",
+                         (double)fl[1] / (double)chunk, stats.overflow_tiles,
+                         (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6,
+                         tw_cuda_dense_estimate(plan));
         }
     }
     free(rows);
@@ -208,6 +221,14 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     free(ref);
     free(ps);
     return ok;
+}
+
+/* "<gate-pack variant>+<what the last twell_ffn_infer ran>": dense, tiled or rows. */
+static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
+    const char *k = tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE ? "dense"
+                    : tw_cuda_ffn_tiled(plan)                         ? "tiled"
+                                                                      : "rows";
+    snprintf(out, n, "%s+%s", tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)), k);
 }
 
 /* Wd [N, K] -> Wdᵀ [K, N]. */
@@ -257,10 +278,18 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         twell_plan_destroy(plan);
         return 1;
     }
-    char variant[16];
-    snprintf(variant, sizeof variant, "%s+%s",
-             tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)),
-             tw_cuda_ffn_tiled(plan) ? "tiled" : "rows");
+    twell_path path = !strcmp(o->path, "dense")    ? TWELL_PATH_DENSE
+                      : !strcmp(o->path, "sparse") ? TWELL_PATH_SPARSE
+                                                   : TWELL_PATH_AUTO;
+    if (twell_plan_set_path(plan, path) != TWELL_OK ||
+        (path == TWELL_PATH_DENSE && !tw_cuda_dense_available(plan))) {
+        fprintf(stderr,
+                "twell bench: --path %s: the dense path is not available for this plan "
+                "(sm_90a and K %% 64 == 0 needed)\n",
+                o->path);
+        twell_plan_destroy(plan);
+        return 1;
+    }
 
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction ew = NULL;
@@ -318,10 +347,10 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 size_t M = o->M[mi];
                 bench_record r;
                 bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
-                snprintf(r.variant, sizeof r.variant, "%s", variant);
                 bench_ffn_ours ours = {plan, M, dx, dwg, dwu, dwd, dp, dy};
                 bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew};
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
+                bench_ffn_variant(plan, r.variant, sizeof r.variant);
                 if (!r.correct)
                     fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
                             r.distribution, r.nnz_target, r.check_note);
@@ -336,6 +365,13 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                     r.correct = 0;
                     snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
                              twell_ctx_errmsg(ctx));
+                }
+                char after[16];
+                bench_ffn_variant(plan, after, sizeof after);
+                if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
+                    size_t len = strlen(r.check_note);
+                    snprintf(r.check_note + len, sizeof r.check_note - len,
+                             "; path changed during timing: %s", after);
                 }
                 bench_record fused = r;
                 snprintf(fused.op, sizeof fused.op, "ffn_fused_only");

@@ -37,7 +37,7 @@ run_tests() {
 # Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack,
 # test_gpu_ffn_infer and test_gpu_train take `small`. SAN_TESTS="t1 t2" picks a subset.
 run_sanitize() {
-    for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_train}; do
+    for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense test_gpu_train}; do
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
         arg=""; [ $t != test_gpu_driver ] && arg=small
         tools="memcheck racecheck"; [ $t = test_gpu_driver ] && tools=memcheck

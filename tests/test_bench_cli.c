@@ -36,6 +36,10 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_int_equal(bc_run("--K 100", out, sizeof out), 2); /* not a multiple of 16 */
     assert_int_equal(bc_run("--N 256 --nnz 300", out, sizeof out), 2);
     assert_int_equal(bc_run("--variant wgmma", out, sizeof out), 2);
+    assert_int_equal(bc_run("--op ffn_infer --path sideways", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value 'sideways' for --path"));
+    assert_int_equal(bc_run("--help", out, sizeof out), 0);
+    assert_non_null(strstr(out, "--path auto|sparse|dense"));
 }
 
 static void test_bench_cli_tiny_run(void **state) {
