@@ -13,12 +13,11 @@
 
 /* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
 enum {
-    TW_FN_DETECT,
-    TW_FN_OSCAN,
-    TW_FN_OGATE,
-    TW_FN_SIZES,
+    TW_FN_PREP,
     TW_FN_SCAN,
     TW_FN_BUILD,
+    TW_FN_OVF_GU,
+    TW_FN_OVF_DOWN,
     TW_FN_PHASE_A,
     TW_FN_REDUCE,
     TW_FN_PHASE_B,
@@ -26,11 +25,11 @@ enum {
     TW_FN_COUNT
 };
 static const char *const tw_fn_names[TW_FN_COUNT] = {
-    "twell_ffn_ovf_detect", "twell_ffn_ovf_scan", "twell_ffn_ovf_gate", "twell_ffn_sizes",
-    "twell_ffn_scan",       "twell_ffn_build",    "twell_ffn_phase_a",  "twell_ffn_reduce",
-    "twell_ffn_phase_b",    "twell_ffn_rows"};
+    "twell_ffn_prep",   "twell_ffn_scan",     "twell_ffn_build",
+    "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
+    "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[12] of the module, in the template's order. */
+/* twell_ffn_cfg[14] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -39,10 +38,12 @@ enum {
     TW_CFG_DCAPB,
     TW_CFG_SMEM_A,
     TW_CFG_SMEM_B,
-    TW_CFG_SMEM_OG,
+    TW_CFG_SMEM_GU,
+    TW_CFG_SMEM_DOWN,
     TW_CFG_BW,
     TW_CFG_NC,
     TW_CFG_TPC,
+    TW_CFG_PADQ,
     TW_CFG_GATED,
     TW_CFG_COUNT
 };
@@ -64,9 +65,10 @@ struct tw_ffn {
     /* Workspace: three device buffers, grown independently (layouts below). */
     void *ws_rows; /* control words + per-row arrays for rows_cap rows */
     size_t rows_cap;
-    void *ws_ovf; /* overflowing row-tiles recomputed: ovf_cap of them */
-    size_t ovf_cap;
-    void *ws_pairs; /* active pair lists: pair_cap slots */
+    void *ws_ovf;    /* dense path: ovf_cap overflowing row-tiles, orow_cap overflowing rows */
+    size_t ovf_cap;  /* row-tiles (h of each) */
+    size_t orow_cap; /* rows (their y part) */
+    void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
     size_t probed; /* largest chunk whose needs a probe measured */
     int pinned;    /* capacities fixed by the hook: no probe, no growth */
@@ -81,10 +83,14 @@ struct tw_ffn {
 
 /* Device pointers of the workspace pieces for the current capacities. */
 typedef struct {
-    uint32_t *flag, *ovf_cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *sizes, *offsets;
-    uint32_t *ovf_nnz;
-    uint16_t *ovf_g, *desc, *gv;
-    float *h, *partial;
+    uint32_t *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
+        *offsets;
+    uint16_t *ovf_hh;
+    uint32_t *ovf_ex;
+    float *ovf_y;
+    uint32_t *desc, *hl, *rexp;
+    uint16_t *gv;
+    float *partial;
 } tw_ffn_ws;
 
 const char *tw_ffn_kernel_name(tw_ffn_kernel k) {
@@ -104,39 +110,50 @@ const char *tw_ffn_kernel_name(tw_ffn_kernel k) {
 static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
 
 typedef struct {
-    size_t flag, ovf_cnt, ovf_base, item_base, ovf_rows, ovf_slot, sizes, offsets, bytes;
+    size_t flag, cnt, ovf_base, item_base, ovf_rows, ovf_slot, orow_idx, orows, sizes, offsets,
+        bytes;
 } tw_rows_layout;
 
 static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
     size_t NT = f->NT, NL = (R + 7) / 8 * f->cfg[TW_CFG_NC], o = 0;
     L->flag = o, o += tw_al(16);
-    L->ovf_cnt = o, o += tw_al(4 * NT);
+    L->cnt = o, o += tw_al(4 * (NT + 1));
     L->ovf_base = o, o += tw_al(4 * (NT + 1));
     L->item_base = o, o += tw_al(4 * (NT + 1));
     L->ovf_rows = o, o += tw_al(4 * NT * R);
     L->ovf_slot = o, o += tw_al(4 * NT * R);
+    L->orow_idx = o, o += tw_al(4 * R);
+    L->orows = o, o += tw_al(4 * R);
     L->sizes = o, o += tw_al(4 * NL);
     L->offsets = o, o += tw_al(4 * (NL + 1));
     L->bytes = o;
 }
 
-/* ovf_nnz u32[cap], ovf_g u16[cap·T]. */
-static size_t tw_ovf_bytes(const twell_plan *plan, size_t cap, size_t *g_off) {
-    *g_off = tw_al(4 * cap);
-    return *g_off + tw_al(2 * cap * plan->shape.T);
+/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[orows·K]. */
+static size_t tw_ovf_bytes(const twell_plan *plan, size_t cap, size_t orows, size_t *ex_off,
+                           size_t *y_off) {
+    size_t T = plan->shape.T, o = tw_al(4 * cap * T);
+    *ex_off = o, o += tw_al(4 * cap * (T / 64));
+    *y_off = o, o += tw_al(4 * orows * plan->shape.K);
+    return o;
 }
 
-/* desc u16[P+64], gv u16[P+64]; gated: h f32[P+64], partial f32[NSL·P]. */
-static size_t tw_pairs_bytes(const twell_plan *plan, const tw_ffn *f, size_t P, size_t *gv_off,
-                             size_t *h_off, size_t *p_off) {
-    size_t o = tw_al(2 * (P + 64));
-    *gv_off = o, o += tw_al(2 * (P + 64));
-    *h_off = *p_off = 0;
+/* desc u32[P+64], gv u16[P+64]; gated: hl u32[P+64], rexp u32[P/16+64], partial f32[NSL·P]. */
+typedef struct {
+    size_t gv, hl, rexp, partial, bytes;
+} tw_pairs_layout;
+
+static void tw_pairs_layout_of(const twell_plan *plan, const tw_ffn *f, size_t P,
+                               tw_pairs_layout *L) {
+    size_t o = tw_al(4 * (P + 64));
+    L->gv = o, o += tw_al(2 * (P + 64));
+    L->hl = L->rexp = L->partial = 0;
     if (plan->shape.gated) {
-        *h_off = o, o += tw_al(4 * (P + 64));
-        *p_off = o, o += tw_al(4 * (size_t)f->NSL * P);
+        L->hl = o, o += tw_al(4 * (P + 64));
+        L->rexp = o, o += tw_al(4 * (P / 16 + 64));
+        L->partial = o, o += tw_al(4 * (size_t)f->NSL * P);
     }
-    return o;
+    L->bytes = o;
 }
 
 static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) {
@@ -146,28 +163,32 @@ static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) 
         tw_rows_layout L;
         tw_rows_layout_of(f, f->rows_cap, &L);
         w->flag = (uint32_t *)(void *)(a + L.flag);
-        w->ovf_cnt = (uint32_t *)(void *)(a + L.ovf_cnt);
+        w->cnt = (uint32_t *)(void *)(a + L.cnt);
         w->ovf_base = (uint32_t *)(void *)(a + L.ovf_base);
         w->item_base = (uint32_t *)(void *)(a + L.item_base);
         w->ovf_rows = (uint32_t *)(void *)(a + L.ovf_rows);
         w->ovf_slot = (uint32_t *)(void *)(a + L.ovf_slot);
+        w->orow_idx = (uint32_t *)(void *)(a + L.orow_idx);
+        w->orows = (uint32_t *)(void *)(a + L.orows);
         w->sizes = (uint32_t *)(void *)(a + L.sizes);
         w->offsets = (uint32_t *)(void *)(a + L.offsets);
     }
     if (b) {
-        size_t g_off;
-        (void)tw_ovf_bytes(plan, f->ovf_cap, &g_off);
-        w->ovf_nnz = (uint32_t *)(void *)b;
-        w->ovf_g = (uint16_t *)(void *)(b + g_off);
+        size_t ex_off, y_off;
+        (void)tw_ovf_bytes(plan, f->ovf_cap, f->orow_cap, &ex_off, &y_off);
+        w->ovf_hh = (uint16_t *)(void *)b;
+        w->ovf_ex = (uint32_t *)(void *)(b + ex_off);
+        w->ovf_y = (float *)(void *)(b + y_off);
     }
     if (c) {
-        size_t gv_off, h_off, p_off;
-        (void)tw_pairs_bytes(plan, f, f->pair_cap, &gv_off, &h_off, &p_off);
-        w->desc = (uint16_t *)(void *)c;
-        w->gv = (uint16_t *)(void *)(c + gv_off);
+        tw_pairs_layout L;
+        tw_pairs_layout_of(plan, f, f->pair_cap, &L);
+        w->desc = (uint32_t *)(void *)c;
+        w->gv = (uint16_t *)(void *)(c + L.gv);
         if (plan->shape.gated) {
-            w->h = (float *)(void *)(c + h_off);
-            w->partial = (float *)(void *)(c + p_off);
+            w->hl = (uint32_t *)(void *)(c + L.hl);
+            w->rexp = (uint32_t *)(void *)(c + L.rexp);
+            w->partial = (float *)(void *)(c + L.partial);
         }
     }
 }
@@ -198,22 +219,26 @@ static int tw_ffn_set_rows(twell_plan *plan, tw_ffn *f, size_t R) {
     return 1;
 }
 
-static int tw_ffn_set_ovf(twell_plan *plan, tw_ffn *f, size_t cap) {
-    size_t g_off;
+static int tw_ffn_set_ovf(twell_plan *plan, tw_ffn *f, size_t cap, size_t orows) {
+    size_t ex_off, y_off;
     if (cap > 0xffffffffu)
         cap = 0xffffffffu;
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_ovf, tw_ovf_bytes(plan, cap, &g_off), "overflow"))
+    if (orows > 0xffffffffu)
+        orows = 0xffffffffu;
+    if (!tw_ffn_realloc(plan->ctx, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
+                        "overflow"))
         return 0;
     f->ovf_cap = cap;
+    f->orow_cap = orows;
     return 1;
 }
 
 static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
-    size_t a, b, c;
+    tw_pairs_layout L;
     if (cap > TW_PAIR_MAX)
         cap = TW_PAIR_MAX;
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_pairs, tw_pairs_bytes(plan, f, cap, &a, &b, &c),
-                        "pair list"))
+    tw_pairs_layout_of(plan, f, cap, &L);
+    if (!tw_ffn_realloc(plan->ctx, &f->ws_pairs, L.bytes, "pair list"))
         return 0;
     f->pair_cap = cap;
     return 1;
@@ -252,35 +277,39 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     return st;
 }
 
-/* The tile configuration for this device: the largest weight chunk (CN neurons) whose two
- * shared-memory buffers leave room for staged lists, list capacities filling the rest (the
- * template's own defaults on a 227 KB device). Returns 0 if the device has too little. */
+/* The tile configuration for this device, by the template's formulas: the largest weight chunk
+ * (CN neurons, 512 or 256) whose two shared-memory buffers leave room for staged lists, list
+ * capacities filling the rest. Returns 0 if the device has too little shared memory (the dense
+ * overflow path needs 2 (128 T + 128 T) bytes). */
 static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
                               uint32_t want[TW_CFG_COUNT]) {
     uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
     if (smem > TW_SMEM_MAX)
         smem = TW_SMEM_MAX;
-    uint32_t og = 2u * (s->T * 128u + 64u * 128u), vb = s->gated ? 6u : 4u;
-    static const uint32_t cns[] = {768, 512, 256};
+    uint32_t gu = 2u * 64u * 128u * (s->gated ? 3u : 2u);
+    uint32_t down = 2u * (2u * 32u * s->T * 2u + s->T * 128u), vb = s->gated ? 4u : 2u;
+    static const uint32_t cns[] = {512, 256};
     memset(want, 0, TW_CFG_COUNT * sizeof *want);
-    if (og > smem)
+    if (gu > smem || down > smem)
         return 0;
     for (size_t i = 0; i < sizeof cns / sizeof cns[0]; i++) {
         uint32_t wb = 2u * cns[i] * 128u;
-        if (smem < wb + 16384u)
+        if (cns[i] < s->T || smem < wb + 16384u)
             continue;
         uint32_t NT = s->N / s->T, tpc = cns[i] / s->T;
         want[TW_CFG_CN] = cns[i];
         want[TW_CFG_GPWA] = 8;
         want[TW_CFG_GPWB] = 4;
-        want[TW_CFG_DCAPA] = (smem - wb) / 4u / 16u * 16u;
-        want[TW_CFG_DCAPB] = (smem - wb) / (2u * vb) / 16u * 16u;
-        want[TW_CFG_SMEM_A] = wb + 4u * want[TW_CFG_DCAPA];
-        want[TW_CFG_SMEM_B] = wb + 2u * vb * want[TW_CFG_DCAPB];
-        want[TW_CFG_SMEM_OG] = og;
-        want[TW_CFG_BW] = s->C == 2 ? 2u : 4u;
+        want[TW_CFG_DCAPA] = (smem - wb) / 8u / 16u * 16u;
+        want[TW_CFG_DCAPB] = (smem - wb) / (2u * (4u + vb)) / 16u * 16u;
+        want[TW_CFG_SMEM_A] = wb + 8u * want[TW_CFG_DCAPA];
+        want[TW_CFG_SMEM_B] = wb + 2u * (4u + vb) * want[TW_CFG_DCAPB];
+        want[TW_CFG_SMEM_GU] = gu;
+        want[TW_CFG_SMEM_DOWN] = down;
+        want[TW_CFG_BW] = 4;
         want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
         want[TW_CFG_TPC] = tpc;
+        want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
         want[TW_CFG_GATED] = s->gated ? 1u : 0u;
         return 1;
     }
@@ -359,9 +388,13 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
                           "disagree)",
                           i, f->cfg[i], want[i]);
     if (st == TWELL_OK)
-        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_OGATE],
+        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_OVF_GU],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)f->cfg[TW_CFG_SMEM_OG]);
+                                      (int)f->cfg[TW_CFG_SMEM_GU]);
+    if (st == TWELL_OK)
+        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_OVF_DOWN],
+                                      TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      (int)f->cfg[TW_CFG_SMEM_DOWN]);
     if (st == TWELL_OK)
         st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_PHASE_B],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -457,31 +490,24 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
             return st_;                                                                            \
     } while (0)
 
-/* Steps 1-6 of the launch contract for one chunk of m rows. */
-static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
-                                   const uint32_t *packed, const void *wp, twell_stream stream) {
+/* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
+ * overflow bookkeeping, flags. */
+static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
+                                   const uint32_t *packed, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
-    size_t sms = (size_t)ctx->cuda->sm_count;
-    size_t NL = tw_cdiv((size_t)m, 8) * f->cfg[TW_CFG_NC];
-    unsigned ovf_cap = (unsigned)f->ovf_cap, pair_cap = (unsigned)f->pair_cap;
-    TW_TRY(tw_cuda_memset_d32(ctx, w->ovf_cnt, 0u, f->NT, stream));
-    void *a_detect[] = {(void *)&packed, &m, &w->ovf_cnt, &w->ovf_rows, &w->ovf_slot};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_DETECT], tw_min(tw_cdiv((size_t)m * f->NT, 256), 16 * sms), 1,
-                 256, 0, stream, a_detect));
-    void *a_oscan[] = {&w->ovf_cnt, &w->ovf_base, &w->item_base, &w->ovf_nnz, &w->flag, &ovf_cap};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_OSCAN], 1, 1, 256, 0, stream, a_oscan));
-    void *a_ogate[] = {(void *)&x,   (void *)&wp,   &m,        &w->ovf_cnt, &w->ovf_rows,
-                       &w->ovf_base, &w->item_base, &w->ovf_g, &w->ovf_nnz, &w->flag};
-    TW_TRY(
-        tw_go(plan, f->fn[TW_FN_OGATE], 2 * sms, 1, 256, f->cfg[TW_CFG_SMEM_OG], stream, a_ogate));
-    void *a_sizes[] = {(void *)&packed, &m,        &w->ovf_slot, &w->ovf_base,
-                       &w->ovf_nnz,     &w->sizes, &w->flag};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_SIZES], tw_cdiv(NL, 8), 1, 256, 0, stream, a_sizes));
-    void *a_scan[] = {&w->sizes, &m, &w->offsets, &w->flag, &pair_cap};
+    unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
+    unsigned pair_cap = (unsigned)f->pair_cap;
+    TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 1u, stream));
+    void *a_prep[] = {(void *)&packed, &m,           &w->cnt,   &w->ovf_rows,
+                      &w->ovf_slot,    &w->orow_idx, &w->orows, &w->sizes};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, 8), 8), 1, 256, 0, stream,
+                 a_prep));
+    void *a_scan[] = {&w->sizes,     &m,       &w->offsets, &w->cnt,  &w->ovf_base,
+                      &w->item_base, &w->flag, &pair_cap,   &ovf_cap, &orow_cap};
     return tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan);
 }
 
-/* Steps 7-11 for one chunk of m rows. */
+/* Steps 4-10 for one chunk of m rows. */
 static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
                                   const uint32_t *packed, const void *wp, const void *wu,
                                   const void *wd, void *y, twell_stream stream) {
@@ -490,20 +516,30 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     size_t NG = tw_cdiv((size_t)m, 8), NL = NG * f->cfg[TW_CFG_NC];
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
-    void *a_build[] = {(void *)&packed, &m,        &w->ovf_slot, &w->ovf_base, &w->ovf_g,
-                       &w->offsets,     &w->sizes, &w->desc,     &w->gv,       &w->flag};
+    const void *wu_gu = plan->shape.gated ? wu : NULL;
+    void *a_build[] = {(void *)&packed, &m, &w->offsets, &w->sizes, &w->desc, &w->gv, &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
-    float *h = NULL;
+    void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
+                    &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], 2 * sms, 1, 256, f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
+    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base, &w->ovf_slot,
+                      &w->orows,       &w->ovf_hh,  &w->ovf_ex, &w->ovf_y,    &w->flag};
+    TW_TRY(
+        tw_go(plan, f->fn[TW_FN_OVF_DOWN], sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream, a_down));
+    uint32_t *hl = NULL, *rexp = NULL;
     if (plan->shape.gated) {
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
                         &w->sizes,  &w->partial, &pair_cap, &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWA]), f->NSL,
                      512, f->cfg[TW_CFG_SMEM_A], stream, a_pa));
-        void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets, &m, &w->h, &w->flag};
+        void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
+                         &m,     &w->hl,      &w->rexp,  &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
-        h = w->h;
+        hl = w->hl;
+        rexp = w->rexp;
     }
-    void *a_pb[] = {(void *)&wd, &m, &w->desc, &w->gv, &h, &w->offsets, &w->sizes, &y, &w->flag};
+    void *a_pb[] = {(void *)&wd, &m,        &w->desc,     &w->gv,    &hl, &rexp,
+                    &w->offsets, &w->sizes, &w->orow_idx, &w->ovf_y, &y,  &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWB]), f->NSL, 512,
                  f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
@@ -512,25 +548,37 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
                  a_rows);
 }
 
-/* Pair slots and overflow slots a chunk needed, from its flag words. When the overflow buffer was
- * too small (flag bit 0) the sizes kernel counted overflowing row-tiles as empty, so the pair count
- * is a lower bound: *exact is cleared, and only the overflow need is reliable. */
-static void tw_ffn_needs(const uint32_t *fl, size_t *pairs, size_t *ovf, int *exact) {
-    if (fl[0] & 1u)
-        *exact = 0;
-    else if (fl[1] > *pairs)
-        *pairs = fl[1];
-    if (fl[2] > *ovf)
-        *ovf = fl[2];
+/* What a chunk needed, from its flag words: pair slots, overflowing row-tiles, overflowing rows.
+ * All three are counted exactly whatever the capacities were. */
+typedef struct {
+    size_t pairs, ovf, orows;
+} tw_ffn_need;
+
+static void tw_ffn_needs(const uint32_t *fl, tw_ffn_need *n) {
+    if (fl[1] > n->pairs)
+        n->pairs = fl[1];
+    if (fl[2] > n->ovf)
+        n->ovf = fl[2];
+    if (fl[3] > n->orows)
+        n->orows = fl[3];
 }
 
 static size_t tw_grow_to(size_t need, size_t slack) { return need + need / 4 + slack; }
 
+/* Grows the buffers that are smaller than `n` needs; 1 if one was reallocated. */
+static int tw_ffn_grow(twell_plan *plan, tw_ffn *f, const tw_ffn_need *n) {
+    int grew = 0;
+    if (n->ovf > f->ovf_cap || n->orows > f->orow_cap)
+        grew |= tw_ffn_set_ovf(plan, f, n->ovf > f->ovf_cap ? tw_grow_to(n->ovf, 64) : f->ovf_cap,
+                               n->orows > f->orow_cap ? tw_grow_to(n->orows, 16) : f->orow_cap);
+    if (n->pairs > f->pair_cap)
+        grew |= tw_ffn_set_pairs(plan, f, tw_grow_to(n->pairs, 1024));
+    return grew;
+}
+
 /* Reads the flag copies of the previous call if its event has completed (never waits) and grows
  * the buffers that were too small. The plan's earlier work has then all finished (calls are
- * ordered through the event), so the old buffers can be freed. A call whose overflow buffer was
- * too small did not count its pairs: the next call probes again (one synchronisation) rather than
- * allocating for T entries per overflowing row-tile. */
+ * ordered through the event), so the old buffers can be freed. */
 static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
     if (!f->pending)
         return TWELL_OK;
@@ -539,49 +587,34 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
     if (!done)
         return TWELL_OK;
     f->pending = 0;
-    size_t pairs = 0, ovf = 0;
-    int exact = 1;
+    tw_ffn_need n = {0, 0, 0};
     for (unsigned i = 0; i < TW_SLOTS; i++) {
-        tw_ffn_needs(f->hflags + 4 * i, &pairs, &ovf, &exact);
+        tw_ffn_needs(f->hflags + 4 * i, &n);
         memset(f->hflags + 4 * i, 0, 16);
     }
-    if (f->pinned)
-        return TWELL_OK;
-    if (ovf > f->ovf_cap)
-        (void)tw_ffn_set_ovf(plan, f, tw_grow_to(ovf, 64));
-    if (pairs > f->pair_cap)
-        (void)tw_ffn_set_pairs(plan, f, tw_grow_to(pairs, 1024));
-    if (!exact)
-        f->probed = 0;
+    if (!f->pinned)
+        (void)tw_ffn_grow(plan, f, &n);
     return TWELL_OK;
 }
 
 /* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
- * synchronisation), grow, and run the pre-pass again with buffers that fit. An overflow buffer
- * too small is grown first (the pair count is only known once the overflowing row-tiles fit). */
-static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
-                                 const uint32_t *packed, const void *wp, twell_stream stream) {
+ * synchronisation), grow, and run the pre-pass again so its flags see the new capacities. */
+static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
+                                 const uint32_t *packed, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    for (int iter = 0; iter < 4; iter++) {
-        TW_TRY(tw_ffn_prepass(plan, f, w, m, x, packed, wp, stream));
-        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
-        TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
-        size_t pairs = 0, ovf = 0;
-        int exact = 1, grew = 0;
-        tw_ffn_needs(hf, &pairs, &ovf, &exact);
-        if (ovf > f->ovf_cap)
-            grew |= tw_ffn_set_ovf(plan, f, tw_grow_to(ovf, 64));
-        if (exact && pairs > f->pair_cap)
-            grew |= tw_ffn_set_pairs(plan, f, tw_grow_to(pairs, 1024));
-        if (!grew)
-            return TWELL_OK;
-        tw_ffn_ws_of(plan, f, w);
-    }
-    /* still growing after four rounds (a failed allocation stops earlier): the pre-pass above
-     * ran with the current buffers, and the device flag sends what does not fit to the fallback */
-    return tw_ffn_prepass(plan, f, w, m, x, packed, wp, stream);
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stream));
+    TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
+    TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
+    tw_ffn_need n = {0, 0, 0};
+    tw_ffn_needs(hf, &n);
+    if (!tw_ffn_grow(plan, f, &n))
+        return TWELL_OK;
+    /* a failed allocation keeps the old buffers: the device flag sends what does not fit to the
+     * fallback */
+    tw_ffn_ws_of(plan, f, w);
+    return tw_ffn_prepass(plan, f, w, m, packed, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -595,7 +628,7 @@ static twell_status tw_ffn_reserve_rows(twell_plan *plan, tw_ffn *f, size_t R) {
         (void)tw_ffn_set_rows(plan, f, R);
     /* before any probe: a modest overflow buffer, an empty pair list (the probe sizes both) */
     if (!f->ws_ovf)
-        (void)tw_ffn_set_ovf(plan, f, R * f->NT / 64 + 64);
+        (void)tw_ffn_set_ovf(plan, f, R * f->NT / 256 + 64, R / 256 + 16);
     if (!f->ws_pairs)
         (void)tw_ffn_set_pairs(plan, f, 0);
     return TWELL_OK;
@@ -648,9 +681,9 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
         if (probe)
-            TW_TRY(tw_ffn_probe(plan, f, &w, m, xc, pc, wp, stream));
+            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, xc, pc, wp, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
         TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
@@ -742,7 +775,7 @@ twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t 
     if (pair_cap == 0 && ovf_cap == 0) {
         f->pinned = 0;
         f->probed = 0; /* the next call measures again */
-    } else if (!tw_ffn_set_pairs(plan, f, pair_cap) || !tw_ffn_set_ovf(plan, f, ovf_cap)) {
+    } else if (!tw_ffn_set_pairs(plan, f, pair_cap) || !tw_ffn_set_ovf(plan, f, ovf_cap, ovf_cap)) {
         st = tw_error(plan->ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: cannot allocate the workspace");
     } else {
         f->pinned = 1;
@@ -777,16 +810,19 @@ size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     if (!f)
         return 0;
-    size_t a, b, c, total = 0;
+    size_t a, b, total = 0;
     if (f->ws_rows) {
         tw_rows_layout L;
         tw_rows_layout_of(f, f->rows_cap, &L);
         total += L.bytes;
     }
     if (f->ws_ovf)
-        total += tw_ovf_bytes(plan, f->ovf_cap, &a);
-    if (f->ws_pairs)
-        total += tw_pairs_bytes(plan, f, f->pair_cap, &a, &b, &c);
+        total += tw_ovf_bytes(plan, f->ovf_cap, f->orow_cap, &a, &b);
+    if (f->ws_pairs) {
+        tw_pairs_layout P;
+        tw_pairs_layout_of(plan, f, f->pair_cap, &P);
+        total += P.bytes;
+    }
     return total;
 }
 

@@ -39,14 +39,13 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  * Workspace policy (no host synchronisation in the steady state):
  *  - rows are processed in chunks of at most TW_FFN_CHUNK; the workspace holds one chunk;
  *  - the first call whose chunk is larger than any before ("probe") runs the pre-pass, copies the
- *    device flag words to pinned memory, waits for the stream, sizes the pair and overflow
- *    buffers from the exact counts (+25%) and re-runs the pre-pass: one synchronisation per new
- *    largest chunk, never in the steady state;
+ *    device flag words to pinned memory, waits for the stream, sizes the pair list and the dense
+ *    overflow buffers (row-tiles, rows) from the exact counts (+25%) and re-runs the pre-pass:
+ *    one synchronisation per new largest chunk, never in the steady state;
  *  - every call copies each chunk's flag words asynchronously into pinned memory and records an
  *    event; the next call reads them only if that event has completed (cuEventQuery, no wait),
- *    and grows the buffers when a call needed more than they held (denser data than the probe);
- *    a call whose overflow buffer was too small could not count its pairs, so the next call
- *    probes again (one synchronisation) instead of allocating T slots per overflowing row-tile.
+ *    and grows the buffers when a call needed more than they held (denser data than the probe;
+ *    the counts are exact whatever the capacities, so no second probe is needed).
  *    A chunk that does not fit runs the exact row kernel instead (device-side flag), so every
  *    call is correct whatever the capacities; results are bitwise reproducible for a given
  *    workspace state (a fallback chunk and a tiled one differ at rounding level).
@@ -67,13 +66,14 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
  * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
 twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k);
 
-/* Pins the pair and overflow capacities (entries; both 0: back to automatic sizing, keeping the
- * buffers). Reallocates after synchronising the device. Used to exercise the fallback. */
+/* Pins the pair and overflow capacities (pair slots; overflowing row-tiles, also used as the
+ * overflowing-row capacity; both 0: back to automatic sizing, keeping the buffers). Reallocates
+ * after synchronising the device. Used to exercise the fallback. */
 twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap);
 
 /* Synchronises the device and copies the flag words of the last chunk the tiled pipeline ran:
  * [0] fallback bits (0: tiled result; 1: overflow buffer too small; 2: pair buffer too small),
- * [1] pair slots needed, [2] overflowing row-tiles, [3] recompute items. All 0 if none ran. */
+ * [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All 0 if none ran. */
 twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]);
 
 /* 1 if the plan has the tiled pipeline; modules loaded so far; device bytes of the workspace;

@@ -1,59 +1,66 @@
 -- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
 -- Development copy and harness: bench/dev/fused_kernels.cuh, bench/dev/fused_dev.cu; numbers and
--- design reasoning: bench/dev/NOTES-fused.md. The CUDA below is that header verbatim.
+-- design reasoning: bench/dev/NOTES-fused.md. The CUDA below is that header verbatim (pipeline v5;
+-- the older kernels in it are not instantiated except the row kernel).
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
--- tile config: CN (neurons per weight chunk, multiple of T and 64, default 768), GPWA / GPWB
--- (groups of 8 tokens per warp in phase A / B, default 8 / 4), DCAPA / DCAPB (list slots staged
--- in shared memory per chunk, defaults fill the 227 KB limit). Rejected (unsupported): K not a
--- multiple of 64, shared memory over 227 KB.
+-- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
+-- (groups of 8 tokens per warp in phase A / B, 8 / 4), DCAPA / DCAPB (list slots staged in shared
+-- memory per chunk, defaults fill the 227 KB limit). Rejected (unsupported): K not a multiple of
+-- 64, shared memory over 227 KB.
 --
--- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. A pre-pass
--- turns the packed buffer into, per (chunk, group), a list of active pairs (16-bit descriptor
--- row-in-chunk << 3 | token-in-group, and the 16-bit gate value), padded to a multiple of 16 (one
--- mma round); overflowing row-tiles are recomputed exactly first (g = round(relu(x . w_n)) on
--- tensor cores, batched per tile). Phase A (gated) computes u = x . Wu_n for every pair, split
--- over 64-column k-slices (CTA = GPWA*16*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered
--- in shared memory; x fragments in registers; partial u per slice). A reduce forms
--- h = g * sum(partial u) in fixed order. Phase B accumulates y = sum h Wd_n (CTA = GPWB*16*8
--- tokens x 64 columns, y in registers over all chunks; h split into two 16-bit mma terms so it
--- keeps ~16 mantissa bits). If the workspace cannot hold the pairs, a device flag makes every
--- tiled kernel return at once and the row kernel (exact, one warp per row) runs instead: no host
--- synchronisation is ever needed.
+-- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. Row-tiles
+-- whose count exceeds the slots ("overflowing") leave the sparse path: ovf_gu recomputes their g
+-- exactly (round(relu(x . wp_n))) and u = x . wu_n on tensor cores, batched per tile, and stores
+-- h = g u as 16-bit hi and lo halves; ovf_down sums h . Wd over each overflowing row's tiles into
+-- ovf_y (fp32). Every other row-tile feeds, per (chunk, group), a list of active pairs (32-bit
+-- descriptor row << 7 | key << 4 | token, 16-bit gate value), PADQ-padded (8; 16 for fp16 gated),
+-- laid out so both phases read conflict-free 16-byte pieces as far as the classes allow.
+-- Phase A (gated) computes u = x . Wu_n for every pair, split over 64-column k-slices (CTA =
+-- GPWA*16*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered in shared memory; x
+-- fragments in registers; partial u per slice). The reduce forms h = g * sum(partial u) in fixed
+-- order as a bf16 (fp16: scaled per 16-slot round) hi|lo word. Phase B accumulates y = sum h Wd_n
+-- (CTA = GPWB*16*8 tokens x 64 columns, y in registers over all chunks, A fragments paired with
+-- prmt, two mmas for hi and lo), adds ovf_y for overflowing rows and stores y once. If the
+-- workspace cannot hold what the data needs, a device flag makes every tiled kernel return at
+-- once and the row kernel (exact, one warp per row) runs instead: no host synchronisation.
 --
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NT = N/T;
--- NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP = workspace capacities chosen
--- by the caller, e.g. PAIR_CAP = M*(expected nnz/row) + 16*NL, OVF_CAP = M*NT/8 + 256).
--- __device__ const unsigned twell_ffn_cfg[12] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_OG, BW, NC, TPC, gated} (read with cuModuleGetGlobal; SMEM_* are dynamic shared bytes:
---   set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b and ovf_gate).
+-- NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
+-- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
+-- __device__ const unsigned twell_ffn_cfg[14] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated} (read with cuModuleGetGlobal; SMEM_* are dynamic
+--   shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
+--   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
---   flag u32[4]; ovf_cnt u32[NT]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
---   ovf_slot u32[M*NT]; ovf_nnz u32[OVF_CAP]; ovf_g u16[OVF_CAP*T]; sizes u32[NL];
---   offsets u32[NL+1]; desc u16[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
---   gated only: h f32[PAIR_CAP+64], partial f32[NSL*PAIR_CAP].
+--   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
+--   ovf_slot u32[M*NT]; orow_idx u32[M]; orows u32[M]; sizes u32[NL]; offsets u32[NL+1];
+--   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[OROW_CAP*K];
+--   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
+--   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
---   1 memset ovf_cnt to 0 (NT words)
---   2 twell_ffn_ovf_detect grid min(ceil(M*NT/256), 16*SMs) x 256
---       (packed, M, ovf_cnt, ovf_rows, ovf_slot)
---   3 twell_ffn_ovf_scan   grid 1 x 256   (ovf_cnt, ovf_base, item_base, ovf_nnz, flag, OVF_CAP)
---   4 twell_ffn_ovf_gate   grid 2*SMs x 256, SMEM_OG
---       (x, wp, M, ovf_cnt, ovf_rows, ovf_base, item_base, ovf_g, ovf_nnz, flag)
---   5 twell_ffn_sizes      grid ceil(NL/8) x 256 (packed, M, ovf_slot, ovf_base, ovf_nnz, sizes, flag)
---   6 twell_ffn_scan       grid 1 x 1024  (sizes, M, offsets, flag, PAIR_CAP)
---   7 twell_ffn_build      grid ceil(NL/BW) x BW*32
---       (packed, M, ovf_slot, ovf_base, ovf_g, offsets, sizes, desc, gv, flag)
---   8 gated: twell_ffn_phase_a grid (ceil(NG/(16*GPWA)), NSL) x 512, SMEM_A
+--   1 memset cnt to 0 (NT+1 words)
+--   2 twell_ffn_prep      grid ceil(NG/8) x 256
+--       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes)
+--   3 twell_ffn_scan      grid 1 x 1024
+--       (sizes, M, offsets, cnt, ovf_base, item_base, flag, PAIR_CAP, OVF_CAP, OROW_CAP)
+--   4 twell_ffn_build     grid ceil(NL/BW) x BW*32 (packed, M, offsets, sizes, desc, gv, flag)
+--   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
+--       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
+--   6 twell_ffn_ovf_down  grid SMs x 256, SMEM_DOWN
+--       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, flag)
+--   7 gated: twell_ffn_phase_a grid (ceil(NG/(16*GPWA)), NSL) x 512, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
---   9 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, h, flag)
---  10 twell_ffn_phase_b   grid (ceil(NG/(16*GPWB)), NSL) x 512, SMEM_B
---       (wd, M, desc, gv, h (NULL non-gated), offsets, sizes, y, flag)
---  11 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
+--   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
+--   9 twell_ffn_phase_b   grid (ceil(NG/(16*GPWB)), NSL) x 512, SMEM_B
+--       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, y, flag)
+--  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
 --       (x, packed, wp, wu, wd, y, M, flag, 1)   fallback: returns unless flag[0] != 0
---   flag[0] != 0 after the call means the fallback produced y (bit 0: overflowing row-tiles
---   over OVF_CAP, bit 1: pair slots over PAIR_CAP); flag[1] = pair slots needed (size the next
---   call's workspace from it, no synchronisation required now); flag[2] = overflowing row-tiles.
+--   flag[0] != 0 after the call means the fallback produced y (bit 0: overflowing row-tiles over
+--   OVF_CAP or overflowing rows over OROW_CAP, bit 1: pair slots over PAIR_CAP); flag[1] = pair
+--   slots needed, flag[2] = overflowing row-tiles, flag[3] = overflowing rows: all exact whatever
+--   the capacities (size the next call's workspace from them, no synchronisation required now).
 --   twell_ffn_rows(..., 0) alone is the simple exact baseline (one warp per row).
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
@@ -66,34 +73,35 @@ check(GATED == 0 or GATED == 1, "gated=%s must be 0 or 1", tostring(GATED))
 if S.K % 64 ~= 0 then
     unsupported("K=%d: the fused kernels need a multiple of 64", S.K)
 end
-local CN = param("CN", 768)
+local CN = param("CN", 512)
 local GPWA = param("GPWA", 8)
 local GPWB = param("GPWB", 4)
 check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 0 and CN <= 1024,
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
-check(GPWA == 4 or GPWA == 8, "GPWA=%s must be 4 or 8", tostring(GPWA))
-check(GPWB == 2 or GPWB == 4, "GPWB=%s must be 2 or 4", tostring(GPWB))
+check(GPWA == 8, "GPWA=%s must be 8", tostring(GPWA))
+check(GPWB == 4, "GPWB=%s must be 4", tostring(GPWB))
 local SMEM_MAX = 232448
 local WBYTES = 2 * CN * 128
-local VB = GATED == 1 and 6 or 4
-local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES) // 4) // 16 * 16)
-local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES) // (2 * VB)) // 16 * 16)
+local VB = GATED == 1 and 4 or 2
+local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES) // 8) // 16 * 16)
+local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES) // (2 * (4 + VB))) // 16 * 16)
 check(DCAPA % 16 == 0 and DCAPB % 16 == 0, "DCAPA, DCAPB must be multiples of 16")
-local SMEM_A = WBYTES + 2 * DCAPA * 2
-local SMEM_B = WBYTES + 2 * DCAPB * VB
-local SMEM_OG = 2 * (S.T * 128 + 64 * 128)
+local SMEM_A = WBYTES + 2 * DCAPA * 4
+local SMEM_B = WBYTES + 2 * DCAPB * (4 + VB)
+local SMEM_GU = 2 * 64 * 128 * (GATED == 1 and 3 or 2)
+local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
         DCAPA, DCAPB, SMEM_MAX)
 end
 local DT = S.dtype == "bf16" and 0 or 1
+local PADQ = (DT == 1 and GATED == 1) and 16 or 8
 local NT = S.N // S.T
 local TPC = CN // S.T
 local NC = (NT + TPC - 1) // TPC
 local NSL = S.K // 64
 local NI = (S.K + 255) // 256
-local CELLW = 8 * CN // S.C + CN // 8 + 1
-local BW = S.C == 2 and 2 or 4
+local BW = 4
 
 cuda [==[
 #define TW_KERNEL(bounds) __device__ __forceinline__ void
@@ -119,6 +127,50 @@ typedef unsigned char tw_u8;
 typedef unsigned long long tw_u64;
 
 #define TW_FULL 0xffffffffu
+#define TW_NONE 0xffffffffu
+
+// ---------------------------------------------------------------------------------------------
+// v5 list layout (pure index arithmetic, also compiled on the host by bench/dev/fused_layout_check.cpp)
+// A list = the active pairs of one (chunk, group of 8 tokens), PADQ-padded (8, or 16 for fp16
+// gated). Slot descriptor (32 bits): row in chunk << 7 | (row & 7) << 4 | token column; the
+// chunk row r sits in shared memory at r * 128 with 16-byte piece p at p ^ (r & 7), so
+// (desc ^ p << 4) & ~15 is the byte offset of logical piece p. Bank rules (a quarter-warp phase of a
+// 16-byte load is one wavefront when its 8 pieces hit 8 bank groups):
+//   phase A reads pieces t4 and t4 + 4 of the rows in slots (2i, 2i + 1): conflict-free iff the
+//   rows differ in bit 2; phase B reads pieces pi(g) of the rows in slots {j, 4+j, 8+j, 12+j} of a
+//   round: conflict-free iff their (row & 3) classes are distinct.
+// Entries are sorted by class (row & 3), bit 2 alternating inside a class run, and dealt into
+// 4-sets: sorted index si -> set si % S4, position si / S4 (S4 = size / 4). A set with no class
+// run longer than S4 is rainbow; consecutive sorted indices (a phase-A pair) differ in bit 2
+// while both bit values last. Pads (gate value 0) take the classes a set lacks.
+// ---------------------------------------------------------------------------------------------
+#ifndef TW_HD
+#define TW_HD __host__ __device__ __forceinline__
+#endif
+// Slot of sorted index si in a list of `size` slots (a multiple of 8): full rounds (16 slots,
+// sets 4r..4r+3) place set s, position q at 16 (s / 4) + 4 q + s % 4; a trailing half round (8
+// slots, sets 4R and 4R + 1) at 16 R + 2 q + (s - 4 R).
+TW_HD tw_u32 tw_slot_of(tw_u32 si, tw_u32 size) {
+    const tw_u32 S4 = size >> 2, R = size >> 4, s = si % S4, q = si / S4;
+    return s < 4u * R ? 16u * (s >> 2) + 4u * q + (s & 3u) : 16u * R + 2u * q + (s - 4u * R);
+}
+// Position inside its class run of the i-th entry with bit-2 value b (mc = min(zeros, ones)):
+// alternating 0 1 0 1 ... while both last, then the rest of the larger side.
+TW_HD tw_u32 tw_class_pos(tw_u32 i, tw_u32 b, tw_u32 mc) { return i < mc ? 2u * i + b : mc + i; }
+TW_HD tw_u32 tw_desc5(tw_u32 row, tw_u32 tok) { return (row << 7) | ((row & 7u) << 4) | tok; }
+// Sort bucket of a chunk row: class (row & 3) major, bit 2 minor.
+TW_HD tw_u32 tw_bucket(tw_u32 row) { return ((row & 3u) << 1) | ((row >> 2) & 1u); }
+// Phase B: logical 16-byte piece (8 output columns) read by lanes of group id g: the two g of a
+// quarter-warp differ in bit 2 only.
+TW_HD tw_u32 tw_pib(tw_u32 g) { return (g >> 1) | ((g & 1u) << 2); }
+// Power-of-two scale for fp16 hi/lo splitting: for a block whose largest |h| has biased exponent
+// ex (clamped to [20, 250]), h * 2^(141 - ex) < 2^15 and the result times 2^(ex - 141) is exact.
+TW_HD tw_u32 tw_scale_ex(tw_u32 amax_bits) {
+    tw_u32 ex = (amax_bits >> 23) & 0xffu;
+    ex = (amax_bits & 0x7fffffffu) == 0u ? 127u : ex;
+    return ex < 20u ? 20u : ex > 250u ? 250u : ex;
+}
+#ifndef TW_LAYOUT_ONLY
 /* A kernel of the pipeline: a __global__ function in the development harness; in the NVRTC
    template the same text defines device bodies that extern "C" wrappers call. */
 #ifndef TW_KERNEL
@@ -1052,57 +1104,1070 @@ TW_KERNEL((256))
     }
 }
 
+// =============================================================================================
+// v5 (bench/dev/NOTES-fused.md, "v5"): overflowing row-tiles leave the sparse lists and go
+// through a dense tensor-core path (ovf_gu: g and u of the tile, h = g u; ovf_down: y part of each
+// overflowing row over its tiles); lists are PADQ-padded, 32-bit descriptors, laid out so both
+// phases read conflict-free 16-byte pieces; phase B builds its A fragments with prmt (no
+// ldmatrix), h arrives as bf16 hi|lo words from the reduce, y leaves in 16-byte stores.
+// =============================================================================================
+__device__ __forceinline__ tw_u32 tw_prmt2(tw_u32 a, tw_u32 b, tw_u32 sel) {
+    tw_u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+__device__ __forceinline__ uint2 tw_lds64(tw_u32 a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+// cp.async of 16 bytes, or 16 zero bytes when !valid (src is not read then).
+__device__ __forceinline__ void tw_cp16z(tw_u32 dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+// d += A(16x8, row) * B(8x8, col), fp32 accumulate.
+template <int DT>
+__device__ __forceinline__ void tw_mma8(float (&d)[4], tw_u32 a0, tw_u32 a1, tw_u32 b0) {
+    if constexpr (DT == 0)
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+}
+template <int DT> __device__ __forceinline__ float tw_ex_inv(tw_u32 ex) {
+    return DT == 1 ? __uint_as_float((ex - 14u) << 23) : 1.0f;
+}
+// hi + lo 16-bit split of v (fp16: of v * 2^(141 - ex)); hi in bits 31..16.
+template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 ex) {
+    if constexpr (DT == 1)
+        v *= __uint_as_float((268u - ex) << 23);
+    const tw_u16 hi = tw_f2h<DT>(v);
+    const tw_u16 lo = tw_f2h<DT>(v - tw_h2f<DT>(hi));
+    return ((tw_u32)hi << 16) | lo;
+}
+
+// Workspace control words, v5: flag[0] fallback bits (1: overflowing row-tiles over OVF_CAP or
+// overflowing rows over OROW_CAP, 2: pair slots over PAIR_CAP), [1] pair slots, [2] overflowing
+// row-tiles, [3] overflowing rows. cnt[0..NT-1] overflowing rows per tile, cnt[NT] overflowing
+// rows (zeroed before pre-pass 1).
+
+// Pre-pass 1: one warp per group of 8 rows reads every cell count once: list sizes of the group
+// in every chunk (non-overflowing cells only, PADQ-padded), each overflowing cell's slot in its
+// tile's list (integer atomics: consumers index by row and tile, so the order is free), and
+// each row's index among the overflowing rows (TW_NONE if it has none).
+template <int PADQ>
+TW_KERNEL((256)) tw_k_prep5(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC, int TPC,
+                            int NG, tw_u32 *__restrict__ cnt, tw_u32 *__restrict__ ovf_rows,
+                            tw_u32 *__restrict__ ovf_slot, tw_u32 *__restrict__ orow_idx,
+                            tw_u32 *__restrict__ orows, tw_u32 *__restrict__ sizes) {
+    __shared__ tw_u32 rowovf[8][8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = blockIdx.x * 8 + warp;
+    if (G >= NG)
+        return;
+    if (lane < 8)
+        rowovf[warp][lane] = 0;
+    __syncwarp();
+    const tw_u32 S = (tw_u32)(W - 1);
+    for (int c = 0; c < NC; c++) {
+        const int t0 = c * TPC, nt = min(TPC, NT - t0);
+        tw_u32 sum = 0;
+        for (int i = lane; i < 8 * nt; i += 32) {
+            const int r = i / nt, t = t0 + (i - r * nt);
+            const long long m = 8LL * G + r;
+            if (m < M) {
+                const tw_u32 v = packed[(m * NT + t) * W];
+                if (v <= S) {
+                    sum += v;
+                } else {
+                    const tw_u32 s = atomicAdd(&cnt[t], 1u);
+                    ovf_rows[(long long)t * M + s] = (tw_u32)m;
+                    ovf_slot[m * NT + t] = s;
+                    atomicAdd(&rowovf[warp][r], 1u);
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(TW_FULL, sum, o);
+        if (lane == 0)
+            sizes[(long long)c * NG + G] = (sum + (PADQ - 1)) & ~(tw_u32)(PADQ - 1);
+    }
+    __syncwarp();
+    const long long m = 8LL * G + lane;
+    if (lane < 8 && m < M) {
+        tw_u32 idx = TW_NONE;
+        if (rowovf[warp][lane]) {
+            idx = atomicAdd(&cnt[NT], 1u);
+            orows[idx] = (tw_u32)m;
+        }
+        orow_idx[m] = idx;
+    }
+}
+
+// Pre-pass 2 (one block of 1024): list offsets (exclusive scan of the sizes), overflow slot bases
+// per tile and item bases of ovf_gu (64 rows x 64 columns per item), capacity checks and flags.
+TW_KERNEL((1024))
+    tw_k_scan5(const tw_u32 *__restrict__ sizes, int n, tw_u32 *__restrict__ offsets,
+               const tw_u32 *__restrict__ cnt, int NT, int NCB, tw_u32 *__restrict__ ovf_base,
+               tw_u32 *__restrict__ item_base, tw_u32 *__restrict__ flag, tw_u32 pair_cap,
+               tw_u32 ovf_cap, tw_u32 orow_cap) {
+    __shared__ tw_u64 part[1024];
+    __shared__ tw_u32 ovf_total;
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid < 32) { /* warp 0: the per-tile overflow scan */
+        tw_u32 a = 0, b = 0;
+        for (int t0 = 0; t0 < NT; t0 += 32) {
+            const int t = t0 + lane;
+            const tw_u32 c = t < NT ? cnt[t] : 0u, it = ((c + 63u) / 64u) * (tw_u32)NCB;
+            tw_u32 ia = c, ib = it;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const tw_u32 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
+                ia += lane >= o ? va : 0u;
+                ib += lane >= o ? vb : 0u;
+            }
+            if (t < NT) {
+                ovf_base[t] = a + ia - c;
+                item_base[t] = b + ib - it;
+            }
+            a += __shfl_sync(TW_FULL, ia, 31);
+            b += __shfl_sync(TW_FULL, ib, 31);
+        }
+        if (lane == 0) {
+            ovf_base[NT] = a;
+            item_base[NT] = b;
+            ovf_total = a;
+        }
+    }
+    const int per = (n + 1023) / 1024;
+    const int beg = min(tid * per, n), end = min(beg + per, n);
+    tw_u64 s = 0;
+    for (int i = beg; i < end; i++)
+        s += sizes[i];
+    part[tid] = s;
+    __syncthreads();
+    for (int o = 1; o < 1024; o <<= 1) {
+        const tw_u64 v = tid >= o ? part[tid - o] : 0;
+        __syncthreads();
+        part[tid] += v;
+        __syncthreads();
+    }
+    tw_u64 run = part[tid] - s;
+    for (int i = beg; i < end; i++) {
+        offsets[i] = (tw_u32)run;
+        run += sizes[i];
+    }
+    if (tid == 1023) {
+        const tw_u64 total = part[1023];
+        const tw_u32 orw = cnt[NT];
+        offsets[n] = (tw_u32)(total > pair_cap ? pair_cap : total);
+        flag[0] = (ovf_total > ovf_cap || orw > orow_cap ? 1u : 0u) | (total > pair_cap ? 2u : 0u);
+        flag[1] = (tw_u32)(total > 0xffffffffull ? 0xffffffffull : total);
+        flag[2] = ovf_total;
+        flag[3] = orw;
+    }
+}
+
+// Pre-pass 3: writes each (chunk, group) list (layout: see the v5 helpers at the top): one warp
+// per list; cell counts prefix-summed in shared memory (overflowing cells count 0), entries
+// fetched flat (32 per step, binary search over the cells), two passes (bucket counts, then
+// placement by ballot ranks), then the pads.
+template <int TPCM, int BW>
+TW_KERNEL((BW * 32))
+    tw_k_build5(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
+                int TPC, int NG, const tw_u32 *__restrict__ offsets,
+                const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ desc,
+                tw_u16 *__restrict__ gv, const tw_u32 *__restrict__ flag) {
+    __shared__ tw_u32 spre[BW][8 * TPCM + 1];
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long wid = (long long)blockIdx.x * BW + warp;
+    if (wid >= (long long)NG * NC)
+        return;
+    tw_u32 *pre = spre[warp];
+    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG);
+    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = 8 * nt;
+    const tw_u32 out = offsets[wid], size = sizes[wid], S = (tw_u32)(W - 1);
+    const tw_u32 rows_c = (tw_u32)min(CN, N - c * CN), cstart = (tw_u32)(c * CN);
+    tw_u32 carry = 0;
+    for (int i0 = 0; i0 < ncell; i0 += 32) {
+        const int i = i0 + lane;
+        tw_u32 v = 0;
+        if (i < ncell) {
+            const int r = i / nt;
+            const long long m = 8LL * G + r;
+            if (m < M) {
+                v = packed[(m * NT + t0 + (i - r * nt)) * W];
+                v = v > S ? 0u : v;
+            }
+        }
+        tw_u32 incl = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
+            incl += lane >= o ? u : 0u;
+        }
+        if (i < ncell)
+            pre[i] = carry + incl - v;
+        carry += __shfl_sync(TW_FULL, incl, 31);
+    }
+    __syncwarp();
+    const tw_u32 n = carry;
+    /* entry j -> chunk row (sanitised: a column outside the chunk becomes row 0 with g = 0),
+       token column, gate bits */
+    auto fetch = [&](tw_u32 j, tw_u32 &row, tw_u32 &tok, tw_u32 &g) {
+        int lo = 0, hi = ncell - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (pre[mid] <= j)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const int r = lo / nt;
+        const long long m = 8LL * G + r;
+        const tw_u32 word = packed[(m * NT + t0 + (lo - r * nt)) * W + 1 + (j - pre[lo])];
+        row = (word & 0xffffu) - cstart;
+        g = word >> 16;
+        if (row >= rows_c)
+            row = 0, g = 0;
+        tok = (tw_u32)r;
+    };
+    tw_u32 cnt8[8];
+#pragma unroll
+    for (int b = 0; b < 8; b++)
+        cnt8[b] = 0;
+    for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
+        const bool valid = j0 + lane < n;
+        tw_u32 row = 0, tok = 0, g = 0;
+        if (valid)
+            fetch(j0 + lane, row, tok, g);
+        const tw_u32 q = tw_bucket(row);
+#pragma unroll
+        for (int b = 0; b < 8; b++)
+            cnt8[b] += __popc(__ballot_sync(TW_FULL, valid && q == (tw_u32)b));
+    }
+    tw_u32 CS[4], MC[4], ZC[4], OC[4];
+    {
+        tw_u32 a = 0;
+#pragma unroll
+        for (int cl = 0; cl < 4; cl++) {
+            ZC[cl] = cnt8[2 * cl], OC[cl] = cnt8[2 * cl + 1];
+            CS[cl] = a;
+            MC[cl] = min(ZC[cl], OC[cl]);
+            a += ZC[cl] + OC[cl];
+        }
+    }
+    auto pick = [](const tw_u32(&arr)[4], tw_u32 i) {
+        return i == 0 ? arr[0] : i == 1 ? arr[1] : i == 2 ? arr[2] : arr[3];
+    };
+    const tw_u32 lt = (1u << lane) - 1u;
+    tw_u32 run8[8];
+#pragma unroll
+    for (int b = 0; b < 8; b++)
+        run8[b] = 0;
+    for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
+        const bool valid = j0 + lane < n;
+        tw_u32 row = 0, tok = 0, g = 0;
+        if (valid)
+            fetch(j0 + lane, row, tok, g);
+        const tw_u32 q = tw_bucket(row);
+        tw_u32 mine = 0, base = 0;
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const tw_u32 bal = __ballot_sync(TW_FULL, valid && q == (tw_u32)b);
+            if (q == (tw_u32)b) {
+                mine = bal;
+                base = run8[b];
+            }
+            run8[b] += __popc(bal);
+        }
+        if (valid) {
+            const tw_u32 cl = q >> 1, i = base + __popc(mine & lt);
+            const tw_u32 si = pick(CS, cl) + tw_class_pos(i, q & 1u, pick(MC, cl));
+            const tw_u32 slot = out + tw_slot_of(si, size);
+            desc[slot] = tw_desc5(row, tok);
+            gv[slot] = (tw_u16)g;
+        }
+    }
+    /* pads: the classes their 4-set lacks, bit 2 opposite to their phase-A partner */
+    const tw_u32 S4 = size >> 2;
+    auto class_of = [&](tw_u32 sj) {
+        tw_u32 cl = 0;
+#pragma unroll
+        for (int k = 1; k < 4; k++)
+            cl = CS[k] <= sj ? (tw_u32)k : cl;
+        return cl;
+    };
+    for (tw_u32 si = n + lane; si < size; si += 32) {
+        const tw_u32 s = si % S4, qp = si / S4;
+        tw_u32 present = 0, nreal = 0;
+#pragma unroll
+        for (tw_u32 qq = 0; qq < 4; qq++) {
+            const tw_u32 sj = s + qq * S4;
+            if (sj < n) {
+                present |= 1u << class_of(sj);
+                nreal++;
+            }
+        }
+        const tw_u32 k = qp - nreal; /* this pad takes the k-th missing class, ascending */
+        tw_u32 cls = 0;
+        for (tw_u32 cl = 0, seen = 0; cl < 4; cl++)
+            if (!((present >> cl) & 1u)) {
+                if (seen == k)
+                    cls = cl;
+                seen++;
+            }
+        const tw_u32 sip = (s ^ 1u) + qp * S4;
+        tw_u32 b2 = s & 1u;
+        if (sip < n) {
+            const tw_u32 cl = class_of(sip), pos = sip - pick(CS, cl), mc = pick(MC, cl);
+            const tw_u32 pb = pos < 2u * mc ? (pos & 1u) : (pick(ZC, cl) > pick(OC, cl) ? 0u : 1u);
+            b2 = pb ^ 1u;
+        }
+        const tw_u32 slot = out + tw_slot_of(si, size);
+        desc[slot] = tw_desc5(cls | (b2 << 2), 0u);
+        gv[slot] = 0;
+    }
+}
+
+// Binary search: last t in [0, NT) with base[t] <= item.
+__device__ __forceinline__ int tw_find_tile(const tw_u32 *base, int NT, tw_u32 item) {
+    int lo = 0, hi = NT - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (base[mid] <= item)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+// Overflow path 1: for the overflowing cells of tile t, h = g (non-gated) or g * u (gated) over
+// the tile's TT columns, g = round(relu(x . wp_n)) exactly as packing rounds it, u = x . wu_n in
+// fp32; stored as 16-bit hi and lo halves (ovf_hh[cell][0..TT) hi, [TT..2TT) lo; fp16: scaled by
+// 2^(141 - ex) per 64-column block, ex in ovf_ex[cell][TT/64]). CTA item = (tile, 64 rows, 64
+// columns); 8 warps = 4 m-tiles x 2 column halves; x rows and both weight blocks stream through
+// shared memory in 64-column k-steps (cp.async, double-buffered, XOR swizzle).
+template <int DT, int GATED, int TT>
+TW_KERNEL((256))
+    tw_k_ovf_gu(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wp,
+                const tw_u16 *__restrict__ wu, int M, int K, int NT,
+                const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
+                const tw_u32 *__restrict__ ovf_rows, tw_u16 *__restrict__ ovf_hh,
+                tw_u32 *__restrict__ ovf_ex, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    __shared__ float xmax[2][64];
+    if (flag[0])
+        return;
+    constexpr int NCB = TT / 64;
+    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int mt = warp & 3, ch = warp >> 2;
+    const tw_u32 nitems = item_base[NT];
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    const int arow = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
+    const int brow0 = (lane & 7) + (lane >> 4) * 8, bhi = (lane >> 3) & 1;
+    const int nk = K / 64;
+    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const int t = tw_find_tile(item_base, NT, item);
+        const tw_u32 rel = item - item_base[t], rb = rel / NCB, cb = rel - rb * NCB;
+        const tw_u32 r0 = 64u * rb, cntt = ovf_base[t + 1] - ovf_base[t];
+        const int nrows = (int)min(64u, cntt - r0);
+        const tw_u32 *rows = ovf_rows + (long long)t * M + r0;
+        const long long n0 = (long long)t * TT + 64 * cb;
+        auto stage = [&](int kc, int buf) {
+            const tw_u32 sx = sbase + buf * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+            for (int i = tid; i < 64 * 8; i += 256) {
+                const int r = i >> 3, q = i & 7;
+                const tw_u32 so = r * 128 + ((q ^ (r & 7)) << 4);
+                const long long m = rows[r < nrows ? r : 0];
+                tw_cp16(sx + so, x + m * K + kc * 64 + 8 * q);
+                tw_cp16(sw + so, wp + (n0 + r) * K + kc * 64 + 8 * q);
+                if (GATED)
+                    tw_cp16(su + so, wu + (n0 + r) * K + kc * 64 + 8 * q);
+            }
+        };
+        float ag[4][4], au[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ag[j][e] = au[j][e] = 0.0f;
+        stage(0, 0);
+        tw_cp_commit();
+        for (int kc = 0; kc < nk; kc++) {
+            if (kc + 1 < nk)
+                stage(kc + 1, (kc + 1) & 1);
+            tw_cp_commit();
+            tw_cp_wait<1>();
+            __syncthreads();
+            const tw_u32 sx = sbase + (kc & 1) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                tw_u32 a[4];
+                tw_ldsm4(a, sx + arow * 128 + (((2 * ks + ahi) ^ (arow & 7)) << 4));
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    const int br = ch * 32 + 16 * p + brow0;
+                    const tw_u32 bo = br * 128 + (((2 * ks + bhi) ^ (br & 7)) << 4);
+                    tw_u32 b[4];
+                    tw_ldsm4(b, sw + bo);
+                    tw_mma<DT>(ag[2 * p], a, b[0], b[1]);
+                    tw_mma<DT>(ag[2 * p + 1], a, b[2], b[3]);
+                    if (GATED) {
+                        tw_ldsm4(b, su + bo);
+                        tw_mma<DT>(au[2 * p], a, b[0], b[1]);
+                        tw_mma<DT>(au[2 * p + 1], a, b[2], b[3]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        /* h per element: lane holds rows ra = 16 mt + g (e = 0, 1) and ra + 8 (e = 2, 3), columns
+           32 ch + 8 j + 2 t4 + (e & 1) */
+        float h[4][4];
+        float am0 = 0.0f, am1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float gq = tw_h2f<DT>(tw_relu_round<DT>(ag[j][e]));
+                h[j][e] = GATED ? gq * au[j][e] : gq;
+                if (e < 2)
+                    am0 = fmaxf(am0, fabsf(h[j][e]));
+                else
+                    am1 = fmaxf(am1, fabsf(h[j][e]));
+            }
+        const int ra = 16 * mt + g, rb2 = ra + 8;
+        tw_u32 exa = 0, exb = 0;
+        if constexpr (DT == 1) {
+            am0 = fmaxf(am0, __shfl_xor_sync(TW_FULL, am0, 1));
+            am0 = fmaxf(am0, __shfl_xor_sync(TW_FULL, am0, 2));
+            am1 = fmaxf(am1, __shfl_xor_sync(TW_FULL, am1, 1));
+            am1 = fmaxf(am1, __shfl_xor_sync(TW_FULL, am1, 2));
+            if (t4 == 0) {
+                xmax[ch][ra] = am0;
+                xmax[ch][rb2] = am1;
+            }
+            __syncthreads();
+            exa = tw_scale_ex(__float_as_uint(fmaxf(xmax[0][ra], xmax[1][ra])));
+            exb = tw_scale_ex(__float_as_uint(fmaxf(xmax[0][rb2], xmax[1][rb2])));
+            __syncthreads();
+        }
+        const tw_u32 cell0 = ovf_base[t] + r0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int col = 64 * (int)cb + 32 * ch + 8 * j + 2 * t4;
+            const tw_u32 h00 = tw_split_hl<DT>(h[j][0], exa), h01 = tw_split_hl<DT>(h[j][1], exa);
+            const tw_u32 h10 = tw_split_hl<DT>(h[j][2], exb), h11 = tw_split_hl<DT>(h[j][3], exb);
+            if (ra < nrows) {
+                tw_u16 *p = ovf_hh + (long long)(cell0 + ra) * (2 * TT) + col;
+                *(tw_u32 *)p = (h00 >> 16) | (h01 & 0xffff0000u);
+                *(tw_u32 *)(p + TT) = (h00 & 0xffffu) | (h01 << 16);
+            }
+            if (rb2 < nrows) {
+                tw_u16 *p = ovf_hh + (long long)(cell0 + rb2) * (2 * TT) + col;
+                *(tw_u32 *)p = (h10 >> 16) | (h11 & 0xffff0000u);
+                *(tw_u32 *)(p + TT) = (h10 & 0xffffu) | (h11 << 16);
+            }
+        }
+        if (DT == 1 && ch == 0 && t4 == 0) {
+            if (ra < nrows)
+                ovf_ex[(long long)(cell0 + ra) * NCB + cb] = exa;
+            if (rb2 < nrows)
+                ovf_ex[(long long)(cell0 + rb2) * NCB + cb] = exb;
+        }
+    }
+}
+
+// Overflow path 2: y part of each overflowing row, ovf_y[i][K] (fp32) = sum over the row's
+// overflowing tiles t, in tile order, of h[cell(t)] . Wd[tile t rows]. CTA item = (32 overflowing
+// rows, 64 output columns); tiles in batches of 32: cell lookup, list of tiles where any row of
+// the item overflows, then those tiles stream through shared memory (h hi and lo rows with zeros
+// for rows that do not overflow there, and the Wd block), double-buffered. 8 warps = 2 m-tiles x
+// 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16 sums each
+// 64-neuron block apart and scales it by the cell's 2^(ex - 141).
+template <int DT, int TT>
+TW_KERNEL((256))
+    tw_k_ovf_down(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
+                  int NT, int W, const tw_u32 *__restrict__ ovf_base,
+                  const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
+                  const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,
+                  float *__restrict__ ovf_y, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    __shared__ tw_u32 scell[32][33];
+    __shared__ tw_u32 srow[32], slist[32], sna;
+    __shared__ float ssinv[2][32][TT / 64];
+    if (flag[0])
+        return;
+    constexpr int NKB = TT / 64;
+    constexpr int HB = 32 * TT * 2;       /* bytes of one 32-row h block (hi or lo) */
+    constexpr int STAGE = 2 * HB + TT * 128;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int mt = warp & 1, nq = warp >> 1;
+    const tw_u32 norows = flag[3];
+    const tw_u32 ncb = (tw_u32)(K / 64), nitems = (norows + 31u) / 32u * ncb;
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    const int ar = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
+    const int bk = (lane & 7) + ((lane >> 3) & 1) * 8, bn = 2 * nq + (lane >> 4);
+    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const tw_u32 rb = item / ncb, cb = item - rb * ncb, i0 = 32u * rb;
+        const int nr = (int)min(32u, norows - i0);
+        const int c0 = 64 * (int)cb;
+        if (tid < 32)
+            srow[tid] = tid < nr ? orows[i0 + tid] : TW_NONE;
+        float acc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        for (int tb = 0; tb < NT; tb += 32) {
+            const int ntb = min(32, NT - tb);
+            __syncthreads(); /* srow written; the previous batch's buffers are free */
+            for (int i = tid; i < 32 * 32; i += 256) {
+                const int r = i >> 5, tt = i & 31;
+                tw_u32 cell = TW_NONE;
+                if (r < nr && tt < ntb) {
+                    const long long m = srow[r];
+                    const int t = tb + tt;
+                    if (packed[(m * NT + t) * W] > (tw_u32)(W - 1))
+                        cell = ovf_base[t] + ovf_slot[m * NT + t];
+                }
+                scell[r][tt] = cell;
+            }
+            __syncthreads();
+            if (tid < 32) {
+                bool any = false;
+                for (int r = 0; r < nr; r++)
+                    any |= scell[r][tid] != TW_NONE;
+                const tw_u32 bal = __ballot_sync(TW_FULL, any && tid < ntb);
+                if (any && tid < ntb)
+                    slist[__popc(bal & ((1u << tid) - 1u))] = (tw_u32)tid;
+                if (tid == 0)
+                    sna = __popc(bal);
+            }
+            __syncthreads();
+            const int na = (int)sna;
+            auto stage = [&](int i, int buf) {
+                const int tt = (int)slist[i], t = tb + tt;
+                const tw_u32 sh = sbase + buf * STAGE, sw = sh + 2 * HB;
+                for (int e = tid; e < 2 * 32 * (TT / 8); e += 256) {
+                    const int which = e / (32 * (TT / 8)), rem = e - which * 32 * (TT / 8);
+                    const int r = rem / (TT / 8), pc = rem - r * (TT / 8);
+                    const tw_u32 cell = scell[r][tt];
+                    const tw_u16 *src = ovf_hh + (cell == TW_NONE ? 0ll : (long long)cell * (2 * TT)) +
+                                        which * TT + 8 * pc;
+                    tw_cp16z(sh + which * HB + r * (2 * TT) + ((pc ^ (r & 7)) << 4), src,
+                             cell != TW_NONE);
+                }
+                for (int e = tid; e < TT * 8; e += 256) {
+                    const int nn = e >> 3, q = e & 7;
+                    tw_cp16(sw + nn * 128 + ((q ^ (nn & 7)) << 4),
+                            wd + ((long long)t * TT + nn) * K + c0 + 8 * q);
+                }
+                if (DT == 1 && tid < 32 * NKB) {
+                    const int r = tid / NKB, kb = tid - r * NKB;
+                    const tw_u32 cell = scell[r][tt];
+                    ssinv[buf][r][kb] =
+                        cell == TW_NONE ? 1.0f : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB + kb]);
+                }
+            };
+            if (na > 0)
+                stage(0, 0);
+            tw_cp_commit();
+            for (int i = 0; i < na; i++) {
+                if (i + 1 < na)
+                    stage(i + 1, (i + 1) & 1);
+                tw_cp_commit();
+                tw_cp_wait<1>();
+                __syncthreads();
+                const tw_u32 shi = sbase + (i & 1) * STAGE, slo = shi + HB, sw = shi + 2 * HB;
+#pragma unroll
+                for (int kb = 0; kb < NKB; kb++) {
+                    float tmp[2][4];
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.0f;
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++) {
+                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the tile */
+                        const tw_u32 ao = ar * (2 * TT) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
+                        tw_u32 ah[4], al[4], b[4];
+                        tw_ldsm4(ah, shi + ao);
+                        tw_ldsm4(al, slo + ao);
+                        const int krow = kk + bk;
+                        tw_ldsm4t(b, sw + krow * 128 + ((bn ^ (krow & 7)) << 4));
+                        float(&d0)[4] = DT == 1 ? tmp[0] : acc[0];
+                        float(&d1)[4] = DT == 1 ? tmp[1] : acc[1];
+                        tw_mma<DT>(d0, ah, b[0], b[1]);
+                        tw_mma<DT>(d0, al, b[0], b[1]);
+                        tw_mma<DT>(d1, ah, b[2], b[3]);
+                        tw_mma<DT>(d1, al, b[2], b[3]);
+                    }
+                    if constexpr (DT == 1) {
+                        const float sa = ssinv[i & 1][16 * mt + g][kb],
+                                    sb = ssinv[i & 1][16 * mt + g + 8][kb];
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            acc[j][0] = fmaf(tmp[j][0], sa, acc[j][0]);
+                            acc[j][1] = fmaf(tmp[j][1], sa, acc[j][1]);
+                            acc[j][2] = fmaf(tmp[j][2], sb, acc[j][2]);
+                            acc[j][3] = fmaf(tmp[j][3], sb, acc[j][3]);
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        const int ra = 16 * mt + g, rb2 = ra + 8;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int col = c0 + 16 * nq + 8 * j + 2 * t4;
+            if (ra < nr)
+                *(float2 *)(ovf_y + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
+            if (rb2 < nr)
+                *(float2 *)(ovf_y + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
+        }
+    }
+}
+
+// Phase A chunk for one warp (v5): full rounds of 16 slots, then (PADQ 8) a half round. Lane
+// (g, t4) reads pieces t4 and t4 + 4 (k = 8 t4 .. +7 and 32 + 8 t4 .. +7 of the slice) of the
+// rows in slots g and g + 8; the x fragments hold the same k columns (mma k order permuted
+// identically). Slot g's pair keeps D[g][tok]; the lane with t4 = tok >> 1 stores it.
+template <int DT, int GPW, bool SH, int PADQ>
+__device__ __forceinline__ void tw_pa5_chunk(const tw_u32 (&bx)[GPW][8], const tw_u32 (&off)[GPW],
+                                             const tw_u32 (&sz)[GPW], tw_u32 dsh,
+                                             const tw_u32 *dgl, tw_u32 buf, float *po, int g,
+                                             int t4) {
+    const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        const tw_u32 nfull = sz[j] >> 4;
+        tw_u32 o = off[j];
+        for (tw_u32 r = 0; r < nfull; r++, o += 16) {
+            tw_u32 da, db;
+            if (SH) {
+                da = tw_lds32(dsh + 4u * (o + ug));
+                db = tw_lds32(dsh + 4u * (o + ug + 8u));
+            } else {
+                da = dgl[o + ug];
+                db = dgl[o + ug + 8u];
+            }
+            const tw_u32 oa = (da ^ t4s) & ~15u, ob = (db ^ t4s) & ~15u;
+            const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
+            const uint4 b0 = tw_lds128(buf + ob), b1 = tw_lds128(buf + (ob ^ 64u));
+            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            {
+                const tw_u32 af[4] = {a0.x, b0.x, a0.y, b0.y};
+                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
+            }
+            {
+                const tw_u32 af[4] = {a0.z, b0.z, a0.w, b0.w};
+                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
+            }
+            {
+                const tw_u32 af[4] = {a1.x, b1.x, a1.y, b1.y};
+                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
+            }
+            {
+                const tw_u32 af[4] = {a1.z, b1.z, a1.w, b1.w};
+                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
+            }
+            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
+            const float vb = (db & 1u) ? e0[3] + e1[3] : e0[2] + e1[2];
+            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
+            tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4);
+        }
+        if (PADQ == 8 && (sz[j] & 8u)) { /* half round: rows 0..7 = slots o .. o + 7 */
+            const tw_u32 da = SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
+            const tw_u32 oa = (da ^ t4s) & ~15u;
+            const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
+            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            {
+                const tw_u32 af[4] = {a0.x, 0u, a0.y, 0u};
+                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
+            }
+            {
+                const tw_u32 af[4] = {a0.z, 0u, a0.w, 0u};
+                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
+            }
+            {
+                const tw_u32 af[4] = {a1.x, 0u, a1.y, 0u};
+                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
+            }
+            {
+                const tw_u32 af[4] = {a1.z, 0u, a1.w, 0u};
+                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
+            }
+            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
+            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
+        }
+    }
+}
+
+// Phase A (v5, gated): partial u over one 64-column slice for every slot of a block of 16 warps x
+// GPW groups x 8 tokens. Shared memory: two weight chunks (2 x CN x 128 B), two descriptor
+// buffers (2 x DCAP x 4 B); a chunk whose block region holds more than DCAP slots reads its
+// descriptors from global memory instead.
+template <int DT, int CN, int GPW, int DCAP, int PADQ>
+TW_KERNEL((512, 1))
+    tw_k_phase_a5(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
+                  int NG, int NC, const tw_u32 *__restrict__ desc,
+                  const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
+                  float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int s = blockIdx.y, k0 = s * TW_KW;
+    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
+    const int G0 = GB + warp * GPW;
+    tw_u32 bx[GPW][8];
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        const int row = min((G0 + j) * 8 + g, M - 1);
+        const tw_u16 *p = x + (long long)row * K + k0 + 8 * t4;
+        const uint4 v0 = *(const uint4 *)p, v1 = *(const uint4 *)(p + 32);
+        bx[j][0] = v0.x, bx[j][1] = v0.y, bx[j][2] = v0.z, bx[j][3] = v0.w;
+        bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
+    }
+    const tw_u32 sbase = tw_smem_addr(tw_smem), dbase = sbase + 2 * CN * 128;
+    float *pout = partial + (long long)s * pstride;
+    auto stage = [&](int c) {
+        const int b = c & 1;
+        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        if (rn <= DCAP)
+            tw_load_bytes<512>(dbase + b * DCAP * 4, desc + ra, rn / 4);
+    };
+    stage(0);
+    tw_cp_commit();
+    for (int c = 0; c < NC; c++) {
+        if (c + 1 < NC)
+            stage(c + 1);
+        tw_cp_commit();
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        tw_u32 off[GPW], sz[GPW];
+#pragma unroll
+        for (int j = 0; j < GPW; j++) {
+            const int G = G0 + j;
+            const long long idx = (long long)c * NG + G;
+            off[j] = G < NG ? offsets[idx] - ra : 0u;
+            sz[j] = G < NG ? sizes[idx] : 0u;
+        }
+        tw_cp_wait<1>();
+        __syncthreads();
+        const tw_u32 buf = sbase + (c & 1) * CN * 128;
+        if (rn <= DCAP)
+            tw_pa5_chunk<DT, GPW, true, PADQ>(bx, off, sz, dbase + (c & 1) * DCAP * 4, nullptr, buf,
+                                              pout + ra, g, t4);
+        else
+            tw_pa5_chunk<DT, GPW, false, PADQ>(bx, off, sz, 0u, desc + ra, buf, pout + ra, g, t4);
+        __syncthreads();
+    }
+}
+
+// Between the phases (v5, gated): h = g * (sum of the slices' partial u, fixed order), stored as
+// a hi|lo word (bf16: the two terms; fp16: of h * 2^(141 - ex), ex per aligned 16-slot round in
+// rexp). Pads have g = 0, so h = 0.
+template <int DT>
+TW_KERNEL((256)) tw_k_reduce5(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
+                              tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
+                              tw_u32 *__restrict__ hl, tw_u32 *__restrict__ rexp,
+                              const tw_u32 *__restrict__ flag) {
+    if (flag[0])
+        return;
+    const tw_u32 total = *total_p, lane = threadIdx.x & 31u;
+    const tw_u32 stride = gridDim.x * blockDim.x;
+    for (tw_u32 p0 = blockIdx.x * blockDim.x + (threadIdx.x & ~31u); p0 < total; p0 += stride) {
+        const tw_u32 p = p0 + lane;
+        float h = 0.0f;
+        if (p < total) {
+            float u = 0.0f;
+            for (int s = 0; s < nslices; s++)
+                u += partial[(long long)s * pstride + p];
+            h = tw_h2f<DT>(gv[p]) * u;
+        }
+        tw_u32 ex = 0;
+        if constexpr (DT == 1) { /* total is a multiple of 16 here: 16-lane groups are whole */
+            float am = fabsf(h);
+#pragma unroll
+            for (int o = 1; o < 16; o <<= 1)
+                am = fmaxf(am, __shfl_xor_sync(TW_FULL, am, o));
+            ex = tw_scale_ex(__float_as_uint(am));
+            if ((lane & 15u) == 0 && p < total)
+                rexp[p >> 4] = ex;
+        }
+        if (p < total)
+            hl[p] = tw_split_hl<DT>(h, ex);
+    }
+}
+
+// Phase B chunk for one warp (v5). Lane (g, t4) owns the slots 4 t4 .. 4 t4 + 3 of a round
+// (k = 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 of the mma) and reads logical piece pib(g) (8 output
+// columns) of each slot's Wd row with one 16-byte load; prmt pairs the two slots of a k pair.
+// Output column of mma row g in m-tile mt: 8 pib(g) + 2 mt, of row g + 8: that + 1, so a lane's
+// accumulators cover 8 consecutive columns of its two tokens. B = h at the slot's token column:
+// gated, the hi and lo halves (two mmas; fp16 scaled per round); non-gated, g itself.
+template <int DT, int GATED, int GPW, bool SH, int PADQ>
+__device__ __forceinline__ void tw_pb5_chunk(float (&acc)[GPW][4][4], const tw_u32 (&off)[GPW],
+                                             const tw_u32 (&sz)[GPW], tw_u32 dsh, tw_u32 vsh,
+                                             const tw_u32 *dgl, const void *vgl,
+                                             const tw_u32 *rexp, tw_u32 buf, int g, int t4) {
+    const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        const tw_u32 nfull = sz[j] >> 4;
+        tw_u32 o = off[j];
+        for (tw_u32 r = 0; r < nfull; r++, o += 16) {
+            const tw_u32 q = o + 4u * ut4;
+            const uint4 D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
+            const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
+            tw_u32 L[4][4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                const uint4 v = tw_lds128(buf + ((d[jj] ^ pis) & ~15u));
+                L[jj][0] = v.x, L[jj][1] = v.y, L[jj][2] = v.z, L[jj][3] = v.w;
+            }
+            if constexpr (GATED) {
+                const uint4 H = SH ? tw_lds128(vsh + 4u * q) : *(const uint4 *)((const tw_u32 *)vgl + q);
+                const tw_u32 m0 = (d[0] & 7u) == ug ? H.x : 0u, m1 = (d[1] & 7u) == ug ? H.y : 0u;
+                const tw_u32 m2 = (d[2] & 7u) == ug ? H.z : 0u, m3 = (d[3] & 7u) == ug ? H.w : 0u;
+                const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
+                const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+                float sinv = 1.0f;
+                if constexpr (DT == 1)
+                    sinv = tw_ex_inv<DT>(rexp[o >> 4]);
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    const tw_u32 a[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u),
+                                         tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
+                                         tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
+                                         tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
+                    if constexpr (DT == 0) {
+                        tw_mma<DT>(acc[j][mt], a, bh0, bh1);
+                        tw_mma<DT>(acc[j][mt], a, bl0, bl1);
+                    } else {
+                        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        tw_mma<DT>(t, a, bh0, bh1);
+                        tw_mma<DT>(t, a, bl0, bl1);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[j][mt][e] = fmaf(t[e], sinv, acc[j][mt][e]);
+                    }
+                }
+            } else {
+                const uint2 Gv = SH ? tw_lds64(vsh + 2u * q) : *(const uint2 *)((const tw_u16 *)vgl + q);
+                const tw_u32 k0 = ((d[0] & 7u) == ug ? 0xffffu : 0u) | ((d[1] & 7u) == ug ? 0xffff0000u : 0u);
+                const tw_u32 k1 = ((d[2] & 7u) == ug ? 0xffffu : 0u) | ((d[3] & 7u) == ug ? 0xffff0000u : 0u);
+                const tw_u32 b0 = Gv.x & k0, b1 = Gv.y & k1;
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    const tw_u32 a[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u),
+                                         tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
+                                         tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
+                                         tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
+                    tw_mma<DT>(acc[j][mt], a, b0, b1);
+                }
+            }
+        }
+        if (PADQ == 8 && (sz[j] & 8u)) { /* half round: lane t4 owns slots 2 t4, 2 t4 + 1 (k8 mma) */
+            const tw_u32 q = o + 2u * ut4;
+            const uint2 D = SH ? tw_lds64(dsh + 4u * q) : *(const uint2 *)(dgl + q);
+            const uint4 v0 = tw_lds128(buf + ((D.x ^ pis) & ~15u));
+            const uint4 v1 = tw_lds128(buf + ((D.y ^ pis) & ~15u));
+            const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
+            if constexpr (GATED) {
+                const uint2 H = SH ? tw_lds64(vsh + 4u * q) : *(const uint2 *)((const tw_u32 *)vgl + q);
+                const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
+                const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
+                    const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
+                    tw_mma8<DT>(acc[j][mt], a0, a1, bh);
+                    tw_mma8<DT>(acc[j][mt], a0, a1, bl);
+                }
+            } else {
+                const tw_u32 Gv = SH ? tw_lds32(vsh + 2u * q) : *(const tw_u32 *)((const tw_u16 *)vgl + q);
+                const tw_u32 k0 = ((D.x & 7u) == ug ? 0xffffu : 0u) | ((D.y & 7u) == ug ? 0xffff0000u : 0u);
+                const tw_u32 b0 = Gv & k0;
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++)
+                    tw_mma8<DT>(acc[j][mt], tw_prmt2(L0[mt], L1[mt], 0x5410u),
+                                tw_prmt2(L0[mt], L1[mt], 0x7632u), b0);
+            }
+        }
+    }
+}
+
+// Phase B (v5): y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
+// registers; overflowing rows add their dense part (ovf_y) once at the end; y leaves in 16-byte
+// stores. Shared memory: two weight chunks, then two staging buffers of DCAP slots (descriptors,
+// then hl words (gated) or gate values).
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ>
+TW_KERNEL((512, 1))
+    tw_k_phase_b5(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
+                  const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
+                  const tw_u32 *__restrict__ hl, const tw_u32 *__restrict__ rexp,
+                  const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
+                  const tw_u32 *__restrict__ orow_idx, const float *__restrict__ ovf_y,
+                  tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    constexpr int VB = GATED ? 4 : 2;   /* bytes per slot of the value array */
+    constexpr int SB = DCAP * (4 + VB); /* bytes per staging buffer */
+    if (flag[0])
+        return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int s = blockIdx.y, k0 = s * TW_KW;
+    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
+    const int G0 = GB + warp * GPW;
+    float acc[GPW][4][4];
+#pragma unroll
+    for (int j = 0; j < GPW; j++)
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
+    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128;
+    auto stage = [&](int c) {
+        const int b = c & 1;
+        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        if (rn <= DCAP) {
+            const tw_u32 sb = stb + b * SB;
+            tw_load_bytes<512>(sb, desc + ra, rn / 4);
+            if (GATED)
+                tw_load_bytes<512>(sb + DCAP * 4, hl + ra, rn / 4);
+            else
+                tw_load_bytes<512>(sb + DCAP * 4, gv + ra, rn / 8);
+        }
+    };
+    stage(0);
+    tw_cp_commit();
+    for (int c = 0; c < NC; c++) {
+        if (c + 1 < NC)
+            stage(c + 1);
+        tw_cp_commit();
+        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
+        tw_u32 off[GPW], sz[GPW];
+#pragma unroll
+        for (int j = 0; j < GPW; j++) {
+            const int G = G0 + j;
+            const long long idx = (long long)c * NG + G;
+            off[j] = G < NG ? offsets[idx] - ra : 0u;
+            sz[j] = G < NG ? sizes[idx] : 0u;
+        }
+        tw_cp_wait<1>();
+        __syncthreads();
+        const tw_u32 buf = sbase + (c & 1) * CN * 128, sb = stb + (c & 1) * SB;
+        const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
+        const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
+        if (rn <= DCAP)
+            tw_pb5_chunk<DT, GATED, GPW, true, PADQ>(acc, off, sz, sb, sb + DCAP * 4, nullptr, vgl,
+                                                     rx, buf, g, t4);
+        else
+            tw_pb5_chunk<DT, GATED, GPW, false, PADQ>(acc, off, sz, 0u, 0u, desc + ra, vgl, rx, buf,
+                                                      g, t4);
+        __syncthreads();
+    }
+    const int pc = k0 + 8 * (int)tw_pib((tw_u32)g);
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const long long m = (long long)(G0 + j) * 8 + 2 * t4 + hf;
+            if (m < M) {
+                float v[8];
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    v[2 * mt] = acc[j][mt][hf];
+                    v[2 * mt + 1] = acc[j][mt][2 + hf];
+                }
+                const tw_u32 oi = orow_idx[m];
+                if (oi != TW_NONE) {
+                    const float4 *py = (const float4 *)(ovf_y + (long long)oi * K + pc);
+                    const float4 f0 = py[0], f1 = py[1];
+                    v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
+                    v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
+                }
+                uint4 o;
+                o.x = tw_pack2<DT>(v[0], v[1]);
+                o.y = tw_pack2<DT>(v[2], v[3]);
+                o.z = tw_pack2<DT>(v[4], v[5]);
+                o.w = tw_pack2<DT>(v[6], v[7]);
+                *(uint4 *)(y + m * K + pc) = o;
+            }
+        }
+    }
+}
+
+#endif /* TW_LAYOUT_ONLY */
+
 ]==]
 
 cuda [==[
 #define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[12] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
-    ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_OG}, ${BW}, ${NC}, ${TPC}, ${GATED}};
+extern "C" __device__ const unsigned int twell_ffn_cfg[14] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+    ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
+    ${GATED}};
 
 extern "C" __global__ void __launch_bounds__(256)
-twell_ffn_ovf_detect(const unsigned int *packed, int M, unsigned int *ovf_cnt,
-                     unsigned int *ovf_rows, unsigned int *ovf_slot) {
-    tw_k_ovf_detect(packed, M, ${NT}, ${S.W}, ovf_cnt, ovf_rows, ovf_slot);
-}
-extern "C" __global__ void __launch_bounds__(256)
-twell_ffn_ovf_scan(const unsigned int *ovf_cnt, unsigned int *ovf_base, unsigned int *item_base,
-                   unsigned int *ovf_nnz, unsigned int *flag, unsigned int ovf_cap) {
-    tw_k_ovf_scan(ovf_cnt, ${NT}, ovf_base, item_base, ovf_nnz, flag, ovf_cap);
-}
-extern "C" __global__ void __launch_bounds__(256)
-twell_ffn_ovf_gate(const unsigned short *x, const unsigned short *wp, int M,
-                   const unsigned int *ovf_cnt, const unsigned int *ovf_rows,
-                   const unsigned int *ovf_base, const unsigned int *item_base,
-                   unsigned short *ovf_g, unsigned int *ovf_nnz, const unsigned int *flag) {
-    tw_k_ovf_gate<${DT}, ${S.T}>(x, wp, M, ${S.K}, ${NT}, ovf_cnt, ovf_rows, ovf_base, item_base,
-                               ovf_g, ovf_nnz, flag);
-}
-extern "C" __global__ void __launch_bounds__(256)
-twell_ffn_sizes(const unsigned int *packed, int M, const unsigned int *ovf_slot,
-                const unsigned int *ovf_base, const unsigned int *ovf_nnz, unsigned int *sizes,
-                const unsigned int *flag) {
-    tw_k_sizes(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), ovf_slot, ovf_base, ovf_nnz,
-               sizes, flag);
+twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
+               unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
+               unsigned int *sizes) {
+    tw_k_prep5<${PADQ}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows, ovf_slot,
+                       orow_idx, orows, sizes);
 }
 extern "C" __global__ void __launch_bounds__(1024)
-twell_ffn_scan(const unsigned int *sizes, int M, unsigned int *offsets, unsigned int *flag,
-               unsigned int pair_cap) {
-    tw_k_scan(sizes, TW_NG(M) * ${NC}, offsets, flag, pair_cap);
+twell_ffn_scan(const unsigned int *sizes, int M, unsigned int *offsets, const unsigned int *cnt,
+               unsigned int *ovf_base, unsigned int *item_base, unsigned int *flag,
+               unsigned int pair_cap, unsigned int ovf_cap, unsigned int orow_cap) {
+    tw_k_scan5(sizes, TW_NG(M) * ${NC}, offsets, cnt, ${NT}, ${S.T // 64}, ovf_base, item_base,
+               flag, pair_cap, ovf_cap, orow_cap);
 }
 extern "C" __global__ void __launch_bounds__(${BW * 32})
-twell_ffn_build(const unsigned int *packed, int M, const unsigned int *ovf_slot,
-                const unsigned int *ovf_base, const unsigned short *ovf_g,
-                const unsigned int *offsets, const unsigned int *sizes, unsigned short *desc,
-                unsigned short *gv, const unsigned int *flag) {
-    tw_k_build<${CELLW}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.T}, ${NC}, ${TPC}, TW_NG(M),
-                               ovf_slot, ovf_base, ovf_g, offsets, sizes, desc, gv, flag);
+twell_ffn_build(const unsigned int *packed, int M, const unsigned int *offsets,
+                const unsigned int *sizes, unsigned int *desc, unsigned short *gv,
+                const unsigned int *flag) {
+    tw_k_build5<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
+                              offsets, sizes, desc, gv, flag);
+}
+extern "C" __global__ void __launch_bounds__(256)
+twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsigned short *wu,
+                 int M, const unsigned int *ovf_base, const unsigned int *item_base,
+                 const unsigned int *ovf_rows, unsigned short *ovf_hh, unsigned int *ovf_ex,
+                 const unsigned int *flag) {
+    tw_k_ovf_gu<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
+                                       ovf_rows, ovf_hh, ovf_ex, flag);
+}
+extern "C" __global__ void __launch_bounds__(256)
+twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
+                   const unsigned int *ovf_base, const unsigned int *ovf_slot,
+                   const unsigned int *orows, const unsigned short *ovf_hh,
+                   const unsigned int *ovf_ex, float *ovf_y, const unsigned int *flag) {
+    tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
+                                ovf_hh, ovf_ex, ovf_y, flag);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
-twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned short *desc,
-                  const unsigned short *gv, const float *h, const unsigned int *offsets,
-                  const unsigned int *sizes, unsigned short *y, const unsigned int *flag) {
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}>(wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC},
-                                                          desc, gv, h, offsets, sizes, y, flag);
+twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
+                  const unsigned short *gv, const unsigned int *hl, const unsigned int *rexp,
+                  const unsigned int *offsets, const unsigned int *sizes,
+                  const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
+                  const unsigned int *flag) {
+    tw_k_phase_b5<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}>(
+        wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
+        ovf_y, y, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsigned short *wp,
@@ -1117,16 +2182,18 @@ if GATED == 1 then
     cuda [==[
 extern "C" __global__ void __launch_bounds__(512, 1)
 twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
-                  const unsigned short *desc, const unsigned int *offsets,
+                  const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc,
-                                                  offsets, sizes, partial, pair_cap, flag);
+    tw_k_phase_a5<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+                                                         ${NC}, desc, offsets, sizes, partial,
+                                                         pair_cap, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_reduce(const unsigned short *gv, const float *partial, unsigned int pair_cap,
-                 const unsigned int *offsets, int M, float *h, const unsigned int *flag) {
-    tw_k_reduce<${DT}>(gv, partial, pair_cap, ${NSL}, offsets + TW_NG(M) * ${NC}, h, flag);
+                 const unsigned int *offsets, int M, unsigned int *hl, unsigned int *rexp,
+                 const unsigned int *flag) {
+    tw_k_reduce5<${DT}>(gv, partial, pair_cap, ${NSL}, offsets + TW_NG(M) * ${NC}, hl, rexp, flag);
 }
 ]==]
 end

@@ -116,7 +116,7 @@ __global__ void k_pack(const tw_u16 *G, long long M, int N, int T, int C, tw_u32
     }
 }
 __global__ void k_stats(const tw_u32 *packed, long long M, int NT, int W,
-                        unsigned long long *out /* [0] nnz, [1] overflowing cells, [2] max row */) {
+                        unsigned long long *out /* [0] nnz, [1] overflowing cells, [2] max row, [3] rows with overflow */) {
     const int S = W - 1;
     for (long long m = blockIdx.x * (long long)blockDim.x + threadIdx.x; m < M;
          m += (long long)gridDim.x * blockDim.x) {
@@ -129,6 +129,8 @@ __global__ void k_stats(const tw_u32 *packed, long long M, int NT, int W,
         atomicAdd(&out[0], s);
         atomicAdd(&out[1], o);
         atomicMax(&out[2], s);
+        if (o)
+            atomicAdd(&out[3], 1ull);
     }
 }
 template <int DT> __global__ void k_relu(const tw_u16 *u, tw_u16 *h, long long n) {
@@ -441,6 +443,284 @@ static void rows_run(int dt, int gated, const tw_u16 *x, const tw_u32 *packed, c
 }
 
 // ---------------------------------------------------------------------------------------------
+// v5 pipeline: workspace and launch sequence (the launch contract of the template, v5).
+// ---------------------------------------------------------------------------------------------
+#define TW5_CN 512
+#define TW5_DCAPA ((232448 - 2 * TW5_CN * 128) / 8 / 16 * 16)
+#define TW5_DCAPB(G) ((232448 - 2 * TW5_CN * 128) / (2 * ((G) ? 8 : 6)) / 16 * 16)
+static int smem_a5() { return 2 * TW5_CN * 128 + 2 * TW5_DCAPA * 4; }
+static int smem_b5(int gated) { return 2 * TW5_CN * 128 + 2 * TW5_DCAPB(gated) * (gated ? 8 : 6); }
+static int smem_gu5(int gated) { return 2 * 64 * 128 * (gated ? 3 : 2); }
+static int smem_down5(int T) { return 2 * (2 * 32 * T * 2 + T * 128); }
+
+struct Tiled5 {
+    int M, K, N, T, C, dt, gated, padq;
+    int W, NT, NC, TPC, NG, NL, NSL;
+    size_t pair_cap, ovf_cap, orow_cap;
+    tw_u32 *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
+        *offsets, *desc, *hl, *rexp, *ovf_ex;
+    tw_u16 *gv, *ovf_hh;
+    float *partial, *ovf_y;
+    size_t bytes;
+};
+
+static void tiled5_alloc(Tiled5 &w, int M, int K, int N, int T, int C, int dt, int gated,
+                         size_t pair_cap, size_t ovf_cap, size_t orow_cap) {
+    w.M = M, w.K = K, w.N = N, w.T = T, w.C = C, w.dt = dt, w.gated = gated;
+    w.padq = (dt == 1 && gated) ? 16 : 8;
+    w.W = T / C, w.NT = N / T, w.TPC = TW5_CN / T, w.NC = (w.NT + w.TPC - 1) / w.TPC;
+    w.NG = (M + 7) / 8, w.NL = w.NG * w.NC, w.NSL = K / 64;
+    w.pair_cap = pair_cap, w.ovf_cap = ovf_cap, w.orow_cap = orow_cap;
+    size_t acc = 0;
+    w.flag = dalloc<tw_u32>(4, acc);
+    w.cnt = dalloc<tw_u32>(w.NT + 1, acc);
+    w.ovf_base = dalloc<tw_u32>(w.NT + 1, acc);
+    w.item_base = dalloc<tw_u32>(w.NT + 1, acc);
+    w.ovf_rows = dalloc<tw_u32>((size_t)w.NT * M, acc);
+    w.ovf_slot = dalloc<tw_u32>((size_t)w.NT * M, acc);
+    w.orow_idx = dalloc<tw_u32>(M, acc);
+    w.orows = dalloc<tw_u32>(M, acc);
+    w.sizes = dalloc<tw_u32>(w.NL, acc);
+    w.offsets = dalloc<tw_u32>(w.NL + 1, acc);
+    w.ovf_hh = dalloc<tw_u16>(ovf_cap * 2 * T, acc);
+    w.ovf_ex = dalloc<tw_u32>(ovf_cap * (T / 64), acc);
+    w.ovf_y = dalloc<float>(orow_cap * K, acc);
+    w.desc = dalloc<tw_u32>(pair_cap + 64, acc);
+    w.gv = dalloc<tw_u16>(pair_cap + 64, acc);
+    w.hl = gated ? dalloc<tw_u32>(pair_cap + 64, acc) : nullptr;
+    w.rexp = gated ? dalloc<tw_u32>(pair_cap / 16 + 64, acc) : nullptr;
+    w.partial = gated ? dalloc<float>((size_t)w.NSL * pair_cap, acc) : nullptr;
+    w.bytes = acc;
+}
+static void tiled5_free(Tiled5 &w) {
+    void *ps[] = {w.flag,  w.cnt,     w.ovf_base, w.item_base, w.ovf_rows, w.ovf_slot, w.orow_idx,
+                  w.orows, w.sizes,   w.offsets,  w.ovf_hh,    w.ovf_ex,   w.ovf_y,    w.desc,
+                  w.gv,    w.hl,      w.rexp,     w.partial};
+    for (void *p : ps)
+        if (p)
+            cudaFree(p);
+}
+
+template <int DT, int GATED, int TT>
+static void tiled5_run_t(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed, const tw_u16 *wg,
+                         const tw_u16 *wu, const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                         cudaEvent_t *ev) {
+    constexpr int PADQ = (DT == 1 && GATED) ? 16 : 8;
+    constexpr int TPCM = TW5_CN / TT;
+    const int M = w.M, K = w.K, N = w.N;
+    const tw_u16 *wp = GATED ? wg : wu;
+    int e = 0;
+    auto mark = [&]() {
+        if (ev)
+            CK(cudaEventRecord(ev[e++], st));
+    };
+    mark();
+    CK(cudaMemsetAsync(w.cnt, 0, sizeof(tw_u32) * (w.NT + 1), st));
+    tw_k_prep5<PADQ><<<(w.NG + 7) / 8, 256, 0, st>>>(packed, M, w.NT, w.W, w.NC, w.TPC, w.NG, w.cnt,
+                                                     w.ovf_rows, w.ovf_slot, w.orow_idx, w.orows,
+                                                     w.sizes);
+    CKL();
+    tw_k_scan5<<<1, 1024, 0, st>>>(w.sizes, w.NL, w.offsets, w.cnt, w.NT, TT / 64, w.ovf_base,
+                                   w.item_base, w.flag, (tw_u32)w.pair_cap, (tw_u32)w.ovf_cap,
+                                   (tw_u32)w.orow_cap);
+    CKL();
+    mark();
+    tw_k_build5<TPCM, 4><<<(w.NL + 3) / 4, 128, 0, st>>>(packed, M, w.NT, w.W, N, TW5_CN, w.NC,
+                                                         w.TPC, w.NG, w.offsets, w.sizes, w.desc,
+                                                         w.gv, w.flag);
+    CKL();
+    mark();
+    tw_k_ovf_gu<DT, GATED, TT><<<g_sms * 2, 256, smem_gu5(GATED), st>>>(
+        x, wp, wu, M, K, w.NT, w.ovf_base, w.item_base, w.ovf_rows, w.ovf_hh, w.ovf_ex, w.flag);
+    CKL();
+    tw_k_ovf_down<DT, TT><<<g_sms, 256, smem_down5(TT), st>>>(packed, wd, M, K, w.NT, w.W,
+                                                              w.ovf_base, w.ovf_slot, w.orows,
+                                                              w.ovf_hh, w.ovf_ex, w.ovf_y, w.flag);
+    CKL();
+    mark();
+    if (GATED) {
+        dim3 ga((w.NG + 16 * 8 - 1) / (16 * 8), w.NSL);
+        tw_k_phase_a5<DT, TW5_CN, 8, TW5_DCAPA, PADQ><<<ga, 512, smem_a5(), st>>>(
+            x, wu, M, K, N, w.NG, w.NC, w.desc, w.offsets, w.sizes, w.partial, (tw_u32)w.pair_cap,
+            w.flag);
+        CKL();
+        mark();
+        tw_k_reduce5<DT><<<g_sms * 8, 256, 0, st>>>(w.gv, w.partial, (tw_u32)w.pair_cap, w.NSL,
+                                                    w.offsets + w.NL, w.hl, w.rexp, w.flag);
+        CKL();
+        mark();
+    }
+    dim3 gb((w.NG + 16 * 4 - 1) / (16 * 4), w.NSL);
+    tw_k_phase_b5<DT, GATED, TW5_CN, 4, TW5_DCAPB(GATED), PADQ><<<gb, 512, smem_b5(GATED), st>>>(
+        wd, M, K, N, w.NG, w.NC, w.desc, w.gv, w.hl, w.rexp, w.offsets, w.sizes, w.orow_idx,
+        w.ovf_y, y, w.flag);
+    CKL();
+    mark();
+    rows_launch<DT, GATED>(x, packed, wp, wu, wd, y, M, K, N, w.T, w.C, w.flag, 1, st);
+    mark();
+}
+
+template <int DT, int GATED, int TT> static void set_attrs5_t() {
+    constexpr int PADQ = (DT == 1 && GATED) ? 16 : 8;
+    CK(cudaFuncSetAttribute(tw_k_phase_a5<DT, TW5_CN, 8, TW5_DCAPA, PADQ>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_a5()));
+    CK(cudaFuncSetAttribute(tw_k_phase_b5<DT, GATED, TW5_CN, 4, TW5_DCAPB(GATED), PADQ>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_b5(GATED)));
+    CK(cudaFuncSetAttribute(tw_k_ovf_gu<DT, GATED, TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_gu5(GATED)));
+    CK(cudaFuncSetAttribute(tw_k_ovf_down<DT, TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_down5(TT)));
+}
+template <int DT, int GATED> static void tiled5_run_g(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed,
+                                                      const tw_u16 *wg, const tw_u16 *wu,
+                                                      const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                                                      cudaEvent_t *ev) {
+    if (w.T == 256)
+        tiled5_run_t<DT, GATED, 256>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.T == 128)
+        tiled5_run_t<DT, GATED, 128>(w, x, packed, wg, wu, wd, y, st, ev);
+    else
+        tiled5_run_t<DT, GATED, 64>(w, x, packed, wg, wu, wd, y, st, ev);
+}
+static void tiled5_run(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed, const tw_u16 *wg,
+                       const tw_u16 *wu, const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                       cudaEvent_t *ev = nullptr) {
+    if (w.dt == 0 && w.gated)
+        tiled5_run_g<0, 1>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.dt == 0)
+        tiled5_run_g<0, 0>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.gated)
+        tiled5_run_g<1, 1>(w, x, packed, wg, wu, wd, y, st, ev);
+    else
+        tiled5_run_g<1, 0>(w, x, packed, wg, wu, wd, y, st, ev);
+}
+template <int DT> static void set_attrs5() {
+    set_attrs5_t<DT, 1, 256>();
+    set_attrs5_t<DT, 0, 256>();
+    set_attrs5_t<DT, 1, 128>();
+    set_attrs5_t<DT, 0, 128>();
+    set_attrs5_t<DT, 1, 64>();
+    set_attrs5_t<DT, 0, 64>();
+}
+
+// Checks the v5 lists against the packed buffer: each (chunk, group) list holds exactly the
+// entries of its non-overflowing cells (token column, column, gate bits), pads have g = 0, token
+// 0 and a row < 8, sizes are PADQ multiples; also the bank statistics of both phases (wavefronts
+// of the 16-byte loads per ideal) and the overflow bookkeeping (every overflowing cell has a slot,
+// every row with one has an overflow-row index).
+static int check_lists5(const Tiled5 &w, const tw_u32 *packed_d, double *wa, double *wb) {
+    const int M = w.M, NT = w.NT, W = w.W, S = W - 1, T = w.T, TPC = w.TPC, NC = w.NC, NG = w.NG;
+    const size_t nl = (size_t)w.NL;
+    std::vector<uint32_t> off(nl + 1), sz(nl), flag(4), cnt(NT + 1), ovf_base(NT + 1),
+        ovf_slot((size_t)M * NT), ovf_rows((size_t)M * NT), orow_idx(M), orows(M);
+    CK(cudaMemcpy(off.data(), w.offsets, 4 * (nl + 1), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sz.data(), w.sizes, 4 * nl, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(flag.data(), w.flag, 16, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ovf_base.data(), w.ovf_base, 4 * (NT + 1), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ovf_slot.data(), w.ovf_slot, 4ull * M * NT, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ovf_rows.data(), w.ovf_rows, 4ull * M * NT, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(orow_idx.data(), w.orow_idx, 4ull * M, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(orows.data(), w.orows, 4ull * M, cudaMemcpyDeviceToHost));
+    if (flag[0]) {
+        printf("   v5 list check skipped: flag %u\n", flag[0]);
+        return 0;
+    }
+    const size_t total = off[nl];
+    std::vector<uint32_t> desc(total + 1);
+    std::vector<uint16_t> gv(total + 1);
+    CK(cudaMemcpy(desc.data(), w.desc, 4 * total, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gv.data(), w.gv, 2 * total, cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> pk((size_t)M * (w.N / w.C));
+    CK(cudaMemcpy(pk.data(), packed_d, 4 * pk.size(), cudaMemcpyDeviceToHost));
+    int errs = 0;
+    auto err = [&](const char *what, size_t a, size_t b) {
+        if (errs++ < 10)
+            printf("   v5 list check: %s (%zu, %zu)\n", what, a, b);
+    };
+    long wava = 0, idea = 0, wavb = 0, ideb = 0;
+    size_t ovf_cells = 0, orw = 0;
+    for (int m = 0; m < M; m++) {
+        bool any = false;
+        for (int t = 0; t < NT; t++) {
+            if (pk[((size_t)m * NT + t) * W] > (uint32_t)S) {
+                any = true;
+                ovf_cells++;
+                const uint32_t sl = ovf_slot[(size_t)m * NT + t];
+                if (sl >= ovf_base[t + 1] - ovf_base[t] || ovf_rows[(size_t)t * M + sl] != (uint32_t)m)
+                    err("overflow slot", m, t);
+            }
+        }
+        if (any) {
+            orw++;
+            if (orow_idx[m] >= (uint32_t)M || orows[orow_idx[m]] != (uint32_t)m)
+                err("overflow row index", m, orow_idx[m]);
+        } else if (orow_idx[m] != TW_NONE) {
+            err("row without overflow has an index", m, orow_idx[m]);
+        }
+    }
+    if (ovf_cells != flag[2] || orw != flag[3])
+        err("overflow counts (cells, rows)", flag[2], flag[3]);
+    for (int c = 0; c < NC; c++)
+        for (int G = 0; G < NG; G++) {
+            const size_t li = (size_t)c * NG + G;
+            if (off[li + 1] - off[li] != sz[li])
+                err("offset/size mismatch", li, sz[li]);
+            if (sz[li] % w.padq)
+                err("size not a multiple of PADQ", li, sz[li]);
+            std::vector<uint64_t> exp, got;
+            for (int r = 0; r < 8; r++) {
+                const long long m = 8LL * G + r;
+                if (m >= M)
+                    break;
+                for (int t = c * TPC; t < std::min(NT, (c + 1) * TPC); t++) {
+                    const uint32_t *cell = &pk[((size_t)m * NT + t) * W];
+                    if (cell[0] <= (uint32_t)S)
+                        for (uint32_t j = 0; j < cell[0]; j++)
+                            exp.push_back(((uint64_t)r << 32) | cell[1 + j]);
+                }
+            }
+            const uint32_t cs = (uint32_t)(c * TPC * T);
+            const uint32_t o = off[li], n = sz[li];
+            for (uint32_t p = o; p < o + n; p++) {
+                const uint32_t row = desc[p] >> 7;
+                if (((desc[p] >> 4) & 7u) != (row & 7u))
+                    err("descriptor key bits", p, desc[p]);
+                if (gv[p] == 0) {
+                    if (row >= 8 || (desc[p] & 7u))
+                        err("pad descriptor", p, desc[p]);
+                    continue;
+                }
+                got.push_back(((uint64_t)(desc[p] & 7u) << 32) | ((uint32_t)gv[p] << 16) | (cs + row));
+            }
+            std::sort(exp.begin(), exp.end());
+            std::sort(got.begin(), got.end());
+            if (exp != got)
+                err("entries differ (expected, got)", exp.size(), got.size());
+            /* bank statistics */
+            auto key = [&](uint32_t p) { return (desc[p] >> 4) & 7u; };
+            for (uint32_t r0 = 0; r0 + 8 <= n; r0 += 16) {
+                const bool half = r0 + 16 > n;
+                const uint32_t b = o + r0;
+                for (uint32_t i = 0; i < (half ? 4u : 8u); i++) {
+                    const uint32_t same = ((key(b + 2 * i) ^ key(b + 2 * i + 1)) & 4u) == 0;
+                    wava += 2 * (1 + same); /* two loads (pieces t4, t4 + 4) per row pair */
+                    idea += 2;
+                }
+                for (uint32_t j = 0; j < (half ? 2u : 4u); j++) {
+                    int cn[4] = {0, 0, 0, 0};
+                    for (uint32_t q = 0; q < 4; q++)
+                        cn[key(b + (half ? 2 * q + j : 4 * q + j)) & 3u]++;
+                    wavb += *std::max_element(cn, cn + 4);
+                    ideb += 1;
+                }
+            }
+        }
+    *wa = idea ? (double)wava / idea : 1.0;
+    *wb = ideb ? (double)wavb / ideb : 1.0;
+    return errs;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host reference (fp64) for one row.
 // ---------------------------------------------------------------------------------------------
 struct HostW {
@@ -648,7 +928,7 @@ struct Opts {
     std::vector<std::string> modes{"uniform", "skewed"};
     int K = 2048, N = 5632, T = 256, C = 8, dt = 0, gated = 1, reps = 20, check = 48;
     double heavy = 0.01, hscale = 3.0, zvar = 0.1;
-    int rows = 1, fallback_test = 1, breakdown = 1, cn = 0;
+    int rows = 1, fallback_test = 1, breakdown = 1, cn = 0, ver = 3; /* ver: 1 v4, 2 v5, 3 both */
     double cap_factor = 1.15;
 };
 
@@ -695,6 +975,7 @@ int main(int argc, char **argv) {
         else if (a == "--fallback-test") o.fallback_test = atoi(nx());
         else if (a == "--breakdown") o.breakdown = atoi(nx());
         else if (a == "--cn") o.cn = atoi(nx());
+        else if (a == "--ver") o.ver = atoi(nx());
         else { fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
     }
     cudaDeviceProp prop;
@@ -703,6 +984,10 @@ int main(int argc, char **argv) {
     printf("device %s, %d SMs, L2 %d MB; dtype %s, %s, K=%d N=%d T=%d C=%d\n", prop.name, g_sms,
            prop.l2CacheSize >> 20, o.dt ? "fp16" : "bf16", o.gated ? "gated" : "non-gated", o.K,
            o.N, o.T, o.C);
+    if (o.dt == 0)
+        set_attrs5<0>();
+    else
+        set_attrs5<1>();
     if (o.dt == 0)
         set_attrs<0>();
     else
@@ -726,6 +1011,10 @@ int main(int argc, char **argv) {
         double err_rows, err_tiled, err_x, err_fb;
         int det, bad;
         std::vector<double> br;
+        /* v5 */
+        double t5, err5, err5_x, err5_fb, slots5, wa5, wb5;
+        int det5, bad5;
+        std::vector<double> br5;
     };
     std::vector<Row> table;
 
@@ -860,82 +1149,182 @@ int main(int argc, char **argv) {
                     R.err_rows = check_out(y2, &bad);
                     hy2 = hy;
                 }
-                // v1 tiled
-                CK(cudaMemset(y, 0xff, 2ull * M * K));
-                tiled_run(w, x, packed, wg, wu, wd, y, st);
-                CK(cudaStreamSynchronize(st));
-                tw_u32 fl[4];
-                CK(cudaMemcpy(fl, w.flag, 16, cudaMemcpyDeviceToHost));
-                R.slots_per_row = (double)fl[1] / M;
-                R.err_tiled = check_out(y, &bad);
-                if (M <= 4096) {
-                    double dfrac = 0, mult = 0;
-                    const int le = check_lists(w, packed, &dfrac, &mult);
-                    printf("  lists (cn %d): %d errors; pairs with different bit 0 (A conflict-free) %.1f%%, "
-                           "8-block max residue multiplicity (B) %.2f\n", w.cn, le, 100 * dfrac, mult);
-                    bad += le;
-                }
-                if (fl[0])
-                    printf("  note: tiled pipeline fell back (flag %u, slots %u cap %zu, ovf %u cap %zu)\n",
-                           fl[0], fl[1], pair_cap, fl[2], ovf_cap);
-                std::vector<uint16_t> hyt = hy;
-                R.err_x = 0;
-                if (o.rows) {
-                    for (long long m = 0; m < M; m++) {
-                        double num = 0, den = 0;
-                        for (int k = 0; k < K; k++) {
-                            const double a = h2f_host(dt, hyt[(size_t)m * K + k]),
-                                         b = h2f_host(dt, hy2[(size_t)m * K + k]);
-                            num += (a - b) * (a - b);
-                            den += b * b;
-                        }
-                        R.err_x = std::max(R.err_x, den > 0 ? sqrt(num / den) : sqrt(num));
-                    }
-                }
-                // determinism: second run, bytes equal
-                CK(cudaMemset(y, 0xff, 2ull * M * K));
-                tiled_run(w, x, packed, wg, wu, wd, y, st);
-                CK(cudaStreamSynchronize(st));
-                CK(cudaMemcpy(hy.data(), y, 2ull * M * K, cudaMemcpyDeviceToHost));
-                R.det = memcmp(hy.data(), hyt.data(), 2ull * M * K) == 0;
-                // fallback path: a workspace too small for the pairs
-                R.err_fb = -1;
-                if (o.fallback_test && M <= 4096) {
-                    Tiled s{};
-                    tiled_alloc(s, (int)M, K, N, T, C, dt, o.gated, cn, 64, ovf_cap);
+                R.err_tiled = 0, R.det = 1, R.err_fb = -1;
+                std::vector<uint16_t> hy4; /* v4's output: the full cross-check of v5 without v0 */
+                if (o.ver & 1) {
+                    // v1 tiled
                     CK(cudaMemset(y, 0xff, 2ull * M * K));
-                    tiled_run(s, x, packed, wg, wu, wd, y, st);
+                    tiled_run(w, x, packed, wg, wu, wd, y, st);
                     CK(cudaStreamSynchronize(st));
-                    R.err_fb = check_out(y, &bad);
-                    tiled_free(s);
-                }
-                R.bad = bad;
-                // timing
-                R.tiled_ms = time_med([&]() { tiled_run(w, x, packed, wg, wu, wd, y, st); }, o.reps, st);
-                if (o.rows)
-                    R.rows_ms = time_med([&]() { rows_run(dt, o.gated, x, packed, wg, wu, wd, y2, (int)M, K, N, T, C, zero_flag, st); }, o.reps, st);
-                if (o.breakdown) {
-                    cudaEvent_t ev[12];
-                    for (auto &e : ev)
-                        CK(cudaEventCreate(&e));
-                    const int nev = o.gated ? 8 : 6;
-                    std::vector<std::vector<float>> parts(nev - 1);
-                    for (int r = 0; r < o.reps; r++) {
-                        flush_l2(st);
-                        tiled_run(w, x, packed, wg, wu, wd, y, st, ev);
-                        CK(cudaEventSynchronize(ev[nev - 1]));
-                        for (int i = 0; i + 1 < nev; i++) {
-                            float ms;
-                            CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
-                            parts[i].push_back(ms);
+                    tw_u32 fl[4];
+                    CK(cudaMemcpy(fl, w.flag, 16, cudaMemcpyDeviceToHost));
+                    R.slots_per_row = (double)fl[1] / M;
+                    R.err_tiled = check_out(y, &bad);
+                    if (M <= 4096) {
+                        double dfrac = 0, mult = 0;
+                        const int le = check_lists(w, packed, &dfrac, &mult);
+                        printf("  lists (cn %d): %d errors; pairs with different bit 0 (A conflict-free) %.1f%%, "
+                               "8-block max residue multiplicity (B) %.2f\n", w.cn, le, 100 * dfrac, mult);
+                        bad += le;
+                    }
+                    if (fl[0])
+                        printf("  note: tiled pipeline fell back (flag %u, slots %u cap %zu, ovf %u cap %zu)\n",
+                               fl[0], fl[1], pair_cap, fl[2], ovf_cap);
+                    std::vector<uint16_t> hyt = hy;
+                    hy4 = hyt;
+                    R.err_x = 0;
+                    if (o.rows) {
+                        for (long long m = 0; m < M; m++) {
+                            double num = 0, den = 0;
+                            for (int k = 0; k < K; k++) {
+                                const double a = h2f_host(dt, hyt[(size_t)m * K + k]),
+                                             b = h2f_host(dt, hy2[(size_t)m * K + k]);
+                                num += (a - b) * (a - b);
+                                den += b * b;
+                            }
+                            R.err_x = std::max(R.err_x, den > 0 ? sqrt(num / den) : sqrt(num));
                         }
                     }
-                    for (auto &p : parts) {
-                        std::sort(p.begin(), p.end());
-                        R.br.push_back(p[p.size() / 2]);
+                    // determinism: second run, bytes equal
+                    CK(cudaMemset(y, 0xff, 2ull * M * K));
+                    tiled_run(w, x, packed, wg, wu, wd, y, st);
+                    CK(cudaStreamSynchronize(st));
+                    CK(cudaMemcpy(hy.data(), y, 2ull * M * K, cudaMemcpyDeviceToHost));
+                    R.det = memcmp(hy.data(), hyt.data(), 2ull * M * K) == 0;
+                    // fallback path: a workspace too small for the pairs
+                    R.err_fb = -1;
+                    if (o.fallback_test && M <= 4096) {
+                        Tiled s{};
+                        tiled_alloc(s, (int)M, K, N, T, C, dt, o.gated, cn, 64, ovf_cap);
+                        CK(cudaMemset(y, 0xff, 2ull * M * K));
+                        tiled_run(s, x, packed, wg, wu, wd, y, st);
+                        CK(cudaStreamSynchronize(st));
+                        R.err_fb = check_out(y, &bad);
+                        tiled_free(s);
                     }
-                    for (auto &e : ev)
-                        CK(cudaEventDestroy(e));
+                    R.bad = bad;
+                    // timing
+                    R.tiled_ms = time_med([&]() { tiled_run(w, x, packed, wg, wu, wd, y, st); }, o.reps, st);
+                    if (o.rows)
+                        R.rows_ms = time_med([&]() { rows_run(dt, o.gated, x, packed, wg, wu, wd, y2, (int)M, K, N, T, C, zero_flag, st); }, o.reps, st);
+                    if (o.breakdown) {
+                        cudaEvent_t ev[12];
+                        for (auto &e : ev)
+                            CK(cudaEventCreate(&e));
+                        const int nev = o.gated ? 8 : 6;
+                        std::vector<std::vector<float>> parts(nev - 1);
+                        for (int r = 0; r < o.reps; r++) {
+                            flush_l2(st);
+                            tiled_run(w, x, packed, wg, wu, wd, y, st, ev);
+                            CK(cudaEventSynchronize(ev[nev - 1]));
+                            for (int i = 0; i + 1 < nev; i++) {
+                                float ms;
+                                CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+                                parts[i].push_back(ms);
+                            }
+                        }
+                        for (auto &p : parts) {
+                            std::sort(p.begin(), p.end());
+                            R.br.push_back(p[p.size() / 2]);
+                        }
+                        for (auto &e : ev)
+                            CK(cudaEventDestroy(e));
+                    }
+                }
+                // v5
+                R.err5 = 0, R.det5 = 1, R.err5_fb = -1, R.bad5 = 0, R.err5_x = -1;
+                if (o.ver & 2) {
+                    const size_t pair_cap5 =
+                        (size_t)((double)sh[0] * o.cap_factor) + (size_t)NG * NC * 8 + 1024;
+                    const size_t ovf_cap5 = (size_t)(sh[1] * 1.2) + 256, orow_cap5 = (size_t)(sh[3] * 1.2) + 64;
+                    Tiled5 w5{};
+                    tiled5_alloc(w5, (int)M, K, N, T, C, dt, o.gated, pair_cap5, ovf_cap5, orow_cap5);
+                    int bad5 = 0;
+                    CK(cudaMemset(y, 0xff, 2ull * M * K));
+                    tiled5_run(w5, x, packed, wg, wu, wd, y, st);
+                    CK(cudaStreamSynchronize(st));
+                    tw_u32 fl5[4];
+                    CK(cudaMemcpy(fl5, w5.flag, 16, cudaMemcpyDeviceToHost));
+                    R.slots5 = (double)fl5[1] / M;
+                    R.err5 = check_out(y, &bad5);
+                    R.wa5 = R.wb5 = 0;
+                    if (M <= 4096) {
+                        const int le = check_lists5(w5, packed, &R.wa5, &R.wb5);
+                        printf("  v5 lists: %d errors; 16-byte-load wavefronts per ideal: phase A %.3f, "
+                               "phase B %.3f; overflowing cells %u rows %u\n",
+                               le, R.wa5, R.wb5, fl5[2], fl5[3]);
+                        bad5 += le;
+                    }
+                    if (fl5[0])
+                        printf("  note: v5 fell back (flag %u, slots %u cap %zu, ovf %u cap %zu, rows %u cap %zu)\n",
+                               fl5[0], fl5[1], pair_cap5, fl5[2], ovf_cap5, fl5[3], orow_cap5);
+                    std::vector<uint16_t> hy5 = hy;
+                    const std::vector<uint16_t> *cross = o.rows ? &hy2 : (o.ver & 1) ? &hy4 : nullptr;
+                    if (cross) {
+                        R.err5_x = 0;
+                        for (long long m = 0; m < M; m++) {
+                            double num = 0, den = 0;
+                            for (int k = 0; k < K; k++) {
+                                const double a = h2f_host(dt, hy5[(size_t)m * K + k]),
+                                             b = h2f_host(dt, (*cross)[(size_t)m * K + k]);
+                                num += (a - b) * (a - b);
+                                den += b * b;
+                            }
+                            R.err5_x = std::max(R.err5_x, den > 0 ? sqrt(num / den) : sqrt(num));
+                        }
+                    }
+                    CK(cudaMemset(y, 0xff, 2ull * M * K));
+                    tiled5_run(w5, x, packed, wg, wu, wd, y, st);
+                    CK(cudaStreamSynchronize(st));
+                    CK(cudaMemcpy(hy.data(), y, 2ull * M * K, cudaMemcpyDeviceToHost));
+                    R.det5 = memcmp(hy.data(), hy5.data(), 2ull * M * K) == 0;
+                    if (o.fallback_test && M <= 4096) {
+                        /* pair slots too small, then (if any) overflow buffer too small */
+                        for (int which = 0; which < 2; which++) {
+                            if (which == 1 && sh[1] == 0)
+                                break;
+                            Tiled5 s5{};
+                            tiled5_alloc(s5, (int)M, K, N, T, C, dt, o.gated, which ? pair_cap5 : 64,
+                                         which ? 1 : ovf_cap5, which ? 1 : orow_cap5);
+                            CK(cudaMemset(y, 0xff, 2ull * M * K));
+                            tiled5_run(s5, x, packed, wg, wu, wd, y, st);
+                            CK(cudaStreamSynchronize(st));
+                            tw_u32 f2[4];
+                            CK(cudaMemcpy(f2, s5.flag, 16, cudaMemcpyDeviceToHost));
+                            if (f2[0] == 0) {
+                                printf("  v5 fallback test %d: no fallback flagged\n", which);
+                                bad5++;
+                            }
+                            R.err5_fb = std::max(R.err5_fb, check_out(y, &bad5));
+                            tiled5_free(s5);
+                        }
+                    }
+                    R.bad5 = bad5;
+                    R.t5 = time_med([&]() { tiled5_run(w5, x, packed, wg, wu, wd, y, st); }, o.reps, st);
+                    if (o.breakdown) {
+                        cudaEvent_t ev[12];
+                        for (auto &e : ev)
+                            CK(cudaEventCreate(&e));
+                        const int nev = o.gated ? 8 : 6;
+                        std::vector<std::vector<float>> parts(nev - 1);
+                        for (int r = 0; r < o.reps; r++) {
+                            flush_l2(st);
+                            tiled5_run(w5, x, packed, wg, wu, wd, y, st, ev);
+                            CK(cudaEventSynchronize(ev[nev - 1]));
+                            for (int i = 0; i + 1 < nev; i++) {
+                                float ms;
+                                CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+                                parts[i].push_back(ms);
+                            }
+                        }
+                        for (auto &p : parts) {
+                            std::sort(p.begin(), p.end());
+                            R.br5.push_back(p[p.size() / 2]);
+                        }
+                        for (auto &e : ev)
+                            CK(cudaEventDestroy(e));
+                    }
+                    tiled5_free(w5);
                 }
                 // dense cuBLAS FFN: gate GEMM, up GEMM, relu(g) * u, down GEMM
                 auto dense = [&]() {
@@ -975,6 +1364,19 @@ int main(int argc, char **argv) {
                         printf(" %s %.4f", o.gated ? nm_g[i] : nm_n[i], R.br[i]);
                     printf("\n");
                 }
+                if (o.ver & 2) {
+                    printf("   v5: slots/row %.1f | fused %.3f ms | ratio %.2fx | err %.2e x %.2e fb %.2e det %d bad %d\n",
+                           R.slots5, R.t5, R.dense_ms / (R.gate_ms + R.t5), R.err5, R.err5_x,
+                           R.err5_fb, R.det5, R.bad5);
+                    if (!R.br5.empty()) {
+                        printf("   v5 breakdown ms:");
+                        const char *nm_g[] = {"prep+scan", "build", "ovf_gu+down", "phaseA", "reduce", "phaseB", "fallback"};
+                        const char *nm_n[] = {"prep+scan", "build", "ovf_gu+down", "phaseB", "fallback"};
+                        for (size_t i = 0; i < R.br5.size(); i++)
+                            printf(" %s %.4f", o.gated ? nm_g[i] : nm_n[i], R.br5[i]);
+                        printf("\n");
+                    }
+                }
                 fflush(stdout);
                 tiled_free(w);
                 table.push_back(R);
@@ -982,17 +1384,27 @@ int main(int argc, char **argv) {
         }
     }
     const double tol = dt ? 1e-3 : 5e-3;
-    printf("\n| M | nnz | mode | nnz/row | rows ms | tiled ms | dense ms | gate ms | ratio | err tiled | det | ok |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| M | nnz | mode | nnz/row | rows ms | v4 ms | v5 ms | dense ms | gate ms | ratio v4 | ratio v5 | err v4 | err v5 | det | ok |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int fails = 0;
     for (auto &R : table) {
         const bool ok = R.err_tiled < tol && (R.err_rows < tol || !o.rows) && R.bad == 0 && R.det &&
-                        (R.err_fb < 0 || R.err_fb < tol);
+                        (R.err_fb < 0 || R.err_fb < tol) && R.err5 < tol && R.bad5 == 0 &&
+                        R.det5 && (R.err5_fb < 0 || R.err5_fb < tol);
         fails += !ok;
-        printf("| %lld | %lld | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.1e | %d | %s |\n",
-               R.M, R.nnz, R.mode.c_str(), R.nnz_act, R.rows_ms, R.tiled_ms, R.dense_ms, R.gate_ms,
-               R.dense_ms / (R.gate_ms + R.tiled_ms), R.err_tiled, R.det, ok ? "ok" : "FAIL");
+        printf("| %lld | %lld | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.1e | %.1e | %d%d | %s |\n",
+               R.M, R.nnz, R.mode.c_str(), R.nnz_act, R.rows_ms, R.tiled_ms, R.t5, R.dense_ms,
+               R.gate_ms, R.dense_ms / (R.gate_ms + R.tiled_ms), R.dense_ms / (R.gate_ms + R.t5),
+               R.err_tiled, R.err5, R.det, R.det5, ok ? "ok" : "FAIL");
     }
     printf("tolerance (row-relative L2 vs fp64 reference): %.0e; %d failing rows\n", tol, fails);
+    if (o.ver & 2) {
+        int bad5 = 0;
+        for (auto &R : table)
+            bad5 += !(R.err5 < tol && R.bad5 == 0 && R.det5 && (R.err5_fb < 0 || R.err5_fb < tol) &&
+                      R.err5_x < 2 * tol);
+        printf("v5 verdict: %s (%d of %zu configurations failing)\n", bad5 ? "FAIL" : "ok", bad5,
+               table.size());
+    }
     return fails ? 1 : 0;
 }
