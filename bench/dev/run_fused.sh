@@ -57,7 +57,7 @@ if [ "$what" = lib ] || [ "$what" = all ]; then
     grep -hE "max row-rel|FAIL|flags:" build-dev/Testing/Temporary/LastTest.log | sort | uniq -c | sort -rn | head -12
     s0=$(date +%s)
     timeout ${BENCH_TIMEOUT:-200} build-dev/twell bench --out "$OUT" --op ffn_infer --M 4096,16384,65536 \
-        --nnz 29,56 --dist uniform,skewed --reps 20 >"$OUT/bench.log" 2>&1
+        --nnz 29,56 --dist uniform,skewed --reps 20 --path sparse >"$OUT/bench.log" 2>&1
     echo "== bench rc=$? $(($(date +%s) - s0)) s"
     tail -30 "$OUT/bench.log" | cut -c1-200
 fi
