@@ -24,7 +24,7 @@
  * alignment slack, the stage ring, the 128-row staging buffer (528-byte rows), the mbarriers. */
 #define TW_DG_SMEM                                                                                 \
     (1024u + TW_DG_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u + TW_DG_BM * 528u +              \
-     2u * (TW_DG_STAGES + 2u) * 8u)
+     2u * TW_DG_STAGES * 8u)
 #define TW_DG_UNIT_ROWS (TW_DG_BM * TW_DG_CLUSTER)
 #define TW_DENSE_SLOTS 16u                   /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_H_BYTES ((size_t)512 << 20) /* H workspace bound: rows are chunked to fit */

@@ -49,9 +49,13 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook;
- * measured crossover: see BENCHMARKS.md (issue 5, dense path). */
-#define TW_DENSE_DENSITY 0.01
+/* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook.
+ * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, at 96bd94e with that day's sparse
+ * kernels): sparse end to end 1.19 / 1.43 ms at 29 / 56 per row, dense 1.47 ms flat, at M = 16384
+ * (0.36 / 0.42 vs 0.43 ms at M = 4096): the paths cross near 60 per row, 1.07% of N at both M. The
+ * sparse cost grows with active values x K and the dense one with N x K, so the crossover is a
+ * density; re-measure it when either path changes (twell bench --path sparse|dense). */
+#define TW_DENSE_DENSITY 0.011
 /* After a dense call, AUTO stays dense while the estimate exceeds this fraction of the threshold.
  */
 #define TW_DENSE_STAY 0.8

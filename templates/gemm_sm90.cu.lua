@@ -38,7 +38,7 @@
 --
 -- Design: warpgroup 0: thread 0 issues TMA into a STAGES-deep ring (A 128x64, B 256x64) completing
 -- on mbarriers; in MODE gated its warps 1..3 expand the next unit's gate rows into a 128-row
--- staging buffer (528-byte rows) while the tensor cores run. Warpgroups 1 and 2 consume (64 rows
+-- staging buffer (528-byte rows) while the tensor cores run (hand-over by named barriers 1, 2). Warpgroups 1 and 2 consume (64 rows
 -- each, one wgmma group in flight). Epilogue in place: each thread reads g at its own accumulator
 -- positions of the staging buffer (conflict-free: rows are 132 words apart), writes h back there,
 -- then each warp stores its 16 rows with coalesced 16-byte stores. setmaxnreg 72 / 216.
@@ -77,7 +77,7 @@ local BM, BN, BK, THREADS = 128, 256, 64, 384
 local ROWB = 528 -- staging row pitch: 512 B + 16 B (conflict-free fragment access and row reads)
 local STG_BYTES = BM * ROWB
 local A_BYTES, B_BYTES = BM * BK * 2, BN * BK * 2
-local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * (STAGES + 2) * 8
+local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * STAGES * 8
 if SMEM > 227 * 1024 then
     unsupported("STAGES=%d needs %d bytes of shared memory (max 232448)", STAGES, SMEM)
 end
@@ -170,6 +170,16 @@ static __device__ __forceinline__ tw_u32 tw_sreg_cluster_count(void) {
 }
 static __device__ __forceinline__ void tw_cluster_sync(void) {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+/* ---- the staging buffer's hand-over (MODE gated): named barriers between the 3 expanding warps
+ * and the 8 consumer warps (352 threads); the side that only signals arrives, the other waits.
+ * bar 1: the buffer holds the unit's gate; bar 2: the consumers have stored the unit out of it. */
+static __device__ __forceinline__ void tw_bar_arrive(int id) {
+    asm volatile("bar.arrive %0, 352;" ::"r"(id) : "memory");
+}
+static __device__ __forceinline__ void tw_bar_sync(int id) {
+    asm volatile("bar.sync %0, 352;" ::"r"(id) : "memory");
 }
 
 /* ---- TMA ---- */
@@ -352,10 +362,8 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     const tw_u32 sA = base;
     const tw_u32 sB = sA + STAGES * A_BYTES;
     const tw_u32 sStg = sB + STAGES * B_BYTES;
-    /* full[STAGES], empty[STAGES], gready (3 expanding warps), gfree (8 consumer warps) */
-    const tw_u32 sBar = sStg + ${STG_BYTES};
-    const tw_u32 bar_gready = sBar + 16 * STAGES, bar_gfree = bar_gready + 8;
-    (void)packed, (void)flags, (void)map_g, (void)bar_gfree;
+    const tw_u32 sBar = sStg + ${STG_BYTES}; /* full[STAGES], empty[STAGES] */
+    (void)packed, (void)flags, (void)map_g;
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
@@ -370,8 +378,6 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
             tw_mbar_init(sBar + 8 * s, 1);
             tw_mbar_init(sBar + 8 * (STAGES + s), 8 * CLUSTER); /* one arrival per consumer warp */
         }
-        tw_mbar_init(bar_gready, 3);
-        tw_mbar_init(bar_gfree, 8);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     if (CLUSTER > 1)
@@ -428,17 +434,14 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
         else if (warp >= 1) {
             /* expanders: the gate of each unit whose gate is not recomputed, once the consumers
              * have stored the previous unit out of the staging buffer */
-            tw_u32 gp = 0;
             for (int u = cid; u < U; u += ncl) {
                 const bool recompute = flags[u] != 0u;
                 TW_UNIT_COORDS(u);
-                tw_mbar_wait(bar_gfree, gp ^ 1u);
+                if (u != cid)
+                    tw_bar_sync(2);
                 if (!recompute)
                     tw_expand_gate(sStg, packed, m0, n0, M, warp - 1);
-                __syncwarp();
-                if (lane == 0)
-                    tw_mbar_arrive(bar_gready);
-                gp ^= 1u;
+                tw_bar_arrive(1);
             }
         }
 #endif
@@ -455,8 +458,7 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
         for (int i = 0; i < 128; ++i)
             d[i] = 0.f;
         int stage = 0;
-        tw_u32 phase = 0, gp = 0;
-        (void)gp;
+        tw_u32 phase = 0;
         for (int u = cid; u < U; u += ncl) {
             const int np = TW_PASSES(u);
             if (np == 0)
@@ -501,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
                 }
 #if TW_MODE == 0
                 if (p == 0) /* the expanders are done with the buffer (or left it to us) */
-                    tw_mbar_wait(bar_gready, gp);
+                    tw_bar_sync(1);
                 if (p + 1 < np) { /* recomputed gate: g = tw_act(acc) at our own positions */
 #pragma unroll
                     for (int j = 0; j < 32; ++j)
@@ -533,9 +535,8 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
             tw_store_slab(slab, out, m0 + cw * 64 + wq * 16, n0, M);
             __syncwarp();
 #if TW_MODE == 0
-            if (lane == 0)
-                tw_mbar_arrive(bar_gfree);
-            gp ^= 1u;
+            if (u + ncl < U) /* the expanders may fill the buffer for our next unit */
+                tw_bar_arrive(2);
 #endif
         }
     }

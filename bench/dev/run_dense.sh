@@ -31,14 +31,18 @@ echo "rc=$?"
 grep -E "^\[  FAILED|^\[  PASSED|^\[  ERROR|^\[   LINE|^# M=|max row-rel|call [0-9]|threshold|two streams|workspace" \
     "$OUT/tests.log" | head -90
 
-for p in dense auto; do
-    step "bench --path $p"
-    timeout ${BENCH_TIMEOUT:-150} $B/twell bench --op ffn_infer --M ${BENCH_M:-4096,16384} \
-        --nnz ${BENCH_NNZ:-29,56,110,280} --dist uniform --reps ${BENCH_REPS:-10} --path $p \
-        --out "$OUT" >>"$OUT/bench.log" 2>&1
+# path, M list, nnz list: the dense path where it is meant to win and beyond, AUTO around the
+# threshold, the sparse path near the crossover
+for run in "dense 4096,16384,65536 29,110,280" "auto 4096,16384 29,56,80,110,280" \
+    "sparse 4096,16384 56,80"; do
+    set -- $run
+    step "bench --path $1 --M $2 --nnz $3"
+    sleep 1 # distinct JSON names
+    timeout ${BENCH_TIMEOUT:-150} $B/twell bench --op ffn_infer --M $2 --nnz $3 --dist uniform \
+        --reps ${BENCH_REPS:-10} --path $1 --out "$OUT" >>"$OUT/bench.log" 2>&1
     echo "rc=$?"
 done
-grep -vE "^\s*$" "$OUT/bench.log" | tail -40
+grep -E "^ffn_infer |CHECK FAILED|rror" "$OUT/bench.log" | cut -c1-140
 
 step SASS
 for c in "$CACHE"/*.cubin; do
