@@ -3,8 +3,8 @@
 // overflow), exactness against a CPU fp64 reference on sampled rows, determinism, timing with the
 // L2 flushed, and the dense cuBLAS FFN in the same run. Not part of the CMake build.
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o fused_dev fused_dev.cu -lcublas
-//   ./fused_dev --M 4096,16384,65536 --nnz 29,56,110,280 --mode uniform,skewed
-#include "fused_kernels.cuh"
+//   ./fused_dev --M 4096,16384,65536 --nnz 29,56,110,280 --mode uniform,skewed [--ver 1|2|4 bits: v4 v5 v6]
+#include "fused_kernels_v6.cuh" /* includes fused_kernels.cuh */
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -453,12 +453,22 @@ static int smem_b5(int gated) { return 2 * TW5_CN * 128 + 2 * TW5_DCAPB(gated) *
 static int smem_gu5(int gated) { return 2 * 64 * 128 * (gated ? 3 : 2); }
 static int smem_down5(int T) { return 2 * (2 * 32 * T * 2 + T * 128); }
 
+// v6 (fused_kernels_v6.cuh): shared-memory layout with the staged list offsets and the offset table.
+#define TW6_NCMAX 64 /* prep's per-chunk shared arrays; NC = ceil(N / 512) here */
+#define TW6_DCAPA ((232448 - 2 * TW5_CN * 128 - TW6_RE - 2 * (2 * 128 + 4) * 4) / 8 / 16 * 16)
+#define TW6_DCAPB(G)                                                                              \
+    ((232448 - 2 * TW5_CN * 128 - TW6_RE - 2 * (2 * 64 + 4) * 4) / (2 * ((G) ? 8 : 6)) / 16 * 16)
+static int smem_a6() { return 2 * TW5_CN * 128 + 2 * TW6_SB(TW6_DCAPA, 4, 128) + TW6_RE; }
+static int smem_b6(int gated) {
+    return 2 * TW5_CN * 128 + 2 * TW6_SB(TW6_DCAPB(gated), gated ? 8 : 6, 64) + TW6_RE;
+}
+
 struct Tiled5 {
     int M, K, N, T, C, dt, gated, padq;
-    int W, NT, NC, TPC, NG, NL, NSL;
+    int W, NT, NC, TPC, NG, NL, NSL, NB;
     size_t pair_cap, ovf_cap, orow_cap;
     tw_u32 *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
-        *offsets, *desc, *hl, *rexp, *ovf_ex;
+        *offsets, *desc, *hl, *rexp, *ovf_ex, *bsum, *bbase;
     tw_u16 *gv, *ovf_hh;
     float *partial, *ovf_y;
     size_t bytes;
@@ -469,7 +479,11 @@ static void tiled5_alloc(Tiled5 &w, int M, int K, int N, int T, int C, int dt, i
     w.M = M, w.K = K, w.N = N, w.T = T, w.C = C, w.dt = dt, w.gated = gated;
     w.padq = (dt == 1 && gated) ? 16 : 8;
     w.W = T / C, w.NT = N / T, w.TPC = TW5_CN / T, w.NC = (w.NT + w.TPC - 1) / w.TPC;
-    w.NG = (M + 7) / 8, w.NL = w.NG * w.NC, w.NSL = K / 64;
+    w.NG = (M + 7) / 8, w.NL = w.NG * w.NC, w.NSL = K / 64, w.NB = (w.NG + 7) / 8;
+    if (w.NC > TW6_NCMAX) {
+        fprintf(stderr, "v6: NC %d > %d\n", w.NC, TW6_NCMAX);
+        exit(1);
+    }
     w.pair_cap = pair_cap, w.ovf_cap = ovf_cap, w.orow_cap = orow_cap;
     size_t acc = 0;
     w.flag = dalloc<tw_u32>(4, acc);
@@ -482,6 +496,8 @@ static void tiled5_alloc(Tiled5 &w, int M, int K, int N, int T, int C, int dt, i
     w.orows = dalloc<tw_u32>(M, acc);
     w.sizes = dalloc<tw_u32>(w.NL, acc);
     w.offsets = dalloc<tw_u32>(w.NL + 1, acc);
+    w.bsum = dalloc<tw_u32>((size_t)w.NC * w.NB, acc); /* v6 */
+    w.bbase = dalloc<tw_u32>((size_t)w.NC * w.NB, acc);
     w.ovf_hh = dalloc<tw_u16>(ovf_cap * 2 * T, acc);
     w.ovf_ex = dalloc<tw_u32>(ovf_cap * (T / 64), acc);
     w.ovf_y = dalloc<float>(orow_cap * K, acc);
@@ -495,7 +511,7 @@ static void tiled5_alloc(Tiled5 &w, int M, int K, int N, int T, int C, int dt, i
 static void tiled5_free(Tiled5 &w) {
     void *ps[] = {w.flag,  w.cnt,     w.ovf_base, w.item_base, w.ovf_rows, w.ovf_slot, w.orow_idx,
                   w.orows, w.sizes,   w.offsets,  w.ovf_hh,    w.ovf_ex,   w.ovf_y,    w.desc,
-                  w.gv,    w.hl,      w.rexp,     w.partial};
+                  w.gv,    w.hl,      w.rexp,     w.partial, w.bsum, w.bbase};
     for (void *p : ps)
         if (p)
             cudaFree(p);
@@ -601,6 +617,125 @@ template <int DT> static void set_attrs5() {
     set_attrs5_t<DT, 0, 128>();
     set_attrs5_t<DT, 1, 64>();
     set_attrs5_t<DT, 0, 64>();
+}
+
+template <int DT, int GATED, int TT, int DIAG = 0>
+static void tiled6_run_t(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed, const tw_u16 *wg,
+                         const tw_u16 *wu, const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                         cudaEvent_t *ev) {
+    constexpr int PADQ = (DT == 1 && GATED) ? 16 : 8;
+    constexpr int TPCM = TW5_CN / TT;
+    const int M = w.M, K = w.K, N = w.N;
+    const tw_u16 *wp = GATED ? wg : wu;
+    int e = 0;
+    auto mark = [&]() {
+        if (ev)
+            CK(cudaEventRecord(ev[e++], st));
+    };
+    mark();
+    CK(cudaMemsetAsync(w.cnt, 0, sizeof(tw_u32) * (w.NT + 1), st));
+    tw_k_prep6<PADQ, TW6_NCMAX><<<w.NB, 256, 0, st>>>(packed, M, w.NT, w.W, w.NC, w.TPC, w.NG,
+                                                       w.cnt, w.ovf_rows, w.ovf_slot, w.orow_idx,
+                                                       w.orows, w.sizes, w.bsum);
+    CKL();
+    tw_k_scan6<<<1, 1024, 0, st>>>(w.bsum, w.NC * w.NB, w.bbase, w.cnt, w.NT, TT / 64, w.ovf_base,
+                                   w.item_base, w.flag, w.offsets + w.NL, (tw_u32)w.pair_cap,
+                                   (tw_u32)w.ovf_cap, (tw_u32)w.orow_cap);
+    CKL();
+    mark();
+    tw_k_build6<TPCM, 4><<<(w.NL + 3) / 4, 128, 0, st>>>(packed, M, w.NT, w.W, N, TW5_CN, w.NC,
+                                                         w.TPC, w.NG, w.bbase, w.sizes, w.offsets,
+                                                         w.desc, w.gv, w.flag);
+    CKL();
+    mark();
+    tw_k_ovf_gu<DT, GATED, TT><<<g_sms * 2, 256, smem_gu5(GATED), st>>>(
+        x, wp, wu, M, K, w.NT, w.ovf_base, w.item_base, w.ovf_rows, w.ovf_hh, w.ovf_ex, w.flag);
+    CKL();
+    tw_k_ovf_down<DT, TT><<<g_sms, 256, smem_down5(TT), st>>>(packed, wd, M, K, w.NT, w.W,
+                                                              w.ovf_base, w.ovf_slot, w.orows,
+                                                              w.ovf_hh, w.ovf_ex, w.ovf_y, w.flag);
+    CKL();
+    mark();
+    if (GATED) {
+        dim3 ga((w.NG + 16 * 8 - 1) / (16 * 8), w.NSL);
+        tw_k_phase_a6<DT, TW5_CN, 8, TW6_DCAPA, PADQ, DIAG><<<ga, 512, smem_a6(), st>>>(
+            x, wu, M, K, N, w.NG, w.NC, w.desc, w.offsets, w.sizes, w.partial, (tw_u32)w.pair_cap,
+            w.flag);
+        CKL();
+        mark();
+        tw_k_reduce5<DT><<<g_sms * 8, 256, 0, st>>>(w.gv, w.partial, (tw_u32)w.pair_cap, w.NSL,
+                                                    w.offsets + w.NL, w.hl, w.rexp, w.flag);
+        CKL();
+        mark();
+    }
+    dim3 gb((w.NG + 16 * 4 - 1) / (16 * 4), w.NSL);
+    tw_k_phase_b6<DT, GATED, TW5_CN, 4, TW6_DCAPB(GATED), PADQ, DIAG><<<gb, 512, smem_b6(GATED), st>>>(
+        wd, M, K, N, w.NG, w.NC, w.desc, w.gv, w.hl, w.rexp, w.offsets, w.sizes, w.orow_idx,
+        w.ovf_y, y, w.flag);
+    CKL();
+    mark();
+    rows_launch<DT, GATED>(x, packed, wp, wu, wd, y, M, K, N, w.T, w.C, w.flag, 1, st);
+    mark();
+}
+
+template <int DT, int GATED, int TT, int DIAG = 0> static void set_attrs6_t() {
+    constexpr int PADQ = (DT == 1 && GATED) ? 16 : 8;
+    CK(cudaFuncSetAttribute(tw_k_phase_a6<DT, TW5_CN, 8, TW6_DCAPA, PADQ, DIAG>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_a6()));
+    CK(cudaFuncSetAttribute(tw_k_phase_b6<DT, GATED, TW5_CN, 4, TW6_DCAPB(GATED), PADQ, DIAG>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_b6(GATED)));
+    CK(cudaFuncSetAttribute(tw_k_ovf_gu<DT, GATED, TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_gu5(GATED)));
+    CK(cudaFuncSetAttribute(tw_k_ovf_down<DT, TT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smem_down5(TT)));
+}
+template <int DT, int GATED> static void tiled6_run_g(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed,
+                                                      const tw_u16 *wg, const tw_u16 *wu,
+                                                      const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                                                      cudaEvent_t *ev) {
+    if (w.T == 256)
+        tiled6_run_t<DT, GATED, 256>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.T == 128)
+        tiled6_run_t<DT, GATED, 128>(w, x, packed, wg, wu, wd, y, st, ev);
+    else
+        tiled6_run_t<DT, GATED, 64>(w, x, packed, wg, wu, wd, y, st, ev);
+}
+static void tiled6_run(Tiled5 &w, const tw_u16 *x, const tw_u32 *packed, const tw_u16 *wg,
+                       const tw_u16 *wu, const tw_u16 *wd, tw_u16 *y, cudaStream_t st,
+                       cudaEvent_t *ev = nullptr) {
+    if (w.dt == 0 && w.gated)
+        tiled6_run_g<0, 1>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.dt == 0)
+        tiled6_run_g<0, 0>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (w.gated)
+        tiled6_run_g<1, 1>(w, x, packed, wg, wu, wd, y, st, ev);
+    else
+        tiled6_run_g<1, 0>(w, x, packed, wg, wu, wd, y, st, ev);
+}
+// Timing-only variants of the v6 phases (bf16 gated, T = 256): DIAG 1 no mma, 2 no partial
+// stores, 8 weights loaded once.
+static void set_attrs6_diag() {
+    set_attrs6_t<0, 1, 256, 1>();
+    set_attrs6_t<0, 1, 256, 2>();
+    set_attrs6_t<0, 1, 256, 8>();
+}
+static void tiled6_run_diag(int diag, Tiled5 &w, const tw_u16 *x, const tw_u32 *packed,
+                            const tw_u16 *wg, const tw_u16 *wu, const tw_u16 *wd, tw_u16 *y,
+                            cudaStream_t st, cudaEvent_t *ev) {
+    if (diag == 1)
+        tiled6_run_t<0, 1, 256, 1>(w, x, packed, wg, wu, wd, y, st, ev);
+    else if (diag == 2)
+        tiled6_run_t<0, 1, 256, 2>(w, x, packed, wg, wu, wd, y, st, ev);
+    else
+        tiled6_run_t<0, 1, 256, 8>(w, x, packed, wg, wu, wd, y, st, ev);
+}
+template <int DT> static void set_attrs6() {
+    set_attrs6_t<DT, 1, 256>();
+    set_attrs6_t<DT, 0, 256>();
+    set_attrs6_t<DT, 1, 128>();
+    set_attrs6_t<DT, 0, 128>();
+    set_attrs6_t<DT, 1, 64>();
+    set_attrs6_t<DT, 0, 64>();
 }
 
 // Checks the v5 lists against the packed buffer: each (chunk, group) list holds exactly the
@@ -928,7 +1063,8 @@ struct Opts {
     std::vector<std::string> modes{"uniform", "skewed"};
     int K = 2048, N = 5632, T = 256, C = 8, dt = 0, gated = 1, reps = 20, check = 48;
     double heavy = 0.01, hscale = 3.0, zvar = 0.1;
-    int rows = 1, fallback_test = 1, breakdown = 1, cn = 0, ver = 3; /* ver: 1 v4, 2 v5, 3 both */
+    int rows = 1, fallback_test = 1, breakdown = 1, cn = 0, ver = 7; /* ver bits: 1 v4, 2 v5, 4 v6 */
+    int diag = 0; /* time the DIAG variants of the v6 phases (bf16 gated T = 256 only) */
     double cap_factor = 1.15;
 };
 
@@ -976,6 +1112,7 @@ int main(int argc, char **argv) {
         else if (a == "--breakdown") o.breakdown = atoi(nx());
         else if (a == "--cn") o.cn = atoi(nx());
         else if (a == "--ver") o.ver = atoi(nx());
+        else if (a == "--diag") o.diag = atoi(nx());
         else { fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
     }
     cudaDeviceProp prop;
@@ -988,6 +1125,12 @@ int main(int argc, char **argv) {
         set_attrs5<0>();
     else
         set_attrs5<1>();
+    if (o.dt == 0) {
+        set_attrs6<0>();
+        set_attrs6_diag();
+    } else {
+        set_attrs6<1>();
+    }
     if (o.dt == 0)
         set_attrs<0>();
     else
@@ -1011,10 +1154,10 @@ int main(int argc, char **argv) {
         double err_rows, err_tiled, err_x, err_fb;
         int det, bad;
         std::vector<double> br;
-        /* v5 */
-        double t5, err5, err5_x, err5_fb, slots5, wa5, wb5;
-        int det5, bad5;
-        std::vector<double> br5;
+        /* v5 [0] and v6 [1] */
+        double t5[2], err5[2], err5_x[2], err5_fb[2], slots5[2], wa5[2], wb5[2];
+        int det5[2], bad5[2];
+        std::vector<double> br5[2];
     };
     std::vector<Row> table;
 
@@ -1231,9 +1374,17 @@ int main(int argc, char **argv) {
                             CK(cudaEventDestroy(e));
                     }
                 }
-                // v5
-                R.err5 = 0, R.det5 = 1, R.err5_fb = -1, R.bad5 = 0, R.err5_x = -1;
-                if (o.ver & 2) {
+                // v5 (the library's kernels) and v6 (fused_kernels_v6.cuh)
+                for (int vi = 0; vi < 2; vi++) {
+                R.err5[vi] = 0, R.det5[vi] = 1, R.err5_fb[vi] = -1, R.bad5[vi] = 0, R.err5_x[vi] = -1;
+                R.t5[vi] = 0, R.slots5[vi] = 0, R.wa5[vi] = R.wb5[vi] = 0;
+                auto run5 = [&](Tiled5 &ww, cudaEvent_t *evv) {
+                    if (vi == 0)
+                        tiled5_run(ww, x, packed, wg, wu, wd, y, st, evv);
+                    else
+                        tiled6_run(ww, x, packed, wg, wu, wd, y, st, evv);
+                };
+                if (o.ver & (2 << vi)) {
                     const size_t pair_cap5 =
                         (size_t)((double)sh[0] * o.cap_factor) + (size_t)NG * NC * 8 + 1024;
                     const size_t ovf_cap5 = (size_t)(sh[1] * 1.2) + 256, orow_cap5 = (size_t)(sh[3] * 1.2) + 64;
@@ -1241,27 +1392,27 @@ int main(int argc, char **argv) {
                     tiled5_alloc(w5, (int)M, K, N, T, C, dt, o.gated, pair_cap5, ovf_cap5, orow_cap5);
                     int bad5 = 0;
                     CK(cudaMemset(y, 0xff, 2ull * M * K));
-                    tiled5_run(w5, x, packed, wg, wu, wd, y, st);
+                    run5(w5, nullptr);
                     CK(cudaStreamSynchronize(st));
                     tw_u32 fl5[4];
                     CK(cudaMemcpy(fl5, w5.flag, 16, cudaMemcpyDeviceToHost));
-                    R.slots5 = (double)fl5[1] / M;
-                    R.err5 = check_out(y, &bad5);
-                    R.wa5 = R.wb5 = 0;
+                    R.slots5[vi] = (double)fl5[1] / M;
+                    R.err5[vi] = check_out(y, &bad5);
+                    R.wa5[vi] = R.wb5[vi] = 0;
                     if (M <= 4096) {
-                        const int le = check_lists5(w5, packed, &R.wa5, &R.wb5);
-                        printf("  v5 lists: %d errors; 16-byte-load wavefronts per ideal: phase A %.3f, "
+                        const int le = check_lists5(w5, packed, &R.wa5[vi], &R.wb5[vi]);
+                        printf("  v%d lists: %d errors; 16-byte-load wavefronts per ideal: phase A %.3f, "
                                "phase B %.3f; overflowing cells %u rows %u\n",
-                               le, R.wa5, R.wb5, fl5[2], fl5[3]);
+                               5 + vi, le, R.wa5[vi], R.wb5[vi], fl5[2], fl5[3]);
                         bad5 += le;
                     }
                     if (fl5[0])
-                        printf("  note: v5 fell back (flag %u, slots %u cap %zu, ovf %u cap %zu, rows %u cap %zu)\n",
-                               fl5[0], fl5[1], pair_cap5, fl5[2], ovf_cap5, fl5[3], orow_cap5);
+                        printf("  note: v%d fell back (flag %u, slots %u cap %zu, ovf %u cap %zu, rows %u cap %zu)\n",
+                               5 + vi, fl5[0], fl5[1], pair_cap5, fl5[2], ovf_cap5, fl5[3], orow_cap5);
                     std::vector<uint16_t> hy5 = hy;
                     const std::vector<uint16_t> *cross = o.rows ? &hy2 : (o.ver & 1) ? &hy4 : nullptr;
                     if (cross) {
-                        R.err5_x = 0;
+                        R.err5_x[vi] = 0;
                         for (long long m = 0; m < M; m++) {
                             double num = 0, den = 0;
                             for (int k = 0; k < K; k++) {
@@ -1270,14 +1421,14 @@ int main(int argc, char **argv) {
                                 num += (a - b) * (a - b);
                                 den += b * b;
                             }
-                            R.err5_x = std::max(R.err5_x, den > 0 ? sqrt(num / den) : sqrt(num));
+                            R.err5_x[vi] = std::max(R.err5_x[vi], den > 0 ? sqrt(num / den) : sqrt(num));
                         }
                     }
                     CK(cudaMemset(y, 0xff, 2ull * M * K));
-                    tiled5_run(w5, x, packed, wg, wu, wd, y, st);
+                    run5(w5, nullptr);
                     CK(cudaStreamSynchronize(st));
                     CK(cudaMemcpy(hy.data(), y, 2ull * M * K, cudaMemcpyDeviceToHost));
-                    R.det5 = memcmp(hy.data(), hy5.data(), 2ull * M * K) == 0;
+                    R.det5[vi] = memcmp(hy.data(), hy5.data(), 2ull * M * K) == 0;
                     if (o.fallback_test && M <= 4096) {
                         /* pair slots too small, then (if any) overflow buffer too small */
                         for (int which = 0; which < 2; which++) {
@@ -1287,20 +1438,20 @@ int main(int argc, char **argv) {
                             tiled5_alloc(s5, (int)M, K, N, T, C, dt, o.gated, which ? pair_cap5 : 64,
                                          which ? 1 : ovf_cap5, which ? 1 : orow_cap5);
                             CK(cudaMemset(y, 0xff, 2ull * M * K));
-                            tiled5_run(s5, x, packed, wg, wu, wd, y, st);
+                            run5(s5, nullptr);
                             CK(cudaStreamSynchronize(st));
                             tw_u32 f2[4];
                             CK(cudaMemcpy(f2, s5.flag, 16, cudaMemcpyDeviceToHost));
                             if (f2[0] == 0) {
-                                printf("  v5 fallback test %d: no fallback flagged\n", which);
+                                printf("  v%d fallback test %d: no fallback flagged\n", 5 + vi, which);
                                 bad5++;
                             }
-                            R.err5_fb = std::max(R.err5_fb, check_out(y, &bad5));
+                            R.err5_fb[vi] = std::max(R.err5_fb[vi], check_out(y, &bad5));
                             tiled5_free(s5);
                         }
                     }
-                    R.bad5 = bad5;
-                    R.t5 = time_med([&]() { tiled5_run(w5, x, packed, wg, wu, wd, y, st); }, o.reps, st);
+                    R.bad5[vi] = bad5;
+                    R.t5[vi] = time_med([&]() { run5(w5, nullptr); }, o.reps, st);
                     if (o.breakdown) {
                         cudaEvent_t ev[12];
                         for (auto &e : ev)
@@ -1309,7 +1460,7 @@ int main(int argc, char **argv) {
                         std::vector<std::vector<float>> parts(nev - 1);
                         for (int r = 0; r < o.reps; r++) {
                             flush_l2(st);
-                            tiled5_run(w5, x, packed, wg, wu, wd, y, st, ev);
+                            run5(w5, ev);
                             CK(cudaEventSynchronize(ev[nev - 1]));
                             for (int i = 0; i + 1 < nev; i++) {
                                 float ms;
@@ -1319,12 +1470,38 @@ int main(int argc, char **argv) {
                         }
                         for (auto &p : parts) {
                             std::sort(p.begin(), p.end());
-                            R.br5.push_back(p[p.size() / 2]);
+                            R.br5[vi].push_back(p[p.size() / 2]);
+                        }
+                        for (auto &e : ev)
+                            CK(cudaEventDestroy(e));
+                    }
+                    if (vi == 1 && o.diag && dt == 0 && o.gated && T == 256) {
+                        cudaEvent_t ev[12];
+                        for (auto &e : ev)
+                            CK(cudaEventCreate(&e));
+                        for (int d : {1, 2, 8}) {
+                            std::vector<float> pa, pb;
+                            for (int r = 0; r < o.reps; r++) {
+                                flush_l2(st);
+                                tiled6_run_diag(d, w5, x, packed, wg, wu, wd, y, st, ev);
+                                CK(cudaEventSynchronize(ev[7]));
+                                float ms;
+                                CK(cudaEventElapsedTime(&ms, ev[3], ev[4]));
+                                pa.push_back(ms);
+                                CK(cudaEventElapsedTime(&ms, ev[5], ev[6]));
+                                pb.push_back(ms);
+                            }
+                            std::sort(pa.begin(), pa.end());
+                            std::sort(pb.begin(), pb.end());
+                            printf("   v6 diag %d (%s): phaseA %.4f phaseB %.4f ms\n", d,
+                                   d == 1 ? "no mma" : d == 2 ? "no partial stores" : "weights once",
+                                   pa[pa.size() / 2], pb[pb.size() / 2]);
                         }
                         for (auto &e : ev)
                             CK(cudaEventDestroy(e));
                     }
                     tiled5_free(w5);
+                }
                 }
                 // dense cuBLAS FFN: gate GEMM, up GEMM, relu(g) * u, down GEMM
                 auto dense = [&]() {
@@ -1364,16 +1541,18 @@ int main(int argc, char **argv) {
                         printf(" %s %.4f", o.gated ? nm_g[i] : nm_n[i], R.br[i]);
                     printf("\n");
                 }
-                if (o.ver & 2) {
-                    printf("   v5: slots/row %.1f | fused %.3f ms | ratio %.2fx | err %.2e x %.2e fb %.2e det %d bad %d\n",
-                           R.slots5, R.t5, R.dense_ms / (R.gate_ms + R.t5), R.err5, R.err5_x,
-                           R.err5_fb, R.det5, R.bad5);
-                    if (!R.br5.empty()) {
-                        printf("   v5 breakdown ms:");
+                for (int vi = 0; vi < 2; vi++) {
+                    if (!(o.ver & (2 << vi)))
+                        continue;
+                    printf("   v%d: slots/row %.1f | fused %.3f ms | ratio %.2fx | err %.2e x %.2e fb %.2e det %d bad %d\n",
+                           5 + vi, R.slots5[vi], R.t5[vi], R.dense_ms / (R.gate_ms + R.t5[vi]), R.err5[vi],
+                           R.err5_x[vi], R.err5_fb[vi], R.det5[vi], R.bad5[vi]);
+                    if (!R.br5[vi].empty()) {
+                        printf("   v%d breakdown ms:", 5 + vi);
                         const char *nm_g[] = {"prep+scan", "build", "ovf_gu+down", "phaseA", "reduce", "phaseB", "fallback"};
                         const char *nm_n[] = {"prep+scan", "build", "ovf_gu+down", "phaseB", "fallback"};
-                        for (size_t i = 0; i < R.br5.size(); i++)
-                            printf(" %s %.4f", o.gated ? nm_g[i] : nm_n[i], R.br5[i]);
+                        for (size_t i = 0; i < R.br5[vi].size(); i++)
+                            printf(" %s %.4f", o.gated ? nm_g[i] : nm_n[i], R.br5[vi][i]);
                         printf("\n");
                     }
                 }
@@ -1384,27 +1563,32 @@ int main(int argc, char **argv) {
         }
     }
     const double tol = dt ? 1e-3 : 5e-3;
-    printf("\n| M | nnz | mode | nnz/row | rows ms | v4 ms | v5 ms | dense ms | gate ms | ratio v4 | ratio v5 | err v4 | err v5 | det | ok |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    auto ok5 = [&](const Row &R, int vi) {
+        return R.err5[vi] < tol && R.bad5[vi] == 0 && R.det5[vi] &&
+               (R.err5_fb[vi] < 0 || R.err5_fb[vi] < tol) && R.err5_x[vi] < 2 * tol;
+    };
+    printf("\n| M | nnz | mode | nnz/row | v4 ms | v5 ms | v6 ms | dense ms | gate ms | ratio v4 | ratio v5 | ratio v6 | err v4 | err v5 | err v6 | det | ok |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int fails = 0;
     for (auto &R : table) {
         const bool ok = R.err_tiled < tol && (R.err_rows < tol || !o.rows) && R.bad == 0 && R.det &&
-                        (R.err_fb < 0 || R.err_fb < tol) && R.err5 < tol && R.bad5 == 0 &&
-                        R.det5 && (R.err5_fb < 0 || R.err5_fb < tol);
+                        (R.err_fb < 0 || R.err_fb < tol) && ok5(R, 0) && ok5(R, 1);
         fails += !ok;
-        printf("| %lld | %lld | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.1e | %.1e | %d%d | %s |\n",
-               R.M, R.nnz, R.mode.c_str(), R.nnz_act, R.rows_ms, R.tiled_ms, R.t5, R.dense_ms,
-               R.gate_ms, R.dense_ms / (R.gate_ms + R.tiled_ms), R.dense_ms / (R.gate_ms + R.t5),
-               R.err_tiled, R.err5, R.det, R.det5, ok ? "ok" : "FAIL");
+        printf("| %lld | %lld | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.1e | %.1e | %.1e | %d%d%d | %s |\n",
+               R.M, R.nnz, R.mode.c_str(), R.nnz_act, R.tiled_ms, R.t5[0], R.t5[1], R.dense_ms,
+               R.gate_ms, R.dense_ms / (R.gate_ms + R.tiled_ms), R.dense_ms / (R.gate_ms + R.t5[0]),
+               R.dense_ms / (R.gate_ms + R.t5[1]), R.err_tiled, R.err5[0], R.err5[1], R.det,
+               R.det5[0], R.det5[1], ok ? "ok" : "FAIL");
     }
     printf("tolerance (row-relative L2 vs fp64 reference): %.0e; %d failing rows\n", tol, fails);
-    if (o.ver & 2) {
+    for (int vi = 0; vi < 2; vi++) {
+        if (!(o.ver & (2 << vi)))
+            continue;
         int bad5 = 0;
         for (auto &R : table)
-            bad5 += !(R.err5 < tol && R.bad5 == 0 && R.det5 && (R.err5_fb < 0 || R.err5_fb < tol) &&
-                      R.err5_x < 2 * tol);
-        printf("v5 verdict: %s (%d of %zu configurations failing)\n", bad5 ? "FAIL" : "ok", bad5,
-               table.size());
+            bad5 += !ok5(R, vi);
+        printf("v%d verdict: %s (%d of %zu configurations failing)\n", 5 + vi, bad5 ? "FAIL" : "ok",
+               bad5, table.size());
     }
     return fails ? 1 : 0;
 }
