@@ -84,7 +84,7 @@ struct tw_ffn {
 /* Device pointers of the workspace pieces for the current capacities. */
 typedef struct {
     uint32_t *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
-        *offsets;
+        *offsets, *bsum, *bbase;
     uint16_t *ovf_hh;
     uint32_t *ovf_ex;
     float *ovf_y;
@@ -111,11 +111,12 @@ static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
 
 typedef struct {
     size_t flag, cnt, ovf_base, item_base, ovf_rows, ovf_slot, orow_idx, orows, sizes, offsets,
-        bytes;
+        bsum, bbase, bytes;
 } tw_rows_layout;
 
 static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
-    size_t NT = f->NT, NL = (R + 7) / 8 * f->cfg[TW_CFG_NC], o = 0;
+    size_t NT = f->NT, NG = (R + 7) / 8, NL = NG * f->cfg[TW_CFG_NC], o = 0;
+    size_t NBC = (NG + 7) / 8 * f->cfg[TW_CFG_NC]; /* per-block list sums, chunk-major */
     L->flag = o, o += tw_al(16);
     L->cnt = o, o += tw_al(4 * (NT + 1));
     L->ovf_base = o, o += tw_al(4 * (NT + 1));
@@ -126,6 +127,8 @@ static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
     L->orows = o, o += tw_al(4 * R);
     L->sizes = o, o += tw_al(4 * NL);
     L->offsets = o, o += tw_al(4 * (NL + 1));
+    L->bsum = o, o += tw_al(4 * NBC);
+    L->bbase = o, o += tw_al(4 * NBC);
     L->bytes = o;
 }
 
@@ -172,6 +175,8 @@ static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) 
         w->orows = (uint32_t *)(void *)(a + L.orows);
         w->sizes = (uint32_t *)(void *)(a + L.sizes);
         w->offsets = (uint32_t *)(void *)(a + L.offsets);
+        w->bsum = (uint32_t *)(void *)(a + L.bsum);
+        w->bbase = (uint32_t *)(void *)(a + L.bbase);
     }
     if (b) {
         size_t ex_off, y_off;
@@ -288,22 +293,27 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
         smem = TW_SMEM_MAX;
     uint32_t gu = 2u * 64u * 128u * (s->gated ? 3u : 2u);
     uint32_t down = 2u * (2u * 32u * s->T * 2u + s->T * 128u), vb = s->gated ? 4u : 2u;
+    /* per buffer: the staged list offsets and sizes of the block (8 or 4 groups per warp, 16
+     * warps); once: the (first, end) offset table of up to 256 chunks */
+    uint32_t la = (2u * 16u * 8u + 4u) * 4u, lb = (2u * 16u * 4u + 4u) * 4u, re = 2048u;
     static const uint32_t cns[] = {512, 256};
     memset(want, 0, TW_CFG_COUNT * sizeof *want);
     if (gu > smem || down > smem)
         return 0;
     for (size_t i = 0; i < sizeof cns / sizeof cns[0]; i++) {
         uint32_t wb = 2u * cns[i] * 128u;
-        if (cns[i] < s->T || smem < wb + 16384u)
+        if (cns[i] < s->T || smem < wb + re + 2u * la + 16384u)
             continue;
         uint32_t NT = s->N / s->T, tpc = cns[i] / s->T;
+        if ((NT + tpc - 1) / tpc > 256u)
+            continue;
         want[TW_CFG_CN] = cns[i];
         want[TW_CFG_GPWA] = 8;
         want[TW_CFG_GPWB] = 4;
-        want[TW_CFG_DCAPA] = (smem - wb) / 8u / 16u * 16u;
-        want[TW_CFG_DCAPB] = (smem - wb) / (2u * (4u + vb)) / 16u * 16u;
-        want[TW_CFG_SMEM_A] = wb + 8u * want[TW_CFG_DCAPA];
-        want[TW_CFG_SMEM_B] = wb + 2u * (4u + vb) * want[TW_CFG_DCAPB];
+        want[TW_CFG_DCAPA] = (smem - wb - re - 2u * la) / 8u / 16u * 16u;
+        want[TW_CFG_DCAPB] = (smem - wb - re - 2u * lb) / (2u * (4u + vb)) / 16u * 16u;
+        want[TW_CFG_SMEM_A] = wb + 2u * (4u * want[TW_CFG_DCAPA] + la) + re;
+        want[TW_CFG_SMEM_B] = wb + 2u * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
         want[TW_CFG_SMEM_GU] = gu;
         want[TW_CFG_SMEM_DOWN] = down;
         want[TW_CFG_BW] = 4;
@@ -498,12 +508,12 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
     TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 1u, stream));
-    void *a_prep[] = {(void *)&packed, &m,           &w->cnt,   &w->ovf_rows,
-                      &w->ovf_slot,    &w->orow_idx, &w->orows, &w->sizes};
+    void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
+                      &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, 8), 8), 1, 256, 0, stream,
                  a_prep));
-    void *a_scan[] = {&w->sizes,     &m,       &w->offsets, &w->cnt,  &w->ovf_base,
-                      &w->item_base, &w->flag, &pair_cap,   &ovf_cap, &orow_cap};
+    void *a_scan[] = {&w->bsum, &m,          &w->bbase, &w->cnt,  &w->ovf_base, &w->item_base,
+                      &w->flag, &w->offsets, &pair_cap, &ovf_cap, &orow_cap};
     return tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan);
 }
 
@@ -517,7 +527,8 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
-    void *a_build[] = {(void *)&packed, &m, &w->offsets, &w->sizes, &w->desc, &w->gv, &w->flag};
+    void *a_build[] = {(void *)&packed, &m,       &w->bbase, &w->sizes,
+                       &w->offsets,     &w->desc, &w->gv,    &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
                     &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};

@@ -2,11 +2,12 @@
 # development copy): the template embeds the header verbatim plus extern "C" wrappers of the v5
 # pipeline. Run from the repository root: python3 bench/dev/gen_ffn_template.py
 src = open('bench/dev/fused_kernels.cuh').read()
+src += open('bench/dev/fused_kernels_v6.cuh').read().split('#include "fused_kernels.cuh"', 1)[1]
 assert '${' not in src and ']==]' not in src
 head = r'''-- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
 -- Development copy and harness: bench/dev/fused_kernels.cuh, bench/dev/fused_dev.cu; numbers and
--- design reasoning: bench/dev/NOTES-fused.md. The CUDA below is that header verbatim (pipeline v5;
+-- design reasoning: bench/dev/NOTES-fused.md. The CUDA below is fused_kernels.cuh + fused_kernels_v6.cuh verbatim (pipeline v6;
 -- the older kernels in it are not instantiated except the row kernel).
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
@@ -31,8 +32,8 @@ head = r'''-- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed 
 -- workspace cannot hold what the data needs, a device flag makes every tiled kernel return at
 -- once and the row kernel (exact, one warp per row) runs instead: no host synchronisation.
 --
--- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NT = N/T;
--- NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
+-- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
+-- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
 -- __device__ const unsigned twell_ffn_cfg[14] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
 --   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated} (read with cuModuleGetGlobal; SMEM_* are dynamic
@@ -41,16 +42,18 @@ head = r'''-- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed 
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
 --   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
 --   ovf_slot u32[M*NT]; orow_idx u32[M]; orows u32[M]; sizes u32[NL]; offsets u32[NL+1];
+--   bsum u32[NC*NB]; bbase u32[NC*NB];
 --   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[OROW_CAP*K];
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
 --   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
 --   1 memset cnt to 0 (NT+1 words)
---   2 twell_ffn_prep      grid ceil(NG/8) x 256
---       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes)
+--   2 twell_ffn_prep      grid NB x 256
+--       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes, bsum)
 --   3 twell_ffn_scan      grid 1 x 1024
---       (sizes, M, offsets, cnt, ovf_base, item_base, flag, PAIR_CAP, OVF_CAP, OROW_CAP)
---   4 twell_ffn_build     grid ceil(NL/BW) x BW*32 (packed, M, offsets, sizes, desc, gv, flag)
+--       (bsum, M, bbase, cnt, ovf_base, item_base, flag, offsets, PAIR_CAP, OVF_CAP, OROW_CAP)
+--   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
+--       (packed, M, bbase, sizes, offsets, desc, gv, flag)
 --   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid SMs x 256, SMEM_DOWN
@@ -88,11 +91,13 @@ check(GPWB == 4, "GPWB=%s must be 4", tostring(GPWB))
 local SMEM_MAX = 232448
 local WBYTES = 2 * CN * 128
 local VB = GATED == 1 and 4 or 2
-local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES) // 8) // 16 * 16)
-local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES) // (2 * (4 + VB))) // 16 * 16)
+local RE = 2048 -- (first, end) list offsets of the block per chunk, NC <= 256
+local LA, LB = (2 * 16 * GPWA + 4) * 4, (2 * 16 * GPWB + 4) * 4 -- staged offsets and sizes
+local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - 2 * LA) // 8) // 16 * 16)
+local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES - RE - 2 * LB) // (2 * (4 + VB))) // 16 * 16)
 check(DCAPA % 16 == 0 and DCAPB % 16 == 0, "DCAPA, DCAPB must be multiples of 16")
-local SMEM_A = WBYTES + 2 * DCAPA * 4
-local SMEM_B = WBYTES + 2 * DCAPB * (4 + VB)
+local SMEM_A = WBYTES + 2 * (DCAPA * 4 + LA) + RE
+local SMEM_B = WBYTES + 2 * (DCAPB * (4 + VB) + LB) + RE
 local SMEM_GU = 2 * 64 * 128 * (GATED == 1 and 3 or 2)
 local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
@@ -104,6 +109,7 @@ local PADQ = (DT == 1 and GATED == 1) and 16 or 8
 local NT = S.N // S.T
 local TPC = CN // S.T
 local NC = (NT + TPC - 1) // TPC
+check(NC <= 256, "N / CN = %d chunks: at most 256", NC)
 local NSL = S.K // 64
 local NI = (S.K + 255) // 256
 local BW = 4
@@ -123,23 +129,24 @@ extern "C" __device__ const unsigned int twell_ffn_cfg[14] = {${CN}, ${GPWA}, ${
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
                unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
-               unsigned int *sizes) {
-    tw_k_prep5<${PADQ}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows, ovf_slot,
-                       orow_idx, orows, sizes);
+               unsigned int *sizes, unsigned int *bsum) {
+    tw_k_prep6<${PADQ}, ${NC}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
+                               ovf_slot, orow_idx, orows, sizes, bsum);
 }
 extern "C" __global__ void __launch_bounds__(1024)
-twell_ffn_scan(const unsigned int *sizes, int M, unsigned int *offsets, const unsigned int *cnt,
+twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, const unsigned int *cnt,
                unsigned int *ovf_base, unsigned int *item_base, unsigned int *flag,
-               unsigned int pair_cap, unsigned int ovf_cap, unsigned int orow_cap) {
-    tw_k_scan5(sizes, TW_NG(M) * ${NC}, offsets, cnt, ${NT}, ${S.T // 64}, ovf_base, item_base,
-               flag, pair_cap, ovf_cap, orow_cap);
+               unsigned int *offsets, unsigned int pair_cap, unsigned int ovf_cap,
+               unsigned int orow_cap) {
+    tw_k_scan6(bsum, ${NC} * ((TW_NG(M) + 7) / 8), bbase, cnt, ${NT}, ${S.T // 64}, ovf_base,
+               item_base, flag, offsets + TW_NG(M) * ${NC}, pair_cap, ovf_cap, orow_cap);
 }
 extern "C" __global__ void __launch_bounds__(${BW * 32})
-twell_ffn_build(const unsigned int *packed, int M, const unsigned int *offsets,
-                const unsigned int *sizes, unsigned int *desc, unsigned short *gv,
-                const unsigned int *flag) {
-    tw_k_build5<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
-                              offsets, sizes, desc, gv, flag);
+twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
+                const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
+                unsigned short *gv, const unsigned int *flag) {
+    tw_k_build6<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
+                              bbase, sizes, offsets, desc, gv, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsigned short *wu,
@@ -163,7 +170,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
                   const unsigned int *flag) {
-    tw_k_phase_b5<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}>(
+    tw_k_phase_b6<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, y, flag);
 }
@@ -183,7 +190,7 @@ twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a5<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a6<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }
