@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "tw_check.h"
+
 #include "ref64_train.h"
 
 #include <math.h>
@@ -26,16 +28,6 @@
 #define FD_TOL 1e-6
 #define FD_NOISE 1e-14
 #define LIB_TOL 2e-5 /* beyond one 16-bit rounding, as in test_ref_train */
-
-#define CHECK_LE(val, tol, ...)                                                                    \
-    do {                                                                                           \
-        double v_ = (val), t_ = (tol);                                                             \
-        if (!(v_ <= t_)) {                                                                         \
-            print_error(__VA_ARGS__);                                                              \
-            print_error(": %.6g > tolerance %.6g\n", v_, t_);                                      \
-            fail();                                                                                \
-        }                                                                                          \
-    } while (0)
 
 typedef struct {
     size_t M;

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "tw_check.h"
+
 #include "cpu_train.h"
 #include "half.h"
 #include "internal.h"
@@ -27,16 +29,6 @@
  * misplaced entry gives ~1. */
 #define TOL 2e-5
 #define TOL_L1 1e-5
-
-#define CHECK_LE(val, tol, ...)                                                                    \
-    do {                                                                                           \
-        double v_ = (val), t_ = (tol);                                                             \
-        if (!(v_ <= t_)) {                                                                         \
-            print_error(__VA_ARGS__);                                                              \
-            print_error(": %.6g > tolerance %.6g\n", v_, t_);                                      \
-            fail();                                                                                \
-        }                                                                                          \
-    } while (0)
 
 typedef struct {
     size_t M;
