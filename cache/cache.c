@@ -91,7 +91,7 @@ static uint64_t tw_get_le(const uint8_t *p, int n) {
 }
 
 static int tw_kind_ok(tw_cache_kind kind) {
-    return kind == TW_CACHE_CUBIN || kind == TW_CACHE_TUNING;
+    return kind == TW_CACHE_CUBIN || kind == TW_CACHE_TUNING || kind == TW_CACHE_META;
 }
 
 const char *tw_cache_kind_ext(tw_cache_kind kind) {
@@ -100,6 +100,8 @@ const char *tw_cache_kind_ext(tw_cache_kind kind) {
         return "cubin";
     case TW_CACHE_TUNING:
         return "tune";
+    case TW_CACHE_META:
+        return "meta";
     }
     return NULL;
 }
@@ -282,6 +284,8 @@ static int tw_parse_name(const char *name, tw_cache_kind *kind, tw_key *key) {
         *kind = TW_CACHE_CUBIN;
     else if (!strcmp(name + 65, "tune"))
         *kind = TW_CACHE_TUNING;
+    else if (!strcmp(name + 65, "meta"))
+        *kind = TW_CACHE_META;
     else
         return 0;
     return 1;

@@ -38,7 +38,12 @@ uint64_t tw_checksum64(const void *data, size_t len);
 typedef struct tw_cache tw_cache;
 
 /* Kind of payload; part of the file name, so records never collide with cubins. */
-typedef enum tw_cache_kind { TW_CACHE_CUBIN = 0, TW_CACHE_TUNING = 1 } tw_cache_kind;
+/* TW_CACHE_META: facts about the cache itself (the NVRTC versions that published cubins). */
+typedef enum tw_cache_kind {
+    TW_CACHE_CUBIN = 0,
+    TW_CACHE_TUNING = 1,
+    TW_CACHE_META = 2
+} tw_cache_kind;
 
 /* Opens (creating with mode 0700 if needed) the cache at dir; dir NULL means the default
  * ($TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else $HOME/.cache/twellrt). max_bytes 0 means

@@ -64,6 +64,123 @@ static void tw_jit_key(const char *name, const char *src, size_t len, int nv_maj
     tw_hash_final(&h, key);
 }
 
+/* ---- NVRTC versions recorded in the cache ----
+ * Every process that publishes a cubin records its NVRTC version in a TW_CACHE_META entry (newest
+ * first, at most TW_JIT_MAX_VERSIONS). A process that cannot load NVRTC (a production machine
+ * without the toolkit, its cache prewarmed by `twell tune`) looks its kernels up under those
+ * versions instead of failing: it uses what was compiled and compiles nothing. Where NVRTC loads,
+ * only its own version is used, so a toolkit upgrade still rebuilds every kernel. */
+enum { TW_JIT_MAX_VERSIONS = 8 };
+
+static void tw_jit_versions_key(tw_key *key) {
+    tw_hash h;
+    char buf[64];
+    tw_hash_init(&h);
+    tw_hash_str(&h, "twellrt nvrtc versions");
+    snprintf(buf, sizeof buf, "format %u", (unsigned)TW_CACHE_FORMAT_VERSION);
+    tw_hash_str(&h, buf);
+    tw_hash_final(&h, key);
+}
+
+/* Reads "major.minor\n" lines (the entry is untrusted: anything malformed ends the list). */
+static int tw_jit_versions_read(tw_cache *cache, int v[][2], int max) {
+    tw_key key;
+    tw_jit_versions_key(&key);
+    void *payload = NULL;
+    size_t n = 0;
+    if (tw_cache_get(cache, TW_CACHE_META, &key, &payload, &n) != TWELL_OK)
+        return 0;
+    char text[256];
+    size_t len = n < sizeof text - 1 ? n : sizeof text - 1;
+    memcpy(text, payload, len);
+    text[len] = '\0';
+    free(payload);
+    int count = 0;
+    const char *p = text;
+    while (count < max && *p) {
+        char *end;
+        long a = strtol(p, &end, 10);
+        if (end == p || *end != '.' || a < 1 || a > 999)
+            break;
+        p = end + 1;
+        long b = strtol(p, &end, 10);
+        if (end == p || *end != '\n' || b < 0 || b > 999)
+            break;
+        p = end + 1;
+        v[count][0] = (int)a;
+        v[count][1] = (int)b;
+        count++;
+    }
+    return count;
+}
+
+/* Puts (major, minor) first in the recorded list; a failure only costs NVRTC-less hits later. */
+static void tw_jit_versions_note(twell_ctx *ctx, tw_cache *cache, int major, int minor) {
+    int v[TW_JIT_MAX_VERSIONS][2];
+    int n = tw_jit_versions_read(cache, v, TW_JIT_MAX_VERSIONS);
+    if (n > 0 && v[0][0] == major && v[0][1] == minor)
+        return;
+    char text[TW_JIT_MAX_VERSIONS * 12];
+    int len = snprintf(text, sizeof text, "%d.%d\n", major, minor);
+    for (int i = 0, kept = 1; i < n && kept < TW_JIT_MAX_VERSIONS; i++) {
+        if (v[i][0] == major && v[i][1] == minor)
+            continue;
+        len += snprintf(text + len, sizeof text - (size_t)len, "%d.%d\n", v[i][0], v[i][1]);
+        kept++;
+    }
+    tw_key key;
+    tw_jit_versions_key(&key);
+    if (tw_cache_put(cache, TW_CACHE_META, &key, text, (size_t)len) != TWELL_OK)
+        tw_log(ctx, TWELL_LOG_DEBUG, "twell: NVRTC version %d.%d not recorded in the cache", major,
+               minor);
+}
+
+/* A cached cubin under key; 1 on a hit (out filled), 0 on a miss, -1 when out of memory. */
+static int tw_jit_lookup(tw_cache *cache, const tw_key *key, tw_cubin *out) {
+    void *img = NULL;
+    size_t n = 0;
+    twell_status st = tw_cache_get(cache, TW_CACHE_CUBIN, key, &img, &n);
+    if (st == TWELL_OK && tw_is_elf(img, n)) {
+        out->data = img;
+        out->size = n;
+        out->cache_hit = 1;
+        return 1;
+    }
+    free(img); /* a valid entry that is not a cubin is treated like a corrupt one: rebuilt */
+    return st == TWELL_ERR_NO_MEMORY ? -1 : 0;
+}
+
+/* NVRTC cannot be loaded: the kernel may still be in the cache under a recorded version. */
+static twell_status tw_jit_without_nvrtc(twell_ctx *ctx, tw_cache *cache, const char *why,
+                                         const char *name, const char *src, size_t len,
+                                         const char *arch, const char *const *opts, tw_cubin *out) {
+    int v[TW_JIT_MAX_VERSIONS][2];
+    int n = tw_jit_versions_read(cache, v, TW_JIT_MAX_VERSIONS);
+    for (int i = 0; i < n; i++) {
+        tw_key key;
+        tw_jit_key(name, src, len, v[i][0], v[i][1], opts, TW_JIT_NOPTS, &key);
+        int hit = tw_jit_lookup(cache, &key, out);
+        if (hit < 0)
+            return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_cache_get: out of memory");
+        if (hit) {
+            tw_key_hex(&key, out->key_hex);
+            tw_log(ctx, TWELL_LOG_INFO,
+                   "twell: NVRTC not available; kernel %s (%s) taken from the cache, compiled by "
+                   "NVRTC %d.%d",
+                   name, arch, v[i][0], v[i][1]);
+            tw_clear_error(ctx);
+            return TWELL_OK;
+        }
+    }
+    const char *dir = tw_cache_dir(cache);
+    return tw_error(ctx, TWELL_ERR_NOT_FOUND,
+                    "%s; kernel %s for %s is not in the cache%s%s either (looked under %d "
+                    "recorded NVRTC version%s): install NVRTC, or prewarm the cache with `twell "
+                    "tune` where NVRTC is installed",
+                    why, name, arch, dir ? " " : " (memory only)", dir ? dir : "", n,
+                    n == 1 ? "" : "s");
+}
+
 twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *params,
                              size_t nparams, const char *arch, unsigned flags, tw_cubin *out) {
     if (!out)
@@ -80,12 +197,6 @@ twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *p
     twell_status st = tw_render(ctx, name, params, nparams, &src, &len);
     if (st != TWELL_OK)
         return st;
-    int major = 0, minor = 0;
-    st = tw_nvrtc_version(ctx, &major, &minor);
-    if (st != TWELL_OK) {
-        free(src);
-        return st;
-    }
     char arch_opt[48];
     snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
     const char *opts[TW_JIT_NOPTS];
@@ -93,33 +204,41 @@ twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *p
     for (size_t i = 1; i < TW_JIT_NOPTS; i++)
         opts[i] = tw_jit_base_opts[i - 1];
 
-    tw_key key;
-    tw_jit_key(name, src, len, major, minor, opts, TW_JIT_NOPTS, &key);
-    tw_key_hex(&key, out->key_hex);
-
+    int major = 0, minor = 0;
+    twell_status vst = tw_nvrtc_version(ctx, &major, &minor);
+    if (vst != TWELL_OK && vst != TWELL_ERR_NOT_FOUND) {
+        free(src);
+        return vst;
+    }
+    char why[768]; /* NVRTC's loading error, kept across the cache calls */
+    snprintf(why, sizeof why, "%s", vst == TWELL_OK ? "" : twell_ctx_errmsg(ctx));
     tw_cache *cache = NULL;
     st = tw_ctx_cache(ctx, &cache);
     if (st != TWELL_OK) {
         free(src);
         return st;
     }
+    if (vst == TWELL_ERR_NOT_FOUND) {
+        st = (flags & TW_JIT_SKIP_LOOKUP) /* a forced compile needs NVRTC */
+                 ? tw_error(ctx, TWELL_ERR_NOT_FOUND, "%s", why)
+                 : tw_jit_without_nvrtc(ctx, cache, why, name, src, len, arch, opts, out);
+        free(src);
+        return st;
+    }
+
+    tw_key key;
+    tw_jit_key(name, src, len, major, minor, opts, TW_JIT_NOPTS, &key);
+    tw_key_hex(&key, out->key_hex);
     if (!(flags & TW_JIT_SKIP_LOOKUP)) {
-        void *img = NULL;
-        size_t n = 0;
-        st = tw_cache_get(cache, TW_CACHE_CUBIN, &key, &img, &n);
-        if (st == TWELL_OK && tw_is_elf(img, n)) {
+        int hit = tw_jit_lookup(cache, &key, out);
+        if (hit != 0)
             free(src);
-            out->data = img;
-            out->size = n;
-            out->cache_hit = 1;
+        if (hit > 0) {
             tw_clear_error(ctx);
             return TWELL_OK;
         }
-        free(img); /* a valid entry that is not a cubin is treated like a corrupt one: rebuilt */
-        if (st == TWELL_ERR_NO_MEMORY) {
-            free(src);
-            return tw_error(ctx, st, "tw_cache_get: out of memory");
-        }
+        if (hit < 0)
+            return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_cache_get: out of memory");
     }
 
     char prog[96];
@@ -135,6 +254,8 @@ twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *p
     twell_status pst = tw_cache_put(cache, TW_CACHE_CUBIN, &key, img, n);
     if (pst != TWELL_OK) /* the kernel is still good; only reuse is lost */
         tw_log(ctx, TWELL_LOG_WARN, "twell: kernel %s not cached: %s", name, twell_status_str(pst));
+    else
+        tw_jit_versions_note(ctx, cache, major, minor);
     out->data = img;
     out->size = n;
     out->compile_ms = ms;

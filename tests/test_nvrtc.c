@@ -421,17 +421,22 @@ static void test_nvrtc_cache_miss_then_hit(void **state) {
 
 static void test_nvrtc_missing_library(void **state) {
     (void)state;
-    /* Another process, told to load NVRTC from a path that does not exist. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-missing-XXXXXX", TWELL_TEST_BINARY_DIR);
+    assert_non_null(mkdtemp(dir));
+    /* Another process, told to load NVRTC from a path that does not exist, on an empty cache. */
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' compile gate_pack_simt --K 64 "
-             "--N 256 --T 128 --C 2 --dtype bf16 2>&1; echo \"exit=$?\"",
-             TWELL_TOOL_PATH);
+             "TWELL_CACHE_DIR='%s' TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' compile "
+             "gate_pack_simt --K 64 --N 256 --T 128 --C 2 --dtype bf16 2>&1; echo \"exit=$?\"",
+             dir, TWELL_TOOL_PATH);
     int st;
     char *out = tw_run(cmd, &st);
     tw_assert_contains(out, "TWELL_ERR_NOT_FOUND");
     tw_assert_contains(out, "NVRTC not found");
     tw_assert_contains(out, "/nonexistent/libnvrtc.so");
+    tw_assert_contains(out, "is not in the cache");
+    tw_assert_contains(out, "twell tune");
     tw_assert_contains(out, "exit=1");
     free(out);
     snprintf(cmd, sizeof cmd, "TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' info 2>&1",
@@ -440,6 +445,50 @@ static void test_nvrtc_missing_library(void **state) {
     assert_int_equal(st, 0);
     tw_assert_contains(out, "nvrtc:     not found: /nonexistent/libnvrtc.so");
     free(out);
+    tw_rm_dir(dir);
+}
+
+/* A cache prewarmed where NVRTC exists serves a process that cannot load NVRTC: same key, a hit,
+ * no compile; a kernel that was never compiled still fails with a message saying what to do. */
+static void test_nvrtc_prewarmed_cache_without_nvrtc(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-prewarm-XXXXXX", TWELL_TEST_BINARY_DIR);
+    assert_non_null(mkdtemp(dir));
+    static const char args[] = "gate_pack_simt --K 64 --N 256 --T 128 --C 4 --dtype fp16 "
+                               "--arch sm_90a";
+    char cmd[4096];
+    int s1, s2, s3;
+    snprintf(cmd, sizeof cmd, "TWELL_CACHE_DIR='%s' '%s' compile %s 2>&1", dir, TWELL_TOOL_PATH,
+             args);
+    char *warm = tw_run(cmd, &s1);
+    assert_int_equal(s1, 0);
+    tw_assert_contains(warm, " miss ");
+    snprintf(cmd, sizeof cmd,
+             "TWELL_CACHE_DIR='%s' TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' compile %s "
+             "2>&1",
+             dir, TWELL_TOOL_PATH, args);
+    char *hit = tw_run(cmd, &s2);
+    if (s2 != 0)
+        fail_msg("no hit without NVRTC:\n%s", hit);
+    tw_assert_contains(hit, " hit ");
+    assert_non_null(strstr(warm, " key "));
+    assert_non_null(strstr(hit, " key "));
+    assert_memory_equal(strstr(warm, " key "), strstr(hit, " key "), 5 + 64);
+    /* the same kernel for another architecture was never compiled */
+    snprintf(cmd, sizeof cmd,
+             "TWELL_CACHE_DIR='%s' TWELL_NVRTC_LIBRARY=/nonexistent/libnvrtc.so '%s' compile "
+             "gate_pack_simt --K 64 --N 256 --T 128 --C 4 --dtype fp16 --arch sm_80 2>&1; "
+             "echo \"exit=$?\"",
+             dir, TWELL_TOOL_PATH);
+    char *miss = tw_run(cmd, &s3);
+    tw_assert_contains(miss, "TWELL_ERR_NOT_FOUND");
+    tw_assert_contains(miss, "looked under 1 recorded NVRTC version");
+    tw_assert_contains(miss, "exit=1");
+    free(warm);
+    free(hit);
+    free(miss);
+    tw_rm_dir(dir);
 }
 
 static void test_nvrtc_versions_and_archs(void **state) {
@@ -472,6 +521,7 @@ int main(void) {
         cmocka_unit_test(test_nvrtc_error_names_template_line),
         cmocka_unit_test(test_nvrtc_cache_miss_then_hit),
         cmocka_unit_test(test_nvrtc_missing_library),
+        cmocka_unit_test(test_nvrtc_prewarmed_cache_without_nvrtc),
         cmocka_unit_test(test_nvrtc_sweep_all_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
