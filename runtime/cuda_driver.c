@@ -548,6 +548,30 @@ static atomic_ulong tw_host_waits;
 
 unsigned long tw_cuda_host_waits(void) { return atomic_load(&tw_host_waits); }
 
+static atomic_long tw_fault_countdown, tw_live_allocs;
+static atomic_int tw_fault_fired;
+
+void tw_cuda_fault_inject(long n) {
+    atomic_store(&tw_fault_fired, 0);
+    atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
+}
+
+int tw_cuda_fault_fired(void) { return atomic_load(&tw_fault_fired); }
+
+long tw_cuda_live_allocs(void) { return atomic_load(&tw_live_allocs); }
+
+/* 1 when this allocation is the one tw_cuda_fault_inject asked to fail. */
+static int tw_fault_now(void) {
+    long v = atomic_load(&tw_fault_countdown);
+    while (v > 0 && !atomic_compare_exchange_weak(&tw_fault_countdown, &v, v - 1)) {
+    }
+    if (v == 1) {
+        atomic_store(&tw_fault_fired, 1);
+        return 1;
+    }
+    return 0;
+}
+
 twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     *dptr = NULL;
     tw_CUdeviceptr d = 0;
@@ -555,12 +579,14 @@ twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r = tw_cu.MemAlloc(&d, bytes ? bytes : 1);
+    tw_CUresult r =
+        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : tw_cu.MemAlloc(&d, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAlloc_v2", r);
         return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
     }
+    atomic_fetch_add(&tw_live_allocs, 1);
     *dptr = (void *)(uintptr_t)d;
     return TWELL_OK;
 }
@@ -571,7 +597,8 @@ void tw_cuda_free(twell_ctx *ctx, void *dptr) {
     tw_cu_scope sc;
     if (tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    tw_cu.MemFree(tw_dptr(dptr));
+    if (tw_cu.MemFree(tw_dptr(dptr)) == TW_CUDA_SUCCESS)
+        atomic_fetch_sub(&tw_live_allocs, 1);
     tw_cu_leave(ctx, &sc);
 }
 
@@ -683,12 +710,14 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r = tw_cu.MemAllocHost(&p, bytes ? bytes : 1);
+    tw_CUresult r =
+        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : tw_cu.MemAllocHost(&p, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
         return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
     }
+    atomic_fetch_add(&tw_live_allocs, 1);
     *out = p;
     return TWELL_OK;
 }
@@ -697,7 +726,8 @@ void tw_cuda_host_free(twell_ctx *ctx, void *p) {
     tw_cu_scope sc;
     if (!p || !ctx || !ctx->cuda || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    tw_cu.MemFreeHost(p);
+    if (tw_cu.MemFreeHost(p) == TW_CUDA_SUCCESS)
+        atomic_fetch_sub(&tw_live_allocs, 1);
     tw_cu_leave(ctx, &sc);
 }
 

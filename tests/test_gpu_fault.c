@@ -1,0 +1,368 @@
+/* test_gpu_fault.c — device-memory failure loops on the CUDA backend: for each operation the n-th
+ * device or page-locked allocation (tw_cuda_fault_inject) fails as CUDA_ERROR_OUT_OF_MEMORY, for
+ * n = 1, 2, … until the operation succeeds. Each failure must return TWELL_ERR_NO_MEMORY, free
+ * every block it took (live-block count back to where it was), write none of the caller's outputs,
+ * and leave the plan/state working: the same call, unarmed, then gives the reference bytes. Ops:
+ * plan creation, gate-pack, sparse and dense ffn_infer on a fresh plan (whose first call sizes its
+ * workspace), and a training step (state, forward, backward) on fresh state. Data: skewed, with
+ * overflowing row-tiles. Exits 77 without a device.
+ * labels: gpu */
+#include "cuda_driver.h"
+#include "synth.h"
+#include "twellrt.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+enum { GF_M = 700, GF_K = 512, GF_N = 1024 };
+enum { GF_X = GF_M * GF_K, GF_W = GF_N * GF_K };
+static const uint8_t GF_POISON = 0xa7;
+
+typedef struct {
+    twell_ctx *ctx;
+    twell_shape s;
+    tw_synth_ffn *f;
+    void *x, *wg, *wu, *wd, *dy; /* device inputs */
+    uint32_t *packed;            /* device, from an unarmed gate-pack */
+    void *out;                   /* device outputs: y | dx | dwg dwu dwd | stats */
+    size_t pbytes, out_bytes;
+    uint8_t *ref, *got; /* host: reference and current copy of `out` */
+} gf_fix;
+
+/* Offsets into `out`: the forward's outputs (y, stats), then the backward's (dx, dW). */
+#define GF_Y 0u
+#define GF_ST ((size_t)GF_X * 2u)
+#define GF_DX (GF_ST + 64u)
+#define GF_DW (GF_DX + (size_t)GF_X * 2u)
+#define GF_END (GF_DW + 3u * GF_W * 4u)
+
+static gf_fix gf;
+
+#define GF_OK(expr)                                                                                \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(gf.ctx));       \
+    } while (0)
+
+static void *gf_upload(const void *h, size_t bytes) {
+    void *d = NULL;
+    GF_OK(tw_cuda_malloc(gf.ctx, bytes, &d));
+    GF_OK(tw_cuda_memcpy_htod(gf.ctx, d, h, bytes));
+    return d;
+}
+
+static void gf_poison_out(void) {
+    GF_OK(tw_cuda_memset_d8(gf.ctx, gf.out, GF_POISON, gf.out_bytes, NULL));
+    GF_OK(tw_cuda_synchronize(gf.ctx));
+}
+
+static void gf_fetch(void) {
+    GF_OK(tw_cuda_synchronize(gf.ctx));
+    GF_OK(tw_cuda_memcpy_dtoh(gf.ctx, gf.got, gf.out, gf.out_bytes));
+}
+
+static int gf_poisoned(size_t from, size_t to) {
+    for (size_t i = from; i < to; i++)
+        if (gf.got[i] != GF_POISON)
+            return 0;
+    return 1;
+}
+
+/* One operation: `make` (unarmed; NULL: nothing) prepares a fresh object, `run` (armed) does the
+ * work on it and may create it; outputs in [from, to) of `out`. */
+typedef struct {
+    const char *name;
+    twell_status (*make)(void **obj);
+    twell_status (*run)(void **obj);
+    void (*unmake)(void *obj);
+    size_t from, to;
+    size_t split; /* non-zero: run is two ops, the first writing [from, split): when only the
+                     second failed, the first's outputs are complete and the second's untouched */
+} gf_op;
+
+static void gf_make(const gf_op *op, void **obj) {
+    *obj = NULL;
+    if (op->make)
+        GF_OK(op->make(obj));
+}
+
+/* Runs op unarmed into gf.ref. */
+static void gf_reference(const gf_op *op) {
+    gf_poison_out();
+    void *obj;
+    gf_make(op, &obj);
+    GF_OK(op->run(&obj));
+    gf_fetch();
+    memcpy(gf.ref, gf.got, gf.out_bytes);
+    op->unmake(obj);
+}
+
+static void gf_loop(const gf_op *op) {
+    gf_reference(op);
+    long failures = 0;
+    for (long n = 1; n < 1000; n++) {
+        gf_poison_out();
+        long live = tw_cuda_live_allocs();
+        void *obj;
+        gf_make(op, &obj);
+        tw_cuda_fault_inject(n);
+        twell_status st = op->run(&obj);
+        twell_status sst = tw_cuda_synchronize(gf.ctx);
+        tw_cuda_fault_inject(0);
+        int fired = tw_cuda_fault_fired();
+        if (sst != TWELL_OK)
+            fail_msg("%s: allocation %ld: the device failed: %s", op->name, n,
+                     twell_ctx_errmsg(gf.ctx));
+        gf_fetch();
+        if (!fired) {
+            if (st != TWELL_OK)
+                fail_msg("%s: no failure injected at %ld but %s: %s", op->name, n,
+                         twell_status_name(st), twell_ctx_errmsg(gf.ctx));
+            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+                fail_msg("%s: result differs from the reference", op->name);
+            op->unmake(obj);
+            assert_int_equal(tw_cuda_live_allocs(), live);
+            print_message("%s: %ld device allocation failures injected, each clean\n", op->name,
+                          failures);
+            return;
+        }
+        failures++;
+        if (st == TWELL_OK) {
+            /* absorbed (e.g. an optional buffer): the result must still be right */
+            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+                fail_msg("%s: allocation %ld failed, status OK, result wrong", op->name, n);
+        } else {
+            if (st != TWELL_ERR_NO_MEMORY)
+                fail_msg("%s: allocation %ld failed: %s (%s), expected TWELL_ERR_NO_MEMORY",
+                         op->name, n, twell_status_name(st), twell_ctx_errmsg(gf.ctx));
+            if (!strstr(twell_ctx_errmsg(gf.ctx), "OUT_OF_MEMORY") &&
+                !strstr(twell_ctx_errmsg(gf.ctx), "memory"))
+                fail_msg("%s: allocation %ld: message does not say memory: %s", op->name, n,
+                         twell_ctx_errmsg(gf.ctx));
+            size_t first = op->split && !gf_poisoned(op->from, op->split) ? op->split : op->from;
+            if (first != op->from &&
+                memcmp(gf.got + op->from, gf.ref + op->from, op->split - op->from) != 0)
+                fail_msg("%s: allocation %ld failed in the second op, the first's outputs are "
+                         "wrong",
+                         op->name, n);
+            if (!gf_poisoned(first, op->to))
+                fail_msg("%s: allocation %ld failed and an output was written", op->name, n);
+        }
+        /* the object survives: the same call, unarmed, gives the reference */
+        if (obj) {
+            gf_poison_out();
+            GF_OK(op->run(&obj));
+            gf_fetch();
+            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+                fail_msg("%s: after failure %ld the retried call differs", op->name, n);
+        }
+        op->unmake(obj);
+        if (tw_cuda_live_allocs() != live)
+            fail_msg("%s: allocation %ld failed: %ld device blocks leaked", op->name, n,
+                     tw_cuda_live_allocs() - live);
+    }
+    fail_msg("%s: still failing after 1000 allocations", op->name);
+}
+
+/* ---- operations; *obj is the plan (or state) they were given or made ---- */
+
+static void gf_unmake_plan(void *obj) { twell_plan_destroy(obj); }
+
+static twell_status gf_plan_create(void **obj) {
+    if (*obj)
+        return TWELL_OK; /* retry on a live plan: nothing to do */
+    twell_plan *p = (twell_plan *)(uintptr_t)1;
+    twell_status st = twell_plan_create(gf.ctx, &gf.s, &p);
+    if (st != TWELL_OK && p != NULL)
+        return TWELL_ERR_INTERNAL; /* contract: *out NULL on failure */
+    *obj = p;
+    return st;
+}
+
+static twell_status gf_make_plan(void **obj, twell_path path) {
+    twell_plan *p = NULL;
+    twell_status st = twell_plan_create(gf.ctx, &gf.s, &p);
+    if (st == TWELL_OK)
+        st = twell_plan_set_path(p, path);
+    *obj = p;
+    return st;
+}
+static twell_status gf_make_auto(void **obj) { return gf_make_plan(obj, TWELL_PATH_AUTO); }
+static twell_status gf_make_sparse(void **obj) { return gf_make_plan(obj, TWELL_PATH_SPARSE); }
+static twell_status gf_make_dense(void **obj) { return gf_make_plan(obj, TWELL_PATH_DENSE); }
+
+static twell_status gf_gate_pack(void **obj) {
+    return twell_gate_pack(*obj, GF_M, gf.x, gf.wg, (uint32_t *)gf.out, NULL);
+}
+
+static twell_status gf_infer(void **obj) {
+    return twell_ffn_infer(*obj, GF_M, gf.x, gf.packed, gf.wg, gf.wu, gf.wd,
+                           (uint8_t *)gf.out + GF_Y, NULL);
+}
+
+typedef struct {
+    twell_plan *plan;
+    twell_train_state *state;
+} gf_train_obj;
+
+static void gf_unmake_train(void *obj) {
+    gf_train_obj *t = obj;
+    if (!t)
+        return;
+    twell_train_state_destroy(t->state);
+    twell_plan_destroy(t->plan);
+    free(t);
+}
+
+static twell_status gf_make_train(void **obj) {
+    gf_train_obj *t = calloc(1, sizeof *t);
+    *obj = t;
+    return t ? twell_plan_create(gf.ctx, &gf.s, &t->plan) : TWELL_ERR_NO_MEMORY;
+}
+
+/* State creation (armed too), forward, backward. */
+static twell_status gf_train(void **obj) {
+    gf_train_obj *t = *obj;
+    twell_status st = TWELL_OK;
+    if (!t->state)
+        st = twell_train_state_create(t->plan, &t->state);
+    uint8_t *o = gf.out;
+    if (st == TWELL_OK)
+        st = twell_ffn_forward_train(t->plan, GF_M, gf.x, gf.wg, gf.wu, gf.wd, o + GF_Y,
+                                     (float *)(o + GF_ST), t->state, NULL);
+    if (st == TWELL_OK) {
+        float *dw = (float *)(o + GF_DW);
+        st = twell_ffn_backward(t->plan, t->state, GF_M, gf.x, gf.wg, gf.wu, gf.wd, gf.dy, 1e-3f,
+                                o + GF_DX, dw, dw + GF_W, dw + 2 * GF_W, NULL);
+    }
+    return st;
+}
+
+/* ---- cases ---- */
+
+static void test_gpu_fault_plan_create(void **state) {
+    (void)state;
+    gf_op op = {"twell_plan_create", NULL, gf_plan_create, gf_unmake_plan, 0, 0, 0};
+    gf_loop(&op);
+}
+
+static void test_gpu_fault_gate_pack(void **state) {
+    (void)state;
+    gf_op op = {"twell_gate_pack", gf_make_auto, gf_gate_pack, gf_unmake_plan, 0, gf.pbytes, 0};
+    gf_loop(&op);
+}
+
+static void test_gpu_fault_infer_sparse(void **state) {
+    (void)state;
+    gf_op op = {"twell_ffn_infer sparse",
+                gf_make_sparse,
+                gf_infer,
+                gf_unmake_plan,
+                GF_Y,
+                GF_Y + (size_t)GF_X * 2,
+                0};
+    gf_loop(&op);
+}
+
+static void test_gpu_fault_infer_dense(void **state) {
+    (void)state;
+    twell_plan *p = NULL;
+    GF_OK(twell_plan_create(gf.ctx, &gf.s, &p));
+    GF_OK(twell_plan_set_path(p, TWELL_PATH_DENSE));
+    twell_status st = twell_ffn_infer(p, GF_M, gf.x, gf.packed, gf.wg, gf.wu, gf.wd, gf.out, NULL);
+    twell_plan_destroy(p);
+    if (st == TWELL_ERR_UNSUPPORTED) {
+        print_message("dense path not available here: %s\n", twell_ctx_errmsg(gf.ctx));
+        return;
+    }
+    gf_op op = {"twell_ffn_infer dense",
+                gf_make_dense,
+                gf_infer,
+                gf_unmake_plan,
+                GF_Y,
+                GF_Y + (size_t)GF_X * 2,
+                0};
+    gf_loop(&op);
+}
+
+static void test_gpu_fault_train(void **state) {
+    (void)state;
+    gf_op op = {"training step", gf_make_train, gf_train, gf_unmake_train, 0, GF_END, GF_DX};
+    gf_loop(&op);
+}
+
+/* ---- set-up ---- */
+
+static int gf_setup(void **state) {
+    (void)state;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    twell_status st = twell_ctx_create(&o, &gf.ctx);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "test_gpu_fault: SKIPPED, no usable CUDA device (%s)\n",
+                twell_status_name(st));
+        exit(77);
+    }
+    gf.s = twell_shape_default(GF_K, GF_N);
+    tw_synth_params p = tw_synth_params_default();
+    p.M = GF_M;
+    p.K = GF_K;
+    p.N = GF_N;
+    p.nnz = 12;
+    p.dist = TW_SYNTH_SKEWED;
+    p.seq_len = 64;
+    GF_OK(tw_synth_create(NULL, &p, &gf.f));
+    uint16_t *dy = malloc((size_t)GF_X * 2);
+    assert_non_null(dy);
+    for (size_t i = 0; i < GF_X; i++)
+        dy[i] = gf.f->x[(i * 7 + 1) % GF_X];
+    gf.x = gf_upload(gf.f->x, (size_t)GF_X * 2);
+    gf.wg = gf_upload(gf.f->wg, (size_t)GF_W * 2);
+    gf.wu = gf_upload(gf.f->wu, (size_t)GF_W * 2);
+    gf.wd = gf_upload(gf.f->wd, (size_t)GF_W * 2);
+    gf.dy = gf_upload(dy, (size_t)GF_X * 2);
+    free(dy);
+    gf.pbytes = twell_packed_bytes(&gf.s, GF_M);
+    gf.out_bytes = GF_END > gf.pbytes ? GF_END : gf.pbytes;
+    GF_OK(tw_cuda_malloc(gf.ctx, gf.pbytes, (void **)&gf.packed));
+    GF_OK(tw_cuda_malloc(gf.ctx, gf.out_bytes, &gf.out));
+    gf.ref = malloc(gf.out_bytes);
+    gf.got = malloc(gf.out_bytes);
+    assert_non_null(gf.ref);
+    assert_non_null(gf.got);
+    twell_plan *plan = NULL;
+    GF_OK(twell_plan_create(gf.ctx, &gf.s, &plan));
+    GF_OK(twell_gate_pack(plan, GF_M, gf.x, gf.wg, gf.packed, NULL));
+    GF_OK(tw_cuda_synchronize(gf.ctx));
+    twell_plan_destroy(plan);
+    return 0;
+}
+
+static int gf_teardown(void **state) {
+    (void)state;
+    void *bufs[] = {gf.x, gf.wg, gf.wu, gf.wd, gf.dy, gf.packed, gf.out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        tw_cuda_free(gf.ctx, bufs[i]);
+    tw_synth_destroy(gf.f);
+    free(gf.ref);
+    free(gf.got);
+    twell_ctx_destroy(gf.ctx);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_fault_plan_create),  cmocka_unit_test(test_gpu_fault_gate_pack),
+        cmocka_unit_test(test_gpu_fault_infer_sparse), cmocka_unit_test(test_gpu_fault_infer_dense),
+        cmocka_unit_test(test_gpu_fault_train),
+    };
+    return cmocka_run_group_tests(tests, gf_setup, gf_teardown);
+}
