@@ -552,7 +552,8 @@ static atomic_long tw_fault_countdown, tw_live_allocs;
 static atomic_int tw_fault_fired;
 
 void tw_cuda_fault_inject(long n) {
-    atomic_store(&tw_fault_fired, 0);
+    if (n > 0) /* arming clears the record; disarming (0) keeps it for tw_cuda_fault_fired */
+        atomic_store(&tw_fault_fired, 0);
     atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
 }
 

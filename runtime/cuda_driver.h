@@ -216,8 +216,8 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
 unsigned long tw_cuda_host_waits(void);
 
 /* Test hooks (tests/test_gpu_fault.c): tw_cuda_fault_inject(n) makes the n-th device or
- * page-locked allocation from now fail as CUDA_ERROR_OUT_OF_MEMORY (n = 0: none; the countdown
- * is process-wide), tw_cuda_fault_fired says whether that failure happened since the last inject,
+ * page-locked allocation from now fail as CUDA_ERROR_OUT_OF_MEMORY (n = 0 disarms; the countdown
+ * is process-wide), tw_cuda_fault_fired says whether that failure happened since the last arming,
  * and tw_cuda_live_allocs counts the device and page-locked blocks allocated and not yet freed. */
 void tw_cuda_fault_inject(long n);
 int tw_cuda_fault_fired(void);

@@ -8,9 +8,11 @@
  * overflowing row-tiles. Exits 77 without a device.
  * labels: gpu */
 #include "cuda_driver.h"
+#include "half.h"
 #include "synth.h"
 #include "twellrt.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +78,46 @@ static int gf_poisoned(size_t from, size_t to) {
     return 1;
 }
 
+/* Largest row-relative L2 error of got against ref over n rows of len values (bf16 or fp32). */
+static double gf_rows_err(size_t off, size_t rows, size_t len, int bf16) {
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) {
+        double d2 = 0, r2 = 0;
+        for (size_t i = 0; i < len; i++) {
+            size_t at = off + (r * len + i) * (bf16 ? 2u : 4u);
+            double a, b;
+            if (bf16) {
+                uint16_t ga, ra;
+                memcpy(&ga, gf.got + at, 2);
+                memcpy(&ra, gf.ref + at, 2);
+                a = tw_bf16_to_f32(ga), b = tw_bf16_to_f32(ra);
+            } else {
+                float ga, ra;
+                memcpy(&ga, gf.got + at, 4);
+                memcpy(&ra, gf.ref + at, 4);
+                a = ga, b = ra;
+            }
+            d2 += (a - b) * (a - b), r2 += b * b;
+        }
+        double e = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+        if (!(e <= worst)) /* NaN counts as worst */
+            worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* Inference y: another kernel of the same contract (the exact row kernel the sparse path falls
+ * back to when its workspace cannot grow) rounds differently; 1e-2 is twice the tests' bf16
+ * tolerance against the CPU reference, so both results are within it of the truth. */
+static int gf_close_y(void) { return gf_rows_err(GF_Y, GF_M, GF_K, 1) <= 1e-2; }
+
+/* Training outputs: y, stats, dx (bf16), dW (fp32). */
+static int gf_close_train(void) {
+    return gf_rows_err(GF_Y, GF_M, GF_K, 1) <= 1e-2 && gf_rows_err(GF_ST, 1, 2, 0) <= 1e-3 &&
+           gf_rows_err(GF_DX, GF_M, GF_K, 1) <= 1e-2 &&
+           gf_rows_err(GF_DW, 3u * GF_N, GF_K, 0) <= 1e-3;
+}
+
 /* One operation: `make` (unarmed; NULL: nothing) prepares a fresh object, `run` (armed) does the
  * work on it and may create it; outputs in [from, to) of `out`. */
 typedef struct {
@@ -84,9 +126,17 @@ typedef struct {
     twell_status (*run)(void **obj);
     void (*unmake)(void *obj);
     size_t from, to;
-    size_t split; /* non-zero: run is two ops, the first writing [from, split): when only the
-                     second failed, the first's outputs are complete and the second's untouched */
+    size_t split;       /* non-zero: run is two ops, the first writing [from, split): when only the
+                           second failed, the first's outputs are complete and the second's untouched */
+    int (*close)(void); /* after an absorbed failure or on a retried object: the results agree
+                           with the reference within the contract (NULL: bit for bit) */
 } gf_op;
+
+static int gf_same(const gf_op *op) {
+    return memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) == 0;
+}
+
+static int gf_agrees(const gf_op *op) { return op->close ? op->close() : gf_same(op); }
 
 static void gf_make(const gf_op *op, void **obj) {
     *obj = NULL;
@@ -126,7 +176,7 @@ static void gf_loop(const gf_op *op) {
             if (st != TWELL_OK)
                 fail_msg("%s: no failure injected at %ld but %s: %s", op->name, n,
                          twell_status_name(st), twell_ctx_errmsg(gf.ctx));
-            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+            if (!gf_same(op))
                 fail_msg("%s: result differs from the reference", op->name);
             op->unmake(obj);
             assert_int_equal(tw_cuda_live_allocs(), live);
@@ -137,7 +187,7 @@ static void gf_loop(const gf_op *op) {
         failures++;
         if (st == TWELL_OK) {
             /* absorbed (e.g. an optional buffer): the result must still be right */
-            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+            if (!gf_agrees(op))
                 fail_msg("%s: allocation %ld failed, status OK, result wrong", op->name, n);
         } else {
             if (st != TWELL_ERR_NO_MEMORY)
@@ -148,8 +198,7 @@ static void gf_loop(const gf_op *op) {
                 fail_msg("%s: allocation %ld: message does not say memory: %s", op->name, n,
                          twell_ctx_errmsg(gf.ctx));
             size_t first = op->split && !gf_poisoned(op->from, op->split) ? op->split : op->from;
-            if (first != op->from &&
-                memcmp(gf.got + op->from, gf.ref + op->from, op->split - op->from) != 0)
+            if (first != op->from && gf_rows_err(GF_Y, GF_M, GF_K, 1) > 1e-2)
                 fail_msg("%s: allocation %ld failed in the second op, the first's outputs are "
                          "wrong",
                          op->name, n);
@@ -161,7 +210,7 @@ static void gf_loop(const gf_op *op) {
             gf_poison_out();
             GF_OK(op->run(&obj));
             gf_fetch();
-            if (memcmp(gf.got + op->from, gf.ref + op->from, op->to - op->from) != 0)
+            if (!gf_agrees(op))
                 fail_msg("%s: after failure %ld the retried call differs", op->name, n);
         }
         op->unmake(obj);
@@ -250,13 +299,14 @@ static twell_status gf_train(void **obj) {
 
 static void test_gpu_fault_plan_create(void **state) {
     (void)state;
-    gf_op op = {"twell_plan_create", NULL, gf_plan_create, gf_unmake_plan, 0, 0, 0};
+    gf_op op = {"twell_plan_create", NULL, gf_plan_create, gf_unmake_plan, 0, 0, 0, NULL};
     gf_loop(&op);
 }
 
 static void test_gpu_fault_gate_pack(void **state) {
     (void)state;
-    gf_op op = {"twell_gate_pack", gf_make_auto, gf_gate_pack, gf_unmake_plan, 0, gf.pbytes, 0};
+    gf_op op = {
+        "twell_gate_pack", gf_make_auto, gf_gate_pack, gf_unmake_plan, 0, gf.pbytes, 0, NULL};
     gf_loop(&op);
 }
 
@@ -268,7 +318,8 @@ static void test_gpu_fault_infer_sparse(void **state) {
                 gf_unmake_plan,
                 GF_Y,
                 GF_Y + (size_t)GF_X * 2,
-                0};
+                0,
+                gf_close_y};
     gf_loop(&op);
 }
 
@@ -289,13 +340,15 @@ static void test_gpu_fault_infer_dense(void **state) {
                 gf_unmake_plan,
                 GF_Y,
                 GF_Y + (size_t)GF_X * 2,
-                0};
+                0,
+                gf_close_y};
     gf_loop(&op);
 }
 
 static void test_gpu_fault_train(void **state) {
     (void)state;
-    gf_op op = {"training step", gf_make_train, gf_train, gf_unmake_train, 0, GF_END, GF_DX};
+    gf_op op = {"training step", gf_make_train, gf_train,      gf_unmake_train, 0,
+                GF_END,          GF_DX,         gf_close_train};
     gf_loop(&op);
 }
 
