@@ -8,6 +8,7 @@
 #include "jit.h"
 #include "train_layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,8 @@ typedef struct {
     size_t cap; /* bytes */
 } tw_dbuf;
 
+#define TW_CT_PROF_MAX 40
+
 typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
@@ -116,6 +119,13 @@ typedef struct tw_ctrain {
     int have_bwd;
     size_t R, B;
     uint64_t E2;
+    /* profiling (hook): an event after each launch group, times summed per label */
+    int prof, npev, nlab;
+    tw_cuda_event pev[TW_CT_PROF_MAX];
+    const char *pev_lab[TW_CT_PROF_MAX];
+    const char *lab[TW_CT_PROF_MAX];
+    double lab_ms[TW_CT_PROF_MAX];
+    unsigned lab_n[TW_CT_PROF_MAX];
 } tw_ctrain;
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
@@ -285,6 +295,47 @@ static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid
     return tw_cu_launch(ctx, fn, &cfg, stream, args);
 }
 
+/* ---- profiling (tw_cuda_train_profile): off by default, one event per launch group ---- */
+
+static void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream) {
+    if (!t->prof || t->npev >= TW_CT_PROF_MAX)
+        return;
+    if (!t->pev[t->npev] && tw_cuda_event_create(ctx, &t->pev[t->npev]) != TWELL_OK)
+        return;
+    if (tw_cuda_event_record(ctx, t->pev[t->npev], stream) != TWELL_OK)
+        return;
+    t->pev_lab[t->npev++] = label;
+}
+
+/* Waits for the last mark and adds each interval to its label's total. */
+static void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
+    for (int i = 1; t->prof && i < t->npev; i++) {
+        float ms = 0.0f;
+        if (tw_cuda_event_elapsed(ctx, t->pev[i - 1], t->pev[i], &ms) != TWELL_OK)
+            break;
+        int l = 0;
+        while (l < t->nlab && strcmp(t->lab[l], t->pev_lab[i]) != 0)
+            l++;
+        if (l == t->nlab) {
+            if (t->nlab == TW_CT_PROF_MAX)
+                continue;
+            t->lab[t->nlab++] = t->pev_lab[i];
+        }
+        t->lab_ms[l] += ms;
+        t->lab_n[l]++;
+    }
+    t->npev = 0;
+}
+
+/* Launch of kernel f of md, then a profiling mark named after it. */
+static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, int f, unsigned grid,
+                              unsigned block, unsigned smem, twell_stream stream, void **args) {
+    twell_status st = tw_ct_launch(ctx, md->fn[f], grid, block, smem, stream, args);
+    if (st == TWELL_OK)
+        tw_ct_mark(ctx, t, tf_names[f] + 12, stream); /* without "twell_train_" */
+    return st;
+}
+
 /* Exclusive scan `mode` over a->n items (three launches: block sums, their scan, the items). */
 static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, int mode,
                                tw_ct_sa *a, twell_stream stream) {
@@ -302,6 +353,11 @@ static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, i
         void *down_args[] = {a, &bsum};
         st = tw_ct_launch(ctx, m->fn[TF_DOWN_TILES + 2 * mode], (unsigned)nb, 256, 0, stream,
                           down_args);
+    }
+    if (st == TWELL_OK) {
+        static const char *const names[4] = {"scan_tiles", "scan_rows", "scan_hist",
+                                             "scan_neurons"};
+        tw_ct_mark(ctx, t, names[mode], stream);
     }
     return st;
 }
@@ -368,13 +424,17 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
      * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
      * the recount kernel itself, every row-tile in the reference order. */
     int all = vi != 0;
-    if (!all)
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    if (!all) {
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
+        tw_ct_mark(ctx, t, "gate_pack", stream);
+    }
     /* 2. overflowing row-tiles recomputed in the reference order (they define the spill) */
     {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_RECOUNT], tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                               t->smem_recount, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_recount, stream, args));
     }
     /* 3. scans: row-tiles (entries, spill), then rows (chunks, partial slots) */
     tw_ct_sa a;
@@ -390,6 +450,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, 6u * sizeof(uint64_t), stream));
     TW_CT_TRY(tw_cuda_event_record(ctx, t->ev, stream));
     TW_CT_TRY(tw_cuda_event_synchronize(ctx, t->ev));
+    tw_ct_mark(ctx, t, "host_sync", stream);
     uint64_t nnz = t->htot[0], spill = t->htot[1], nchunks = t->htot[3], pslots = t->htot[4];
     uint64_t E = t->htot[5];
     if (nnz > (uint64_t)M * s->N || spill > nnz || nchunks < M || E == 0)
@@ -418,37 +479,38 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
     {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_SPILL], tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                               t->smem_row, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_row, stream, args));
     }
     {
         void *args[] = {&chunk_off, &Ml, &chunk_row};
         TW_CT_TRY(
-            tw_ct_launch(ctx, md->fn[TF_OWNERS], tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
     }
     {
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
                         &e_col,     &e_tm,       &chunk_l1, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_FWD_ENT], tw_ct_blocks(ctx, nchunks, t->wpb),
-                               rthreads, t->smem_row, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT, tw_ct_blocks(ctx, nchunks, t->wpb), rthreads,
+                            t->smem_row, stream, args));
     }
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
                         &chunk_row,  &E,     &y,    &partial, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_FWD_Y], tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (pslots) {
         void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_ROW_REDUCE], tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (stats) {
         void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_STATS], 1, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
     }
     t->M = M, t->nnz = nnz, t->spill = spill, t->nchunks = nchunks, t->pslots = pslots, t->E = E;
+    tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
@@ -527,31 +589,34 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     unsigned rthreads = 32u * t->wpb;
 
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
     /* 1. per entry: dT, dU, dP */
     {
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
                         &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
                         &l1c,        &e_du,       &e_dp,    &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_BWD_ENT], tw_ct_blocks(ctx, t->nchunks, t->wpb),
-                               rthreads, t->smem_row, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_ENT, tw_ct_blocks(ctx, t->nchunks, t->wpb), rthreads,
+                            t->smem_row, stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */
     {
         void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
                         &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_BWD_DX], tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256,
-                               0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (t->pslots) {
         void *args[] = {&partial, &chunk_off, &pslot_off, &dx, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_ROW_REDUCE], tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
     }
     /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
     TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist, stream));
+    tw_ct_mark(ctx, t, "memset_hist", stream);
     {
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &hist};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_HIST], (unsigned)B, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_HIST, (unsigned)B, 256, 0, stream, args));
     }
     tw_ct_sa a;
     memset(&a, 0, sizeof a);
@@ -560,7 +625,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_HIST, &a, stream));
     {
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_SCATTER], (unsigned)B, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256, 0, stream, args));
     }
     /* 4. neuron chunks, weight gradients, split neurons reduced */
     memset(&a, 0, sizeof a);
@@ -570,21 +635,22 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     {
         void *args[] = {&nchunk_off, &Nl, &nchunk_nrn};
         TW_CT_TRY(
-            tw_ct_launch(ctx, md->fn[TF_OWNERS], tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
                         &dwg,       &dwu,        &dwd,        &npart};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_DW], tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
+                            stream, args));
     }
     {
         void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_DW_REDUCE], tw_ct_blocks(ctx, (uint64_t)N * NS, 8u),
-                               256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW_REDUCE, tw_ct_blocks(ctx, (uint64_t)N * NS, 8u), 256,
+                            0, stream, args));
     }
     t->have_bwd = 1, t->R = R, t->B = B, t->E2 = E2;
+    tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
@@ -615,6 +681,9 @@ void tw_cuda_train_release(twell_train_state *state) {
         for (int i = 0; i < 2; i++)
             tw_cu_module_unload(t->mods[i].mod);
         tw_cuda_event_destroy(ctx, t->ev);
+        for (int i = 0; i < TW_CT_PROF_MAX; i++)
+            if (t->pev[i])
+                tw_cuda_event_destroy(ctx, t->pev[i]);
         tw_cuda_host_free(ctx, t->htot);
         tw_cu_leave(ctx, &sc);
     }
@@ -637,6 +706,36 @@ twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_
     t->row_len = row_len;
     t->nrn_len = nrn_len;
     return TWELL_OK;
+}
+
+twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st != TWELL_OK)
+        return st;
+    t->prof = on;
+    t->nlab = 0;
+    t->npev = 0;
+    memset(t->lab_ms, 0, sizeof t->lab_ms);
+    memset(t->lab_n, 0, sizeof t->lab_n);
+    return TWELL_OK;
+}
+
+size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
+    const tw_ctrain *t = state ? state->backend_data : NULL;
+    size_t len = 0;
+    if (cap)
+        buf[0] = 0;
+    for (int l = 0; t && l < t->nlab && len < cap; l++) {
+        int n = snprintf(buf + len, cap - len, "%-14s %8.4f ms (%u)\n", t->lab[l],
+                         t->lab_n[l] ? t->lab_ms[l] / t->lab_n[l] : 0.0, t->lab_n[l]);
+        if (n < 0)
+            break;
+        len += (size_t)n;
+    }
+    return len < cap ? len : cap;
 }
 
 int tw_cuda_train_last_vec(const twell_train_state *state) {

@@ -65,6 +65,16 @@ typedef struct tw_cuda_train_host {
 twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *out);
 void tw_cuda_train_host_free(tw_cuda_train_host *h); /* NULL-safe */
 
+/* Profiling (benchmark breakdowns): with `on`, every later forward and backward records an
+ * event after each launch group and, at its end, waits for them and adds each interval to the
+ * total of its label (kernel name without "twell_train_", "gate_pack", "scan_<mode>",
+ * "host_sync": host wait + copy); turning it on or off clears the totals. Timings include the
+ * events' own cost. TWELL_ERR_INVALID_ARG for a state of a CPU context. */
+twell_status tw_cuda_train_profile(twell_train_state *state, int on);
+/* Writes "label  mean-ms (count)" lines into buf (NUL-terminated, truncated to cap); returns the
+ * length written. */
+size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap);
+
 /* Which kernel module the last op used: 8 (16-byte vector loads) or 1 (element loads for
  * tensors not 16-byte aligned); 0 before any op. */
 int tw_cuda_train_last_vec(const twell_train_state *state);
