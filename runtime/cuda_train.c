@@ -36,6 +36,8 @@ enum {
     TF_SCATTER,
     TF_DW,
     TF_DW_REDUCE,
+    TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
+    TF_OVF_TILES,
     TF_COUNT
 };
 static const char *const tf_names[TF_COUNT] = {
@@ -46,7 +48,7 @@ static const char *const tf_names[TF_COUNT] = {
     "twell_train_fwd_ent",        "twell_train_fwd_y",           "twell_train_row_reduce",
     "twell_train_stats",          "twell_train_bwd_ent",         "twell_train_bwd_dx",
     "twell_train_hist",           "twell_train_scatter",         "twell_train_dw",
-    "twell_train_dw_reduce"};
+    "twell_train_dw_reduce",      "twell_train_ovf_list",        "twell_train_ovf_tiles"};
 
 /* Scan modes (the up/down kernel pair of each). */
 enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
@@ -81,19 +83,21 @@ enum {
     TB_NSLOT_OFF,  /* u64 [N+1] */
     TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
     TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
+    TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
     TB_COUNT
 };
 static const char *const tb_names[TB_COUNT] = {
-    "packed gate",  "u_ell",          "overflow mask",  "tile offsets",   "spill offsets",
-    "row offsets",  "row chunks",     "row slots",      "scan blocks",    "totals",
-    "spill",        "u_spill",        "chunk rows",     "chunk L1",       "entry columns",
-    "entry Tm",     "row partials",   "entry dU",       "entry dP",       "histograms",
-    "cursors",      "neuron offsets", "neuron tokens",  "neuron entries", "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials"};
+    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
+    "row offsets",  "row chunks",     "row slots",       "scan blocks",    "totals",
+    "spill",        "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
+    "entry Tm",     "row partials",   "entry dU",        "entry dP",       "histograms",
+    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
+    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts"};
 
 typedef struct {
     tw_CUmodule mod;
     tw_CUfunction fn[TF_COUNT];
+    int mma; /* overflowing row-tiles on tensor cores (TF_OVF_*) */
 } tw_tmod;
 
 typedef struct {
@@ -189,6 +193,12 @@ static uint32_t tw_ct_wpb(const twell_shape *s, const tw_cuda *dev, unsigned *sm
     return 0;
 }
 
+/* The condition of train_ffn.cu.lua's MMA: 16-byte fragment loads, k blocks of 32, warp tiles
+ * of 64 columns. */
+static int tw_ct_mma(const twell_shape *s, int vi) {
+    return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
+}
+
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
         return TWELL_OK;
@@ -221,7 +231,8 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     memset(&m, 0, sizeof m);
     st = tw_cu_module_load(ctx, cubin.data, &m.mod);
     tw_cubin_free(&cubin);
-    for (int i = 0; i < TF_COUNT && st == TWELL_OK; i++)
+    m.mma = tw_ct_mma(s, vi);
+    for (int i = 0; i < (m.mma ? TF_COUNT : TF_OVF_LIST) && st == TWELL_OK; i++)
         st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
     if (st == TWELL_OK && t->smem_recount > TW_CT_SMEM_DEFAULT) {
         static const int big[] = {TF_RECOUNT, TF_SPILL, TF_FWD_ENT, TF_BWD_ENT};
@@ -285,14 +296,19 @@ static unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t
     return b ? (unsigned)b : 1u;
 }
 
-static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
-                                 unsigned smem, twell_stream stream, void **args) {
+static twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
+                                  unsigned block, unsigned smem, twell_stream stream, void **args) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = grid, cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.grid[0] = grid, cfg.grid[1] = gy, cfg.grid[2] = 1;
     cfg.block[0] = block, cfg.block[1] = cfg.block[2] = 1;
     cfg.smem = smem;
     return tw_cu_launch(ctx, fn, &cfg, stream, args);
+}
+
+static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
+                                 unsigned smem, twell_stream stream, void **args) {
+    return tw_ct_launch2(ctx, fn, grid, 1, block, smem, stream, args);
 }
 
 /* ---- profiling (tw_cuda_train_profile): off by default, one event per launch group ---- */
@@ -411,6 +427,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
 
     void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
@@ -430,8 +447,26 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
         tw_ct_mark(ctx, t, "gate_pack", stream);
     }
-    /* 2. overflowing row-tiles recomputed in the reference order (they define the spill) */
-    {
+    /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
+     * tile over the listed rows, or one warp per row-tile in the reference order */
+    uint32_t ovf_gx = 0;
+    void *ovf_cnt = t->buf[TB_OVF_CNT].p;
+    if (md->mma) {
+        uint64_t gx = (M + 31) / 32, cap = 8u * (uint64_t)ctx->cuda->sm_count / NT;
+        ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
+        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask};
+        uint64_t lb = (tiles + 255) / 256, lcap = (uint64_t)ctx->cuda->sm_count * 8u;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, (unsigned)(lb < lcap ? lb : lcap), 256, 0,
+                            stream, largs));
+        void *none = NULL;
+        int mode = 0;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &none,      &none,       &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 64u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
+    } else {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
                             t->smem_recount, stream, args));
@@ -477,7 +512,14 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     void *partial = t->buf[TB_PARTIAL].p;
     uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
-    {
+    if (md->mma) {
+        int mode = 1;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &spill_off, &sp,         &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 64u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
+    } else {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
                             t->smem_row, stream, args));
