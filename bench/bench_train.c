@@ -504,18 +504,22 @@ static void bt_fill_dy(twell_dtype dt, uint16_t *dy, size_t n, uint64_t seed) {
     }
 }
 
-/* TWELL_TRAIN_PROFILE set: per-kernel means over 5 profiled steps (an event after each launch
- * group, so the sum is a little above the timed step) to stdout. */
+/* TWELL_TRAIN_PROFILE set: per-kernel means over 5 profiled steps, legacy kernels then ours (an
+ * event after each launch group, so the sum is a little above the timed step) to stdout. */
 static void bt_profile(bt_ours *o, size_t M, const char *dist, double nnz) {
     char buf[2048];
-    if (tw_cuda_train_profile(o->state, 1) != TWELL_OK)
-        return;
-    for (int i = 0; i < 5; i++)
-        if (bt_ours_step(o) != TWELL_OK)
-            break;
-    tw_cuda_train_profile_report(o->state, buf, sizeof buf);
-    (void)tw_cuda_train_profile(o->state, 0);
-    printf("# breakdown M=%zu %s nnz=%g (mean ms per step):\n%s", M, dist, nnz, buf);
+    for (int legacy = 1; legacy >= 0; legacy--) {
+        if (tw_cuda_train_set_legacy(o->state, legacy) != TWELL_OK ||
+            tw_cuda_train_profile(o->state, 1) != TWELL_OK)
+            return;
+        for (int i = 0; i < 5; i++)
+            if (bt_ours_step(o) != TWELL_OK)
+                break;
+        tw_cuda_train_profile_report(o->state, buf, sizeof buf);
+        (void)tw_cuda_train_profile(o->state, 0);
+        printf("# breakdown%s M=%zu %s nnz=%g (mean ms per step):\n%s",
+               legacy ? " (legacy kernels)" : "", M, dist, nnz, buf);
+    }
     fflush(stdout);
 }
 

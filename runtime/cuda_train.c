@@ -36,6 +36,8 @@ enum {
     TF_SCATTER,
     TF_DW,
     TF_DW_REDUCE,
+    TF_FWD_ENT_S, /* from here: only in VEC 8 builds */
+    TF_BWD_ENT_S,
     TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
     TF_OVF_TILES,
     TF_COUNT
@@ -48,7 +50,8 @@ static const char *const tf_names[TF_COUNT] = {
     "twell_train_fwd_ent",        "twell_train_fwd_y",           "twell_train_row_reduce",
     "twell_train_stats",          "twell_train_bwd_ent",         "twell_train_bwd_dx",
     "twell_train_hist",           "twell_train_scatter",         "twell_train_dw",
-    "twell_train_dw_reduce",      "twell_train_ovf_list",        "twell_train_ovf_tiles"};
+    "twell_train_dw_reduce",      "twell_train_fwd_ent_s",       "twell_train_bwd_ent_s",
+    "twell_train_ovf_list",       "twell_train_ovf_tiles"};
 
 /* Scan modes (the up/down kernel pair of each). */
 enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
@@ -97,7 +100,8 @@ static const char *const tb_names[TB_COUNT] = {
 typedef struct {
     tw_CUmodule mod;
     tw_CUfunction fn[TF_COUNT];
-    int mma; /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int mma;    /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int staged; /* staged per-entry dot products (TF_*_ENT_S) */
 } tw_tmod;
 
 typedef struct {
@@ -110,7 +114,8 @@ typedef struct {
 typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
-    unsigned smem_row, smem_recount;
+    unsigned smem_row, smem_recount, smem_stage;
+    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
     tw_dbuf buf[TB_COUNT];
     uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
     tw_cuda_event ev;
@@ -199,6 +204,11 @@ static int tw_ct_mma(const twell_shape *s, int vi) {
     return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
 }
 
+/* The staged kernels' k chunk (train_ffn.cu.lua's KC). */
+static unsigned tw_ct_kc(unsigned K) {
+    return K % 128u == 0 ? 128u : (K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u));
+}
+
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
         return TWELL_OK;
@@ -232,8 +242,18 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     st = tw_cu_module_load(ctx, cubin.data, &m.mod);
     tw_cubin_free(&cubin);
     m.mma = tw_ct_mma(s, vi);
-    for (int i = 0; i < (m.mma ? TF_COUNT : TF_OVF_LIST) && st == TWELL_OK; i++)
+    /* staged: the row copies plus two buffers of 32 rows of KC + 8 elements per warp */
+    t->smem_stage = t->smem_row + t->wpb * 2u * 32u * (tw_ct_kc(s->K) + 8u) * 2u;
+    int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
+    m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
+    int nfn = m.mma ? TF_COUNT : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
+    for (int i = 0; i < nfn && st == TWELL_OK; i++)
         st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
+    for (int i = TF_FWD_ENT_S; m.staged && i <= TF_BWD_ENT_S && st == TWELL_OK; i++)
+        if (t->smem_stage > TW_CT_SMEM_DEFAULT)
+            st = tw_cu_func_set_attribute(ctx, m.fn[i],
+                                          TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)t->smem_stage);
     if (st == TWELL_OK && t->smem_recount > TW_CT_SMEM_DEFAULT) {
         static const int big[] = {TF_RECOUNT, TF_SPILL, TF_FWD_ENT, TF_BWD_ENT};
         for (size_t i = 0; i < sizeof big / sizeof big[0] && st == TWELL_OK; i++)
@@ -451,7 +471,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
      * tile over the listed rows, or one warp per row-tile in the reference order */
     uint32_t ovf_gx = 0;
     void *ovf_cnt = t->buf[TB_OVF_CNT].p;
-    if (md->mma) {
+    if (md->mma && !t->legacy) {
         uint64_t gx = (M + 31) / 32, cap = 8u * (uint64_t)ctx->cuda->sm_count / NT;
         ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
         TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
@@ -512,7 +532,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     void *partial = t->buf[TB_PARTIAL].p;
     uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
-    if (md->mma) {
+    if (md->mma && !t->legacy) {
         int mode = 1;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
                          &spill_off, &sp,         &Ml,     &mode};
@@ -533,8 +553,10 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
                         &e_col,     &e_tm,       &chunk_l1, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT, tw_ct_blocks(ctx, nchunks, t->wpb), rthreads,
-                            t->smem_row, stream, args));
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
+                            tw_ct_blocks(ctx, nchunks, t->wpb), rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
@@ -638,8 +660,10 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
                         &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
                         &l1c,        &e_du,       &e_dp,    &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_ENT, tw_ct_blocks(ctx, t->nchunks, t->wpb), rthreads,
-                            t->smem_row, stream, args));
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
+                            tw_ct_blocks(ctx, t->nchunks, t->wpb), rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */
     {
@@ -778,6 +802,16 @@ size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, s
         len += (size_t)n;
     }
     return len < cap ? len : cap;
+}
+
+twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st == TWELL_OK)
+        t->legacy = on;
+    return st;
 }
 
 int tw_cuda_train_last_vec(const twell_train_state *state) {

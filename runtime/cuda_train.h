@@ -65,6 +65,12 @@ typedef struct tw_cuda_train_host {
 twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *out);
 void tw_cuda_train_host_free(tw_cuda_train_host *h); /* NULL-safe */
 
+/* With `on`, later ops use the earlier kernels where newer ones exist (SIMT recount and spill of
+ * overflowing row-tiles, unstaged per-entry dot products), for comparisons in one run. Results
+ * differ only in the overflowing row-tiles' gate summation order. TWELL_ERR_INVALID_ARG for a
+ * state of a CPU context. */
+twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on);
+
 /* Profiling (benchmark breakdowns): with `on`, every later forward and backward records an
  * event after each launch group and, at its end, waits for them and adds each interval to the
  * total of its label (kernel name without "twell_train_", "gate_pack", "scan_<mode>",

@@ -59,6 +59,10 @@
 --                              (mma.sync m16n8k16, fp32 accumulate), relu + dtype rounding; mode 0
 --                              rewrites count + slots (the recount), mode 1 writes the spill words.
 --                              Both modes run the same instructions: identical values.
+--   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
+--                              weight rows staged (KC-element chunks, cp.async, double-buffered)
+--                              so the warp's loads are coalesced; smem WPB·(4K + 2·32·(KC+8)·2).
+--                              Same per-lane sequence of roundings: bitwise the same results.
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -79,6 +83,13 @@ local NS = (S.K + SW - 1) // SW
 local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
 local OVF_BM = 32           -- listed rows per CTA step
 local OVF_WN = S.T // 64    -- warps along the tile's columns (two along rows)
+-- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
+-- through shared memory by cp.async (coalesced, double-buffered), row stride KC + 8 elements
+-- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same KC (tw_ct_kc).
+local KC = S.K % 128 == 0 and 128 or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
+local KCP = KC + 8          -- staged row stride, elements
+local PPR = KC // 8         -- 16-byte pieces per staged row
+local RPI = 32 // PPR       -- rows one warp-wide copy covers
 
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
@@ -961,6 +972,147 @@ twell_train_ovf_tiles(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
             }
         }
         __syncthreads();
+    }
+}
+]==]
+end
+
+if VEC == 8 then
+    cuda [==[
+/* ---- staged per-entry dot products ---- */
+
+__device__ __forceinline__ void tw_cp16(void *smem, const void *gmem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+
+/* Chunk c of the nb rows base + n_r·K (n_r = __shfl of nrow from lane r) into st[r][0..KC). */
+__device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restrict__ base,
+                                               tw_u32 nrow, int nb, int c, int lane) {
+    const int sub = lane / ${PPR}, piece = lane % ${PPR};
+    for (int r0 = 0; r0 < nb; r0 += ${RPI}) {
+        const int r = r0 + sub;
+        const tw_u32 n = __shfl_sync(TW_FULL, nrow, r & 31);
+        if (r < nb)
+            tw_cp16(st + r * ${KCP} + piece * 8,
+                    base + (long long)n * ${S.K} + c * ${KC} + piece * 8);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Lane l < nb: the reference dot product (cpu_ref.h order) of xs and row n_l (nrow of lane l);
+ * every lane of the warp must call it. st: 2·32·KCP elements of this warp's shared memory. */
+__device__ __forceinline__ float tw_dot_staged(const float *xs, const tw_u16 *__restrict__ base,
+                                               tw_u32 nrow, int nb, tw_u16 *st, int lane) {
+    float s = 0.0f;
+    tw_stage_issue(st, base, nrow, nb, 0, lane);
+    for (int c = 0; c < ${S.K // KC}; c++) {
+        tw_u16 *cur = st + (c & 1) * ${32 * KCP};
+        if (c + 1 < ${S.K // KC}) {
+            tw_stage_issue(st + ((c + 1) & 1) * ${32 * KCP}, base, nrow, nb, c + 1, lane);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncwarp();
+        if (lane < nb) {
+            const uint4 *w = (const uint4 *)(cur + lane * ${KCP});
+            const float *xc = xs + c * ${KC};
+#pragma unroll 4
+            for (int g = 0; g < ${PPR}; g++) {
+                const uint4 v = w[g];
+                const tw_u32 u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s = __fadd_rn(s, __fmul_rn(xc[g * 8 + 2 * i], tw_to_f32((tw_u16)(u[i] & 0xffffu))));
+                    s = __fadd_rn(s, __fmul_rn(xc[g * 8 + 2 * i + 1], tw_to_f32((tw_u16)(u[i] >> 16))));
+                }
+            }
+        }
+        __syncwarp(); /* the next issue overwrites this buffer */
+    }
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
+                      const tw_u32 *__restrict__ packed, float *u_ell,
+                      const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                      const tw_u32 *__restrict__ spill, float *u_spill,
+                      const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                      const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
+                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    tw_u16 *st = (tw_u16 *)(tw_sm + ${WPB * S.K}) + warp * ${2 * 32 * KCP};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        double l1 = 0.0;
+        if (e0 < e1)
+            tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+            tw_u32 word = 0;
+            float *up = NULL;
+            if (e < e1)
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+            const tw_u32 n = word & 0xffffu;
+            const float u = tw_dot_staged(xs, wu, n, nb, st, lane);
+            float tm = 0.0f;
+            if (e < e1) {
+                tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
+                *up = u;
+                e_col[e] = n;
+                e_tm[e] = tm;
+            }
+            for (int q = 0; q < nb; q++) /* Σ|Tm| in entry order, as the CPU */
+                l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
+        }
+        if (lane == 0)
+            chunk_l1[c] = l1;
+        __syncwarp();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
+                      const tw_u32 *__restrict__ packed, float *u_ell,
+                      const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                      const tw_u32 *__restrict__ spill, float *u_spill,
+                      const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                      const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
+                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *ds = tw_sm + warp * ${S.K};
+    tw_u16 *st = (tw_u16 *)(tw_sm + ${WPB * S.K}) + warp * ${2 * 32 * KCP};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        if (e0 < e1)
+            tw_row_to_smem(ds, dy + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+            tw_u32 word = 0;
+            float *up = NULL;
+            if (e < e1)
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane);
+            if (e < e1) {
+                const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
+                const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
+                e_du[e] = __fmul_rn(dt, p);
+                e_dp[e] = __fmul_rn(dt, u);
+            }
+        }
+        __syncwarp();
     }
 }
 ]==]
