@@ -4,6 +4,7 @@
  * The one host synchronisation per forward reads the totals that size the spill and the chunks.
  */
 #include "cuda_train.h"
+#include "cuda_train_int.h"
 
 #include "jit.h"
 #include "train_layout.h"
@@ -12,36 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The kernels of train_ffn, by index. */
-enum {
-    TF_RECOUNT,
-    TF_UP_TILES,
-    TF_DOWN_TILES,
-    TF_UP_ROWS,
-    TF_DOWN_ROWS,
-    TF_UP_HIST,
-    TF_DOWN_HIST,
-    TF_UP_NEURONS,
-    TF_DOWN_NEURONS,
-    TF_SCAN_TOP,
-    TF_OWNERS,
-    TF_SPILL,
-    TF_FWD_ENT,
-    TF_FWD_Y,
-    TF_ROW_REDUCE,
-    TF_STATS,
-    TF_BWD_ENT,
-    TF_BWD_DX,
-    TF_HIST,
-    TF_SCATTER,
-    TF_DW,
-    TF_DW_REDUCE,
-    TF_FWD_ENT_S, /* from here: only in VEC 8 builds */
-    TF_BWD_ENT_S,
-    TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
-    TF_OVF_TILES,
-    TF_COUNT
-};
 static const char *const tf_names[TF_COUNT] = {
     "twell_train_recount",        "twell_train_scan_up_tiles",   "twell_train_scan_down_tiles",
     "twell_train_scan_up_rows",   "twell_train_scan_down_rows",  "twell_train_scan_up_hist",
@@ -53,89 +24,13 @@ static const char *const tf_names[TF_COUNT] = {
     "twell_train_dw_reduce",      "twell_train_fwd_ent_s",       "twell_train_bwd_ent_s",
     "twell_train_ovf_list",       "twell_train_ovf_tiles"};
 
-/* Scan modes (the up/down kernel pair of each). */
-enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
-
-/* The device buffers; names follow cpu_train.h where the CPU has the same array. */
-enum {
-    TB_PACKED,     /* u32 [M·N/C] */
-    TB_U_ELL,      /* f32 [M·N/C] */
-    TB_MASK,       /* u32 [M·NT·T/32] */
-    TB_TILE_OFF,   /* u64 [M·NT+1] */
-    TB_SPILL_OFF,  /* u64 [M·NT+1] */
-    TB_ROW_OFF,    /* u64 [M+1] */
-    TB_CHUNK_OFF,  /* u64 [M+1] */
-    TB_PSLOT_OFF,  /* u64 [M+1] */
-    TB_SCAN,       /* u64 [2·blocks] */
-    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8.. */
-    TB_SPILL,      /* u32 [spill] */
-    TB_U_SPILL,    /* f32 [spill] */
-    TB_CHUNK_ROW,  /* u32 [chunks] */
-    TB_CHUNK_L1,   /* f64 [chunks] */
-    TB_E_COL,      /* u32 [nnz] */
-    TB_E_TM,       /* f32 [nnz] */
-    TB_PARTIAL,    /* f32 [pslots·K] */
-    TB_E_DU,       /* f32 [nnz] */
-    TB_E_DP,       /* f32 [nnz] */
-    TB_HIST,       /* u32 [N·B] */
-    TB_CURSOR,     /* u32 [N·B] */
-    TB_COL_OFF,    /* u64 [N+1] */
-    TB_COL_ROW,    /* u32 [nnz] */
-    TB_COL_ENT,    /* u32 [nnz] */
-    TB_NCHUNK_OFF, /* u64 [N+1] */
-    TB_NSLOT_OFF,  /* u64 [N+1] */
-    TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
-    TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
-    TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
-    TB_COUNT
-};
-static const char *const tb_names[TB_COUNT] = {
+const char *const tw_ct_buf_names[TB_COUNT] = {
     "packed gate",  "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
     "row offsets",  "row chunks",     "row slots",       "scan blocks",    "totals",
     "spill",        "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
     "entry Tm",     "row partials",   "entry dU",        "entry dP",       "histograms",
     "cursors",      "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
     "neuron slots", "chunk neurons",  "neuron partials", "overflow counts"};
-
-typedef struct {
-    tw_CUmodule mod;
-    tw_CUfunction fn[TF_COUNT];
-    int mma;    /* overflowing row-tiles on tensor cores (TF_OVF_*) */
-    int staged; /* staged per-entry dot products (TF_*_ENT_S) */
-} tw_tmod;
-
-typedef struct {
-    void *p;
-    size_t cap; /* bytes */
-} tw_dbuf;
-
-#define TW_CT_PROF_MAX 40
-
-typedef struct tw_ctrain {
-    tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
-    uint32_t wpb;    /* warps per block of the row kernels */
-    unsigned smem_row, smem_recount, smem_stage;
-    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
-    tw_dbuf buf[TB_COUNT];
-    uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
-    tw_cuda_event ev;
-    int last_vec;
-    uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
-    /* the saved forward (M = 0: none) */
-    size_t M, nnz, spill, nchunks, pslots;
-    uint64_t E;
-    /* the last backward on it */
-    int have_bwd;
-    size_t R, B;
-    uint64_t E2;
-    /* profiling (hook): an event after each launch group, times summed per label */
-    int prof, npev, nlab;
-    tw_cuda_event pev[TW_CT_PROF_MAX];
-    const char *pev_lab[TW_CT_PROF_MAX];
-    const char *lab[TW_CT_PROF_MAX];
-    double lab_ms[TW_CT_PROF_MAX];
-    unsigned lab_n[TW_CT_PROF_MAX];
-} tw_ctrain;
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -156,7 +51,7 @@ static size_t tw_ct_bytes(const tw_ctrain *t) {
     return b;
 }
 
-static twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
+twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
     *out = state->backend_data;
     if (*out)
         return TWELL_OK;
@@ -299,7 +194,7 @@ static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_c
         return tw_error(ctx, TWELL_ERR_NO_MEMORY,
                         "%s: cannot allocate %zu bytes of device memory for the %s (the state "
                         "holds %zu bytes)",
-                        fn, bytes, tb_names[b], state->bytes);
+                        fn, bytes, tw_ct_buf_names[b], state->bytes);
     d->p = p;
     d->cap = want;
     state->bytes = tw_ct_bytes(t);
@@ -329,38 +224,6 @@ static twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned gri
 static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
                                  unsigned smem, twell_stream stream, void **args) {
     return tw_ct_launch2(ctx, fn, grid, 1, block, smem, stream, args);
-}
-
-/* ---- profiling (tw_cuda_train_profile): off by default, one event per launch group ---- */
-
-static void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream) {
-    if (!t->prof || t->npev >= TW_CT_PROF_MAX)
-        return;
-    if (!t->pev[t->npev] && tw_cuda_event_create(ctx, &t->pev[t->npev]) != TWELL_OK)
-        return;
-    if (tw_cuda_event_record(ctx, t->pev[t->npev], stream) != TWELL_OK)
-        return;
-    t->pev_lab[t->npev++] = label;
-}
-
-/* Waits for the last mark and adds each interval to its label's total. */
-static void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
-    for (int i = 1; t->prof && i < t->npev; i++) {
-        float ms = 0.0f;
-        if (tw_cuda_event_elapsed(ctx, t->pev[i - 1], t->pev[i], &ms) != TWELL_OK)
-            break;
-        int l = 0;
-        while (l < t->nlab && strcmp(t->lab[l], t->pev_lab[i]) != 0)
-            l++;
-        if (l == t->nlab) {
-            if (t->nlab == TW_CT_PROF_MAX)
-                continue;
-            t->lab[t->nlab++] = t->pev_lab[i];
-        }
-        t->lab_ms[l] += ms;
-        t->lab_n[l]++;
-    }
-    t->npev = 0;
 }
 
 /* Launch of kernel f of md, then a profiling mark named after it. */
@@ -757,132 +620,4 @@ void tw_cuda_train_release(twell_train_state *state) {
     state->backend_data = NULL;
     state->bytes = 0;
     state->M = 0;
-}
-
-/* ---- hooks ---- */
-
-twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
-                                         uint64_t nrn_len) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
-    if (st != TWELL_OK)
-        return st;
-    t->row_len = row_len;
-    t->nrn_len = nrn_len;
-    return TWELL_OK;
-}
-
-twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
-    if (st != TWELL_OK)
-        return st;
-    t->prof = on;
-    t->nlab = 0;
-    t->npev = 0;
-    memset(t->lab_ms, 0, sizeof t->lab_ms);
-    memset(t->lab_n, 0, sizeof t->lab_n);
-    return TWELL_OK;
-}
-
-size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
-    const tw_ctrain *t = state ? state->backend_data : NULL;
-    size_t len = 0;
-    if (cap)
-        buf[0] = 0;
-    for (int l = 0; t && l < t->nlab && len < cap; l++) {
-        int n = snprintf(buf + len, cap - len, "%-14s %8.4f ms (%u)\n", t->lab[l],
-                         t->lab_n[l] ? t->lab_ms[l] / t->lab_n[l] : 0.0, t->lab_n[l]);
-        if (n < 0)
-            break;
-        len += (size_t)n;
-    }
-    return len < cap ? len : cap;
-}
-
-twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
-    if (st == TWELL_OK)
-        t->legacy = on;
-    return st;
-}
-
-int tw_cuda_train_last_vec(const twell_train_state *state) {
-    const tw_ctrain *t = state ? state->backend_data : NULL;
-    return t ? t->last_vec : 0;
-}
-
-/* Copies `bytes` of buffer b into a new host array (NULL for 0 bytes is fine: 1 byte). */
-static twell_status tw_ct_fetch(twell_ctx *ctx, const tw_ctrain *t, int b, size_t bytes,
-                                void **out) {
-    *out = malloc(bytes ? bytes : 1u);
-    if (!*out)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_cuda_train_download: out of host memory");
-    if (!bytes)
-        return TWELL_OK;
-    if (!t->buf[b].p || t->buf[b].cap < bytes)
-        return tw_error(ctx, TWELL_ERR_INTERNAL, "tw_cuda_train_download: %s holds %zu < %zu",
-                        tb_names[b], t->buf[b].cap, bytes);
-    return tw_cuda_memcpy_dtoh(ctx, *out, t->buf[b].p, bytes);
-}
-
-twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *h) {
-    memset(h, 0, sizeof *h);
-    const tw_ctrain *t = state ? state->backend_data : NULL;
-    if (!t || t->M == 0 || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    twell_ctx *ctx = state->plan->ctx;
-    const twell_shape *s = &state->plan->shape;
-    twell_status st = tw_cuda_synchronize(ctx);
-    size_t M = t->M, NT = s->N / s->T, words = M * (s->N / s->C);
-    h->M = M, h->nnz = t->nnz, h->spill_total = t->spill, h->nchunks = t->nchunks;
-    h->pslots = t->pslots, h->E = t->E;
-    void *p;
-#define TW_FETCH(field, b, bytes)                                                                  \
-    do {                                                                                           \
-        if (st == TWELL_OK) {                                                                      \
-            st = tw_ct_fetch(ctx, t, b, bytes, &p);                                                \
-            h->field = p;                                                                          \
-        }                                                                                          \
-    } while (0)
-    TW_FETCH(packed, TB_PACKED, words * 4u);
-    TW_FETCH(u_ell, TB_U_ELL, words * 4u);
-    TW_FETCH(tile_off, TB_TILE_OFF, (M * NT + 1) * 8u);
-    TW_FETCH(spill_off, TB_SPILL_OFF, (M * NT + 1) * 8u);
-    TW_FETCH(row_off, TB_ROW_OFF, (M + 1) * 8u);
-    TW_FETCH(spill, TB_SPILL, t->spill * 4u);
-    TW_FETCH(u_spill, TB_U_SPILL, t->spill * 4u);
-    TW_FETCH(chunk_off, TB_CHUNK_OFF, (M + 1) * 8u);
-    TW_FETCH(e_col, TB_E_COL, t->nnz * 4u);
-    TW_FETCH(e_tm, TB_E_TM, t->nnz * 4u);
-    if (t->have_bwd) {
-        h->have_bwd = 1, h->E2 = t->E2, h->R = t->R, h->B = t->B;
-        TW_FETCH(col_off, TB_COL_OFF, ((size_t)s->N + 1) * 8u);
-        TW_FETCH(col_row, TB_COL_ROW, t->nnz * 4u);
-        TW_FETCH(col_ent, TB_COL_ENT, t->nnz * 4u);
-        TW_FETCH(e_du, TB_E_DU, t->nnz * 4u);
-        TW_FETCH(e_dp, TB_E_DP, t->nnz * 4u);
-    }
-#undef TW_FETCH
-    if (st != TWELL_OK)
-        tw_cuda_train_host_free(h);
-    return st;
-}
-
-void tw_cuda_train_host_free(tw_cuda_train_host *h) {
-    if (!h)
-        return;
-    void *p[] = {h->packed,  h->u_ell,   h->tile_off,  h->spill_off, h->row_off,
-                 h->spill,   h->u_spill, h->chunk_off, h->e_col,     h->e_tm,
-                 h->col_off, h->col_row, h->col_ent,   h->e_du,      h->e_dp};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
-        free(p[i]);
-    memset(h, 0, sizeof *h);
 }
