@@ -99,10 +99,14 @@ static int tw_ct_mma(const twell_shape *s, int vi) {
     return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
 }
 
-/* The staged kernels' k chunk (train_ffn.cu.lua's KC). */
-static unsigned tw_ct_kc(unsigned K) {
-    return K % 128u == 0 ? 128u : (K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u));
+/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row as dtype and
+ * 4 stages of 32 rows of KC + 8 elements. */
+static unsigned tw_ct_stw(unsigned K) {
+    unsigned kc = K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u);
+    return 2u * K + 4u * 32u * (kc + 8u) * 2u;
 }
+
+#define TW_CT_STAGED_WARPS 2u /* warps per block of the staged kernels */
 
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
@@ -137,8 +141,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     st = tw_cu_module_load(ctx, cubin.data, &m.mod);
     tw_cubin_free(&cubin);
     m.mma = tw_ct_mma(s, vi);
-    /* staged: the row copies plus two buffers of 32 rows of KC + 8 elements per warp */
-    t->smem_stage = t->smem_row + t->wpb * 2u * 32u * (tw_ct_kc(s->K) + 8u) * 2u;
+    t->smem_stage = TW_CT_STAGED_WARPS * tw_ct_stw(s->K);
     int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
     m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
     int nfn = m.mma ? TF_COUNT : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
@@ -418,7 +421,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
                         &e_col,     &e_tm,       &chunk_l1, &Ml};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
-                            tw_ct_blocks(ctx, nchunks, t->wpb), rthreads,
+                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
                             sg ? t->smem_stage : t->smem_row, stream, args));
     }
     {
@@ -525,7 +529,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
                         &l1c,        &e_du,       &e_dp,    &Ml};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
-                            tw_ct_blocks(ctx, t->nchunks, t->wpb), rthreads,
+                            tw_ct_blocks(ctx, t->nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
                             sg ? t->smem_stage : t->smem_row, stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */

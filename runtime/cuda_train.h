@@ -13,11 +13,12 @@
  * device context themselves.
  *
  * Forward: gate-pack (the plan's kernel) into the state's packed gate, recount of overflowing
- * row-tiles, scans that size the spill and the row chunks, then ONE host synchronisation to read
- * the totals (nnz, spill size, chunks): buffers grow only when a total exceeds their capacity;
- * then the spill, U, y and the stats. TWELL_ERR_NO_MEMORY (nothing written to y or stats) when a
- * buffer cannot grow. Backward: no host synchronisation (sizes come from the forward's totals).
- * Everything is enqueued on `stream`; results are bitwise reproducible run to run. */
+ * row-tiles (tensor cores, batched per tile; SIMT for element-load inputs), scans that size the
+ * spill and the row chunks, then ONE host synchronisation to read the totals (nnz, spill size,
+ * chunks): buffers grow only when a total exceeds their capacity; then the spill, U, y and the
+ * stats. TWELL_ERR_NO_MEMORY (nothing written to y or stats) when a buffer cannot grow. Backward:
+ * no host synchronisation (sizes come from the forward's totals). Everything is enqueued on
+ * `stream`; results are bitwise reproducible run to run. */
 twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream);
