@@ -338,7 +338,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     uint32_t ovf_gx = 0;
     void *ovf_cnt = t->buf[TB_OVF_CNT].p;
     if (md->mma && !t->legacy) {
-        uint64_t gx = (M + 31) / 32, cap = 8u * (uint64_t)ctx->cuda->sm_count / NT;
+        /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
+        uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
         ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
         TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
         void *largs[] = {&packed, &Ml, &ovf_cnt, &mask};
@@ -349,7 +350,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         int mode = 0;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
                          &none,      &none,       &Ml,     &mode};
-        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 64u * (s->T / 64u), 0,
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
                                 stream, targs));
         tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
     } else {
@@ -402,7 +403,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         int mode = 1;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
                          &spill_off, &sp,         &Ml,     &mode};
-        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 64u * (s->T / 64u), 0,
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
                                 stream, targs));
         tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
     } else {

@@ -58,8 +58,8 @@
 --   twell_train_ovf_list       (MMA builds only) 256 threads: list[t·M + i] = the rows m whose
 --                              row-tile (m, t) overflows in the gate-pack's count, cnt[t] of them
 --                              (integer atomics; the order is irrelevant: rows are independent).
---   twell_train_ovf_tiles      (MMA builds only) grid (x, NT), 64·T/64 threads, smem 32·T·2:
---                              32 listed rows of tile t per step, gate values on tensor cores
+--   twell_train_ovf_tiles      (MMA builds only) grid (x, NT), 32·T/64 threads, smem 16·T·2:
+--                              16 listed rows of tile t per step, gate values on tensor cores
 --                              (mma.sync m16n8k16, fp32 accumulate), relu + dtype rounding; mode 0
 --                              rewrites count + slots (the recount), mode 1 writes the spill words.
 --                              Both modes run the same instructions: identical values.
@@ -87,8 +87,9 @@ local NS = (S.K + SW - 1) // SW
 -- Overflowing row-tiles on tensor cores: 16-byte fragment loads (VEC 8), k blocks of 32, warp
 -- tiles of 64 columns. runtime/cuda_train.c tests the same condition (tw_ct_mma).
 local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
-local OVF_BM = 32           -- listed rows per CTA step
-local OVF_WN = S.T // 64    -- warps along the tile's columns (two along rows)
+local OVF_BM = 16           -- listed rows per CTA step
+local OVF_WM = OVF_BM // 16 -- warps along the rows
+local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
@@ -947,7 +948,8 @@ __device__ __forceinline__ void tw_mma16816(float (&d)[4], tw_u32 a0, tw_u32 a1,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Gate values of listed rows i0 .. i0+31 of tile t into vals[32][T] (rows past n: garbage).
+/* Gate values of listed rows i0 .. i0+OVF_BM-1 of tile t into vals[OVF_BM][T] (rows past n:
+ * garbage).
  * Warp (wm, wn): rows 16·wm .. +15, columns 64·wn .. +63 of the tile. Fragments come straight
  * from global memory, 16 bytes per row per k block of 32: thread (g = lane/4, q = lane%4) loads
  * k0+8q .. k0+8q+7 of its rows; the two m16n8k16 steps of the block take the halves (.x .y and
@@ -1001,7 +1003,7 @@ __device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
 }
 
 /* mode 0: count + slots of each listed row-tile (the recount); mode 1: its spill words. */
-extern "C" __global__ void __launch_bounds__(${64 * OVF_WN})
+extern "C" __global__ void __launch_bounds__(${32 * OVF_WM * OVF_WN})
 twell_train_ovf_tiles(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
                       tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ cnt,
                       const tw_u32 *__restrict__ list, const tw_u64 *__restrict__ spill_off,
@@ -1016,7 +1018,7 @@ twell_train_ovf_tiles(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
         const tw_u32 n = nt - i0 < ${OVF_BM}u ? nt - i0 : ${OVF_BM}u;
         tw_ovf_tile_vals(x, wg, lt + i0, n, t, vals);
         __syncthreads();
-        for (tw_u32 ri = (tw_u32)warp; ri < n; ri += ${2 * OVF_WN}u) {
+        for (tw_u32 ri = (tw_u32)warp; ri < n; ri += ${OVF_WM * OVF_WN}u) {
             const long long m = lt[i0 + ri];
             const tw_u16 *v = vals + ri * ${S.T};
             if (mode == 0) {
