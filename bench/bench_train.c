@@ -504,6 +504,25 @@ static void bt_fill_dy(twell_dtype dt, uint16_t *dy, size_t n, uint64_t seed) {
     }
 }
 
+/* TWELL_TRAIN_PROFILE set: per-kernel means over 5 profiled steps, legacy kernels then ours (an
+ * event after each launch group, so the sum is a little above the timed step) to stdout. */
+static void bt_profile(bt_ours *o, size_t M, const char *dist, double nnz) {
+    char buf[2048];
+    for (int legacy = 1; legacy >= 0; legacy--) {
+        if (tw_cuda_train_set_legacy(o->state, legacy) != TWELL_OK ||
+            tw_cuda_train_profile(o->state, 1) != TWELL_OK)
+            return;
+        for (int i = 0; i < 5; i++)
+            if (bt_ours_step(o) != TWELL_OK)
+                break;
+        tw_cuda_train_profile_report(o->state, buf, sizeof buf);
+        (void)tw_cuda_train_profile(o->state, 0);
+        printf("# breakdown%s M=%zu %s nnz=%g (mean ms per step):\n%s",
+               legacy ? " (legacy kernels)" : "", M, dist, nnz, buf);
+    }
+    fflush(stdout);
+}
+
 int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
@@ -703,6 +722,8 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                     snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
                              twell_ctx_errmsg(ctx));
                 }
+                if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
+                    bt_profile(&ours, M, r.distribution, r.nnz_target);
                 bt_emit(env, emit, &r, "train", med, mn, mx, 0, 3, have_dense);
                 bt_emit(env, emit, &r, "train_fwd", med, mn, mx, 1, 4, have_dense);
                 bt_emit(env, emit, &r, "train_bwd", med, mn, mx, 2, 5, have_dense);

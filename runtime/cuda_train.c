@@ -4,39 +4,15 @@
  * The one host synchronisation per forward reads the totals that size the spill and the chunks.
  */
 #include "cuda_train.h"
+#include "cuda_train_int.h"
 
 #include "jit.h"
 #include "train_layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The kernels of train_ffn, by index. */
-enum {
-    TF_RECOUNT,
-    TF_UP_TILES,
-    TF_DOWN_TILES,
-    TF_UP_ROWS,
-    TF_DOWN_ROWS,
-    TF_UP_HIST,
-    TF_DOWN_HIST,
-    TF_UP_NEURONS,
-    TF_DOWN_NEURONS,
-    TF_SCAN_TOP,
-    TF_OWNERS,
-    TF_SPILL,
-    TF_FWD_ENT,
-    TF_FWD_Y,
-    TF_ROW_REDUCE,
-    TF_STATS,
-    TF_BWD_ENT,
-    TF_BWD_DX,
-    TF_HIST,
-    TF_SCATTER,
-    TF_DW,
-    TF_DW_REDUCE,
-    TF_COUNT
-};
 static const char *const tf_names[TF_COUNT] = {
     "twell_train_recount",        "twell_train_scan_up_tiles",   "twell_train_scan_down_tiles",
     "twell_train_scan_up_rows",   "twell_train_scan_down_rows",  "twell_train_scan_up_hist",
@@ -45,78 +21,16 @@ static const char *const tf_names[TF_COUNT] = {
     "twell_train_fwd_ent",        "twell_train_fwd_y",           "twell_train_row_reduce",
     "twell_train_stats",          "twell_train_bwd_ent",         "twell_train_bwd_dx",
     "twell_train_hist",           "twell_train_scatter",         "twell_train_dw",
-    "twell_train_dw_reduce"};
+    "twell_train_dw_reduce",      "twell_train_fwd_ent_s",       "twell_train_bwd_ent_s",
+    "twell_train_ovf_list",       "twell_train_ovf_tiles"};
 
-/* Scan modes (the up/down kernel pair of each). */
-enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
-
-/* The device buffers; names follow cpu_train.h where the CPU has the same array. */
-enum {
-    TB_PACKED,     /* u32 [M·N/C] */
-    TB_U_ELL,      /* f32 [M·N/C] */
-    TB_MASK,       /* u32 [M·NT·T/32] */
-    TB_TILE_OFF,   /* u64 [M·NT+1] */
-    TB_SPILL_OFF,  /* u64 [M·NT+1] */
-    TB_ROW_OFF,    /* u64 [M+1] */
-    TB_CHUNK_OFF,  /* u64 [M+1] */
-    TB_PSLOT_OFF,  /* u64 [M+1] */
-    TB_SCAN,       /* u64 [2·blocks] */
-    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8.. */
-    TB_SPILL,      /* u32 [spill] */
-    TB_U_SPILL,    /* f32 [spill] */
-    TB_CHUNK_ROW,  /* u32 [chunks] */
-    TB_CHUNK_L1,   /* f64 [chunks] */
-    TB_E_COL,      /* u32 [nnz] */
-    TB_E_TM,       /* f32 [nnz] */
-    TB_PARTIAL,    /* f32 [pslots·K] */
-    TB_E_DU,       /* f32 [nnz] */
-    TB_E_DP,       /* f32 [nnz] */
-    TB_HIST,       /* u32 [N·B] */
-    TB_CURSOR,     /* u32 [N·B] */
-    TB_COL_OFF,    /* u64 [N+1] */
-    TB_COL_ROW,    /* u32 [nnz] */
-    TB_COL_ENT,    /* u32 [nnz] */
-    TB_NCHUNK_OFF, /* u64 [N+1] */
-    TB_NSLOT_OFF,  /* u64 [N+1] */
-    TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
-    TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
-    TB_COUNT
-};
-static const char *const tb_names[TB_COUNT] = {
-    "packed gate",  "u_ell",          "overflow mask",  "tile offsets",   "spill offsets",
-    "row offsets",  "row chunks",     "row slots",      "scan blocks",    "totals",
-    "spill",        "u_spill",        "chunk rows",     "chunk L1",       "entry columns",
-    "entry Tm",     "row partials",   "entry dU",       "entry dP",       "histograms",
-    "cursors",      "neuron offsets", "neuron tokens",  "neuron entries", "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials"};
-
-typedef struct {
-    tw_CUmodule mod;
-    tw_CUfunction fn[TF_COUNT];
-} tw_tmod;
-
-typedef struct {
-    void *p;
-    size_t cap; /* bytes */
-} tw_dbuf;
-
-typedef struct tw_ctrain {
-    tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
-    uint32_t wpb;    /* warps per block of the row kernels */
-    unsigned smem_row, smem_recount;
-    tw_dbuf buf[TB_COUNT];
-    uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
-    tw_cuda_event ev;
-    int last_vec;
-    uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
-    /* the saved forward (M = 0: none) */
-    size_t M, nnz, spill, nchunks, pslots;
-    uint64_t E;
-    /* the last backward on it */
-    int have_bwd;
-    size_t R, B;
-    uint64_t E2;
-} tw_ctrain;
+const char *const tw_ct_buf_names[TB_COUNT] = {
+    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
+    "row offsets",  "row chunks",     "row slots",       "scan blocks",    "totals",
+    "spill",        "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
+    "entry Tm",     "row partials",   "entry dU",        "entry dP",       "histograms",
+    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
+    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -137,7 +51,7 @@ static size_t tw_ct_bytes(const tw_ctrain *t) {
     return b;
 }
 
-static twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
+twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
     *out = state->backend_data;
     if (*out)
         return TWELL_OK;
@@ -179,6 +93,21 @@ static uint32_t tw_ct_wpb(const twell_shape *s, const tw_cuda *dev, unsigned *sm
     return 0;
 }
 
+/* The condition of train_ffn.cu.lua's MMA: 16-byte fragment loads, k blocks of 32, warp tiles
+ * of 64 columns. */
+static int tw_ct_mma(const twell_shape *s, int vi) {
+    return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
+}
+
+/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row as dtype and
+ * 4 stages of 32 rows of KC + 8 elements. */
+static unsigned tw_ct_stw(unsigned K) {
+    unsigned kc = K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u);
+    return 2u * K + 4u * 32u * (kc + 8u) * 2u;
+}
+
+#define TW_CT_STAGED_WARPS 2u /* warps per block of the staged kernels */
+
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
         return TWELL_OK;
@@ -211,8 +140,18 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     memset(&m, 0, sizeof m);
     st = tw_cu_module_load(ctx, cubin.data, &m.mod);
     tw_cubin_free(&cubin);
-    for (int i = 0; i < TF_COUNT && st == TWELL_OK; i++)
+    m.mma = tw_ct_mma(s, vi);
+    t->smem_stage = TW_CT_STAGED_WARPS * tw_ct_stw(s->K);
+    int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
+    m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
+    int nfn = m.mma ? TF_COUNT : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
+    for (int i = 0; i < nfn && st == TWELL_OK; i++)
         st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
+    for (int i = TF_FWD_ENT_S; m.staged && i <= TF_BWD_ENT_S && st == TWELL_OK; i++)
+        if (t->smem_stage > TW_CT_SMEM_DEFAULT)
+            st = tw_cu_func_set_attribute(ctx, m.fn[i],
+                                          TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)t->smem_stage);
     if (st == TWELL_OK && t->smem_recount > TW_CT_SMEM_DEFAULT) {
         static const int big[] = {TF_RECOUNT, TF_SPILL, TF_FWD_ENT, TF_BWD_ENT};
         for (size_t i = 0; i < sizeof big / sizeof big[0] && st == TWELL_OK; i++)
@@ -258,7 +197,7 @@ static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_c
         return tw_error(ctx, TWELL_ERR_NO_MEMORY,
                         "%s: cannot allocate %zu bytes of device memory for the %s (the state "
                         "holds %zu bytes)",
-                        fn, bytes, tb_names[b], state->bytes);
+                        fn, bytes, tw_ct_buf_names[b], state->bytes);
     d->p = p;
     d->cap = want;
     state->bytes = tw_ct_bytes(t);
@@ -275,14 +214,28 @@ static unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t
     return b ? (unsigned)b : 1u;
 }
 
-static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
-                                 unsigned smem, twell_stream stream, void **args) {
+static twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
+                                  unsigned block, unsigned smem, twell_stream stream, void **args) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = grid, cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.grid[0] = grid, cfg.grid[1] = gy, cfg.grid[2] = 1;
     cfg.block[0] = block, cfg.block[1] = cfg.block[2] = 1;
     cfg.smem = smem;
     return tw_cu_launch(ctx, fn, &cfg, stream, args);
+}
+
+static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
+                                 unsigned smem, twell_stream stream, void **args) {
+    return tw_ct_launch2(ctx, fn, grid, 1, block, smem, stream, args);
+}
+
+/* Launch of kernel f of md, then a profiling mark named after it. */
+static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, int f, unsigned grid,
+                              unsigned block, unsigned smem, twell_stream stream, void **args) {
+    twell_status st = tw_ct_launch(ctx, md->fn[f], grid, block, smem, stream, args);
+    if (st == TWELL_OK)
+        tw_ct_mark(ctx, t, tf_names[f] + 12, stream); /* without "twell_train_" */
+    return st;
 }
 
 /* Exclusive scan `mode` over a->n items (three launches: block sums, their scan, the items). */
@@ -302,6 +255,11 @@ static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, i
         void *down_args[] = {a, &bsum};
         st = tw_ct_launch(ctx, m->fn[TF_DOWN_TILES + 2 * mode], (unsigned)nb, 256, 0, stream,
                           down_args);
+    }
+    if (st == TWELL_OK) {
+        static const char *const names[4] = {"scan_tiles", "scan_rows", "scan_hist",
+                                             "scan_neurons"};
+        tw_ct_mark(ctx, t, names[mode], stream);
     }
     return st;
 }
@@ -355,6 +313,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
 
     void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
@@ -368,13 +327,36 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
      * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
      * the recount kernel itself, every row-tile in the reference order. */
     int all = vi != 0;
-    if (!all)
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    if (!all) {
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
-    /* 2. overflowing row-tiles recomputed in the reference order (they define the spill) */
-    {
+        tw_ct_mark(ctx, t, "gate_pack", stream);
+    }
+    /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
+     * tile over the listed rows, or one warp per row-tile in the reference order */
+    uint32_t ovf_gx = 0;
+    void *ovf_cnt = t->buf[TB_OVF_CNT].p;
+    if (md->mma && !t->legacy) {
+        /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
+        uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
+        ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
+        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask};
+        uint64_t lb = (tiles + 255) / 256, lcap = (uint64_t)ctx->cuda->sm_count * 8u;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, (unsigned)(lb < lcap ? lb : lcap), 256, 0,
+                            stream, largs));
+        void *none = NULL;
+        int mode = 0;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &none,      &none,       &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
+    } else {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_RECOUNT], tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                               t->smem_recount, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_recount, stream, args));
     }
     /* 3. scans: row-tiles (entries, spill), then rows (chunks, partial slots) */
     tw_ct_sa a;
@@ -390,6 +372,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, 6u * sizeof(uint64_t), stream));
     TW_CT_TRY(tw_cuda_event_record(ctx, t->ev, stream));
     TW_CT_TRY(tw_cuda_event_synchronize(ctx, t->ev));
+    tw_ct_mark(ctx, t, "host_sync", stream);
     uint64_t nnz = t->htot[0], spill = t->htot[1], nchunks = t->htot[3], pslots = t->htot[4];
     uint64_t E = t->htot[5];
     if (nnz > (uint64_t)M * s->N || spill > nnz || nchunks < M || E == 0)
@@ -416,39 +399,50 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     void *partial = t->buf[TB_PARTIAL].p;
     uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
-    {
+    if (md->mma && !t->legacy) {
+        int mode = 1;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &spill_off, &sp,         &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
+    } else {
         void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_SPILL], tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                               t->smem_row, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_row, stream, args));
     }
     {
         void *args[] = {&chunk_off, &Ml, &chunk_row};
         TW_CT_TRY(
-            tw_ct_launch(ctx, md->fn[TF_OWNERS], tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
     }
     {
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
                         &e_col,     &e_tm,       &chunk_l1, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_FWD_ENT], tw_ct_blocks(ctx, nchunks, t->wpb),
-                               rthreads, t->smem_row, stream, args));
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
+                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
                         &chunk_row,  &E,     &y,    &partial, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_FWD_Y], tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (pslots) {
         void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_ROW_REDUCE], tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (stats) {
         void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_STATS], 1, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
     }
     t->M = M, t->nnz = nnz, t->spill = spill, t->nchunks = nchunks, t->pslots = pslots, t->E = E;
+    tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
@@ -527,31 +521,37 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     unsigned rthreads = 32u * t->wpb;
 
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
     /* 1. per entry: dT, dU, dP */
     {
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
                         &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
                         &l1c,        &e_du,       &e_dp,    &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_BWD_ENT], tw_ct_blocks(ctx, t->nchunks, t->wpb),
-                               rthreads, t->smem_row, stream, args));
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
+                            tw_ct_blocks(ctx, t->nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */
     {
         void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
                         &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_BWD_DX], tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256,
-                               0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
+                            stream, args));
     }
     if (t->pslots) {
         void *args[] = {&partial, &chunk_off, &pslot_off, &dx, &Ml};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_ROW_REDUCE], tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
     }
     /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
     TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist, stream));
+    tw_ct_mark(ctx, t, "memset_hist", stream);
     {
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &hist};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_HIST], (unsigned)B, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_HIST, (unsigned)B, 256, 0, stream, args));
     }
     tw_ct_sa a;
     memset(&a, 0, sizeof a);
@@ -560,7 +560,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_HIST, &a, stream));
     {
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_SCATTER], (unsigned)B, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256, 0, stream, args));
     }
     /* 4. neuron chunks, weight gradients, split neurons reduced */
     memset(&a, 0, sizeof a);
@@ -570,21 +570,22 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     {
         void *args[] = {&nchunk_off, &Nl, &nchunk_nrn};
         TW_CT_TRY(
-            tw_ct_launch(ctx, md->fn[TF_OWNERS], tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
                         &dwg,       &dwu,        &dwd,        &npart};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_DW], tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
-                               stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
+                            stream, args));
     }
     {
         void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};
-        TW_CT_TRY(tw_ct_launch(ctx, md->fn[TF_DW_REDUCE], tw_ct_blocks(ctx, (uint64_t)N * NS, 8u),
-                               256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW_REDUCE, tw_ct_blocks(ctx, (uint64_t)N * NS, 8u), 256,
+                            0, stream, args));
     }
     t->have_bwd = 1, t->R = R, t->B = B, t->E2 = E2;
+    tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
@@ -615,6 +616,9 @@ void tw_cuda_train_release(twell_train_state *state) {
         for (int i = 0; i < 2; i++)
             tw_cu_module_unload(t->mods[i].mod);
         tw_cuda_event_destroy(ctx, t->ev);
+        for (int i = 0; i < TW_CT_PROF_MAX; i++)
+            if (t->pev[i])
+                tw_cuda_event_destroy(ctx, t->pev[i]);
         tw_cuda_host_free(ctx, t->htot);
         tw_cu_leave(ctx, &sc);
     }
@@ -622,92 +626,4 @@ void tw_cuda_train_release(twell_train_state *state) {
     state->backend_data = NULL;
     state->bytes = 0;
     state->M = 0;
-}
-
-/* ---- hooks ---- */
-
-twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
-                                         uint64_t nrn_len) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
-    if (st != TWELL_OK)
-        return st;
-    t->row_len = row_len;
-    t->nrn_len = nrn_len;
-    return TWELL_OK;
-}
-
-int tw_cuda_train_last_vec(const twell_train_state *state) {
-    const tw_ctrain *t = state ? state->backend_data : NULL;
-    return t ? t->last_vec : 0;
-}
-
-/* Copies `bytes` of buffer b into a new host array (NULL for 0 bytes is fine: 1 byte). */
-static twell_status tw_ct_fetch(twell_ctx *ctx, const tw_ctrain *t, int b, size_t bytes,
-                                void **out) {
-    *out = malloc(bytes ? bytes : 1u);
-    if (!*out)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_cuda_train_download: out of host memory");
-    if (!bytes)
-        return TWELL_OK;
-    if (!t->buf[b].p || t->buf[b].cap < bytes)
-        return tw_error(ctx, TWELL_ERR_INTERNAL, "tw_cuda_train_download: %s holds %zu < %zu",
-                        tb_names[b], t->buf[b].cap, bytes);
-    return tw_cuda_memcpy_dtoh(ctx, *out, t->buf[b].p, bytes);
-}
-
-twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *h) {
-    memset(h, 0, sizeof *h);
-    const tw_ctrain *t = state ? state->backend_data : NULL;
-    if (!t || t->M == 0 || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    twell_ctx *ctx = state->plan->ctx;
-    const twell_shape *s = &state->plan->shape;
-    twell_status st = tw_cuda_synchronize(ctx);
-    size_t M = t->M, NT = s->N / s->T, words = M * (s->N / s->C);
-    h->M = M, h->nnz = t->nnz, h->spill_total = t->spill, h->nchunks = t->nchunks;
-    h->pslots = t->pslots, h->E = t->E;
-    void *p;
-#define TW_FETCH(field, b, bytes)                                                                  \
-    do {                                                                                           \
-        if (st == TWELL_OK) {                                                                      \
-            st = tw_ct_fetch(ctx, t, b, bytes, &p);                                                \
-            h->field = p;                                                                          \
-        }                                                                                          \
-    } while (0)
-    TW_FETCH(packed, TB_PACKED, words * 4u);
-    TW_FETCH(u_ell, TB_U_ELL, words * 4u);
-    TW_FETCH(tile_off, TB_TILE_OFF, (M * NT + 1) * 8u);
-    TW_FETCH(spill_off, TB_SPILL_OFF, (M * NT + 1) * 8u);
-    TW_FETCH(row_off, TB_ROW_OFF, (M + 1) * 8u);
-    TW_FETCH(spill, TB_SPILL, t->spill * 4u);
-    TW_FETCH(u_spill, TB_U_SPILL, t->spill * 4u);
-    TW_FETCH(chunk_off, TB_CHUNK_OFF, (M + 1) * 8u);
-    TW_FETCH(e_col, TB_E_COL, t->nnz * 4u);
-    TW_FETCH(e_tm, TB_E_TM, t->nnz * 4u);
-    if (t->have_bwd) {
-        h->have_bwd = 1, h->E2 = t->E2, h->R = t->R, h->B = t->B;
-        TW_FETCH(col_off, TB_COL_OFF, ((size_t)s->N + 1) * 8u);
-        TW_FETCH(col_row, TB_COL_ROW, t->nnz * 4u);
-        TW_FETCH(col_ent, TB_COL_ENT, t->nnz * 4u);
-        TW_FETCH(e_du, TB_E_DU, t->nnz * 4u);
-        TW_FETCH(e_dp, TB_E_DP, t->nnz * 4u);
-    }
-#undef TW_FETCH
-    if (st != TWELL_OK)
-        tw_cuda_train_host_free(h);
-    return st;
-}
-
-void tw_cuda_train_host_free(tw_cuda_train_host *h) {
-    if (!h)
-        return;
-    void *p[] = {h->packed,  h->u_ell,   h->tile_off,  h->spill_off, h->row_off,
-                 h->spill,   h->u_spill, h->chunk_off, h->e_col,     h->e_tm,
-                 h->col_off, h->col_row, h->col_ent,   h->e_du,      h->e_dp};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
-        free(p[i]);
-    memset(h, 0, sizeof *h);
 }

@@ -13,11 +13,12 @@
  * device context themselves.
  *
  * Forward: gate-pack (the plan's kernel) into the state's packed gate, recount of overflowing
- * row-tiles, scans that size the spill and the row chunks, then ONE host synchronisation to read
- * the totals (nnz, spill size, chunks): buffers grow only when a total exceeds their capacity;
- * then the spill, U, y and the stats. TWELL_ERR_NO_MEMORY (nothing written to y or stats) when a
- * buffer cannot grow. Backward: no host synchronisation (sizes come from the forward's totals).
- * Everything is enqueued on `stream`; results are bitwise reproducible run to run. */
+ * row-tiles (tensor cores, batched per tile; SIMT for element-load inputs), scans that size the
+ * spill and the row chunks, then ONE host synchronisation to read the totals (nnz, spill size,
+ * chunks): buffers grow only when a total exceeds their capacity; then the spill, U, y and the
+ * stats. TWELL_ERR_NO_MEMORY (nothing written to y or stats) when a buffer cannot grow. Backward:
+ * no host synchronisation (sizes come from the forward's totals). Everything is enqueued on
+ * `stream`; results are bitwise reproducible run to run. */
 twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream);
@@ -64,6 +65,22 @@ typedef struct tw_cuda_train_host {
 /* Synchronises the device and copies state. TWELL_ERR_INVALID_ARG when it holds no forward. */
 twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *out);
 void tw_cuda_train_host_free(tw_cuda_train_host *h); /* NULL-safe */
+
+/* With `on`, later ops use the earlier kernels where newer ones exist (SIMT recount and spill of
+ * overflowing row-tiles, unstaged per-entry dot products), for comparisons in one run. Results
+ * differ only in the overflowing row-tiles' gate summation order. TWELL_ERR_INVALID_ARG for a
+ * state of a CPU context. */
+twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on);
+
+/* Profiling (benchmark breakdowns): with `on`, every later forward and backward records an
+ * event after each launch group and, at its end, waits for them and adds each interval to the
+ * total of its label (kernel name without "twell_train_", "gate_pack", "scan_<mode>",
+ * "host_sync": host wait + copy); turning it on or off clears the totals. Timings include the
+ * events' own cost. TWELL_ERR_INVALID_ARG for a state of a CPU context. */
+twell_status tw_cuda_train_profile(twell_train_state *state, int on);
+/* Writes "label  mean-ms (count)" lines into buf (NUL-terminated, truncated to cap); returns the
+ * length written. */
+size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap);
 
 /* Which kernel module the last op used: 8 (16-byte vector loads) or 1 (element loads for
  * tensors not 16-byte aligned); 0 before any op. */

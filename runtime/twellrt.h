@@ -321,7 +321,10 @@ TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
  * the saved state; its buffers only grow, so steady-state steps do not allocate) and is otherwise
  * asynchronous on `stream`; twell_ffn_backward does not synchronise. Both are deterministic and
  * follow the CPU reference's rounding sequence per dot product and per sum, so results match the
- * CPU backend to the output rounding. */
+ * CPU backend to the output rounding. The one exception is the gate itself: on CUDA its values
+ * come from tensor cores (the gate-pack, and the recount of row-tiles that overflow the slots),
+ * which sum in another order: a pre-activation within fp32 rounding of 0 or of a 16-bit rounding
+ * edge may give another support or gate value than the CPU. */
 
 /* Training forward. Writes y [M, K] (dtype) and, when stats is not NULL, stats[0] = L0 and
  * stats[1] = L1 (two floats in the backend's memory space), and saves into state what

@@ -8,7 +8,10 @@
 --
 -- Arithmetic. Every dot product is the reference sequence of runtime/cpu_ref.h (tw_dot_ref):
 -- one lane walks k ascending, products rounded to fp32 (__fmul_rn), one accumulator from +0
--- (__fadd_rn), so a recomputed gate value, U and dy·Wd are bit-identical to the CPU reference.
+-- (__fadd_rn), so U and dy·Wd are bit-identical to the CPU reference (and so is a gate value
+-- recomputed by the SIMT recount of VEC 1 builds). Gate values come from tensor cores otherwise,
+-- as in the plan's gate-pack: the MMA recount of overflowing row-tiles sums in another order
+-- (exact whenever the pre-activation is; else it may differ near 0 or a 16-bit rounding edge).
 -- Sums over entries (y, dx) and tokens (dW) add separately rounded products in the CPU's order
 -- (ascending column, ascending token); a row or neuron split into chunks adds its chunk partials
 -- in chunk order afterwards (deterministic, not bit-identical to the CPU's single chain).
@@ -17,7 +20,8 @@
 -- row-major, ascending column within a row):
 --   packed [M, N/C] u32   TwELL of P (gate-pack, then overflowing row-tiles rewritten by recount)
 --   u_ell  [M, N/C] f32   U of the entry in the same word (count words and empty slots untouched)
---   mask   [M·NT, T/32]   active columns of row-tiles that overflow (valid where count > slots)
+--   mask   [M·NT, T/32]   active columns of row-tiles that overflow (valid where count > slots;
+--                         SIMT path) or, MMA path, the overflowing rows per tile: list[t·M + i]
 --   tile_off [M·NT+1] u64 first entry of each row-tile; row_off [M+1] u64 the same per row
 --   spill_off [M·NT+1] u64 first spill word of each row-tile: max(0, count - slots) each
 --   spill, u_spill        (P << 16 | n) and U of the entries beyond the slots
@@ -41,8 +45,8 @@
 --   twell_train_spill          WPB warps, smem 4K·WPB: spill words of overflowing row-tiles.
 --   twell_train_fwd_ent        WPB warps, smem 4K·WPB: warp per row chunk, lane per entry:
 --                              U, u_ell/u_spill, e_col, e_tm = U·P, chunk_l1 (Σ|Tm|, double).
---   twell_train_fwd_y          256 threads: warp per (row chunk, K slice of 32·VEC): y (or the
---                              chunk's partial) = Σ Tm·Wd_n.
+--   twell_train_fwd_y          256 threads: warp per (row chunk, K slice of 32·VEC), items
+--                              slice-major (L2 locality): y (or the chunk's partial) = Σ Tm·Wd_n.
 --   twell_train_row_reduce     256 threads: rows with several chunks: out = Σ partials.
 --   twell_train_stats          1 block of 256: L0 = nnz/M, L1 = Σ chunk_l1 / M (fixed tree).
 --   twell_train_bwd_ent        WPB warps, smem 4K·WPB: dT = dy·Wd_n + l1c·sign(U); e_du, e_dp.
@@ -51,6 +55,20 @@
 --   twell_train_scatter        256 threads, grid = B: stable placement, rows in order.
 --   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd.
 --   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
+--   twell_train_ovf_list       (MMA builds only) 256 threads: list[t·M + i] = the rows m whose
+--                              row-tile (m, t) overflows in the gate-pack's count, cnt[t] of them
+--                              (integer atomics; the order is irrelevant: rows are independent).
+--   twell_train_ovf_tiles      (MMA builds only) grid (x, NT), 32·T/64 threads, smem 16·T·2:
+--                              16 listed rows of tile t per step, gate values on tensor cores
+--                              (mma.sync m16n8k16, fp32 accumulate), relu + dtype rounding; mode 0
+--                              rewrites count + slots (the recount), mode 1 writes the spill words.
+--                              Both modes run the same instructions: identical values.
+--   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
+--                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
+--                              the warp's loads are coalesced and many are in flight; any number
+--                              of warps per block (2 from the host), smem STW bytes per warp (the
+--                              token row as dtype + the stages). Same per-lane sequence of
+--                              roundings: bitwise the same results.
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -66,6 +84,25 @@ local TM = S.T // 32 -- mask words per row-tile
 local G = S.K // VEC -- VEC-groups per row
 local SW = 32 * VEC -- K slice of one warp item
 local NS = (S.K + SW - 1) // SW
+-- Overflowing row-tiles on tensor cores: 16-byte fragment loads (VEC 8), k blocks of 32, warp
+-- tiles of 64 columns. runtime/cuda_train.c tests the same condition (tw_ct_mma).
+local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
+local OVF_BM = 16           -- listed rows per CTA step
+local OVF_WM = OVF_BM // 16 -- warps along the rows
+local OVF_WN = S.T // 64    -- warps along the tile's columns
+-- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
+-- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
+-- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
+local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
+local KCP = KC + 8          -- staged row stride, elements
+local PPR = KC // 8         -- 16-byte pieces per staged row
+local RPI = 32 // PPR       -- rows one warp-wide copy covers
+local STAGES = 4
+-- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
+local LB = 8
+local LB2 = 4
+local NKC = S.K // KC
+local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
@@ -107,6 +144,19 @@ __device__ __forceinline__ void tw_ldg(const tw_u16 *__restrict__ row, long long
         f[2 * i + 1] = tw_to_f32((tw_u16)(w[i] >> 16));
     }
 }
+/* Raw group loads (kept packed in registers while more loads are in flight), converted later. */
+typedef uint4 tw_raw;
+__device__ __forceinline__ tw_raw tw_ldraw(const tw_u16 *__restrict__ row, long long g) {
+    return *((const uint4 *)row + g);
+}
+__device__ __forceinline__ void tw_cvt(const tw_raw &v, float (&f)[8]) {
+    const tw_u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = tw_to_f32((tw_u16)(w[i] & 0xffffu));
+        f[2 * i + 1] = tw_to_f32((tw_u16)(w[i] >> 16));
+    }
+}
 __device__ __forceinline__ void tw_ldf(const float *row, long long g, float (&f)[8]) {
     const float4 a = *((const float4 *)row + 2 * g), b = *((const float4 *)row + 2 * g + 1);
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
@@ -128,6 +178,11 @@ else
 __device__ __forceinline__ void tw_ldg(const tw_u16 *__restrict__ row, long long g, float (&f)[1]) {
     f[0] = tw_to_f32(row[g]);
 }
+typedef tw_u16 tw_raw;
+__device__ __forceinline__ tw_raw tw_ldraw(const tw_u16 *__restrict__ row, long long g) {
+    return row[g];
+}
+__device__ __forceinline__ void tw_cvt(const tw_raw &v, float (&f)[1]) { f[0] = tw_to_f32(v); }
 __device__ __forceinline__ void tw_ldf(const float *row, long long g, float (&f)[1]) { f[0] = row[g]; }
 __device__ __forceinline__ void tw_stf(float *row, long long g, const float (&f)[1]) { row[g] = f[0]; }
 __device__ __forceinline__ void tw_sth(tw_u16 *row, long long g, const float (&f)[1]) {
@@ -526,10 +581,11 @@ twell_train_fwd_y(const tw_u16 *__restrict__ wd, const tw_u32 *__restrict__ e_co
                   const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u16 *__restrict__ y,
                   float *__restrict__ partial, long long M) {
     const int lane = (int)(threadIdx.x & 31u);
-    const long long items = (long long)chunk_off[M] * ${NS};
+    const long long nch = (long long)chunk_off[M], items = nch * ${NS};
+    /* slice-major: the warps in flight share a K slice, whose rows stay in L2 */
     for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
-        const long long c = it / ${NS};
-        const long long g = (it % ${NS}) * 32 + lane;
+        const long long c = it % nch;
+        const long long g = (it / nch) * 32 + lane;
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         float acc[${VEC}];
@@ -541,16 +597,26 @@ twell_train_fwd_y(const tw_u16 *__restrict__ wd, const tw_u32 *__restrict__ e_co
             const tw_u32 nl = e < e1 ? e_col[e] : 0u;
             const float tl = e < e1 ? e_tm[e] : 0.0f;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
-#pragma unroll 4
-            for (int q = 0; q < nb; q++) {
-                const long long n = __shfl_sync(TW_FULL, nl, q);
-                const float tm = __shfl_sync(TW_FULL, tl, q);
-                if (g < ${G}) {
-                    float w[${VEC}];
-                    tw_ldg(wd + n * ${S.K}, g, w);
+            /* LB loads in flight, then the sums in entry order */
+            for (int q0 = 0; q0 < nb; q0 += ${LB}) {
+                tw_raw w[${LB}];
+                float tm[${LB}];
 #pragma unroll
-                    for (int v = 0; v < ${VEC}; v++)
-                        acc[v] = __fadd_rn(acc[v], __fmul_rn(tm, w[v]));
+                for (int i = 0; i < ${LB}; i++) {
+                    const long long n = __shfl_sync(TW_FULL, nl, (q0 + i) & 31);
+                    tm[i] = __shfl_sync(TW_FULL, tl, (q0 + i) & 31);
+                    if (q0 + i < nb && g < ${G})
+                        w[i] = tw_ldraw(wd + n * ${S.K}, g);
+                }
+#pragma unroll
+                for (int i = 0; i < ${LB}; i++) {
+                    if (q0 + i < nb && g < ${G}) {
+                        float f[${VEC}];
+                        tw_cvt(w[i], f);
+#pragma unroll
+                        for (int v = 0; v < ${VEC}; v++)
+                            acc[v] = __fadd_rn(acc[v], __fmul_rn(tm[i], f[v]));
+                    }
                 }
             }
         }
@@ -661,10 +727,11 @@ twell_train_bwd_dx(const tw_u16 *__restrict__ wu, const tw_u16 *__restrict__ wg,
                    const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u16 *__restrict__ dx,
                    float *__restrict__ partial, long long M) {
     const int lane = (int)(threadIdx.x & 31u);
-    const long long items = (long long)chunk_off[M] * ${NS};
+    const long long nch = (long long)chunk_off[M], items = nch * ${NS};
+    /* slice-major: the warps in flight share a K slice, whose rows stay in L2 */
     for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
-        const long long c = it / ${NS};
-        const long long g = (it % ${NS}) * 32 + lane;
+        const long long c = it % nch;
+        const long long g = (it / nch) * 32 + lane;
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         float acc[${VEC}];
@@ -676,18 +743,30 @@ twell_train_bwd_dx(const tw_u16 *__restrict__ wu, const tw_u16 *__restrict__ wg,
             const tw_u32 nl = e < e1 ? e_col[e] : 0u;
             const float ul = e < e1 ? e_du[e] : 0.0f, pl = e < e1 ? e_dp[e] : 0.0f;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
-#pragma unroll 2
-            for (int q = 0; q < nb; q++) {
-                const long long n = __shfl_sync(TW_FULL, nl, q);
-                const float du = __shfl_sync(TW_FULL, ul, q), dp = __shfl_sync(TW_FULL, pl, q);
-                if (g < ${G}) {
-                    float a[${VEC}], b2[${VEC}];
-                    tw_ldg(wu + n * ${S.K}, g, a);
-                    tw_ldg(wg + n * ${S.K}, g, b2);
+            for (int q0 = 0; q0 < nb; q0 += ${LB2}) {
+                tw_raw wa[${LB2}], wb[${LB2}];
+                float du[${LB2}], dp[${LB2}];
 #pragma unroll
-                    for (int v = 0; v < ${VEC}; v++)
-                        acc[v] = __fadd_rn(acc[v],
-                                           __fadd_rn(__fmul_rn(du, a[v]), __fmul_rn(dp, b2[v])));
+                for (int i = 0; i < ${LB2}; i++) {
+                    const long long n = __shfl_sync(TW_FULL, nl, (q0 + i) & 31);
+                    du[i] = __shfl_sync(TW_FULL, ul, (q0 + i) & 31);
+                    dp[i] = __shfl_sync(TW_FULL, pl, (q0 + i) & 31);
+                    if (q0 + i < nb && g < ${G}) {
+                        wa[i] = tw_ldraw(wu + n * ${S.K}, g);
+                        wb[i] = tw_ldraw(wg + n * ${S.K}, g);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < ${LB2}; i++) {
+                    if (q0 + i < nb && g < ${G}) {
+                        float a[${VEC}], b2[${VEC}];
+                        tw_cvt(wa[i], a);
+                        tw_cvt(wb[i], b2);
+#pragma unroll
+                        for (int v = 0; v < ${VEC}; v++)
+                            acc[v] = __fadd_rn(
+                                acc[v], __fadd_rn(__fmul_rn(du[i], a[v]), __fmul_rn(dp[i], b2[v])));
+                    }
                 }
             }
         }
@@ -744,10 +823,11 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                const tw_u32 *__restrict__ nchunk_nrn, tw_u64 E2, float *__restrict__ dwg,
                float *__restrict__ dwu, float *__restrict__ dwd, float *__restrict__ npart) {
     const int lane = (int)(threadIdx.x & 31u);
-    const long long items = (long long)nchunk_off[${S.N}] * ${NS};
+    const long long nch = (long long)nchunk_off[${S.N}], items = nch * ${NS};
+    /* slice-major: the warps in flight share a K slice of x and dy (M·2·32·VEC·2 bytes, L2) */
     for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
-        const long long c = it / ${NS};
-        const long long g = (it % ${NS}) * 32 + lane;
+        const long long c = it % nch;
+        const long long g = (it / nch) * 32 + lane;
         const long long n = nchunk_nrn[c];
         const tw_u64 j = (tw_u64)c - nchunk_off[n];
         const tw_u64 i0 = col_off[n] + j * E2, end = col_off[n + 1];
@@ -766,20 +846,32 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                 ul = e_du[e], pl = e_dp[e], tl = e_tm[e];
             }
             const int nb = (int)(i1 - b < 32ull ? i1 - b : 32ull);
-#pragma unroll 2
-            for (int q = 0; q < nb; q++) {
-                const long long m = __shfl_sync(TW_FULL, ml, q);
-                const float du = __shfl_sync(TW_FULL, ul, q), dp = __shfl_sync(TW_FULL, pl, q);
-                const float tm = __shfl_sync(TW_FULL, tl, q);
-                if (g < ${G}) {
-                    float xv[${VEC}], dv[${VEC}];
-                    tw_ldg(x + m * ${S.K}, g, xv);
-                    tw_ldg(dy + m * ${S.K}, g, dv);
+            for (int q0 = 0; q0 < nb; q0 += ${LB2}) {
+                tw_raw rx[${LB2}], rd[${LB2}];
+                float du[${LB2}], dp[${LB2}], tm[${LB2}];
 #pragma unroll
-                    for (int v = 0; v < ${VEC}; v++) {
-                        gu[v] = __fadd_rn(gu[v], __fmul_rn(du, xv[v]));
-                        gg[v] = __fadd_rn(gg[v], __fmul_rn(dp, xv[v]));
-                        gd[v] = __fadd_rn(gd[v], __fmul_rn(tm, dv[v]));
+                for (int i = 0; i < ${LB2}; i++) {
+                    const long long m = __shfl_sync(TW_FULL, ml, (q0 + i) & 31);
+                    du[i] = __shfl_sync(TW_FULL, ul, (q0 + i) & 31);
+                    dp[i] = __shfl_sync(TW_FULL, pl, (q0 + i) & 31);
+                    tm[i] = __shfl_sync(TW_FULL, tl, (q0 + i) & 31);
+                    if (q0 + i < nb && g < ${G}) {
+                        rx[i] = tw_ldraw(x + m * ${S.K}, g);
+                        rd[i] = tw_ldraw(dy + m * ${S.K}, g);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < ${LB2}; i++) {
+                    if (q0 + i < nb && g < ${G}) {
+                        float xv[${VEC}], dv[${VEC}];
+                        tw_cvt(rx[i], xv);
+                        tw_cvt(rd[i], dv);
+#pragma unroll
+                        for (int v = 0; v < ${VEC}; v++) {
+                            gu[v] = __fadd_rn(gu[v], __fmul_rn(du[i], xv[v]));
+                            gg[v] = __fadd_rn(gg[v], __fmul_rn(dp[i], xv[v]));
+                            gd[v] = __fadd_rn(gd[v], __fmul_rn(tm[i], dv[v]));
+                        }
                     }
                 }
             }
@@ -829,3 +921,285 @@ twell_train_dw_reduce(const tw_u64 *__restrict__ nchunk_off, const tw_u64 *__res
     }
 }
 ]==]
+
+if MMA then
+    local MMA_TY = S.dtype == "bf16" and "bf16" or "f16"
+    cuda [==[
+/* ---- overflowing row-tiles on tensor cores ---- */
+
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_ovf_list(const tw_u32 *__restrict__ packed, long long M, tw_u32 *__restrict__ cnt,
+                     tw_u32 *__restrict__ list) {
+    const long long tiles = M * ${NT};
+    for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < tiles;
+         r += (long long)gridDim.x * blockDim.x) {
+        const long long m = r / ${NT};
+        const int t = (int)(r % ${NT});
+        if (packed[m * ${S.NW} + t * ${S.W}] > ${S.SLOTS}u)
+            list[(long long)t * M + atomicAdd(cnt + t, 1u)] = (tw_u32)m;
+    }
+}
+
+__device__ __forceinline__ void tw_mma16816(float (&d)[4], tw_u32 a0, tw_u32 a1, tw_u32 a2,
+                                            tw_u32 a3, tw_u32 b0, tw_u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${MMA_TY}.${MMA_TY}.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Gate values of listed rows i0 .. i0+OVF_BM-1 of tile t into vals[OVF_BM][T] (rows past n:
+ * garbage).
+ * Warp (wm, wn): rows 16·wm .. +15, columns 64·wn .. +63 of the tile. Fragments come straight
+ * from global memory, 16 bytes per row per k block of 32: thread (g = lane/4, q = lane%4) loads
+ * k0+8q .. k0+8q+7 of its rows; the two m16n8k16 steps of the block take the halves (.x .y and
+ * .z .w) as the logical k pairs {2q, 2q+1} and {2q+8, 2q+9}. A and B use the same permutation of
+ * k, so each output is Σ_k x[m][k]·Wg[n][k] over all k (tensor-core order, fp32 accumulate). */
+__device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
+                                                 const tw_u16 *__restrict__ wg,
+                                                 const tw_u32 *__restrict__ rows, tw_u32 n, int t,
+                                                 tw_u16 *vals) {
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    const int wm = warp / ${OVF_WN}, wn = warp % ${OVF_WN}, g = lane >> 2, q = lane & 3;
+    const tw_u32 r0 = (tw_u32)(16 * wm + g), r1 = r0 + 8u;
+    const long long m0 = rows[r0 < n ? r0 : 0u], m1 = rows[r1 < n ? r1 : 0u];
+    const uint4 *xa = (const uint4 *)(x + m0 * ${S.K}) + q;
+    const uint4 *xb = (const uint4 *)(x + m1 * ${S.K}) + q;
+    const uint4 *wb = (const uint4 *)(wg + ((long long)t * ${S.T} + 64 * wn + g) * ${S.K}) + q;
+    float acc[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    uint4 a0 = xa[0], a1 = xb[0], b[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        b[j] = wb[j * ${S.K}]; /* row + 8j: 8·K elements = K uint4 further */
+    for (int kb = 0; kb < ${S.K // 32}; kb++) {
+        /* next block's fragments first: their loads overlap this block's mma */
+        const int kn = kb + 1 < ${S.K // 32} ? kb + 1 : kb;
+        const uint4 na0 = xa[4 * kn], na1 = xb[4 * kn];
+        uint4 nb[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            nb[j] = wb[j * ${S.K} + 4 * kn];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            tw_mma16816(acc[j], a0.x, a1.x, a0.y, a1.y, b[j].x, b[j].y);
+            tw_mma16816(acc[j], a0.z, a1.z, a0.w, a1.w, b[j].z, b[j].w);
+        }
+        a0 = na0, a1 = na1;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            b[j] = nb[j];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int c = 64 * wn + 8 * j + 2 * q;
+        vals[r0 * ${S.T} + c] = tw_act(acc[j][0]);
+        vals[r0 * ${S.T} + c + 1] = tw_act(acc[j][1]);
+        vals[r1 * ${S.T} + c] = tw_act(acc[j][2]);
+        vals[r1 * ${S.T} + c + 1] = tw_act(acc[j][3]);
+    }
+}
+
+/* mode 0: count + slots of each listed row-tile (the recount); mode 1: its spill words. */
+extern "C" __global__ void __launch_bounds__(${32 * OVF_WM * OVF_WN})
+twell_train_ovf_tiles(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
+                      tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ cnt,
+                      const tw_u32 *__restrict__ list, const tw_u64 *__restrict__ spill_off,
+                      tw_u32 *__restrict__ spill, long long M, int mode) {
+    __shared__ tw_u16 vals[${OVF_BM * S.T}];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    const int t = (int)blockIdx.y;
+    const tw_u32 nt = cnt[t];
+    const tw_u32 *lt = list + (long long)t * M;
+    const tw_u32 below = (1u << lane) - 1u;
+    for (tw_u32 i0 = blockIdx.x * ${OVF_BM}u; i0 < nt; i0 += gridDim.x * ${OVF_BM}u) {
+        const tw_u32 n = nt - i0 < ${OVF_BM}u ? nt - i0 : ${OVF_BM}u;
+        tw_ovf_tile_vals(x, wg, lt + i0, n, t, vals);
+        __syncthreads();
+        for (tw_u32 ri = (tw_u32)warp; ri < n; ri += ${OVF_WM * OVF_WN}u) {
+            const long long m = lt[i0 + ri];
+            const tw_u16 *v = vals + ri * ${S.T};
+            if (mode == 0) {
+                tw_pack_row_tile_warp(v, packed + m * ${S.NW} + t * ${S.W},
+                                      (unsigned int)(t * ${S.T}));
+                continue;
+            }
+            const long long r = m * ${NT} + t;
+            const tw_u64 base = spill_off[r], have = spill_off[r + 1] - base;
+            tw_u32 count = 0;
+            for (int c = 0; c < ${S.T}; c += 32) {
+                const tw_u16 a = v[c + lane];
+                const bool on = tw_active(a);
+                const tw_u32 bal = __ballot_sync(TW_FULL, on);
+                const tw_u32 pos = count + (tw_u32)__popc(bal & below);
+                if (on && pos >= ${S.SLOTS}u && pos - ${S.SLOTS}u < have)
+                    spill[base + pos - ${S.SLOTS}u] =
+                        ((tw_u32)a << 16) | (tw_u32)(t * ${S.T} + c + lane);
+                count += (tw_u32)__popc(bal);
+            }
+        }
+        __syncthreads();
+    }
+}
+]==]
+end
+
+if VEC == 8 then
+    cuda [==[
+/* ---- staged per-entry dot products ---- */
+
+__device__ __forceinline__ void tw_cp16(void *smem, const void *gmem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+
+/* Chunk c of the nb rows base + n_r·K (n_r = __shfl of nrow from lane r) into st[r][0..KC). */
+__device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restrict__ base,
+                                               tw_u32 nrow, int nb, int c, int lane) {
+    const int sub = lane / ${PPR}, piece = lane % ${PPR};
+    for (int r0 = 0; r0 < nb; r0 += ${RPI}) {
+        const int r = r0 + sub;
+        const tw_u32 n = __shfl_sync(TW_FULL, nrow, r & 31);
+        if (r < nb)
+            tw_cp16(st + r * ${KCP} + piece * 8,
+                    base + (long long)n * ${S.K} + c * ${KC} + piece * 8);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Lane l < nb: the reference dot product (cpu_ref.h order) of the token row xs (dtype, shared)
+ * and row n_l (nrow of lane l); every lane of the warp must call it. st: STAGES·32·KCP elements of
+ * this warp's shared memory. Chunk c waits in buffer c % STAGES; STAGES - 1 chunks are in flight
+ * while one is summed (a commit group per chunk, empty past the end, so the count is uniform). */
+__device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *__restrict__ base,
+                                               tw_u32 nrow, int nb, tw_u16 *st, int lane) {
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < ${STAGES - 1}; c++) {
+        if (c < ${NKC})
+            tw_stage_issue(st + c * ${32 * KCP}, base, nrow, nb, c, lane);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (int c = 0; c < ${NKC}; c++) {
+        const int cn = c + ${STAGES - 1};
+        if (cn < ${NKC})
+            tw_stage_issue(st + (cn % ${STAGES}) * ${32 * KCP}, base, nrow, nb, cn, lane);
+        else
+            asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group ${STAGES - 1};\n" ::);
+        __syncwarp();
+        if (lane < nb) {
+            const uint4 *w = (const uint4 *)(st + (c % ${STAGES}) * ${32 * KCP} + lane * ${KCP});
+            const uint4 *xv = (const uint4 *)(xs + c * ${KC});
+#pragma unroll 4
+            for (int g = 0; g < ${PPR}; g++) {
+                const uint4 v = w[g], xq = xv[g];
+                const tw_u32 u[4] = {v.x, v.y, v.z, v.w}, xw[4] = {xq.x, xq.y, xq.z, xq.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s = __fadd_rn(s, __fmul_rn(tw_to_f32((tw_u16)(xw[i] & 0xffffu)),
+                                               tw_to_f32((tw_u16)(u[i] & 0xffffu))));
+                    s = __fadd_rn(s, __fmul_rn(tw_to_f32((tw_u16)(xw[i] >> 16)),
+                                               tw_to_f32((tw_u16)(u[i] >> 16))));
+                }
+            }
+        }
+        __syncwarp(); /* a later issue overwrites this buffer */
+    }
+    return s;
+}
+
+/* A token row (dtype) into this warp's shared copy, as is (then __syncwarp). */
+__device__ __forceinline__ void tw_row_to_smem16(tw_u16 *xs, const tw_u16 *__restrict__ row,
+                                                 int lane) {
+    for (int g = lane; g < ${S.K // 8}; g += 32)
+        ((uint4 *)xs)[g] = ((const uint4 *)row)[g];
+    __syncwarp();
+}
+
+extern "C" __global__ void __launch_bounds__(64)
+twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
+                      const tw_u32 *__restrict__ packed, float *u_ell,
+                      const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                      const tw_u32 *__restrict__ spill, float *u_spill,
+                      const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                      const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
+                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
+    extern __shared__ uint4 tw_sm4[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    tw_u16 *xs = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = xs + ${S.K};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        double l1 = 0.0;
+        if (e0 < e1)
+            tw_row_to_smem16(xs, x + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+            tw_u32 word = 0;
+            float *up = NULL;
+            if (e < e1)
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+            const tw_u32 n = word & 0xffffu;
+            const float u = tw_dot_staged(xs, wu, n, nb, st, lane);
+            float tm = 0.0f;
+            if (e < e1) {
+                tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
+                *up = u;
+                e_col[e] = n;
+                e_tm[e] = tm;
+            }
+            for (int q = 0; q < nb; q++) /* Σ|Tm| in entry order, as the CPU */
+                l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
+        }
+        if (lane == 0)
+            chunk_l1[c] = l1;
+        __syncwarp();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(64)
+twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
+                      const tw_u32 *__restrict__ packed, float *u_ell,
+                      const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
+                      const tw_u32 *__restrict__ spill, float *u_spill,
+                      const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
+                      const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
+                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
+    extern __shared__ uint4 tw_sm4[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    tw_u16 *ds = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = ds + ${S.K};
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        if (e0 < e1)
+            tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
+            tw_u32 word = 0;
+            float *up = NULL;
+            if (e < e1)
+                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane);
+            if (e < e1) {
+                const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
+                const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
+                e_du[e] = __fmul_rn(dt, p);
+                e_dp[e] = __fmul_rn(dt, u);
+            }
+        }
+        __syncwarp();
+    }
+}
+]==]
+end

@@ -21,7 +21,8 @@
  * CPU's exact sequence of roundings per dot product and per sum, so unsplit rows and neurons are
  * expected bit-identical: their share is printed. Also: determinism (two runs bitwise identical
  * in y, stats, dx, dWg, dWu, dWd), poisoned outputs fully overwritten, state reuse across M, error
- * paths. Exits 77 without a device. `test_gpu_train small`: the first three cases only (sanitizer).
+ * paths, and the newer kernels bitwise equal to the earlier ones (legacy hook) on exact-gate data.
+ * Exits 77 without a device. `test_gpu_train small`: the first three cases only (sanitizer).
  * labels: gpu slow */
 #include "cpu_train.h"
 #include "cuda_driver.h"
@@ -571,6 +572,60 @@ static void test_gpu_train_state_reuse(void **unused) {
     gt_gpu_close(&g);
 }
 
+/* The newer kernels (tensor-core overflowing row-tiles, staged per-entry dot products) against
+ * the earlier ones (tw_cuda_train_set_legacy) on exact-gate data with heavy rows: every output
+ * bitwise equal (the per-entry sums keep the reference order; exact gate values in any order). */
+static void test_gpu_train_legacy_same(void **unused) {
+    (void)unused;
+    static const gt_case cs[] = {
+        {1000, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0},
+        {333, 64, 256, 64, 8, FP, 0.20, 1, 1, 0.5f, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const gt_case *c = &cs[i];
+        twell_shape s = gt_shape(c);
+        tw_t_gen gen = {c->density, c->skew, c->exact, 99u + i};
+        tw_t_data d;
+        assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
+        gt_gpu g;
+        gt_gpu_open(&g, &s, c);
+        gt_gpu_data(&g, &d, 0);
+        gt_out o[2];
+        tw_cuda_train_host h[2];
+        for (int legacy = 0; legacy < 2; legacy++) {
+            gt_out_alloc(&o[legacy], c->M, c->K, c->N);
+            GT_OK(tw_cuda_train_set_legacy(g.state, legacy));
+            gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[legacy]);
+            GT_OK(tw_cuda_train_download(g.state, &h[legacy]));
+        }
+        printf("# legacy vs new M=%zu K=%u N=%u T=%u: nnz %zu, spill %zu\n", c->M, c->K, c->N, c->T,
+               h[0].nnz, h[0].spill_total);
+        assert_true(h[0].spill_total > 0); /* overflowing row-tiles were exercised */
+        assert_int_equal(h[0].nnz, h[1].nnz);
+        assert_int_equal(h[0].spill_total, h[1].spill_total);
+        size_t words = c->M * (c->N / c->C);
+        assert_memory_equal(h[0].packed, h[1].packed, words * 4);
+        assert_memory_equal(h[0].spill, h[1].spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].u_spill, h[1].u_spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].e_tm, h[1].e_tm, h[0].nnz * 4);
+        assert_memory_equal(h[0].e_du, h[1].e_du, h[0].nnz * 4);
+        assert_memory_equal(h[0].e_dp, h[1].e_dp, h[0].nnz * 4);
+        size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
+        assert_memory_equal(o[0].y, o[1].y, xk * 2);
+        assert_memory_equal(o[0].dx, o[1].dx, xk * 2);
+        assert_memory_equal(o[0].dwg, o[1].dwg, wk * 4);
+        assert_memory_equal(o[0].dwu, o[1].dwu, wk * 4);
+        assert_memory_equal(o[0].dwd, o[1].dwd, wk * 4);
+        assert_memory_equal(o[0].stats, o[1].stats, 8);
+        for (int k = 0; k < 2; k++) {
+            tw_cuda_train_host_free(&h[k]);
+            gt_out_free(&o[k]);
+        }
+        gt_gpu_close(&g);
+        tw_t_data_free(&d);
+    }
+}
+
 /* Error paths: backward before any forward, with another M, with a state of another plan; the
  * outputs stay untouched. */
 static void test_gpu_train_errors(void **unused) {
@@ -619,7 +674,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 2];
+    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 3];
     static char names[sizeof gt_cases / sizeof gt_cases[0]][128];
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
@@ -636,6 +691,8 @@ int main(int argc, char **argv) {
     if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_state_reuse);
         tests[n++] = t2;
+        struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_legacy_same);
+        tests[n++] = t3;
     }
     int rc = _cmocka_run_group_tests("test_gpu_train", tests, n, NULL, NULL);
     twell_ctx_destroy(g_ctx);

@@ -1,0 +1,170 @@
+/*
+ * cuda_train_hooks.c — the CUDA training state's test and benchmark hooks (cuda_train.h): forced
+ * chunk lengths, the legacy-kernel switch, per-kernel profiling, download of the saved state.
+ */
+#include "cuda_train.h"
+#include "cuda_train_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- profiling (tw_cuda_train_profile): off by default, one event per launch group ---- */
+
+void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream) {
+    if (!t->prof || t->npev >= TW_CT_PROF_MAX)
+        return;
+    if (!t->pev[t->npev] && tw_cuda_event_create(ctx, &t->pev[t->npev]) != TWELL_OK)
+        return;
+    if (tw_cuda_event_record(ctx, t->pev[t->npev], stream) != TWELL_OK)
+        return;
+    t->pev_lab[t->npev++] = label;
+}
+
+/* Waits for the last mark and adds each interval to its label's total. */
+void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
+    for (int i = 1; t->prof && i < t->npev; i++) {
+        float ms = 0.0f;
+        if (tw_cuda_event_elapsed(ctx, t->pev[i - 1], t->pev[i], &ms) != TWELL_OK)
+            break;
+        int l = 0;
+        while (l < t->nlab && strcmp(t->lab[l], t->pev_lab[i]) != 0)
+            l++;
+        if (l == t->nlab) {
+            if (t->nlab == TW_CT_PROF_MAX)
+                continue;
+            t->lab[t->nlab++] = t->pev_lab[i];
+        }
+        t->lab_ms[l] += ms;
+        t->lab_n[l]++;
+    }
+    t->npev = 0;
+}
+
+/* ---- hooks ---- */
+
+twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
+                                         uint64_t nrn_len) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st != TWELL_OK)
+        return st;
+    t->row_len = row_len;
+    t->nrn_len = nrn_len;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st != TWELL_OK)
+        return st;
+    t->prof = on;
+    t->nlab = 0;
+    t->npev = 0;
+    memset(t->lab_ms, 0, sizeof t->lab_ms);
+    memset(t->lab_n, 0, sizeof t->lab_n);
+    return TWELL_OK;
+}
+
+size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
+    const tw_ctrain *t = state ? state->backend_data : NULL;
+    size_t len = 0;
+    if (cap)
+        buf[0] = 0;
+    for (int l = 0; t && l < t->nlab && len < cap; l++) {
+        int n = snprintf(buf + len, cap - len, "%-14s %8.4f ms (%u)\n", t->lab[l],
+                         t->lab_n[l] ? t->lab_ms[l] / t->lab_n[l] : 0.0, t->lab_n[l]);
+        if (n < 0)
+            break;
+        len += (size_t)n;
+    }
+    return len < cap ? len : cap;
+}
+
+twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st == TWELL_OK)
+        t->legacy = on;
+    return st;
+}
+
+int tw_cuda_train_last_vec(const twell_train_state *state) {
+    const tw_ctrain *t = state ? state->backend_data : NULL;
+    return t ? t->last_vec : 0;
+}
+
+/* Copies `bytes` of buffer b into a new host array (NULL for 0 bytes is fine: 1 byte). */
+static twell_status tw_ct_fetch(twell_ctx *ctx, const tw_ctrain *t, int b, size_t bytes,
+                                void **out) {
+    *out = malloc(bytes ? bytes : 1u);
+    if (!*out)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_cuda_train_download: out of host memory");
+    if (!bytes)
+        return TWELL_OK;
+    if (!t->buf[b].p || t->buf[b].cap < bytes)
+        return tw_error(ctx, TWELL_ERR_INTERNAL, "tw_cuda_train_download: %s holds %zu < %zu",
+                        tw_ct_buf_names[b], t->buf[b].cap, bytes);
+    return tw_cuda_memcpy_dtoh(ctx, *out, t->buf[b].p, bytes);
+}
+
+twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *h) {
+    memset(h, 0, sizeof *h);
+    const tw_ctrain *t = state ? state->backend_data : NULL;
+    if (!t || t->M == 0 || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = state->plan->ctx;
+    const twell_shape *s = &state->plan->shape;
+    twell_status st = tw_cuda_synchronize(ctx);
+    size_t M = t->M, NT = s->N / s->T, words = M * (s->N / s->C);
+    h->M = M, h->nnz = t->nnz, h->spill_total = t->spill, h->nchunks = t->nchunks;
+    h->pslots = t->pslots, h->E = t->E;
+    void *p;
+#define TW_FETCH(field, b, bytes)                                                                  \
+    do {                                                                                           \
+        if (st == TWELL_OK) {                                                                      \
+            st = tw_ct_fetch(ctx, t, b, bytes, &p);                                                \
+            h->field = p;                                                                          \
+        }                                                                                          \
+    } while (0)
+    TW_FETCH(packed, TB_PACKED, words * 4u);
+    TW_FETCH(u_ell, TB_U_ELL, words * 4u);
+    TW_FETCH(tile_off, TB_TILE_OFF, (M * NT + 1) * 8u);
+    TW_FETCH(spill_off, TB_SPILL_OFF, (M * NT + 1) * 8u);
+    TW_FETCH(row_off, TB_ROW_OFF, (M + 1) * 8u);
+    TW_FETCH(spill, TB_SPILL, t->spill * 4u);
+    TW_FETCH(u_spill, TB_U_SPILL, t->spill * 4u);
+    TW_FETCH(chunk_off, TB_CHUNK_OFF, (M + 1) * 8u);
+    TW_FETCH(e_col, TB_E_COL, t->nnz * 4u);
+    TW_FETCH(e_tm, TB_E_TM, t->nnz * 4u);
+    if (t->have_bwd) {
+        h->have_bwd = 1, h->E2 = t->E2, h->R = t->R, h->B = t->B;
+        TW_FETCH(col_off, TB_COL_OFF, ((size_t)s->N + 1) * 8u);
+        TW_FETCH(col_row, TB_COL_ROW, t->nnz * 4u);
+        TW_FETCH(col_ent, TB_COL_ENT, t->nnz * 4u);
+        TW_FETCH(e_du, TB_E_DU, t->nnz * 4u);
+        TW_FETCH(e_dp, TB_E_DP, t->nnz * 4u);
+    }
+#undef TW_FETCH
+    if (st != TWELL_OK)
+        tw_cuda_train_host_free(h);
+    return st;
+}
+
+void tw_cuda_train_host_free(tw_cuda_train_host *h) {
+    if (!h)
+        return;
+    void *p[] = {h->packed,  h->u_ell,   h->tile_off,  h->spill_off, h->row_off,
+                 h->spill,   h->u_spill, h->chunk_off, h->e_col,     h->e_tm,
+                 h->col_off, h->col_row, h->col_ent,   h->e_du,      h->e_dp};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        free(p[i]);
+    memset(h, 0, sizeof *h);
+}

@@ -1,0 +1,128 @@
+/*
+ * cuda_train_int.h — what cuda_train.c and cuda_train_hooks.c share: the kernel and buffer
+ * indices of a CUDA training state and its layout (not part of any public or test API).
+ */
+#ifndef TWELL_CUDA_TRAIN_INT_H
+#define TWELL_CUDA_TRAIN_INT_H
+
+#include "cuda_driver.h"
+#include "internal.h"
+
+/* The kernels of train_ffn, by index. */
+enum {
+    TF_RECOUNT,
+    TF_UP_TILES,
+    TF_DOWN_TILES,
+    TF_UP_ROWS,
+    TF_DOWN_ROWS,
+    TF_UP_HIST,
+    TF_DOWN_HIST,
+    TF_UP_NEURONS,
+    TF_DOWN_NEURONS,
+    TF_SCAN_TOP,
+    TF_OWNERS,
+    TF_SPILL,
+    TF_FWD_ENT,
+    TF_FWD_Y,
+    TF_ROW_REDUCE,
+    TF_STATS,
+    TF_BWD_ENT,
+    TF_BWD_DX,
+    TF_HIST,
+    TF_SCATTER,
+    TF_DW,
+    TF_DW_REDUCE,
+    TF_FWD_ENT_S, /* from here: only in VEC 8 builds */
+    TF_BWD_ENT_S,
+    TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
+    TF_OVF_TILES,
+    TF_COUNT
+};
+
+/* Scan modes (the up/down kernel pair of each). */
+enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
+
+/* The device buffers; names follow cpu_train.h where the CPU has the same array. */
+enum {
+    TB_PACKED,     /* u32 [M·N/C] */
+    TB_U_ELL,      /* f32 [M·N/C] */
+    TB_MASK,       /* u32 [M·NT·T/32] */
+    TB_TILE_OFF,   /* u64 [M·NT+1] */
+    TB_SPILL_OFF,  /* u64 [M·NT+1] */
+    TB_ROW_OFF,    /* u64 [M+1] */
+    TB_CHUNK_OFF,  /* u64 [M+1] */
+    TB_PSLOT_OFF,  /* u64 [M+1] */
+    TB_SCAN,       /* u64 [2·blocks] */
+    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8.. */
+    TB_SPILL,      /* u32 [spill] */
+    TB_U_SPILL,    /* f32 [spill] */
+    TB_CHUNK_ROW,  /* u32 [chunks] */
+    TB_CHUNK_L1,   /* f64 [chunks] */
+    TB_E_COL,      /* u32 [nnz] */
+    TB_E_TM,       /* f32 [nnz] */
+    TB_PARTIAL,    /* f32 [pslots·K] */
+    TB_E_DU,       /* f32 [nnz] */
+    TB_E_DP,       /* f32 [nnz] */
+    TB_HIST,       /* u32 [N·B] */
+    TB_CURSOR,     /* u32 [N·B] */
+    TB_COL_OFF,    /* u64 [N+1] */
+    TB_COL_ROW,    /* u32 [nnz] */
+    TB_COL_ENT,    /* u32 [nnz] */
+    TB_NCHUNK_OFF, /* u64 [N+1] */
+    TB_NSLOT_OFF,  /* u64 [N+1] */
+    TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
+    TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
+    TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
+    TB_COUNT
+};
+
+typedef struct {
+    tw_CUmodule mod;
+    tw_CUfunction fn[TF_COUNT];
+    int mma;    /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int staged; /* staged per-entry dot products (TF_*_ENT_S) */
+} tw_tmod;
+
+typedef struct {
+    void *p;
+    size_t cap; /* bytes */
+} tw_dbuf;
+
+#define TW_CT_PROF_MAX 40
+
+typedef struct tw_ctrain {
+    tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
+    uint32_t wpb;    /* warps per block of the row kernels */
+    unsigned smem_row, smem_recount, smem_stage;
+    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
+    tw_dbuf buf[TB_COUNT];
+    uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
+    tw_cuda_event ev;
+    int last_vec;
+    uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
+    /* the saved forward (M = 0: none) */
+    size_t M, nnz, spill, nchunks, pslots;
+    uint64_t E;
+    /* the last backward on it */
+    int have_bwd;
+    size_t R, B;
+    uint64_t E2;
+    /* profiling (hook): an event after each launch group, times summed per label */
+    int prof, npev, nlab;
+    tw_cuda_event pev[TW_CT_PROF_MAX];
+    const char *pev_lab[TW_CT_PROF_MAX];
+    const char *lab[TW_CT_PROF_MAX];
+    double lab_ms[TW_CT_PROF_MAX];
+    unsigned lab_n[TW_CT_PROF_MAX];
+} tw_ctrain;
+
+extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
+
+/* The backend state of `state`, created (with its pinned totals and event) on first use. */
+twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out);
+/* Profiling: an event named `label` after the work enqueued so far (no-op unless t->prof), and
+ * at the end of an op the intervals added to their labels' totals (waits for the events). */
+void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream);
+void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t);
+
+#endif /* TWELL_CUDA_TRAIN_INT_H */
