@@ -20,11 +20,18 @@
  * rows stay within the 16-bit tolerance). Tolerances: y, dx row-relative 5e-3 (bf16) / 1e-3
  * (fp16), dWg, dWu, dWd 1e-5; max_rel_err is the worst of the five. The timed full-M run is
  * checked for poison (every output written, finite).
+ *
+ * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (the check
+ * state's first forward under AUTO, or DENSE) its contract applies: U, Tm, dU, dP rounded to
+ * dtype, so the check allows 1.5e-2 (bf16) / 3e-3 (fp16) for y and dx and 1e-2 / 2e-3 for the
+ * weight gradients, over all rows (no saved support to compare). The record's variant is
+ * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
  */
 #include "bench.h"
 #include "cpu_train.h"
 #include "cuda_backend.h"
 #include "cuda_train.h"
+#include "cuda_train_dense.h"
 #include "half.h"
 #include "jit.h"
 #include "train_check.h"
@@ -317,7 +324,7 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     memset(&cs, 0, sizeof cs);
     memset(&gs, 0, sizeof gs);
     size_t *gso = NULL, *gro = NULL;
-    int ok = 0;
+    int ok = 0, gdense = 0;
     twell_ctx_options co = twell_ctx_options_default();
     co.backend = TWELL_BACKEND_CPU;
     twell_status st = TWELL_ERR_NO_MEMORY;
@@ -340,7 +347,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
                                       NULL)) != TWELL_OK ||
         (st = twell_ffn_backward(gplan, gst, Mc, o->x, o->wg, o->wu, o->wd, o->dy, lambda, o->dx,
                                  o->dwg, o->dwu, o->dwd, NULL)) != TWELL_OK ||
-        (st = tw_cuda_train_download(gst, &h)) != TWELL_OK ||
+        (!(gdense = tw_ctd_last_path(gst) == TWELL_PATH_DENSE) &&
+         (st = tw_cuda_train_download(gst, &h)) != TWELL_OK) ||
         (st = tw_cuda_memcpy_dtoh(ctx, gy, o->y, xk * 2)) != TWELL_OK ||
         (st = tw_cuda_memcpy_dtoh(ctx, gdx, o->dx, xk * 2)) != TWELL_OK ||
         (st = tw_cuda_memcpy_dtoh(ctx, gw, o->dwg, wk * 4)) != TWELL_OK ||
@@ -348,6 +356,22 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         (st = tw_cuda_memcpy_dtoh(ctx, gw + 2 * wk, o->dwd, wk * 4)) != TWELL_OK) {
         snprintf(note, notelen, "GPU run of the check rows: %s: %s", twell_status_name(st),
                  twell_ctx_errmsg(ctx));
+        goto done;
+    }
+    if (gdense) { /* the dense path: no saved support; its own tolerances, every row */
+        double d16 = s->dtype == TWELL_DTYPE_BF16 ? 1.5e-2 : 3e-3;
+        double d32 = s->dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
+        res->err[0] = tw_train_err_h(s->dtype, gy, ry, Mc, s->K, NULL, NULL, NULL, NULL);
+        res->err[1] = tw_train_err_h(s->dtype, gdx, rdx, Mc, s->K, NULL, NULL, NULL, NULL);
+        for (size_t t = 0; t < 3; t++)
+            res->err[2 + t] =
+                tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, NULL, NULL, NULL, NULL);
+        ok = res->err[0] <= d16 && res->err[1] <= d16 && res->err[2] <= d32 && res->err[3] <= d32 &&
+             res->err[4] <= d32;
+        snprintf(note, notelen,
+                 "CPU check (dense path), first %zu rows: row-rel y %.1e dx %.1e (tol %.0e) dWg "
+                 "%.1e dWu %.1e dWd %.1e (tol %.0e)",
+                 Mc, res->err[0], res->err[1], d16, res->err[2], res->err[3], res->err[4], d32);
         goto done;
     }
     /* supports */
@@ -527,9 +551,15 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
         twell_plan_destroy(plan);
         return 1;
     }
-    char variant[16];
-    snprintf(variant, sizeof variant, "%s+simt",
-             tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)));
+    twell_path path = !strcmp(o->path, "dense")    ? TWELL_PATH_DENSE
+                      : !strcmp(o->path, "sparse") ? TWELL_PATH_SPARSE
+                                                   : TWELL_PATH_AUTO;
+    if (twell_plan_set_path(plan, path) != TWELL_OK) {
+        fprintf(stderr, "twell bench: --path %s: %s\n", o->path, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(plan);
+        return 1;
+    }
+    const char *gpv = tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan));
 
     bt_blas blas;
     tw_CUmodule ew_mod = NULL;
@@ -619,7 +649,6 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                 size_t M = o->M[mi];
                 bench_record r;
                 bench_record_init(env, &r, "train", M, o->dist[di], o->nnz[ni]);
-                snprintf(r.variant, sizeof r.variant, "%s", variant);
                 bt_ours ours = {plan,      state,     M,         bufs[X],     bufs[WG],
                                 bufs[WU],  bufs[WD],  bufs[DY],  bufs[Y],     bufs[DX],
                                 bufs[DWG], bufs[DWU], bufs[DWD], bufs[STATS], lambda};
@@ -695,8 +724,17 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                                    bt_dense_step, bt_dense_fwd, bt_dense_bwd};
                 void *args[6] = {&ours, &ours, &ours, &dense, &dense, &dense};
                 double med[6] = {0}, mn[6] = {0}, mx[6] = {0};
+                unsigned long nd0 = tw_ctd_calls(state, TWELL_PATH_DENSE);
+                unsigned long ns0 = tw_ctd_calls(state, TWELL_PATH_SPARSE);
                 twell_status st =
                     bench_time(env, have_dense ? 6 : 3, fns, args, o->reps, o->warmup, med, mn, mx);
+                int ran_d = tw_ctd_calls(state, TWELL_PATH_DENSE) > nd0;
+                int ran_s = tw_ctd_calls(state, TWELL_PATH_SPARSE) > ns0;
+                snprintf(r.variant, sizeof r.variant, "%s+%s", gpv,
+                         ran_d && ran_s ? "mixed"
+                         : ran_d        ? "dense"
+                         : ran_s        ? "sparse"
+                                        : "?");
                 if (st != TWELL_OK) {
                     fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
                     r.correct = 0;

@@ -210,8 +210,6 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
     twell_ctx *ctx = plan->ctx;
     *dense = 0;
     tw_tdense *d = NULL;
-    if (plan->path == TWELL_PATH_SPARSE && !state->dense)
-        return TWELL_OK;
     TD_TRY(td_create(ctx, state, &d));
     d->saved_M = 0; /* the forward about to run replaces the saved one, whatever its path */
     TD_TRY(td_collect(ctx, d));
