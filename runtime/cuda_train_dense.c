@@ -20,6 +20,10 @@
 #define TD_THREADS 384u
 #define TD_SMEM                                                                                    \
     (1024u + TD_STAGES * (TD_BM + TD_BN) * 64u * 2u + TD_BM * 528u + 2u * TD_STAGES * 8u)
+/* The weight-gradient GEMM has no staging buffer (it stores fp32 from the fragments), so it can
+ * afford a deeper ring for its long reduction over M (default TD_WG_STAGES). */
+#define TD_WG_STAGES 4u
+#define TD_WG_SMEM(st) (1024u + (st) * (TD_BM + TD_BN) * 64u * 2u + 2u * (st)*8u)
 
 enum { TD_FWD, TD_Y, TD_DT, TD_DX, TD_WG, TD_AUX, TD_NMOD };
 
@@ -28,6 +32,7 @@ struct tw_tdense {
     char why[256];         /* why not available */
     tw_CUmodule mod[TD_NMOD];
     tw_CUfunction fn[TD_NMOD];
+    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: TD_WG_STAGES) */
     /* own workspace (unused while the caller lends one) */
     void *own;
     size_t own_bytes;
@@ -131,11 +136,14 @@ static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
         TD_P(64, K, "wgrad", 1, 1, K),  /* [dWu; dWg; dWd] = [dU dP Tm]ᵀ·[x x dy] */
     };
 #undef TD_P
+    unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
+    p[TD_WG][7].ival = (long long)wgs;
     for (int i = 0; i < 5; i++) {
         TD_TRY(td_module(ctx, "gemm_sm90", p[i], 9, &d->mod[i]));
         TD_TRY(tw_cu_module_function(ctx, d->mod[i], "twell_gemm_sm90", &d->fn[i]));
-        TD_TRY(tw_cu_func_set_attribute(
-            ctx, d->fn[i], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TD_SMEM));
+        TD_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        (int)(i == TD_WG ? TD_WG_SMEM(wgs) : TD_SMEM)));
     }
     TD_TRY(td_module(ctx, "train_dense_aux", NULL, 0, &d->mod[TD_AUX]));
     return tw_cu_module_function(ctx, d->mod[TD_AUX], "twell_train_dense_stats", &d->fn[TD_AUX]);
@@ -345,9 +353,9 @@ typedef struct {
     uint32_t ncols; /* output columns (the template's N) */
 } td_args;
 
-static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, const tw_CUtensorMap *ma,
-                            const tw_CUtensorMap *mb, const tw_CUtensorMap *mg, const td_args *a,
-                            twell_stream stream) {
+static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
+                            const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
+                            const tw_CUtensorMap *mg, const td_args *a, twell_stream stream) {
     size_t units = td_cdiv(td_cdiv((size_t)a->rows, TD_BM), TD_CLUSTER) * td_cdiv(a->ncols, TD_BN);
     size_t maxc = (size_t)ctx->cuda->sm_count / TD_CLUSTER;
     size_t clusters = units < maxc ? units : maxc;
@@ -359,7 +367,7 @@ static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, const tw_CUtensorM
     cfg.block[1] = cfg.block[2] = 1u;
     cfg.cluster[0] = TD_CLUSTER;
     cfg.cluster[1] = cfg.cluster[2] = 1u;
-    cfg.smem = TD_SMEM;
+    cfg.smem = smem;
     td_args v = *a;
     void *args[] = {(void *)ma,     (void *)mb,     (void *)mg, &v.out0, &v.out1,
                     &v.out2,        (void *)&v.aux, &v.part,    &v.scal, &v.rows,
@@ -388,12 +396,12 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
     TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
     td_args a = {tm, NULL, NULL, d->pu, d->part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
-    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], &ma, &mb, &mg, &a, stream));
+    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
     /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
     TD_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
     TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
     a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TD_TRY(td_gemm(ctx, d->fn[TD_Y], &ma, &mb, &mb, &a, stream));
+    TD_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
     /* 3. stats (fixed order) and the count for AUTO, copied back without a wait */
     long long np = (long long)(td_units(s, M) * TD_CLUSTER * 8u), Ml = (long long)M;
     void *part = d->part, *cnt = d->dcount;
@@ -435,13 +443,13 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
     TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
     float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
     td_args a = {buf, buf + N * 2u, NULL, d->pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
-    TD_TRY(td_gemm(ctx, d->fn[TD_DT], &ma, &mb, &mb, &a, stream));
+    TD_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
     /* 2. dx = [dU dP]·[Wu; Wg] */
     TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
     TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, 64u));
     TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, 64u));
     a = (td_args){dx, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TD_TRY(td_gemm(ctx, d->fn[TD_DX], &ma, &mb, &mg, &a, stream));
+    TD_TRY(td_gemm(ctx, d->fn[TD_DX], TD_SMEM, &ma, &mb, &mg, &a, stream));
     /* 3. [dWu; dWg; dWd] = [dU dP Tm]ᵀ · [x; x; dy]: everything MN-major, reduction over M. One
      * launch when the dy rows start on a cluster boundary (2N % 256 == 0), else two. */
     int kbl = (int)td_cdiv(M, 64u);
@@ -451,15 +459,18 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
         TD_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,       0.0f,
                       (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], &ma, &mb, &mg, &a, stream));
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
     } else {
         TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,       0.0f,
                       (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], &ma, &mb, &mg, &a, stream));
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
         TD_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
         a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], &ma, &mb, &mg, &a, stream));
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
     }
     return TWELL_OK;
 }
@@ -526,6 +537,36 @@ twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, 
     d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
     d->min_rows = min_rows;
     return TWELL_OK;
+}
+
+twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
+    tw_tdense *d = NULL;
+    TD_TRY(td_create(state->plan->ctx, state, &d));
+    if (d->loaded || (stages != 0 && (stages < 2 || stages > 4)))
+        return tw_error(state->plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "tw_ctd_set_wgrad_stages: %u (2..4, 0 default) must be set before the "
+                        "first dense forward",
+                        stages);
+    d->wg_stages = stages;
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) {
+    tw_tdense *d = state ? state->dense : NULL;
+    if (!d || d->saved_M != M)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = state->plan->ctx;
+    size_t n = M * state->plan->shape.N;
+    uint32_t *w = malloc(n * 4u);
+    if (!w)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_ctd_download_p: out of host memory");
+    twell_status st = tw_cuda_synchronize(ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(ctx, w, d->pu, n * 4u);
+    for (size_t i = 0; st == TWELL_OK && i < n; i++)
+        p[i] = (uint16_t)(w[i] & 0xffffu);
+    free(w);
+    return st;
 }
 
 unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path) {

@@ -74,6 +74,12 @@ twell_path tw_ctd_last_path(const twell_train_state *state);
 /* The estimate AUTO decides from (active values per row; -1 none) and its threshold. */
 double tw_ctd_estimate(const twell_train_state *state);
 twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, size_t min_rows);
+/* Ring depth of the weight-gradient GEMM (2..4; 0 the default, 4); before the first dense
+ * forward of the state (the modules are loaded then), else TWELL_ERR_INVALID_ARG. */
+twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages);
+/* The dense saved forward's gate P as [M, N] 16-bit patterns (0 off the support); synchronises.
+ * TWELL_ERR_INVALID_ARG when the state holds no dense forward of M rows. */
+twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p);
 /* Forwards run dense and sparse so far. */
 unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path);
 

@@ -110,7 +110,8 @@ end
 
 local BM, BN, BK, THREADS = 128, 256, 64, 384
 local ROWB = 528 -- staging row pitch: 512 B + 16 B (conflict-free fragment access and row reads)
-local STG_BYTES = BM * ROWB
+local STG_BYTES = MODE == "wgrad" and 0 or BM * ROWB -- wgrad stores from the fragments
+local PFB = param("PFB", 16) -- MODE dt: column groups of (P, U) words loaded at once
 local A_BYTES, B_BYTES = BM * BK * 2, BN * BK * 2
 local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * STAGES * 8
 if SMEM > 227 * 1024 then
@@ -401,11 +402,6 @@ if TRAIN then
 static __device__ __forceinline__ float tw_sign(float v) {
     return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f);
 }
-static __device__ __forceinline__ uint2 tw_ldg64(const tw_u32 *p) {
-    uint2 v;
-    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
 ]==]
 end
 
@@ -662,6 +658,8 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
 #else
 #if TW_MODE == 3
             float l1 = 0.0f, cnt = 0.0f;
+#elif TW_MODE == 4
+            uint2 pf[${PFB}][2]; /* (P, U) words prefetched ${PFB} column groups at a time */
 #endif
             /* epilogue in place: each thread touches only its own positions until __syncwarp */
 #pragma unroll
@@ -697,9 +695,20 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
                     /* dT = acc + scal·sign(U); dU = dT·P, dP = dT·U on the support (P > 0) */
                     const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
                     const int col = n0 + 8 * j + 2 * (lane & 3);
+                    if ((j % ${PFB}) == 0 && h == 0) { /* the next ${PFB} j's words, all in flight */
+#pragma unroll
+                        for (int jj = 0; jj < ${PFB}; ++jj)
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh) {
+                                const int r2 = row + 8 * hh, c2 = col + 8 * jj;
+                                pf[jj][hh] = r2 < M && c2 < ${N}
+                                                 ? __ldg((const uint2 *)(aux + (long long)r2 * ${N} + c2))
+                                                 : make_uint2(0u, 0u);
+                            }
+                    }
                     float du0 = 0.0f, du1 = 0.0f, dp0 = 0.0f, dp1 = 0.0f;
                     if (row < M && col < ${N}) {
-                        const uint2 w = tw_ldg64(aux + (long long)row * ${N} + col);
+                        const uint2 w = pf[j % ${PFB}][h];
                         float p0, u0, p1, u1;
                         tw_unpack2(w.x, p0, u0);
                         tw_unpack2(w.y, p1, u1);

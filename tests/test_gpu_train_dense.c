@@ -43,14 +43,18 @@ typedef struct {
     double density;
     int skew;
     float lambda;
+    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: default) */
 } td_case;
 
 /* The first two are small (the sanitizer runs them). */
 static const td_case td_cases[] = {
-    {33, 64, 256, 256, 8, BF, 0.05, 0, 0.5f},     {65, 128, 320, 64, 2, FP, 0.20, 1, 1.0f},
-    {1, 64, 256, 256, 8, BF, 0.20, 0, 0.5f},      {1000, 512, 1024, 256, 8, BF, 0.05, 0, 1.0f},
-    {1000, 512, 1024, 256, 8, FP, 0.20, 1, 1.0f}, {333, 256, 1024, 128, 4, BF, 0.20, 1, 2.0f},
-    {300, 256, 5632, 256, 8, BF, 0.195, 0, 1.0f},
+    {33, 64, 256, 256, 8, BF, 0.05, 0, 0.5f, 0},
+    {65, 128, 320, 64, 2, FP, 0.20, 1, 1.0f, 0},
+    {1, 64, 256, 256, 8, BF, 0.20, 0, 0.5f, 0},
+    {1000, 512, 1024, 256, 8, BF, 0.05, 0, 1.0f, 3},
+    {1000, 512, 1024, 256, 8, FP, 0.20, 1, 1.0f, 0},
+    {333, 256, 1024, 128, 4, BF, 0.20, 1, 2.0f, 0},
+    {300, 256, 5632, 256, 8, BF, 0.195, 0, 1.0f, 0},
 };
 
 static void td_log(void *user, twell_log_level level, const char *msg) {
@@ -267,6 +271,8 @@ static void test_gpu_train_dense_case(void **st) {
     td_gpu g;
     td_gpu_open(&g, &s, &d);
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    if (c->wg_stages)
+        TD_OK(tw_ctd_set_wgrad_stages(g.state, c->wg_stages));
     td_out_alloc(&o1, c->M, c->K, c->N);
     td_out_alloc(&o2, c->M, c->K, c->N);
     uint32_t poison[2] = {0xFFFFFFFFu, 0x7FC17FC1u};
@@ -289,10 +295,19 @@ static void test_gpu_train_dense_case(void **st) {
     assert_memory_equal(o1.dwd, o2.dwd, wk * 4);
     assert_memory_equal(o1.stats, o2.stats, 8);
     printf("# M=%zu K=%u N=%u T=%u C=%u %s %s density %.3f (%.1f active/row), dense workspace "
-           "%.2f MB\n",
+           "%.2f MB, weight-gradient ring %u\n",
            c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
            c->skew ? "skewed" : "uniform", c->density, (double)r.stats[0],
-           (double)tw_ctd_bytes(&s, c->M) / 1e6);
+           (double)tw_ctd_bytes(&s, c->M) / 1e6, c->wg_stages ? c->wg_stages : 4u);
+    /* the saved gate is the CPU's, bit for bit (exact-gate data) */
+    uint16_t *pg = malloc(c->M * c->N * 2);
+    assert_non_null(pg);
+    TD_OK(tw_ctd_download_p(g.state, c->M, pg));
+    size_t nnz = 0;
+    for (size_t i = 0; i < c->M * c->N; i++)
+        nnz += tw_half_to_f32(c->dt, pg[i]) > 0.0f;
+    free(pg);
+    assert_true(fabs((double)nnz / (double)c->M - (double)r.stats[0]) < 1e-3);
     td_compare(&s, c->M, &o1, &r, 1, "dense");
     td_out_free(&o1);
     td_out_free(&o2);
@@ -462,7 +477,8 @@ static void test_gpu_train_dense_errors(void **st) {
         TWELL_ERR_UNSUPPORTED);
     printf("# unaligned DENSE forward: %s\n", twell_ctx_errmsg(g_ctx));
     td_forward(&g);
-    char *dxo = (char *)g.dx + 2;
+    void *dxb = td_dev(40u * s.K * 2u + 16u, NULL);
+    char *dxo = (char *)dxb + 2;
     assert_int_equal(twell_ffn_backward(g.plan, g.state, 40, g.x, g.wg, g.wu, g.wd, g.dy, 1.0f, dxo,
                                         g.dwg, g.dwu, g.dwd, NULL),
                      TWELL_ERR_UNSUPPORTED);
@@ -471,6 +487,7 @@ static void test_gpu_train_dense_errors(void **st) {
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
     TD_OK(twell_ffn_forward_train(g.plan, 39, g.x, g.wg, g.wu, g.wd, yo, g.stats, g.state, NULL));
     assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_SPARSE);
+    tw_cuda_free(g_ctx, dxb);
     td_gpu_close(&g);
     tw_t_data_free(&d);
 }
