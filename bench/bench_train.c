@@ -23,8 +23,13 @@
  *
  * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (the check
  * state's first forward under AUTO, or DENSE) its contract applies: U, Tm, dU, dP rounded to
- * dtype, so the check allows 1.5e-2 (bf16) / 3e-3 (fp16) for y and dx and 1e-2 / 2e-3 for the
- * weight gradients; the support comes from its saved gate (tw_ctd_download_p), compared as above.
+ * dtype, so the check allows 1.5e-2 (bf16) / 3e-3 (fp16) for y, 3e-2 / 4e-3 for dx and 1e-2 /
+ * 2e-3 for the weight gradients; the support comes from its saved gate (tw_ctd_download_p),
+ * compared as above. dx gets more room: the synthetic data's constant feature (x[:, 0] = 1,
+ * Wg[:, 0] = -threshold ≈ -2.6) makes dx[m, 0] = Σ dP·Wg[n, 0] dominate the row, and with few
+ * active values per row that signed sum can cancel, amplifying dP's 16-bit rounding (measured
+ * 1.7e-2 at 29 active per row, bf16, first 1024 rows, 7cd9bac; the cuBLAS dense step, which
+ * rounds the same intermediates and more, is 2.6e-2 away from ours on those data).
  * The record's variant is
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
  */
@@ -361,6 +366,7 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     }
     if (gdense) { /* the dense path: its saved gate gives the support; its own tolerances */
         double d16 = s->dtype == TWELL_DTYPE_BF16 ? 1.5e-2 : 3e-3;
+        double dxt = s->dtype == TWELL_DTYPE_BF16 ? 3e-2 : 4e-3; /* see the file comment */
         double d32 = s->dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
         uint16_t *pg = malloc(Mc * N * 2u);
         uint64_t *ro = malloc((Mc + 1) * sizeof *ro);
@@ -398,13 +404,13 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         for (size_t t = 0; t < 3; t++)
             res->err[2 + t] =
                 tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
-        ok = res->rows_out * 100 <= Mc && res->err[0] <= d16 && res->err[1] <= d16 &&
+        ok = res->rows_out * 100 <= Mc && res->err[0] <= d16 && res->err[1] <= dxt &&
              res->err[2] <= d32 && res->err[3] <= d32 && res->err[4] <= d32;
         snprintf(note, notelen,
-                 "CPU check (dense path), first %zu rows: row-rel y %.1e dx %.1e (tol %.0e) dWg "
-                 "%.1e dWu %.1e dWd %.1e (tol %.0e); gate vs CPU: %zu flips, %zu values (%zu rows, "
-                 "%zu neurons out)",
-                 Mc, res->err[0], res->err[1], d16, res->err[2], res->err[3], res->err[4], d32,
+                 "CPU check (dense path), first %zu rows: row-rel y %.1e (tol %.1e) dx %.1e (tol "
+                 "%.1e) dWg %.1e dWu %.1e dWd %.1e (tol %.1e); gate vs CPU: %zu flips, %zu values "
+                 "(%zu rows, %zu neurons out)",
+                 Mc, res->err[0], d16, res->err[1], dxt, res->err[2], res->err[3], res->err[4], d32,
                  res->diff, res->values, res->rows_out, res->nrn_out);
         goto done;
     }

@@ -6,6 +6,7 @@
 #include "cuda_train_dense.h"
 
 #include "jit.h"
+#include "train_auto.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -225,6 +226,8 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
         return TWELL_OK;
     const void *p[] = {x, wg, wu, wd, y};
     int forced = plan->path == TWELL_PATH_DENSE;
+    if (!forced && M < d->min_rows)
+        return TWELL_OK; /* AUTO runs sparse: no need to build the dense kernels for it */
     TD_TRY(td_prepare(plan, d, forced));
     int can = d->available && td_aligned(p, 5) && M <= (size_t)INT_MAX;
     if (forced) {
@@ -239,14 +242,10 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
         *dense = 1;
         return TWELL_OK;
     }
-    if (!can || M < d->min_rows)
+    if (!can)
         return TWELL_OK;
-    if (d->est < 0.0) { /* first forward, or only dense ones whose count has not landed */
-        *dense = 1;
-        return TWELL_OK;
-    }
     double thr = d->threshold > 0.0 ? d->threshold : TW_TD_DENSITY * (double)plan->shape.N;
-    *dense = d->est > (d->last == TWELL_PATH_DENSE ? TW_TD_STAY * thr : thr);
+    *dense = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
     return TWELL_OK;
 }
 
@@ -258,6 +257,9 @@ twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, siz
     const void *p[] = {x, wg, wu, wd, y};
     char why[320];
     snprintf(why, sizeof why, "%s", twell_ctx_errmsg(ctx));
+    if (d && td_prepare(plan, d, 0) != TWELL_OK)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback could not be built: %s)",
+                        why, twell_ctx_errmsg(ctx));
     if (!d || !d->available || !td_aligned(p, 5) || M > (size_t)INT_MAX)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback cannot run: %s)", why,
                         d && d->why[0] ? d->why : "tensors not 16-byte aligned or M too large");
