@@ -10,7 +10,8 @@
  * fp32 values the largest row-relative L2 error allowed is 1.5e-2 (bf16) / 3e-3 (fp16) for y and
  * dx, 1e-2 / 2e-3 for the fp32 weight gradients (each sums M products of rounded values), L1
  * relative 4e-3 / 1e-3; the worst is printed. Also: bitwise determinism over two runs with
- * different poison, every output written (NaN poison), no host wait in dense steps.
+ * different poison, every output written (NaN poison), no host wait in dense steps, and the
+ * out-of-memory fallback from the sparse path (device filled, dense workspace lent).
  * `test_gpu_train_dense small`: the first two cases only (sanitizer). Exits 77 without a device.
  * labels: gpu slow */
 #include "cuda_driver.h"
@@ -460,6 +461,64 @@ static void test_gpu_train_dense_workspace(void **st) {
     tw_t_data_free(&d);
 }
 
+/* The out-of-memory fallback: with a lent workspace the dense path needs no allocation, so when
+ * the device is full and the sparse state cannot grow, AUTO runs the dense path instead of
+ * failing (SPARSE forced returns TWELL_ERR_NO_MEMORY). Written after the last device run of its
+ * author: not run yet. */
+static void test_gpu_train_dense_oom_fallback(void **st) {
+    (void)st;
+    twell_shape s = {128, 1024, 256, 8, BF, 1};
+    size_t M = 2048;
+    tw_t_gen gen = {0.10, 0, 1, 31u};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, BF, M, s.K, s.N, &gen), 0);
+    td_out r, o;
+    td_reference(&s, &d, 1.0f, &r);
+    td_out_alloc(&o, M, s.K, s.N);
+    td_gpu g;
+    td_gpu_open(&g, &s, &d);
+    size_t need = 0;
+    TD_OK(twell_train_workspace_size(g.plan, M, 102.4, TWELL_PATH_DENSE, &need));
+    void *ws = td_dev(need, NULL);
+    TD_OK(twell_train_state_set_workspace(g.state, ws, need));
+    /* load both paths' kernels while memory is free: a dense step, then a small sparse one */
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    td_forward(&g);
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE));
+    TD_OK(twell_ffn_forward_train(g.plan, 64, g.x, g.wg, g.wu, g.wd, g.y, g.stats, g.state, NULL));
+    TD_OK(tw_cuda_synchronize(g_ctx));
+    /* fill the device */
+    void *fill[4096];
+    size_t nfill = 0;
+    for (size_t chunk = (size_t)1 << 30; chunk >= ((size_t)1 << 20) && nfill < 4096; chunk /= 2)
+        while (nfill < 4096 && tw_cuda_malloc(g_ctx, chunk, &fill[nfill]) == TWELL_OK)
+            nfill++;
+    size_t fr = 0, tot = 0;
+    TD_OK(tw_cuda_mem_info(g_ctx, &fr, &tot));
+    printf("# device filled: %zu blocks, %zu bytes free of %zu\n", nfill, fr, tot);
+    /* SPARSE forced: a clean TWELL_ERR_NO_MEMORY */
+    assert_int_equal(
+        twell_ffn_forward_train(g.plan, M, g.x, g.wg, g.wu, g.wd, g.y, g.stats, g.state, NULL),
+        TWELL_ERR_NO_MEMORY);
+    printf("#   SPARSE: %s\n", twell_ctx_errmsg(g_ctx));
+    /* AUTO, kept on the sparse path by min_rows: falls back to the dense path */
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
+    TD_OK(tw_ctd_set_threshold(g.state, 0.0, M + 1));
+    td_poison(&g, 0xFFFFFFFFu);
+    td_forward(&g);
+    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_DENSE);
+    td_backward(&g, 1.0f);
+    td_fetch(&g, 0xFFFFFFFFu, &o);
+    for (size_t i = 0; i < nfill; i++)
+        tw_cuda_free(g_ctx, fill[i]);
+    td_compare(&s, M, &o, &r, 1, "sparse out of memory, AUTO fell back to dense");
+    td_gpu_close(&g);
+    tw_cuda_free(g_ctx, ws);
+    td_out_free(&o);
+    td_out_free(&r);
+    tw_t_data_free(&d);
+}
+
 /* DENSE where it cannot run: unaligned tensors (forward), and a backward of a dense forward
  * given unaligned tensors; nothing written, clear messages. */
 static void test_gpu_train_dense_errors(void **st) {
@@ -498,7 +557,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 2;
-    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 3];
+    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 4];
     static char names[sizeof td_cases / sizeof td_cases[0]][128];
     for (size_t i = 0; i < ncases; i++) {
         const td_case *c = &td_cases[i];
@@ -514,8 +573,10 @@ int main(int argc, char **argv) {
     if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_dense_switching);
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_dense_workspace);
+        struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_dense_oom_fallback);
         tests[n++] = t2;
         tests[n++] = t3;
+        tests[n++] = t4;
     }
     int rc = _cmocka_run_group_tests("test_gpu_train_dense", tests, n, NULL, NULL);
     twell_ctx_destroy(g_ctx);
