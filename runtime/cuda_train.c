@@ -6,6 +6,7 @@
 #include "cuda_train.h"
 #include "cuda_train_int.h"
 
+#include "cuda_train_dense.h"
 #include "jit.h"
 #include "train_layout.h"
 
@@ -454,7 +455,25 @@ twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, co
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    st = tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
+    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below */
+    int dense = 0;
+    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense);
+    if (st == TWELL_OK && dense) {
+        st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
+        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
+            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path",
+                   twell_ctx_errmsg(plan->ctx));
+            dense = 0; /* AUTO: the sparse path may still fit */
+            st = TWELL_OK;
+        }
+    }
+    if (st == TWELL_OK && !dense) {
+        st = tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
+        if (st == TWELL_OK)
+            tw_ctd_note_sparse(state, M, ((tw_ctrain *)state->backend_data)->nnz);
+        else if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
+            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
+    }
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }
@@ -598,12 +617,16 @@ twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
+    if (tw_ctd_saved(state, M)) /* the backward follows the forward's path */
+        st = tw_ctd_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
+    else
+        st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }
 
 void tw_cuda_train_release(twell_train_state *state) {
+    tw_ctd_release(state);
     if (!state || !state->backend_data)
         return;
     tw_ctrain *t = state->backend_data;

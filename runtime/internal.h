@@ -44,6 +44,9 @@ struct twell_train_state {
     size_t M;     /* rows of the saved forward; 0 = none saved */
     size_t bytes; /* backend memory held */
     void *backend_data;
+    void *dense;     /* CUDA: the dense training path's record (cuda_train_dense.c), or NULL */
+    void *ws;        /* caller's device workspace (twell_train_state_set_workspace), borrowed */
+    size_t ws_bytes; /* its size */
 };
 
 /* Records an error on ctx (message built from fmt, prefixed by nothing) and returns status, so
@@ -109,5 +112,12 @@ twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t
                               float lambda, void *dx, float *dwg, float *dwu, float *dwd,
                               twell_stream stream);
 void tw_cuda_train_state_release(twell_train_state *state);
+/* The dense training path's workspace (cuda_train_dense.c): bytes it needs for M rows (0 on
+ * overflow); borrowing the caller's buffer (synchronises; ptr NULL: back to allocating); device
+ * bytes it holds itself; release (waits for the device; NULL-safe). */
+size_t tw_ctd_bytes(const twell_shape *s, size_t M);
+twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes);
+size_t tw_ctd_held(const twell_train_state *state);
+void tw_ctd_release(twell_train_state *state);
 
 #endif /* TWELL_INTERNAL_H */

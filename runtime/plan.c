@@ -165,7 +165,73 @@ void twell_train_state_destroy(twell_train_state *state) {
     free(state);
 }
 
-size_t twell_train_state_bytes(const twell_train_state *state) { return state ? state->bytes : 0; }
+size_t twell_train_state_bytes(const twell_train_state *state) {
+    if (!state)
+        return 0;
+    size_t dense = state->plan->ctx->backend == TWELL_BACKEND_CUDA ? tw_ctd_held(state) : 0u;
+    return state->bytes + dense;
+}
+
+/* The sparse state's size estimate (train_layout of both backends): packed gate and U per word,
+ * overflow masks and per-tile/per-row offsets, then per active value the spill bound, the
+ * forward's column and Tm, the backward's dU, dP and the neuron-major token and entry lists. */
+static size_t tw_sparse_estimate(const twell_shape *s, size_t M, double nnz_per_row) {
+    double words = (double)M * (s->N / s->C), tiles = (double)M * (s->N / s->T);
+    double nnz = nnz_per_row * (double)M;
+    double b = 8.0 * words + tiles * (s->T / 8u) + 16.0 * (tiles + 1.0) + 24.0 * ((double)M + 1.0) +
+               32.0 * nnz + 32.0 * ((double)s->N + 1.0);
+    return b >= (double)SIZE_MAX ? 0 : (size_t)b;
+}
+
+twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_per_row,
+                                        twell_path path, size_t *bytes) {
+    if (bytes)
+        *bytes = 0;
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    const twell_shape *s = &plan->shape;
+    if (!bytes || M == 0 || !(nnz_per_row >= 0.0) || nnz_per_row > (double)s->N ||
+        (path != TWELL_PATH_AUTO && path != TWELL_PATH_SPARSE && path != TWELL_PATH_DENSE))
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_train_workspace_size: needs bytes != NULL, M >= 1, 0 <= "
+                        "nnz_per_row <= N and a twell_path");
+    size_t sparse = tw_sparse_estimate(s, M, nnz_per_row);
+    size_t dense = plan->ctx->backend == TWELL_BACKEND_CUDA ? tw_ctd_bytes(s, M) : 0u;
+    if (sparse == 0 || (plan->ctx->backend == TWELL_BACKEND_CUDA && dense == 0))
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_train_workspace_size: M = %zu overflows", M);
+    if (plan->ctx->backend != TWELL_BACKEND_CUDA || path == TWELL_PATH_SPARSE)
+        *bytes = sparse;
+    else if (path == TWELL_PATH_DENSE)
+        *bytes = dense;
+    else
+        *bytes = sparse > dense ? sparse : dense;
+    tw_clear_error(plan->ctx);
+    return TWELL_OK;
+}
+
+twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
+    if (!state)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = state->plan->ctx;
+    if (ctx->backend != TWELL_BACKEND_CUDA)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "twell_train_state_set_workspace: the CPU backend allocates its host "
+                        "memory itself");
+    if (ptr && (bytes == 0 || (uintptr_t)ptr % 256u != 0))
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_train_state_set_workspace: ptr must be 256-byte aligned and bytes "
+                        "> 0");
+    if (ptr && tw_cuda_pointer_kind(ctx, ptr) == 0)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_train_state_set_workspace: ptr is host memory, not device memory");
+    twell_status st = tw_ctd_set_workspace(state, ptr, bytes);
+    if (st == TWELL_OK) {
+        state->M = 0; /* a dense forward saved in the old workspace is gone */
+        tw_clear_error(ctx);
+    }
+    return st;
+}
 
 /* ---- op argument validation ---- */
 

@@ -216,8 +216,9 @@ typedef struct twell_plan twell_plan;
  * unless stated otherwise; the CPU backend returns when results are written. */
 typedef void *twell_stream;
 
-/* Which implementation twell_ffn_infer uses on the CUDA backend (twell_gate_pack is the same in
- * every mode; the CPU backend is exact in every mode and ignores this).
+/* Which implementation twell_ffn_infer (and, for training, twell_ffn_forward_train: see the
+ * Training section) uses on the CUDA backend (twell_gate_pack is the same in every mode; the CPU
+ * backend is exact in every mode and ignores this).
  *   SPARSE  the TwELL kernels: only active neurons are touched; any GPU.
  *   DENSE   dense tensor-core kernels, on Hopper (sm_90a) with K a multiple of 64 and x, the
  *           weights and y 16-byte aligned; elsewhere twell_ffn_infer returns
@@ -257,8 +258,9 @@ TWELL_API void twell_plan_destroy(twell_plan *plan);
 /* The shape plan was created with (borrowed, valid for the plan's lifetime). */
 TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
 
-/* Sets the inference path (default AUTO) for the plan's next calls. TWELL_ERR_INVALID_ARG for an
- * unknown value; whether DENSE can run is checked by the call (see twell_path). */
+/* Sets the path (default AUTO) of the plan's next inference and training calls.
+ * TWELL_ERR_INVALID_ARG for an unknown value; whether DENSE can run is checked by the call (see
+ * twell_path). */
 TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 
 /* ---------------------------------------------------------------------------------------------
@@ -313,23 +315,83 @@ TWELL_API twell_status twell_train_state_create(twell_plan *plan, twell_train_st
 /* Destroys state; NULL is a no-op. */
 TWELL_API void twell_train_state_destroy(twell_train_state *state);
 
-/* Bytes of backend memory the state holds now (after a forward: the saved activations). */
+/* Bytes of backend memory the state holds now (after a forward: the saved activations; on CUDA
+ * plus the dense path's own workspace, not counting a workspace the caller lent). */
 TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
 
-/* Training ops run on both backends. On CUDA, twell_ffn_forward_train synchronises the host
- * once per call (after the gate-pack and the device scans that count the active entries, to size
- * the saved state; its buffers only grow, so steady-state steps do not allocate) and is otherwise
- * asynchronous on `stream`; twell_ffn_backward does not synchronise. Both are deterministic and
- * follow the CPU reference's rounding sequence per dot product and per sum, so results match the
- * CPU backend to the output rounding. The one exception is the gate itself: on CUDA its values
- * come from tensor cores (the gate-pack, and the recount of row-tiles that overflow the slots),
- * which sum in another order: a pre-activation within fp32 rounding of 0 or of a 16-bit rounding
- * edge may give another support or gate value than the CPU. */
+/* Bytes of backend memory a training step (forward + backward) of M rows with about nnz_per_row
+ * active values per row needs in its state, for `path`:
+ *   DENSE   (CUDA) exact: the dense path's workspace, M·N·10 bytes plus 256-byte alignment and
+ *           a few KiB of per-tile partials: [M, 3N] dtype (dU | dP | Tm), [M, N] u32 (P and
+ *           round(U) of each value); independent of the density;
+ *   SPARSE  an estimate of the sparse state (its buffers are allocated and grown by the state
+ *           itself, to the exact counts of each forward; skewed data may need more);
+ *   AUTO    (CUDA) the larger of the two; on the CPU backend every path gives the SPARSE estimate.
+ * *bytes is 0 on error: TWELL_ERR_INVALID_ARG for NULL arguments, M = 0, nnz_per_row outside
+ * [0, N], an unknown path, or a size that overflows. */
+TWELL_API twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_per_row,
+                                                  twell_path path, size_t *bytes);
+
+/* Lends the state a device buffer of `bytes` bytes for the dense path's workspace (CUDA only:
+ * TWELL_ERR_UNSUPPORTED on the CPU backend). ptr must be device memory of the context's device,
+ * 256-byte aligned (cuMemAlloc's alignment); NULL detaches a lent buffer (the state then
+ * allocates its own again when needed). Ownership: the buffer stays the caller's; the library
+ * never frees it, reads and writes it only from work enqueued by forward/backward calls on this
+ * state, and keeps the forward's saved activations in it until the next forward. The caller must
+ * keep it valid and not touch it until the state is destroyed or the buffer detached, and must
+ * not lend it to two states at once. While a buffer is lent the dense path never allocates: a
+ * forward of M rows needs twell_train_workspace_size(plan, M, ·, TWELL_PATH_DENSE) bytes, or the
+ * dense path reports TWELL_ERR_NO_MEMORY (AUTO then runs sparse). The sparse path keeps
+ * allocating its own buffers. The call synchronises the device, frees the state's own dense
+ * workspace and discards the saved forward (a backward needs a new forward). Errors:
+ * TWELL_ERR_INVALID_ARG (NULL state, bytes 0, misaligned or host pointer), TWELL_ERR_CUDA. */
+TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr,
+                                                       size_t bytes);
+
+/* Training ops run on both backends. On CUDA, the plan's path (twell_plan_set_path) picks the
+ * forward's implementation and the backward follows whatever its forward ran (recorded in the
+ * state):
+ *   SPARSE  the TwELL kernels. twell_ffn_forward_train synchronises the host once per call (after
+ *           the gate-pack and the device scans that count the active entries, to size the saved
+ *           state; its buffers only grow, so steady-state steps do not allocate). They follow the
+ *           CPU reference's rounding sequence per dot product and per sum, so results match the
+ *           CPU backend to the output rounding. The one exception is the gate itself: its values
+ *           come from tensor cores (the gate-pack, and the recount of row-tiles that overflow
+ *           the slots), which sum in another order: a pre-activation within fp32 rounding of 0
+ *           or of a 16-bit rounding edge may give another support or gate value than the CPU.
+ *   DENSE   dense tensor-core GEMMs (Hopper sm_90a, K % 64 == 0, every tensor of the forward and
+ *           the backward 16-byte aligned; elsewhere TWELL_ERR_UNSUPPORTED): forward = one GEMM
+ *           pair for the gate and up projections (P, U, Tm in its epilogue, the stats from it)
+ *           and one for y; backward = dy·Wdᵀ (dT, dU, dP in its epilogue), dx = [dU dP]·[Wu; Wg],
+ *           and the three weight gradients in one GEMM, fp32. No host synchronisation in either.
+ *           Cost independent of the density. Contract difference (as twell_path's DENSE for
+ *           inference): U, Tm, dU and dP are rounded to dtype (nearest even) before the GEMMs
+ *           that read them, where the sparse path and the CPU backend keep them in fp32, and
+ *           L1 = Σ|round(Tm)|/M; so y, dx and the weight gradients differ from the CPU backend
+ *           by about one dtype rounding of those values. Row-relative L2 error against the CPU
+ *           measured (H200, 7cd9bac): test_gpu_train_dense's sweep, bf16 y ≤ 4.8e-3, dx ≤ 7.6e-3,
+ *           fp32 weight gradients ≤ 6.3e-3 (fp16: 5.1e-4, 5.4e-4, 5.8e-4), L1 relative ≤ 6.6e-4;
+ *           twell bench's synthetic data at M = 16384 (first 1024 rows checked), bf16, y ≤
+ *           4.3e-3, weight gradients ≤ 6.6e-3, dx up to 1.7e-2 on rows with few active values
+ *           whose terms cancel (dP's rounding is amplified). L0 is exact. The saved activations
+ *           take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
+ *   AUTO    the first forward of a state runs DENSE when it can and M ≥ 1024 (its cost does not
+ *           depend on the data, and it counts L0 without a host wait), else SPARSE; afterwards
+ *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
+ *           forward's count copied back asynchronously and read only once it has landed: no call
+ *           waits for it) exceeds about 0.6% of N active values per row (0.54% to stay dense
+ *           after a dense step; the crossover measured on an H200) and M ≥ 1024, else SPARSE.
+ *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
+ *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming
+ *           both reasons; a dense forward whose workspace cannot be had runs sparse.
+ * Both paths are deterministic: identical inputs give bitwise identical results. Ops are
+ * asynchronous on `stream` apart from the synchronisation above. */
 
 /* Training forward. Writes y [M, K] (dtype) and, when stats is not NULL, stats[0] = L0 and
  * stats[1] = L1 (two floats in the backend's memory space), and saves into state what
  * twell_ffn_backward needs (replacing any earlier forward). x, wg, wu, wd as in inference.
- * TWELL_ERR_NO_MEMORY if the saved state cannot grow; nothing is dropped silently. */
+ * TWELL_ERR_NO_MEMORY if neither the sparse saved state nor the dense workspace fits (see the
+ * paths above); nothing is dropped silently. */
 TWELL_API twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x,
                                                const void *wg, const void *wu, const void *wd,
                                                void *y, float *stats, twell_train_state *state,

@@ -16,6 +16,21 @@
 --   relu   out = tw_act(A·Bᵀ), computed only for units whose flags word is non-zero (the others
 --          are left untouched: the caller wrote them from the packed activation).
 --   plain  out = round(A·Bᵀ) (the down projection: A = H, B = Wdᵀ).
+-- Training modes (runtime/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
+-- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
+-- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
+--   fwd    2 passes per unit: P = tw_act(A·Gᵀ) into the staging buffer, then U = A·Bᵀ;
+--          out0 (pitch LDO) = Tm = round(P ⊙ U) where P > 0 else +0; aux[M, N] u32 words
+--          (P bits | round(U) bits << 16); part[unit·16 + warp] = {Σ|Tm| fp32, count(P > 0)} of
+--          each consumer warp's 16 x 256 block (summed in a fixed order by the caller).
+--   dt     acc = A·Bᵀ (dy·Wdᵀ); with (P, U) from aux: dT = acc + scal·sign(U);
+--          out0 = round(dT·P), out1 = round(dT·U) where P > 0, else +0 (both pitch LDO; out1
+--          4-byte aligned: stored from the fragments).
+--   mm     out0 (pitch LDO) = round(A·Bᵀ); the reduction's k-blocks kb < bsplit read map_b,
+--          the others map_g from k-block 0 (two stacked B operands: dx = [dU dP]·[Wu; Wg]).
+--   wgrad  fp32: row r of out (r < M) goes to out{r / nseg} + (r % nseg)·N (three stacked
+--          weight gradients); units whose cluster starts at a row < bsplit read map_b, the
+--          others map_g; the reduction length is runtime (kred_blocks k-blocks, K unused).
 -- Unit = the 128·CLUSTER rows x 256 columns a cluster computes: t = mp·NB + nb, NB = ceil(N/256),
 -- rows [128·CLUSTER·mp, +128·CLUSTER), columns [256·nb, +256).
 -- ABI (runtime/cuda_dense.c launches it):
@@ -28,6 +43,11 @@
 --       const unsigned int *packed,             // gated: [M, N/C] TwELL, else unused
 --       const unsigned int *flags,              // gated, relu: one word per unit, else unused
 --       int M)
+--   training modes:
+--   extern "C" __global__ void twell_gemm_sm90(map_a, map_b, map_g,
+--       void *out0, void *out1, void *out2, const unsigned int *aux, float *part, float scal,
+--       int M, int kred_blocks, int bsplit, int nseg)
+--       maps: K-major operands as above; TA / TB operands box {64, 64} over dims {rows, red}
 --   block = 384 threads, cluster = (CLUSTER, 1, 1), grid = a multiple of CLUSTER persistent CTAs
 --   (at most one per SM), dynamic shared memory = SMEM below (printed as
 --   "// twell_gemm_sm90 smem=<bytes>" on the first line; the launcher computes the same formula).
@@ -49,13 +69,28 @@ local dtype = param("dtype", "bf16")
 local MODE = param("MODE", "gated")
 local STAGES = param("STAGES", 3)
 local CLUSTER = param("CLUSTER", 2)
+local TA = param("TA", 0)
+local TB = param("TB", 0)
+local LDO = param("LDO", 0)
 for _, kv in ipairs({ { "K", K }, { "N", N } }) do
     check(math.type(kv[2]) == "integer" and kv[2] > 0, "%s must be a positive integer, got %s",
         kv[1], tostring(kv[2]))
 end
 check(dtype == "bf16" or dtype == "fp16", "dtype=%s must be bf16 or fp16", tostring(dtype))
-check(MODE == "gated" or MODE == "relu" or MODE == "plain",
-    "MODE=%s must be gated, relu or plain", tostring(MODE))
+local TRAIN = MODE == "fwd" or MODE == "dt" or MODE == "mm" or MODE == "wgrad"
+check(MODE == "gated" or MODE == "relu" or MODE == "plain" or TRAIN,
+    "MODE=%s must be gated, relu, plain, fwd, dt, mm or wgrad", tostring(MODE))
+check((TA == 0 or TA == 1) and (TB == 0 or TB == 1), "TA=%s, TB=%s must be 0 or 1",
+    tostring(TA), tostring(TB))
+check(TRAIN or (TA == 0 and TB == 0 and LDO == 0), "TA, TB and LDO apply to training modes only")
+check(math.type(LDO) == "integer" and LDO >= 0, "LDO=%s must be a non-negative integer",
+    tostring(LDO))
+if LDO == 0 then
+    LDO = N
+end
+if LDO < N or LDO % 8 ~= 0 then
+    unsupported("LDO=%d must be a multiple of 8 and at least N=%d", LDO, N)
+end
 check(math.type(STAGES) == "integer" and STAGES >= 2 and STAGES <= 8,
     "STAGES=%s must be an integer in 2..8", tostring(STAGES))
 check(CLUSTER == 1 or CLUSTER == 2, "CLUSTER=%s must be 1 or 2", tostring(CLUSTER))
@@ -75,7 +110,8 @@ end
 
 local BM, BN, BK, THREADS = 128, 256, 64, 384
 local ROWB = 528 -- staging row pitch: 512 B + 16 B (conflict-free fragment access and row reads)
-local STG_BYTES = BM * ROWB
+local STG_BYTES = MODE == "wgrad" and 0 or BM * ROWB -- wgrad stores from the fragments
+local PFB = param("PFB", 16) -- MODE dt: column groups of (P, U) words loaded at once
 local A_BYTES, B_BYTES = BM * BK * 2, BN * BK * 2
 local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * STAGES * 8
 if SMEM > 227 * 1024 then
@@ -95,7 +131,12 @@ for i = 0, 127 do
 end
 local WG_REGS = table.concat(regs, ", ")
 local WG_OUTS = table.concat(outs, ", ")
-local MODE_ID = GATED and 0 or (MODE == "relu" and 1 or 2)
+local MODE_IDS = { gated = 0, relu = 1, plain = 2, fwd = 3, dt = 4, mm = 5, wgrad = 6 }
+local MODE_ID = MODE_IDS[MODE]
+-- MN-major operands: 64-element (128-byte) atoms along M/N, 8 k-rows of 128 B per 1024-byte
+-- swizzle block: LBO = 8 KB (next 64-row box), SBO = 1 KB; a k16 step is 16 rows = 2048 B.
+local ADV_A = TA == 1 and 128 or 2
+local ADV_B = TB == 1 and 128 or 2
 
 emitf("// twell_gemm_sm90 smem=%d\n", SMEM)
 cuda [==[
@@ -103,7 +144,9 @@ typedef unsigned int tw_u32;
 typedef unsigned long long tw_u64;
 typedef unsigned short tw_u16;
 
-#define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain */
+#define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain, 3 fwd, 4 dt, 5 mm, 6 wgrad */
+#define TW_TA ${TA}
+#define TW_TB ${TB}
 
 /* Same size and alignment as CUtensorMap. */
 struct __align__(64) tw_tmap {
@@ -218,11 +261,17 @@ static __device__ __forceinline__ tw_u64 tw_desc(tw_u32 saddr) {
     return (tw_u64)((saddr & 0x3FFFF) >> 4) | ((tw_u64)1 << 16) | ((tw_u64)(${SBO} >> 4) << 32) |
            ((tw_u64)1 << 62);
 }
+/* MN-major operand descriptor, 128-byte swizzle: LBO = 8192 B between 64-element atoms along
+ * M/N, SBO = 1024 B between groups of 8 k-rows. */
+static __device__ __forceinline__ tw_u64 tw_desc_mn(tw_u32 saddr) {
+    return (tw_u64)((saddr & 0x3FFFF) >> 4) | ((tw_u64)(8192 >> 4) << 16) |
+           ((tw_u64)(1024 >> 4) << 32) | ((tw_u64)1 << 62);
+}
 static __device__ __forceinline__ void tw_wgmma(float (&d)[128], tw_u64 da, tw_u64 db,
                                                 tw_u32 scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.${DT}.${DT} "
-                 "{${WG_REGS}}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 "{${WG_REGS}}, %128, %129, p, 1, 1, ${TA}, ${TB};\n}\n"
                  : ${WG_OUTS}
                  : "l"(da), "l"(db), "r"(scale_d));
 }
@@ -287,7 +336,7 @@ static __device__ __forceinline__ void tw_store_slab(tw_u32 slab, tw_u16 *__rest
         for (int i = 0; i < 8; ++i) {
             const int row = row0 + r0 + i;
             if (col_ok && row < M)
-                *(uint4 *)(out + (long long)row * ${N} + col) = v[i];
+                *(uint4 *)(out + (long long)row * ${LDO} + col) = v[i];
         }
     }
 }
@@ -347,13 +396,38 @@ static __device__ __forceinline__ void tw_expand_gate(tw_u32 stg, const tw_u32 *
 ]==]
 end
 
+if TRAIN then
+    cuda [==[
+/* (lo, hi) of a 16-bit pair word as floats, and the sign the L1 term uses. */
+static __device__ __forceinline__ float tw_sign(float v) {
+    return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f);
+}
+]==]
+end
+
 cuda [==[
 extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
+#if TW_MODE < 3
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, tw_u16 *__restrict__ out,
                     const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ flags, int M) {
-    constexpr int NB = (${N} + ${BN} - 1) / ${BN};
     constexpr int KB = ${K} / ${BK};
+#else
+    twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
+                    const __grid_constant__ tw_tmap map_g, void *out0, void *out1, void *out2,
+                    const tw_u32 *__restrict__ aux, float *__restrict__ part, float scal, int M,
+                    int kred_blocks, int bsplit, int nseg) {
+#if TW_MODE == 6
+    const int KB = kred_blocks;
+#else
+    constexpr int KB = ${K} / ${BK};
+#endif
+    const tw_u32 *packed = nullptr, *flags = nullptr;
+    tw_u16 *__restrict__ out = (tw_u16 *)out0;
+    (void)out1, (void)out2, (void)aux, (void)part, (void)scal, (void)kred_blocks, (void)bsplit;
+    (void)nseg, (void)out;
+#endif
+    constexpr int NB = (${N} + ${BN} - 1) / ${BN};
     constexpr tw_u32 A_BYTES = ${A_BYTES}, B_BYTES = ${B_BYTES};
     constexpr int STAGES = ${STAGES}, CLUSTER = ${CLUSTER};
     extern __shared__ __align__(1024) unsigned char tw_smem[];
@@ -388,11 +462,14 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     const int MB = (M + ${BM} - 1) / ${BM};
     const int MP = (MB + CLUSTER - 1) / CLUSTER;
     const int U = MP * NB;
-    /* passes over K of unit u: gated 1 (2 when its gate must be recomputed), relu 0 or 1, plain 1 */
+    /* passes over K of unit u: gated 1 (2 when its gate must be recomputed), relu 0 or 1, fwd 2
+     * (the gate, then the up projection), the others 1 */
 #if TW_MODE == 0
 #define TW_PASSES(u) (flags[u] != 0u ? 2 : 1)
 #elif TW_MODE == 1
 #define TW_PASSES(u) (flags[u] != 0u ? 1 : 0)
+#elif TW_MODE == 3
+#define TW_PASSES(u) 2
 #else
 #define TW_PASSES(u) 1
 #endif
@@ -409,19 +486,54 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
             for (int u = cid; u < U; u += ncl) {
                 const int np = TW_PASSES(u);
                 TW_UNIT_COORDS(u);
+                (void)mp;
                 for (int p = 0; p < np; ++p) {
-                    const tw_tmap *mb = (TW_MODE == 0 && np == 2 && p == 0) ? &map_g : &map_b;
                     for (int kb = 0; kb < KB; ++kb) {
+                        /* B operand and its k-block: the same on both CTAs of a cluster */
+#if TW_MODE == 3
+                        const tw_tmap *mb = p == 0 ? &map_g : &map_b;
+                        const int kr = kb;
+#elif TW_MODE == 5
+                        const tw_tmap *mb = kb < bsplit ? &map_b : &map_g;
+                        const int kr = kb < bsplit ? kb : kb - bsplit;
+#elif TW_MODE == 6
+                        const tw_tmap *mb = mp * CLUSTER * ${BM} < bsplit ? &map_b : &map_g;
+                        const int kr = kb;
+#else
+                        const tw_tmap *mb = (TW_MODE == 0 && np == 2 && p == 0) ? &map_g : &map_b;
+                        const int kr = kb;
+#endif
                         const tw_u32 full = sBar + 8 * stage, empty = sBar + 8 * (STAGES + stage);
                         tw_mbar_wait(empty, phase ^ 1u);
                         tw_mbar_expect_tx(full, A_BYTES + B_BYTES);
+#if TW_TA
+                        tw_tma_load(sA + stage * A_BYTES, &map_a, m0, kb * ${BK}, full);
+                        tw_tma_load(sA + stage * A_BYTES + 8192u, &map_a, m0 + 64, kb * ${BK},
+                                    full);
+#else
                         tw_tma_load(sA + stage * A_BYTES, &map_a, kb * ${BK}, m0, full);
+#endif
+#if TW_TB
+                        /* four 64-column boxes; CTA `rank` loads 4/CLUSTER of them for all */
+#pragma unroll
+                        for (int c = 0; c < 4 / CLUSTER; ++c) {
+                            const int ch = (int)rank * (4 / CLUSTER) + c;
+                            if (CLUSTER == 1)
+                                tw_tma_load(sB + stage * B_BYTES + (tw_u32)ch * 8192u, mb,
+                                            n0 + 64 * ch, kr * ${BK}, full);
+                            else
+                                tw_tma_load_mc(sB + stage * B_BYTES + (tw_u32)ch * 8192u, mb,
+                                               n0 + 64 * ch, kr * ${BK}, full,
+                                               (tw_u16)((1u << CLUSTER) - 1u));
+                        }
+#else
                         if (CLUSTER == 1)
-                            tw_tma_load(sB + stage * B_BYTES, mb, kb * ${BK}, n0, full);
+                            tw_tma_load(sB + stage * B_BYTES, mb, kr * ${BK}, n0, full);
                         else
                             tw_tma_load_mc(sB + stage * B_BYTES + rank * (B_BYTES / CLUSTER), mb,
-                                           kb * ${BK}, n0 + (int)rank * (${BN} / CLUSTER), full,
+                                           kr * ${BK}, n0 + (int)rank * (${BN} / CLUSTER), full,
                                            (tw_u16)((1u << CLUSTER) - 1u));
+#endif
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1u;
@@ -464,16 +576,25 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
             if (np == 0)
                 continue;
             TW_UNIT_COORDS(u);
+            (void)mp;
             for (int p = 0; p < np; ++p) {
                 int prev = 0;
                 for (int kb = 0; kb < KB; ++kb) {
                     tw_mbar_wait(sBar + 8 * stage, phase);
                     tw_wg_fence();
+#if TW_TA
+                    const tw_u64 da = tw_desc_mn(sA + stage * A_BYTES + (tw_u32)(cw * 8192));
+#else
                     const tw_u64 da = tw_desc(sA + stage * A_BYTES + (tw_u32)(cw * 64 * ${BK} * 2));
+#endif
+#if TW_TB
+                    const tw_u64 db = tw_desc_mn(sB + stage * B_BYTES);
+#else
                     const tw_u64 db = tw_desc(sB + stage * B_BYTES);
+#endif
 #pragma unroll
                     for (int kk = 0; kk < ${BK} / 16; ++kk)
-                        tw_wgmma(d, da + (tw_u64)(2 * kk), db + (tw_u64)(2 * kk),
+                        tw_wgmma(d, da + (tw_u64)(${ADV_A} * kk), db + (tw_u64)(${ADV_B} * kk),
                                  (kb > 0 || kk > 0) ? 1u : 0u);
                     tw_wg_commit();
                     if (kb > 0) {
@@ -504,6 +625,8 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
 #if TW_MODE == 0
                 if (p == 0) /* the expanders are done with the buffer (or left it to us) */
                     tw_bar_sync(1);
+#endif
+#if TW_MODE == 0 || TW_MODE == 3
                 if (p + 1 < np) { /* recomputed gate: g = tw_act(acc) at our own positions */
 #pragma unroll
                     for (int j = 0; j < 32; ++j)
@@ -514,6 +637,30 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
                 }
 #endif
             }
+#if TW_MODE == 6
+            /* fp32 weight gradients straight from the fragments: a quad stores 32 contiguous
+             * bytes of one row */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+                if (row < M) {
+                    const int seg = row / nseg, r = row - seg * nseg;
+                    float *o = (float *)(seg == 0 ? out0 : (seg == 1 ? out1 : out2)) +
+                               (long long)r * ${N};
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        const int col = n0 + 8 * j + 2 * (lane & 3);
+                        if (col < ${N})
+                            *(float2 *)(o + col) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    }
+                }
+            }
+#else
+#if TW_MODE == 3
+            float l1 = 0.0f, cnt = 0.0f;
+#elif TW_MODE == 4
+            uint2 pf[${PFB}][2]; /* (P, U) words prefetched ${PFB} column groups at a time */
+#endif
             /* epilogue in place: each thread touches only its own positions until __syncwarp */
 #pragma unroll
             for (int j = 0; j < 32; ++j)
@@ -527,6 +674,61 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
                     tw_sts32(a, tw_pack2(g0 * lo, g1 * hi));
 #elif TW_MODE == 1
                     tw_sts32(a, tw_act2(lo, hi));
+#elif TW_MODE == 3
+                    /* Tm = round(P·U) on the support; the saved word pair (P | round(U) << 16) */
+                    const tw_u32 pw = tw_lds32(a);
+                    float p0, p1;
+                    tw_unpack2(pw, p0, p1);
+                    const tw_u32 tm = tw_pack2(p0 > 0.0f ? p0 * lo : 0.0f, p1 > 0.0f ? p1 * hi : 0.0f);
+                    tw_sts32(a, tm);
+                    float t0, t1;
+                    tw_unpack2(tm, t0, t1);
+                    l1 += fabsf(t0) + fabsf(t1);
+                    cnt += (p0 > 0.0f ? 1.0f : 0.0f) + (p1 > 0.0f ? 1.0f : 0.0f);
+                    const tw_u32 uu = tw_pack2(lo, hi);
+                    const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+                    const int col = n0 + 8 * j + 2 * (lane & 3);
+                    if (row < M && col < ${N})
+                        *(uint2 *)(aux + (long long)row * ${N} + col) =
+                            make_uint2((pw & 0xffffu) | (uu << 16), (pw >> 16) | (uu & 0xffff0000u));
+#elif TW_MODE == 4
+                    /* dT = acc + scal·sign(U); dU = dT·P, dP = dT·U on the support (P > 0) */
+                    const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+                    const int col = n0 + 8 * j + 2 * (lane & 3);
+                    if ((j % ${PFB}) == 0 && h == 0) { /* the next ${PFB} j's words, all in flight */
+#pragma unroll
+                        for (int jj = 0; jj < ${PFB}; ++jj)
+#pragma unroll
+                            for (int hh = 0; hh < 2; ++hh) {
+                                const int r2 = row + 8 * hh, c2 = col + 8 * jj;
+                                pf[jj][hh] = r2 < M && c2 < ${N}
+                                                 ? __ldg((const uint2 *)(aux + (long long)r2 * ${N} + c2))
+                                                 : make_uint2(0u, 0u);
+                            }
+                    }
+                    float du0 = 0.0f, du1 = 0.0f, dp0 = 0.0f, dp1 = 0.0f;
+                    if (row < M && col < ${N}) {
+                        const uint2 w = pf[j % ${PFB}][h];
+                        float p0, u0, p1, u1;
+                        tw_unpack2(w.x, p0, u0);
+                        tw_unpack2(w.y, p1, u1);
+                        if (p0 > 0.0f) {
+                            const float t = lo + scal * tw_sign(u0);
+                            du0 = t * p0;
+                            dp0 = t * u0;
+                        }
+                        if (p1 > 0.0f) {
+                            const float t = hi + scal * tw_sign(u1);
+                            du1 = t * p1;
+                            dp1 = t * u1;
+                        }
+                    }
+                    tw_sts32(a, tw_pack2(du0, du1));
+                    /* dP straight from the fragment (the staging buffer holds dU; the two
+                     * 16-byte halves of a 32-byte sector come from consecutive j and merge in L2) */
+                    if (row < M && col < ${N})
+                        *(tw_u32 *)((tw_u16 *)out1 + (long long)row * ${LDO} + col) =
+                            tw_pack2(dp0, dp1);
 #else
                     tw_sts32(a, tw_pack2(lo, hi));
 #endif
@@ -534,6 +736,19 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
             __syncwarp();
             tw_store_slab(slab, out, m0 + cw * 64 + wq * 16, n0, M);
             __syncwarp();
+#if TW_MODE == 3
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+                cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+            }
+            if (lane == 0) {
+                float *pp = part + 2 * (((long long)u * CLUSTER + rank) * 8 + cw * 4 + wq);
+                pp[0] = l1;
+                pp[1] = cnt;
+            }
+#endif
+#endif
 #if TW_MODE == 0
             if (u + ncl < U) /* the expanders may fill the buffer for our next unit */
                 tw_bar_arrive(2);

@@ -1,0 +1,21 @@
+/*
+ * train_auto.h — the AUTO rule of the training path choice (TWELL_PATH_AUTO in twellrt.h), a pure
+ * function so it is unit-tested without a device; cuda_train_dense.c feeds it the estimate it
+ * reads back without waiting.
+ */
+#ifndef TWELL_TRAIN_AUTO_H
+#define TWELL_TRAIN_AUTO_H
+
+#include "twellrt.h"
+
+#include <stddef.h>
+
+/* 1 when AUTO runs the dense path for a forward of M rows, given the latest mean active values per
+ * row known to the host (est < 0: none yet), the path the previous forward ran (AUTO before the
+ * first), the threshold in active values per row, the fraction of it below which a dense run
+ * switches back (stay, against flapping) and the smallest M for dense. Whether the dense path can
+ * run at all is the caller's business. */
+int tw_train_auto_dense(double est, twell_path last, size_t M, size_t min_rows, double thr,
+                        double stay);
+
+#endif /* TWELL_TRAIN_AUTO_H */

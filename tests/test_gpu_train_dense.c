@@ -1,0 +1,584 @@
+/* test_gpu_train_dense.c — the dense training path (TWELL_PATH_DENSE / AUTO, runtime/
+ * cuda_train_dense.c) against the CPU reference, the path switching, the out-of-memory fallback
+ * and the caller-provided workspace.
+ *
+ * Data: exact-gate (x and Wg small integers times powers of two), so the dense GEMM's gate equals
+ * the CPU's bit for bit and L0 must be exact. Densities 5%, 20% and 19.5% of N = 5632 (~1100 active
+ * per row), uniform and skewed (heavy rows and neurons), M ∈ {1, 33, 300, 1000}, both dtypes,
+ * N % 128 != 0 (the two-launch weight-gradient split), M not a multiple of 64 (ragged reduction).
+ * Tolerances: the dense path rounds U, Tm, dU and dP to dtype (twellrt.h), so against the CPU's
+ * fp32 values the largest row-relative L2 error allowed is 1.5e-2 (bf16) / 3e-3 (fp16) for y and
+ * dx, 1e-2 / 2e-3 for the fp32 weight gradients (each sums M products of rounded values), L1
+ * relative 4e-3 / 1e-3; the worst is printed. Also: bitwise determinism over two runs with
+ * different poison, every output written (NaN poison), no host wait in dense steps, and the
+ * out-of-memory fallback from the sparse path (device filled, dense workspace lent).
+ * `test_gpu_train_dense small`: the first two cases only (sanitizer). Exits 77 without a device.
+ * labels: gpu slow */
+#include "cuda_driver.h"
+#include "cuda_train_dense.h"
+#include "half.h"
+#include "internal.h"
+#include "ref64_train.h"
+#include "train_check.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static twell_ctx *g_ctx;
+
+#define BF TWELL_DTYPE_BF16
+#define FP TWELL_DTYPE_FP16
+
+typedef struct {
+    size_t M;
+    uint32_t K, N, T, C;
+    twell_dtype dt;
+    double density;
+    int skew;
+    float lambda;
+    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: default) */
+} td_case;
+
+/* The first two are small (the sanitizer runs them). */
+static const td_case td_cases[] = {
+    {33, 64, 256, 256, 8, BF, 0.05, 0, 0.5f, 0},
+    {65, 128, 320, 64, 2, FP, 0.20, 1, 1.0f, 0},
+    {1, 64, 256, 256, 8, BF, 0.20, 0, 0.5f, 0},
+    {1000, 512, 1024, 256, 8, BF, 0.05, 0, 1.0f, 3},
+    {1000, 512, 1024, 256, 8, FP, 0.20, 1, 1.0f, 0},
+    {333, 256, 1024, 128, 4, BF, 0.20, 1, 2.0f, 0},
+    {300, 256, 5632, 256, 8, BF, 0.195, 0, 1.0f, 0},
+};
+
+static void td_log(void *user, twell_log_level level, const char *msg) {
+    (void)level;
+    snprintf((char *)user, 512, "%s", msg);
+}
+
+static void td_open_or_skip(void) {
+    static char why[512];
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    o.log = td_log;
+    o.log_user = why;
+    o.log_level = TWELL_LOG_ERROR;
+    twell_status st = twell_ctx_create(&o, &g_ctx);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "test_gpu_train_dense: SKIPPED, no usable CUDA device (%s: %s)\n",
+                twell_status_name(st), why);
+        exit(77);
+    }
+    printf("# %s\n", twell_ctx_device_name(g_ctx));
+}
+
+#define TD_OK(expr)                                                                                \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(g_ctx));        \
+    } while (0)
+
+#define TD_LE(val, tol, what)                                                                      \
+    do {                                                                                           \
+        double v_ = (val), t_ = (tol);                                                             \
+        if (!(v_ <= t_))                                                                           \
+            fail_msg("%s: %.4g > tolerance %.1g", what, v_, t_);                                   \
+    } while (0)
+
+/* ---- host results and the CPU reference ---- */
+
+typedef struct {
+    uint16_t *y, *dx;
+    float *dwg, *dwu, *dwd;
+    float stats[2];
+} td_out;
+
+static void td_out_alloc(td_out *o, size_t M, uint32_t K, uint32_t N) {
+    o->y = malloc(M * K * 2);
+    o->dx = malloc(M * K * 2);
+    o->dwg = malloc((size_t)N * K * 4);
+    o->dwu = malloc((size_t)N * K * 4);
+    o->dwd = malloc((size_t)N * K * 4);
+    assert_true(o->y && o->dx && o->dwg && o->dwu && o->dwd);
+}
+
+static void td_out_free(td_out *o) {
+    free(o->y);
+    free(o->dx);
+    free(o->dwg);
+    free(o->dwu);
+    free(o->dwd);
+}
+
+static void td_reference(const twell_shape *s, const tw_t_data *d, float lambda, td_out *r) {
+    tw_t_lib L;
+    assert_int_equal(tw_t_lib_open(&L, s, 0), 0);
+    td_out_alloc(r, d->M, s->K, s->N);
+    assert_int_equal(tw_t_lib_forward(&L, d, r->y, r->stats), TWELL_OK);
+    assert_int_equal(tw_t_lib_backward(&L, d, lambda, r->dx, r->dwg, r->dwu, r->dwd), TWELL_OK);
+    tw_t_lib_close(&L);
+}
+
+/* ---- the GPU side ---- */
+
+typedef struct {
+    twell_plan *plan;
+    twell_train_state *state;
+    void *x, *wg, *wu, *wd, *dy, *y, *dx, *dwg, *dwu, *dwd, *stats;
+    size_t M;
+    uint32_t K, N;
+} td_gpu;
+
+static void *td_dev(size_t bytes, const void *src) {
+    void *p = NULL;
+    TD_OK(tw_cuda_malloc(g_ctx, bytes, &p));
+    if (src)
+        TD_OK(tw_cuda_memcpy_htod(g_ctx, p, src, bytes));
+    return p;
+}
+
+static void td_gpu_open(td_gpu *g, const twell_shape *s, const tw_t_data *d) {
+    memset(g, 0, sizeof *g);
+    TD_OK(twell_plan_create(g_ctx, s, &g->plan));
+    TD_OK(twell_train_state_create(g->plan, &g->state));
+    size_t xk = d->M * s->K * 2, wk = (size_t)s->N * s->K * 2;
+    g->M = d->M, g->K = s->K, g->N = s->N;
+    g->x = td_dev(xk, d->x);
+    g->wg = td_dev(wk, d->wg);
+    g->wu = td_dev(wk, d->wu);
+    g->wd = td_dev(wk, d->wd);
+    g->dy = td_dev(xk, d->dy);
+    g->y = td_dev(xk, NULL);
+    g->dx = td_dev(xk, NULL);
+    g->dwg = td_dev(wk * 2, NULL);
+    g->dwu = td_dev(wk * 2, NULL);
+    g->dwd = td_dev(wk * 2, NULL);
+    g->stats = td_dev(8, NULL);
+}
+
+static void td_gpu_close(td_gpu *g) {
+    void *b[] = {g->x, g->wg, g->wu, g->wd, g->dy, g->y, g->dx, g->dwg, g->dwu, g->dwd, g->stats};
+    twell_train_state_destroy(g->state);
+    twell_plan_destroy(g->plan);
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        tw_cuda_free(g_ctx, b[i]);
+}
+
+static void td_poison(td_gpu *g, uint32_t pattern) {
+    size_t xk = g->M * g->K, wk = (size_t)g->N * g->K;
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->y, pattern, xk / 2, NULL));
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->dx, pattern, xk / 2, NULL));
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->dwg, pattern, wk, NULL));
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->dwu, pattern, wk, NULL));
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->dwd, pattern, wk, NULL));
+    TD_OK(tw_cuda_memset_d32(g_ctx, g->stats, pattern, 2, NULL));
+    TD_OK(tw_cuda_synchronize(g_ctx));
+}
+
+static void td_forward(td_gpu *g) {
+    TD_OK(twell_ffn_forward_train(g->plan, g->M, g->x, g->wg, g->wu, g->wd, g->y, g->stats,
+                                  g->state, NULL));
+}
+
+static void td_backward(td_gpu *g, float lambda) {
+    TD_OK(twell_ffn_backward(g->plan, g->state, g->M, g->x, g->wg, g->wu, g->wd, g->dy, lambda,
+                             g->dx, g->dwg, g->dwu, g->dwd, NULL));
+}
+
+/* Downloads every output and checks that each was written (no poison left, finite). */
+static void td_fetch(td_gpu *g, uint32_t poison, td_out *o) {
+    size_t M = g->M, K = g->K, N = g->N;
+    TD_OK(tw_cuda_synchronize(g_ctx));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->y, g->y, M * K * 2));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dx, g->dx, M * K * 2));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwg, g->dwg, N * K * 4));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwu, g->dwu, N * K * 4));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->dwd, g->dwd, N * K * 4));
+    TD_OK(tw_cuda_memcpy_dtoh(g_ctx, o->stats, g->stats, 8));
+    twell_dtype dt = twell_plan_shape(g->plan)->dtype;
+    uint16_t p16 = (uint16_t)(poison & 0xffffu);
+    const uint16_t *h16[2] = {o->y, o->dx};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < M * K; i++)
+            if (h16[t][i] == p16 || !isfinite(tw_half_to_f32(dt, h16[t][i])))
+                fail_msg("%s[%zu][%zu] = %04x: never written or not finite", t ? "dx" : "y", i / K,
+                         i % K, h16[t][i]);
+    const float *h32[3] = {o->dwg, o->dwu, o->dwd};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < N * K; i++)
+            if (!isfinite(h32[t][i]))
+                fail_msg("dW%d[%zu][%zu] = %g: never written or not finite", t, i / K, i % K,
+                         (double)h32[t][i]);
+    if (!isfinite(o->stats[0]) || !isfinite(o->stats[1]))
+        fail_msg("stats never written");
+}
+
+/* Compares o against the reference r with the tolerances of `dense` (the header) or of the
+ * sparse path (test_gpu_train's: 5e-3 / 1e-3 and 1e-5; L1 1e-6). */
+static void td_compare(const twell_shape *s, size_t M, const td_out *o, const td_out *r, int dense,
+                       const char *label) {
+    int bf = s->dtype == BF;
+    double t16 = dense ? (bf ? 1.5e-2 : 3e-3) : (bf ? 5e-3 : 1e-3);
+    double t32 = dense ? (bf ? 1e-2 : 2e-3) : 1e-5;
+    double tl1 = dense ? (bf ? 4e-3 : 1e-3) : 1e-6;
+    static const char *const names[5] = {"y", "dx", "dWg", "dWu", "dWd"};
+    double e[5];
+    size_t at[5];
+    e[0] = tw_train_err_h(s->dtype, o->y, r->y, M, s->K, NULL, &at[0], NULL, NULL);
+    e[1] = tw_train_err_h(s->dtype, o->dx, r->dx, M, s->K, NULL, &at[1], NULL, NULL);
+    e[2] = tw_train_err_f(o->dwg, r->dwg, s->N, s->K, NULL, &at[2], NULL, NULL);
+    e[3] = tw_train_err_f(o->dwu, r->dwu, s->N, s->K, NULL, &at[3], NULL, NULL);
+    e[4] = tw_train_err_f(o->dwd, r->dwd, s->N, s->K, NULL, &at[4], NULL, NULL);
+    double l1rel = fabs((double)o->stats[1] - (double)r->stats[1]) /
+                   (r->stats[1] != 0.0f ? fabs((double)r->stats[1]) : 1.0);
+    printf("#   %s: y %.2e dx %.2e dWg %.2e dWu %.2e dWd %.2e (tol %.0e / %.0e); L0 %.6g (CPU "
+           "%.6g) L1 rel %.1e\n",
+           label, e[0], e[1], e[2], e[3], e[4], t16, t32, (double)o->stats[0], (double)r->stats[0],
+           l1rel);
+    for (int t = 0; t < 5; t++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: %s row %zu", label, names[t], at[t]);
+        TD_LE(e[t], t < 2 ? t16 : t32, what);
+    }
+    if (o->stats[0] != r->stats[0])
+        fail_msg("%s: L0 = %.9g, CPU %.9g", label, (double)o->stats[0], (double)r->stats[0]);
+    TD_LE(l1rel, tl1, "L1");
+}
+
+static twell_shape td_shape(const td_case *c) {
+    twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+    return s;
+}
+
+/* ---- tests ---- */
+
+/* Forced DENSE against the CPU, twice with different poison: bitwise identical, no host wait. */
+static void test_gpu_train_dense_case(void **st) {
+    const td_case *c = *st;
+    twell_shape s = td_shape(c);
+    tw_t_gen gen = {c->density, c->skew, 1, 4242u + c->M};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
+    td_out r, o1, o2;
+    td_reference(&s, &d, c->lambda, &r);
+    td_gpu g;
+    td_gpu_open(&g, &s, &d);
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    if (c->wg_stages)
+        TD_OK(tw_ctd_set_wgrad_stages(g.state, c->wg_stages));
+    td_out_alloc(&o1, c->M, c->K, c->N);
+    td_out_alloc(&o2, c->M, c->K, c->N);
+    uint32_t poison[2] = {0xFFFFFFFFu, 0x7FC17FC1u};
+    td_out *outs[2] = {&o1, &o2};
+    for (int run = 0; run < 2; run++) {
+        td_poison(&g, poison[run]);
+        unsigned long waits = tw_cuda_host_waits();
+        td_forward(&g);
+        td_backward(&g, c->lambda);
+        if (run == 1) /* the first run compiles and allocates; the second must not wait */
+            assert_int_equal(tw_cuda_host_waits(), waits);
+        assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_DENSE);
+        td_fetch(&g, poison[run], outs[run]);
+    }
+    size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
+    assert_memory_equal(o1.y, o2.y, xk * 2);
+    assert_memory_equal(o1.dx, o2.dx, xk * 2);
+    assert_memory_equal(o1.dwg, o2.dwg, wk * 4);
+    assert_memory_equal(o1.dwu, o2.dwu, wk * 4);
+    assert_memory_equal(o1.dwd, o2.dwd, wk * 4);
+    assert_memory_equal(o1.stats, o2.stats, 8);
+    printf("# M=%zu K=%u N=%u T=%u C=%u %s %s density %.3f (%.1f active/row), dense workspace "
+           "%.2f MB, weight-gradient ring %u\n",
+           c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
+           c->skew ? "skewed" : "uniform", c->density, (double)r.stats[0],
+           (double)tw_ctd_bytes(&s, c->M) / 1e6, c->wg_stages ? c->wg_stages : 4u);
+    /* the saved gate is the CPU's, bit for bit (exact-gate data) */
+    uint16_t *pg = malloc(c->M * c->N * 2);
+    assert_non_null(pg);
+    TD_OK(tw_ctd_download_p(g.state, c->M, pg));
+    size_t nnz = 0;
+    for (size_t i = 0; i < c->M * c->N; i++)
+        nnz += tw_half_to_f32(c->dt, pg[i]) > 0.0f;
+    free(pg);
+    assert_true(fabs((double)nnz / (double)c->M - (double)r.stats[0]) < 1e-3);
+    td_compare(&s, c->M, &o1, &r, 1, "dense");
+    td_out_free(&o1);
+    td_out_free(&o2);
+    td_out_free(&r);
+    td_gpu_close(&g);
+    tw_t_data_free(&d);
+}
+
+/* SPARSE, DENSE and AUTO steps on one state: each result matches the CPU with its path's
+ * tolerance, the backward follows its forward's path even when the plan's path changes in
+ * between, AUTO follows the density one step later, and AUTO's dense steps never wait. */
+static void test_gpu_train_dense_switching(void **st) {
+    (void)st;
+    twell_shape s = {256, 1024, 256, 8, BF, 1};
+    size_t M = 1024;
+    tw_t_gen lo = {0.004, 0, 1, 7u}, hi = {0.20, 0, 1, 8u};
+    tw_t_data dl, dh;
+    assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
+    assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
+    td_out rl, rh, o;
+    td_reference(&s, &dl, 1.0f, &rl);
+    td_reference(&s, &dh, 1.0f, &rh);
+    td_out_alloc(&o, M, s.K, s.N);
+    td_gpu g;
+    td_gpu_open(&g, &s, &dh);
+    size_t xk = M * s.K * 2, wk = (size_t)s.N * s.K * 2;
+    void *xl = td_dev(xk, dl.x), *wgl = td_dev(wk, dl.wg), *wul = td_dev(wk, dl.wu);
+    void *wdl = td_dev(wk, dl.wd), *dyl = td_dev(xk, dl.dy);
+    void *xh = g.x, *wgh = g.wg, *wuh = g.wu, *wdh = g.wd, *dyh = g.dy;
+    /* threshold 2% of N = 20.5/row: the low data (4.1/row) sparse, the high (205/row) dense */
+    TD_OK(tw_ctd_set_threshold(g.state, 0.02 * s.N, 1024));
+    struct {
+        twell_path set;  /* plan path for the forward */
+        int high;        /* data set */
+        twell_path want; /* path the forward must run */
+    } steps[] = {
+        {TWELL_PATH_AUTO, 1, TWELL_PATH_DENSE},    /* first AUTO step: dense (M ≥ 1024) */
+        {TWELL_PATH_AUTO, 0, TWELL_PATH_DENSE},    /* still from the high count (or none) */
+        {TWELL_PATH_SPARSE, 0, TWELL_PATH_SPARSE}, /* forced; its count (low) is exact */
+        {TWELL_PATH_AUTO, 1, TWELL_PATH_SPARSE},   /* follows the low count */
+        {TWELL_PATH_AUTO, 1, TWELL_PATH_DENSE},    /* follows the high sparse count */
+        {TWELL_PATH_DENSE, 0, TWELL_PATH_DENSE},   /* forced */
+        {TWELL_PATH_SPARSE, 1, TWELL_PATH_SPARSE}, /* forced */
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        int h = steps[i].high;
+        g.x = h ? xh : xl, g.wg = h ? wgh : wgl, g.wu = h ? wuh : wul, g.wd = h ? wdh : wdl;
+        g.dy = h ? dyh : dyl;
+        TD_OK(twell_plan_set_path(g.plan, steps[i].set));
+        td_poison(&g, 0xFFFFFFFFu);
+        if (i == 1) /* make sure step 0's count has landed: AUTO then reads it, still no wait */
+            TD_OK(tw_cuda_synchronize(g_ctx));
+        unsigned long waits = tw_cuda_host_waits();
+        td_forward(&g);
+        twell_path ran = tw_ctd_last_path(g.state);
+        /* the backward follows the forward whatever the plan says now */
+        TD_OK(twell_plan_set_path(g.plan,
+                                  ran == TWELL_PATH_DENSE ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE));
+        td_backward(&g, 1.0f);
+        if (ran == TWELL_PATH_DENSE && i > 0)
+            assert_int_equal(tw_cuda_host_waits(), waits);
+        printf("# step %zu: path set %d, %s data, ran %s (estimate %.1f/row)\n", i,
+               (int)steps[i].set, h ? "high" : "low", ran == TWELL_PATH_DENSE ? "dense" : "sparse",
+               tw_ctd_estimate(g.state));
+        assert_int_equal(ran, steps[i].want);
+        td_fetch(&g, 0xFFFFFFFFu, &o);
+        char label[64];
+        snprintf(label, sizeof label, "step %zu", i);
+        td_compare(&s, M, &o, h ? &rh : &rl, ran == TWELL_PATH_DENSE, label);
+    }
+    assert_true(tw_ctd_calls(g.state, TWELL_PATH_DENSE) >= 3);
+    assert_true(tw_ctd_calls(g.state, TWELL_PATH_SPARSE) >= 3);
+    g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
+    void *lb[] = {xl, wgl, wul, wdl, dyl};
+    for (size_t i = 0; i < 5; i++)
+        tw_cuda_free(g_ctx, lb[i]);
+    td_gpu_close(&g);
+    td_out_free(&o);
+    td_out_free(&rl);
+    td_out_free(&rh);
+    tw_t_data_free(&dl);
+    tw_t_data_free(&dh);
+}
+
+/* A caller-provided workspace: the dense path runs in it without allocating, the state does not
+ * count it, too small a buffer gives TWELL_ERR_NO_MEMORY (DENSE) or the sparse path (AUTO). */
+static void test_gpu_train_dense_workspace(void **st) {
+    (void)st;
+    twell_shape s = {128, 512, 256, 8, FP, 1};
+    size_t M = 1100;
+    tw_t_gen gen = {0.05, 1, 1, 99u};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, FP, M, s.K, s.N, &gen), 0);
+    td_out r, o;
+    td_reference(&s, &d, 0.5f, &r);
+    td_out_alloc(&o, M, s.K, s.N);
+    td_gpu g;
+    td_gpu_open(&g, &s, &d);
+    size_t need = 0, sp = 0, au = 0;
+    TD_OK(twell_train_workspace_size(g.plan, M, 25.6, TWELL_PATH_DENSE, &need));
+    TD_OK(twell_train_workspace_size(g.plan, M, 25.6, TWELL_PATH_SPARSE, &sp));
+    TD_OK(twell_train_workspace_size(g.plan, M, 25.6, TWELL_PATH_AUTO, &au));
+    printf("# workspace for M=%zu: dense %zu B, sparse estimate %zu B, auto %zu B\n", M, need, sp,
+           au);
+    assert_int_equal(need, tw_ctd_bytes(&s, M));
+    assert_true(need >= M * s.N * 10u);
+    assert_int_equal(au, need > sp ? need : sp);
+    void *ws = td_dev(need, NULL);
+    TD_OK(twell_train_state_set_workspace(g.state, ws, need));
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    td_poison(&g, 0xFFFFFFFFu);
+    td_forward(&g);
+    td_backward(&g, 0.5f);
+    td_fetch(&g, 0xFFFFFFFFu, &o);
+    td_compare(&s, M, &o, &r, 1, "lent workspace");
+    assert_true(twell_train_state_bytes(g.state) < 4096u); /* the lent buffer is not ours */
+    /* too small: DENSE fails cleanly, AUTO runs sparse */
+    TD_OK(twell_train_state_set_workspace(g.state, ws, need - 256u));
+    assert_int_equal(
+        twell_ffn_forward_train(g.plan, M, g.x, g.wg, g.wu, g.wd, g.y, g.stats, g.state, NULL),
+        TWELL_ERR_NO_MEMORY);
+    printf("#   too small, DENSE: %s\n", twell_ctx_errmsg(g_ctx));
+    assert_non_null(strstr(twell_ctx_errmsg(g_ctx), "workspace"));
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
+    td_poison(&g, 0xFFFFFFFFu);
+    td_forward(&g);
+    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_SPARSE);
+    td_backward(&g, 0.5f);
+    td_fetch(&g, 0xFFFFFFFFu, &o);
+    td_compare(&s, M, &o, &r, 0, "lent workspace too small, AUTO");
+    /* detached: the state allocates its own again */
+    TD_OK(twell_train_state_set_workspace(g.state, NULL, 0));
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    td_forward(&g);
+    td_backward(&g, 0.5f);
+    td_fetch(&g, 0xFFFFFFFFu, &o);
+    td_compare(&s, M, &o, &r, 1, "own workspace again");
+    assert_true(twell_train_state_bytes(g.state) >= need);
+    /* errors */
+    assert_int_equal(twell_train_state_set_workspace(g.state, (char *)ws + 16, need - 16),
+                     TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_train_state_set_workspace(NULL, ws, need), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_train_workspace_size(g.plan, 0, 1.0, TWELL_PATH_DENSE, &need),
+                     TWELL_ERR_INVALID_ARG);
+    assert_int_equal(need, 0);
+    td_gpu_close(&g); /* destroys the state first: the workspace is still valid until then */
+    tw_cuda_free(g_ctx, ws);
+    td_out_free(&o);
+    td_out_free(&r);
+    tw_t_data_free(&d);
+}
+
+/* The out-of-memory fallback: with a lent workspace the dense path needs no allocation, so when
+ * the device is full and the sparse state cannot grow, AUTO runs the dense path instead of
+ * failing (SPARSE forced returns TWELL_ERR_NO_MEMORY). Written after the last device run of its
+ * author: not run yet. */
+static void test_gpu_train_dense_oom_fallback(void **st) {
+    (void)st;
+    twell_shape s = {128, 1024, 256, 8, BF, 1};
+    size_t M = 2048;
+    tw_t_gen gen = {0.10, 0, 1, 31u};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, BF, M, s.K, s.N, &gen), 0);
+    td_out r, o;
+    td_reference(&s, &d, 1.0f, &r);
+    td_out_alloc(&o, M, s.K, s.N);
+    td_gpu g;
+    td_gpu_open(&g, &s, &d);
+    size_t need = 0;
+    TD_OK(twell_train_workspace_size(g.plan, M, 102.4, TWELL_PATH_DENSE, &need));
+    void *ws = td_dev(need, NULL);
+    TD_OK(twell_train_state_set_workspace(g.state, ws, need));
+    /* load both paths' kernels while memory is free: a dense step, then a small sparse one */
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    td_forward(&g);
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE));
+    TD_OK(twell_ffn_forward_train(g.plan, 64, g.x, g.wg, g.wu, g.wd, g.y, g.stats, g.state, NULL));
+    TD_OK(tw_cuda_synchronize(g_ctx));
+    /* fill the device */
+    void *fill[4096];
+    size_t nfill = 0;
+    for (size_t chunk = (size_t)1 << 30; chunk >= ((size_t)1 << 20) && nfill < 4096; chunk /= 2)
+        while (nfill < 4096 && tw_cuda_malloc(g_ctx, chunk, &fill[nfill]) == TWELL_OK)
+            nfill++;
+    size_t fr = 0, tot = 0;
+    TD_OK(tw_cuda_mem_info(g_ctx, &fr, &tot));
+    printf("# device filled: %zu blocks, %zu bytes free of %zu\n", nfill, fr, tot);
+    /* SPARSE forced: a clean TWELL_ERR_NO_MEMORY */
+    assert_int_equal(
+        twell_ffn_forward_train(g.plan, M, g.x, g.wg, g.wu, g.wd, g.y, g.stats, g.state, NULL),
+        TWELL_ERR_NO_MEMORY);
+    printf("#   SPARSE: %s\n", twell_ctx_errmsg(g_ctx));
+    /* AUTO, kept on the sparse path by min_rows: falls back to the dense path */
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
+    TD_OK(tw_ctd_set_threshold(g.state, 0.0, M + 1));
+    td_poison(&g, 0xFFFFFFFFu);
+    td_forward(&g);
+    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_DENSE);
+    td_backward(&g, 1.0f);
+    td_fetch(&g, 0xFFFFFFFFu, &o);
+    for (size_t i = 0; i < nfill; i++)
+        tw_cuda_free(g_ctx, fill[i]);
+    td_compare(&s, M, &o, &r, 1, "sparse out of memory, AUTO fell back to dense");
+    td_gpu_close(&g);
+    tw_cuda_free(g_ctx, ws);
+    td_out_free(&o);
+    td_out_free(&r);
+    tw_t_data_free(&d);
+}
+
+/* DENSE where it cannot run: unaligned tensors (forward), and a backward of a dense forward
+ * given unaligned tensors; nothing written, clear messages. */
+static void test_gpu_train_dense_errors(void **st) {
+    (void)st;
+    twell_shape s = {64, 256, 256, 8, BF, 1};
+    tw_t_gen gen = {0.05, 0, 1, 5u};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, BF, 40, s.K, s.N, &gen), 0);
+    td_gpu g;
+    td_gpu_open(&g, &s, &d);
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
+    char *yo = (char *)g.y + 2;
+    assert_int_equal(
+        twell_ffn_forward_train(g.plan, 39, g.x, g.wg, g.wu, g.wd, yo, g.stats, g.state, NULL),
+        TWELL_ERR_UNSUPPORTED);
+    printf("# unaligned DENSE forward: %s\n", twell_ctx_errmsg(g_ctx));
+    td_forward(&g);
+    void *dxb = td_dev(40u * s.K * 2u + 16u, NULL);
+    char *dxo = (char *)dxb + 2;
+    assert_int_equal(twell_ffn_backward(g.plan, g.state, 40, g.x, g.wg, g.wu, g.wd, g.dy, 1.0f, dxo,
+                                        g.dwg, g.dwu, g.dwd, NULL),
+                     TWELL_ERR_UNSUPPORTED);
+    printf("# unaligned backward of a dense forward: %s\n", twell_ctx_errmsg(g_ctx));
+    /* AUTO with unaligned tensors runs sparse and works */
+    TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
+    TD_OK(twell_ffn_forward_train(g.plan, 39, g.x, g.wg, g.wu, g.wd, yo, g.stats, g.state, NULL));
+    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_SPARSE);
+    tw_cuda_free(g_ctx, dxb);
+    td_gpu_close(&g);
+    tw_t_data_free(&d);
+}
+
+int main(int argc, char **argv) {
+    td_open_or_skip();
+    size_t ncases = sizeof td_cases / sizeof td_cases[0];
+    int small = argc > 1 && !strcmp(argv[1], "small");
+    if (small)
+        ncases = 2;
+    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 4];
+    static char names[sizeof td_cases / sizeof td_cases[0]][128];
+    for (size_t i = 0; i < ncases; i++) {
+        const td_case *c = &td_cases[i];
+        snprintf(names[i], sizeof names[i], "test_gpu_train_dense_M%zu_K%u_N%u_T%u_%s_%s_d%.3f",
+                 c->M, c->K, c->N, c->T, c->dt == BF ? "bf16" : "fp16",
+                 c->skew ? "skewed" : "uniform", c->density);
+        struct CMUnitTest t = {names[i], test_gpu_train_dense_case, NULL, NULL, (void *)c};
+        tests[i] = t;
+    }
+    size_t n = ncases;
+    struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_dense_errors);
+    tests[n++] = t1;
+    if (!small) {
+        struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_dense_switching);
+        struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_dense_workspace);
+        struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_dense_oom_fallback);
+        tests[n++] = t2;
+        tests[n++] = t3;
+        tests[n++] = t4;
+    }
+    int rc = _cmocka_run_group_tests("test_gpu_train_dense", tests, n, NULL, NULL);
+    twell_ctx_destroy(g_ctx);
+    return rc;
+}

@@ -1,0 +1,101 @@
+/* test_train_auto.c — the AUTO rule of the training path choice (runtime/train_auto.c): dense on
+ * the first forward from min_rows up, then by the latest known density against the threshold
+ * with the stay band after a dense step; the sequence the GPU switching test drives, replayed.
+ * labels: unit */
+#include "cuda_train_dense.h"
+#include "train_auto.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#define D TWELL_PATH_DENSE
+#define S TWELL_PATH_SPARSE
+#define A TWELL_PATH_AUTO
+
+static void test_train_auto_first_step(void **st) {
+    (void)st;
+    /* nothing known: dense from min_rows up, sparse below */
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1024, 1024, 33.8, 0.8), 1);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 16384, 1024, 33.8, 0.8), 1);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1023, 1024, 33.8, 0.8), 0);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1, 1024, 33.8, 0.8), 0);
+    /* a dense step whose count has not landed: stays dense */
+    assert_int_equal(tw_train_auto_dense(-1.0, D, 4096, 1024, 33.8, 0.8), 1);
+}
+
+static void test_train_auto_threshold_and_stay(void **st) {
+    (void)st;
+    double thr = 0.006 * 5632.0; /* the default at N = 5632: 33.8 per row */
+    /* after a sparse step: strictly above the threshold */
+    assert_int_equal(tw_train_auto_dense(29.0, S, 16384, 1024, thr, 0.8), 0);
+    assert_int_equal(tw_train_auto_dense(thr, S, 16384, 1024, thr, 0.8), 0);
+    assert_int_equal(tw_train_auto_dense(34.0, S, 16384, 1024, thr, 0.8), 1);
+    assert_int_equal(tw_train_auto_dense(1100.0, S, 16384, 1024, thr, 0.8), 1);
+    /* after a dense step: stays dense down to `stay` of it */
+    assert_int_equal(tw_train_auto_dense(29.0, D, 16384, 1024, thr, 0.8), 1);
+    assert_int_equal(tw_train_auto_dense(27.0, D, 16384, 1024, thr, 0.8), 0);
+    /* the library's band: at 29.3 per row (below the measured crossover, 32.5) a dense run
+     * switches back to sparse */
+    assert_int_equal(tw_train_auto_dense(29.3, D, 16384, 1024, thr, TW_TD_STAY), 0);
+    assert_int_equal(tw_train_auto_dense(31.0, D, 16384, 1024, thr, TW_TD_STAY), 1);
+    /* never dense below min_rows, whatever the density */
+    assert_int_equal(tw_train_auto_dense(1100.0, D, 512, 1024, thr, 0.8), 0);
+    /* the defaults the library uses are sane */
+    assert_true(TW_TD_DENSITY > 0.0 && TW_TD_DENSITY < 0.05);
+    assert_true(TW_TD_STAY > 0.0 && TW_TD_STAY <= 1.0);
+    assert_true(TW_TD_MIN_ROWS >= 1);
+}
+
+/* The AUTO steps of test_gpu_train_dense_switching: threshold 20.5/row, data 4.2 or 192/row. */
+static void test_train_auto_switching_sequence(void **st) {
+    (void)st;
+    double thr = 20.48, est = -1.0;
+    twell_path last = A;
+    struct {
+        double data; /* this step's density (known to the host after it) */
+        int want;    /* dense? */
+    } steps[] = {{192.0, 1}, {4.2, 1}, {192.0, 0}, {192.0, 1}};
+    /* step 0 dense (first); its count lands: step 1 dense; a forced sparse step (4.2) in
+     * between the test's steps 1 and 3 is modelled by est = 4.2, last = S below */
+    for (size_t i = 0; i < 2; i++) {
+        int dense = tw_train_auto_dense(est, last, 1024, 1024, thr, 0.8);
+        assert_int_equal(dense, steps[i].want);
+        last = dense ? D : S;
+        est = steps[i].data;
+    }
+    est = 4.2, last = S; /* the forced sparse step */
+    for (size_t i = 2; i < 4; i++) {
+        int dense = tw_train_auto_dense(est, last, 1024, 1024, thr, 0.8);
+        assert_int_equal(dense, steps[i].want);
+        last = dense ? D : S;
+        est = steps[i].data;
+    }
+}
+
+/* The dense workspace formula: M·N·10 bytes (dU | dP | Tm in dtype, (P, U) words) plus the
+ * 256-byte alignment of each part and the forward's per-warp partials; 0 on overflow. */
+static void test_train_auto_dense_bytes(void **st) {
+    (void)st;
+    twell_shape s = twell_shape_default(2048, 5632);
+    size_t M = 16384, b = tw_ctd_bytes(&s, M);
+    size_t units = (M / 256) * (5632 / 256); /* 256-row clusters x 256-column tiles */
+    assert_int_equal(b, M * 5632 * 10 + units * 2 * 8 * 2 * 4);
+    assert_true(tw_ctd_bytes(&s, 1) >= 5632u * 10u);
+    assert_true(tw_ctd_bytes(&s, 1000) > tw_ctd_bytes(&s, 999));
+    assert_int_equal(tw_ctd_bytes(&s, 0), 0);
+    assert_int_equal(tw_ctd_bytes(&s, SIZE_MAX / 4), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_train_auto_first_step),
+        cmocka_unit_test(test_train_auto_threshold_and_stay),
+        cmocka_unit_test(test_train_auto_switching_sequence),
+        cmocka_unit_test(test_train_auto_dense_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
