@@ -269,10 +269,8 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
 
 /* ---- module loading ---- */
 
-static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
-    tw_param params[] = {
+size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]) {
+    const tw_param p[TW_FFN_ROWS_NPARAMS] = {
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},
@@ -280,10 +278,17 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
         {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
         {"gated", NULL, (long long)s->gated},
     };
+    memcpy(out, p, sizeof p);
+    return TW_FFN_ROWS_NPARAMS;
+}
+
+static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
+    twell_ctx *ctx = plan->ctx;
+    tw_param params[TW_FFN_ROWS_NPARAMS];
+    size_t np = tw_ffn_rows_params(&plan->shape, params);
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "ffn_rows", params, sizeof params / sizeof params[0],
-                                   ctx->cuda->arch, &cubin);
+    twell_status st = tw_jit_cubin(ctx, "ffn_rows", params, np, ctx->cuda->arch, &cubin);
     if (st != TWELL_OK)
         return st;
     st = tw_cu_module_load(ctx, cubin.data, &f->gmod);

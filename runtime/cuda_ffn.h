@@ -49,6 +49,12 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
                          tw_param out[TW_FFN_NPARAMS]);
 
+/* The parameters the portable row kernel (ffn_rows.cu.lua, loaded by a call with tensors not
+ * 16-byte aligned) is rendered with for s: K, N, T, C, dtype, gated; for compiling it ahead of
+ * time (`twell tune`). Returns TW_FFN_ROWS_NPARAMS. */
+#define TW_FFN_ROWS_NPARAMS 6
+size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]);
+
 /* One loaded ffn_fused module of one configuration. */
 typedef struct tw_ffn_tk {
     tw_ffn_cfg cfg;

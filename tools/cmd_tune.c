@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,6 +531,56 @@ static double tw_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The portable row kernel is loaded by calls with unaligned tensors only, so nothing tuned needs
+ * it, yet its compile is the slowest of a large shape's (about 5 s at K = 8192): it is compiled on
+ * a thread of its own (CPU context sharing the disk cache) while the GPU tunes, and the prewarm
+ * then finds it cached. */
+typedef struct tw_bg_compile {
+    twell_shape shape;
+    char arch[16];
+    char *cache_dir;
+    size_t cache_max_bytes;
+    pthread_t th;
+    int started;
+    twell_status st;
+} tw_bg_compile;
+
+static void *tw_bg_compile_run(void *arg) {
+    tw_bg_compile *b = arg;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = b->cache_dir;
+    o.cache_max_bytes = b->cache_max_bytes;
+    twell_ctx *w = NULL;
+    b->st = twell_ctx_create(&o, &w);
+    if (b->st == TWELL_OK) {
+        tw_param prm[TW_FFN_ROWS_NPARAMS];
+        size_t np = tw_ffn_rows_params(&b->shape, prm);
+        tw_cubin cubin;
+        b->st = tw_jit_cubin(w, "ffn_rows", prm, np, b->arch, &cubin);
+        if (b->st == TWELL_OK)
+            tw_cubin_free(&cubin);
+    }
+    twell_ctx_destroy(w);
+    return NULL;
+}
+
+static void tw_bg_compile_start(twell_ctx *ctx, const twell_shape *s, tw_bg_compile *b) {
+    memset(b, 0, sizeof b[0]);
+    b->shape = *s;
+    snprintf(b->arch, sizeof b->arch, "%s", ctx->cuda->arch);
+    b->cache_dir = ctx->cache_dir;
+    b->cache_max_bytes = ctx->opts.cache_max_bytes;
+    b->started = pthread_create(&b->th, NULL, tw_bg_compile_run, b) == 0;
+}
+
+static void tw_bg_compile_join(tw_bg_compile *b) {
+    if (b->started)
+        pthread_join(b->th, NULL);
+    b->started = 0;
+}
+
 /* Loads what a deployed process's plans of shape s load, compiling whatever the cache lacks: a
  * plan (its default kernels: gate-pack, fused inference, the dense path), the stored winners of
  * each M's bucket for gate-pack and fused inference (as the plan's first call of that bucket
@@ -674,6 +725,10 @@ int twell_cmd_tune(int argc, char **argv) {
     opt.progress_user = &prog;
     int failed = 0;
     double t_start = tw_now_s();
+    tw_bg_compile bg;
+    memset(&bg, 0, sizeof bg);
+    if (!a.dry_run)
+        tw_bg_compile_start(ctx, &shape, &bg);
     for (size_t o = 0; o < a.nops; o++)
         for (size_t i = 0; i < a.nM; i++) {
             tw_row *r = &rows[o * a.nM + i];
@@ -703,6 +758,10 @@ int twell_cmd_tune(int argc, char **argv) {
     memset(&pw, 0, sizeof pw);
     pw.st = TWELL_ERR_UNSUPPORTED; /* not done (dry run) */
     if (!a.dry_run) {
+        tw_bg_compile_join(&bg);
+        if (bg.st != TWELL_OK) /* the prewarm compiles it (or reports why it cannot) */
+            printf("note: compiling the row kernel alongside tuning failed (%s)\n",
+                   twell_status_name(bg.st));
         tw_prewarm_shape(ctx, &shape, a.M, a.nM, &pw);
         if (pw.st == TWELL_OK)
             printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
