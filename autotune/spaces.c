@@ -200,9 +200,10 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  *    template accepts only 8 and 4 (its register arrays and list staging are written for them).
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
  *    CN (the launcher fills the shared memory left, as the template's defaults do). Both phases
- *    run one 512-thread CTA per SM (__launch_bounds__(512, 1), 64 accumulator registers per
- *    thread), so a smaller staging buffer frees nothing another CTA could use, and a list region
- *    over DCAP only moves its descriptors to global loads: the largest DCAP is never slower.
+ *    run one 512-thread CTA per SM: ptxas gives them 128 registers per thread (sm_90a, CN 512),
+ *    512 x 128 = the whole register file. So a smaller staging buffer frees nothing another CTA
+ *    could use, and a list region over DCAP only moves its descriptors to global loads: the
+ *    largest DCAP is never slower.
  * Shared memory (the template's formulas): phase A 2·CN·128 (two weight chunks) + 2·(4·DCAPA +
  * LA) + 2048 (offset table), phase B likewise with (4 + 4)·DCAPB gated; the launcher asks for at
  * least 16 KB of list staging (DCAPA ≥ 2048), so a config needs 2·CN·128 + 2048 + 2·LA + 16384
@@ -267,8 +268,8 @@ static int tw_ffn_threads_of(const tw_tune_problem *p, const tw_tune_config *c) 
     return 512; /* phases A and B; the other kernels use 256 or 1024 (the scan), same for all */
 }
 
-/* __launch_bounds__(512, 1): the compiler may use up to 128 registers per thread, and does
- * (64 accumulators in phase B, 64 x fragments in phase A). */
+/* __launch_bounds__(512, 1) allows 128 registers per thread, and phases A and B use all of them
+ * (ptxas --resource-usage, sm_90a: 64 accumulators in B, 64 words of x fragments in A). */
 static int tw_ffn_regs(const tw_tune_problem *p, const tw_tune_config *c) {
     (void)p, (void)c;
     return 128;

@@ -378,6 +378,45 @@ static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* T = 64 (issue 6: the sm90 space now accepts what plans run there): every gate-pack and fused
+ * candidate of K=1024 N=4096 T=64 C=4 at M=256 is verified on the probe (none may fail: a kept
+ * config that fails means the space admits what the kernel cannot run), and a plan runs both
+ * winners with correct results. */
+static void test_gpu_tune_t64(void **state) {
+    (void)state;
+    twell_shape s = tu_make_shape(1024, 4096);
+    s.T = 64;
+    s.C = 4;
+    const size_t M = 256;
+    static const char *const ops[] = {"gate_pack", "ffn_infer"};
+    tw_tune_choice ch[2];
+    for (size_t i = 0; i < 2; i++) {
+        TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, ops[i], &s, M, NULL, 0, &ch[i]));
+        char canon[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&ch[i].config, canon, sizeof canon);
+        printf("# T=64 %s K=1024 N=4096 M=%zu: tuned %s: %zu measured, %zu failed; %.4f ms, "
+               "default %.4f ms\n",
+               ops[i], M, canon, ch[i].n_measured, ch[i].n_failed, ch[i].ms, ch[i].default_ms);
+        assert_int_equal(ch[i].n_failed, 0);
+        assert_true(ch[i].n_measured >= 2);
+    }
+    if (!strcmp(tu_ctx->cuda->arch, "sm_90a"))
+        assert_string_equal(ch[0].config.kernel, "gate_pack_sm90");
+    twell_plan *plan = NULL;
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tu_run_plan(plan, &s, M, 51);
+    tu_run_ffn(plan, &s, M, 52);
+    tw_gp_cfg want, use;
+    tw_ffn_cfg fwant, fuse;
+    assert_int_equal(tw_gp_cfg_from_tune(&ch[0].config, &want), 0);
+    assert_int_equal(tw_ffn_cfg_from_tune(&ch[1].config, &fwant), 0);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+    tw_cuda_ffn_prepare(plan, M, &fuse);
+    assert_true(tu_cfg_same(&use, &want));
+    assert_true(!memcmp(&fuse, &fwant, sizeof fuse));
+    twell_plan_destroy(plan);
+}
+
 static void tu_log(void *user, twell_log_level level, const char *msg) {
     (void)user, (void)level;
     printf("# log: %s\n", msg);
@@ -654,6 +693,7 @@ int main(int argc, char **argv) {
         {"test_gpu_tune_ffn_K1024_N4096_M4096", test_gpu_tune_ffn_vs_exhaustive, NULL, NULL,
          (void *)&tu_shapes[1]},
         cmocka_unit_test(test_gpu_tune_second_process),
+        cmocka_unit_test(test_gpu_tune_t64),
         cmocka_unit_test(test_gpu_tune_on_first_use),
         cmocka_unit_test(test_gpu_tune_variant_mismatch),
     };

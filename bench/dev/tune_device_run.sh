@@ -3,6 +3,7 @@
 # test_gpu_tune, then per shape `twell tune` of gate_pack + ffn_infer on a cold cache (first use
 # of the whole FFN) and again on the warm cache (a second process: records cached, prewarm
 # compiles nothing), then the other tests the change touches. Logs and JSON into $OUT (≤ 8 files).
+# SHAPES="K:N ..." and OTHER_TESTS (a ctest regex) narrow the run.
 set -u
 B=build-dev
 OUT=${OUT:-/tmp/twell-out}
@@ -12,7 +13,7 @@ el() { awk "BEGIN { printf \"%.2f\", $2 - $1 }"; }
 t=$(now)
 (cd $B && timeout 300 ctest --timeout 290 -R '^test_gpu_tune$' -V) >"$OUT/test_gpu_tune.log" 2>&1
 echo "test_gpu_tune rc=$? in $(el $t $(now)) s"
-for s in 2048:5632 4096:11008 1024:4096 8192:28672; do
+for s in ${SHAPES:-2048:5632 4096:11008 1024:4096 8192:28672}; do
     K=${s%:*} N=${s#*:} D=/tmp/tune-cold-$K-$N
     rm -rf "$D"
     for run in cold warm; do
@@ -27,11 +28,11 @@ for s in 2048:5632 4096:11008 1024:4096 8192:28672; do
 done
 t=$(now)
 (cd $B && timeout 150 ctest --timeout 140 --output-on-failure \
-    -R 'test_gpu_ffn_infer|test_tune_cli|test_autotune|test_gate_pack_cfg|test_gpu_gate_pack$') \
+    -R "${OTHER_TESTS:-test_gpu_ffn_infer|test_tune_cli|test_autotune|test_gate_pack_cfg|test_gpu_gate_pack\$}") \
     >"$OUT/ctest.log" 2>&1
 echo "other tests rc=$? in $(el $t $(now)) s"
 echo "==== summary"
 grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -8
-grep -E "# (ffn )?K=.*(tuned|exhaustive)|# first use|# second process|# TWELL_TUNE|FAILED|ERROR|# WARNING|tests passed" \
+grep -E "# (ffn )?K=.*(tuned|exhaustive)|# first use|# second process|# TWELL_TUNE|# T=64|plan ffn M=256|FAILED|ERROR|# WARNING|tests passed" \
     "$OUT/test_gpu_tune.log" | cut -c1-420
 grep -E "^(gate_pack|ffn_infer) |^prewarm|^total|^twell tune" "$OUT/tune.log"
