@@ -8,7 +8,9 @@
 
 #include "cpu_ref.h"
 #include "cuda_driver.h"
+#include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
+#include "gpu_tune_ffn.h"
 #include "pack_check.h"
 #include "synth.h"
 
@@ -62,8 +64,8 @@ typedef struct tw_gpu_data {
 /* ---- kernels ---- */
 
 /* The kernels this build can tune on a device: both gate-pack variants, launched by the same
- * code plans use (runtime/cuda_gate_pack.h), so what is timed is what runs. ffn_fused joins here
- * when its launcher accepts a tuned configuration. */
+ * code plans use (runtime/cuda_gate_pack.h), and ffn_fused, timed through a plan
+ * (gpu_tune_ffn.c), so what is timed is what runs. */
 typedef struct tw_gpu_kernel {
     const char *kernel; /* template */
     const char *op;
@@ -73,6 +75,7 @@ typedef struct tw_gpu_kernel {
 static const tw_gpu_kernel tw_gpu_kernels[] = {
     {"gate_pack_sm90", "gate_pack", 0},
     {"gate_pack_simt", "gate_pack", 1},
+    {"ffn_fused", "ffn_infer", 0},
 };
 
 static const tw_gpu_kernel *tw_gpu_kernel_find(const char *kernel) {
@@ -104,8 +107,20 @@ const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_proble
 twell_status tw_tune_gpu_cubin(twell_ctx *ctx, const tw_tune_config *cfg, const twell_shape *shape,
                                tw_cubin *out) {
     tw_param prm[5 + TW_TUNE_MAX_PARAMS];
-    size_t np = tw_tune_config_params(cfg, shape, prm, sizeof prm / sizeof prm[0]);
+    size_t np = 0;
     const char *arch = ctx && ctx->cuda ? ctx->cuda->arch : "sm_90a";
+    if (!strcmp(cfg->kernel, "ffn_fused")) {
+        /* the launcher's parameters (derived staging capacities included): the plan's cubin */
+        tw_ffn_cfg fc;
+        memset(out, 0, sizeof *out);
+        if (!ctx || !ctx->cuda || tw_ffn_cfg_from_tune(cfg, &fc) != 0 ||
+            !(np = tw_ffn_cfg_params(&fc, shape, ctx->cuda, prm)))
+            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                            "tune: ffn_fused config not launchable for K=%u N=%u here", shape->K,
+                            shape->N);
+    } else {
+        np = tw_tune_config_params(cfg, shape, prm, sizeof prm / sizeof prm[0]);
+    }
     return tw_jit_cubin(ctx, cfg->kernel, prm, np, arch, out);
 }
 
@@ -458,7 +473,12 @@ twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
         return st;
     tw_tune_callbacks cb = {
         &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
+    tw_gpu_ffn *ffn = NULL;
+    if (!strcmp(space->kernel, "ffn_fused") &&
+        (st = tw_gpu_ffn_create(ctx, shape, p.M, &ffn, &cb)) != TWELL_OK)
+        return st;
     st = tw_tune_select(ctx, &p, &dev, space, &cb, opt, retune, out);
+    tw_gpu_ffn_destroy(ffn, st);
     tw_gpu_teardown(ctx, &t, st);
     if (st != TWELL_OK)
         return st;
@@ -502,7 +522,14 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
     o.batch = n;
     tw_tune_callbacks cb = {
         &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
+    tw_gpu_ffn *ffn = NULL;
+    if (!strcmp(space->kernel, "ffn_fused") &&
+        (st = tw_gpu_ffn_create(ctx, shape, p.M, &ffn, &cb)) != TWELL_OK) {
+        free(c);
+        return st;
+    }
     st = tw_tune_run(ctx, c, n, di, SIZE_MAX, &cb, &o, out);
+    tw_gpu_ffn_destroy(ffn, st);
     tw_gpu_teardown(ctx, &t, st);
     *cands = c;
     return st;

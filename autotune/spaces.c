@@ -21,8 +21,7 @@ static int64_t tw_v(const tw_tune_config *c, const char *name) {
  * with 64-byte), STAGES (pipeline depth) and CLUSTER (CTAs along M sharing the weight tile by
  * multicast). Shared memory as TW_SMEM_BYTES in bench/dev/gate_pack_sm90_kernel.cuh: the stage
  * ring, the epilogue staging (8 warps x 16 rows x 528 B), full/empty mbarriers per stage plus
- * the staging pair, and 1 KiB of alignment slack. T = 128 tiles are packed two per CTA column
- * tile, so N must still be a multiple of 256.
+ * the staging pair, and 1 KiB of alignment slack.
  * ------------------------------------------------------------------------------------------- */
 
 #define TW_SM90_BM 128
@@ -34,9 +33,17 @@ static const int64_t tw_sm90_bk[] = {32, 64};
 static const int64_t tw_sm90_stages[] = {2, 3, 4, 5, 6, 7, 8};
 static const int64_t tw_sm90_cluster[] = {1, 2};
 
+/* Exactly the shapes plans run this kernel on (tw_sm90_gate_pack_supports in
+ * runtime/cuda_gate_pack_sm90.c; tests/test_gate_pack_cfg.c checks the two agree), so every
+ * shape a plan runs on sm90 can be tuned: T = 64 and 128 tiles are packed four and two per
+ * 256-column CTA tile, and a ragged last column tile (N not a multiple of 256) reads zeros
+ * beyond N through the tensor map, whose packed words are never stored. */
 static int tw_sm90_supports(const tw_tune_problem *p, const tw_tune_device *d) {
-    return !strcmp(d->arch, "sm_90a") && p->shape.K % 64 == 0 &&
-           (p->shape.T == 128 || p->shape.T == 256) && p->shape.N % TW_SM90_BN == 0;
+    const twell_shape *s = &p->shape;
+    return !strcmp(d->arch, "sm_90a") && s->K > 0 && s->K % 64 == 0 && s->N > 0 && s->N <= 65536 &&
+           (s->T == 64 || s->T == 128 || s->T == 256) && s->N % s->T == 0 &&
+           (s->C == 2 || s->C == 4 || s->C == 8) &&
+           (s->dtype == TWELL_DTYPE_BF16 || s->dtype == TWELL_DTYPE_FP16);
 }
 
 static int tw_sm90_check(const tw_tune_problem *p, const tw_tune_config *c, char *why, size_t n) {
@@ -179,60 +186,102 @@ static const tw_tune_space tw_space_gate_pack_simt = {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * ffn_fused — templates/ffn_fused.cu.lua (fused gated up+down from the packed gate). PROVISIONAL:
- * written before the template landed; its author adjusts names and rules here to match it.
- * Tuned: THREADS per CTA, ROWS (token rows per CTA, each served by THREADS/32/ROWS warps or
- * sharing warps), UNROLL (active entries whose weight rows are in flight at once). A CTA keeps
- * its rows of x (dtype) and of the y accumulator (fp32) in shared memory.
+ * ffn_fused — templates/ffn_fused.cu.lua (fused gated up+down from the packed gate: pre-pass,
+ * per-(chunk, group) pair lists, tensor-core phases A and B). The launcher is runtime/cuda_ffn.c
+ * (tw_ffn_tile_config); these rules mirror its checks and the template's, and
+ * tests/test_autotune.c checks the three agree.
+ *
+ * Axes. The template takes CN, GPWA, GPWB, DCAPA and DCAPB:
+ *  - CN (neurons per weight chunk) is the free one: a multiple of T and of 64, at most 1024, and
+ *    N/CN ≤ 256 chunks (the template's offset table). Larger chunks mean fewer chunk iterations
+ *    and list segments (less padding to PADQ per (chunk, group)), smaller ones leave more shared
+ *    memory for staged lists and give a finer last chunk.
+ *  - GPWA / GPWB (groups of 8 tokens per warp, phase A / B) are axes of one value each: the
+ *    template accepts only 8 and 4 (its register arrays and list staging are written for them).
+ *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
+ *    CN (the launcher fills the shared memory left, as the template's defaults do). Both phases
+ *    run one 512-thread CTA per SM: ptxas gives them 128 registers per thread (sm_90a, CN 512),
+ *    512 x 128 = the whole register file. So a smaller staging buffer frees nothing another CTA
+ *    could use, and a list region over DCAP only moves its descriptors to global loads: the
+ *    largest DCAP is never slower.
+ * Shared memory (the template's formulas): phase A 2·CN·128 (two weight chunks) + 2·(4·DCAPA +
+ * LA) + 2048 (offset table), phase B likewise with (4 + 4)·DCAPB gated; the launcher asks for at
+ * least 16 KB of list staging (DCAPA ≥ 2048), so a config needs 2·CN·128 + 2048 + 2·LA + 16384
+ * bytes; the overflow kernels need 2·64·128·3 and 2·(2·32·T·2 + 128·T) whatever CN is.
  * ------------------------------------------------------------------------------------------- */
 
-static const int64_t tw_ffn_threads[] = {64, 128, 256, 512};
-static const int64_t tw_ffn_rows[] = {1, 2, 4, 8, 16};
-static const int64_t tw_ffn_unroll[] = {1, 2, 4, 8};
+#define TW_FFN_SMEM_MAX 232448u /* the template's ceiling (227 KB, sm_90) */
+#define TW_FFN_RE 2048u         /* (first, end) offsets of up to 256 chunks */
+#define TW_FFN_LIST_MIN 16384u  /* least list staging the launcher accepts */
+
+static const int64_t tw_ffn_cn[] = {64, 128, 256, 384, 512, 640, 768, 896, 1024};
+static const int64_t tw_ffn_gpwa[] = {8};
+static const int64_t tw_ffn_gpwb[] = {4};
 
 static int tw_ffn_supports(const tw_tune_problem *p, const tw_tune_device *d) {
-    return tw_arch_num(d) >= 75 && p->shape.K % 64 == 0;
+    /* bf16 mma.sync and cp.async: sm_80 and later; the phases tile K by 64 columns */
+    return tw_arch_num(d) >= 80 && p->shape.K % 64 == 0 && p->shape.T >= 64;
 }
 
 static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char *why, size_t n) {
-    int64_t warps = tw_v(c, "THREADS") / 32, rows = tw_v(c, "ROWS");
-    if (warps < 1 || rows < 1 || (warps % rows != 0 && rows % warps != 0)) {
-        snprintf(why, n, "%lld warps cannot share %lld rows evenly", (long long)warps,
-                 (long long)rows);
+    int64_t cn = tw_v(c, "CN"), T = p->shape.T;
+    if (tw_v(c, "GPWA") != 8 || tw_v(c, "GPWB") != 4) {
+        snprintf(why, n, "GPWA=%lld, GPWB=%lld: the template takes 8 and 4 only",
+                 (long long)tw_v(c, "GPWA"), (long long)tw_v(c, "GPWB"));
         return 1;
     }
-    if (rows > tw_ffn_rows[0] && (size_t)rows > p->M) {
-        snprintf(why, n, "ROWS=%lld rows per CTA > M=%zu", (long long)rows, p->M);
+    if (cn < T || cn % T != 0 || cn % 64 != 0 || cn > 1024) {
+        snprintf(why, n, "CN=%lld is not a multiple of T=%lld and 64 in [T, 1024]", (long long)cn,
+                 (long long)T);
+        return 1;
+    }
+    int64_t nt = (int64_t)(p->shape.N / p->shape.T), tpc = cn / T, nc = (nt + tpc - 1) / tpc;
+    if (nc > 256) {
+        snprintf(why, n, "CN=%lld gives %lld chunks of N=%u (at most 256)", (long long)cn,
+                 (long long)nc, p->shape.N);
+        return 1;
+    }
+    /* The launcher caps the shared memory it plans with at the template's ceiling, whatever
+     * the device offers. */
+    uint64_t la = (2u * 16u * 8u + 4u) * 4u;
+    uint64_t lists = 2u * (uint64_t)cn * 128u + TW_FFN_RE + 2u * la + TW_FFN_LIST_MIN;
+    if (lists > TW_FFN_SMEM_MAX) {
+        snprintf(why, n, "CN=%lld needs %llu B of shared memory, over the template's %u",
+                 (long long)cn, (unsigned long long)lists, TW_FFN_SMEM_MAX);
         return 1;
     }
     return 0;
 }
 
 static uint64_t tw_ffn_smem(const tw_tune_problem *p, const tw_tune_config *c) {
-    return (uint64_t)tw_v(c, "ROWS") * p->shape.K * (2u + 4u);
+    uint64_t cn = (uint64_t)tw_v(c, "CN"), T = p->shape.T;
+    uint64_t la = (2u * 16u * (uint64_t)tw_v(c, "GPWA") + 4u) * 4u;
+    uint64_t lists = 2u * cn * 128u + TW_FFN_RE + 2u * la + TW_FFN_LIST_MIN;
+    uint64_t gu = 2u * 64u * 128u * (p->shape.gated ? 3u : 2u);
+    uint64_t down = 2u * (2u * 32u * T * 2u + T * 128u);
+    uint64_t need = lists > gu ? lists : gu;
+    return need > down ? need : down;
 }
 
 static int tw_ffn_threads_of(const tw_tune_problem *p, const tw_tune_config *c) {
-    (void)p;
-    return (int)tw_v(c, "THREADS");
+    (void)p, (void)c;
+    return 512; /* phases A and B; the other kernels use 256 or 1024 (the scan), same for all */
 }
 
-/* Each entry in flight holds one 16-byte vector of Wu and of Wd per lane (8 registers), plus
- * about 40 for addresses, the dot product and the loop. */
+/* __launch_bounds__(512, 1) allows 128 registers per thread, and phases A and B use all of them
+ * (ptxas --resource-usage, sm_90a: 64 accumulators in B, 64 words of x fragments in A). */
 static int tw_ffn_regs(const tw_tune_problem *p, const tw_tune_config *c) {
-    (void)p;
-    return 40 + 8 * (int)tw_v(c, "UNROLL");
+    (void)p, (void)c;
+    return 128;
 }
 
 static const tw_tune_space tw_space_ffn_fused = {
     .op = "ffn_infer",
     .kernel = "ffn_fused",
-    .about = "fused gated up+down from the packed gate",
+    .about = "fused sparse FFN from the packed gate (pair lists, tensor-core phases)",
     .naxes = 3,
-    .axes = {{"THREADS", tw_ffn_threads, 4},
-             {"ROWS", tw_ffn_rows, 5},
-             {"UNROLL", tw_ffn_unroll, 4}},
-    .defaults = {256, 8, 4},
+    .axes = {{"CN", tw_ffn_cn, 9}, {"GPWA", tw_ffn_gpwa, 1}, {"GPWB", tw_ffn_gpwb, 1}},
+    .defaults = {512, 8, 4},
     .supports = tw_ffn_supports,
     .check = tw_ffn_check,
     .smem_bytes = tw_ffn_smem,

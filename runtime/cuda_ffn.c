@@ -5,9 +5,11 @@
  */
 #include "cuda_ffn.h"
 
+#include "candidates.h"
 #include "cuda_backend.h"
 #include "jit.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,14 +50,31 @@ enum {
     TW_CFG_COUNT
 };
 
+_Static_assert(TW_FN_COUNT == TW_FFN_NFN && TW_CFG_COUNT == TW_FFN_NWORDS,
+               "cuda_ffn.h counts and the module's kernels/words");
+
 #define TW_SMEM_MAX 232448u /* the template's shared-memory ceiling (227 KB, sm_90) */
-#define TW_SLOTS 16u        /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
+/* M buckets (powers of two, tw_tune_m_bucket) and the tiled modules one plan may hold: the
+ * default plus distinct tuned configurations (beyond that a bucket keeps the default). */
+#define TW_FFN_BUCKETS 64
+#define TW_FFN_MAX_TK 8
+#define TW_SLOTS 16u /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
 
 struct tw_ffn {
     tw_ffn_kernel kernel; /* forced by the hook; AUTO normally */
     int tiled;            /* ffn_fused loaded */
-    tw_CUmodule mod;
+    /* Tiled modules: tk[0] the default configuration (loaded at plan creation), then the tuned
+     * winners of the M buckets seen so far. fn and cfg are copies of the module the current call
+     * runs (cur), so the launch code reads them directly. */
+    tw_ffn_tk tk[TW_FFN_MAX_TK];
+    size_t ntk;
+    tw_ffn_tk *cur;
+    tw_ffn_tk *forced;                  /* tw_cuda_ffn_force */
+    signed char bucket[TW_FFN_BUCKETS]; /* index into tk per M bucket; -1: not resolved yet */
+    int tune_on_first_use;              /* TWELL_TUNE=1 when the plan was created */
+    uint32_t nc_ws;                     /* chunks (NC) the row workspace is laid out for: the
+                                           largest of the modules run so far */
     tw_CUfunction fn[TW_FN_COUNT];
     uint32_t cfg[TW_CFG_COUNT];
     tw_CUmodule gmod; /* ffn_rows, loaded when a call needs it */
@@ -70,8 +89,7 @@ struct tw_ffn {
     size_t orow_cap; /* rows (their y part) */
     void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
-    size_t probed; /* largest chunk whose needs a probe measured */
-    int pinned;    /* capacities fixed by the hook: no probe, no growth */
+    int pinned; /* capacities fixed by the hook: no probe, no growth */
     int probes;
     uint32_t *hflags;   /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
     tw_cuda_event done; /* recorded after each call's last work */
@@ -115,8 +133,8 @@ typedef struct {
 } tw_rows_layout;
 
 static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
-    size_t NT = f->NT, NG = (R + 7) / 8, NL = NG * f->cfg[TW_CFG_NC], o = 0;
-    size_t NBC = (NG + 7) / 8 * f->cfg[TW_CFG_NC]; /* per-block list sums, chunk-major */
+    size_t NT = f->NT, NG = (R + 7) / 8, NL = NG * f->nc_ws, o = 0;
+    size_t NBC = (NG + 7) / 8 * f->nc_ws; /* per-block list sums, chunk-major */
     L->flag = o, o += tw_al(16);
     L->cnt = o, o += tw_al(4 * (NT + 1));
     L->ovf_base = o, o += tw_al(4 * (NT + 1));
@@ -251,10 +269,8 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
 
 /* ---- module loading ---- */
 
-static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
-    tw_param params[] = {
+size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]) {
+    const tw_param p[TW_FFN_ROWS_NPARAMS] = {
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},
@@ -262,10 +278,17 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
         {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
         {"gated", NULL, (long long)s->gated},
     };
+    memcpy(out, p, sizeof p);
+    return TW_FFN_ROWS_NPARAMS;
+}
+
+static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
+    twell_ctx *ctx = plan->ctx;
+    tw_param params[TW_FFN_ROWS_NPARAMS];
+    size_t np = tw_ffn_rows_params(&plan->shape, params);
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "ffn_rows", params, sizeof params / sizeof params[0],
-                                   ctx->cuda->arch, &cubin);
+    twell_status st = tw_jit_cubin(ctx, "ffn_rows", params, np, ctx->cuda->arch, &cubin);
     if (st != TWELL_OK)
         return st;
     st = tw_cu_module_load(ctx, cubin.data, &f->gmod);
@@ -282,70 +305,105 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     return st;
 }
 
-/* The tile configuration for this device, by the template's formulas: the largest weight chunk
- * (CN neurons, 512 or 256) whose two shared-memory buffers leave room for staged lists, list
- * capacities filling the rest. Returns 0 if the device has too little shared memory (the dense
- * overflow path needs 2 (128 T + 128 T) bytes). */
-static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
-                              uint32_t want[TW_CFG_COUNT]) {
+/* The tile configuration c for this device, by the template's formulas: c's weight chunk (CN
+ * neurons) in two shared-memory buffers, list capacities (DCAPA, DCAPB) filling the rest.
+ * Returns 0 if c cannot run (the template's rules, fewer than 16 KB left for staged lists, or
+ * the dense overflow path's 2 (128 T + 128 T) bytes do not fit); the reason goes to why. */
+static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw_ffn_cfg *c,
+                              uint32_t want[TW_CFG_COUNT], char *why, size_t n) {
     uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
     if (smem > TW_SMEM_MAX)
         smem = TW_SMEM_MAX;
     uint32_t gu = 2u * 64u * 128u * (s->gated ? 3u : 2u);
     uint32_t down = 2u * (2u * 32u * s->T * 2u + s->T * 128u), vb = s->gated ? 4u : 2u;
-    /* per buffer: the staged list offsets and sizes of the block (8 or 4 groups per warp, 16
-     * warps); once: the (first, end) offset table of up to 256 chunks */
-    uint32_t la = (2u * 16u * 8u + 4u) * 4u, lb = (2u * 16u * 4u + 4u) * 4u, re = 2048u;
-    static const uint32_t cns[] = {512, 256};
     memset(want, 0, TW_CFG_COUNT * sizeof *want);
-    if (gu > smem || down > smem)
+    if (s->K % 64u != 0 || dev->cc_major < 8) {
+        snprintf(why, n, "K=%u on %s: the tiled kernels need K %% 64 == 0 and sm_80+", s->K,
+                 dev->arch);
         return 0;
+    }
+    /* the template's checks */
+    if (c->gpwa != 8u || c->gpwb != 4u || c->cn < s->T || c->cn % s->T != 0 || c->cn % 64u != 0 ||
+        c->cn > 1024u) {
+        snprintf(why, n, "CN=%u GPWA=%u GPWB=%u is not a configuration of ffn_fused for T=%u",
+                 c->cn, c->gpwa, c->gpwb, s->T);
+        return 0;
+    }
+    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, 16
+     * warps); once: the (first, end) offset table of up to 256 chunks */
+    uint32_t la = (2u * 16u * c->gpwa + 4u) * 4u, lb = (2u * 16u * c->gpwb + 4u) * 4u, re = 2048u;
+    uint32_t wb = 2u * c->cn * 128u;
+    uint32_t NT = s->N / s->T, tpc = c->cn / s->T;
+    if (gu > smem || down > smem || smem < wb + re + 2u * la + 16384u) {
+        snprintf(why, n, "CN=%u needs %u bytes of shared memory per block (device: %d)", c->cn,
+                 wb + re + 2u * la + 16384u, dev->smem_optin);
+        return 0;
+    }
+    if ((NT + tpc - 1) / tpc > 256u) {
+        snprintf(why, n, "CN=%u makes %u chunks of N=%u (at most 256)", c->cn, (NT + tpc - 1) / tpc,
+                 s->N);
+        return 0;
+    }
+    want[TW_CFG_CN] = c->cn;
+    want[TW_CFG_GPWA] = c->gpwa;
+    want[TW_CFG_GPWB] = c->gpwb;
+    want[TW_CFG_DCAPA] = (smem - wb - re - 2u * la) / 8u / 16u * 16u;
+    want[TW_CFG_DCAPB] = (smem - wb - re - 2u * lb) / (2u * (4u + vb)) / 16u * 16u;
+    want[TW_CFG_SMEM_A] = wb + 2u * (4u * want[TW_CFG_DCAPA] + la) + re;
+    want[TW_CFG_SMEM_B] = wb + 2u * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
+    want[TW_CFG_SMEM_GU] = gu;
+    want[TW_CFG_SMEM_DOWN] = down;
+    want[TW_CFG_BW] = 4;
+    want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
+    want[TW_CFG_TPC] = tpc;
+    want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
+    want[TW_CFG_GATED] = s->gated ? 1u : 0u;
+    return 1;
+}
+
+int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
+                     size_t n) {
+    char dummy[192];
+    uint32_t want[TW_CFG_COUNT];
+    if (!why || n == 0)
+        why = dummy, n = sizeof dummy;
+    return tw_ffn_tile_config(s, dev, c, want, why, n) ? 0 : -1;
+}
+
+int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out) {
+    /* The largest chunk of {512, 256} that fits (512 halves the chunk iterations). */
+    static const unsigned cns[] = {512, 256};
     for (size_t i = 0; i < sizeof cns / sizeof cns[0]; i++) {
-        uint32_t wb = 2u * cns[i] * 128u;
-        if (cns[i] < s->T || smem < wb + re + 2u * la + 16384u)
-            continue;
-        uint32_t NT = s->N / s->T, tpc = cns[i] / s->T;
-        if ((NT + tpc - 1) / tpc > 256u)
-            continue;
-        want[TW_CFG_CN] = cns[i];
-        want[TW_CFG_GPWA] = 8;
-        want[TW_CFG_GPWB] = 4;
-        want[TW_CFG_DCAPA] = (smem - wb - re - 2u * la) / 8u / 16u * 16u;
-        want[TW_CFG_DCAPB] = (smem - wb - re - 2u * lb) / (2u * (4u + vb)) / 16u * 16u;
-        want[TW_CFG_SMEM_A] = wb + 2u * (4u * want[TW_CFG_DCAPA] + la) + re;
-        want[TW_CFG_SMEM_B] = wb + 2u * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-        want[TW_CFG_SMEM_GU] = gu;
-        want[TW_CFG_SMEM_DOWN] = down;
-        want[TW_CFG_BW] = 4;
-        want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
-        want[TW_CFG_TPC] = tpc;
-        want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
-        want[TW_CFG_GATED] = s->gated ? 1u : 0u;
-        return 1;
+        *out = (tw_ffn_cfg){cns[i], 8u, 4u};
+        if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
+            return 0;
+    }
+    *out = (tw_ffn_cfg){512u, 8u, 4u};
+    return -1;
+}
+
+int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
+    static const char *const names[] = {"CN", "GPWA", "GPWB"};
+    unsigned *dst[] = {&out->cn, &out->gpwa, &out->gpwb};
+    static const int64_t dflt[] = {512, 8, 4};
+    if (strcmp(tc->kernel, "ffn_fused") != 0)
+        return -1;
+    for (size_t i = 0; i < 3; i++) {
+        int64_t v = tw_tune_config_value(tc, names[i], dflt[i]);
+        if (v < 1 || v > 65535)
+            return -1;
+        *dst[i] = (unsigned)v;
     }
     return 0;
 }
 
-/* Loads ffn_fused. TWELL_ERR_UNSUPPORTED when the shape or device cannot run it. */
-static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
-    const tw_cuda *dev = ctx->cuda;
+size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
+                         tw_param out[TW_FFN_NPARAMS]) {
     uint32_t want[TW_CFG_COUNT];
-    if (s->K % 64u != 0)
-        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: K=%u is not a multiple of 64 (tiled kernels)", s->K);
-    if (dev->cc_major < 8)
-        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: %s is below sm_80 (the tiled kernels use bf16 mma.sync and "
-                        "cp.async)",
-                        dev->arch);
-    if (!tw_ffn_tile_config(s, dev, want))
-        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
-                        "kernels",
-                        dev->smem_optin);
-    tw_param params[] = {
+    char why[192];
+    if (!tw_ffn_tile_config(s, dev, c, want, why, sizeof why))
+        return 0;
+    const tw_param p[TW_FFN_NPARAMS] = {
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},
@@ -358,68 +416,130 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
     };
+    memcpy(out, p, sizeof p);
+    return TW_FFN_NPARAMS;
+}
+
+void tw_ffn_tk_unload(tw_ffn_tk *tk) {
+    tw_cu_module_unload(tk->mod);
+    memset(tk, 0, sizeof *tk);
+}
+
+twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_cfg *c,
+                            const void *image, tw_ffn_tk *out) {
+    const tw_cuda *dev = ctx->cuda;
+    uint32_t want[TW_CFG_COUNT];
+    char why[192];
+    memset(out, 0, sizeof *out);
+    if (!tw_ffn_tile_config(s, dev, c, want, why, sizeof why))
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: %s", why);
+    tw_param params[TW_FFN_NPARAMS];
+    (void)tw_ffn_cfg_params(c, s, dev, params);
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    twell_status st =
-        tw_jit_cubin(ctx, "ffn_fused", params, sizeof params / sizeof params[0], dev->arch, &cubin);
-    if (st != TWELL_OK)
-        return st;
-    st = tw_cu_module_load(ctx, cubin.data, &f->mod);
+    twell_status st = TWELL_OK;
+    if (!image) {
+        st = tw_jit_cubin(ctx, "ffn_fused", params, TW_FFN_NPARAMS, dev->arch, &cubin);
+        if (st != TWELL_OK)
+            return st;
+        image = cubin.data;
+    }
+    out->cfg = *c;
+    st = tw_cu_module_load(ctx, image, &out->mod);
     tw_cubin_free(&cubin);
     if (st != TWELL_OK)
         return st;
-    f->modules++;
     for (int i = 0; i < TW_FN_COUNT && st == TWELL_OK; i++) {
         if (!s->gated && (i == TW_FN_PHASE_A || i == TW_FN_REDUCE))
             continue;
-        st = tw_cu_module_function(ctx, f->mod, tw_fn_names[i], &f->fn[i]);
+        st = tw_cu_module_function(ctx, out->mod, tw_fn_names[i], &out->fn[i]);
     }
     /* The module's own configuration is the truth; every value is one we passed or derived
      * with the template's formulas, so a lookup failure (a variable the compiler dropped) can
      * fall back to ours, while a disagreement is a bug. */
     void *dcfg = NULL;
     size_t bytes = 0;
+    uint32_t *got = out->words;
     if (st == TWELL_OK) {
-        if (tw_cu_module_global(ctx, f->mod, "twell_ffn_cfg", &dcfg, &bytes) != TWELL_OK ||
-            bytes != sizeof f->cfg) {
+        if (tw_cu_module_global(ctx, out->mod, "twell_ffn_cfg", &dcfg, &bytes) != TWELL_OK ||
+            bytes != sizeof out->words) {
             tw_log(ctx, TWELL_LOG_INFO,
                    "ffn_infer: twell_ffn_cfg not readable from the module (%s); using the "
                    "launcher's configuration",
                    bytes ? "size differs" : twell_ctx_errmsg(ctx));
-            memcpy(f->cfg, want, sizeof f->cfg);
+            memcpy(got, want, sizeof out->words);
         } else {
-            st = tw_cuda_memcpy_dtoh(ctx, f->cfg, dcfg, sizeof f->cfg);
+            st = tw_cuda_memcpy_dtoh(ctx, got, dcfg, sizeof out->words);
         }
     }
     for (int i = 0; i < TW_CFG_COUNT && st == TWELL_OK; i++)
-        if (f->cfg[i] != want[i])
+        if (got[i] != want[i])
             st = tw_error(ctx, TWELL_ERR_INTERNAL,
                           "ffn_infer: twell_ffn_cfg[%d] = %u, expected %u (template and launcher "
                           "disagree)",
-                          i, f->cfg[i], want[i]);
+                          i, got[i], want[i]);
     if (st == TWELL_OK)
-        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_OVF_GU],
+        st = tw_cu_func_set_attribute(ctx, out->fn[TW_FN_OVF_GU],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)f->cfg[TW_CFG_SMEM_GU]);
+                                      (int)got[TW_CFG_SMEM_GU]);
     if (st == TWELL_OK)
-        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_OVF_DOWN],
+        st = tw_cu_func_set_attribute(ctx, out->fn[TW_FN_OVF_DOWN],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)f->cfg[TW_CFG_SMEM_DOWN]);
+                                      (int)got[TW_CFG_SMEM_DOWN]);
     if (st == TWELL_OK)
-        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_PHASE_B],
+        st = tw_cu_func_set_attribute(ctx, out->fn[TW_FN_PHASE_B],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)f->cfg[TW_CFG_SMEM_B]);
+                                      (int)got[TW_CFG_SMEM_B]);
     if (st == TWELL_OK && s->gated)
-        st = tw_cu_func_set_attribute(ctx, f->fn[TW_FN_PHASE_A],
+        st = tw_cu_func_set_attribute(ctx, out->fn[TW_FN_PHASE_A],
                                       TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      (int)f->cfg[TW_CFG_SMEM_A]);
-    if (st != TWELL_OK) {
-        tw_cu_module_unload(f->mod);
-        f->mod = NULL;
-        f->modules--;
-        memset(f->fn, 0, sizeof f->fn);
-        return st;
+                                      (int)got[TW_CFG_SMEM_A]);
+    if (st != TWELL_OK)
+        tw_ffn_tk_unload(out);
+    return st;
+}
+
+/* Makes tk the module the following launches read (f->fn, f->cfg), and the row workspace's
+ * layout wide enough for its chunk count: a wider one is reallocated by the next reservation
+ * (which first waits for the plan's earlier work). */
+static void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
+    if (f->cur == tk)
+        return;
+    f->cur = tk;
+    memcpy(f->fn, tk->fn, sizeof f->fn);
+    memcpy(f->cfg, tk->words, sizeof f->cfg);
+    if (tk->words[TW_CFG_NC] > f->nc_ws) {
+        f->nc_ws = tk->words[TW_CFG_NC];
+        f->rows_cap = 0;
     }
+}
+
+/* Loads ffn_fused in its default configuration. TWELL_ERR_UNSUPPORTED when the shape or device
+ * cannot run it. */
+static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    const tw_cuda *dev = ctx->cuda;
+    if (s->K % 64u != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: K=%u is not a multiple of 64 (tiled kernels)", s->K);
+    if (dev->cc_major < 8)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: %s is below sm_80 (the tiled kernels use bf16 mma.sync and "
+                        "cp.async)",
+                        dev->arch);
+    tw_ffn_cfg c;
+    if (tw_ffn_cfg_default(s, dev, &c) != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
+                        "kernels",
+                        dev->smem_optin);
+    twell_status st = tw_ffn_tk_load(ctx, s, &c, NULL, &f->tk[0]);
+    if (st != TWELL_OK)
+        return st;
+    f->ntk = 1;
+    f->modules++;
+    tw_ffn_use(f, &f->tk[0]);
     f->tiled = 1;
     return TWELL_OK;
 }
@@ -432,6 +552,9 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: out of memory for the plan state");
     f->NT = plan->shape.N / plan->shape.T;
     f->NSL = plan->shape.K / 64u;
+    memset(f->bucket, -1, sizeof f->bucket);
+    const char *tune = getenv("TWELL_TUNE");
+    f->tune_on_first_use = tune && !strcmp(tune, "1");
     twell_status st = tw_cuda_event_create(ctx, &f->done);
     void *hf = NULL;
     if (st == TWELL_OK)
@@ -465,7 +588,8 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f) {
     if (!f)
         return;
     twell_ctx *ctx = plan->ctx;
-    tw_cu_module_unload(f->mod);
+    for (size_t i = 0; i < f->ntk; i++)
+        tw_ffn_tk_unload(&f->tk[i]);
     tw_cu_module_unload(f->gmod);
     tw_cuda_free(ctx, f->ws_rows);
     tw_cuda_free(ctx, f->ws_ovf);
@@ -682,7 +806,7 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
     if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
         return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
-    int probe = !f->pinned && chunk > f->probed;
+    int probe = !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
     tw_ffn_ws_of(plan, f, &w);
     size_t c = 0;
@@ -698,11 +822,54 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
         TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
-    if (probe && chunk > f->probed)
-        f->probed = chunk;
+    if (probe && chunk > f->cur->probed)
+        f->cur->probed = chunk;
     f->last_flag = w.flag;
     f->pending = 1;
     return TWELL_OK;
+}
+
+/* Index of M's bucket in f->bucket: log2 of tw_tune_m_bucket(M). */
+static unsigned tw_ffn_bucket_index(size_t M) {
+    if (M <= 1)
+        return 0;
+    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
+    return b < TW_FFN_BUCKETS ? b : TW_FFN_BUCKETS - 1;
+}
+
+/* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
+ * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
+static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
+    if (f->forced)
+        return f->forced;
+    unsigned b = tw_ffn_bucket_index(M);
+    if (f->bucket[b] < 0) {
+        size_t pick = 0; /* the default unless a usable winner says otherwise */
+        tw_ffn_cfg want;
+        if (tw_ffn_winner(plan, M, f->tune_on_first_use, &want) == 0) {
+            size_t have = SIZE_MAX;
+            for (size_t i = 0; i < f->ntk && have == SIZE_MAX; i++)
+                if (!memcmp(&f->tk[i].cfg, &want, sizeof want))
+                    have = i;
+            if (have != SIZE_MAX) {
+                pick = have;
+            } else if (f->ntk == TW_FFN_MAX_TK) {
+                tw_log(plan->ctx, TWELL_LOG_INFO,
+                       "ffn_infer: %d tiled modules loaded already; the default serves M=%zu",
+                       TW_FFN_MAX_TK, M);
+            } else if (tw_ffn_tk_load(plan->ctx, &plan->shape, &want, NULL, &f->tk[f->ntk]) !=
+                       TWELL_OK) {
+                tw_log(plan->ctx, TWELL_LOG_WARN,
+                       "ffn_infer: tuned module failed to load, using the default: %s",
+                       twell_ctx_errmsg(plan->ctx));
+            } else {
+                pick = f->ntk++;
+                f->modules++;
+            }
+        }
+        f->bucket[b] = (signed char)pick;
+    }
+    return &f->tk[(size_t)f->bucket[b]];
 }
 
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
@@ -730,6 +897,8 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     /* Calls share the workspace: one on another stream waits for the previous one. */
     if (f->used && stream != f->last_stream)
         TW_TRY(tw_cuda_stream_wait_event(ctx, stream, f->done));
+    if (k != TW_FFN_GENERIC)
+        tw_ffn_use(f, tw_ffn_module_for(plan, f, M));
     if (k == TW_FFN_AUTO)
         TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream));
     else
@@ -776,6 +945,35 @@ twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
     return st;
 }
 
+void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
+    tw_ffn *f = tw_plan_ffn(plan);
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f || !f->tiled)
+        return;
+    tw_cu_scope sc;
+    if (tw_cu_enter(plan->ctx, &sc) != TWELL_OK)
+        return;
+    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M);
+    if (out)
+        *out = tk->cfg;
+    tw_cu_leave(plan->ctx, &sc);
+}
+
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    twell_status st = TWELL_OK;
+    if (!f->tiled)
+        st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
+                      "ffn_infer: this plan has no tiled kernels to replace");
+    else
+        f->forced = tk, f->cur = NULL; /* copy from it (or the bucket's) at the next call */
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
 twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
     tw_ffn *f;
     tw_cu_scope sc;
@@ -785,7 +983,10 @@ twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t 
     memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
     if (pair_cap == 0 && ovf_cap == 0) {
         f->pinned = 0;
-        f->probed = 0; /* the next call measures again */
+        for (size_t i = 0; i < f->ntk; i++) /* the next call measures again */
+            f->tk[i].probed = 0;
+        if (f->forced)
+            f->forced->probed = 0;
     } else if (!tw_ffn_set_pairs(plan, f, pair_cap) || !tw_ffn_set_ovf(plan, f, ovf_cap, ovf_cap)) {
         st = tw_error(plan->ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: cannot allocate the workspace");
     } else {

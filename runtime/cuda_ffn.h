@@ -7,9 +7,79 @@
 #define TWELL_CUDA_FFN_H
 
 #include "cuda_driver.h"
+#include "jit.h"
 
 /* Per-plan state: loaded modules, the tile configuration read from the module, the workspace. */
 typedef struct tw_ffn tw_ffn;
+
+/* ---- tile configurations of ffn_fused (what the autotuner chooses, space "ffn_fused" in
+ * autotune/spaces.c; tests/test_autotune.c checks the rules agree) ---- */
+
+#define TW_FFN_NFN 9      /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
+#define TW_FFN_NWORDS 14  /* words of its twell_ffn_cfg */
+#define TW_FFN_NPARAMS 11 /* template parameters of one configuration */
+
+/* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
+typedef struct tw_ffn_cfg {
+    unsigned cn;         /* neurons per weight chunk (CN) */
+    unsigned gpwa, gpwb; /* groups of 8 tokens per warp in phase A / B (GPWA, GPWB) */
+} tw_ffn_cfg;
+
+/* The untuned configuration for shape s on dev: the largest CN in {512, 256} that fits, GPWA 8,
+ * GPWB 4 (what plans ran before tuning existed). Returns 0, or -1 when the tiled kernels cannot
+ * run there at all (K not a multiple of 64, below sm_80, too little shared memory); *out is set
+ * either way (to CN 512 on failure). */
+int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out);
+
+/* Converts a tuner configuration (kernel ffn_fused with CN, GPWA, GPWB; missing parameters take
+ * the defaults 512, 8, 4) into *out. Returns 0, or -1 for another kernel or a value outside
+ * 1..65535. */
+struct tw_tune_config;
+int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out);
+
+/* 0 when c can run shape s on dev (the template's rules and the device's shared memory), else -1
+ * with the reason in why (may be NULL). Pure and cheap. */
+int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
+                     size_t n);
+
+/* The TW_FFN_NPARAMS template parameters c is rendered with for s on dev: K, N, T, C, dtype,
+ * gated, CN, GPWA, GPWB, DCAPA, DCAPB (the staging capacities filling the shared memory left).
+ * Keys and strings are static. The same list whoever compiles (plan or tuner), hence the same
+ * cache key. Returns TW_FFN_NPARAMS, or 0 when c fails tw_ffn_cfg_check. */
+size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
+                         tw_param out[TW_FFN_NPARAMS]);
+
+/* The parameters the portable row kernel (ffn_rows.cu.lua, loaded by a call with tensors not
+ * 16-byte aligned) is rendered with for s: K, N, T, C, dtype, gated; for compiling it ahead of
+ * time (`twell tune`). Returns TW_FFN_ROWS_NPARAMS. */
+#define TW_FFN_ROWS_NPARAMS 6
+size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]);
+
+/* One loaded ffn_fused module of one configuration. */
+typedef struct tw_ffn_tk {
+    tw_ffn_cfg cfg;
+    tw_CUmodule mod;
+    tw_CUfunction fn[TW_FFN_NFN];  /* NULL for phase_a and reduce in non-gated modules */
+    uint32_t words[TW_FFN_NWORDS]; /* the module's twell_ffn_cfg */
+    size_t probed;                 /* largest chunk a probe sized the workspace for, with this
+                                      module, on the plan that runs it */
+} tw_ffn_tk;
+
+/* Loads ffn_fused in configuration c for shape s: from cubin when given (compiled elsewhere, e.g.
+ * by the tuner's workers), else from the cache or compiled now. Reads and checks the module's
+ * twell_ffn_cfg and sets the kernels' shared-memory limits. Context current. Errors:
+ * TWELL_ERR_UNSUPPORTED (tw_ffn_cfg_check), those of tw_jit_cubin and the driver,
+ * TWELL_ERR_INTERNAL (module and launcher disagree); *out zeroed on failure. */
+twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_cfg *c,
+                            const void *cubin, tw_ffn_tk *out);
+/* Unloads and zeroes *tk (a zeroed one is a no-op). Context current. */
+void tw_ffn_tk_unload(tw_ffn_tk *tk);
+
+/* The stored tuning winner of ffn_infer for plan's shape and M's bucket on this device
+ * (runtime/cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
+ * set, or -1 (no usable winner: the bucket keeps the default; problems are logged). Context
+ * current. */
+int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
 
 /* Which kernels a call runs (tests and the bench force the others).
  *   AUTO     the tiled pipeline with its fallback where it can run, else GENERIC
@@ -62,6 +132,20 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
 
 /* ---- hooks for tests and the bench (plan on the CUDA backend; TWELL_ERR_UNSUPPORTED else) ---- */
 
+/* Resolves the tiled module for M's bucket, as the plan's first call of that bucket does (once per
+ * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
+ * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
+ * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
+ * record is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a
+ * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
+ * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
+void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);
+
+/* Makes every tiled call of plan run tk (borrowed: it must outlive its use; its probed field is
+ * updated), whatever M's bucket; NULL returns to the per-bucket choice. For the tuner, which
+ * times its candidates through a plan. Synchronises the device. */
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk);
+
 /* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
  * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
 twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k);
@@ -79,7 +163,7 @@ twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]);
 /* 1 if the plan has the tiled pipeline; modules loaded so far; device bytes of the workspace;
  * how many calls synchronised to size it (probes). 0 for a non-CUDA plan. */
 int tw_cuda_ffn_tiled(const twell_plan *plan);
-int tw_cuda_ffn_modules(const twell_plan *plan);
+int tw_cuda_ffn_modules(const twell_plan *plan); /* default + tuned tiled modules, + ffn_rows */
 size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan);
 int tw_cuda_ffn_probes(const twell_plan *plan);
 

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "candidates.h"
+#include "cuda_ffn.h"
 #include "gpu_tune.h"
 #include "internal.h"
 #include "json.h"
@@ -322,7 +323,14 @@ static void test_autotune_prune_sm90(void **state) {
     t128.shape.T = 128;
     t64.shape.T = 64;
     assert_string_equal(tw_tune_space_pick("gate_pack", &t128, &h200)->kernel, "gate_pack_sm90");
-    assert_string_equal(tw_tune_space_pick("gate_pack", &t64, &h200)->kernel, "gate_pack_simt");
+    /* T = 64 too: the space accepts every shape plans run the sm90 kernel on */
+    assert_string_equal(tw_tune_space_pick("gate_pack", &t64, &h200)->kernel, "gate_pack_sm90");
+    tw_tune_problem ragged = p; /* N a multiple of T, not of the 256-column CTA tile */
+    ragged.shape.N = 5632 + 128;
+    ragged.shape.T = 128;
+    assert_string_equal(tw_tune_space_pick("gate_pack", &ragged, &h200)->kernel, "gate_pack_sm90");
+    ragged.shape.T = 256; /* N not a multiple of T: not a valid shape for the kernel */
+    assert_string_equal(tw_tune_space_pick("gate_pack", &ragged, &h200)->kernel, "gate_pack_simt");
 
     const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_sm90");
     tw_tune_config c;
@@ -386,6 +394,167 @@ static void test_autotune_prune_sm90(void **state) {
         assert_non_null(tw_tune_space_pick(*op, &q, &h200));
         assert_non_null(tw_tune_space_pick(*op, &q, &a100));
     }
+}
+
+/* The ffn_fused space: CN is the axis, GPWA/GPWB single-valued (the template's only values),
+ * pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB ceiling)
+ * and the device's shared memory. */
+static void test_autotune_prune_ffn_fused(void **state) {
+    (void)state;
+    tw_tune_device h200, a100, l4;
+    assert_int_equal(tw_tune_device_preset("h200", &h200), 0);
+    assert_int_equal(tw_tune_device_preset("a100", &a100), 0);
+    assert_int_equal(tw_tune_device_preset("l4", &l4), 0);
+    const tw_tune_space *s = tw_tune_space_by_kernel("ffn_fused");
+    assert_non_null(s);
+    assert_string_equal(s->op, "ffn_infer");
+    tw_tune_config c;
+    tw_tune_space_default(s, &c);
+    tw_assert_canon(&c, "ffn_fused:CN=512,GPWA=8,GPWB=4");
+    tw_tune_problem p = tw_problem("ffn_infer", 2048, 5632, 4096); /* T = 256 */
+    assert_ptr_equal(tw_tune_space_pick("ffn_infer", &p, &h200), s);
+    assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
+
+    /* T = 256: CN 256, 512, 768 (smaller than T or not a multiple of it: shape; 896 and 1024
+     * over the template's 227 KB with 16 KB of list staging: shape, whatever the device). */
+    tw_tune_config *cands = NULL;
+    size_t n = 0, di = SIZE_MAX;
+    tw_prune_stats st;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(st.total, 9);
+    assert_int_equal(n, 3);
+    assert_int_equal(st.by[TW_PRUNE_SHAPE], 6);
+    tw_assert_canon(&cands[0], "ffn_fused:CN=256,GPWA=8,GPWB=4");
+    tw_assert_canon(&cands[2], "ffn_fused:CN=768,GPWA=8,GPWB=4");
+    assert_int_equal(di, 1);
+    free(cands);
+    /* T = 128: every multiple of 128 up to 768; on an A100 (163 KB) 640 and 768 do not fit, on an
+     * L4 (99 KB) only 128 and 256 do, so its default (512) is pruned. */
+    p.shape.T = 128;
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(n, 6);
+    free(cands);
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &a100, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(st.by[TW_PRUNE_SMEM], 2);
+    assert_int_equal(cands[n - 1].p[0].value, 512);
+    free(cands);
+    assert_int_equal(tw_tune_space_enumerate(s, &p, &l4, &cands, &n, &di, &st), TWELL_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(di, SIZE_MAX);
+    free(cands);
+    /* T = 64 with 320 tiles: CN = 64 would make 320 chunks (> 256). */
+    tw_tune_problem wide = tw_problem("ffn_infer", 1024, 20480, 256);
+    wide.shape.T = 64;
+    c = tw_cfg2("ffn_fused", "CN", 64, "GPWA", 8);
+    assert_int_equal(tw_tune_config_set(&c, "GPWB", 4), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
+    assert_int_equal(tw_tune_config_set(&c, "CN", 128), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
+    /* GPWA/GPWB other than 8/4: the template refuses them. */
+    assert_int_equal(tw_tune_config_set(&c, "GPWA", 4), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
+    /* Not supported: K not a multiple of 64, before sm_80. */
+    tw_tune_problem odd = tw_problem("ffn_infer", 48, 512, 64);
+    assert_false(s->supports(&odd, &h200));
+    tw_tune_device old = a100;
+    old.cc_major = 7, old.cc_minor = 5;
+    assert_false(s->supports(&p, &old));
+    assert_true(s->supports(&p, &a100));
+}
+
+/* A tw_cuda as the launcher sees the preset's device. */
+static tw_cuda tw_cuda_of(const tw_tune_device *d) {
+    tw_cuda c;
+    memset(&c, 0, sizeof c);
+    c.cc_major = d->cc_major;
+    c.cc_minor = d->cc_minor;
+    c.sm_count = d->sm_count;
+    c.smem_optin = d->smem_per_block;
+    c.l2_bytes = d->l2_bytes;
+    snprintf(c.arch, sizeof c.arch, "%s", d->arch);
+    snprintf(c.name, sizeof c.name, "%s", d->name);
+    return c;
+}
+
+/* The space, the launcher (runtime/cuda_ffn.c) and the template agree: over the whole unpruned
+ * product for several shapes and devices, a config is kept exactly when the launcher accepts it;
+ * every kept one renders with the launcher's parameters and the module's twell_ffn_cfg echoes
+ * them; the launcher's default is the space's default where that fits. */
+static void test_autotune_ffn_space_matches_launcher(void **state) {
+    (void)state;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    twell_ctx *ctx = NULL;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    const tw_tune_space *s = tw_tune_space_by_kernel("ffn_fused");
+    static const char *const devs[] = {"h200", "a100", "l4"};
+    static const uint32_t shapes[][4] = {
+        {2048, 5632, 256, 1}, {1024, 4096, 128, 0}, {576, 1280, 64, 1}, {4096, 20480, 64, 1}};
+    size_t rendered = 0, refused = 0;
+    for (size_t d = 0; d < 3; d++) {
+        tw_tune_device dev;
+        assert_int_equal(tw_tune_device_preset(devs[d], &dev), 0);
+        tw_cuda cu = tw_cuda_of(&dev);
+        for (size_t i = 0; i < 4; i++) {
+            tw_tune_problem p = tw_problem("ffn_infer", shapes[i][0], shapes[i][1], 4096);
+            p.shape.T = shapes[i][2];
+            p.shape.C = 4;
+            p.shape.gated = (int)shapes[i][3];
+            p.shape.dtype = i % 2 ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
+            assert_true(s->supports(&p, &dev));
+            /* the launcher's default: CN 512 or 256 (then every kept config is checked below;
+             * where none fits, e.g. T = 256 on an L4 whose overflow kernel needs 128 KB, both
+             * refuse them all) */
+            tw_ffn_cfg dflt;
+            if (tw_ffn_cfg_default(&p.shape, &cu, &dflt) == 0)
+                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.gpwa == 8 && dflt.gpwb == 4);
+            for (size_t a = 0; a < s->axes[0].n; a++) {
+                tw_tune_config c;
+                tw_tune_space_default(s, &c);
+                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a]), 0);
+                tw_ffn_cfg fc;
+                assert_int_equal(tw_ffn_cfg_from_tune(&c, &fc), 0);
+                char canon[TW_TUNE_CANON_MAX], why[192] = "";
+                tw_tune_config_canon(&c, canon, sizeof canon);
+                int kept = tw_tune_prune(s, &p, &dev, &c, NULL, 0) == TW_PRUNE_KEPT;
+                int ok = tw_ffn_cfg_check(&fc, &p.shape, &cu, why, sizeof why) == 0;
+                if (kept != ok)
+                    fail_msg("%s on %s, K=%u N=%u T=%u: space %s, launcher %s (%s)", canon, devs[d],
+                             p.shape.K, p.shape.N, p.shape.T, kept ? "keeps" : "prunes",
+                             ok ? "accepts" : "refuses", why);
+                if (!kept) {
+                    refused++;
+                    continue;
+                }
+                tw_param prm[TW_FFN_NPARAMS];
+                assert_int_equal(tw_ffn_cfg_params(&fc, &p.shape, &cu, prm), TW_FFN_NPARAMS);
+                char *src = NULL;
+                size_t len = 0;
+                if (tw_render(ctx, "ffn_fused", prm, TW_FFN_NPARAMS, &src, &len) != TWELL_OK)
+                    fail_msg("%s does not render: %s", canon, twell_ctx_errmsg(ctx));
+                /* the first five words of "twell_ffn_cfg[14] = {...}" in the rendered source */
+                const char *q = strstr(src, "twell_ffn_cfg[14] = {");
+                assert_non_null(q);
+                q = strchr(q, '{') + 1;
+                for (size_t w = 0; w < 5; w++) {
+                    char *end = NULL;
+                    long long v = strtoll(q, &end, 10);
+                    if (end == q || v != prm[6 + w].ival)
+                        fail_msg("%s: twell_ffn_cfg[%zu] is not %s = %lld", canon, w,
+                                 prm[6 + w].key, prm[6 + w].ival);
+                    q = end + strspn(end, ", \n");
+                }
+                free(src);
+                rendered++;
+            }
+        }
+    }
+    printf("# ffn_fused: %zu configs kept, accepted and rendered; %zu refused by both\n", rendered,
+           refused);
+    assert_true(rendered >= 20 && refused >= 10);
+    twell_ctx_destroy(ctx);
 }
 
 static const int64_t tw_ax_a[] = {1, 2, 3};
@@ -1572,6 +1741,8 @@ int main(void) {
         cmocka_unit_test(test_autotune_m_bucket),
         cmocka_unit_test(test_autotune_prune_simt),
         cmocka_unit_test(test_autotune_prune_sm90),
+        cmocka_unit_test(test_autotune_prune_ffn_fused),
+        cmocka_unit_test(test_autotune_ffn_space_matches_launcher),
         cmocka_unit_test(test_autotune_enumerate_errors),
         cmocka_unit_test(test_autotune_selects_fastest),
         cmocka_unit_test(test_autotune_failures_score_infinity),

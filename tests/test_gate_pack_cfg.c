@@ -138,6 +138,42 @@ static void test_gate_pack_cfg_sm90_smem_matches_template(void **state) {
     assert_int_equal(tw_sm90_gate_pack_supports(&s, &dev), 1);
 }
 
+/* The sm90 space supports exactly the shapes plans run the sm90 kernel on (T = 64 included),
+ * so whatever a plan runs can be tuned, and a record is never made for a shape plans run on
+ * SIMT. */
+static void test_gate_pack_cfg_sm90_space_matches_plans(void **state) {
+    (void)state;
+    tw_tune_device d;
+    assert_int_equal(tw_tune_device_preset("h200", &d), 0);
+    tw_cuda dev = cf_h200();
+    const tw_tune_space *sp = tw_tune_space_by_kernel("gate_pack_sm90");
+    static const uint32_t Ks[] = {64, 576, 2048, 48, 100};
+    static const uint32_t Ns[] = {256, 1280, 5632, 5760, 4160, 65536, 65600};
+    static const uint32_t Ts[] = {32, 64, 128, 256};
+    static const uint32_t Cs[] = {2, 4, 8};
+    size_t both = 0, neither = 0;
+    for (size_t k = 0; k < 5; k++)
+        for (size_t n = 0; n < 7; n++)
+            for (size_t t = 0; t < 4; t++)
+                for (size_t c = 0; c < 3; c++) {
+                    tw_tune_problem p;
+                    memset(&p, 0, sizeof p);
+                    snprintf(p.op, sizeof p.op, "gate_pack");
+                    p.shape = twell_shape_default(Ks[k], Ns[n]);
+                    p.shape.T = Ts[t];
+                    p.shape.C = Cs[c];
+                    p.M = 4096;
+                    int space = sp->supports(&p, &d),
+                        plan = tw_sm90_gate_pack_supports(&p.shape, &dev);
+                    if (space != plan)
+                        fail_msg("K=%u N=%u T=%u C=%u: space %d, plans %d", Ks[k], Ns[n], Ts[t],
+                                 Cs[c], space, plan);
+                    both += space != 0, neither += space == 0;
+                }
+    printf("# sm90: %zu shapes supported by both, %zu by neither\n", both, neither);
+    assert_true(both > 20 && neither > 20);
+}
+
 /* Every candidate the tuner keeps, for both spaces and a few shapes and M buckets, is accepted
  * by the launcher and renders; a space's pruned-for-smem configs are refused by the launcher. */
 static void test_gate_pack_cfg_space_candidates_launchable(void **state) {
@@ -199,6 +235,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate_pack_cfg_defaults_match_spaces),
         cmocka_unit_test(test_gate_pack_cfg_sm90_smem_matches_template),
+        cmocka_unit_test(test_gate_pack_cfg_sm90_space_matches_plans),
         cmocka_unit_test(test_gate_pack_cfg_space_candidates_launchable),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

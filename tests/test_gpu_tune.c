@@ -1,14 +1,17 @@
-/* test_gpu_tune.c — the autotuner on the GPU: for two shapes the gate-pack config the tuner picks
- * is within 3% of the best found by timing every candidate of the same space in one interleaved
- * batch (same harness, same process); plans then use the stored winner of their M bucket (correct
- * results, one module load per bucket, none later); a second process reuses record and cubins
- * with zero compiles and has its plan ready in ≤ 50 ms; TWELL_TUNE=1 tunes on first use; a plan
- * of another variant ignores a record that is not its kernel's. Exits 77 without a device.
+/* test_gpu_tune.c — the autotuner on the GPU: for two shapes the gate-pack config and the fused
+ * inference (ffn_fused) config the tuner picks are within 3% of the best found by timing every
+ * candidate of the same space in one interleaved batch (same harness, same process); plans then
+ * use the stored winner of their M bucket (correct results against the CPU reference, one module
+ * load per bucket, none later); after `twell tune` on a cold cache (the whole FFN's first use,
+ * timed), a second process creates a plan, loads both ops' winners and runs both ops with zero
+ * compiles, its plan ready in ≤ 50 ms; TWELL_TUNE=1 tunes on first use (both ops); a plan of
+ * another variant ignores a record that is not its kernel's. Exits 77 without a device.
  * The cache is cleared first, so the first tuning is cold (compiles included) and is timed.
  * labels: gpu slow */
 #include "cpu_ref.h"
 #include "cuda_backend.h"
 #include "cuda_driver.h"
+#include "cuda_ffn.h"
 #include "gpu_tune.h"
 #include "pack_check.h"
 #include "synth.h"
@@ -132,6 +135,162 @@ static int tu_run_plan(twell_plan *plan, const twell_shape *s, size_t M, uint64_
     return modules;
 }
 
+static double tu_ffn_tol(twell_dtype dt) { return dt == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3; }
+
+/* Runs plan's gate-pack and fused inference (twice: the second call must load nothing) on fresh
+ * gated sparse data of M rows, checks 64 sampled rows of y against tw_ffn_infer_ref on the same
+ * packed bytes (row-relative L2 within the tolerance of test_gpu_ffn_infer) and that the tiled
+ * path, not its fallback, produced them. Returns the ffn modules the plan holds. */
+static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t seed) {
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 1, sp.seed = seed;
+    sp.nnz = 0.00515 * s->N;
+    tw_synth_ffn *f = NULL;
+    TU_OK(tu_ctx, tw_synth_create(tu_ctx->pool, &sp, &f));
+    const size_t K = s->K, row_words = s->N / s->C, words = twell_packed_words(s, M);
+    const size_t xb = M * K * 2u, wb = (size_t)s->N * K * 2u;
+    void *dx = NULL, *dg = NULL, *du = NULL, *dd = NULL, *dy = NULL, *dp = NULL;
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, xb, &dx));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, xb, &dy));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &dg));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &du));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &dd));
+    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, words * 4u, &dp));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dx, f->x, xb));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dg, f->wg, wb));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, du, f->wu, wb));
+    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dd, f->wd, wb));
+    TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dy, 0xFFFFFFFFu, xb / 4u, NULL));
+    TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dg, dp, NULL));
+    TU_OK(tu_ctx, twell_ffn_infer(plan, M, dx, dp, dg, du, dd, dy, NULL));
+    int modules = tw_cuda_ffn_modules(plan);
+    uint32_t fl[4];
+    TU_OK(tu_ctx, tw_cuda_ffn_flags(plan, fl));
+    TU_OK(tu_ctx, twell_ffn_infer(plan, M, dx, dp, dg, du, dd, dy, NULL));
+    assert_int_equal(tw_cuda_ffn_modules(plan), modules);
+    TU_OK(tu_ctx, tw_cuda_synchronize(tu_ctx));
+    size_t rows[64];
+    size_t nrows = tw_pack_sample_rows(M, 64, rows);
+    uint32_t *hp = malloc(words * 4u), *ps = malloc(nrows * row_words * 4u);
+    uint16_t *hy = malloc(xb), *xs = malloc(nrows * K * 2u), *ref = malloc(nrows * K * 2u);
+    float *a = malloc(K * sizeof *a), *b = malloc(K * sizeof *b);
+    assert_true(hp && ps && hy && xs && ref && a && b);
+    TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, hp, dp, words * 4u));
+    TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, hy, dy, xb));
+    for (size_t i = 0; i < nrows; i++) {
+        memcpy(xs + i * K, f->x + rows[i] * K, K * 2u);
+        memcpy(ps + i * row_words, hp + rows[i] * row_words, row_words * 4u);
+    }
+    TU_OK(tu_ctx, tw_ffn_infer_ref(tu_ctx->pool, s, nrows, xs, ps, f->wg, f->wu, f->wd, ref));
+    double worst = 0.0;
+    size_t wr = 0;
+    for (size_t i = 0; i < nrows; i++) {
+        tw_to_f32_ref(s->dtype, hy + rows[i] * K, a, K);
+        tw_to_f32_ref(s->dtype, ref + i * K, b, K);
+        double num = 0.0, den = 0.0;
+        for (size_t k = 0; k < K; k++)
+            num += ((double)a[k] - b[k]) * ((double)a[k] - b[k]), den += (double)b[k] * b[k];
+        double e = sqrt(num / (den > 0.0 ? den : 1.0));
+        if (!(e <= worst))
+            worst = isnan(e) ? INFINITY : e, wr = rows[i];
+    }
+    tw_ffn_cfg use;
+    tw_cuda_ffn_prepare(plan, M, &use);
+    printf("#   plan ffn M=%zu: CN=%u, %d ffn modules, first call's tiled flag %u, max row-rel "
+           "err %.3e (row %zu), tolerance %.0e\n",
+           M, use.cn, modules, fl[0], worst, wr, tu_ffn_tol(s->dtype));
+    if (!(worst <= tu_ffn_tol(s->dtype)))
+        fail_msg("ffn_infer M=%zu: row %zu has row-relative error %.3e", M, wr, worst);
+    if (fl[0] != 0)
+        fail_msg("ffn_infer M=%zu: the tiled path fell back (flag %u)", M, fl[0]);
+    void *bufs[] = {dx, dg, du, dd, dy, dp};
+    for (size_t i = 0; i < 6; i++)
+        tw_cuda_free(tu_ctx, bufs[i]);
+    tw_synth_destroy(f);
+    free(hp), free(ps), free(hy), free(xs), free(ref), free(a), free(b);
+    return modules;
+}
+
+/* Tuned vs exhaustive for fused inference on one shape (gated), then a plan that must run the
+ * winner for that bucket, correctly, and the default for a bucket without a record. */
+static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
+    const tu_shape *c = *state;
+    twell_shape s = tu_make_shape(c->K, c->N);
+    tw_tune_options opt = tw_tune_options_default();
+    tw_tune_choice ch;
+    double t0 = tu_now_ms();
+    TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, "ffn_infer", &s, c->M, &opt, 0, &ch));
+    double tune_ms = tu_now_ms() - t0;
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&ch.config, canon, sizeof canon);
+    printf("# ffn K=%u N=%u M=%zu: tuned %s in %.2f s wall (%.2f s timing; %zu measured, %zu "
+           "failed, %zu skipped%s): %.4f ms, default %.4f ms (%.3fx)\n",
+           c->K, c->N, c->M, canon, tune_ms / 1e3, ch.elapsed_s, ch.n_measured, ch.n_failed,
+           ch.n_skipped, ch.budget_cut ? ", budget cut" : "", ch.ms, ch.default_ms,
+           ch.default_ms / ch.ms);
+    assert_int_equal(ch.source, TW_TUNE_TUNED);
+    assert_string_equal(ch.config.kernel, "ffn_fused");
+    assert_true(isfinite(ch.ms) && ch.ms > 0.0);
+    assert_true(ch.n_measured >= 2); /* a real choice, not a space of one */
+
+    tw_tune_options ex = tw_tune_options_default();
+    ex.reps = TU_EXHAUSTIVE_REPS;
+    ex.warmup = 3;
+    tw_tune_config *cands = NULL;
+    tw_tune_result res;
+    t0 = tu_now_ms();
+    TU_OK(tu_ctx,
+          tw_tune_gpu_exhaustive(tu_ctx, "ffn_infer", "ffn_fused", &s, c->M, &ex, &cands, &res));
+    double ex_ms = tu_now_ms() - t0;
+    size_t tuned = SIZE_MAX;
+    for (size_t i = 0; i < res.n_candidates; i++) {
+        char cc[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&cands[i], cc, sizeof cc);
+        const tw_tune_outcome *o = &res.outcomes[i];
+        printf("#   %-42s %-9s median %.4f ms (min %.4f, max %.4f)%s%s\n", cc,
+               tw_cand_state_name(o->state), o->ms, o->min_ms, o->max_ms,
+               i == res.best ? "  <- exhaustive best" : "",
+               tw_tune_config_equal(&cands[i], &ch.config) ? "  <- tuned" : "");
+        if (tw_tune_config_equal(&cands[i], &ch.config))
+            tuned = i;
+    }
+    if (tuned == SIZE_MAX)
+        fail_msg("the tuned config %s is not in the exhaustive candidate set", canon);
+    double best = res.outcomes[res.best].ms, got = res.outcomes[tuned].ms;
+    printf("# ffn K=%u N=%u M=%zu: exhaustive over %zu candidates in %.2f s: best %.4f ms, tuned "
+           "%.4f ms (%+.2f%%, bound +%.0f%%)\n",
+           c->K, c->N, c->M, res.n_candidates, ex_ms / 1e3, best, got, (got / best - 1.0) * 100.0,
+           TU_MARGIN * 100.0);
+    if (res.n_failed)
+        printf("# WARNING: %zu candidates failed to compile, verify or launch (listed above)\n",
+               res.n_failed);
+    if (!(got <= best * (1.0 + TU_MARGIN)))
+        fail_msg("tuned %s: %.4f ms > exhaustive best %.4f ms + 3%%", canon, got, best);
+    tw_tune_result_free(&res);
+    free(cands);
+
+    twell_plan *plan = NULL;
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    assert_int_equal(tw_cuda_ffn_modules(plan), 1);
+    tw_ffn_cfg want, use, dflt;
+    assert_int_equal(tw_ffn_cfg_from_tune(&ch.config, &want), 0);
+    assert_int_equal(tw_ffn_cfg_default(&s, tu_ctx->cuda, &dflt), 0);
+    int is_default = !memcmp(&want, &dflt, sizeof want);
+    int modules = tu_run_ffn(plan, &s, c->M, 41);
+    tw_cuda_ffn_prepare(plan, c->M, &use);
+    if (memcmp(&use, &want, sizeof use) != 0)
+        fail_msg("the plan uses CN=%u for M=%zu, the stored winner is %s", use.cn, c->M, canon);
+    assert_int_equal(modules, is_default ? 1 : 2);
+    /* The same bucket, then one without a record (M = 100: the default, nothing loaded). */
+    assert_int_equal(tu_run_ffn(plan, &s, 3000, 42), modules);
+    assert_int_equal(tu_run_ffn(plan, &s, 100, 43), modules);
+    tw_cuda_ffn_prepare(plan, 100, &use);
+    assert_true(!memcmp(&use, &dflt, sizeof use));
+    /* back to the tuned bucket after the default's: still correct, nothing new loaded */
+    assert_int_equal(tu_run_ffn(plan, &s, c->M, 44), modules);
+    twell_plan_destroy(plan);
+}
+
 /* Tuned vs exhaustive for one shape, then a plan that must use the tuned config. */
 static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     const tu_shape *c = *state;
@@ -219,12 +378,82 @@ static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* T = 64 (issue 6: the sm90 space now accepts what plans run there): every gate-pack and fused
+ * candidate of K=1024 N=4096 T=64 C=4 at M=256 is verified on the probe (none may fail: a kept
+ * config that fails means the space admits what the kernel cannot run), and a plan runs both
+ * winners with correct results. */
+static void test_gpu_tune_t64(void **state) {
+    (void)state;
+    twell_shape s = tu_make_shape(1024, 4096);
+    s.T = 64;
+    s.C = 4;
+    const size_t M = 256;
+    static const char *const ops[] = {"gate_pack", "ffn_infer"};
+    tw_tune_choice ch[2];
+    for (size_t i = 0; i < 2; i++) {
+        TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, ops[i], &s, M, NULL, 0, &ch[i]));
+        char canon[TW_TUNE_CANON_MAX];
+        tw_tune_config_canon(&ch[i].config, canon, sizeof canon);
+        printf("# T=64 %s K=1024 N=4096 M=%zu: tuned %s: %zu measured, %zu failed; %.4f ms, "
+               "default %.4f ms\n",
+               ops[i], M, canon, ch[i].n_measured, ch[i].n_failed, ch[i].ms, ch[i].default_ms);
+        assert_int_equal(ch[i].n_failed, 0);
+        assert_true(ch[i].n_measured >= 2);
+    }
+    if (!strcmp(tu_ctx->cuda->arch, "sm_90a"))
+        assert_string_equal(ch[0].config.kernel, "gate_pack_sm90");
+    twell_plan *plan = NULL;
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tu_run_plan(plan, &s, M, 51);
+    tu_run_ffn(plan, &s, M, 52);
+    tw_gp_cfg want, use;
+    tw_ffn_cfg fwant, fuse;
+    assert_int_equal(tw_gp_cfg_from_tune(&ch[0].config, &want), 0);
+    assert_int_equal(tw_ffn_cfg_from_tune(&ch[1].config, &fwant), 0);
+    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+    tw_cuda_ffn_prepare(plan, M, &fuse);
+    assert_true(tu_cfg_same(&use, &want));
+    assert_true(!memcmp(&fuse, &fwant, sizeof fuse));
+    twell_plan_destroy(plan);
+}
+
 static void tu_log(void *user, twell_log_level level, const char *msg) {
     (void)user, (void)level;
     printf("# log: %s\n", msg);
 }
 
-/* The second process (this executable with "second K N M"): no tuning, no compile. */
+/* One call of each op on synthetic data (the second process: no cmocka, statuses returned). */
+static twell_status tu_run_both(twell_ctx *ctx, twell_plan *plan, const twell_shape *s, size_t M) {
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 1;
+    sp.nnz = 0.00515 * s->N;
+    tw_synth_ffn *f = NULL;
+    twell_status st = tw_synth_create(ctx->pool, &sp, &f);
+    if (st != TWELL_OK)
+        return st;
+    const size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    void *b[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* x, wg, wu, wd, y, packed */
+    const size_t sz[6] = {xb, wb, wb, wb, xb, twell_packed_bytes(s, M)};
+    const void *src[4] = {f->x, f->wg, f->wu, f->wd};
+    for (size_t i = 0; i < 6 && st == TWELL_OK; i++)
+        st = tw_cuda_malloc(ctx, sz[i], &b[i]);
+    for (size_t i = 0; i < 4 && st == TWELL_OK; i++)
+        st = tw_cuda_memcpy_htod(ctx, b[i], src[i], sz[i]);
+    if (st == TWELL_OK)
+        st = twell_gate_pack(plan, M, b[0], b[1], b[5], NULL);
+    if (st == TWELL_OK)
+        st = twell_ffn_infer(plan, M, b[0], b[5], b[1], b[2], b[3], b[4], NULL);
+    if (st == TWELL_OK)
+        st = tw_cuda_synchronize(ctx);
+    for (size_t i = 0; i < 6; i++)
+        tw_cuda_free(ctx, b[i]);
+    tw_synth_destroy(f);
+    return st;
+}
+
+/* The second process (this executable with "second K N M", run after `twell tune` filled its
+ * cache): plan ready (creation + both ops' winners for M's bucket loaded) with no compile, both
+ * tuning records read from the cache, both ops run, and still nothing compiled. */
 static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     double t0 = tu_now_ms();
     twell_ctx_options o = twell_ctx_options_default();
@@ -243,66 +472,113 @@ static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
         return 1;
     tw_cache_get_stats(cache, &st0);
     twell_shape s = tu_make_shape(K, N);
-    /* Plan ready: creation (default kernels loaded) plus the bucket's winner looked up and
+    /* Plan ready: creation (default kernels loaded) plus the bucket's winners looked up and
      * loaded, in a fresh process, before anything else touched the cache or NVRTC. */
     twell_plan *plan = NULL;
     t0 = tu_now_ms();
     twell_status st = twell_plan_create(ctx, &s, &plan);
     tw_gp_cfg use;
-    if (st == TWELL_OK)
+    tw_ffn_cfg fuse;
+    memset(&fuse, 0, sizeof fuse);
+    if (st == TWELL_OK) {
         tw_cuda_gate_pack_prepare(plan, ((tw_cuda_plan *)plan->backend_data)->gate_pack, M, &use);
+        tw_cuda_ffn_prepare(plan, M, &fuse);
+    }
     double ready_ms = tu_now_ms() - t0;
     if (st != TWELL_OK) {
         printf("second: plan: %s\n", twell_ctx_errmsg(ctx));
         return 1;
     }
-    /* A second tuning process: the record and the cubin come from the cache. */
-    tw_tune_choice ch;
+    /* Tuning calls: records and cubins come from the cache. */
+    tw_tune_choice ch, fch;
     t0 = tu_now_ms();
     st = tw_tune_gpu(ctx, "gate_pack", &s, M, NULL, 0, &ch);
+    twell_status fst = tw_tune_gpu(ctx, "ffn_infer", &s, M, NULL, 0, &fch);
     double tune_ms = tu_now_ms() - t0;
+    t0 = tu_now_ms();
+    twell_status rst = tu_run_both(ctx, plan, &s, M);
+    double run_ms = tu_now_ms() - t0;
     tw_cache_get_stats(cache, &st1);
-    char canon[TW_TUNE_CANON_MAX], a[96];
+    char canon[TW_TUNE_CANON_MAX], fcanon[TW_TUNE_CANON_MAX], a[96];
     tw_tune_config_canon(&ch.config, canon, sizeof canon);
+    tw_tune_config_canon(&fch.config, fcanon, sizeof fcanon);
     tu_canon_gp(&use, a, sizeof a);
+    tw_ffn_cfg fwant;
+    int fsame = fst == TWELL_OK && tw_ffn_cfg_from_tune(&fch.config, &fwant) == 0 &&
+                !memcmp(&fwant, &fuse, sizeof fuse);
     unsigned long long puts = (unsigned long long)(st1.puts - st0.puts);
     unsigned long long misses = (unsigned long long)(st1.misses - st0.misses);
     unsigned long long hits = (unsigned long long)(st1.disk_hits - st0.disk_hits);
-    int modules = tw_cuda_plan_gate_pack_modules(plan);
+    int modules = tw_cuda_plan_gate_pack_modules(plan), fmodules = tw_cuda_ffn_modules(plan);
     tw_gp_cfg dflt = tw_gp_cfg_default(use.variant);
+    tw_ffn_cfg fdflt;
+    (void)tw_ffn_cfg_default(&s, ctx->cuda, &fdflt);
+    int fdefault = !memcmp(&fuse, &fdflt, sizeof fuse);
     printf("# second process K=%u N=%u M=%zu: context %.1f ms; plan ready %.2f ms (bound %.0f) "
-           "using %s (%d gate-pack modules); tune call %.2f ms (%s %s); cache puts %llu "
-           "(compiles + records), misses %llu, disk hits %llu\n",
-           K, N, M, ctx_ms, ready_ms, TU_READY_MS, a, modules, tune_ms,
-           st == TWELL_OK ? tw_tune_source_name(ch.source) : twell_status_name(st), canon, puts,
-           misses, hits);
-    int bad = st != TWELL_OK || ch.source != TW_TUNE_FROM_CACHE || puts != 0 ||
-              ready_ms > TU_READY_MS || strcmp(canon, a) != 0 ||
-              modules != (tu_cfg_same(&use, &dflt) ? 1 : 2);
+           "using %s (%d gate-pack modules) and ffn_fused CN=%u (%d ffn modules); tune calls "
+           "%.2f ms (gate_pack %s %s, ffn_infer %s %s); both ops run in %.1f ms (%s); cache puts "
+           "%llu (compiles + records), misses %llu, disk hits %llu\n",
+           K, N, M, ctx_ms, ready_ms, TU_READY_MS, a, modules, fuse.cn, fmodules, tune_ms,
+           st == TWELL_OK ? tw_tune_source_name(ch.source) : twell_status_name(st), canon,
+           fst == TWELL_OK ? tw_tune_source_name(fch.source) : twell_status_name(fst), fcanon,
+           run_ms, twell_status_name(rst), puts, misses, hits);
+    int bad = st != TWELL_OK || ch.source != TW_TUNE_FROM_CACHE || fst != TWELL_OK ||
+              fch.source != TW_TUNE_FROM_CACHE || rst != TWELL_OK || puts != 0 ||
+              ready_ms > TU_READY_MS || strcmp(canon, a) != 0 || !fsame ||
+              modules != (tu_cfg_same(&use, &dflt) ? 1 : 2) || fmodules != (fdefault ? 1 : 2);
     twell_plan_destroy(plan);
     twell_ctx_destroy(ctx);
     return bad;
 }
 
+/* Runs cmd, copying its output to ours; its exit status, or -1. */
+static int tu_system(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char line[1024];
+    while (fgets(line, sizeof line, p))
+        fputs(line, stdout);
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* For each shape: `twell tune` of both ops on a cold cache (the first use of the whole FFN: tune,
+ * compile and prewarm, timed as a process), then a second process on that cache. */
 static void test_gpu_tune_second_process(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof tu_shapes / sizeof tu_shapes[0]; i++) {
-        char cmd[1300];
-        snprintf(cmd, sizeof cmd, "'%s' second %u %u %zu 2>&1", tu_self, tu_shapes[i].K,
-                 tu_shapes[i].N, tu_shapes[i].M);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        char line[1024];
-        while (fgets(line, sizeof line, p))
-            fputs(line, stdout);
-        int rc = pclose(p);
-        if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
-            fail_msg("second process for K=%u N=%u failed (status %d): see its line above",
-                     tu_shapes[i].K, tu_shapes[i].N, rc);
+        const tu_shape *c = &tu_shapes[i];
+        char dir[900], cmd[2400];
+        snprintf(dir, sizeof dir, "%s/test-cache/test_gpu_tune_cold/%u_%u", TWELL_TEST_BINARY_DIR,
+                 c->K, c->N);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+        assert_int_equal(tu_system(cmd), 0);
+        snprintf(cmd, sizeof cmd,
+                 "TWELL_CACHE_DIR='%s' '%s' tune --K %u --N %u --M %zu --ops gate_pack,ffn_infer "
+                 "--quiet --json '%s/tune.json' 2>&1",
+                 dir, TWELL_TOOL_PATH, c->K, c->N, c->M, dir);
+        double t0 = tu_now_ms();
+        int rc = tu_system(cmd);
+        double first_s = (tu_now_ms() - t0) / 1e3;
+        printf("# first use of the whole FFN K=%u N=%u M=%zu (`twell tune` of gate_pack and "
+               "ffn_infer, cold cache, process wall): %.2f s (target 20 s)\n",
+               c->K, c->N, c->M, first_s);
+        if (rc != 0)
+            fail_msg("twell tune for K=%u N=%u exited %d", c->K, c->N, rc);
+        if (first_s > 20.0)
+            fail_msg("first use took %.2f s > 20 s", first_s);
+        snprintf(cmd, sizeof cmd, "TWELL_CACHE_DIR='%s' '%s' second %u %u %zu 2>&1", dir, tu_self,
+                 c->K, c->N, c->M);
+        rc = tu_system(cmd);
+        if (rc != 0)
+            fail_msg("second process for K=%u N=%u failed (status %d): see its line above", c->K,
+                     c->N, rc);
     }
 }
 
-/* TWELL_TUNE=1: a bucket without a record is tuned on its first call, then stored. */
+/* TWELL_TUNE=1: a bucket without a record is tuned on its first call (gate-pack, then fused
+ * inference), then stored and used. */
 static void test_gpu_tune_on_first_use(void **state) {
     (void)state;
     twell_shape s = tu_make_shape(512, 1280);
@@ -332,6 +608,19 @@ static void test_gpu_tune_on_first_use(void **state) {
     tw_cuda_gate_pack_prepare(plan, tu_gp(plan), 300, &use);
     if (want.variant == tw_cuda_plan_gate_pack_variant(plan) && !tu_cfg_same(&use, &want))
         fail_msg("the plan did not take the config it tuned");
+    /* fused inference too: its first call of the bucket tunes, stores and uses the winner */
+    snprintf(p.op, sizeof p.op, "ffn_infer");
+    assert_int_equal(tw_tune_store_load(tu_ctx, &p, &d, &rec), TWELL_ERR_NOT_FOUND);
+    t0 = tu_now_ms();
+    tu_run_ffn(plan, &s, 300, 23);
+    printf("# TWELL_TUNE=1: first ffn_infer call of bucket 512 took %.2f s (tuning included)\n",
+           (tu_now_ms() - t0) / 1e3);
+    TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
+    tw_ffn_cfg fwant, fuse;
+    assert_int_equal(tw_ffn_cfg_from_tune(&rec.config, &fwant), 0);
+    tw_cuda_ffn_prepare(plan, 300, &fuse);
+    if (memcmp(&fwant, &fuse, sizeof fuse) != 0)
+        fail_msg("the plan runs CN=%u, it tuned CN=%u", fuse.cn, fwant.cn);
     twell_plan_destroy(plan);
 }
 
@@ -399,7 +688,12 @@ int main(int argc, char **argv) {
          NULL, (void *)&tu_shapes[0]},
         {"test_gpu_tune_gate_pack_K1024_N4096_M4096", test_gpu_tune_gate_pack_vs_exhaustive, NULL,
          NULL, (void *)&tu_shapes[1]},
+        {"test_gpu_tune_ffn_K2048_N5632_M4096", test_gpu_tune_ffn_vs_exhaustive, NULL, NULL,
+         (void *)&tu_shapes[0]},
+        {"test_gpu_tune_ffn_K1024_N4096_M4096", test_gpu_tune_ffn_vs_exhaustive, NULL, NULL,
+         (void *)&tu_shapes[1]},
         cmocka_unit_test(test_gpu_tune_second_process),
+        cmocka_unit_test(test_gpu_tune_t64),
         cmocka_unit_test(test_gpu_tune_on_first_use),
         cmocka_unit_test(test_gpu_tune_variant_mismatch),
     };

@@ -1,7 +1,8 @@
 /* test_tune_cli.c — `twell tune` as a user runs it: help and option errors, --dry-run from a
  * model's config.json (shapes, kernels, pruned candidate counts, JSON report), malformed and
  * unsupported configs, a winner stored by one process seen by the tool in another, the clear
- * no-device exit, and on a machine with a GPU a tiny tune run twice (the second from the cache).
+ * no-device exit, and on a machine with a GPU a tiny tune run twice (the second from the cache,
+ * its prewarm compiling nothing).
  * labels: unit */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -254,9 +255,14 @@ static void test_tune_cli_tune_needs_device(void **state) {
         !strstr(tc_out, "tuned"))
         fail_msg("first run did not tune:\n%s", tc_out);
     printf("%s", tc_out);
+    if (!strstr(tc_out, "prewarm: a plan of this shape"))
+        fail_msg("first run did not prewarm:\n%s", tc_out);
     rc = tc_run(args);
     if (rc != 0 || !strstr(tc_out, "cached"))
         fail_msg("second run did not use the stored winner (exit %d):\n%s", rc, tc_out);
+    /* the first run's prewarm left every kernel a plan of this shape loads in the cache */
+    if (!strstr(tc_out, "(0 kernels compiled now"))
+        fail_msg("second run compiled kernels while prewarming:\n%s", tc_out);
     printf("%s", tc_out);
 }
 

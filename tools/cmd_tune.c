@@ -2,12 +2,14 @@
  * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
+#include "cuda_backend.h"
 #include "gpu_tune.h"
 #include "internal.h"
 #include "json.h"
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,9 @@ static void tw_tune_usage(FILE *f) {
     fprintf(f,
             "usage: twell tune (--model config.json | --K n --N n) [options]\n\n"
             "Tunes the kernels of each op for each shape and row count on this GPU, stores the\n"
-            "winners and their compiled kernels in the cache, and reports what was chosen, so a\n"
-            "deployed process compiles and measures nothing. Works offline.\n\n"
+            "winners and their compiled kernels in the cache, then prewarms: creates a plan of\n"
+            "the shape and loads each row count's winners, so every kernel such a plan loads is\n"
+            "cached and a deployed process compiles and measures nothing. Works offline.\n\n"
             "Shape:\n"
             "  --model FILE      a Hugging Face config.json: hidden_size is K, intermediate_size\n"
             "                    N, torch_dtype the element type (bfloat16 or float16)\n"
@@ -278,6 +281,15 @@ typedef struct tw_row {
     char note[96];
 } tw_row;
 
+/* What prewarming did: time, kernels compiled (cache puts), modules a plan of the shape holds. */
+typedef struct tw_prewarm {
+    twell_status st;
+    char err[320];
+    double s;
+    unsigned long long compiles;
+    int gp_modules, ffn_modules;
+} tw_prewarm;
+
 /* ---- progress ---- */
 
 typedef struct tw_progress {
@@ -373,7 +385,7 @@ static void tw_print_table(const tw_row *rows, size_t n, int dry) {
 
 static int tw_write_json(const char *path, const tw_tune_args *a, const tw_model_config *m,
                          const twell_shape *s, const tw_tune_device *d, int assumed,
-                         const tw_row *rows, size_t n) {
+                         const tw_row *rows, size_t n, const tw_prewarm *pw, double wall_s) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "twell tune: cannot write %s: %s\n", path, strerror(errno));
@@ -444,7 +456,24 @@ static int tw_write_json(const char *path, const tw_tune_args *a, const tw_model
             tw_json_string(f, r->err);
         fputc('}', f);
     }
-    fprintf(f, "\n  ]\n}\n");
+    fprintf(f, "\n  ],\n  \"prewarm\": ");
+    if (a->dry_run) {
+        fputs("null", f);
+    } else {
+        fprintf(f,
+                "{\"ok\": %s, \"seconds\": %.3f, \"compiles\": %llu, \"gate_pack_modules\": %d, "
+                "\"ffn_infer_modules\": %d, \"error\": ",
+                pw->st == TWELL_OK ? "true" : "false", pw->s, pw->compiles, pw->gp_modules,
+                pw->ffn_modules);
+        if (pw->st == TWELL_OK)
+            fputs("null", f);
+        else
+            tw_json_string(f, pw->err);
+        fputc('}', f);
+    }
+    fprintf(f, ",\n  \"wall_s\": ");
+    tw_json_ms(f, a->dry_run ? NAN : wall_s);
+    fprintf(f, "\n}\n");
     int ok = !ferror(f);
     ok &= fclose(f) == 0;
     if (!ok)
@@ -494,6 +523,99 @@ static void tw_plan_row(twell_ctx *ctx, const tw_tune_device *d, const twell_sha
         }
     }
     free(c);
+}
+
+static double tw_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The portable row kernel is loaded by calls with unaligned tensors only, so nothing tuned needs
+ * it, yet its compile is the slowest of a large shape's (about 5 s at K = 8192): it is compiled on
+ * a thread of its own (CPU context sharing the disk cache) while the GPU tunes, and the prewarm
+ * then finds it cached. */
+typedef struct tw_bg_compile {
+    twell_shape shape;
+    char arch[16];
+    char *cache_dir;
+    size_t cache_max_bytes;
+    pthread_t th;
+    int started;
+    twell_status st;
+} tw_bg_compile;
+
+static void *tw_bg_compile_run(void *arg) {
+    tw_bg_compile *b = arg;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = b->cache_dir;
+    o.cache_max_bytes = b->cache_max_bytes;
+    twell_ctx *w = NULL;
+    b->st = twell_ctx_create(&o, &w);
+    if (b->st == TWELL_OK) {
+        tw_param prm[TW_FFN_ROWS_NPARAMS];
+        size_t np = tw_ffn_rows_params(&b->shape, prm);
+        tw_cubin cubin;
+        b->st = tw_jit_cubin(w, "ffn_rows", prm, np, b->arch, &cubin);
+        if (b->st == TWELL_OK)
+            tw_cubin_free(&cubin);
+    }
+    twell_ctx_destroy(w);
+    return NULL;
+}
+
+static void tw_bg_compile_start(twell_ctx *ctx, const twell_shape *s, tw_bg_compile *b) {
+    memset(b, 0, sizeof b[0]);
+    b->shape = *s;
+    snprintf(b->arch, sizeof b->arch, "%s", ctx->cuda->arch);
+    b->cache_dir = ctx->cache_dir;
+    b->cache_max_bytes = ctx->opts.cache_max_bytes;
+    b->started = pthread_create(&b->th, NULL, tw_bg_compile_run, b) == 0;
+}
+
+static void tw_bg_compile_join(tw_bg_compile *b) {
+    if (b->started)
+        pthread_join(b->th, NULL);
+    b->started = 0;
+}
+
+/* Loads what a deployed process's plans of shape s load, compiling whatever the cache lacks: a
+ * plan (its default kernels: gate-pack, fused inference, the dense path), the stored winners of
+ * each M's bucket for gate-pack and fused inference (as the plan's first call of that bucket
+ * does), and the portable row kernel a call with unaligned tensors falls back to. */
+static void tw_prewarm_shape(twell_ctx *ctx, const twell_shape *s, const size_t *M, size_t nM,
+                             tw_prewarm *r) {
+    memset(r, 0, sizeof *r);
+    tw_cache *cache = NULL;
+    tw_cache_stats st0, st1;
+    memset(&st0, 0, sizeof st0);
+    memset(&st1, 0, sizeof st1);
+    if (tw_ctx_cache(ctx, &cache) == TWELL_OK)
+        tw_cache_get_stats(cache, &st0);
+    double t0 = tw_now_s();
+    twell_plan *plan = NULL;
+    r->st = twell_plan_create(ctx, s, &plan);
+    if (r->st == TWELL_OK) {
+        tw_cuda_plan *cp = plan->backend_data;
+        for (size_t i = 0; i < nM; i++) {
+            tw_cuda_gate_pack_prepare(plan, cp->gate_pack, M[i], NULL);
+            tw_cuda_ffn_prepare(plan, M[i], NULL);
+        }
+        /* a shape the portable kernel cannot run is not an error: plans then never load it */
+        if (tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC) == TWELL_OK)
+            (void)tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO);
+        r->gp_modules = tw_cuda_plan_gate_pack_modules(plan);
+        r->ffn_modules = tw_cuda_ffn_modules(plan);
+    }
+    if (r->st != TWELL_OK)
+        snprintf(r->err, sizeof r->err, "%s", twell_ctx_errmsg(ctx));
+    twell_plan_destroy(plan);
+    r->s = tw_now_s() - t0;
+    if (cache)
+        tw_cache_get_stats(cache, &st1);
+    r->compiles = (unsigned long long)(st1.puts - st0.puts);
 }
 
 int twell_cmd_tune(int argc, char **argv) {
@@ -602,6 +724,11 @@ int twell_cmd_tune(int argc, char **argv) {
     opt.progress = tw_progress_cb;
     opt.progress_user = &prog;
     int failed = 0;
+    double t_start = tw_now_s();
+    tw_bg_compile bg;
+    memset(&bg, 0, sizeof bg);
+    if (!a.dry_run)
+        tw_bg_compile_start(ctx, &shape, &bg);
     for (size_t o = 0; o < a.nops; o++)
         for (size_t i = 0; i < a.nM; i++) {
             tw_row *r = &rows[o * a.nM + i];
@@ -627,9 +754,30 @@ int twell_cmd_tune(int argc, char **argv) {
         }
     tw_progress_end(&prog);
     tw_print_table(rows, nrows, a.dry_run);
+    tw_prewarm pw;
+    memset(&pw, 0, sizeof pw);
+    pw.st = TWELL_ERR_UNSUPPORTED; /* not done (dry run) */
+    if (!a.dry_run) {
+        tw_bg_compile_join(&bg);
+        if (bg.st != TWELL_OK) /* the prewarm compiles it (or reports why it cannot) */
+            printf("note: compiling the row kernel alongside tuning failed (%s)\n",
+                   twell_status_name(bg.st));
+        tw_prewarm_shape(ctx, &shape, a.M, a.nM, &pw);
+        if (pw.st == TWELL_OK)
+            printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
+                   "(%llu kernels compiled now; %d gate-pack and %d ffn_infer modules); a new "
+                   "process compiles nothing for it\n",
+                   pw.s, pw.compiles, pw.gp_modules, pw.ffn_modules);
+        else
+            printf("prewarm: FAILED: %s\n", pw.err);
+        failed |= pw.st != TWELL_OK;
+    }
+    double wall_s = tw_now_s() - t_start;
+    if (!a.dry_run)
+        printf("total: %.2f s (tuning and prewarm, this process)\n", wall_s);
     int rc = failed ? 1 : 0;
     if (a.json) {
-        if (tw_write_json(a.json, &a, m, &shape, &dev, assumed, rows, nrows))
+        if (tw_write_json(a.json, &a, m, &shape, &dev, assumed, rows, nrows, &pw, wall_s))
             printf("report: %s\n", a.json);
         else
             rc = 1;
