@@ -8,6 +8,7 @@
 #include "cuda_backend.h"
 #include "jit.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,7 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[14] of the module, in the template's order. */
+/* twell_ffn_cfg[15] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -45,6 +46,7 @@ enum {
     TW_CFG_TPC,
     TW_CFG_PADQ,
     TW_CFG_GATED,
+    TW_CFG_STAGES,
     TW_CFG_COUNT
 };
 
@@ -282,48 +284,96 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     return st;
 }
 
-/* The tile configuration for this device, by the template's formulas: the largest weight chunk
- * (CN neurons, 512 or 256) whose two shared-memory buffers leave room for staged lists, list
- * capacities filling the rest. Returns 0 if the device has too little shared memory (the dense
- * overflow path needs 2 (128 T + 128 T) bytes). */
+/* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts) from its CN,
+ * GPWA, GPWB and STAGES by the template's formulas for `smem` bytes of shared memory per block.
+ * Returns 0 if they do not fit (or CN does not suit the shape). */
+static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
+    uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
+    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, 16
+     * warps); once: the (first, end) offset table of up to 256 chunks */
+    uint32_t la = (2u * 16u * want[TW_CFG_GPWA] + 4u) * 4u;
+    uint32_t lb = (2u * 16u * want[TW_CFG_GPWB] + 4u) * 4u, re = 2048u;
+    uint32_t wb = st * cn * 128u, NT = s->N / s->T;
+    if (cn < s->T || cn % s->T != 0u || cn % 64u != 0u || cn > 1024u || st < 2u || st > 4u)
+        return 0;
+    uint32_t tpc = cn / s->T;
+    if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
+        smem < wb + re + st * (lb + 16u * (4u + vb)))
+        return 0;
+    want[TW_CFG_DCAPA] = (smem - wb - re - st * la) / (4u * st) / 16u * 16u;
+    want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
+    want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
+    want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
+    want[TW_CFG_SMEM_GU] = 2u * 64u * 128u * (s->gated ? 3u : 2u);
+    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * s->T * 2u + s->T * 128u);
+    want[TW_CFG_BW] = 4;
+    want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
+    want[TW_CFG_TPC] = tpc;
+    want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
+    want[TW_CFG_GATED] = s->gated ? 1u : 0u;
+    return want[TW_CFG_DCAPA] >= 16u && want[TW_CFG_DCAPB] >= 16u && want[TW_CFG_SMEM_GU] <= smem &&
+           want[TW_CFG_SMEM_DOWN] <= smem;
+}
+
+/* The tile configuration for this device, by the template's formulas: the first of the
+ * candidates (weight chunk of CN neurons, STAGES of them in flight) whose buffers leave room for
+ * staged lists, list capacities filling the rest. Returns 0 if the device has too little shared
+ * memory (the dense overflow path alone needs 2 (128 T + 128 T) bytes). */
 static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
                               uint32_t want[TW_CFG_COUNT]) {
     uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
     if (smem > TW_SMEM_MAX)
         smem = TW_SMEM_MAX;
-    uint32_t gu = 2u * 64u * 128u * (s->gated ? 3u : 2u);
-    uint32_t down = 2u * (2u * 32u * s->T * 2u + s->T * 128u), vb = s->gated ? 4u : 2u;
-    /* per buffer: the staged list offsets and sizes of the block (8 or 4 groups per warp, 16
-     * warps); once: the (first, end) offset table of up to 256 chunks */
-    uint32_t la = (2u * 16u * 8u + 4u) * 4u, lb = (2u * 16u * 4u + 4u) * 4u, re = 2048u;
-    static const uint32_t cns[] = {512, 256};
-    memset(want, 0, TW_CFG_COUNT * sizeof *want);
-    if (gu > smem || down > smem)
-        return 0;
-    for (size_t i = 0; i < sizeof cns / sizeof cns[0]; i++) {
-        uint32_t wb = 2u * cns[i] * 128u;
-        if (cns[i] < s->T || smem < wb + re + 2u * la + 16384u)
-            continue;
-        uint32_t NT = s->N / s->T, tpc = cns[i] / s->T;
-        if ((NT + tpc - 1) / tpc > 256u)
-            continue;
-        want[TW_CFG_CN] = cns[i];
+    static const uint32_t cand[][2] = {{512, 2}, {256, 2}}; /* {CN, STAGES} */
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        memset(want, 0, TW_CFG_COUNT * sizeof *want);
+        want[TW_CFG_CN] = cand[i][0];
+        want[TW_CFG_STAGES] = cand[i][1];
         want[TW_CFG_GPWA] = 8;
         want[TW_CFG_GPWB] = 4;
-        want[TW_CFG_DCAPA] = (smem - wb - re - 2u * la) / 8u / 16u * 16u;
-        want[TW_CFG_DCAPB] = (smem - wb - re - 2u * lb) / (2u * (4u + vb)) / 16u * 16u;
-        want[TW_CFG_SMEM_A] = wb + 2u * (4u * want[TW_CFG_DCAPA] + la) + re;
-        want[TW_CFG_SMEM_B] = wb + 2u * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-        want[TW_CFG_SMEM_GU] = gu;
-        want[TW_CFG_SMEM_DOWN] = down;
-        want[TW_CFG_BW] = 4;
-        want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
-        want[TW_CFG_TPC] = tpc;
-        want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
-        want[TW_CFG_GATED] = s->gated ? 1u : 0u;
-        return 1;
+        /* phase A must also stage at least 16 KB of list descriptors */
+        uint32_t fixed = cand[i][1] * (cand[i][0] * 128u + 1040u) + 2048u;
+        if (smem >= fixed + 16384u && tw_ffn_tile_derive(s, smem, want))
+            return 1;
     }
+    memset(want, 0, TW_CFG_COUNT * sizeof *want);
     return 0;
+}
+
+/* Development override of the tile configuration: TWELL_FFN_TILE="CN=256,STAGES=4" (keys CN and
+ * STAGES; the rest is derived). Ignored, with a warning, if it does not fit. */
+static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
+                                 uint32_t want[TW_CFG_COUNT]) {
+    const char *env = getenv("TWELL_FFN_TILE");
+    if (!env || !*env)
+        return;
+    uint32_t w[TW_CFG_COUNT];
+    memcpy(w, want, sizeof w);
+    const char *p = env;
+    while (*p) {
+        unsigned v = 0;
+        int n = 0;
+        if (sscanf(p, "CN=%u%n", &v, &n) == 1 && n > 0)
+            w[TW_CFG_CN] = v;
+        else if (sscanf(p, "STAGES=%u%n", &v, &n) == 1 && n > 0)
+            w[TW_CFG_STAGES] = v;
+        else
+            break;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
+    if (smem > TW_SMEM_MAX)
+        smem = TW_SMEM_MAX;
+    if (*p || !tw_ffn_tile_derive(s, smem, w)) {
+        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: TWELL_FFN_TILE='%s' ignored (bad or does not fit)",
+               env);
+        return;
+    }
+    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s': CN=%u STAGES=%u", env,
+           w[TW_CFG_CN], w[TW_CFG_STAGES]);
+    memcpy(want, w, sizeof w);
 }
 
 /* Loads ffn_fused. TWELL_ERR_UNSUPPORTED when the shape or device cannot run it. */
@@ -345,6 +395,7 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
                         "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
                         "kernels",
                         dev->smem_optin);
+    tw_ffn_tile_override(ctx, s, dev, want);
     tw_param params[] = {
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
@@ -357,6 +408,7 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
         {"GPWB", NULL, (long long)want[TW_CFG_GPWB]},
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
+        {"STAGES", NULL, (long long)want[TW_CFG_STAGES]},
     };
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);

@@ -7,7 +7,8 @@
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
 -- (groups of 8 tokens per warp in phase A / B, 8 / 4), DCAPA / DCAPB (list slots staged in shared
--- memory per chunk, defaults fill the 227 KB limit). Rejected (unsupported): K not a multiple of
+-- memory per chunk, defaults fill the 227 KB limit), STAGES (weight chunks in flight in phase A
+-- and B: a ring of STAGES buffers, 2..4, default 2). Rejected (unsupported): K not a multiple of
 -- 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. Row-tiles
@@ -29,8 +30,8 @@
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[14] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated} (read with cuModuleGetGlobal; SMEM_* are dynamic
+-- __device__ const unsigned twell_ffn_cfg[15] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES} (read with cuModuleGetGlobal; SMEM_* are dynamic
 --   shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -82,16 +83,20 @@ check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
 check(GPWA == 8, "GPWA=%s must be 8", tostring(GPWA))
 check(GPWB == 4, "GPWB=%s must be 4", tostring(GPWB))
+local STAGES = param("STAGES", 2)
+check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
 local SMEM_MAX = 232448
-local WBYTES = 2 * CN * 128
+local WBYTES = STAGES * CN * 128
 local VB = GATED == 1 and 4 or 2
 local RE = 2048 -- (first, end) list offsets of the block per chunk, NC <= 256
 local LA, LB = (2 * 16 * GPWA + 4) * 4, (2 * 16 * GPWB + 4) * 4 -- staged offsets and sizes
-local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - 2 * LA) // 8) // 16 * 16)
-local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES - RE - 2 * LB) // (2 * (4 + VB))) // 16 * 16)
-check(DCAPA % 16 == 0 and DCAPB % 16 == 0, "DCAPA, DCAPB must be multiples of 16")
-local SMEM_A = WBYTES + 2 * (DCAPA * 4 + LA) + RE
-local SMEM_B = WBYTES + 2 * (DCAPB * (4 + VB) + LB) + RE
+local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - STAGES * LA) // (4 * STAGES)) // 16 * 16)
+local DCAPB = param("DCAPB",
+    ((SMEM_MAX - WBYTES - RE - STAGES * LB) // (STAGES * (4 + VB))) // 16 * 16)
+check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
+    "DCAPA, DCAPB must be positive multiples of 16")
+local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
+local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
 local SMEM_GU = 2 * 64 * 128 * (GATED == 1 and 3 or 2)
 local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
@@ -1242,7 +1247,7 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 s
 // (DCAP descriptors, the block's list offsets and sizes), the (first, end) offset table of all
 // chunks (read once at the start, so no chunk waits on a global load). A chunk whose block region
 // holds more than DCAP slots reads its descriptors from global memory instead.
-template <int DT, int CN, int GPW, int DCAP, int PADQ>
+template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST>
 TW_KERNEL((512, 1))
     tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
                   int NG, int NC, const tw_u32 *__restrict__ desc,
@@ -1257,7 +1262,7 @@ TW_KERNEL((512, 1))
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
     {
-        tw_u32 *sre = (tw_u32 *)(tw_smem + 2 * CN * 128 + 2 * SB);
+        tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += 512) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
@@ -1273,10 +1278,10 @@ TW_KERNEL((512, 1))
         bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
     }
     __syncthreads();
-    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128, sre = stb + 2 * SB;
+    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     float *pout = partial + (long long)s * pstride;
     auto stage = [&](int c) {
-        const int b = c & 1;
+        const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
         tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
@@ -1284,19 +1289,23 @@ TW_KERNEL((512, 1))
             tw_load_bytes<512>(sb, desc + ra, rn / 4);
         tw_stage_lists<NGB, 512>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
     };
-    stage(0);
-    tw_cp_commit();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < NC)
+            stage(i);
+        tw_cp_commit();
+    }
     for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
+        if (c + ST - 1 < NC)
+            stage(c + ST - 1);
         tw_cp_commit();
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<1>();
+        tw_cp_wait<ST - 1>();
         __syncthreads();
-        const tw_u32 sb = stb + (c & 1) * SB, so = sb + DCAP * 4;
+        const tw_u32 sb = stb + (c % ST) * SB, so = sb + DCAP * 4;
         const int nj = min(GPW, NG - G0);
         const tw_u32 gl0 = (tw_u32)(warp * GPW);
-        const tw_u32 buf = sbase + (c & 1) * CN * 128;
+        const tw_u32 buf = sbase + (c % ST) * CN * 128;
         if (rn <= DCAP)
             tw_pa_chunk<DT, GPW, true, PADQ, NGB>(bx, so, gl0, nj, ra, sb, nullptr, buf,
                                                          pout + ra, g, t4);
@@ -1414,7 +1423,7 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
 // stores. Shared memory: two weight chunks, two staging buffers (DCAP descriptors, DCAP hl words
 // (gated) or gate values, the block's list offsets and sizes), the (first, end) offset table of
 // all chunks.
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ>
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST>
 TW_KERNEL((512, 1))
     tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
                   const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
@@ -1432,7 +1441,7 @@ TW_KERNEL((512, 1))
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
     {
-        tw_u32 *sre = (tw_u32 *)(tw_smem + 2 * CN * 128 + 2 * SB);
+        tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += 512) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
@@ -1445,9 +1454,9 @@ TW_KERNEL((512, 1))
         for (int mt = 0; mt < 4; mt++)
             acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
     __syncthreads();
-    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128, sre = stb + 2 * SB;
+    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     auto stage = [&](int c) {
-        const int b = c & 1;
+        const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
         tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
@@ -1461,16 +1470,20 @@ TW_KERNEL((512, 1))
         tw_stage_lists<NGB, 512>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
                                  GE - GB);
     };
-    stage(0);
-    tw_cp_commit();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < NC)
+            stage(i);
+        tw_cp_commit();
+    }
     for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
+        if (c + ST - 1 < NC)
+            stage(c + ST - 1);
         tw_cp_commit();
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<1>();
+        tw_cp_wait<ST - 1>();
         __syncthreads();
-        const tw_u32 buf = sbase + (c & 1) * CN * 128, sb = stb + (c & 1) * SB;
+        const tw_u32 buf = sbase + (c % ST) * CN * 128, sb = stb + (c % ST) * SB;
         const tw_u32 so = sb + DCAP * (4 + VB), gl0 = (tw_u32)(warp * GPW);
         const int nj = min(GPW, NG - G0);
         const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
@@ -1520,9 +1533,9 @@ TW_KERNEL((512, 1))
 
 cuda [==[
 #define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[14] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+extern "C" __device__ const unsigned int twell_ffn_cfg[15] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}};
+    ${GATED}, ${STAGES}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
@@ -1568,7 +1581,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
                   const unsigned int *flag) {
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}>(
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, y, flag);
 }
@@ -1588,7 +1601,7 @@ twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }
