@@ -30,7 +30,7 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[15] of the module, in the template's order. */
+/* twell_ffn_cfg[18] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -47,6 +47,9 @@ enum {
     TW_CFG_PADQ,
     TW_CFG_GATED,
     TW_CFG_STAGES,
+    TW_CFG_NWA,
+    TW_CFG_NWB,
+    TW_CFG_PF,
     TW_CFG_COUNT
 };
 
@@ -285,16 +288,23 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
 }
 
 /* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts) from its CN,
- * GPWA, GPWB and STAGES by the template's formulas for `smem` bytes of shared memory per block.
- * Returns 0 if they do not fit (or CN does not suit the shape). */
+ * GPWA, GPWB, NWA, NWB and STAGES by the template's formulas for `smem` bytes of shared memory per
+ * block. Returns 0 if they do not fit (or CN does not suit the shape). */
 static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
     uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
-    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, 16
+    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, NW
      * warps); once: the (first, end) offset table of up to 256 chunks */
-    uint32_t la = (2u * 16u * want[TW_CFG_GPWA] + 4u) * 4u;
-    uint32_t lb = (2u * 16u * want[TW_CFG_GPWB] + 4u) * 4u, re = 2048u;
+    uint32_t ga = want[TW_CFG_NWA] * want[TW_CFG_GPWA], gb = want[TW_CFG_NWB] * want[TW_CFG_GPWB];
+    uint32_t la = (2u * ga + 4u) * 4u, lb = (2u * gb + 4u) * 4u, re = 2048u;
     uint32_t wb = st * cn * 128u, NT = s->N / s->T;
     if (cn < s->T || cn % s->T != 0u || cn % 64u != 0u || cn > 1024u || st < 2u || st > 4u)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        uint32_t gpw = want[i ? TW_CFG_GPWB : TW_CFG_GPWA], nw = want[i ? TW_CFG_NWB : TW_CFG_NWA];
+        if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || gpw * nw % 2u != 0u)
+            return 0;
+    }
+    if (want[TW_CFG_PF] > 1u)
         return 0;
     uint32_t tpc = cn / s->T;
     if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
@@ -304,7 +314,7 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
     want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
     want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
     want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-    want[TW_CFG_SMEM_GU] = 2u * 64u * 128u * (s->gated ? 3u : 2u);
+    want[TW_CFG_SMEM_GU] = 4u * 64u * 128u * (s->gated ? 3u : 2u); /* 4 stages */
     want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * s->T * 2u + s->T * 128u);
     want[TW_CFG_BW] = 4;
     want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
@@ -331,6 +341,9 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
         want[TW_CFG_STAGES] = cand[i][1];
         want[TW_CFG_GPWA] = 8;
         want[TW_CFG_GPWB] = 4;
+        want[TW_CFG_NWA] = 16;
+        want[TW_CFG_NWB] = 16;
+        want[TW_CFG_PF] = 1;
         /* phase A must also stage at least 16 KB of list descriptors */
         uint32_t fixed = cand[i][1] * (cand[i][0] * 128u + 1040u) + 2048u;
         if (smem >= fixed + 16384u && tw_ffn_tile_derive(s, smem, want))
@@ -340,8 +353,9 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
     return 0;
 }
 
-/* Development override of the tile configuration: TWELL_FFN_TILE="CN=256,STAGES=4" (keys CN and
- * STAGES; the rest is derived). Ignored, with a warning, if it does not fit. */
+/* Development override of the tile configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
+ * CN, STAGES, GPWA, GPWB, NWA, NWB; the rest is derived). Ignored, with a warning, if it does not
+ * fit. */
 static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
                                  uint32_t want[TW_CFG_COUNT]) {
     const char *env = getenv("TWELL_FFN_TILE");
@@ -349,17 +363,26 @@ static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_
         return;
     uint32_t w[TW_CFG_COUNT];
     memcpy(w, want, sizeof w);
+    static const struct {
+        const char *key;
+        int idx;
+    } keys[] = {{"CN", TW_CFG_CN},     {"STAGES", TW_CFG_STAGES}, {"GPWA", TW_CFG_GPWA},
+                {"GPWB", TW_CFG_GPWB}, {"NWA", TW_CFG_NWA},       {"NWB", TW_CFG_NWB},
+                {"PF", TW_CFG_PF}};
     const char *p = env;
     while (*p) {
-        unsigned v = 0;
-        int n = 0;
-        if (sscanf(p, "CN=%u%n", &v, &n) == 1 && n > 0)
-            w[TW_CFG_CN] = v;
-        else if (sscanf(p, "STAGES=%u%n", &v, &n) == 1 && n > 0)
-            w[TW_CFG_STAGES] = v;
-        else
+        size_t i = 0, len = 0;
+        for (; i < sizeof keys / sizeof keys[0]; i++) {
+            len = strlen(keys[i].key);
+            if (!strncmp(p, keys[i].key, len) && p[len] == '=')
+                break;
+        }
+        char *end = NULL;
+        unsigned long v = i < sizeof keys / sizeof keys[0] ? strtoul(p + len + 1, &end, 10) : 0;
+        if (!end || end == p + len + 1 || v > 4096u)
             break;
-        p += n;
+        w[keys[i].idx] = (uint32_t)v;
+        p = end;
         if (*p == ',')
             p++;
     }
@@ -371,8 +394,7 @@ static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_
                env);
         return;
     }
-    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s': CN=%u STAGES=%u", env,
-           w[TW_CFG_CN], w[TW_CFG_STAGES]);
+    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s' applied", env);
     memcpy(want, w, sizeof w);
 }
 
@@ -409,6 +431,9 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
         {"STAGES", NULL, (long long)want[TW_CFG_STAGES]},
+        {"NWA", NULL, (long long)want[TW_CFG_NWA]},
+        {"NWB", NULL, (long long)want[TW_CFG_NWB]},
+        {"PF", NULL, (long long)want[TW_CFG_PF]},
     };
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
@@ -593,8 +618,9 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     if (plan->shape.gated) {
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
                         &w->sizes,  &w->partial, &pair_cap, &w->flag};
-        TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWA]), f->NSL,
-                     512, f->cfg[TW_CFG_SMEM_A], stream, a_pa));
+        TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A],
+                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA]), f->NSL,
+                     32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
         void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
                          &m,     &w->hl,      &w->rexp,  &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
@@ -603,8 +629,9 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     }
     void *a_pb[] = {(void *)&wd, &m,        &w->desc,     &w->gv,    &hl, &rexp,
                     &w->offsets, &w->sizes, &w->orow_idx, &w->ovf_y, &y,  &w->flag};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWB]), f->NSL, 512,
-                 f->cfg[TW_CFG_SMEM_B], stream, a_pb));
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
+                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB]), f->NSL,
+                 32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
                       &m,         &w->flag,        &fallback_only};
     return tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0, stream,

@@ -6,7 +6,8 @@
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
--- (groups of 8 tokens per warp in phase A / B, 8 / 4), DCAPA / DCAPB (list slots staged in shared
+-- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A / B,
+-- 16 / 16; GPW * NW even), PF (1: shared-memory list loads one step ahead), DCAPA / DCAPB (list slots staged in shared
 -- memory per chunk, defaults fill the 227 KB limit), STAGES (weight chunks in flight in phase A
 -- and B: a ring of STAGES buffers, 2..4, default 2). Rejected (unsupported): K not a multiple of
 -- 64, shared memory over 227 KB.
@@ -19,10 +20,10 @@
 -- descriptor row << 7 | key << 4 | token, 16-bit gate value), PADQ-padded (8; 16 for fp16 gated),
 -- laid out so both phases read conflict-free 16-byte pieces as far as the classes allow.
 -- Phase A (gated) computes u = x . Wu_n for every pair, split over 64-column k-slices (CTA =
--- GPWA*16*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered in shared memory; x
+-- GPWA*NWA*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered in shared memory; x
 -- fragments in registers; partial u per slice). The reduce forms h = g * sum(partial u) in fixed
 -- order as a bf16 (fp16: scaled per 16-slot round) hi|lo word. Phase B accumulates y = sum h Wd_n
--- (CTA = GPWB*16*8 tokens x 64 columns, y in registers over all chunks, A fragments paired with
+-- (CTA = GPWB*NWB*8 tokens x 64 columns, y in registers over all chunks, A fragments paired with
 -- prmt, two mmas for hi and lo), adds ovf_y for overflowing rows and stores y once. If the
 -- workspace cannot hold what the data needs, a device flag makes every tiled kernel return at
 -- once and the row kernel (exact, one warp per row) runs instead: no host synchronisation.
@@ -30,8 +31,8 @@
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[15] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES} (read with cuModuleGetGlobal; SMEM_* are dynamic
+-- __device__ const unsigned twell_ffn_cfg[18] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF} (read with cuModuleGetGlobal; SMEM_* are dynamic
 --   shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -53,10 +54,10 @@
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid SMs x 256, SMEM_DOWN
 --       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, flag)
---   7 gated: twell_ffn_phase_a grid (ceil(NG/(16*GPWA)), NSL) x 512, SMEM_A
+--   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
 --   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
---   9 twell_ffn_phase_b   grid (ceil(NG/(16*GPWB)), NSL) x 512, SMEM_B
+--   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB)), NSL) x 32*NWB, SMEM_B
 --       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, y, flag)
 --  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
 --       (x, packed, wp, wu, wd, y, M, flag, 1)   fallback: returns unless flag[0] != 0
@@ -79,17 +80,26 @@ end
 local CN = param("CN", 512)
 local GPWA = param("GPWA", 8)
 local GPWB = param("GPWB", 4)
+local NWA = param("NWA", 16)
+local NWB = param("NWB", 16)
+local PF = param("PF", 1)
+check(PF == 0 or PF == 1, "PF=%s must be 0 or 1", tostring(PF))
 check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 0 and CN <= 1024,
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
-check(GPWA == 8, "GPWA=%s must be 8", tostring(GPWA))
-check(GPWB == 4, "GPWB=%s must be 4", tostring(GPWB))
+for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
+    check(math.type(v[2]) == "integer" and v[2] >= 1 and v[2] <= 8, "%s=%s must be 1..8", v[1],
+        tostring(v[2]))
+    check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[2] * v[3] % 2 == 0,
+        "warps per block %s for %s=%d: 4..32, with an even number of groups", tostring(v[3]),
+        v[1], v[2])
+end
 local STAGES = param("STAGES", 2)
 check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
 local SMEM_MAX = 232448
 local WBYTES = STAGES * CN * 128
 local VB = GATED == 1 and 4 or 2
 local RE = 2048 -- (first, end) list offsets of the block per chunk, NC <= 256
-local LA, LB = (2 * 16 * GPWA + 4) * 4, (2 * 16 * GPWB + 4) * 4 -- staged offsets and sizes
+local LA, LB = (2 * NWA * GPWA + 4) * 4, (2 * NWB * GPWB + 4) * 4 -- staged offsets and sizes
 local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - STAGES * LA) // (4 * STAGES)) // 16 * 16)
 local DCAPB = param("DCAPB",
     ((SMEM_MAX - WBYTES - RE - STAGES * LB) // (STAGES * (4 + VB))) // 16 * 16)
@@ -97,7 +107,7 @@ check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
     "DCAPA, DCAPB must be positive multiples of 16")
 local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
 local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
-local SMEM_GU = 2 * 64 * 128 * (GATED == 1 and 3 or 2)
+local SMEM_GU = 4 * 64 * 128 * (GATED == 1 and 3 or 2) -- TW_GU_STAGES stages
 local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
@@ -466,6 +476,7 @@ template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 
 // row-tiles, [3] overflowing rows. cnt[0..NT-1] overflowing rows per tile, cnt[NT] overflowing
 // rows (zeroed before pre-pass 1).
 
+#define TW_GU_STAGES 4 /* k-steps of ovf_gu in flight (ring of shared-memory stages) */
 // Binary search: last t in [0, NT) with base[t] <= item.
 __device__ __forceinline__ int tw_find_tile(const tw_u32 *base, int NT, tw_u32 item) {
     int lo = 0, hi = NT - 1;
@@ -497,7 +508,7 @@ TW_KERNEL((256))
     if (flag[0])
         return;
     constexpr int NCB = TT / 64;
-    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2);
+    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU_STAGES;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int mt = warp & 3, ch = warp >> 2;
     const tw_u32 nitems = item_base[NT];
@@ -530,15 +541,19 @@ TW_KERNEL((256))
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 ag[j][e] = au[j][e] = 0.0f;
-        stage(0, 0);
-        tw_cp_commit();
-        for (int kc = 0; kc < nk; kc++) {
-            if (kc + 1 < nk)
-                stage(kc + 1, (kc + 1) & 1);
+#pragma unroll
+        for (int i = 0; i < GST - 1; i++) {
+            if (i < nk)
+                stage(i, i);
             tw_cp_commit();
-            tw_cp_wait<1>();
+        }
+        for (int kc = 0; kc < nk; kc++) {
+            if (kc + GST - 1 < nk)
+                stage(kc + GST - 1, (kc + GST - 1) % GST);
+            tw_cp_commit();
+            tw_cp_wait<GST - 1>();
             __syncthreads();
-            const tw_u32 sx = sbase + (kc & 1) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+            const tw_u32 sx = sbase + (kc % GST) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
                 tw_u32 a[4];
@@ -1169,21 +1184,43 @@ TW_KERNEL((BW * 32))
 // identically). Slot g's pair keeps D[g][tok]; the lane with t4 = tok >> 1 stores it.
 // so: the staged list offsets (NGB + 1) and sizes (NGB) of the chunk; gl0: this warp's first
 // group in the block; nj: its groups below NG; ra: the block's first offset.
-template <int DT, int GPW, bool SH, int PADQ, int NGB>
+template <int DT, int GPW, bool SH, int PADQ, int NGB, int PF>
 __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 so, tw_u32 gl0,
                                              int nj, tw_u32 ra, tw_u32 dsh, const tw_u32 *dgl,
                                              tw_u32 buf, float *po, int g, int t4) {
     const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
+    /* PF: the next group's size and offset, and the next round's descriptors, are loaded one
+       step ahead (shared memory; the loads stay inside the staging buffer) */
+    tw_u32 szn = 0, on = 0;
+    if (PF) {
+        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
+        on = tw_lds32(so + 4u * gl0);
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
         if (j >= nj)
             break;
-        const tw_u32 szj = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
         const tw_u32 nfull = szj >> 4;
-        tw_u32 o = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
+        if (PF && j + 1 < GPW) {
+            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
+            on = tw_lds32(so + 4u * (gl0 + j + 1));
+        }
+        tw_u32 dan = 0, dbn = 0;
+        if (PF && SH) {
+            dan = tw_lds32(dsh + 4u * (o + ug));
+            dbn = tw_lds32(dsh + 4u * (o + ug + 8u));
+        }
         for (tw_u32 r = 0; r < nfull; r++, o += 16) {
             tw_u32 da, db;
-            if (SH) {
+            if (PF && SH) {
+                da = dan;
+                db = dbn;
+                const tw_u32 onx = 16u * (r + 1) < szj ? o + 16u : o;
+                dan = tw_lds32(dsh + 4u * (onx + ug));
+                dbn = tw_lds32(dsh + 4u * (onx + ug + 8u));
+            } else if (SH) {
                 da = tw_lds32(dsh + 4u * (o + ug));
                 db = tw_lds32(dsh + 4u * (o + ug + 8u));
             } else {
@@ -1216,7 +1253,7 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 s
             tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4 ? 1u : 0u);
         }
         if (PADQ == 8 && (szj & 8u)) { /* half round: rows 0..7 = slots o .. o + 7 */
-            const tw_u32 da = SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
+            const tw_u32 da = (PF && SH) ? dan : SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
             const tw_u32 oa = (da ^ t4s) & ~15u;
             const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
             float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1247,14 +1284,14 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 s
 // (DCAP descriptors, the block's list offsets and sizes), the (first, end) offset table of all
 // chunks (read once at the start, so no chunk waits on a global load). A chunk whose block region
 // holds more than DCAP slots reads its descriptors from global memory instead.
-template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST>
-TW_KERNEL((512, 1))
+template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF>
+TW_KERNEL((NW * 32, 1))
     tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
                   int NG, int NC, const tw_u32 *__restrict__ desc,
                   const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
                   float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
-    constexpr int NGB = 16 * GPW, SB = TW_SB(DCAP, 4, NGB);
+    constexpr int NGB = NW * GPW, SB = TW_SB(DCAP, 4, NGB), NTHR = NW * 32;
     if (flag[0])
         return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -1263,7 +1300,7 @@ TW_KERNEL((512, 1))
     const int G0 = GB + warp * GPW;
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
-        for (int i = threadIdx.x; i < NC; i += 512) {
+        for (int i = threadIdx.x; i < NC; i += NTHR) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
@@ -1284,10 +1321,10 @@ TW_KERNEL((512, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
+        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
         if (rn <= DCAP)
-            tw_load_bytes<512>(sb, desc + ra, rn / 4);
-        tw_stage_lists<NGB, 512>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
+            tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
+        tw_stage_lists<NGB, NTHR>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
     };
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
@@ -1307,10 +1344,10 @@ TW_KERNEL((512, 1))
         const tw_u32 gl0 = (tw_u32)(warp * GPW);
         const tw_u32 buf = sbase + (c % ST) * CN * 128;
         if (rn <= DCAP)
-            tw_pa_chunk<DT, GPW, true, PADQ, NGB>(bx, so, gl0, nj, ra, sb, nullptr, buf,
+            tw_pa_chunk<DT, GPW, true, PADQ, NGB, PF>(bx, so, gl0, nj, ra, sb, nullptr, buf,
                                                          pout + ra, g, t4);
         else
-            tw_pa_chunk<DT, GPW, false, PADQ, NGB>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
+            tw_pa_chunk<DT, GPW, false, PADQ, NGB, PF>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
                                                           pout + ra, g, t4);
         __syncthreads();
     }
@@ -1323,22 +1360,43 @@ TW_KERNEL((512, 1))
 // Output column of mma row g in m-tile mt: 8 pib(g) + 2 mt, of row g + 8: that + 1, so a lane's
 // accumulators cover 8 consecutive columns of its two tokens. B = h at the slot's token column:
 // gated, the hi and lo halves (two mmas; fp16 scaled per round); non-gated, g itself.
-template <int DT, int GATED, int GPW, bool SH, int PADQ, int NGB>
+template <int DT, int GATED, int GPW, bool SH, int PADQ, int NGB, int PF>
 __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
                                              tw_u32 ra, tw_u32 dsh, tw_u32 vsh, const tw_u32 *dgl,
                                              const void *vgl, const tw_u32 *rexp, tw_u32 buf, int g,
                                              int t4) {
     const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
+    /* PF: as in phase A, the next group's size and offset and the next round's descriptors are
+       loaded one step ahead */
+    tw_u32 szn = 0, on = 0;
+    if (PF) {
+        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
+        on = tw_lds32(so + 4u * gl0);
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
         if (j >= nj)
             break;
-        const tw_u32 szj = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
         const tw_u32 nfull = szj >> 4;
-        tw_u32 o = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
+        if (PF && j + 1 < GPW) {
+            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
+            on = tw_lds32(so + 4u * (gl0 + j + 1));
+        }
+        uint4 Dn = make_uint4(0u, 0u, 0u, 0u);
+        if (PF && SH && nfull)
+            Dn = tw_lds128(dsh + 4u * (o + 4u * ut4));
         for (tw_u32 r = 0; r < nfull; r++, o += 16) {
             const tw_u32 q = o + 4u * ut4;
-            const uint4 D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
+            uint4 D;
+            if (PF && SH) {
+                D = Dn;
+                const tw_u32 qn = r + 1 < nfull ? q + 16u : q;
+                Dn = tw_lds128(dsh + 4u * qn);
+            } else {
+                D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
+            }
             const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
             tw_u32 L[4][4];
 #pragma unroll
@@ -1423,8 +1481,8 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
 // stores. Shared memory: two weight chunks, two staging buffers (DCAP descriptors, DCAP hl words
 // (gated) or gate values, the block's list offsets and sizes), the (first, end) offset table of
 // all chunks.
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST>
-TW_KERNEL((512, 1))
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF>
+TW_KERNEL((NW * 32, 1))
     tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
                   const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
                   const tw_u32 *__restrict__ hl, const tw_u32 *__restrict__ rexp,
@@ -1433,7 +1491,7 @@ TW_KERNEL((512, 1))
                   tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
     constexpr int VB = GATED ? 4 : 2; /* bytes per slot of the value array */
-    constexpr int NGB = 16 * GPW, SB = TW_SB(DCAP, 4 + VB, NGB);
+    constexpr int NGB = NW * GPW, SB = TW_SB(DCAP, 4 + VB, NGB), NTHR = NW * 32;
     if (flag[0])
         return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -1442,7 +1500,7 @@ TW_KERNEL((512, 1))
     const int G0 = GB + warp * GPW;
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
-        for (int i = threadIdx.x; i < NC; i += 512) {
+        for (int i = threadIdx.x; i < NC; i += NTHR) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
@@ -1459,15 +1517,15 @@ TW_KERNEL((512, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
+        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
         if (rn <= DCAP) {
-            tw_load_bytes<512>(sb, desc + ra, rn / 4);
+            tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
             if (GATED)
-                tw_load_bytes<512>(sb + DCAP * 4, hl + ra, rn / 4);
+                tw_load_bytes<NTHR>(sb + DCAP * 4, hl + ra, rn / 4);
             else
-                tw_load_bytes<512>(sb + DCAP * 4, gv + ra, rn / 8);
+                tw_load_bytes<NTHR>(sb + DCAP * 4, gv + ra, rn / 8);
         }
-        tw_stage_lists<NGB, 512>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
+        tw_stage_lists<NGB, NTHR>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
                                  GE - GB);
     };
 #pragma unroll
@@ -1489,11 +1547,11 @@ TW_KERNEL((512, 1))
         const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
         const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
         if (rn <= DCAP)
-            tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB>(acc, so, gl0, nj, ra, sb,
+            tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB, PF>(acc, so, gl0, nj, ra, sb,
                                                                 sb + DCAP * 4, nullptr, vgl, rx,
                                                                 buf, g, t4);
         else
-            tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB>(acc, so, gl0, nj, ra, 0u, 0u,
+            tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB, PF>(acc, so, gl0, nj, ra, 0u, 0u,
                                                                  desc + ra, vgl, rx, buf, g, t4);
         __syncthreads();
     }
@@ -1533,9 +1591,9 @@ TW_KERNEL((512, 1))
 
 cuda [==[
 #define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[15] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+extern "C" __device__ const unsigned int twell_ffn_cfg[18] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}, ${STAGES}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
@@ -1575,13 +1633,13 @@ twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
     tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
                                 ovf_hh, ovf_ex, ovf_y, flag);
 }
-extern "C" __global__ void __launch_bounds__(512, 1)
+extern "C" __global__ void __launch_bounds__(${NWB * 32}, 1)
 twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned short *gv, const unsigned int *hl, const unsigned int *rexp,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
                   const unsigned int *flag) {
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}>(
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, y, flag);
 }
@@ -1596,12 +1654,12 @@ twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsign
 
 if GATED == 1 then
     cuda [==[
-extern "C" __global__ void __launch_bounds__(512, 1)
+extern "C" __global__ void __launch_bounds__(${NWA * 32}, 1)
 twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }

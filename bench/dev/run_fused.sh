@@ -8,7 +8,10 @@
 #   breakdown  ncu per-kernel durations of the sparse path (M=16384, 29 nnz, uniform and skewed)
 #   prof       ncu speed-of-light, stall reasons and shared-memory wavefronts of phase A and B
 #   bench      twell bench with $BENCH_ARGS (default: sparse, M=16384, nnz 29, uniform)
-#   variants   the bench of $VAR_ARGS once per tile override in $VARIANTS (TWELL_FFN_TILE=...)
+#   variants   fused-only time per tile override (TWELL_FFN_TILE): PF, phase A and B warps/groups;
+#              the best goes to $OUT/best.txt and, as $BEST, to the steps after it
+#   testbest   test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST
+#   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
 # Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
 OUT=${OUT:-/tmp/fused-out}
@@ -43,6 +46,7 @@ for step in ${STEPS:-test breakdown prof bench}; do
             2>&1 | grep -vE "^$" | tail -8
         ;;
     breakdown)
+        [ -n "${BEST:-}" ] && export TWELL_FFN_TILE=$BEST
         for d in uniform skewed; do
             echo "-- per-kernel ncu durations, M=16384, 29 nnz, $d (us; L2 flushed before each)"
             timeout 200 ncu --clock-control none -k "$KRE" --metrics gpu__time_duration.sum \
@@ -53,7 +57,8 @@ for step in ${STEPS:-test breakdown prof bench}; do
         done
         ;;
     prof)
-        echo "-- phase A and B, M=16384, 29 nnz, uniform (one launch each)"
+        [ -n "${BEST:-}" ] && export TWELL_FFN_TILE=$BEST
+        echo "-- phase A and B (uniform), ovf_gu and ovf_down (skewed), M=16384, 29 nnz"
         M="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed"
         M="$M,l1tex__throughput.avg.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed"
         M="$M,lts__t_bytes.sum,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
@@ -68,7 +73,10 @@ for step in ${STEPS:-test breakdown prof bench}; do
         timeout 200 ncu --clock-control none -k "regex:twell_ffn_phase_(a|b)" -c 2 --metrics "$M" \
             $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform $S \
             >"$OUT/ncu_prof.log" 2>&1
-        grep -E "twell_ffn_phase|gpu__|sm__|l1tex__|lts__|smsp__" "$OUT/ncu_prof.log" |
+        timeout 200 ncu --clock-control none -k "regex:twell_ffn_ovf_(gu|down)" -c 2 --metrics "$M" \
+            $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 --dist skewed $S \
+            >>"$OUT/ncu_prof.log" 2>&1
+        grep -E "twell_ffn_(phase|ovf)|gpu__|sm__|l1tex__|lts__|smsp__" "$OUT/ncu_prof.log" |
             sed -e 's/smsp__average_warps_issue_stalled_/stall_/' -e 's/_per_issue_active.ratio//' |
             awk '{printf "%s %s %s\n", $1, $(NF-1), $NF}' | cut -c1-110
         ;;
@@ -79,11 +87,46 @@ for step in ${STEPS:-test breakdown prof bench}; do
         grep -vE "^#|^$" "$OUT/bench.log" | tail -40 | cut -c1-200
         ;;
     variants)
-        for v in ${VARIANTS:-}; do
-            echo "-- TWELL_FFN_TILE=$v"
-            TWELL_FFN_TILE=$v timeout 120 $T bench --out /tmp/var --op ffn_infer \
-                ${VAR_ARGS:---path sparse --M 16384 --nnz 29 --reps 20} 2>&1 | grep -vE "^#|^$" | tail -6 | cut -c1-200
-        done
+        # fused-only ms (uniform, M=16384, 29 nnz) per tile override; A settings with B's default,
+        # then B settings with A's default, then the best of each together -> $BEST for later steps
+        vms() { # prints the fused_only uniform ms of TWELL_FFN_TILE=$1
+            TWELL_FFN_TILE=$1 timeout 60 $T bench --out /tmp/var --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist uniform --reps 20 2>&1 |
+                awk '$1 == "ffn_fused_only" && $8 == "uniform" {print $12}'
+        }
+        pick() { # best of the settings given: prints "setting ms"
+            b=""; bm=99
+            for v in "$@"; do
+                ms=$(vms "$v"); echo "   $v: ${ms:-FAIL}" >&2
+                [ -n "$ms" ] && awk -v a="$ms" -v c="$bm" 'BEGIN{exit !(a < c)}' && { b=$v; bm=$ms; }
+            done
+            echo "$b $bm"
+        }
+        set -- $(pick "PF=0" "PF=1"); echo "-- PF: best $1 ($2 ms)"
+        set -- $(pick "NWA=16,GPWA=8" ${VAR_A:-"NWA=24,GPWA=4" "NWA=32,GPWA=2" "NWA=32,GPWA=4" "NWA=24,GPWA=6"})
+        echo "-- phase A: best $1 ($2 ms)"; BA=$1
+        set -- $(pick "NWB=16,GPWB=4" ${VAR_B:-"NWB=24,GPWB=2" "NWB=32,GPWB=2" "NWB=32,GPWB=1" "NWB=24,GPWB=1"})
+        echo "-- phase B: best $1 ($2 ms)"; BB=$1
+        set -- $(pick "PF=1" "$BA,$BB"); echo "-- together: best $1 ($2 ms)"
+        BEST=$1
+        echo "$BEST" >"$OUT/best.txt"
+        ;;
+    testbest)
+        [ -n "${BEST:-}" ] || BEST=$(cat "$OUT/best.txt" 2>/dev/null)
+        echo "-- test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST"
+        (cd $B && TWELL_FFN_TILE=$BEST ctest --output-on-failure --timeout 300 -R "test_gpu_ffn_infer") \
+            >"$OUT/testbest.log" 2>&1
+        grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/testbest.log" | tail -4
+        ;;
+    cross)
+        # the sparse/dense crossover (AUTO threshold) with the best tile
+        [ -n "${BEST:-}" ] || BEST=$(cat "$OUT/best.txt" 2>/dev/null)
+        for pth in sparse dense; do
+            TWELL_FFN_TILE=$BEST timeout 150 $T bench --out /tmp/cross --op ffn_infer --path $pth \
+                --M 4096,16384 --nnz ${CROSS_NNZ:-56,70,85,110} --dist uniform --reps 20 2>&1 |
+                awk -v p=$pth '$1 == "ffn_infer" {print p, $3, $9, $10, $12, $13, $14}'
+        done | sort -k2,2n -k3,3n -k1,1 >"$OUT/cross.log"
+        echo "path M nnz nnz_avg ours_ms cublas_ms ratio"; cat "$OUT/cross.log"
         ;;
     *) echo "unknown step $step" ;;
     esac
