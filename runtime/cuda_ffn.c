@@ -137,12 +137,14 @@ static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
     L->bytes = o;
 }
 
-/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[orows·K]. */
+#define TW_OVP 4u /* ovf_down's tile parts: ovf_y holds TW_OVP partial sums (the template's) */
+
+/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[TW_OVP][orows·K]. */
 static size_t tw_ovf_bytes(const twell_plan *plan, size_t cap, size_t orows, size_t *ex_off,
                            size_t *y_off) {
     size_t T = plan->shape.T, o = tw_al(4 * cap * T);
     *ex_off = o, o += tw_al(4 * cap * (T / 64));
-    *y_off = o, o += tw_al(4 * orows * plan->shape.K);
+    *y_off = o, o += tw_al(4 * TW_OVP * orows * plan->shape.K);
     return o;
 }
 
@@ -315,7 +317,8 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
     want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
     want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
     want[TW_CFG_SMEM_GU] = 4u * 64u * 128u * (s->gated ? 3u : 2u); /* 4 stages */
-    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * s->T * 2u + s->T * 128u);
+    uint32_t subd = s->T < 128u ? s->T : 128u;                     /* ovf_down's step */
+    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * subd * 2u + subd * 128u);
     want[TW_CFG_BW] = 4;
     want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
     want[TW_CFG_TPC] = tpc;
@@ -328,7 +331,7 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
 /* The tile configuration for this device, by the template's formulas: the first of the
  * candidates (weight chunk of CN neurons, STAGES of them in flight) whose buffers leave room for
  * staged lists, list capacities filling the rest. Returns 0 if the device has too little shared
- * memory (the dense overflow path alone needs 2 (128 T + 128 T) bytes). */
+ * memory. */
 static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev,
                               uint32_t want[TW_CFG_COUNT]) {
     uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
@@ -610,10 +613,12 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
                     &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], 2 * sms, 1, 256, f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
-    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base, &w->ovf_slot,
-                      &w->orows,       &w->ovf_hh,  &w->ovf_ex, &w->ovf_y,    &w->flag};
-    TW_TRY(
-        tw_go(plan, f->fn[TW_FN_OVF_DOWN], sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream, a_down));
+    long long ys = (long long)f->orow_cap * plan->shape.K; /* ovf_y part stride */
+    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base,
+                      &w->ovf_slot,    &w->orows,   &w->ovf_hh, &w->ovf_ex,
+                      &w->ovf_y,       &ys,         &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_DOWN], 3 * sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream,
+                 a_down));
     uint32_t *hl = NULL, *rexp = NULL;
     if (plan->shape.gated) {
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
@@ -627,8 +632,8 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
         hl = w->hl;
         rexp = w->rexp;
     }
-    void *a_pb[] = {(void *)&wd, &m,        &w->desc,     &w->gv,    &hl, &rexp,
-                    &w->offsets, &w->sizes, &w->orow_idx, &w->ovf_y, &y,  &w->flag};
+    void *a_pb[] = {(void *)&wd, &m,           &w->desc,  &w->gv, &hl, &rexp,   &w->offsets,
+                    &w->sizes,   &w->orow_idx, &w->ovf_y, &ys,    &y,  &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
                  tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB]), f->NSL,
                  32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));

@@ -39,7 +39,8 @@
 --   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
 --   ovf_slot u32[M*NT]; orow_idx u32[M]; orows u32[M]; sizes u32[NL]; offsets u32[NL+1];
 --   bsum u32[NC*NB]; bbase u32[NC*NB];
---   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[OROW_CAP*K];
+--   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
+--   part p at p*YS, YS = OROW_CAP*K);
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
 --   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
@@ -52,13 +53,14 @@
 --       (packed, M, bbase, sizes, offsets, desc, gv, flag)
 --   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
---   6 twell_ffn_ovf_down  grid SMs x 256, SMEM_DOWN
---       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, flag)
+--   6 twell_ffn_ovf_down  grid 3*SMs x 256, SMEM_DOWN
+--       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, YS (long long), flag)
 --   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
 --   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
 --   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB)), NSL) x 32*NWB, SMEM_B
---       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, y, flag)
+--       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, YS, y,
+--        flag)
 --  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
 --       (x, packed, wp, wu, wd, y, M, flag, 1)   fallback: returns unless flag[0] != 0
 --   flag[0] != 0 after the call means the fallback produced y (bit 0: overflowing row-tiles over
@@ -108,7 +110,8 @@ check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
 local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
 local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
 local SMEM_GU = 4 * 64 * 128 * (GATED == 1 and 3 or 2) -- TW_GU_STAGES stages
-local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
+local SUBD = math.min(S.T, 128) -- ovf_down's step (neurons)
+local SMEM_DOWN = 2 * (2 * 32 * SUBD * 2 + SUBD * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
         DCAPA, DCAPB, SMEM_MAX)
@@ -632,38 +635,45 @@ TW_KERNEL((256))
     }
 }
 
-// Overflow path 2: y part of each overflowing row, ovf_y[i][K] (fp32) = sum over the row's
-// overflowing tiles t, in tile order, of h[cell(t)] . Wd[tile t rows]. CTA item = (32 overflowing
-// rows, 64 output columns); tiles in batches of 32: cell lookup, list of tiles where any row of
-// the item overflows, then those tiles stream through shared memory (h hi and lo rows with zeros
-// for rows that do not overflow there, and the Wd block), double-buffered. 8 warps = 2 m-tiles x
-// 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16 sums each
-// 64-neuron block apart and scales it by the cell's 2^(ex - 141).
+// Overflow path 2: y part of each overflowing row, split over TW_OVP parts of the tiles:
+// ovf_y[p][i][K] (fp32, part p at p * ystride) = sum over the row's overflowing tiles t of part p
+// (tiles [p NT / P, (p + 1) NT / P)), in tile order, of h[cell(t)] . Wd[tile t rows]; phase B adds
+// the parts in order. CTA item = (part, 32 overflowing rows, 64 output columns); tiles in batches
+// of 32: cell lookup, list of tiles where any row of the item overflows, then those tiles stream
+// through shared memory in steps of SUB neurons (h hi and lo rows with zeros for rows that do not
+// overflow there, and the Wd block), double-buffered (64 KB: 3 blocks per SM). 8 warps = 2
+// m-tiles x 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16
+// sums each 64-neuron block apart and scales it by the cell's 2^(ex - 141).
+#define TW_OVP 4 /* tile parts of ovf_down (partial ovf_y sums) */
 template <int DT, int TT>
 TW_KERNEL((256))
     tw_k_ovf_down(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
                   int NT, int W, const tw_u32 *__restrict__ ovf_base,
                   const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
                   const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,
-                  float *__restrict__ ovf_y, const tw_u32 *__restrict__ flag) {
+                  float *__restrict__ ovf_y, long long ystride, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
     __shared__ tw_u32 scell[32][33];
     __shared__ tw_u32 srow[32], slist[32], sna;
-    __shared__ float ssinv[2][32][TT / 64];
+    __shared__ float ssinv[2][32][(TT < 128 ? TT : 128) / 64];
     if (flag[0])
         return;
     constexpr int NKB = TT / 64;
-    constexpr int HB = 32 * TT * 2;       /* bytes of one 32-row h block (hi or lo) */
-    constexpr int STAGE = 2 * HB + TT * 128;
+    constexpr int SUB = TT < 128 ? TT : 128, NS = TT / SUB, SKB = SUB / 64; /* step: SUB neurons */
+    constexpr int HB = 32 * SUB * 2;      /* bytes of one 32-row h block (hi or lo) of a step */
+    constexpr int STAGE = 2 * HB + SUB * 128;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int mt = warp & 1, nq = warp >> 1;
     const tw_u32 norows = flag[3];
-    const tw_u32 ncb = (tw_u32)(K / 64), nitems = (norows + 31u) / 32u * ncb;
+    const tw_u32 ncb = (tw_u32)(K / 64), nrc = (norows + 31u) / 32u * ncb;
+    const tw_u32 nitems = nrc * TW_OVP;
     const tw_u32 sbase = tw_smem_addr(tw_smem);
     const int ar = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
     const int bk = (lane & 7) + ((lane >> 3) & 1) * 8, bn = 2 * nq + (lane >> 4);
     for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
-        const tw_u32 rb = item / ncb, cb = item - rb * ncb, i0 = 32u * rb;
+        const tw_u32 part = item / nrc, irc = item - part * nrc;
+        const tw_u32 rb = irc / ncb, cb = irc - rb * ncb, i0 = 32u * rb;
+        const int tlo = (int)part * NT / TW_OVP, thi = ((int)part + 1) * NT / TW_OVP;
         const int nr = (int)min(32u, norows - i0);
         const int c0 = 64 * (int)cb;
         if (tid < 32)
@@ -672,8 +682,8 @@ TW_KERNEL((256))
 #pragma unroll
         for (int j = 0; j < 2; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        for (int tb = 0; tb < NT; tb += 32) {
-            const int ntb = min(32, NT - tb);
+        for (int tb = tlo; tb < thi; tb += 32) {
+            const int ntb = min(32, thi - tb);
             __syncthreads(); /* srow written; the previous batch's buffers are free */
             for (int i = tid; i < 32 * 32; i += 256) {
                 const int r = i >> 5, tt = i & 31;
@@ -699,50 +709,53 @@ TW_KERNEL((256))
             }
             __syncthreads();
             const int na = (int)sna;
+            /* step i: active tile i / NS, neurons [SUB (i % NS), + SUB) of it */
             auto stage = [&](int i, int buf) {
-                const int tt = (int)slist[i], t = tb + tt;
+                const int tt = (int)slist[i / NS], t = tb + tt, n0 = SUB * (i % NS);
                 const tw_u32 sh = sbase + buf * STAGE, sw = sh + 2 * HB;
-                for (int e = tid; e < 2 * 32 * (TT / 8); e += 256) {
-                    const int which = e / (32 * (TT / 8)), rem = e - which * 32 * (TT / 8);
-                    const int r = rem / (TT / 8), pc = rem - r * (TT / 8);
+                for (int e = tid; e < 2 * 32 * (SUB / 8); e += 256) {
+                    const int which = e / (32 * (SUB / 8)), rem = e - which * 32 * (SUB / 8);
+                    const int r = rem / (SUB / 8), pc = rem - r * (SUB / 8);
                     const tw_u32 cell = scell[r][tt];
                     const tw_u16 *src = ovf_hh + (cell == TW_NONE ? 0ll : (long long)cell * (2 * TT)) +
-                                        which * TT + 8 * pc;
-                    tw_cp16z(sh + which * HB + r * (2 * TT) + ((pc ^ (r & 7)) << 4), src,
+                                        which * TT + n0 + 8 * pc;
+                    tw_cp16z(sh + which * HB + r * (2 * SUB) + ((pc ^ (r & 7)) << 4), src,
                              cell != TW_NONE);
                 }
-                for (int e = tid; e < TT * 8; e += 256) {
+                for (int e = tid; e < SUB * 8; e += 256) {
                     const int nn = e >> 3, q = e & 7;
                     tw_cp16(sw + nn * 128 + ((q ^ (nn & 7)) << 4),
-                            wd + ((long long)t * TT + nn) * K + c0 + 8 * q);
+                            wd + ((long long)t * TT + n0 + nn) * K + c0 + 8 * q);
                 }
-                if (DT == 1 && tid < 32 * NKB) {
-                    const int r = tid / NKB, kb = tid - r * NKB;
+                if (DT == 1 && tid < 32 * SKB) {
+                    const int r = tid / SKB, kb = tid - r * SKB;
                     const tw_u32 cell = scell[r][tt];
-                    ssinv[buf][r][kb] =
-                        cell == TW_NONE ? 1.0f : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB + kb]);
+                    ssinv[buf][r][kb] = cell == TW_NONE ? 1.0f
+                                                        : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB +
+                                                                               n0 / 64 + kb]);
                 }
             };
-            if (na > 0)
+            const int nst = na * NS;
+            if (nst > 0)
                 stage(0, 0);
             tw_cp_commit();
-            for (int i = 0; i < na; i++) {
-                if (i + 1 < na)
+            for (int i = 0; i < nst; i++) {
+                if (i + 1 < nst)
                     stage(i + 1, (i + 1) & 1);
                 tw_cp_commit();
                 tw_cp_wait<1>();
                 __syncthreads();
                 const tw_u32 shi = sbase + (i & 1) * STAGE, slo = shi + HB, sw = shi + 2 * HB;
 #pragma unroll
-                for (int kb = 0; kb < NKB; kb++) {
+                for (int kb = 0; kb < SKB; kb++) {
                     float tmp[2][4];
 #pragma unroll
                     for (int j = 0; j < 2; j++)
                         tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.0f;
 #pragma unroll
                     for (int ks = 0; ks < 4; ks++) {
-                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the tile */
-                        const tw_u32 ao = ar * (2 * TT) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
+                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the step */
+                        const tw_u32 ao = ar * (2 * SUB) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
                         tw_u32 ah[4], al[4], b[4];
                         tw_ldsm4(ah, shi + ao);
                         tw_ldsm4(al, slo + ao);
@@ -774,10 +787,11 @@ TW_KERNEL((256))
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int col = c0 + 16 * nq + 8 * j + 2 * t4;
+            float *py = ovf_y + (long long)part * ystride;
             if (ra < nr)
-                *(float2 *)(ovf_y + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
+                *(float2 *)(py + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
             if (rb2 < nr)
-                *(float2 *)(ovf_y + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
+                *(float2 *)(py + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
         }
     }
 }
@@ -1488,7 +1502,7 @@ TW_KERNEL((NW * 32, 1))
                   const tw_u32 *__restrict__ hl, const tw_u32 *__restrict__ rexp,
                   const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
                   const tw_u32 *__restrict__ orow_idx, const float *__restrict__ ovf_y,
-                  tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
+                  long long ystride, tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
     constexpr int VB = GATED ? 4 : 2; /* bytes per slot of the value array */
     constexpr int NGB = NW * GPW, SB = TW_SB(DCAP, 4 + VB, NGB), NTHR = NW * 32;
@@ -1569,11 +1583,15 @@ TW_KERNEL((NW * 32, 1))
                     v[2 * mt + 1] = acc[j][mt][2 + hf];
                 }
                 const tw_u32 oi = orow_idx[m];
-                if (oi != TW_NONE) {
-                    const float4 *py = (const float4 *)(ovf_y + (long long)oi * K + pc);
-                    const float4 f0 = py[0], f1 = py[1];
-                    v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
-                    v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
+                if (oi != TW_NONE) { /* the parts of ovf_down, in order */
+#pragma unroll
+                    for (int part = 0; part < TW_OVP; part++) {
+                        const float4 *py =
+                            (const float4 *)(ovf_y + part * ystride + (long long)oi * K + pc);
+                        const float4 f0 = py[0], f1 = py[1];
+                        v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
+                        v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
+                    }
                 }
                 uint4 o;
                 o.x = tw_pack2<DT>(v[0], v[1]);
@@ -1629,19 +1647,20 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
                    const unsigned int *ovf_base, const unsigned int *ovf_slot,
                    const unsigned int *orows, const unsigned short *ovf_hh,
-                   const unsigned int *ovf_ex, float *ovf_y, const unsigned int *flag) {
+                   const unsigned int *ovf_ex, float *ovf_y, long long ystride,
+                   const unsigned int *flag) {
     tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
-                                ovf_hh, ovf_ex, ovf_y, flag);
+                                ovf_hh, ovf_ex, ovf_y, ystride, flag);
 }
 extern "C" __global__ void __launch_bounds__(${NWB * 32}, 1)
 twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned short *gv, const unsigned int *hl, const unsigned int *rexp,
                   const unsigned int *offsets, const unsigned int *sizes,
-                  const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
-                  const unsigned int *flag) {
+                  const unsigned int *orow_idx, const float *ovf_y, long long ystride,
+                  unsigned short *y, const unsigned int *flag) {
     tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
-        ovf_y, y, flag);
+        ovf_y, ystride, y, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsigned short *wp,
