@@ -303,7 +303,7 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
         return 0;
     for (int i = 0; i < 2; i++) {
         uint32_t gpw = want[i ? TW_CFG_GPWB : TW_CFG_GPWA], nw = want[i ? TW_CFG_NWB : TW_CFG_NWA];
-        if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || gpw * nw % 2u != 0u)
+        if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || nw % 2u != 0u)
             return 0;
     }
     if (want[TW_CFG_PF] > 1u)

@@ -2,15 +2,15 @@
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
 -- This file is the only source of these kernels (edit the CUDA here; `twell render ffn_fused ...`
 -- prints what NVRTC compiles). Numbers and design reasoning: bench/dev/NOTES-fused.md; earlier
--- versions (v1-v5) and their standalone harness are in the git history (bench/dev/, commit a4e3fb8).
+-- versions (v1-v5) and their standalone harness are in the git history (bench/dev/, a4e3fb8).
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
 -- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A / B,
--- 16 / 16; GPW * NW even), PF (1: shared-memory list loads one step ahead), DCAPA / DCAPB (list slots staged in shared
--- memory per chunk, defaults fill the 227 KB limit), STAGES (weight chunks in flight in phase A
--- and B: a ring of STAGES buffers, 2..4, default 2). Rejected (unsupported): K not a multiple of
--- 64, shared memory over 227 KB.
+-- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
+-- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), DCAPA / DCAPB
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
+-- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. Row-tiles
 -- whose count exceeds the slots ("overflowing") leave the sparse path: ovf_gu recomputes their g
@@ -32,8 +32,8 @@
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
 -- __device__ const unsigned twell_ffn_cfg[18] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF} (read with cuModuleGetGlobal; SMEM_* are dynamic
---   shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF} (read with
+--   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
 --   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
@@ -91,9 +91,8 @@ check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 
 for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
     check(math.type(v[2]) == "integer" and v[2] >= 1 and v[2] <= 8, "%s=%s must be 1..8", v[1],
         tostring(v[2]))
-    check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[2] * v[3] % 2 == 0,
-        "warps per block %s for %s=%d: 4..32, with an even number of groups", tostring(v[3]),
-        v[1], v[2])
+    check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[3] % 2 == 0,
+        "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
 end
 local STAGES = param("STAGES", 2)
 check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
@@ -282,15 +281,20 @@ __device__ __forceinline__ float tw_warp_sum(float v) {
 
 // Loads rows [c*CN, c*CN + rows) x columns [k0, k0+64) of w into a chunk buffer: 128-byte rows,
 // 16-byte piece q of row r stored at piece q ^ (r & 7).
+// Thread i copies piece q = i % 8 of rows i / 8 + RS j (RS = NTHR / 8, a multiple of 8, so the
+// swizzle term r & 7 is the same for all of a thread's rows): one add per copy.
 template <int CN, int NTHR>
 __device__ __forceinline__ void tw_load_chunk(tw_u32 sdst, const tw_u16 *__restrict__ w, int c,
                                               int N, int K, int k0) {
-    const int rows = min(CN, N - c * CN);
-    const tw_u16 *src = w + (long long)c * CN * K + k0;
-    for (int i = threadIdx.x; i < rows * 8; i += NTHR) {
-        const int r = i >> 3, q = i & 7;
-        tw_cp16(sdst + r * 128 + ((q ^ (r & 7)) << 4), src + (long long)r * K + 8 * q);
-    }
+    constexpr int RS = NTHR / 8;
+    static_assert(NTHR % 64 == 0, "tw_load_chunk: NTHR must be a multiple of 64");
+    const int rows = min(CN, N - c * CN), q = (int)threadIdx.x & 7, r0 = (int)threadIdx.x >> 3;
+    const tw_u32 d = sdst + r0 * 128 + ((q ^ (r0 & 7)) << 4);
+    const tw_u16 *src = w + ((long long)c * CN + r0) * K + k0 + 8 * q;
+#pragma unroll
+    for (int it = 0; it < (CN + RS - 1) / RS; it++)
+        if (r0 + it * RS < rows)
+            tw_cp16(d + it * RS * 128, src + (long long)it * RS * K);
 }
 // Copies bytes [0, n16*16) of src to shared memory (cp.async, 16-byte pieces).
 template <int NTHR>

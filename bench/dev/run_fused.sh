@@ -11,6 +11,8 @@
 #   variants   fused-only time per tile override (TWELL_FFN_TILE): PF, phase A and B warps/groups;
 #              the best goes to $OUT/best.txt and, as $BEST, to the steps after it
 #   testbest   test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST
+#   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
+#              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
 # Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
@@ -42,12 +44,12 @@ for step in ${STEPS:-test breakdown prof bench}; do
         grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$OUT/test.log" | tail -8
         ;;
     sanitize)
-        OUT="$OUT" SAN_TESTS="test_gpu_ffn_infer test_gpu_ffn_dense" sh scripts/device.sh sanitize \
-            2>&1 | grep -vE "^$" | tail -8
+        OUT="$OUT" SAN_TESTS="test_gpu_ffn_infer test_gpu_ffn_dense" timeout ${SAN_TIMEOUT:-240} \
+            sh scripts/device.sh sanitize 2>&1 | grep -vE "^$" | tail -8
         ;;
     breakdown)
         [ -n "${BEST:-}" ] && export TWELL_FFN_TILE=$BEST
-        for d in uniform skewed; do
+        for d in ${BD_DISTS:-uniform skewed}; do
             echo "-- per-kernel ncu durations, M=16384, 29 nnz, $d (us; L2 flushed before each)"
             timeout 200 ncu --clock-control none -k "$KRE" --metrics gpu__time_duration.sum \
                 --print-summary per-kernel $T bench --op ffn_infer --path sparse --M 16384 \
@@ -127,6 +129,16 @@ for step in ${STEPS:-test breakdown prof bench}; do
                 awk -v p=$pth '$1 == "ffn_infer" {print p, $3, $9, $10, $12, $13, $14}'
         done | sort -k2,2n -k3,3n -k1,1 >"$OUT/cross.log"
         echo "path M nnz nnz_avg ours_ms cublas_ms ratio"; cat "$OUT/cross.log"
+        ;;
+    final)
+        # the table: AUTO at the shape of record, uniform and skewed (JSON into $OUT)
+        for a in "--M 4096,16384,65536 --nnz 29,56,110,280 --dist uniform" \
+            "--M 16384 --nnz 29 --dist skewed"; do
+            timeout 200 $T bench --out "$OUT" --op ffn_infer --path auto --reps 20 $a \
+                >>"$OUT/bench.log" 2>&1
+            echo "bench rc=$?"
+        done
+        grep -E "^op|^ffn" "$OUT/bench.log" | cut -c1-200
         ;;
     *) echo "unknown step $step" ;;
     esac
