@@ -30,7 +30,7 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[18] of the module, in the template's order. */
+/* twell_ffn_cfg[19] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -50,6 +50,7 @@ enum {
     TW_CFG_NWA,
     TW_CFG_NWB,
     TW_CFG_PF,
+    TW_CFG_IL,
     TW_CFG_COUNT
 };
 
@@ -306,7 +307,7 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
         if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || nw % 2u != 0u)
             return 0;
     }
-    if (want[TW_CFG_PF] > 1u)
+    if (want[TW_CFG_PF] > 1u || want[TW_CFG_IL] > 1u)
         return 0;
     uint32_t tpc = cn / s->T;
     if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
@@ -371,7 +372,7 @@ static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_
         int idx;
     } keys[] = {{"CN", TW_CFG_CN},     {"STAGES", TW_CFG_STAGES}, {"GPWA", TW_CFG_GPWA},
                 {"GPWB", TW_CFG_GPWB}, {"NWA", TW_CFG_NWA},       {"NWB", TW_CFG_NWB},
-                {"PF", TW_CFG_PF}};
+                {"PF", TW_CFG_PF},     {"IL", TW_CFG_IL}};
     const char *p = env;
     while (*p) {
         size_t i = 0, len = 0;
@@ -437,6 +438,7 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
         {"NWA", NULL, (long long)want[TW_CFG_NWA]},
         {"NWB", NULL, (long long)want[TW_CFG_NWB]},
         {"PF", NULL, (long long)want[TW_CFG_PF]},
+        {"IL", NULL, (long long)want[TW_CFG_IL]},
     };
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);

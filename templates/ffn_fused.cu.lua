@@ -8,7 +8,8 @@
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
 -- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A / B,
 -- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
--- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), DCAPA / DCAPB
+-- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
+-- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
 -- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
@@ -31,8 +32,8 @@
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[18] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF} (read with
+-- __device__ const unsigned twell_ffn_cfg[19] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL} (read with
 --   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -85,6 +86,8 @@ local GPWB = param("GPWB", 4)
 local NWA = param("NWA", 16)
 local NWB = param("NWB", 16)
 local PF = param("PF", 1)
+local IL = param("IL", 0)
+check(IL == 0 or IL == 1, "IL=%s must be 0 or 1", tostring(IL))
 check(PF == 0 or PF == 1, "PF=%s must be 0 or 1", tostring(PF))
 check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 0 and CN <= 1024,
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
@@ -1494,12 +1497,85 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
     }
 }
 
+// Phase B, gated bf16, staged lists (IL = 1): the groups of a warp taken two at a time, one full
+// round of each per step, so that two independent accumulator chains are in flight. The group
+// whose list has fewer rounds reads valid descriptors (slots 0..15 of the staging buffer) with its
+// h masked to zero: its mmas add exact zeros. Half rounds as in tw_pb_chunk.
+__device__ __forceinline__ void tw_pb_round(float (&a)[4][4], uint4 D, uint4 H, bool on, tw_u32 buf,
+                                            tw_u32 ug, tw_u32 pis) {
+    const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
+    tw_u32 L[4][4];
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        const uint4 v = tw_lds128(buf + ((d[jj] ^ pis) & ~15u));
+        L[jj][0] = v.x, L[jj][1] = v.y, L[jj][2] = v.z, L[jj][3] = v.w;
+    }
+    const tw_u32 m0 = on && (d[0] & 7u) == ug ? H.x : 0u, m1 = on && (d[1] & 7u) == ug ? H.y : 0u;
+    const tw_u32 m2 = on && (d[2] & 7u) == ug ? H.z : 0u, m3 = on && (d[3] & 7u) == ug ? H.w : 0u;
+    const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
+    const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const tw_u32 af[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u), tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
+                              tw_prmt2(L[2][mt], L[3][mt], 0x5410u), tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
+        tw_mma<0>(a[mt], af, bh0, bh1);
+        tw_mma<0>(a[mt], af, bl0, bl1);
+    }
+}
+__device__ __forceinline__ void tw_pb_half(float (&a)[4][4], tw_u32 q, tw_u32 dsh, tw_u32 vsh,
+                                           tw_u32 buf, tw_u32 ug, tw_u32 pis) {
+    const uint2 D = tw_lds64(dsh + 4u * q);
+    const uint4 v0 = tw_lds128(buf + ((D.x ^ pis) & ~15u));
+    const uint4 v1 = tw_lds128(buf + ((D.y ^ pis) & ~15u));
+    const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint2 H = tw_lds64(vsh + 4u * q);
+    const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
+    const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
+        const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
+        tw_mma8<0>(a[mt], a0, a1, bh);
+        tw_mma8<0>(a[mt], a0, a1, bl);
+    }
+}
+template <int GPW, int PADQ, int NGB>
+__device__ __forceinline__ void tw_pb_pairs(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
+                                            tw_u32 ra, tw_u32 dsh, tw_u32 vsh, tw_u32 buf, int g,
+                                            int t4) {
+    static_assert(GPW % 2 == 0, "tw_pb_pairs: GPW must be even");
+    const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, q4 = 4u * (tw_u32)t4;
+#pragma unroll
+    for (int j = 0; j < GPW; j += 2) {
+        if (j >= nj)
+            break;
+        const bool two = j + 1 < nj;
+        const tw_u32 sz0 = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 o0 = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        const tw_u32 sz1 = two ? tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1)) : 0u;
+        const tw_u32 o1 = two ? tw_lds32(so + 4u * (gl0 + j + 1)) - ra : 0u;
+        const tw_u32 n0 = sz0 >> 4, n1 = sz1 >> 4, n = n0 > n1 ? n0 : n1;
+        for (tw_u32 r = 0; r < n; r++) {
+            const bool on0 = r < n0, on1 = r < n1;
+            const tw_u32 qa = on0 ? o0 + 16u * r + q4 : q4, qb = on1 ? o1 + 16u * r + q4 : q4;
+            const uint4 Da = tw_lds128(dsh + 4u * qa), Db = tw_lds128(dsh + 4u * qb);
+            const uint4 Ha = tw_lds128(vsh + 4u * qa), Hb = tw_lds128(vsh + 4u * qb);
+            tw_pb_round(acc[j], Da, Ha, on0, buf, ug, pis);
+            tw_pb_round(acc[j + 1], Db, Hb, on1, buf, ug, pis);
+        }
+        if (PADQ == 8 && (sz0 & 8u))
+            tw_pb_half(acc[j], o0 + 16u * n0 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+        if (PADQ == 8 && (sz1 & 8u))
+            tw_pb_half(acc[j + 1], o1 + 16u * n1 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+    }
+}
+
 // Phase B: y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
 // registers; overflowing rows add their dense part (ovf_y) once at the end; y leaves in 16-byte
 // stores. Shared memory: two weight chunks, two staging buffers (DCAP descriptors, DCAP hl words
 // (gated) or gate values, the block's list offsets and sizes), the (first, end) offset table of
 // all chunks.
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF>
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF, int IL>
 TW_KERNEL((NW * 32, 1))
     tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
                   const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
@@ -1564,7 +1640,9 @@ TW_KERNEL((NW * 32, 1))
         const int nj = min(GPW, NG - G0);
         const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
         const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
-        if (rn <= DCAP)
+        if (IL && DT == 0 && GATED && GPW % 2 == 0 && rn <= DCAP)
+            tw_pb_pairs<GPW, PADQ, NGB>(acc, so, gl0, nj, ra, sb, sb + DCAP * 4, buf, g, t4);
+        else if (rn <= DCAP)
             tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB, PF>(acc, so, gl0, nj, ra, sb,
                                                                 sb + DCAP * 4, nullptr, vgl, rx,
                                                                 buf, g, t4);
@@ -1613,9 +1691,9 @@ TW_KERNEL((NW * 32, 1))
 
 cuda [==[
 #define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[18] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+extern "C" __device__ const unsigned int twell_ffn_cfg[19] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
@@ -1662,7 +1740,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, long long ystride,
                   unsigned short *y, const unsigned int *flag) {
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}>(
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, ystride, y, flag);
 }

@@ -11,6 +11,7 @@
 #   variants   fused-only time per tile override (TWELL_FFN_TILE): PF, phase A and B warps/groups;
 #              the best goes to $OUT/best.txt and, as $BEST, to the steps after it
 #   testbest   test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST
+#   ilcheck    test_gpu_ffn_infer with IL=1, fused-only time of IL=0 and IL=1
 #   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
 #              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
@@ -112,6 +113,18 @@ for step in ${STEPS:-test breakdown prof bench}; do
         set -- $(pick "PF=1" "$BA,$BB"); echo "-- together: best $1 ($2 ms)"
         BEST=$1
         echo "$BEST" >"$OUT/best.txt"
+        ;;
+    ilcheck)
+        # IL (phase B pairs of groups, default 0): exactness with IL=1 and fused-only time of both
+        echo "-- test_gpu_ffn_infer with TWELL_FFN_TILE=IL=1"
+        (cd $B && TWELL_FFN_TILE=IL=1 ctest --output-on-failure --timeout 300 -R "test_gpu_ffn_infer") \
+            >"$OUT/test_il.log" 2>&1
+        grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/test_il.log" | tail -4
+        for v in IL=0 IL=1 IL=0 IL=1; do
+            TWELL_FFN_TILE=$v timeout 60 $T bench --out /tmp/var --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist uniform,skewed --reps 20 2>&1 |
+                awk -v v=$v '$1 == "ffn_fused_only" {print "   " v, $8, $12 " ms"}'
+        done
         ;;
     testbest)
         [ -n "${BEST:-}" ] || BEST=$(cat "$OUT/best.txt" 2>/dev/null)
