@@ -23,7 +23,10 @@ const char *tw_ffn_kernel_name(tw_ffn_kernel k);
 /* Prepares the op ONCE for plan->shape (gated or not): renders/compiles (or takes from the cache)
  * and loads ffn_fused where the shape and device allow it (K % 64 == 0, sm_80+, enough shared
  * memory), sets its dynamic shared memory limits and reads its twell_ffn_cfg; otherwise loads
- * ffn_rows. Allocates the small pinned flag buffer and an event; the workspace is allocated at
+ * ffn_rows. The tile configuration (template parameters CN, STAGES, GPWA/GPWB, NWA/NWB, PF, IL and
+ * the derived DCAPA/DCAPB) comes from tw_ffn_tile_config in cuda_ffn.c; for development the
+ * environment variable TWELL_FFN_TILE="KEY=v,..." (keys CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL)
+ * overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small pinned flag buffer and an event; the workspace is allocated at
  * the first call (it depends on M and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
 twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out);
 
