@@ -26,8 +26,9 @@ const char *tw_ffn_kernel_name(tw_ffn_kernel k);
  * ffn_rows. The tile configuration (template parameters CN, STAGES, GPWA/GPWB, NWA/NWB, PF, IL and
  * the derived DCAPA/DCAPB) comes from tw_ffn_tile_config in cuda_ffn.c; for development the
  * environment variable TWELL_FFN_TILE="KEY=v,..." (keys CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL)
- * overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small pinned flag buffer and an event; the workspace is allocated at
- * the first call (it depends on M and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
+ * overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small
+ * pinned flag buffer and an event; the workspace is allocated at the first call (it depends on M
+ * and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
 twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. Inside
