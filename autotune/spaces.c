@@ -188,26 +188,25 @@ static const tw_tune_space tw_space_gate_pack_simt = {
 /* ---------------------------------------------------------------------------------------------
  * ffn_fused — templates/ffn_fused.cu.lua (fused gated up+down from the packed gate: pre-pass,
  * per-(chunk, group) pair lists, tensor-core phases A and B). The launcher is runtime/cuda_ffn.c
- * (tw_ffn_tile_config); these rules mirror its checks and the template's, and
+ * (tw_ffn_tile_config, tw_ffn_tile_derive); these rules mirror its checks and the template's, and
  * tests/test_autotune.c checks the three agree.
  *
- * Axes. The template takes CN, GPWA, GPWB, DCAPA and DCAPB:
- *  - CN (neurons per weight chunk) is the free one: a multiple of T and of 64, at most 1024, and
- *    N/CN ≤ 256 chunks (the template's offset table). Larger chunks mean fewer chunk iterations
- *    and list segments (less padding to PADQ per (chunk, group)), smaller ones leave more shared
- *    memory for staged lists and give a finer last chunk.
- *  - GPWA / GPWB (groups of 8 tokens per warp, phase A / B) are axes of one value each: the
- *    template accepts only 8 and 4 (its register arrays and list staging are written for them).
+ * Axes. The template takes CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, DCAPA and DCAPB:
+ *  - CN (neurons per weight chunk: a multiple of T and of 64, at most 1024, N/CN ≤ 256 chunks)
+ *    and STAGES (weight chunks in flight, 2..4) are tuned: larger chunks mean fewer chunk
+ *    iterations and less list padding, more stages hide more load latency; both take shared
+ *    memory from the staged lists (bench/dev/NOTES-fused.md: which wins depends on the shape).
+ *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block), PF and IL are axes of one value each,
+ *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
+ *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
- *    CN (the launcher fills the shared memory left, as the template's defaults do). Both phases
- *    run one 512-thread CTA per SM: ptxas gives them 128 registers per thread (sm_90a, CN 512),
- *    512 x 128 = the whole register file. So a smaller staging buffer frees nothing another CTA
- *    could use, and a list region over DCAP only moves its descriptors to global loads: the
- *    largest DCAP is never slower.
- * Shared memory (the template's formulas): phase A 2·CN·128 (two weight chunks) + 2·(4·DCAPA +
- * LA) + 2048 (offset table), phase B likewise with (4 + 4)·DCAPB gated; the launcher asks for at
- * least 16 KB of list staging (DCAPA ≥ 2048), so a config needs 2·CN·128 + 2048 + 2·LA + 16384
- * bytes; the overflow kernels need 2·64·128·3 and 2·(2·32·T·2 + 128·T) whatever CN is.
+ *    the rest (the launcher fills the shared memory left). Phases A and B run one CTA per SM at
+ *    the default warp shapes (128 registers x 512 threads: the whole register file), so a
+ *    smaller staging buffer frees nothing another CTA could use, and a list region over DCAP
+ *    only moves its descriptors to global loads: the largest DCAP is never slower.
+ * Shared memory (the launcher's formulas): STAGES·CN·128 (weight chunks) + STAGES·(4·DCAPA + LA)
+ * + 2048 (offset table) in phase A, at least 16 KB of it for staged lists; phase B likewise with
+ * (4 + 4)·DCAPB gated; the overflow kernels' 4·64·128·3 and 2·(2·32·t·2 + 128·t), t = min(T, 128).
  * ------------------------------------------------------------------------------------------- */
 
 #define TW_FFN_SMEM_MAX 232448u /* the template's ceiling (227 KB, sm_90) */
@@ -215,19 +214,46 @@ static const tw_tune_space tw_space_gate_pack_simt = {
 #define TW_FFN_LIST_MIN 16384u  /* least list staging the launcher accepts */
 
 static const int64_t tw_ffn_cn[] = {64, 128, 256, 384, 512, 640, 768, 896, 1024};
+static const int64_t tw_ffn_stages[] = {2, 3, 4};
 static const int64_t tw_ffn_gpwa[] = {8};
 static const int64_t tw_ffn_gpwb[] = {4};
+static const int64_t tw_ffn_nwa[] = {16};
+static const int64_t tw_ffn_nwb[] = {16};
+static const int64_t tw_ffn_pf[] = {1};
+static const int64_t tw_ffn_il[] = {0};
 
 static int tw_ffn_supports(const tw_tune_problem *p, const tw_tune_device *d) {
     /* bf16 mma.sync and cp.async: sm_80 and later; the phases tile K by 64 columns */
     return tw_arch_num(d) >= 80 && p->shape.K % 64 == 0 && p->shape.T >= 64;
 }
 
+/* Phase A's and phase B's shared memory needs (list staging at its minimum). */
+static void tw_ffn_needs(const tw_tune_problem *p, const tw_tune_config *c, uint64_t *a,
+                         uint64_t *b) {
+    uint64_t cn = (uint64_t)tw_v(c, "CN"), st = (uint64_t)tw_v(c, "STAGES");
+    uint64_t la = (2u * (uint64_t)(tw_v(c, "NWA") * tw_v(c, "GPWA")) + 4u) * 4u;
+    uint64_t lb = (2u * (uint64_t)(tw_v(c, "NWB") * tw_v(c, "GPWB")) + 4u) * 4u;
+    uint64_t vb = p->shape.gated ? 4u : 2u;
+    *a = st * (cn * 128u + la) + TW_FFN_RE + TW_FFN_LIST_MIN;
+    *b = st * cn * 128u + TW_FFN_RE + st * (lb + 16u * (4u + vb));
+}
+
 static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char *why, size_t n) {
-    int64_t cn = tw_v(c, "CN"), T = p->shape.T;
-    if (tw_v(c, "GPWA") != 8 || tw_v(c, "GPWB") != 4) {
-        snprintf(why, n, "GPWA=%lld, GPWB=%lld: the template takes 8 and 4 only",
-                 (long long)tw_v(c, "GPWA"), (long long)tw_v(c, "GPWB"));
+    int64_t cn = tw_v(c, "CN"), T = p->shape.T, st = tw_v(c, "STAGES");
+    for (int i = 0; i < 2; i++) {
+        int64_t gpw = tw_v(c, i ? "GPWB" : "GPWA"), nw = tw_v(c, i ? "NWB" : "NWA");
+        if (gpw < 1 || gpw > 8 || nw < 4 || nw > 32 || nw % 2 != 0) {
+            snprintf(why, n,
+                     "GPW%c=%lld, NW%c=%lld: the template takes 1..8 groups of an even "
+                     "4..32 warps",
+                     i ? 'B' : 'A', (long long)gpw, i ? 'B' : 'A', (long long)nw);
+            return 1;
+        }
+    }
+    if (st < 2 || st > 4 || tw_v(c, "PF") < 0 || tw_v(c, "PF") > 1 || tw_v(c, "IL") < 0 ||
+        tw_v(c, "IL") > 1) {
+        snprintf(why, n, "STAGES=%lld PF=%lld IL=%lld: 2..4, 0|1, 0|1", (long long)st,
+                 (long long)tw_v(c, "PF"), (long long)tw_v(c, "IL"));
         return 1;
     }
     if (cn < T || cn % T != 0 || cn % 64 != 0 || cn > 1024) {
@@ -243,50 +269,51 @@ static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char 
     }
     /* The launcher caps the shared memory it plans with at the template's ceiling, whatever
      * the device offers. */
-    uint64_t la = (2u * 16u * 8u + 4u) * 4u;
-    uint64_t lists = 2u * (uint64_t)cn * 128u + TW_FFN_RE + 2u * la + TW_FFN_LIST_MIN;
-    if (lists > TW_FFN_SMEM_MAX) {
-        snprintf(why, n, "CN=%lld needs %llu B of shared memory, over the template's %u",
-                 (long long)cn, (unsigned long long)lists, TW_FFN_SMEM_MAX);
+    uint64_t a, b;
+    tw_ffn_needs(p, c, &a, &b);
+    if (a > TW_FFN_SMEM_MAX || b > TW_FFN_SMEM_MAX) {
+        snprintf(
+            why, n, "CN=%lld STAGES=%lld needs %llu B of shared memory, over the template's %u",
+            (long long)cn, (long long)st, (unsigned long long)(a > b ? a : b), TW_FFN_SMEM_MAX);
         return 1;
     }
     return 0;
 }
 
 static uint64_t tw_ffn_smem(const tw_tune_problem *p, const tw_tune_config *c) {
-    uint64_t cn = (uint64_t)tw_v(c, "CN"), T = p->shape.T;
-    uint64_t la = (2u * 16u * (uint64_t)tw_v(c, "GPWA") + 4u) * 4u;
-    uint64_t lists = 2u * cn * 128u + TW_FFN_RE + 2u * la + TW_FFN_LIST_MIN;
-    uint64_t gu = 2u * 64u * 128u * (p->shape.gated ? 3u : 2u);
-    uint64_t down = 2u * (2u * 32u * T * 2u + T * 128u);
-    uint64_t need = lists > gu ? lists : gu;
+    uint64_t a, b, t = p->shape.T < 128 ? p->shape.T : 128u;
+    tw_ffn_needs(p, c, &a, &b);
+    uint64_t gu = 4u * 64u * 128u * (p->shape.gated ? 3u : 2u);
+    uint64_t down = 2u * (2u * 32u * t * 2u + t * 128u);
+    uint64_t need = a > b ? a : b;
+    need = need > gu ? need : gu;
     return need > down ? need : down;
 }
 
 static int tw_ffn_threads_of(const tw_tune_problem *p, const tw_tune_config *c) {
-    (void)p, (void)c;
-    return 512; /* phases A and B; the other kernels use 256 or 1024 (the scan), same for all */
-}
-
-/* __launch_bounds__(512, 1) allows 128 registers per thread, and phases A and B use all of them
- * (ptxas --resource-usage, sm_90a: 64 accumulators in B, 64 words of x fragments in A). */
-static int tw_ffn_regs(const tw_tune_problem *p, const tw_tune_config *c) {
-    (void)p, (void)c;
-    return 128;
+    (void)p;
+    int64_t a = tw_v(c, "NWA"), b = tw_v(c, "NWB");
+    return 32 * (int)(a > b ? a : b); /* phases A and B; the other kernels use 256 or 1024 */
 }
 
 static const tw_tune_space tw_space_ffn_fused = {
     .op = "ffn_infer",
     .kernel = "ffn_fused",
     .about = "fused sparse FFN from the packed gate (pair lists, tensor-core phases)",
-    .naxes = 3,
-    .axes = {{"CN", tw_ffn_cn, 9}, {"GPWA", tw_ffn_gpwa, 1}, {"GPWB", tw_ffn_gpwb, 1}},
-    .defaults = {512, 8, 4},
+    .naxes = 8,
+    .axes = {{"CN", tw_ffn_cn, 9},
+             {"STAGES", tw_ffn_stages, 3},
+             {"GPWA", tw_ffn_gpwa, 1},
+             {"GPWB", tw_ffn_gpwb, 1},
+             {"NWA", tw_ffn_nwa, 1},
+             {"NWB", tw_ffn_nwb, 1},
+             {"PF", tw_ffn_pf, 1},
+             {"IL", tw_ffn_il, 1}},
+    .defaults = {512, 2, 8, 4, 16, 16, 1, 0},
     .supports = tw_ffn_supports,
     .check = tw_ffn_check,
     .smem_bytes = tw_ffn_smem,
     .threads = tw_ffn_threads_of,
-    .regs_per_thread = tw_ffn_regs,
 };
 
 /* ---- registry ---- */

@@ -50,13 +50,14 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
 /* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook.
- * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, sparse kernels of fd6a939; records
- * bench/results/ffn_infer-2026-11-20T2341*): at M = 16384 sparse takes 1.41 ms at 56 active per
- * row and 1.63 ms at 80, dense 1.50-1.53 ms; at M = 4096, 0.40 and 0.46 against 0.43 ms. The paths
- * cross near 66-69 per row, 1.2% of N, at both M. The sparse cost grows with active values x K
+ * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, median of 20, sparse kernels of
+ * 390fc9d, bench/dev/NOTES-fused.md "measurement 2"): at M = 16384 sparse takes 1.33 / 1.44 /
+ * 1.57 ms at 56 / 69 / 84 active per row, dense 1.49-1.50 ms; at M = 4096, 0.376 / 0.409 / 0.447
+ * against 0.431 ms. The paths cross near 75 (M = 16384) and 78 (M = 4096) per row, 1.33% of N
+ * (it was 66-69, 1.2%, with the v5 sparse kernels). The sparse cost grows with active values x K
  * and the dense one with N x K, so the crossover is a density; re-measure it when either path
  * changes (twell bench --op ffn_infer --path sparse|dense). */
-#define TW_DENSE_DENSITY 0.012
+#define TW_DENSE_DENSITY 0.0133
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_DENSE_STAY 0.8
 /* AUTO runs dense only from this many rows (below, the GEMMs' fixed costs dominate). */

@@ -31,7 +31,7 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[14] of the module, in the template's order. */
+/* twell_ffn_cfg[19] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -47,6 +47,11 @@ enum {
     TW_CFG_TPC,
     TW_CFG_PADQ,
     TW_CFG_GATED,
+    TW_CFG_STAGES,
+    TW_CFG_NWA,
+    TW_CFG_NWB,
+    TW_CFG_PF,
+    TW_CFG_IL,
     TW_CFG_COUNT
 };
 
@@ -150,12 +155,14 @@ static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
     L->bytes = o;
 }
 
-/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[orows·K]. */
+#define TW_OVP 4u /* ovf_down's tile parts: ovf_y holds TW_OVP partial sums (the template's) */
+
+/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[TW_OVP][orows·K]. */
 static size_t tw_ovf_bytes(const twell_plan *plan, size_t cap, size_t orows, size_t *ex_off,
                            size_t *y_off) {
     size_t T = plan->shape.T, o = tw_al(4 * cap * T);
     *ex_off = o, o += tw_al(4 * cap * (T / 64));
-    *y_off = o, o += tw_al(4 * orows * plan->shape.K);
+    *y_off = o, o += tw_al(4 * TW_OVP * orows * plan->shape.K);
     return o;
 }
 
@@ -305,65 +312,86 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     return st;
 }
 
-/* The tile configuration c for this device, by the template's formulas: c's weight chunk (CN
- * neurons) in two shared-memory buffers, list capacities (DCAPA, DCAPB) filling the rest.
- * Returns 0 if c cannot run (the template's rules, fewer than 16 KB left for staged lists, or
- * the dense overflow path's 2 (128 T + 128 T) bytes do not fit); the reason goes to why. */
+/* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts) from its CN,
+ * GPWA, GPWB, NWA, NWB and STAGES by the template's formulas for `smem` bytes of shared memory per
+ * block. Returns 0 if they do not fit (or CN does not suit the shape). */
+static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
+    uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
+    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, NW
+     * warps); once: the (first, end) offset table of up to 256 chunks */
+    uint32_t ga = want[TW_CFG_NWA] * want[TW_CFG_GPWA], gb = want[TW_CFG_NWB] * want[TW_CFG_GPWB];
+    uint32_t la = (2u * ga + 4u) * 4u, lb = (2u * gb + 4u) * 4u, re = 2048u;
+    uint32_t wb = st * cn * 128u, NT = s->N / s->T;
+    if (cn < s->T || cn % s->T != 0u || cn % 64u != 0u || cn > 1024u || st < 2u || st > 4u)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        uint32_t gpw = want[i ? TW_CFG_GPWB : TW_CFG_GPWA], nw = want[i ? TW_CFG_NWB : TW_CFG_NWA];
+        if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || nw % 2u != 0u)
+            return 0;
+    }
+    if (want[TW_CFG_PF] > 1u || want[TW_CFG_IL] > 1u)
+        return 0;
+    uint32_t tpc = cn / s->T;
+    if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
+        smem < wb + re + st * (lb + 16u * (4u + vb)))
+        return 0;
+    want[TW_CFG_DCAPA] = (smem - wb - re - st * la) / (4u * st) / 16u * 16u;
+    want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
+    want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
+    want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
+    want[TW_CFG_SMEM_GU] = 4u * 64u * 128u * (s->gated ? 3u : 2u); /* 4 stages */
+    uint32_t subd = s->T < 128u ? s->T : 128u;                     /* ovf_down's step */
+    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * subd * 2u + subd * 128u);
+    want[TW_CFG_BW] = 4;
+    want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
+    want[TW_CFG_TPC] = tpc;
+    want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
+    want[TW_CFG_GATED] = s->gated ? 1u : 0u;
+    return want[TW_CFG_DCAPA] >= 16u && want[TW_CFG_DCAPB] >= 16u && want[TW_CFG_SMEM_GU] <= smem &&
+           want[TW_CFG_SMEM_DOWN] <= smem;
+}
+
+/* The tile configuration c for this device: c's free words (CN, STAGES, GPWA, GPWB, NWA, NWB,
+ * PF, IL), the rest derived by tw_ffn_tile_derive for the device's shared memory (capped at the
+ * template's ceiling); phase A must also keep at least 16 KB for staged list descriptors.
+ * Returns 0 if c cannot run; the reason goes to why. */
 static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw_ffn_cfg *c,
                               uint32_t want[TW_CFG_COUNT], char *why, size_t n) {
     uint32_t smem = dev->smem_optin > 0 ? (uint32_t)dev->smem_optin : 0u;
     if (smem > TW_SMEM_MAX)
         smem = TW_SMEM_MAX;
-    uint32_t gu = 2u * 64u * 128u * (s->gated ? 3u : 2u);
-    uint32_t down = 2u * (2u * 32u * s->T * 2u + s->T * 128u), vb = s->gated ? 4u : 2u;
     memset(want, 0, TW_CFG_COUNT * sizeof *want);
     if (s->K % 64u != 0 || dev->cc_major < 8) {
         snprintf(why, n, "K=%u on %s: the tiled kernels need K %% 64 == 0 and sm_80+", s->K,
                  dev->arch);
         return 0;
     }
-    /* the template's checks */
-    if (c->gpwa != 8u || c->gpwb != 4u || c->cn < s->T || c->cn % s->T != 0 || c->cn % 64u != 0 ||
-        c->cn > 1024u) {
-        snprintf(why, n, "CN=%u GPWA=%u GPWB=%u is not a configuration of ffn_fused for T=%u",
-                 c->cn, c->gpwa, c->gpwb, s->T);
-        return 0;
-    }
-    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, 16
-     * warps); once: the (first, end) offset table of up to 256 chunks */
-    uint32_t la = (2u * 16u * c->gpwa + 4u) * 4u, lb = (2u * 16u * c->gpwb + 4u) * 4u, re = 2048u;
-    uint32_t wb = 2u * c->cn * 128u;
-    uint32_t NT = s->N / s->T, tpc = c->cn / s->T;
-    if (gu > smem || down > smem || smem < wb + re + 2u * la + 16384u) {
-        snprintf(why, n, "CN=%u needs %u bytes of shared memory per block (device: %d)", c->cn,
-                 wb + re + 2u * la + 16384u, dev->smem_optin);
-        return 0;
-    }
-    if ((NT + tpc - 1) / tpc > 256u) {
-        snprintf(why, n, "CN=%u makes %u chunks of N=%u (at most 256)", c->cn, (NT + tpc - 1) / tpc,
-                 s->N);
-        return 0;
-    }
     want[TW_CFG_CN] = c->cn;
+    want[TW_CFG_STAGES] = c->stages;
     want[TW_CFG_GPWA] = c->gpwa;
     want[TW_CFG_GPWB] = c->gpwb;
-    want[TW_CFG_DCAPA] = (smem - wb - re - 2u * la) / 8u / 16u * 16u;
-    want[TW_CFG_DCAPB] = (smem - wb - re - 2u * lb) / (2u * (4u + vb)) / 16u * 16u;
-    want[TW_CFG_SMEM_A] = wb + 2u * (4u * want[TW_CFG_DCAPA] + la) + re;
-    want[TW_CFG_SMEM_B] = wb + 2u * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-    want[TW_CFG_SMEM_GU] = gu;
-    want[TW_CFG_SMEM_DOWN] = down;
-    want[TW_CFG_BW] = 4;
-    want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
-    want[TW_CFG_TPC] = tpc;
-    want[TW_CFG_PADQ] = (s->dtype == TWELL_DTYPE_FP16 && s->gated) ? 16u : 8u;
-    want[TW_CFG_GATED] = s->gated ? 1u : 0u;
+    want[TW_CFG_NWA] = c->nwa;
+    want[TW_CFG_NWB] = c->nwb;
+    want[TW_CFG_PF] = c->pf;
+    want[TW_CFG_IL] = c->il;
+    uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
+    uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
+    if (c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u || smem < fixed + 16384u ||
+        !tw_ffn_tile_derive(s, smem, want)) {
+        snprintf(why, n,
+                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u is not a configuration "
+                 "of ffn_fused for T=%u N=%u in %u bytes of shared memory",
+                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, s->T, s->N,
+                 smem);
+        memset(want, 0, TW_CFG_COUNT * sizeof *want);
+        return 0;
+    }
     return 1;
 }
 
 int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
                      size_t n) {
-    char dummy[192];
+    char dummy[256];
     uint32_t want[TW_CFG_COUNT];
     if (!why || n == 0)
         why = dummy, n = sizeof dummy;
@@ -371,26 +399,29 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 }
 
 int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out) {
-    /* The largest chunk of {512, 256} that fits (512 halves the chunk iterations). */
-    static const unsigned cns[] = {512, 256};
-    for (size_t i = 0; i < sizeof cns / sizeof cns[0]; i++) {
-        *out = (tw_ffn_cfg){cns[i], 8u, 4u};
+    /* The first of {CN, STAGES} = {512, 2}, {256, 2} that fits, with 16 warps of 8 / 4 groups
+     * per block in phases A / B and the list prefetch on (bench/dev/NOTES-fused.md). */
+    static const unsigned cand[][2] = {{512, 2}, {256, 2}};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        *out = (tw_ffn_cfg){cand[i][0], cand[i][1], 8u, 4u, 16u, 16u, 1u, 0u};
         if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
             return 0;
     }
-    *out = (tw_ffn_cfg){512u, 8u, 4u};
+    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u};
     return -1;
 }
 
 int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
-    static const char *const names[] = {"CN", "GPWA", "GPWB"};
-    unsigned *dst[] = {&out->cn, &out->gpwa, &out->gpwb};
-    static const int64_t dflt[] = {512, 8, 4};
+    static const char *const names[] = {"CN", "STAGES", "GPWA", "GPWB", "NWA", "NWB", "PF", "IL"};
+    static const int64_t dflt[] = {512, 2, 8, 4, 16, 16, 1, 0};
+    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0};
+    unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb,
+                       &out->nwa, &out->nwb,    &out->pf,   &out->il};
     if (strcmp(tc->kernel, "ffn_fused") != 0)
         return -1;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         int64_t v = tw_tune_config_value(tc, names[i], dflt[i]);
-        if (v < 1 || v > 65535)
+        if (v < lo[i] || v > 65535)
             return -1;
         *dst[i] = (unsigned)v;
     }
@@ -415,6 +446,11 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"GPWB", NULL, (long long)want[TW_CFG_GPWB]},
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
+        {"STAGES", NULL, (long long)want[TW_CFG_STAGES]},
+        {"NWA", NULL, (long long)want[TW_CFG_NWA]},
+        {"NWB", NULL, (long long)want[TW_CFG_NWB]},
+        {"PF", NULL, (long long)want[TW_CFG_PF]},
+        {"IL", NULL, (long long)want[TW_CFG_IL]},
     };
     memcpy(out, p, sizeof p);
     return TW_FFN_NPARAMS;
@@ -514,6 +550,43 @@ static void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
     }
 }
 
+/* Development override of the default configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
+ * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL; the rest is derived). Ignored, with a warning, if it
+ * does not fit. Tuned winners (per M bucket) are not affected. */
+static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
+                                 tw_ffn_cfg *c) {
+    const char *env = getenv("TWELL_FFN_TILE");
+    if (!env || !*env)
+        return;
+    tw_ffn_cfg w = *c;
+    static const char *const keys[] = {"CN", "STAGES", "GPWA", "GPWB", "NWA", "NWB", "PF", "IL"};
+    unsigned *dst[] = {&w.cn, &w.stages, &w.gpwa, &w.gpwb, &w.nwa, &w.nwb, &w.pf, &w.il};
+    const char *p = env;
+    while (*p) {
+        size_t i = 0, len = 0;
+        for (; i < sizeof keys / sizeof keys[0]; i++) {
+            len = strlen(keys[i]);
+            if (!strncmp(p, keys[i], len) && p[len] == '=')
+                break;
+        }
+        char *end = NULL;
+        unsigned long v = i < sizeof keys / sizeof keys[0] ? strtoul(p + len + 1, &end, 10) : 0;
+        if (!end || end == p + len + 1 || v > 4096u)
+            break;
+        *dst[i] = (unsigned)v;
+        p = end;
+        if (*p == ',')
+            p++;
+    }
+    if (*p || tw_ffn_cfg_check(&w, s, dev, NULL, 0) != 0) {
+        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: TWELL_FFN_TILE='%s' ignored (bad or does not fit)",
+               env);
+        return;
+    }
+    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s' applied", env);
+    *c = w;
+}
+
 /* Loads ffn_fused in its default configuration. TWELL_ERR_UNSUPPORTED when the shape or device
  * cannot run it. */
 static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
@@ -534,6 +607,7 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
                         "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
                         "kernels",
                         dev->smem_optin);
+    tw_ffn_tile_override(ctx, s, dev, &c);
     twell_status st = tw_ffn_tk_load(ctx, s, &c, NULL, &f->tk[0]);
     if (st != TWELL_OK)
         return st;
@@ -657,26 +731,30 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
                     &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], 2 * sms, 1, 256, f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
-    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base, &w->ovf_slot,
-                      &w->orows,       &w->ovf_hh,  &w->ovf_ex, &w->ovf_y,    &w->flag};
-    TW_TRY(
-        tw_go(plan, f->fn[TW_FN_OVF_DOWN], sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream, a_down));
+    long long ys = (long long)f->orow_cap * plan->shape.K; /* ovf_y part stride */
+    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base,
+                      &w->ovf_slot,    &w->orows,   &w->ovf_hh, &w->ovf_ex,
+                      &w->ovf_y,       &ys,         &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_DOWN], 3 * sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream,
+                 a_down));
     uint32_t *hl = NULL, *rexp = NULL;
     if (plan->shape.gated) {
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
                         &w->sizes,  &w->partial, &pair_cap, &w->flag};
-        TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWA]), f->NSL,
-                     512, f->cfg[TW_CFG_SMEM_A], stream, a_pa));
+        TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A],
+                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA]), f->NSL,
+                     32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
         void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
                          &m,     &w->hl,      &w->rexp,  &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
         hl = w->hl;
         rexp = w->rexp;
     }
-    void *a_pb[] = {(void *)&wd, &m,        &w->desc,     &w->gv,    &hl, &rexp,
-                    &w->offsets, &w->sizes, &w->orow_idx, &w->ovf_y, &y,  &w->flag};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B], tw_cdiv(NG, 16u * f->cfg[TW_CFG_GPWB]), f->NSL, 512,
-                 f->cfg[TW_CFG_SMEM_B], stream, a_pb));
+    void *a_pb[] = {(void *)&wd, &m,           &w->desc,  &w->gv, &hl, &rexp,   &w->offsets,
+                    &w->sizes,   &w->orow_idx, &w->ovf_y, &ys,    &y,  &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
+                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB]), f->NSL,
+                 32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
                       &m,         &w->flag,        &fallback_only};
     return tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0, stream,

@@ -234,7 +234,7 @@ typedef void *twell_stream;
  *           dense call and grown (after waiting for the previous dense call) when M grows.
  *   AUTO    the default: SPARSE for the plan's first call; after that DENSE when, in the most
  *           recent call whose counts have reached the host, the mean number of active values
- *           per row exceeds about 1.2% of N (the crossover measured on an H200) and M ≥ 1024,
+ *           per row exceeds about 1.33% of N (the crossover measured on an H200) and M ≥ 1024,
  *           else SPARSE. The counts are copied back asynchronously and read only once they have
  *           arrived, so no call waits for the device in the steady state and the choice follows
  *           the data one call later. Where DENSE cannot run, AUTO is SPARSE.

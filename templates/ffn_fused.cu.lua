@@ -1,14 +1,17 @@
 -- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
--- Development copy and harness: bench/dev/fused_kernels.cuh, bench/dev/fused_dev.cu; numbers and
--- design reasoning: bench/dev/NOTES-fused.md. The CUDA below is fused_kernels.cuh + fused_kernels_v6.cuh verbatim (pipeline v6;
--- the older kernels in it are not instantiated except the row kernel).
+-- This file is the only source of these kernels (edit the CUDA here; `twell render ffn_fused ...`
+-- prints what NVRTC compiles). Numbers and design reasoning: bench/dev/NOTES-fused.md; earlier
+-- versions (v1-v5) and their standalone harness are in the git history (bench/dev/, a4e3fb8).
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
--- (groups of 8 tokens per warp in phase A / B, 8 / 4), DCAPA / DCAPB (list slots staged in shared
--- memory per chunk, defaults fill the 227 KB limit). Rejected (unsupported): K not a multiple of
--- 64, shared memory over 227 KB.
+-- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A / B,
+-- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
+-- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
+-- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
+-- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. Row-tiles
 -- whose count exceeds the slots ("overflowing") leave the sparse path: ovf_gu recomputes their g
@@ -18,10 +21,10 @@
 -- descriptor row << 7 | key << 4 | token, 16-bit gate value), PADQ-padded (8; 16 for fp16 gated),
 -- laid out so both phases read conflict-free 16-byte pieces as far as the classes allow.
 -- Phase A (gated) computes u = x . Wu_n for every pair, split over 64-column k-slices (CTA =
--- GPWA*16*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered in shared memory; x
+-- GPWA*NWA*8 tokens x 64 columns; Wu chunk [CN x 64] double-buffered in shared memory; x
 -- fragments in registers; partial u per slice). The reduce forms h = g * sum(partial u) in fixed
 -- order as a bf16 (fp16: scaled per 16-slot round) hi|lo word. Phase B accumulates y = sum h Wd_n
--- (CTA = GPWB*16*8 tokens x 64 columns, y in registers over all chunks, A fragments paired with
+-- (CTA = GPWB*NWB*8 tokens x 64 columns, y in registers over all chunks, A fragments paired with
 -- prmt, two mmas for hi and lo), adds ovf_y for overflowing rows and stores y once. If the
 -- workspace cannot hold what the data needs, a device flag makes every tiled kernel return at
 -- once and the row kernel (exact, one warp per row) runs instead: no host synchronisation.
@@ -29,15 +32,16 @@
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[14] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated} (read with cuModuleGetGlobal; SMEM_* are dynamic
---   shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
+-- __device__ const unsigned twell_ffn_cfg[19] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL} (read with
+--   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
 --   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
 --   ovf_slot u32[M*NT]; orow_idx u32[M]; orows u32[M]; sizes u32[NL]; offsets u32[NL+1];
 --   bsum u32[NC*NB]; bbase u32[NC*NB];
---   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[OROW_CAP*K];
+--   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
+--   part p at p*YS, YS = OROW_CAP*K);
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
 --   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
@@ -50,13 +54,14 @@
 --       (packed, M, bbase, sizes, offsets, desc, gv, flag)
 --   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
---   6 twell_ffn_ovf_down  grid SMs x 256, SMEM_DOWN
---       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, flag)
---   7 gated: twell_ffn_phase_a grid (ceil(NG/(16*GPWA)), NSL) x 512, SMEM_A
+--   6 twell_ffn_ovf_down  grid 3*SMs x 256, SMEM_DOWN
+--       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, YS (long long), flag)
+--   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
 --   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
---   9 twell_ffn_phase_b   grid (ceil(NG/(16*GPWB)), NSL) x 512, SMEM_B
---       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, y, flag)
+--   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB)), NSL) x 32*NWB, SMEM_B
+--       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, YS, y,
+--        flag)
 --  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
 --       (x, packed, wp, wu, wd, y, M, flag, 1)   fallback: returns unless flag[0] != 0
 --   flag[0] != 0 after the call means the fallback produced y (bit 0: overflowing row-tiles over
@@ -78,22 +83,37 @@ end
 local CN = param("CN", 512)
 local GPWA = param("GPWA", 8)
 local GPWB = param("GPWB", 4)
+local NWA = param("NWA", 16)
+local NWB = param("NWB", 16)
+local PF = param("PF", 1)
+local IL = param("IL", 0)
+check(IL == 0 or IL == 1, "IL=%s must be 0 or 1", tostring(IL))
+check(PF == 0 or PF == 1, "PF=%s must be 0 or 1", tostring(PF))
 check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 0 and CN <= 1024,
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
-check(GPWA == 8, "GPWA=%s must be 8", tostring(GPWA))
-check(GPWB == 4, "GPWB=%s must be 4", tostring(GPWB))
+for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
+    check(math.type(v[2]) == "integer" and v[2] >= 1 and v[2] <= 8, "%s=%s must be 1..8", v[1],
+        tostring(v[2]))
+    check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[3] % 2 == 0,
+        "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
+end
+local STAGES = param("STAGES", 2)
+check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
 local SMEM_MAX = 232448
-local WBYTES = 2 * CN * 128
+local WBYTES = STAGES * CN * 128
 local VB = GATED == 1 and 4 or 2
 local RE = 2048 -- (first, end) list offsets of the block per chunk, NC <= 256
-local LA, LB = (2 * 16 * GPWA + 4) * 4, (2 * 16 * GPWB + 4) * 4 -- staged offsets and sizes
-local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - 2 * LA) // 8) // 16 * 16)
-local DCAPB = param("DCAPB", ((SMEM_MAX - WBYTES - RE - 2 * LB) // (2 * (4 + VB))) // 16 * 16)
-check(DCAPA % 16 == 0 and DCAPB % 16 == 0, "DCAPA, DCAPB must be multiples of 16")
-local SMEM_A = WBYTES + 2 * (DCAPA * 4 + LA) + RE
-local SMEM_B = WBYTES + 2 * (DCAPB * (4 + VB) + LB) + RE
-local SMEM_GU = 2 * 64 * 128 * (GATED == 1 and 3 or 2)
-local SMEM_DOWN = 2 * (2 * 32 * S.T * 2 + S.T * 128)
+local LA, LB = (2 * NWA * GPWA + 4) * 4, (2 * NWB * GPWB + 4) * 4 -- staged offsets and sizes
+local DCAPA = param("DCAPA", ((SMEM_MAX - WBYTES - RE - STAGES * LA) // (4 * STAGES)) // 16 * 16)
+local DCAPB = param("DCAPB",
+    ((SMEM_MAX - WBYTES - RE - STAGES * LB) // (STAGES * (4 + VB))) // 16 * 16)
+check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
+    "DCAPA, DCAPB must be positive multiples of 16")
+local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
+local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
+local SMEM_GU = 4 * 64 * 128 * (GATED == 1 and 3 or 2) -- TW_GU_STAGES stages
+local SUBD = math.min(S.T, 128) -- ovf_down's step (neurons)
+local SMEM_DOWN = 2 * (2 * 32 * SUBD * 2 + SUBD * 128)
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
         DCAPA, DCAPB, SMEM_MAX)
@@ -109,23 +129,8 @@ local NI = (S.K + 255) // 256
 local BW = 4
 
 cuda [==[
+// Kernel bodies are device functions; the extern "C" wrappers at the end are the kernels.
 #define TW_KERNEL(bounds) __device__ __forceinline__ void
-// fused_kernels.cuh — fused TwELL FFN inference kernels (gated: x + packed gate + Wu + Wd -> y;
-// non-gated: packed h + Wd -> y). Includes no CUDA header so the same text compiles under NVRTC.
-// Versions (bench/dev/NOTES-fused.md has the numbers):
-//   v0 rows   one warp per token row, two entries in flight, overflowing row-tiles recomputed
-//             inline (the simple baseline, and the exact fallback when the workspace is too small)
-//   v1 tiled  pre-pass builds, per group of 8 tokens and per chunk of CN neurons, a list of active
-//             (neuron, token) pairs; phase A (u) and phase B (y) stream weight chunks [CN x 64]
-//             through shared memory for a block of 1024 / 512 tokens and run mma.sync m16n8k16 on
-//             rounds of 16 pairs (A = gathered weight rows via ldmatrix, B = the group's x / h).
-//   v3        phase A reads A fragments with ld.shared.v4 in a permuted k order (bank rule: pairs
-//             of rows differ in bit 0), branch-free (predicated loads/stores); phase B keeps
-//             ldmatrix.trans + hi/lo mmas; lists dealt over 8-blocks, octiles interleaved.
-//   v2        lists become 16-bit descriptors (row in chunk << 3 | token column) staged in shared
-//             memory with the weight chunk (the per-round global loads were the latency bound);
-//             flattened list build with a bank-balanced layout; overflow recompute as a CTA GEMM.
-
 typedef unsigned int tw_u32;
 typedef unsigned short tw_u16;
 typedef unsigned char tw_u8;
@@ -135,7 +140,7 @@ typedef unsigned long long tw_u64;
 #define TW_NONE 0xffffffffu
 
 // ---------------------------------------------------------------------------------------------
-// v5 list layout (pure index arithmetic, also compiled on the host by bench/dev/fused_layout_check.cpp)
+// List layout (pure index arithmetic)
 // A list = the active pairs of one (chunk, group of 8 tokens), PADQ-padded (8, or 16 for fp16
 // gated). Slot descriptor (32 bits): row in chunk << 7 | (row & 7) << 4 | token column; the
 // chunk row r sits in shared memory at r * 128 with 16-byte piece p at p ^ (r & 7), so
@@ -149,9 +154,7 @@ typedef unsigned long long tw_u64;
 // run longer than S4 is rainbow; consecutive sorted indices (a phase-A pair) differ in bit 2
 // while both bit values last. Pads (gate value 0) take the classes a set lacks.
 // ---------------------------------------------------------------------------------------------
-#ifndef TW_HD
-#define TW_HD __host__ __device__ __forceinline__
-#endif
+#define TW_HD __device__ __forceinline__
 // Slot of sorted index si in a list of `size` slots (a multiple of 8): full rounds (16 slots,
 // sets 4r..4r+3) place set s, position q at 16 (s / 4) + 4 q + s % 4; a trailing half round (8
 // slots, sets 4R and 4R + 1) at 16 R + 2 q + (s - 4 R).
@@ -162,7 +165,7 @@ TW_HD tw_u32 tw_slot_of(tw_u32 si, tw_u32 size) {
 // Position inside its class run of the i-th entry with bit-2 value b (mc = min(zeros, ones)):
 // alternating 0 1 0 1 ... while both last, then the rest of the larger side.
 TW_HD tw_u32 tw_class_pos(tw_u32 i, tw_u32 b, tw_u32 mc) { return i < mc ? 2u * i + b : mc + i; }
-TW_HD tw_u32 tw_desc5(tw_u32 row, tw_u32 tok) { return (row << 7) | ((row & 7u) << 4) | tok; }
+TW_HD tw_u32 tw_desc(tw_u32 row, tw_u32 tok) { return (row << 7) | ((row & 7u) << 4) | tok; }
 // Sort bucket of a chunk row: class (row & 3) major, bit 2 minor.
 TW_HD tw_u32 tw_bucket(tw_u32 row) { return ((row & 3u) << 1) | ((row >> 2) & 1u); }
 // Phase B: logical 16-byte piece (8 output columns) read by lanes of group id g: the two g of a
@@ -175,14 +178,7 @@ TW_HD tw_u32 tw_scale_ex(tw_u32 amax_bits) {
     ex = (amax_bits & 0x7fffffffu) == 0u ? 127u : ex;
     return ex < 20u ? 20u : ex > 250u ? 250u : ex;
 }
-#ifndef TW_LAYOUT_ONLY
-/* A kernel of the pipeline: a __global__ function in the development harness; in the NVRTC
-   template the same text defines device bodies that extern "C" wrappers call. */
-#ifndef TW_KERNEL
-#define TW_KERNEL(bounds) __global__ void __launch_bounds__ bounds
-#endif
 #define TW_KW 64 /* k columns per slice (phase A/B CTAs) */
-#define TW_PAD 7u /* descriptor of a pad slot: row 0 of the chunk, token column 7, g = 0 */
 
 // ---------------------------------------------------------------------------------------------
 // 16-bit helpers (DT 0 = bf16, 1 = fp16)
@@ -245,16 +241,6 @@ __device__ __forceinline__ uint4 tw_lds128(tw_u32 a) {
     asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
-__device__ __forceinline__ void tw_lds128p(uint4 &v, tw_u32 a, tw_u32 p) {
-    asm volatile("{.reg .pred q; setp.ne.u32 q, %5, 0; @q ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];}"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "r"(a), "r"(p));
-}
-__device__ __forceinline__ tw_u32 tw_lds16(tw_u32 a) {
-    unsigned short v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
-    return v;
-}
 __device__ __forceinline__ void tw_stgp(float *ptr, float v, tw_u32 p) {
     asm volatile("{.reg .pred q; setp.ne.u32 q, %2, 0; @q st.global.f32 [%0], %1;}" ::"l"(ptr), "f"(v),
                  "r"(p)
@@ -264,11 +250,6 @@ __device__ __forceinline__ tw_u32 tw_lds32(tw_u32 a) {
     tw_u32 v;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
     return v;
-}
-__device__ __forceinline__ tw_u32 tw_prmt(tw_u32 a, tw_u32 sel) {
-    tw_u32 r;
-    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(a), "r"(sel));
-    return r;
 }
 __device__ __forceinline__ void tw_ldsm4(tw_u32 (&r)[4], tw_u32 a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -301,379 +282,22 @@ __device__ __forceinline__ float tw_warp_sum(float v) {
     return v;
 }
 
-// Workspace control words (flag[]): [0] fallback bits (1: overflow slots over capacity, 2: pair
-// slots over capacity), [1] total pair slots, [2] overflowing row-tiles, [3] recompute items.
-
-// ---------------------------------------------------------------------------------------------
-// Pre-pass 1: find overflowing row-tiles; per tile t a list of rows (order irrelevant: every
-// consumer indexes by (row, tile)), and each overflowing cell's slot in its tile's list.
-// ---------------------------------------------------------------------------------------------
-TW_KERNEL((256)) tw_k_ovf_detect(const tw_u32 *__restrict__ packed, int M, int NT, int W,
-                                tw_u32 *__restrict__ ovf_cnt, tw_u32 *__restrict__ ovf_rows,
-                                tw_u32 *__restrict__ ovf_slot) {
-    const long long cells = (long long)M * NT;
-    const int S = W - 1;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < cells;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long m = i / NT;
-        const int t = (int)(i - m * NT);
-        const tw_u32 c = packed[i * W]; /* row m, tile t starts at word (m*NT + t)*W */
-        if (c > (tw_u32)S) {
-            const tw_u32 s = atomicAdd(&ovf_cnt[t], 1u);
-            ovf_rows[(long long)t * M + s] = (tw_u32)m;
-            ovf_slot[i] = s;
-        }
-    }
-}
-
-// Pre-pass 2 (one block): bases of each tile's overflow slots and recompute items (64 rows each);
-// resets flag[0]; zeroes the per-slot nonzero counters.
-TW_KERNEL((256)) tw_k_ovf_scan(const tw_u32 *__restrict__ ovf_cnt, int NT, tw_u32 *ovf_base,
-                              tw_u32 *item_base, tw_u32 *ovf_nnz, tw_u32 *flag, tw_u32 ovf_cap) {
-    __shared__ tw_u32 tot;
-    if (threadIdx.x == 0) {
-        tw_u32 a = 0, b = 0;
-        for (int t = 0; t < NT; t++) {
-            const tw_u32 c = ovf_cnt[t];
-            ovf_base[t] = a;
-            item_base[t] = b;
-            a += c;
-            b += (c + 63u) / 64u;
-        }
-        ovf_base[NT] = a;
-        item_base[NT] = b;
-        flag[0] = a > ovf_cap ? 1u : 0u;
-        flag[2] = a;
-        flag[3] = b;
-        tot = a > ovf_cap ? 0u : a;
-    }
-    __syncthreads();
-    for (tw_u32 i = threadIdx.x; i < tot; i += blockDim.x)
-        ovf_nnz[i] = 0;
-}
-
-// Pre-pass 3: exact recompute of overflowing row-tiles, g = round(relu(x . w_n)) for all TT
-// columns. CTA item = (tile t, up to 64 of its overflowing rows): the weight tile [TT x K] and the
-// gathered x rows stream through shared memory in 64-column steps (cp.async, XOR swizzle); 8 warps,
-// warp = (16-row m-tile, half of the columns). Dense rows thus spread over all SMs and share the
-// weight tile. Also counts each row-tile's non-zeros (integer atomics: order-free).
-template <int DT, int TT>
-TW_KERNEL((256))
-    tw_k_ovf_gate(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w, int M, int K, int NT,
-                  const tw_u32 *__restrict__ ovf_cnt, const tw_u32 *__restrict__ ovf_rows,
-                  const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
-                  tw_u16 *__restrict__ ovf_g, tw_u32 *__restrict__ ovf_nnz,
-                  const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    if (flag[0] & 1u)
-        return;
-    constexpr int NTL = TT / 16; /* 8-column n-tiles per warp */
-    constexpr int STAGE = TT * 128 + 64 * 128;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int mt = warp & 3, ch = warp >> 2;
-    const tw_u32 nitems = item_base[NT];
-    const tw_u32 sbase = tw_smem_addr(tw_smem);
-    const int arow = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
-    const int brow0 = (lane & 7) + (lane >> 4) * 8, bhi = (lane >> 3) & 1;
-    const int nk = K / 64;
-    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
-        int lo = 0, hi = NT - 1; /* last t with item_base[t] <= item */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (item_base[mid] <= item)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        const int t = lo;
-        const tw_u32 r0 = 64u * (item - item_base[t]);
-        const int nrows = (int)min(64u, ovf_cnt[t] - r0);
-        const tw_u32 *rows = ovf_rows + (long long)t * M + r0;
-        auto stage = [&](int kc, int buf) {
-            const tw_u32 sw = sbase + buf * STAGE, sx = sw + TT * 128;
-            const tw_u16 *wsrc = w + (long long)t * TT * K + kc * 64;
-            for (int i = tid; i < TT * 8; i += 256) {
-                const int r = i >> 3, q = i & 7;
-                tw_cp16(sw + r * 128 + ((q ^ (r & 7)) << 4), wsrc + (long long)r * K + 8 * q);
-            }
-            for (int i = tid; i < 64 * 8; i += 256) {
-                const int r = i >> 3, q = i & 7;
-                const tw_u32 m = rows[r < nrows ? r : 0];
-                tw_cp16(sx + r * 128 + ((q ^ (r & 7)) << 4), x + (long long)m * K + kc * 64 + 8 * q);
-            }
-        };
-        float acc[NTL][4];
-#pragma unroll
-        for (int j = 0; j < NTL; j++)
-            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        stage(0, 0);
-        tw_cp_commit();
-        for (int kc = 0; kc < nk; kc++) {
-            if (kc + 1 < nk)
-                stage(kc + 1, (kc + 1) & 1);
-            tw_cp_commit();
-            tw_cp_wait<1>();
-            __syncthreads();
-            const tw_u32 sw = sbase + (kc & 1) * STAGE, sx = sw + TT * 128;
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                tw_u32 a[4];
-                tw_ldsm4(a, sx + arow * 128 + (((2 * ks + ahi) ^ (arow & 7)) << 4));
-#pragma unroll
-                for (int p = 0; p < NTL / 2; p++) {
-                    const int br = ch * (TT / 2) + 16 * p + brow0;
-                    tw_u32 b[4];
-                    tw_ldsm4(b, sw + br * 128 + (((2 * ks + bhi) ^ (br & 7)) << 4));
-                    tw_mma<DT>(acc[2 * p], a, b[0], b[1]);
-                    tw_mma<DT>(acc[2 * p + 1], a, b[2], b[3]);
-                }
-            }
-            __syncthreads();
-        }
-        const int ra = 16 * mt + g, rb = ra + 8;
-        const tw_u32 sa = ovf_base[t] + r0 + ra, sb = ovf_base[t] + r0 + rb;
-        int ca = 0, cb = 0;
-#pragma unroll
-        for (int j = 0; j < NTL; j++) {
-            const int col = ch * (TT / 2) + 8 * j + 2 * t4;
-            const tw_u32 g00 = tw_relu_round<DT>(acc[j][0]), g01 = tw_relu_round<DT>(acc[j][1]);
-            const tw_u32 g10 = tw_relu_round<DT>(acc[j][2]), g11 = tw_relu_round<DT>(acc[j][3]);
-            ca += (g00 != 0) + (g01 != 0);
-            cb += (g10 != 0) + (g11 != 0);
-            if (ra < nrows)
-                *(tw_u32 *)(ovf_g + (long long)sa * TT + col) = g00 | (g01 << 16);
-            if (rb < nrows)
-                *(tw_u32 *)(ovf_g + (long long)sb * TT + col) = g10 | (g11 << 16);
-        }
-        ca += __shfl_xor_sync(TW_FULL, ca, 1);
-        ca += __shfl_xor_sync(TW_FULL, ca, 2);
-        cb += __shfl_xor_sync(TW_FULL, cb, 1);
-        cb += __shfl_xor_sync(TW_FULL, cb, 2);
-        if (t4 == 0) {
-            if (ra < nrows && ca)
-                atomicAdd(&ovf_nnz[sa], (tw_u32)ca);
-            if (rb < nrows && cb)
-                atomicAdd(&ovf_nnz[sb], (tw_u32)cb);
-        }
-    }
-}
-
-// Pre-pass 4: slots of each (group of 8 rows, chunk of TPC tiles) list: active pairs rounded up
-// to a multiple of 16 (one mma round). One warp per (group, chunk).
-TW_KERNEL((256)) tw_k_sizes(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC,
-                           int TPC, int NG, const tw_u32 *__restrict__ ovf_slot,
-                           const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ ovf_nnz,
-                           tw_u32 *__restrict__ sizes, const tw_u32 *__restrict__ flag) {
-    const long long wid = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (wid >= (long long)NG * NC)
-        return;
-    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG); /* chunk-major */
-    const int t0 = c * TPC, nt = min(TPC, NT - t0);
-    const tw_u32 S = (tw_u32)(W - 1);
-    const bool ovf_ok = (flag[0] & 1u) == 0;
-    tw_u32 sum = 0;
-    for (int i = lane; i < 8 * nt; i += 32) {
-        const int r = i / nt, t = t0 + i % nt;
-        const long long m = 8LL * G + r;
-        if (m < M) {
-            tw_u32 cnt = packed[(m * NT + t) * W];
-            if (cnt > S)
-                cnt = ovf_ok ? ovf_nnz[ovf_base[t] + ovf_slot[m * NT + t]] : 0u;
-            sum += cnt;
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        sum += __shfl_xor_sync(TW_FULL, sum, o);
-    if (lane == 0)
-        sizes[wid] = (sum + 15u) & ~15u;
-}
-
-// Pre-pass 5 (one block of 1024): exclusive scan of the list sizes -> offsets[0..n], total.
-TW_KERNEL((1024))
-    tw_k_scan(const tw_u32 *__restrict__ sizes, int n, tw_u32 *__restrict__ offsets,
-              tw_u32 *__restrict__ flag, tw_u32 pair_cap) {
-    __shared__ tw_u64 part[1024];
-    const int tid = threadIdx.x;
-    const int per = (n + 1023) / 1024;
-    const int beg = min(tid * per, n), end = min(beg + per, n);
-    tw_u64 s = 0;
-    for (int i = beg; i < end; i++)
-        s += sizes[i];
-    part[tid] = s;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) {
-        const tw_u64 v = tid >= o ? part[tid - o] : 0;
-        __syncthreads();
-        part[tid] += v;
-        __syncthreads();
-    }
-    tw_u64 run = part[tid] - s;
-    for (int i = beg; i < end; i++) {
-        offsets[i] = (tw_u32)run;
-        run += sizes[i];
-    }
-    if (tid == 1023) {
-        const tw_u64 total = part[1023];
-        offsets[n] = (tw_u32)(total > pair_cap ? pair_cap : total);
-        flag[1] = (tw_u32)(total > 0xffffffffull ? 0xffffffffull : total);
-        if (total > pair_cap)
-            atomicOr(&flag[0], 2u);
-    }
-}
-
-// Pre-pass 6: writes each (chunk, group) list as 16-bit descriptors (row in chunk << 3 | token
-// column) and the 16-bit gate values. Bank rules of the phases (XOR-swizzled chunk, f = row & 7):
-// phase A reads aligned pairs of entries per quarter-warp (conflict-free iff their rows differ in
-// bit 0); phase B's ldmatrix reads aligned 8-blocks (conflict-free iff all 8 residues differ).
-// Pads (g = 0, row 0, token column 7) fill the list. One warp per list, entries processed flat (32 per step):
-// the cell words and a prefix of each cell's candidates (stored entries, or T for an overflowing
-// row-tile) are staged in shared memory first.
-template <int CELLW, int BW>
-TW_KERNEL((BW * 32))
-    tw_k_build(const tw_u32 *__restrict__ packed, int M, int NT, int W, int T, int NC, int TPC,
-               int NG, const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ ovf_base,
-               const tw_u16 *__restrict__ ovf_g, const tw_u32 *__restrict__ offsets,
-               const tw_u32 *__restrict__ sizes, tw_u16 *__restrict__ desc,
-               tw_u16 *__restrict__ gv, const tw_u32 *__restrict__ flag) {
-    __shared__ tw_u32 sbuf[BW][CELLW];
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const long long wid = (long long)blockIdx.x * BW + warp;
-    if (wid >= (long long)NG * NC)
-        return;
-    tw_u32 *buf = sbuf[warp];
-    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG); /* chunk-major */
-    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = 8 * nt;
-    const tw_u32 out = offsets[wid], size = sizes[wid];
-    const tw_u32 S = (tw_u32)(W - 1);
-    const int rw = nt * W; /* words of one row's cells in this chunk */
-    tw_u32 *pre = buf + 8 * rw;
-    for (int i = lane; i < 8 * rw; i += 32) {
-        const int r = i / rw, o = i - r * rw;
-        const long long m = 8LL * G + r;
-        buf[i] = m < M ? packed[(m * NT + t0) * W + o] : 0u;
-    }
-    __syncwarp();
-    tw_u32 carry = 0;
-    for (int i0 = 0; i0 < ncell; i0 += 32) {
-        const int i = i0 + lane;
-        tw_u32 cand = 0;
-        if (i < ncell) {
-            const tw_u32 cnt = buf[(i / nt) * rw + (i % nt) * W];
-            cand = cnt > S ? (tw_u32)T : cnt;
-        }
-        tw_u32 incl = cand;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u32 v = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? v : 0u;
-        }
-        if (i < ncell)
-            pre[i] = carry + incl - cand;
-        carry += __shfl_sync(TW_FULL, incl, 31);
-    }
-    __syncwarp();
-    const tw_u32 ecand = carry;
-    const tw_u32 cstart = (tw_u32)(t0 * T);
-    const tw_u32 lt = (1u << lane) - 1u;
-    /* candidate j -> (word = g << 16 | n, or 0 if inactive; token column r) */
-    auto fetch = [&](tw_u32 j, tw_u32 &word, int &r) {
-        int lo = 0, hi = ncell - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (pre[mid] <= j)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        r = lo / nt;
-        const int tt = lo - r * nt, t = t0 + tt;
-        const tw_u32 *cell = buf + r * rw + tt * W;
-        const tw_u32 k = j - pre[lo];
-        if (cell[0] <= S) {
-            word = cell[1 + k];
-        } else {
-            const long long m = 8LL * G + r;
-            const tw_u32 slot = ovf_base[t] + ovf_slot[m * NT + t];
-            const tw_u32 gb = ovf_g[(long long)slot * T + k];
-            word = gb ? (gb << 16) | (tw_u32)(t * T + k) : 0u;
-        }
-    };
-    tw_u32 sres[8];
-#pragma unroll
-    for (int q = 0; q < 8; q++)
-        sres[q] = 0;
-    for (tw_u32 j0 = 0; j0 < ecand; j0 += 32) {
-        tw_u32 word = 0;
-        int r = 0;
-        if (j0 + lane < ecand)
-            fetch(j0 + lane, word, r);
-        const bool act = word != 0u;
-        const tw_u32 res = word & 7u;
-#pragma unroll
-        for (int q = 0; q < 8; q++)
-            sres[q] += __popc(__ballot_sync(TW_FULL, act && res == (tw_u32)q));
-    }
-    /* sorted by (bit 0, bits 1-2): residue r has slot (r & 1) * 4 + (r >> 1); the sorted index i
-       goes to block i mod B (B = size / 8) at position map(i / B), map = 0 2 4 6 1 3 5 7: a block
-       takes one entry of each octile of the sorted order, octiles o and o + 4 side by side */
-    tw_u32 bst[8], run[8], e = 0;
-#pragma unroll
-    for (int q = 0; q < 8; q++) { /* q = slot; its residue is 2 (q & 3) + (q >> 2) */
-        const int res = 2 * (q & 3) + (q >> 2);
-        bst[res] = e;
-        e += sres[res];
-        run[q] = 0;
-    }
-    const tw_u32 nb8 = size >> 3;
-    for (tw_u32 j0 = 0; j0 < ecand; j0 += 32) {
-        tw_u32 word = 0;
-        int r = 0;
-        if (j0 + lane < ecand)
-            fetch(j0 + lane, word, r);
-        const bool act = word != 0u;
-        const tw_u32 res = word & 7u;
-        tw_u32 bq[8], mine = 0, base = 0;
-#pragma unroll
-        for (int q = 0; q < 8; q++) {
-            bq[q] = __ballot_sync(TW_FULL, act && res == (tw_u32)q);
-            if (res == (tw_u32)q) {
-                mine = bq[q];
-                base = bst[q] + run[q];
-            }
-        }
-        if (act) {
-            const tw_u32 i = base + __popc(mine & lt), o = i / nb8;
-            const tw_u32 pos = (i % nb8) * 8 + (o < 4 ? 2 * o : 2 * (o - 4) + 1);
-            desc[out + pos] = (tw_u16)((((word & 0xffffu) - cstart) << 3) | (tw_u32)r);
-            gv[out + pos] = (tw_u16)(word >> 16);
-        }
-#pragma unroll
-        for (int q = 0; q < 8; q++)
-            run[q] += __popc(bq[q]);
-    }
-    for (tw_u32 i = e + lane; i < size; i += 32) { /* pads: g = 0 (they add nothing), row 0 */
-        const tw_u32 o = i / nb8;
-        const tw_u32 pos = (i % nb8) * 8 + (o < 4 ? 2 * o : 2 * (o - 4) + 1);
-        desc[out + pos] = TW_PAD;
-        gv[out + pos] = 0;
-    }
-}
-
 // Loads rows [c*CN, c*CN + rows) x columns [k0, k0+64) of w into a chunk buffer: 128-byte rows,
 // 16-byte piece q of row r stored at piece q ^ (r & 7).
+// Thread i copies piece q = i % 8 of rows i / 8 + RS j (RS = NTHR / 8, a multiple of 8, so the
+// swizzle term r & 7 is the same for all of a thread's rows): one add per copy.
 template <int CN, int NTHR>
 __device__ __forceinline__ void tw_load_chunk(tw_u32 sdst, const tw_u16 *__restrict__ w, int c,
                                               int N, int K, int k0) {
-    const int rows = min(CN, N - c * CN);
-    const tw_u16 *src = w + (long long)c * CN * K + k0;
-    for (int i = threadIdx.x; i < rows * 8; i += NTHR) {
-        const int r = i >> 3, q = i & 7;
-        tw_cp16(sdst + r * 128 + ((q ^ (r & 7)) << 4), src + (long long)r * K + 8 * q);
-    }
+    constexpr int RS = NTHR / 8;
+    static_assert(NTHR % 64 == 0, "tw_load_chunk: NTHR must be a multiple of 64");
+    const int rows = min(CN, N - c * CN), q = (int)threadIdx.x & 7, r0 = (int)threadIdx.x >> 3;
+    const tw_u32 d = sdst + r0 * 128 + ((q ^ (r0 & 7)) << 4);
+    const tw_u16 *src = w + ((long long)c * CN + r0) * K + k0 + 8 * q;
+#pragma unroll
+    for (int it = 0; it < (CN + RS - 1) / RS; it++)
+        if (r0 + it * RS < rows)
+            tw_cp16(d + it * RS * 128, src + (long long)it * RS * K);
 }
 // Copies bytes [0, n16*16) of src to shared memory (cp.async, 16-byte pieces).
 template <int NTHR>
@@ -683,302 +307,8 @@ __device__ __forceinline__ void tw_load_bytes(tw_u32 sdst, const void *src, tw_u
         tw_cp16(sdst + 16 * i, p + 16ull * i);
 }
 
-// One phase-A chunk for one warp: rounds of 16 pairs of its GPW groups. Descriptors come from the
-// shared staging buffer (SH, 32-bit addresses) or from global memory.
-template <int DT, int GPW, bool SH>
-__device__ __forceinline__ void tw_phase_a_chunk(const tw_u32 (&bx)[GPW][8], const tw_u32 (&off)[GPW],
-                                                 const tw_u32 (&nr)[GPW], tw_u32 dsh,
-                                                 const tw_u16 *dgl, tw_u32 buf, float *po, int g,
-                                                 int t4) {
-    const tw_u32 c2 = 2u * (tw_u32)t4, ut4 = (tw_u32)t4;
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        float *pj = po + off[j] + g;
-        const tw_u16 *dj = dgl + off[j] + g;
-        tw_u32 sj = dsh + 2 * (off[j] + (tw_u32)g);
-        for (tw_u32 r = 0; r < nr[j]; r++, pj += 16, dj += 16, sj += 32) {
-            tw_u32 da, db;
-            if (SH) {
-                da = tw_lds16(sj);
-                db = tw_lds16(sj + 16);
-            } else {
-                da = dj[0];
-                db = dj[8];
-            }
-            /* lane (g, t4) reads 32 contiguous bytes (k = 16 t4 .. +15) of entries g and g + 8:
-               logical pieces 2 t4 and 2 t4 + 1 of the XOR-swizzled row */
-            const tw_u32 xa = ((((da >> 3) & 7u) ^ c2) << 4), xb = ((((db >> 3) & 7u) ^ c2) << 4);
-            const tw_u32 aa = buf + ((da >> 3) << 7), ab = buf + ((db >> 3) << 7);
-            const uint4 a0 = tw_lds128(aa + xa), a1 = tw_lds128(aa + (xa ^ 16u));
-            const uint4 b0 = tw_lds128(ab + xb), b1 = tw_lds128(ab + (xb ^ 16u));
-            const tw_u32 wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const tw_u32 wb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-            float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                /* fragment k positions 2t4, 2t4+1, 2t4+8, 2t4+9 <-> k = 16 t4 + 4 ks + 0..3 */
-                const tw_u32 af[4] = {wa[2 * ks], wb[2 * ks], wa[2 * ks + 1], wb[2 * ks + 1]};
-                if (ks & 1)
-                    tw_mma<DT>(d1, af, bx[j][2 * ks], bx[j][2 * ks + 1]);
-                else
-                    tw_mma<DT>(d0, af, bx[j][2 * ks], bx[j][2 * ks + 1]);
-            }
-            const tw_u32 ca = da & 7u, cb = db & 7u;
-            const float va = (ca & 1u) ? d0[1] + d1[1] : d0[0] + d1[0];
-            const float vb = (cb & 1u) ? d0[3] + d1[3] : d0[2] + d1[2];
-            tw_stgp(pj, va, (ca >> 1) == ut4);
-            tw_stgp(pj + 8, vb, (cb >> 1) == ut4);
-        }
-    }
-}
-
-// Phase A (gated): partial u over one 64-column slice for every pair of a block of
-// 16 warps x GPW groups x 8 tokens. A = gathered Wu rows (entries x k), B = x of the group's 8
-// tokens (k x tokens), D[e][tok]; pair e keeps D[e][col(e)]. Shared memory: two weight chunks
-// (2 x CN x 128 B) then two descriptor buffers (2 x DCAP x 2 B); a chunk whose block region holds
-// more than DCAP slots reads its descriptors from global memory instead.
-template <int DT, int CN, int GPW, int DCAP>
-TW_KERNEL((512, 1))
-    tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
-                 int NG, int NC, const tw_u16 *__restrict__ desc,
-                 const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
-                 float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int s = blockIdx.y, k0 = s * TW_KW;
-    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
-    const int G0 = GB + warp * GPW;
-    /* B fragments in the permuted k order of the A loads: lane (g, t4) holds x[token g][k0 + 16 t4
-       .. + 15]; k-step ks uses words 2 ks (k 4ks, 4ks+1) and 2 ks + 1 (k 4ks+2, 4ks+3) */
-    tw_u32 bx[GPW][8];
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const int row = min((G0 + j) * 8 + g, M - 1);
-        const uint4 *p = (const uint4 *)(x + (long long)row * K + k0 + 16 * t4);
-        const uint4 v0 = p[0], v1 = p[1];
-        bx[j][0] = v0.x, bx[j][1] = v0.y, bx[j][2] = v0.z, bx[j][3] = v0.w;
-        bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
-    }
-    const tw_u32 sbase = tw_smem_addr(tw_smem);
-    float *pout = partial + (long long)s * pstride;
-    auto stage = [&](int c) {
-        const int b = c & 1;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        if (rn <= DCAP)
-            tw_load_bytes<512>(sbase + 2 * CN * 128 + b * DCAP * 2, desc + ra, rn / 8);
-    };
-    stage(0);
-    tw_cp_commit();
-    for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
-        tw_cp_commit();
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        tw_u32 off[GPW], nr[GPW];
-#pragma unroll
-        for (int j = 0; j < GPW; j++) {
-            const int G = G0 + j;
-            const long long idx = (long long)c * NG + G;
-            off[j] = G < NG ? offsets[idx] - ra : 0u;
-            nr[j] = G < NG ? sizes[idx] >> 4 : 0u;
-        }
-        tw_cp_wait<1>();
-        __syncthreads();
-        const tw_u32 buf = sbase + (c & 1) * CN * 128;
-        if (rn <= DCAP)
-            tw_phase_a_chunk<DT, GPW, true>(bx, off, nr, sbase + 2 * CN * 128 + (c & 1) * DCAP * 2,
-                                            nullptr, buf, pout + ra, g, t4);
-        else
-            tw_phase_a_chunk<DT, GPW, false>(bx, off, nr, 0u, desc + ra, buf, pout + ra, g, t4);
-        __syncthreads();
-    }
-}
-
-// Between the phases (gated): h = g * (sum of the slices' partial u), in fixed slice order.
-template <int DT>
-TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
-                            tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
-                            float *__restrict__ h, const tw_u32 *__restrict__ flag) {
-    if (flag[0])
-        return;
-    const tw_u32 total = *total_p;
-    for (tw_u32 p = blockIdx.x * blockDim.x + threadIdx.x; p < total;
-         p += gridDim.x * blockDim.x) {
-        float u = 0.0f;
-        for (int s = 0; s < nslices; s++)
-            u += partial[(long long)s * pstride + p];
-        h[p] = tw_h2f<DT>(gv[p]) * u;
-    }
-}
-
-// Phase B: y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in registers.
-// A = gathered Wd rows transposed (k x entries, ldmatrix.trans), B = h of the round's pairs placed
-// at their token column (entries x tokens). Gated: h (fp32) is split into two 16-bit terms hi + lo
-// (two mmas) so it keeps ~16 mantissa bits; fp16 also scales each round by a power of two for
-// range. Non-gated: h = g, exact in dtype (one mma). Pads (row 0) carry value 0. Shared
-// memory: two weight chunks, then two staging buffers of DCAP slots (descriptors, then h or g).
-template <int DT, int GATED, int GPW>
-__device__ __forceinline__ void tw_phase_b_chunk(float (&acc)[GPW][4][4], const tw_u32 (&off)[GPW],
-                                                 const tw_u32 (&nr)[GPW], const tw_u16 *dsc,
-                                                 const float *hv, const tw_u16 *gvv, tw_u32 buf,
-                                                 int lane, int g, int t4) {
-    const int el = (lane & 7) + (lane >> 4) * 8, hsel = (lane >> 3) & 1;
-    const tw_u32 ug = (tw_u32)g;
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        for (tw_u32 r = 0; r < nr[j]; r++) {
-            const tw_u32 e = off[j] + 16 * r;
-            const tw_u32 row = (tw_u32)dsc[e + el] >> 3;
-            const tw_u32 da = *(const tw_u32 *)(dsc + e + 2 * t4);
-            const tw_u32 db = *(const tw_u32 *)(dsc + e + 2 * t4 + 8);
-            const tw_u32 rb = buf + row * 128, sw = row & 7;
-            tw_u32 a[4][4];
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++)
-                tw_ldsm4t(a[mt], rb + (((2 * mt + hsel) ^ sw) << 4));
-            float v0, v1, v2, v3;
-            if constexpr (GATED) {
-                const float2 ha = *(const float2 *)(hv + e + 2 * t4);
-                const float2 hb = *(const float2 *)(hv + e + 2 * t4 + 8);
-                v0 = ha.x, v1 = ha.y, v2 = hb.x, v3 = hb.y;
-            } else {
-                tw_h2f2<DT>(*(const tw_u32 *)(gvv + e + 2 * t4), v0, v1);
-                tw_h2f2<DT>(*(const tw_u32 *)(gvv + e + 2 * t4 + 8), v2, v3);
-            }
-            v0 = (da & 7u) == ug ? v0 : 0.0f;
-            v1 = ((da >> 16) & 7u) == ug ? v1 : 0.0f;
-            v2 = (db & 7u) == ug ? v2 : 0.0f;
-            v3 = ((db >> 16) & 7u) == ug ? v3 : 0.0f;
-            if constexpr (!GATED) {
-                const tw_u32 b0 = tw_pack2<DT>(v0, v1), b1 = tw_pack2<DT>(v2, v3);
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++)
-                    tw_mma<DT>(acc[j][mt], a[mt], b0, b1);
-            } else {
-                float scale_inv = 1.0f;
-                if constexpr (DT == 1) {
-                    float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
-#pragma unroll
-                    for (int o = 1; o < 32; o <<= 1)
-                        amax = fmaxf(amax, __shfl_xor_sync(TW_FULL, amax, o));
-                    int ex = (int)((__float_as_uint(amax) >> 23) & 0xffu);
-                    ex = amax > 0.0f ? ex : 127;
-                    ex = min(max(ex, 20), 250);
-                    /* amax * 2^(141-ex) lies in [2^14, 2^15): hi and lo stay normal fp16 */
-                    const float sc = __uint_as_float((tw_u32)(268 - ex) << 23);
-                    scale_inv = __uint_as_float((tw_u32)(ex - 14) << 23);
-                    v0 *= sc, v1 *= sc, v2 *= sc, v3 *= sc;
-                }
-                const tw_u32 bh0 = tw_pack2<DT>(v0, v1), bh1 = tw_pack2<DT>(v2, v3);
-                float l0, l1, l2, l3;
-                tw_h2f2<DT>(bh0, l0, l1);
-                tw_h2f2<DT>(bh1, l2, l3);
-                const tw_u32 bl0 = tw_pack2<DT>(v0 - l0, v1 - l1);
-                const tw_u32 bl1 = tw_pack2<DT>(v2 - l2, v3 - l3);
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    if constexpr (DT == 0) {
-                        tw_mma<DT>(acc[j][mt], a[mt], bh0, bh1);
-                        tw_mma<DT>(acc[j][mt], a[mt], bl0, bl1);
-                    } else {
-                        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tw_mma<DT>(t, a[mt], bh0, bh1);
-                        tw_mma<DT>(t, a[mt], bl0, bl1);
-#pragma unroll
-                        for (int q = 0; q < 4; q++)
-                            acc[j][mt][q] = fmaf(t[q], scale_inv, acc[j][mt][q]);
-                    }
-                }
-            }
-        }
-    }
-}
-
-template <int DT, int GATED, int CN, int GPW, int DCAP>
-TW_KERNEL((512, 1))
-    tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
-                 const tw_u16 *__restrict__ desc, const tw_u16 *__restrict__ gv,
-                 const float *__restrict__ h, const tw_u32 *__restrict__ offsets,
-                 const tw_u32 *__restrict__ sizes, tw_u16 *__restrict__ y,
-                 const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    constexpr int VB = GATED ? 4 : 2;        /* bytes per slot of the value array */
-    constexpr int SB = DCAP * (2 + VB);      /* bytes per staging buffer */
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int s = blockIdx.y, k0 = s * TW_KW;
-    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
-    const int G0 = GB + warp * GPW;
-    float acc[GPW][4][4];
-#pragma unroll
-    for (int j = 0; j < GPW; j++)
-#pragma unroll
-        for (int mt = 0; mt < 4; mt++)
-            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
-    const tw_u32 sbase = tw_smem_addr(tw_smem);
-    auto stage = [&](int c) {
-        const int b = c & 1;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        if (rn <= DCAP) {
-            const tw_u32 sb = sbase + 2 * CN * 128 + b * SB;
-            tw_load_bytes<512>(sb, desc + ra, rn / 8);
-            if (GATED)
-                tw_load_bytes<512>(sb + DCAP * 2, h + ra, rn / 4);
-            else
-                tw_load_bytes<512>(sb + DCAP * 2, gv + ra, rn / 8);
-        }
-    };
-    stage(0);
-    tw_cp_commit();
-    for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
-        tw_cp_commit();
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        const bool fits = rn <= DCAP;
-        const unsigned char *sb = tw_smem + 2 * CN * 128 + (c & 1) * SB;
-        const tw_u16 *dsc = fits ? (const tw_u16 *)sb : desc + ra;
-        const float *hv = fits ? (const float *)(sb + DCAP * 2) : h + ra;
-        const tw_u16 *gvv = fits ? (const tw_u16 *)(sb + DCAP * 2) : gv + ra;
-        tw_u32 off[GPW], nr[GPW];
-#pragma unroll
-        for (int j = 0; j < GPW; j++) {
-            const int G = G0 + j;
-            const long long idx = (long long)c * NG + G;
-            off[j] = G < NG ? offsets[idx] - ra : 0u;
-            nr[j] = G < NG ? sizes[idx] >> 4 : 0u;
-        }
-        tw_cp_wait<1>();
-        __syncthreads();
-        tw_phase_b_chunk<DT, GATED, GPW>(acc, off, nr, dsc, hv, gvv, sbase + (c & 1) * CN * 128,
-                                         lane, g, t4);
-        __syncthreads();
-    }
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const long long m0 = (long long)(G0 + j) * 8 + 2 * t4;
-#pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
-            const int kk = k0 + 16 * mt + g;
-            if (m0 < M) {
-                y[m0 * K + kk] = tw_f2h<DT>(acc[j][mt][0]);
-                y[m0 * K + kk + 8] = tw_f2h<DT>(acc[j][mt][2]);
-            }
-            if (m0 + 1 < M) {
-                y[(m0 + 1) * K + kk] = tw_f2h<DT>(acc[j][mt][1]);
-                y[(m0 + 1) * K + kk + 8] = tw_f2h<DT>(acc[j][mt][3]);
-            }
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// v0: one warp per row. Lane l holds x[k] for k = 256 i + 8 l .. +8 (NI = ceil(K/256) pieces).
+// Row kernel (the exact fallback and simple baseline): one warp per row. Lane l holds x[k] for k = 256 i + 8 l .. +8 (NI = ceil(K/256) pieces).
 // ---------------------------------------------------------------------------------------------
 template <int DT, int NI>
 __device__ __forceinline__ void tw_dot2(const uint4 (&xr)[NI], const tw_u16 *w0, const tw_u16 *w1,
@@ -1109,13 +439,6 @@ TW_KERNEL((256))
     }
 }
 
-// =============================================================================================
-// v5 (bench/dev/NOTES-fused.md, "v5"): overflowing row-tiles leave the sparse lists and go
-// through a dense tensor-core path (ovf_gu: g and u of the tile, h = g u; ovf_down: y part of each
-// overflowing row over its tiles); lists are PADQ-padded, 32-bit descriptors, laid out so both
-// phases read conflict-free 16-byte pieces; phase B builds its A fragments with prmt (no
-// ldmatrix), h arrives as bf16 hi|lo words from the reduce, y leaves in 16-byte stores.
-// =============================================================================================
 __device__ __forceinline__ tw_u32 tw_prmt2(tw_u32 a, tw_u32 b, tw_u32 sel) {
     tw_u32 r;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
@@ -1158,293 +481,12 @@ template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 
     return ((tw_u32)hi << 16) | lo;
 }
 
-// Workspace control words, v5: flag[0] fallback bits (1: overflowing row-tiles over OVF_CAP or
+// Workspace control words: flag[0] fallback bits (1: overflowing row-tiles over OVF_CAP or
 // overflowing rows over OROW_CAP, 2: pair slots over PAIR_CAP), [1] pair slots, [2] overflowing
 // row-tiles, [3] overflowing rows. cnt[0..NT-1] overflowing rows per tile, cnt[NT] overflowing
 // rows (zeroed before pre-pass 1).
 
-// Pre-pass 1: one warp per group of 8 rows reads every cell count once: list sizes of the group
-// in every chunk (non-overflowing cells only, PADQ-padded), each overflowing cell's slot in its
-// tile's list (integer atomics: consumers index by row and tile, so the order is free), and
-// each row's index among the overflowing rows (TW_NONE if it has none).
-template <int PADQ>
-TW_KERNEL((256)) tw_k_prep5(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC, int TPC,
-                            int NG, tw_u32 *__restrict__ cnt, tw_u32 *__restrict__ ovf_rows,
-                            tw_u32 *__restrict__ ovf_slot, tw_u32 *__restrict__ orow_idx,
-                            tw_u32 *__restrict__ orows, tw_u32 *__restrict__ sizes) {
-    __shared__ tw_u32 rowovf[8][8];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int G = blockIdx.x * 8 + warp;
-    if (G >= NG)
-        return;
-    if (lane < 8)
-        rowovf[warp][lane] = 0;
-    __syncwarp();
-    const tw_u32 S = (tw_u32)(W - 1);
-    for (int c = 0; c < NC; c++) {
-        const int t0 = c * TPC, nt = min(TPC, NT - t0);
-        tw_u32 sum = 0;
-        for (int i = lane; i < 8 * nt; i += 32) {
-            const int r = i / nt, t = t0 + (i - r * nt);
-            const long long m = 8LL * G + r;
-            if (m < M) {
-                const tw_u32 v = packed[(m * NT + t) * W];
-                if (v <= S) {
-                    sum += v;
-                } else {
-                    const tw_u32 s = atomicAdd(&cnt[t], 1u);
-                    ovf_rows[(long long)t * M + s] = (tw_u32)m;
-                    ovf_slot[m * NT + t] = s;
-                    atomicAdd(&rowovf[warp][r], 1u);
-                }
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(TW_FULL, sum, o);
-        if (lane == 0)
-            sizes[(long long)c * NG + G] = (sum + (PADQ - 1)) & ~(tw_u32)(PADQ - 1);
-    }
-    __syncwarp();
-    const long long m = 8LL * G + lane;
-    if (lane < 8 && m < M) {
-        tw_u32 idx = TW_NONE;
-        if (rowovf[warp][lane]) {
-            idx = atomicAdd(&cnt[NT], 1u);
-            orows[idx] = (tw_u32)m;
-        }
-        orow_idx[m] = idx;
-    }
-}
-
-// Pre-pass 2 (one block of 1024): list offsets (exclusive scan of the sizes), overflow slot bases
-// per tile and item bases of ovf_gu (64 rows x 64 columns per item), capacity checks and flags.
-TW_KERNEL((1024))
-    tw_k_scan5(const tw_u32 *__restrict__ sizes, int n, tw_u32 *__restrict__ offsets,
-               const tw_u32 *__restrict__ cnt, int NT, int NCB, tw_u32 *__restrict__ ovf_base,
-               tw_u32 *__restrict__ item_base, tw_u32 *__restrict__ flag, tw_u32 pair_cap,
-               tw_u32 ovf_cap, tw_u32 orow_cap) {
-    __shared__ tw_u64 part[1024];
-    __shared__ tw_u32 ovf_total;
-    const int tid = threadIdx.x, lane = tid & 31;
-    if (tid < 32) { /* warp 0: the per-tile overflow scan */
-        tw_u32 a = 0, b = 0;
-        for (int t0 = 0; t0 < NT; t0 += 32) {
-            const int t = t0 + lane;
-            const tw_u32 c = t < NT ? cnt[t] : 0u, it = ((c + 63u) / 64u) * (tw_u32)NCB;
-            tw_u32 ia = c, ib = it;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const tw_u32 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
-                ia += lane >= o ? va : 0u;
-                ib += lane >= o ? vb : 0u;
-            }
-            if (t < NT) {
-                ovf_base[t] = a + ia - c;
-                item_base[t] = b + ib - it;
-            }
-            a += __shfl_sync(TW_FULL, ia, 31);
-            b += __shfl_sync(TW_FULL, ib, 31);
-        }
-        if (lane == 0) {
-            ovf_base[NT] = a;
-            item_base[NT] = b;
-            ovf_total = a;
-        }
-    }
-    const int per = (n + 1023) / 1024;
-    const int beg = min(tid * per, n), end = min(beg + per, n);
-    tw_u64 s = 0;
-    for (int i = beg; i < end; i++)
-        s += sizes[i];
-    part[tid] = s;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) {
-        const tw_u64 v = tid >= o ? part[tid - o] : 0;
-        __syncthreads();
-        part[tid] += v;
-        __syncthreads();
-    }
-    tw_u64 run = part[tid] - s;
-    for (int i = beg; i < end; i++) {
-        offsets[i] = (tw_u32)run;
-        run += sizes[i];
-    }
-    if (tid == 1023) {
-        const tw_u64 total = part[1023];
-        const tw_u32 orw = cnt[NT];
-        offsets[n] = (tw_u32)(total > pair_cap ? pair_cap : total);
-        flag[0] = (ovf_total > ovf_cap || orw > orow_cap ? 1u : 0u) | (total > pair_cap ? 2u : 0u);
-        flag[1] = (tw_u32)(total > 0xffffffffull ? 0xffffffffull : total);
-        flag[2] = ovf_total;
-        flag[3] = orw;
-    }
-}
-
-// Pre-pass 3: writes each (chunk, group) list (layout: see the v5 helpers at the top): one warp
-// per list; cell counts prefix-summed in shared memory (overflowing cells count 0), entries
-// fetched flat (32 per step, binary search over the cells), two passes (bucket counts, then
-// placement by ballot ranks), then the pads.
-template <int TPCM, int BW>
-TW_KERNEL((BW * 32))
-    tw_k_build5(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
-                int TPC, int NG, const tw_u32 *__restrict__ offsets,
-                const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ desc,
-                tw_u16 *__restrict__ gv, const tw_u32 *__restrict__ flag) {
-    __shared__ tw_u32 spre[BW][8 * TPCM + 1];
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const long long wid = (long long)blockIdx.x * BW + warp;
-    if (wid >= (long long)NG * NC)
-        return;
-    tw_u32 *pre = spre[warp];
-    const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG);
-    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = 8 * nt;
-    const tw_u32 out = offsets[wid], size = sizes[wid], S = (tw_u32)(W - 1);
-    const tw_u32 rows_c = (tw_u32)min(CN, N - c * CN), cstart = (tw_u32)(c * CN);
-    tw_u32 carry = 0;
-    for (int i0 = 0; i0 < ncell; i0 += 32) {
-        const int i = i0 + lane;
-        tw_u32 v = 0;
-        if (i < ncell) {
-            const int r = i / nt;
-            const long long m = 8LL * G + r;
-            if (m < M) {
-                v = packed[(m * NT + t0 + (i - r * nt)) * W];
-                v = v > S ? 0u : v;
-            }
-        }
-        tw_u32 incl = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? u : 0u;
-        }
-        if (i < ncell)
-            pre[i] = carry + incl - v;
-        carry += __shfl_sync(TW_FULL, incl, 31);
-    }
-    __syncwarp();
-    const tw_u32 n = carry;
-    /* entry j -> chunk row (sanitised: a column outside the chunk becomes row 0 with g = 0),
-       token column, gate bits */
-    auto fetch = [&](tw_u32 j, tw_u32 &row, tw_u32 &tok, tw_u32 &g) {
-        int lo = 0, hi = ncell - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (pre[mid] <= j)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        const int r = lo / nt;
-        const long long m = 8LL * G + r;
-        const tw_u32 word = packed[(m * NT + t0 + (lo - r * nt)) * W + 1 + (j - pre[lo])];
-        row = (word & 0xffffu) - cstart;
-        g = word >> 16;
-        if (row >= rows_c)
-            row = 0, g = 0;
-        tok = (tw_u32)r;
-    };
-    tw_u32 cnt8[8];
-#pragma unroll
-    for (int b = 0; b < 8; b++)
-        cnt8[b] = 0;
-    for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
-        const bool valid = j0 + lane < n;
-        tw_u32 row = 0, tok = 0, g = 0;
-        if (valid)
-            fetch(j0 + lane, row, tok, g);
-        const tw_u32 q = tw_bucket(row);
-#pragma unroll
-        for (int b = 0; b < 8; b++)
-            cnt8[b] += __popc(__ballot_sync(TW_FULL, valid && q == (tw_u32)b));
-    }
-    tw_u32 CS[4], MC[4], ZC[4], OC[4];
-    {
-        tw_u32 a = 0;
-#pragma unroll
-        for (int cl = 0; cl < 4; cl++) {
-            ZC[cl] = cnt8[2 * cl], OC[cl] = cnt8[2 * cl + 1];
-            CS[cl] = a;
-            MC[cl] = min(ZC[cl], OC[cl]);
-            a += ZC[cl] + OC[cl];
-        }
-    }
-    auto pick = [](const tw_u32(&arr)[4], tw_u32 i) {
-        return i == 0 ? arr[0] : i == 1 ? arr[1] : i == 2 ? arr[2] : arr[3];
-    };
-    const tw_u32 lt = (1u << lane) - 1u;
-    tw_u32 run8[8];
-#pragma unroll
-    for (int b = 0; b < 8; b++)
-        run8[b] = 0;
-    for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
-        const bool valid = j0 + lane < n;
-        tw_u32 row = 0, tok = 0, g = 0;
-        if (valid)
-            fetch(j0 + lane, row, tok, g);
-        const tw_u32 q = tw_bucket(row);
-        tw_u32 mine = 0, base = 0;
-#pragma unroll
-        for (int b = 0; b < 8; b++) {
-            const tw_u32 bal = __ballot_sync(TW_FULL, valid && q == (tw_u32)b);
-            if (q == (tw_u32)b) {
-                mine = bal;
-                base = run8[b];
-            }
-            run8[b] += __popc(bal);
-        }
-        if (valid) {
-            const tw_u32 cl = q >> 1, i = base + __popc(mine & lt);
-            const tw_u32 si = pick(CS, cl) + tw_class_pos(i, q & 1u, pick(MC, cl));
-            const tw_u32 slot = out + tw_slot_of(si, size);
-            desc[slot] = tw_desc5(row, tok);
-            gv[slot] = (tw_u16)g;
-        }
-    }
-    /* pads: the classes their 4-set lacks, bit 2 opposite to their phase-A partner */
-    const tw_u32 S4 = size >> 2;
-    auto class_of = [&](tw_u32 sj) {
-        tw_u32 cl = 0;
-#pragma unroll
-        for (int k = 1; k < 4; k++)
-            cl = CS[k] <= sj ? (tw_u32)k : cl;
-        return cl;
-    };
-    for (tw_u32 si = n + lane; si < size; si += 32) {
-        const tw_u32 s = si % S4, qp = si / S4;
-        tw_u32 present = 0, nreal = 0;
-#pragma unroll
-        for (tw_u32 qq = 0; qq < 4; qq++) {
-            const tw_u32 sj = s + qq * S4;
-            if (sj < n) {
-                present |= 1u << class_of(sj);
-                nreal++;
-            }
-        }
-        const tw_u32 k = qp - nreal; /* this pad takes the k-th missing class, ascending */
-        tw_u32 cls = 0;
-        for (tw_u32 cl = 0, seen = 0; cl < 4; cl++)
-            if (!((present >> cl) & 1u)) {
-                if (seen == k)
-                    cls = cl;
-                seen++;
-            }
-        const tw_u32 sip = (s ^ 1u) + qp * S4;
-        tw_u32 b2 = s & 1u;
-        if (sip < n) {
-            const tw_u32 cl = class_of(sip), pos = sip - pick(CS, cl), mc = pick(MC, cl);
-            const tw_u32 pb = pos < 2u * mc ? (pos & 1u) : (pick(ZC, cl) > pick(OC, cl) ? 0u : 1u);
-            b2 = pb ^ 1u;
-        }
-        const tw_u32 slot = out + tw_slot_of(si, size);
-        desc[slot] = tw_desc5(cls | (b2 << 2), 0u);
-        gv[slot] = 0;
-    }
-}
-
+#define TW_GU_STAGES 4 /* k-steps of ovf_gu in flight (ring of shared-memory stages) */
 // Binary search: last t in [0, NT) with base[t] <= item.
 __device__ __forceinline__ int tw_find_tile(const tw_u32 *base, int NT, tw_u32 item) {
     int lo = 0, hi = NT - 1;
@@ -1476,7 +518,7 @@ TW_KERNEL((256))
     if (flag[0])
         return;
     constexpr int NCB = TT / 64;
-    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2);
+    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU_STAGES;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int mt = warp & 3, ch = warp >> 2;
     const tw_u32 nitems = item_base[NT];
@@ -1509,15 +551,19 @@ TW_KERNEL((256))
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 ag[j][e] = au[j][e] = 0.0f;
-        stage(0, 0);
-        tw_cp_commit();
-        for (int kc = 0; kc < nk; kc++) {
-            if (kc + 1 < nk)
-                stage(kc + 1, (kc + 1) & 1);
+#pragma unroll
+        for (int i = 0; i < GST - 1; i++) {
+            if (i < nk)
+                stage(i, i);
             tw_cp_commit();
-            tw_cp_wait<1>();
+        }
+        for (int kc = 0; kc < nk; kc++) {
+            if (kc + GST - 1 < nk)
+                stage(kc + GST - 1, (kc + GST - 1) % GST);
+            tw_cp_commit();
+            tw_cp_wait<GST - 1>();
             __syncthreads();
-            const tw_u32 sx = sbase + (kc & 1) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+            const tw_u32 sx = sbase + (kc % GST) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
                 tw_u32 a[4];
@@ -1596,38 +642,45 @@ TW_KERNEL((256))
     }
 }
 
-// Overflow path 2: y part of each overflowing row, ovf_y[i][K] (fp32) = sum over the row's
-// overflowing tiles t, in tile order, of h[cell(t)] . Wd[tile t rows]. CTA item = (32 overflowing
-// rows, 64 output columns); tiles in batches of 32: cell lookup, list of tiles where any row of
-// the item overflows, then those tiles stream through shared memory (h hi and lo rows with zeros
-// for rows that do not overflow there, and the Wd block), double-buffered. 8 warps = 2 m-tiles x
-// 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16 sums each
-// 64-neuron block apart and scales it by the cell's 2^(ex - 141).
+// Overflow path 2: y part of each overflowing row, split over TW_OVP parts of the tiles:
+// ovf_y[p][i][K] (fp32, part p at p * ystride) = sum over the row's overflowing tiles t of part p
+// (tiles [p NT / P, (p + 1) NT / P)), in tile order, of h[cell(t)] . Wd[tile t rows]; phase B adds
+// the parts in order. CTA item = (part, 32 overflowing rows, 64 output columns); tiles in batches
+// of 32: cell lookup, list of tiles where any row of the item overflows, then those tiles stream
+// through shared memory in steps of SUB neurons (h hi and lo rows with zeros for rows that do not
+// overflow there, and the Wd block), double-buffered (64 KB: 3 blocks per SM). 8 warps = 2
+// m-tiles x 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16
+// sums each 64-neuron block apart and scales it by the cell's 2^(ex - 141).
+#define TW_OVP 4 /* tile parts of ovf_down (partial ovf_y sums) */
 template <int DT, int TT>
 TW_KERNEL((256))
     tw_k_ovf_down(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
                   int NT, int W, const tw_u32 *__restrict__ ovf_base,
                   const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
                   const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,
-                  float *__restrict__ ovf_y, const tw_u32 *__restrict__ flag) {
+                  float *__restrict__ ovf_y, long long ystride, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
     __shared__ tw_u32 scell[32][33];
     __shared__ tw_u32 srow[32], slist[32], sna;
-    __shared__ float ssinv[2][32][TT / 64];
+    __shared__ float ssinv[2][32][(TT < 128 ? TT : 128) / 64];
     if (flag[0])
         return;
     constexpr int NKB = TT / 64;
-    constexpr int HB = 32 * TT * 2;       /* bytes of one 32-row h block (hi or lo) */
-    constexpr int STAGE = 2 * HB + TT * 128;
+    constexpr int SUB = TT < 128 ? TT : 128, NS = TT / SUB, SKB = SUB / 64; /* step: SUB neurons */
+    constexpr int HB = 32 * SUB * 2;      /* bytes of one 32-row h block (hi or lo) of a step */
+    constexpr int STAGE = 2 * HB + SUB * 128;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int mt = warp & 1, nq = warp >> 1;
     const tw_u32 norows = flag[3];
-    const tw_u32 ncb = (tw_u32)(K / 64), nitems = (norows + 31u) / 32u * ncb;
+    const tw_u32 ncb = (tw_u32)(K / 64), nrc = (norows + 31u) / 32u * ncb;
+    const tw_u32 nitems = nrc * TW_OVP;
     const tw_u32 sbase = tw_smem_addr(tw_smem);
     const int ar = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
     const int bk = (lane & 7) + ((lane >> 3) & 1) * 8, bn = 2 * nq + (lane >> 4);
     for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
-        const tw_u32 rb = item / ncb, cb = item - rb * ncb, i0 = 32u * rb;
+        const tw_u32 part = item / nrc, irc = item - part * nrc;
+        const tw_u32 rb = irc / ncb, cb = irc - rb * ncb, i0 = 32u * rb;
+        const int tlo = (int)part * NT / TW_OVP, thi = ((int)part + 1) * NT / TW_OVP;
         const int nr = (int)min(32u, norows - i0);
         const int c0 = 64 * (int)cb;
         if (tid < 32)
@@ -1636,8 +689,8 @@ TW_KERNEL((256))
 #pragma unroll
         for (int j = 0; j < 2; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        for (int tb = 0; tb < NT; tb += 32) {
-            const int ntb = min(32, NT - tb);
+        for (int tb = tlo; tb < thi; tb += 32) {
+            const int ntb = min(32, thi - tb);
             __syncthreads(); /* srow written; the previous batch's buffers are free */
             for (int i = tid; i < 32 * 32; i += 256) {
                 const int r = i >> 5, tt = i & 31;
@@ -1663,50 +716,53 @@ TW_KERNEL((256))
             }
             __syncthreads();
             const int na = (int)sna;
+            /* step i: active tile i / NS, neurons [SUB (i % NS), + SUB) of it */
             auto stage = [&](int i, int buf) {
-                const int tt = (int)slist[i], t = tb + tt;
+                const int tt = (int)slist[i / NS], t = tb + tt, n0 = SUB * (i % NS);
                 const tw_u32 sh = sbase + buf * STAGE, sw = sh + 2 * HB;
-                for (int e = tid; e < 2 * 32 * (TT / 8); e += 256) {
-                    const int which = e / (32 * (TT / 8)), rem = e - which * 32 * (TT / 8);
-                    const int r = rem / (TT / 8), pc = rem - r * (TT / 8);
+                for (int e = tid; e < 2 * 32 * (SUB / 8); e += 256) {
+                    const int which = e / (32 * (SUB / 8)), rem = e - which * 32 * (SUB / 8);
+                    const int r = rem / (SUB / 8), pc = rem - r * (SUB / 8);
                     const tw_u32 cell = scell[r][tt];
                     const tw_u16 *src = ovf_hh + (cell == TW_NONE ? 0ll : (long long)cell * (2 * TT)) +
-                                        which * TT + 8 * pc;
-                    tw_cp16z(sh + which * HB + r * (2 * TT) + ((pc ^ (r & 7)) << 4), src,
+                                        which * TT + n0 + 8 * pc;
+                    tw_cp16z(sh + which * HB + r * (2 * SUB) + ((pc ^ (r & 7)) << 4), src,
                              cell != TW_NONE);
                 }
-                for (int e = tid; e < TT * 8; e += 256) {
+                for (int e = tid; e < SUB * 8; e += 256) {
                     const int nn = e >> 3, q = e & 7;
                     tw_cp16(sw + nn * 128 + ((q ^ (nn & 7)) << 4),
-                            wd + ((long long)t * TT + nn) * K + c0 + 8 * q);
+                            wd + ((long long)t * TT + n0 + nn) * K + c0 + 8 * q);
                 }
-                if (DT == 1 && tid < 32 * NKB) {
-                    const int r = tid / NKB, kb = tid - r * NKB;
+                if (DT == 1 && tid < 32 * SKB) {
+                    const int r = tid / SKB, kb = tid - r * SKB;
                     const tw_u32 cell = scell[r][tt];
-                    ssinv[buf][r][kb] =
-                        cell == TW_NONE ? 1.0f : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB + kb]);
+                    ssinv[buf][r][kb] = cell == TW_NONE ? 1.0f
+                                                        : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB +
+                                                                               n0 / 64 + kb]);
                 }
             };
-            if (na > 0)
+            const int nst = na * NS;
+            if (nst > 0)
                 stage(0, 0);
             tw_cp_commit();
-            for (int i = 0; i < na; i++) {
-                if (i + 1 < na)
+            for (int i = 0; i < nst; i++) {
+                if (i + 1 < nst)
                     stage(i + 1, (i + 1) & 1);
                 tw_cp_commit();
                 tw_cp_wait<1>();
                 __syncthreads();
                 const tw_u32 shi = sbase + (i & 1) * STAGE, slo = shi + HB, sw = shi + 2 * HB;
 #pragma unroll
-                for (int kb = 0; kb < NKB; kb++) {
+                for (int kb = 0; kb < SKB; kb++) {
                     float tmp[2][4];
 #pragma unroll
                     for (int j = 0; j < 2; j++)
                         tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.0f;
 #pragma unroll
                     for (int ks = 0; ks < 4; ks++) {
-                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the tile */
-                        const tw_u32 ao = ar * (2 * TT) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
+                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the step */
+                        const tw_u32 ao = ar * (2 * SUB) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
                         tw_u32 ah[4], al[4], b[4];
                         tw_ldsm4(ah, shi + ao);
                         tw_ldsm4(al, slo + ao);
@@ -1738,156 +794,20 @@ TW_KERNEL((256))
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int col = c0 + 16 * nq + 8 * j + 2 * t4;
+            float *py = ovf_y + (long long)part * ystride;
             if (ra < nr)
-                *(float2 *)(ovf_y + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
+                *(float2 *)(py + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
             if (rb2 < nr)
-                *(float2 *)(ovf_y + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
+                *(float2 *)(py + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
         }
     }
 }
 
-// Phase A chunk for one warp (v5): full rounds of 16 slots, then (PADQ 8) a half round. Lane
-// (g, t4) reads pieces t4 and t4 + 4 (k = 8 t4 .. +7 and 32 + 8 t4 .. +7 of the slice) of the
-// rows in slots g and g + 8; the x fragments hold the same k columns (mma k order permuted
-// identically). Slot g's pair keeps D[g][tok]; the lane with t4 = tok >> 1 stores it.
-template <int DT, int GPW, bool SH, int PADQ>
-__device__ __forceinline__ void tw_pa5_chunk(const tw_u32 (&bx)[GPW][8], const tw_u32 (&off)[GPW],
-                                             const tw_u32 (&sz)[GPW], tw_u32 dsh,
-                                             const tw_u32 *dgl, tw_u32 buf, float *po, int g,
-                                             int t4) {
-    const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const tw_u32 nfull = sz[j] >> 4;
-        tw_u32 o = off[j];
-        for (tw_u32 r = 0; r < nfull; r++, o += 16) {
-            tw_u32 da, db;
-            if (SH) {
-                da = tw_lds32(dsh + 4u * (o + ug));
-                db = tw_lds32(dsh + 4u * (o + ug + 8u));
-            } else {
-                da = dgl[o + ug];
-                db = dgl[o + ug + 8u];
-            }
-            const tw_u32 oa = (da ^ t4s) & ~15u, ob = (db ^ t4s) & ~15u;
-            const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
-            const uint4 b0 = tw_lds128(buf + ob), b1 = tw_lds128(buf + (ob ^ 64u));
-            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                const tw_u32 af[4] = {a0.x, b0.x, a0.y, b0.y};
-                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
-            }
-            {
-                const tw_u32 af[4] = {a0.z, b0.z, a0.w, b0.w};
-                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
-            }
-            {
-                const tw_u32 af[4] = {a1.x, b1.x, a1.y, b1.y};
-                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
-            }
-            {
-                const tw_u32 af[4] = {a1.z, b1.z, a1.w, b1.w};
-                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
-            }
-            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
-            const float vb = (db & 1u) ? e0[3] + e1[3] : e0[2] + e1[2];
-            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
-            tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4);
-        }
-        if (PADQ == 8 && (sz[j] & 8u)) { /* half round: rows 0..7 = slots o .. o + 7 */
-            const tw_u32 da = SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
-            const tw_u32 oa = (da ^ t4s) & ~15u;
-            const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
-            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                const tw_u32 af[4] = {a0.x, 0u, a0.y, 0u};
-                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
-            }
-            {
-                const tw_u32 af[4] = {a0.z, 0u, a0.w, 0u};
-                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
-            }
-            {
-                const tw_u32 af[4] = {a1.x, 0u, a1.y, 0u};
-                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
-            }
-            {
-                const tw_u32 af[4] = {a1.z, 0u, a1.w, 0u};
-                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
-            }
-            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
-            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
-        }
-    }
-}
-
-// Phase A (v5, gated): partial u over one 64-column slice for every slot of a block of 16 warps x
-// GPW groups x 8 tokens. Shared memory: two weight chunks (2 x CN x 128 B), two descriptor
-// buffers (2 x DCAP x 4 B); a chunk whose block region holds more than DCAP slots reads its
-// descriptors from global memory instead.
-template <int DT, int CN, int GPW, int DCAP, int PADQ>
-TW_KERNEL((512, 1))
-    tw_k_phase_a5(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
-                  int NG, int NC, const tw_u32 *__restrict__ desc,
-                  const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
-                  float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int s = blockIdx.y, k0 = s * TW_KW;
-    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
-    const int G0 = GB + warp * GPW;
-    tw_u32 bx[GPW][8];
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const int row = min((G0 + j) * 8 + g, M - 1);
-        const tw_u16 *p = x + (long long)row * K + k0 + 8 * t4;
-        const uint4 v0 = *(const uint4 *)p, v1 = *(const uint4 *)(p + 32);
-        bx[j][0] = v0.x, bx[j][1] = v0.y, bx[j][2] = v0.z, bx[j][3] = v0.w;
-        bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
-    }
-    const tw_u32 sbase = tw_smem_addr(tw_smem), dbase = sbase + 2 * CN * 128;
-    float *pout = partial + (long long)s * pstride;
-    auto stage = [&](int c) {
-        const int b = c & 1;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        if (rn <= DCAP)
-            tw_load_bytes<512>(dbase + b * DCAP * 4, desc + ra, rn / 4);
-    };
-    stage(0);
-    tw_cp_commit();
-    for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
-        tw_cp_commit();
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        tw_u32 off[GPW], sz[GPW];
-#pragma unroll
-        for (int j = 0; j < GPW; j++) {
-            const int G = G0 + j;
-            const long long idx = (long long)c * NG + G;
-            off[j] = G < NG ? offsets[idx] - ra : 0u;
-            sz[j] = G < NG ? sizes[idx] : 0u;
-        }
-        tw_cp_wait<1>();
-        __syncthreads();
-        const tw_u32 buf = sbase + (c & 1) * CN * 128;
-        if (rn <= DCAP)
-            tw_pa5_chunk<DT, GPW, true, PADQ>(bx, off, sz, dbase + (c & 1) * DCAP * 4, nullptr, buf,
-                                              pout + ra, g, t4);
-        else
-            tw_pa5_chunk<DT, GPW, false, PADQ>(bx, off, sz, 0u, desc + ra, buf, pout + ra, g, t4);
-        __syncthreads();
-    }
-}
-
-// Between the phases (v5, gated): h = g * (sum of the slices' partial u, fixed order), stored as
+// Between the phases (gated): h = g * (sum of the slices' partial u, fixed order), stored as
 // a hi|lo word (bf16: the two terms; fp16: of h * 2^(141 - ex), ex per aligned 16-slot round in
 // rexp). Pads have g = 0, so h = 0.
 template <int DT>
-TW_KERNEL((256)) tw_k_reduce5(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
+TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
                               tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
                               tw_u32 *__restrict__ hl, tw_u32 *__restrict__ rexp,
                               const tw_u32 *__restrict__ flag) {
@@ -1919,216 +839,15 @@ TW_KERNEL((256)) tw_k_reduce5(const tw_u16 *__restrict__ gv, const float *__rest
     }
 }
 
-// Phase B chunk for one warp (v5). Lane (g, t4) owns the slots 4 t4 .. 4 t4 + 3 of a round
-// (k = 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 of the mma) and reads logical piece pib(g) (8 output
-// columns) of each slot's Wd row with one 16-byte load; prmt pairs the two slots of a k pair.
-// Output column of mma row g in m-tile mt: 8 pib(g) + 2 mt, of row g + 8: that + 1, so a lane's
-// accumulators cover 8 consecutive columns of its two tokens. B = h at the slot's token column:
-// gated, the hi and lo halves (two mmas; fp16 scaled per round); non-gated, g itself.
-template <int DT, int GATED, int GPW, bool SH, int PADQ>
-__device__ __forceinline__ void tw_pb5_chunk(float (&acc)[GPW][4][4], const tw_u32 (&off)[GPW],
-                                             const tw_u32 (&sz)[GPW], tw_u32 dsh, tw_u32 vsh,
-                                             const tw_u32 *dgl, const void *vgl,
-                                             const tw_u32 *rexp, tw_u32 buf, int g, int t4) {
-    const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const tw_u32 nfull = sz[j] >> 4;
-        tw_u32 o = off[j];
-        for (tw_u32 r = 0; r < nfull; r++, o += 16) {
-            const tw_u32 q = o + 4u * ut4;
-            const uint4 D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
-            const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
-            tw_u32 L[4][4];
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++) {
-                const uint4 v = tw_lds128(buf + ((d[jj] ^ pis) & ~15u));
-                L[jj][0] = v.x, L[jj][1] = v.y, L[jj][2] = v.z, L[jj][3] = v.w;
-            }
-            if constexpr (GATED) {
-                const uint4 H = SH ? tw_lds128(vsh + 4u * q) : *(const uint4 *)((const tw_u32 *)vgl + q);
-                const tw_u32 m0 = (d[0] & 7u) == ug ? H.x : 0u, m1 = (d[1] & 7u) == ug ? H.y : 0u;
-                const tw_u32 m2 = (d[2] & 7u) == ug ? H.z : 0u, m3 = (d[3] & 7u) == ug ? H.w : 0u;
-                const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
-                const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
-                float sinv = 1.0f;
-                if constexpr (DT == 1)
-                    sinv = tw_ex_inv<DT>(rexp[o >> 4]);
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    const tw_u32 a[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u),
-                                         tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
-                                         tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
-                                         tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
-                    if constexpr (DT == 0) {
-                        tw_mma<DT>(acc[j][mt], a, bh0, bh1);
-                        tw_mma<DT>(acc[j][mt], a, bl0, bl1);
-                    } else {
-                        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tw_mma<DT>(t, a, bh0, bh1);
-                        tw_mma<DT>(t, a, bl0, bl1);
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[j][mt][e] = fmaf(t[e], sinv, acc[j][mt][e]);
-                    }
-                }
-            } else {
-                const uint2 Gv = SH ? tw_lds64(vsh + 2u * q) : *(const uint2 *)((const tw_u16 *)vgl + q);
-                const tw_u32 k0 = ((d[0] & 7u) == ug ? 0xffffu : 0u) | ((d[1] & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 k1 = ((d[2] & 7u) == ug ? 0xffffu : 0u) | ((d[3] & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 b0 = Gv.x & k0, b1 = Gv.y & k1;
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    const tw_u32 a[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u),
-                                         tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
-                                         tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
-                                         tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
-                    tw_mma<DT>(acc[j][mt], a, b0, b1);
-                }
-            }
-        }
-        if (PADQ == 8 && (sz[j] & 8u)) { /* half round: lane t4 owns slots 2 t4, 2 t4 + 1 (k8 mma) */
-            const tw_u32 q = o + 2u * ut4;
-            const uint2 D = SH ? tw_lds64(dsh + 4u * q) : *(const uint2 *)(dgl + q);
-            const uint4 v0 = tw_lds128(buf + ((D.x ^ pis) & ~15u));
-            const uint4 v1 = tw_lds128(buf + ((D.y ^ pis) & ~15u));
-            const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
-            if constexpr (GATED) {
-                const uint2 H = SH ? tw_lds64(vsh + 4u * q) : *(const uint2 *)((const tw_u32 *)vgl + q);
-                const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
-                const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
-                    const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
-                    tw_mma8<DT>(acc[j][mt], a0, a1, bh);
-                    tw_mma8<DT>(acc[j][mt], a0, a1, bl);
-                }
-            } else {
-                const tw_u32 Gv = SH ? tw_lds32(vsh + 2u * q) : *(const tw_u32 *)((const tw_u16 *)vgl + q);
-                const tw_u32 k0 = ((D.x & 7u) == ug ? 0xffffu : 0u) | ((D.y & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 b0 = Gv & k0;
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++)
-                    tw_mma8<DT>(acc[j][mt], tw_prmt2(L0[mt], L1[mt], 0x5410u),
-                                tw_prmt2(L0[mt], L1[mt], 0x7632u), b0);
-            }
-        }
-    }
-}
-
-// Phase B (v5): y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
-// registers; overflowing rows add their dense part (ovf_y) once at the end; y leaves in 16-byte
-// stores. Shared memory: two weight chunks, then two staging buffers of DCAP slots (descriptors,
-// then hl words (gated) or gate values).
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ>
-TW_KERNEL((512, 1))
-    tw_k_phase_b5(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
-                  const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
-                  const tw_u32 *__restrict__ hl, const tw_u32 *__restrict__ rexp,
-                  const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
-                  const tw_u32 *__restrict__ orow_idx, const float *__restrict__ ovf_y,
-                  tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    constexpr int VB = GATED ? 4 : 2;   /* bytes per slot of the value array */
-    constexpr int SB = DCAP * (4 + VB); /* bytes per staging buffer */
-    if (flag[0])
-        return;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int s = blockIdx.y, k0 = s * TW_KW;
-    const int GB = blockIdx.x * 16 * GPW, GE = min(GB + 16 * GPW, NG);
-    const int G0 = GB + warp * GPW;
-    float acc[GPW][4][4];
-#pragma unroll
-    for (int j = 0; j < GPW; j++)
-#pragma unroll
-        for (int mt = 0; mt < 4; mt++)
-            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
-    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128;
-    auto stage = [&](int c) {
-        const int b = c & 1;
-        tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        if (rn <= DCAP) {
-            const tw_u32 sb = stb + b * SB;
-            tw_load_bytes<512>(sb, desc + ra, rn / 4);
-            if (GATED)
-                tw_load_bytes<512>(sb + DCAP * 4, hl + ra, rn / 4);
-            else
-                tw_load_bytes<512>(sb + DCAP * 4, gv + ra, rn / 8);
-        }
-    };
-    stage(0);
-    tw_cp_commit();
-    for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
-        tw_cp_commit();
-        const tw_u32 ra = offsets[(long long)c * NG + GB], rn = offsets[(long long)c * NG + GE] - ra;
-        tw_u32 off[GPW], sz[GPW];
-#pragma unroll
-        for (int j = 0; j < GPW; j++) {
-            const int G = G0 + j;
-            const long long idx = (long long)c * NG + G;
-            off[j] = G < NG ? offsets[idx] - ra : 0u;
-            sz[j] = G < NG ? sizes[idx] : 0u;
-        }
-        tw_cp_wait<1>();
-        __syncthreads();
-        const tw_u32 buf = sbase + (c & 1) * CN * 128, sb = stb + (c & 1) * SB;
-        const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
-        const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
-        if (rn <= DCAP)
-            tw_pb5_chunk<DT, GATED, GPW, true, PADQ>(acc, off, sz, sb, sb + DCAP * 4, nullptr, vgl,
-                                                     rx, buf, g, t4);
-        else
-            tw_pb5_chunk<DT, GATED, GPW, false, PADQ>(acc, off, sz, 0u, 0u, desc + ra, vgl, rx, buf,
-                                                      g, t4);
-        __syncthreads();
-    }
-    const int pc = k0 + 8 * (int)tw_pib((tw_u32)g);
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const long long m = (long long)(G0 + j) * 8 + 2 * t4 + hf;
-            if (m < M) {
-                float v[8];
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    v[2 * mt] = acc[j][mt][hf];
-                    v[2 * mt + 1] = acc[j][mt][2 + hf];
-                }
-                const tw_u32 oi = orow_idx[m];
-                if (oi != TW_NONE) {
-                    const float4 *py = (const float4 *)(ovf_y + (long long)oi * K + pc);
-                    const float4 f0 = py[0], f1 = py[1];
-                    v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
-                    v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
-                }
-                uint4 o;
-                o.x = tw_pack2<DT>(v[0], v[1]);
-                o.y = tw_pack2<DT>(v[2], v[3]);
-                o.z = tw_pack2<DT>(v[4], v[5]);
-                o.w = tw_pack2<DT>(v[6], v[7]);
-                *(uint4 *)(y + m * K + pc) = o;
-            }
-        }
-    }
-}
-
-#endif /* TW_LAYOUT_ONLY */
-
-
 // cp.async of 4 bytes (no alignment beyond the word).
 __device__ __forceinline__ void tw_cp4(tw_u32 dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
-// Shared-memory layout shared by the v5 phases: per buffer, DCAP list slots of each staged array,
+// Shared-memory layout of the phases: per buffer, DCAP list slots of each staged array,
 // then the block's NGB + 1 list offsets and NGB sizes of the chunk; after both buffers, a table of
 // (first offset, end offset) of the block's lists per chunk (NC <= 256).
-#define TW6_RE 2048
-#define TW6_SB(DCAP, SLOTB, NGB) ((DCAP) * (SLOTB) + (2 * (NGB) + 4) * 4)
+#define TW_RE 2048
+#define TW_SB(DCAP, SLOTB, NGB) ((DCAP) * (SLOTB) + (2 * (NGB) + 4) * 4)
 // Stages the block's list offsets (NGB + 1 words) and sizes (NGB words) of chunk c at so.
 template <int NGB, int NTHR>
 __device__ __forceinline__ void tw_stage_lists(tw_u32 so, const tw_u32 *__restrict__ offsets,
@@ -2146,7 +865,7 @@ __device__ __forceinline__ void tw_stage_lists(tw_u32 so, const tw_u32 *__restri
 // atomics: consumers index by row and tile, so the order is free), and each row's index among the
 // overflowing rows (TW_NONE if it has none). NCMAX >= NC.
 template <int PADQ, int NCMAX>
-TW_KERNEL((256)) tw_k_prep6(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC, int TPC,
+TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC, int TPC,
                             int NG, tw_u32 *__restrict__ cnt, tw_u32 *__restrict__ ovf_rows,
                             tw_u32 *__restrict__ ovf_slot, tw_u32 *__restrict__ orow_idx,
                             tw_u32 *__restrict__ orows, tw_u32 *__restrict__ sizes,
@@ -2222,7 +941,7 @@ TW_KERNEL((256)) tw_k_prep6(const tw_u32 *__restrict__ packed, int M, int NT, in
 // entries; each warp a contiguous segment, coalesced), the total (offsets[NL]), overflow slot
 // bases per tile and item bases of ovf_gu (64 rows x 64 columns per item), capacity checks, flags.
 TW_KERNEL((1024))
-    tw_k_scan6(const tw_u32 *__restrict__ bsum, int nb, tw_u32 *__restrict__ bbase,
+    tw_k_scan(const tw_u32 *__restrict__ bsum, int nb, tw_u32 *__restrict__ bbase,
                const tw_u32 *__restrict__ cnt, int NT, int NCB, tw_u32 *__restrict__ ovf_base,
                tw_u32 *__restrict__ item_base, tw_u32 *__restrict__ flag,
                tw_u32 *__restrict__ total_out, tw_u32 pair_cap, tw_u32 ovf_cap, tw_u32 orow_cap) {
@@ -2305,14 +1024,14 @@ TW_KERNEL((1024))
     }
 }
 
-// Pre-pass 3: writes each (chunk, group) list (layout: see the v5 helpers at the top) and its
+// Pre-pass 3: writes each (chunk, group) list (layout: see the helpers at the top) and its
 // offset (block base + the sizes of the block's earlier groups): one warp per list; cell counts
 // prefix-summed in shared memory (overflowing cells count 0), entries fetched flat (32 per step,
 // binary search over the cells), two passes (bucket counts, then placement by ballot ranks), then
 // the pads.
 template <int TPCM, int BW>
 TW_KERNEL((BW * 32))
-    tw_k_build6(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
+    tw_k_build(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
                 int TPC, int NG, const tw_u32 *__restrict__ bbase,
                 const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ offsets,
                 tw_u32 *__restrict__ desc, tw_u16 *__restrict__ gv,
@@ -2434,7 +1153,7 @@ TW_KERNEL((BW * 32))
             const tw_u32 cl = q >> 1, i = base + __popc(mine & lt);
             const tw_u32 si = pick(CS, cl) + tw_class_pos(i, q & 1u, pick(MC, cl));
             const tw_u32 slot = out + tw_slot_of(si, size);
-            desc[slot] = tw_desc5(row, tok);
+            desc[slot] = tw_desc(row, tok);
             gv[slot] = (tw_u16)g;
         }
     }
@@ -2474,33 +1193,55 @@ TW_KERNEL((BW * 32))
             b2 = pb ^ 1u;
         }
         const tw_u32 slot = out + tw_slot_of(si, size);
-        desc[slot] = tw_desc5(cls | (b2 << 2), 0u);
+        desc[slot] = tw_desc(cls | (b2 << 2), 0u);
         gv[slot] = 0;
     }
 }
 
 
-// Phase A chunk for one warp (v6): full rounds of 16 slots, then (PADQ 8) a half round. Lane
+// Phase A chunk for one warp: full rounds of 16 slots, then (PADQ 8) a half round. Lane
 // (g, t4) reads pieces t4 and t4 + 4 (k = 8 t4 .. +7 and 32 + 8 t4 .. +7 of the slice) of the
 // rows in slots g and g + 8; the x fragments hold the same k columns (mma k order permuted
 // identically). Slot g's pair keeps D[g][tok]; the lane with t4 = tok >> 1 stores it.
 // so: the staged list offsets (NGB + 1) and sizes (NGB) of the chunk; gl0: this warp's first
 // group in the block; nj: its groups below NG; ra: the block's first offset.
-template <int DT, int GPW, bool SH, int PADQ, int DIAG, int NGB>
-__device__ __forceinline__ void tw_pa6_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 so, tw_u32 gl0,
+template <int DT, int GPW, bool SH, int PADQ, int NGB, int PF>
+__device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 so, tw_u32 gl0,
                                              int nj, tw_u32 ra, tw_u32 dsh, const tw_u32 *dgl,
                                              tw_u32 buf, float *po, int g, int t4) {
     const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
+    /* PF: the next group's size and offset, and the next round's descriptors, are loaded one
+       step ahead (shared memory; the loads stay inside the staging buffer) */
+    tw_u32 szn = 0, on = 0;
+    if (PF) {
+        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
+        on = tw_lds32(so + 4u * gl0);
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
         if (j >= nj)
             break;
-        const tw_u32 szj = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
         const tw_u32 nfull = szj >> 4;
-        tw_u32 o = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
+        if (PF && j + 1 < GPW) {
+            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
+            on = tw_lds32(so + 4u * (gl0 + j + 1));
+        }
+        tw_u32 dan = 0, dbn = 0;
+        if (PF && SH) {
+            dan = tw_lds32(dsh + 4u * (o + ug));
+            dbn = tw_lds32(dsh + 4u * (o + ug + 8u));
+        }
         for (tw_u32 r = 0; r < nfull; r++, o += 16) {
             tw_u32 da, db;
-            if (SH) {
+            if (PF && SH) {
+                da = dan;
+                db = dbn;
+                const tw_u32 onx = 16u * (r + 1) < szj ? o + 16u : o;
+                dan = tw_lds32(dsh + 4u * (onx + ug));
+                dbn = tw_lds32(dsh + 4u * (onx + ug + 8u));
+            } else if (SH) {
                 da = tw_lds32(dsh + 4u * (o + ug));
                 db = tw_lds32(dsh + 4u * (o + ug + 8u));
             } else {
@@ -2511,35 +1252,29 @@ __device__ __forceinline__ void tw_pa6_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 
             const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
             const uint4 b0 = tw_lds128(buf + ob), b1 = tw_lds128(buf + (ob ^ 64u));
             float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if constexpr ((DIAG & 1) != 0) {
-                e0[0] = __uint_as_float(a0.x ^ a0.z ^ a1.x ^ a1.z ^ bx[j][0]);
-                e0[2] = __uint_as_float(b0.y ^ b0.w ^ b1.y ^ b1.w ^ bx[j][7]);
-            } else {
-                {
-                    const tw_u32 af[4] = {a0.x, b0.x, a0.y, b0.y};
-                    tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
-                }
-                {
-                    const tw_u32 af[4] = {a0.z, b0.z, a0.w, b0.w};
-                    tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
-                }
-                {
-                    const tw_u32 af[4] = {a1.x, b1.x, a1.y, b1.y};
-                    tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
-                }
-                {
-                    const tw_u32 af[4] = {a1.z, b1.z, a1.w, b1.w};
-                    tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
-                }
+            {
+                const tw_u32 af[4] = {a0.x, b0.x, a0.y, b0.y};
+                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
+            }
+            {
+                const tw_u32 af[4] = {a0.z, b0.z, a0.w, b0.w};
+                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
+            }
+            {
+                const tw_u32 af[4] = {a1.x, b1.x, a1.y, b1.y};
+                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
+            }
+            {
+                const tw_u32 af[4] = {a1.z, b1.z, a1.w, b1.w};
+                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
             }
             const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
             const float vb = (db & 1u) ? e0[3] + e1[3] : e0[2] + e1[2];
-            const tw_u32 never = (DIAG & 2) ? (da == TW_NONE ? 1u : 0u) : 1u;
-            tw_stgp(po + o + ug, va, never & (((da >> 1) & 3u) == ut4 ? 1u : 0u));
-            tw_stgp(po + o + ug + 8u, vb, never & (((db >> 1) & 3u) == ut4 ? 1u : 0u));
+            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4 ? 1u : 0u);
+            tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4 ? 1u : 0u);
         }
         if (PADQ == 8 && (szj & 8u)) { /* half round: rows 0..7 = slots o .. o + 7 */
-            const tw_u32 da = SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
+            const tw_u32 da = (PF && SH) ? dan : SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
             const tw_u32 oa = (da ^ t4s) & ~15u;
             const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
             float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -2565,21 +1300,19 @@ __device__ __forceinline__ void tw_pa6_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 
     }
 }
 
-// Phase A (v6, gated): partial u over one 64-column slice for every slot of a block of 16 warps x
+// Phase A (gated): partial u over one 64-column slice for every slot of a block of 16 warps x
 // GPW groups x 8 tokens. Shared memory: two weight chunks (2 x CN x 128 B), two staging buffers
 // (DCAP descriptors, the block's list offsets and sizes), the (first, end) offset table of all
 // chunks (read once at the start, so no chunk waits on a global load). A chunk whose block region
 // holds more than DCAP slots reads its descriptors from global memory instead.
-// DIAG (timing experiments only, results wrong): 1 no mma, 2 no partial stores, 8 weights loaded
-// for the first chunk only.
-template <int DT, int CN, int GPW, int DCAP, int PADQ, int DIAG = 0>
-TW_KERNEL((512, 1))
-    tw_k_phase_a6(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
+template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF>
+TW_KERNEL((NW * 32, 1))
+    tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
                   int NG, int NC, const tw_u32 *__restrict__ desc,
                   const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
                   float *__restrict__ partial, tw_u32 pstride, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
-    constexpr int NGB = 16 * GPW, SB = TW6_SB(DCAP, 4, NGB);
+    constexpr int NGB = NW * GPW, SB = TW_SB(DCAP, 4, NGB), NTHR = NW * 32;
     if (flag[0])
         return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -2587,8 +1320,8 @@ TW_KERNEL((512, 1))
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
     {
-        tw_u32 *sre = (tw_u32 *)(tw_smem + 2 * CN * 128 + 2 * SB);
-        for (int i = threadIdx.x; i < NC; i += 512) {
+        tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
+        for (int i = threadIdx.x; i < NC; i += NTHR) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
@@ -2603,64 +1336,88 @@ TW_KERNEL((512, 1))
         bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
     }
     __syncthreads();
-    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128, sre = stb + 2 * SB;
+    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     float *pout = partial + (long long)s * pstride;
     auto stage = [&](int c) {
-        const int b = c & 1;
+        const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        if (!(DIAG & 8) || c < 2)
-            tw_load_chunk<CN, 512>(sbase + b * CN * 128, wu, c, N, K, k0);
+        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
         if (rn <= DCAP)
-            tw_load_bytes<512>(sb, desc + ra, rn / 4);
-        tw_stage_lists<NGB, 512>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
+            tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
+        tw_stage_lists<NGB, NTHR>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
     };
-    stage(0);
-    tw_cp_commit();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < NC)
+            stage(i);
+        tw_cp_commit();
+    }
     for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
+        if (c + ST - 1 < NC)
+            stage(c + ST - 1);
         tw_cp_commit();
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<1>();
+        tw_cp_wait<ST - 1>();
         __syncthreads();
-        const tw_u32 sb = stb + (c & 1) * SB, so = sb + DCAP * 4;
+        const tw_u32 sb = stb + (c % ST) * SB, so = sb + DCAP * 4;
         const int nj = min(GPW, NG - G0);
         const tw_u32 gl0 = (tw_u32)(warp * GPW);
-        const tw_u32 buf = sbase + (c & 1) * CN * 128;
+        const tw_u32 buf = sbase + (c % ST) * CN * 128;
         if (rn <= DCAP)
-            tw_pa6_chunk<DT, GPW, true, PADQ, DIAG, NGB>(bx, so, gl0, nj, ra, sb, nullptr, buf,
+            tw_pa_chunk<DT, GPW, true, PADQ, NGB, PF>(bx, so, gl0, nj, ra, sb, nullptr, buf,
                                                          pout + ra, g, t4);
         else
-            tw_pa6_chunk<DT, GPW, false, PADQ, DIAG, NGB>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
+            tw_pa_chunk<DT, GPW, false, PADQ, NGB, PF>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
                                                           pout + ra, g, t4);
         __syncthreads();
     }
 }
 
 
-// Phase B chunk for one warp (v6). Lane (g, t4) owns the slots 4 t4 .. 4 t4 + 3 of a round
+// Phase B chunk for one warp. Lane (g, t4) owns the slots 4 t4 .. 4 t4 + 3 of a round
 // (k = 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 of the mma) and reads logical piece pib(g) (8 output
 // columns) of each slot's Wd row with one 16-byte load; prmt pairs the two slots of a k pair.
 // Output column of mma row g in m-tile mt: 8 pib(g) + 2 mt, of row g + 8: that + 1, so a lane's
 // accumulators cover 8 consecutive columns of its two tokens. B = h at the slot's token column:
 // gated, the hi and lo halves (two mmas; fp16 scaled per round); non-gated, g itself.
-template <int DT, int GATED, int GPW, bool SH, int PADQ, int DIAG, int NGB>
-__device__ __forceinline__ void tw_pb6_chunk(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
+template <int DT, int GATED, int GPW, bool SH, int PADQ, int NGB, int PF>
+__device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
                                              tw_u32 ra, tw_u32 dsh, tw_u32 vsh, const tw_u32 *dgl,
                                              const void *vgl, const tw_u32 *rexp, tw_u32 buf, int g,
                                              int t4) {
     const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
+    /* PF: as in phase A, the next group's size and offset and the next round's descriptors are
+       loaded one step ahead */
+    tw_u32 szn = 0, on = 0;
+    if (PF) {
+        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
+        on = tw_lds32(so + 4u * gl0);
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
         if (j >= nj)
             break;
-        const tw_u32 szj = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
         const tw_u32 nfull = szj >> 4;
-        tw_u32 o = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
+        if (PF && j + 1 < GPW) {
+            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
+            on = tw_lds32(so + 4u * (gl0 + j + 1));
+        }
+        uint4 Dn = make_uint4(0u, 0u, 0u, 0u);
+        if (PF && SH && nfull)
+            Dn = tw_lds128(dsh + 4u * (o + 4u * ut4));
         for (tw_u32 r = 0; r < nfull; r++, o += 16) {
             const tw_u32 q = o + 4u * ut4;
-            const uint4 D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
+            uint4 D;
+            if (PF && SH) {
+                D = Dn;
+                const tw_u32 qn = r + 1 < nfull ? q + 16u : q;
+                Dn = tw_lds128(dsh + 4u * qn);
+            } else {
+                D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
+            }
             const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
             tw_u32 L[4][4];
 #pragma unroll
@@ -2683,10 +1440,7 @@ __device__ __forceinline__ void tw_pb6_chunk(float (&acc)[GPW][4][4], tw_u32 so,
                                          tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
-                    if constexpr ((DIAG & 1) != 0) {
-                        acc[j][mt][0] += __uint_as_float(a[0] ^ a[3] ^ bh0 ^ bl1);
-                        acc[j][mt][1] += __uint_as_float(a[1] ^ a[2] ^ bh1 ^ bl0);
-                    } else if constexpr (DT == 0) {
+                    if constexpr (DT == 0) {
                         tw_mma<DT>(acc[j][mt], a, bh0, bh1);
                         tw_mma<DT>(acc[j][mt], a, bl0, bl1);
                     } else {
@@ -2743,23 +1497,95 @@ __device__ __forceinline__ void tw_pb6_chunk(float (&acc)[GPW][4][4], tw_u32 so,
     }
 }
 
-// Phase B (v6): y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
+// Phase B, gated bf16, staged lists (IL = 1): the groups of a warp taken two at a time, one full
+// round of each per step, so that two independent accumulator chains are in flight. The group
+// whose list has fewer rounds reads valid descriptors (slots 0..15 of the staging buffer) with its
+// h masked to zero: its mmas add exact zeros. Half rounds as in tw_pb_chunk.
+__device__ __forceinline__ void tw_pb_round(float (&a)[4][4], uint4 D, uint4 H, bool on, tw_u32 buf,
+                                            tw_u32 ug, tw_u32 pis) {
+    const tw_u32 d[4] = {D.x, D.y, D.z, D.w};
+    tw_u32 L[4][4];
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        const uint4 v = tw_lds128(buf + ((d[jj] ^ pis) & ~15u));
+        L[jj][0] = v.x, L[jj][1] = v.y, L[jj][2] = v.z, L[jj][3] = v.w;
+    }
+    const tw_u32 m0 = on && (d[0] & 7u) == ug ? H.x : 0u, m1 = on && (d[1] & 7u) == ug ? H.y : 0u;
+    const tw_u32 m2 = on && (d[2] & 7u) == ug ? H.z : 0u, m3 = on && (d[3] & 7u) == ug ? H.w : 0u;
+    const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
+    const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const tw_u32 af[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u), tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
+                              tw_prmt2(L[2][mt], L[3][mt], 0x5410u), tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
+        tw_mma<0>(a[mt], af, bh0, bh1);
+        tw_mma<0>(a[mt], af, bl0, bl1);
+    }
+}
+__device__ __forceinline__ void tw_pb_half(float (&a)[4][4], tw_u32 q, tw_u32 dsh, tw_u32 vsh,
+                                           tw_u32 buf, tw_u32 ug, tw_u32 pis) {
+    const uint2 D = tw_lds64(dsh + 4u * q);
+    const uint4 v0 = tw_lds128(buf + ((D.x ^ pis) & ~15u));
+    const uint4 v1 = tw_lds128(buf + ((D.y ^ pis) & ~15u));
+    const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
+    const uint2 H = tw_lds64(vsh + 4u * q);
+    const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
+    const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
+        const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
+        tw_mma8<0>(a[mt], a0, a1, bh);
+        tw_mma8<0>(a[mt], a0, a1, bl);
+    }
+}
+template <int GPW, int PADQ, int NGB>
+__device__ __forceinline__ void tw_pb_pairs(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
+                                            tw_u32 ra, tw_u32 dsh, tw_u32 vsh, tw_u32 buf, int g,
+                                            int t4) {
+    static_assert(GPW % 2 == 0, "tw_pb_pairs: GPW must be even");
+    const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, q4 = 4u * (tw_u32)t4;
+#pragma unroll
+    for (int j = 0; j < GPW; j += 2) {
+        if (j >= nj)
+            break;
+        const bool two = j + 1 < nj;
+        const tw_u32 sz0 = tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 o0 = tw_lds32(so + 4u * (gl0 + j)) - ra;
+        const tw_u32 sz1 = two ? tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1)) : 0u;
+        const tw_u32 o1 = two ? tw_lds32(so + 4u * (gl0 + j + 1)) - ra : 0u;
+        const tw_u32 n0 = sz0 >> 4, n1 = sz1 >> 4, n = n0 > n1 ? n0 : n1;
+        for (tw_u32 r = 0; r < n; r++) {
+            const bool on0 = r < n0, on1 = r < n1;
+            const tw_u32 qa = on0 ? o0 + 16u * r + q4 : q4, qb = on1 ? o1 + 16u * r + q4 : q4;
+            const uint4 Da = tw_lds128(dsh + 4u * qa), Db = tw_lds128(dsh + 4u * qb);
+            const uint4 Ha = tw_lds128(vsh + 4u * qa), Hb = tw_lds128(vsh + 4u * qb);
+            tw_pb_round(acc[j], Da, Ha, on0, buf, ug, pis);
+            tw_pb_round(acc[j + 1], Db, Hb, on1, buf, ug, pis);
+        }
+        if (PADQ == 8 && (sz0 & 8u))
+            tw_pb_half(acc[j], o0 + 16u * n0 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+        if (PADQ == 8 && (sz1 & 8u))
+            tw_pb_half(acc[j + 1], o1 + 16u * n1 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+    }
+}
+
+// Phase B: y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
 // registers; overflowing rows add their dense part (ovf_y) once at the end; y leaves in 16-byte
 // stores. Shared memory: two weight chunks, two staging buffers (DCAP descriptors, DCAP hl words
 // (gated) or gate values, the block's list offsets and sizes), the (first, end) offset table of
-// all chunks. DIAG (timing experiments only, results wrong): 1 no mma, 8 weights loaded for the
-// first chunk only.
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int DIAG = 0>
-TW_KERNEL((512, 1))
-    tw_k_phase_b6(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
+// all chunks.
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF, int IL>
+TW_KERNEL((NW * 32, 1))
+    tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
                   const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
                   const tw_u32 *__restrict__ hl, const tw_u32 *__restrict__ rexp,
                   const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
                   const tw_u32 *__restrict__ orow_idx, const float *__restrict__ ovf_y,
-                  tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
+                  long long ystride, tw_u16 *__restrict__ y, const tw_u32 *__restrict__ flag) {
     extern __shared__ __align__(128) unsigned char tw_smem[];
     constexpr int VB = GATED ? 4 : 2; /* bytes per slot of the value array */
-    constexpr int NGB = 16 * GPW, SB = TW6_SB(DCAP, 4 + VB, NGB);
+    constexpr int NGB = NW * GPW, SB = TW_SB(DCAP, 4 + VB, NGB), NTHR = NW * 32;
     if (flag[0])
         return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -2767,8 +1593,8 @@ TW_KERNEL((512, 1))
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
     {
-        tw_u32 *sre = (tw_u32 *)(tw_smem + 2 * CN * 128 + 2 * SB);
-        for (int i = threadIdx.x; i < NC; i += 512) {
+        tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
+        for (int i = threadIdx.x; i < NC; i += NTHR) {
             sre[2 * i] = offsets[(long long)i * NG + GB];
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
@@ -2780,43 +1606,48 @@ TW_KERNEL((512, 1))
         for (int mt = 0; mt < 4; mt++)
             acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
     __syncthreads();
-    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + 2 * CN * 128, sre = stb + 2 * SB;
+    const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     auto stage = [&](int c) {
-        const int b = c & 1;
+        const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        if (!(DIAG & 8) || c < 2)
-            tw_load_chunk<CN, 512>(sbase + b * CN * 128, wd, c, N, K, k0);
+        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
         if (rn <= DCAP) {
-            tw_load_bytes<512>(sb, desc + ra, rn / 4);
+            tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
             if (GATED)
-                tw_load_bytes<512>(sb + DCAP * 4, hl + ra, rn / 4);
+                tw_load_bytes<NTHR>(sb + DCAP * 4, hl + ra, rn / 4);
             else
-                tw_load_bytes<512>(sb + DCAP * 4, gv + ra, rn / 8);
+                tw_load_bytes<NTHR>(sb + DCAP * 4, gv + ra, rn / 8);
         }
-        tw_stage_lists<NGB, 512>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
+        tw_stage_lists<NGB, NTHR>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
                                  GE - GB);
     };
-    stage(0);
-    tw_cp_commit();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < NC)
+            stage(i);
+        tw_cp_commit();
+    }
     for (int c = 0; c < NC; c++) {
-        if (c + 1 < NC)
-            stage(c + 1);
+        if (c + ST - 1 < NC)
+            stage(c + ST - 1);
         tw_cp_commit();
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<1>();
+        tw_cp_wait<ST - 1>();
         __syncthreads();
-        const tw_u32 buf = sbase + (c & 1) * CN * 128, sb = stb + (c & 1) * SB;
+        const tw_u32 buf = sbase + (c % ST) * CN * 128, sb = stb + (c % ST) * SB;
         const tw_u32 so = sb + DCAP * (4 + VB), gl0 = (tw_u32)(warp * GPW);
         const int nj = min(GPW, NG - G0);
         const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
         const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
-        if (rn <= DCAP)
-            tw_pb6_chunk<DT, GATED, GPW, true, PADQ, DIAG, NGB>(acc, so, gl0, nj, ra, sb,
+        if (IL && DT == 0 && GATED && GPW % 2 == 0 && rn <= DCAP)
+            tw_pb_pairs<GPW, PADQ, NGB>(acc, so, gl0, nj, ra, sb, sb + DCAP * 4, buf, g, t4);
+        else if (rn <= DCAP)
+            tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB, PF>(acc, so, gl0, nj, ra, sb,
                                                                 sb + DCAP * 4, nullptr, vgl, rx,
                                                                 buf, g, t4);
         else
-            tw_pb6_chunk<DT, GATED, GPW, false, PADQ, DIAG, NGB>(acc, so, gl0, nj, ra, 0u, 0u,
+            tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB, PF>(acc, so, gl0, nj, ra, 0u, 0u,
                                                                  desc + ra, vgl, rx, buf, g, t4);
         __syncthreads();
     }
@@ -2834,11 +1665,15 @@ TW_KERNEL((512, 1))
                     v[2 * mt + 1] = acc[j][mt][2 + hf];
                 }
                 const tw_u32 oi = orow_idx[m];
-                if (oi != TW_NONE) {
-                    const float4 *py = (const float4 *)(ovf_y + (long long)oi * K + pc);
-                    const float4 f0 = py[0], f1 = py[1];
-                    v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
-                    v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
+                if (oi != TW_NONE) { /* the parts of ovf_down, in order */
+#pragma unroll
+                    for (int part = 0; part < TW_OVP; part++) {
+                        const float4 *py =
+                            (const float4 *)(ovf_y + part * ystride + (long long)oi * K + pc);
+                        const float4 f0 = py[0], f1 = py[1];
+                        v[0] += f0.x, v[1] += f0.y, v[2] += f0.z, v[3] += f0.w;
+                        v[4] += f1.x, v[5] += f1.y, v[6] += f1.z, v[7] += f1.w;
+                    }
                 }
                 uint4 o;
                 o.x = tw_pack2<DT>(v[0], v[1]);
@@ -2851,19 +1686,20 @@ TW_KERNEL((512, 1))
     }
 }
 
+
 ]==]
 
 cuda [==[
 #define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[14] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+extern "C" __device__ const unsigned int twell_ffn_cfg[19] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
                unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
                unsigned int *sizes, unsigned int *bsum) {
-    tw_k_prep6<${PADQ}, ${NC}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
+    tw_k_prep<${PADQ}, ${NC}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
                                ovf_slot, orow_idx, orows, sizes, bsum);
 }
 extern "C" __global__ void __launch_bounds__(1024)
@@ -2871,14 +1707,14 @@ twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, const unsig
                unsigned int *ovf_base, unsigned int *item_base, unsigned int *flag,
                unsigned int *offsets, unsigned int pair_cap, unsigned int ovf_cap,
                unsigned int orow_cap) {
-    tw_k_scan6(bsum, ${NC} * ((TW_NG(M) + 7) / 8), bbase, cnt, ${NT}, ${S.T // 64}, ovf_base,
+    tw_k_scan(bsum, ${NC} * ((TW_NG(M) + 7) / 8), bbase, cnt, ${NT}, ${S.T // 64}, ovf_base,
                item_base, flag, offsets + TW_NG(M) * ${NC}, pair_cap, ovf_cap, orow_cap);
 }
 extern "C" __global__ void __launch_bounds__(${BW * 32})
 twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
                 const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
                 unsigned short *gv, const unsigned int *flag) {
-    tw_k_build6<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
+    tw_k_build<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
                               bbase, sizes, offsets, desc, gv, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
@@ -2893,19 +1729,20 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
                    const unsigned int *ovf_base, const unsigned int *ovf_slot,
                    const unsigned int *orows, const unsigned short *ovf_hh,
-                   const unsigned int *ovf_ex, float *ovf_y, const unsigned int *flag) {
+                   const unsigned int *ovf_ex, float *ovf_y, long long ystride,
+                   const unsigned int *flag) {
     tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
-                                ovf_hh, ovf_ex, ovf_y, flag);
+                                ovf_hh, ovf_ex, ovf_y, ystride, flag);
 }
-extern "C" __global__ void __launch_bounds__(512, 1)
+extern "C" __global__ void __launch_bounds__(${NWB * 32}, 1)
 twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned short *gv, const unsigned int *hl, const unsigned int *rexp,
                   const unsigned int *offsets, const unsigned int *sizes,
-                  const unsigned int *orow_idx, const float *ovf_y, unsigned short *y,
-                  const unsigned int *flag) {
-    tw_k_phase_b6<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}>(
+                  const unsigned int *orow_idx, const float *ovf_y, long long ystride,
+                  unsigned short *y, const unsigned int *flag) {
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
-        ovf_y, y, flag);
+        ovf_y, ystride, y, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsigned short *wp,
@@ -2918,12 +1755,12 @@ twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsign
 
 if GATED == 1 then
     cuda [==[
-extern "C" __global__ void __launch_bounds__(512, 1)
+extern "C" __global__ void __launch_bounds__(${NWA * 32}, 1)
 twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a6<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }
@@ -2931,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_reduce(const unsigned short *gv, const float *partial, unsigned int pair_cap,
                  const unsigned int *offsets, int M, unsigned int *hl, unsigned int *rexp,
                  const unsigned int *flag) {
-    tw_k_reduce5<${DT}>(gv, partial, pair_cap, ${NSL}, offsets + TW_NG(M) * ${NC}, hl, rexp, flag);
+    tw_k_reduce<${DT}>(gv, partial, pair_cap, ${NSL}, offsets + TW_NG(M) * ${NC}, hl, rexp, flag);
 }
 ]==]
 end

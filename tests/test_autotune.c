@@ -396,9 +396,9 @@ static void test_autotune_prune_sm90(void **state) {
     }
 }
 
-/* The ffn_fused space: CN is the axis, GPWA/GPWB single-valued (the template's only values),
- * pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB ceiling)
- * and the device's shared memory. */
+/* The ffn_fused space: CN and STAGES are the axes, the warp shapes, PF and IL single-valued (the
+ * defaults), pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB
+ * ceiling) and the device's shared memory. */
 static void test_autotune_prune_ffn_fused(void **state) {
     (void)state;
     tw_tune_device h200, a100, l4;
@@ -410,49 +410,59 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_string_equal(s->op, "ffn_infer");
     tw_tune_config c;
     tw_tune_space_default(s, &c);
-    tw_assert_canon(&c, "ffn_fused:CN=512,GPWA=8,GPWB=4");
+    tw_assert_canon(&c, "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
     tw_tune_problem p = tw_problem("ffn_infer", 2048, 5632, 4096); /* T = 256 */
     assert_ptr_equal(tw_tune_space_pick("ffn_infer", &p, &h200), s);
     assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
 
-    /* T = 256: CN 256, 512, 768 (smaller than T or not a multiple of it: shape; 896 and 1024
-     * over the template's 227 KB with 16 KB of list staging: shape, whatever the device). */
+    /* T = 256: CN 256 with 2-4 stages, 512 with 2-3, 768 with 2 (CN smaller than T or not a
+     * multiple of it: shape; the rest over the template's 227 KB with 16 KB of list staging:
+     * shape, whatever the device). */
     tw_tune_config *cands = NULL;
     size_t n = 0, di = SIZE_MAX;
     tw_prune_stats st;
     assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(st.total, 9);
-    assert_int_equal(n, 3);
-    assert_int_equal(st.by[TW_PRUNE_SHAPE], 6);
-    tw_assert_canon(&cands[0], "ffn_fused:CN=256,GPWA=8,GPWB=4");
-    tw_assert_canon(&cands[2], "ffn_fused:CN=768,GPWA=8,GPWB=4");
-    assert_int_equal(di, 1);
+    assert_int_equal(st.total, 27);
+    assert_int_equal(n, 6);
+    assert_int_equal(st.by[TW_PRUNE_SHAPE], 21);
+    tw_assert_canon(&cands[0], "ffn_fused:CN=256,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&cands[4], "ffn_fused:CN=512,STAGES=3,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&cands[5], "ffn_fused:CN=768,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    assert_int_equal(di, 3);
     free(cands);
-    /* T = 128: every multiple of 128 up to 768; on an A100 (163 KB) 640 and 768 do not fit, on an
-     * L4 (99 KB) only 128 and 256 do, so its default (512) is pruned. */
+    /* T = 128: 13 (CN, STAGES) pairs fit an H200; an A100 (163 KB) keeps 8 (5 pruned for shared
+     * memory), an L4 (99 KB) 4, without its default (512, 2). */
     p.shape.T = 128;
     assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 13);
     free(cands);
     assert_int_equal(tw_tune_space_enumerate(s, &p, &a100, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 4);
-    assert_int_equal(st.by[TW_PRUNE_SMEM], 2);
+    assert_int_equal(n, 8);
+    assert_int_equal(st.by[TW_PRUNE_SMEM], 5);
     assert_int_equal(cands[n - 1].p[0].value, 512);
     free(cands);
     assert_int_equal(tw_tune_space_enumerate(s, &p, &l4, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 4);
     assert_int_equal(di, SIZE_MAX);
     free(cands);
     /* T = 64 with 320 tiles: CN = 64 would make 320 chunks (> 256). */
     tw_tune_problem wide = tw_problem("ffn_infer", 1024, 20480, 256);
     wide.shape.T = 64;
-    c = tw_cfg2("ffn_fused", "CN", 64, "GPWA", 8);
-    assert_int_equal(tw_tune_config_set(&c, "GPWB", 4), 0);
+    tw_tune_space_default(s, &c);
+    assert_int_equal(tw_tune_config_set(&c, "CN", 64), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     assert_int_equal(tw_tune_config_set(&c, "CN", 128), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
-    /* GPWA/GPWB other than 8/4: the template refuses them. */
+    /* The template's ranges: 1..8 groups per warp, an even 4..32 warps, 2..4 stages. */
     assert_int_equal(tw_tune_config_set(&c, "GPWA", 4), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
+    assert_int_equal(tw_tune_config_set(&c, "GPWA", 9), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
+    assert_int_equal(tw_tune_config_set(&c, "GPWA", 8), 0);
+    assert_int_equal(tw_tune_config_set(&c, "NWB", 15), 0);
+    assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
+    assert_int_equal(tw_tune_config_set(&c, "NWB", 16), 0);
+    assert_int_equal(tw_tune_config_set(&c, "STAGES", 5), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     /* Not supported: K not a multiple of 64, before sm_80. */
     tw_tune_problem odd = tw_problem("ffn_infer", 48, 512, 64);
@@ -509,11 +519,15 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
              * refuse them all) */
             tw_ffn_cfg dflt;
             if (tw_ffn_cfg_default(&p.shape, &cu, &dflt) == 0)
-                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.gpwa == 8 && dflt.gpwb == 4);
-            for (size_t a = 0; a < s->axes[0].n; a++) {
+                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.stages == 2 &&
+                            dflt.gpwa == 8 && dflt.gpwb == 4);
+            for (size_t a = 0; a < s->axes[0].n * s->axes[1].n; a++) {
                 tw_tune_config c;
                 tw_tune_space_default(s, &c);
-                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a]), 0);
+                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a / s->axes[1].n]),
+                                 0);
+                assert_int_equal(
+                    tw_tune_config_set(&c, "STAGES", s->axes[1].values[a % s->axes[1].n]), 0);
                 tw_ffn_cfg fc;
                 assert_int_equal(tw_ffn_cfg_from_tune(&c, &fc), 0);
                 char canon[TW_TUNE_CANON_MAX], why[192] = "";
@@ -534,8 +548,8 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
                 size_t len = 0;
                 if (tw_render(ctx, "ffn_fused", prm, TW_FFN_NPARAMS, &src, &len) != TWELL_OK)
                     fail_msg("%s does not render: %s", canon, twell_ctx_errmsg(ctx));
-                /* the first five words of "twell_ffn_cfg[14] = {...}" in the rendered source */
-                const char *q = strstr(src, "twell_ffn_cfg[14] = {");
+                /* the first five words of "twell_ffn_cfg[..] = {...}" in the rendered source */
+                const char *q = strstr(src, "twell_ffn_cfg[");
                 assert_non_null(q);
                 q = strchr(q, '{') + 1;
                 for (size_t w = 0; w < 5; w++) {

@@ -1,75 +1,159 @@
 #!/bin/sh
-# Device script for the fused kernels (issue 5): the dev harness (v5 = the library's kernels vs v6
-# of fused_kernels_v6.cuh: exactness against the fp64 reference, determinism, fallback, timing and
-# breakdowns with cuBLAS in the same run; v6 DIAG timings; ncu stall sampling of the v6 phases and
-# their SASS counts), sanitizers on a small case, then the library (test_gpu_ffn_infer, twell bench
-# ffn_infer --path sparse). Run from the repo root on the GPU machine, carrying .deps (and
-# build-fusedperf/fused_dev if built here):  TWELL_COMMIT=<sha> sh bench/dev/run_fused.sh [harness|prof|lib|all]
+# Device script for the fused inference kernels (issue 5): builds only what it needs, then runs
+# the steps named in $STEPS (default "test breakdown prof bench") against the library itself
+# (the template templates/ffn_fused.cu.lua is the kernels' only source). Run from the repo root
+# on the GPU machine, carrying .deps:   TWELL_COMMIT=<sha> STEPS="..." sh bench/dev/run_fused.sh
+#   test       test_gpu_ffn_infer + test_gpu_ffn_dense (CPU reference, skewed, determinism)
+#   sanitize   memcheck + racecheck of both on their small cases
+#   breakdown  ncu per-kernel durations of the sparse path (M=16384, 29 nnz, uniform and skewed)
+#   prof       ncu speed-of-light, stall reasons and shared-memory wavefronts of phase A and B
+#   bench      twell bench with $BENCH_ARGS (default: sparse, M=16384, nnz 29, uniform)
+#   variants   fused-only time per tile override (TWELL_FFN_TILE): PF, phase A and B warps/groups;
+#              the best goes to $OUT/best.txt and, as $BEST, to the steps after it
+#   testbest   test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST
+#   ilcheck    test_gpu_ffn_infer with IL=1, fused-only time of IL=0 and IL=1
+#   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
+#              16384/29 skewed, 20 reps, JSON into $OUT
+#   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
+# Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
 OUT=${OUT:-/tmp/fused-out}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-what=${1:-all}
-H=build-fusedperf/fused_dev
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-step() { # name timeout command...
-    n=$1; t=$2; shift 2
+mkdir -p "$OUT" /opt/deps
+for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
+export TWELL_DEPS_PREFIX=/opt/deps
+export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
+B=build-dev
+s0=$(date +%s)
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT/build.log" 2>&1 &&
+    cmake --build $B -j 16 --target twell test_gpu_ffn_infer test_gpu_ffn_dense >>"$OUT/build.log" 2>&1 ||
+    { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+rm -f "$OUT/build.log"
+echo "== build $(($(date +%s) - s0)) s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+export TWELL_CACHE_DIR=$PWD/$B/fused-cache
+T=$B/twell
+S="--K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --reps 3 --out /tmp/ncu-json"
+KRE='regex:twell_ffn_'
+for step in ${STEPS:-test breakdown prof bench}; do
     s0=$(date +%s)
-    timeout "$t" "$@" >"$OUT/$n.log" 2>&1
-    rc=$?
-    echo "== $n rc=$rc $(($(date +%s) - s0)) s"
-}
-if [ "$what" = harness ] || [ "$what" = all ]; then
-    "$H" --bogus >/dev/null 2>&1
-    if [ $? -ne 2 ]; then
-        echo "carried harness does not run here: building"
-        mkdir -p build-fusedperf
-        nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o "$H" bench/dev/fused_dev.cu \
-            -lcublas >"$OUT/h_build.log" 2>&1 || { tail -20 "$OUT/h_build.log"; exit 1; }
-        rm -f "$OUT/h_build.log"
-    fi
-    step h_perf 200 "$H" --M 4096,16384,65536 --nnz 29,56 --mode uniform,skewed --reps 20 --rows 0 \
-        --check 24 --ver ${VER:-6} --diag 1
-    grep -E "^\| |verdict|breakdown|diag|lists|note|FAIL" "$OUT/h_perf.log" | cut -c1-200
-    {
-        for a in "--dtype fp16 --M 4096 --nnz 29" "--gated 0 --M 4096 --nnz 29" \
-            "--gated 0 --dtype fp16 --M 1000 --nnz 56" "--K 512 --N 1024 --T 128 --C 4 --M 1000 --nnz 29" \
-            "--K 64 --N 256 --T 64 --C 2 --M 333 --nnz 29" "--K 2048 --N 5632 --M 7 --nnz 29" \
-            "--dtype fp16 --K 512 --N 1024 --T 64 --C 8 --M 999 --nnz 40"; do
-            echo "#### $a"
-            timeout 40 "$H" $a --mode uniform,skewed --reps 3 --ver 6 --rows 1 --check 32
+    case $step in
+    test)
+        (cd $B && ctest --output-on-failure --timeout 300 -R "test_gpu_ffn_(infer|dense)") \
+            >"$OUT/test.log" 2>&1
+        grep -E "tests passed|Passed|Failed|\*\*\*|Skipped" "$OUT/test.log" | tail -8
+        ;;
+    sanitize)
+        OUT="$OUT" SAN_TESTS="test_gpu_ffn_infer test_gpu_ffn_dense" timeout ${SAN_TIMEOUT:-240} \
+            sh scripts/device.sh sanitize 2>&1 | grep -vE "^$" | tail -8
+        ;;
+    breakdown)
+        [ -n "${BEST:-}" ] && export TWELL_FFN_TILE=$BEST
+        for d in ${BD_DISTS:-uniform skewed}; do
+            echo "-- per-kernel ncu durations, M=16384, 29 nnz, $d (us; L2 flushed before each)"
+            timeout 200 ncu --clock-control none -k "$KRE" --metrics gpu__time_duration.sum \
+                --print-summary per-kernel $T bench --op ffn_infer --path sparse --M 16384 \
+                --nnz 29 --dist $d $S >"$OUT/ncu_breakdown_$d.log" 2>&1
+            awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "%-22s %s %s %s %s\n", k, $2, $3, $4, $5}' \
+                "$OUT/ncu_breakdown_$d.log"
         done
-    } >"$OUT/h_checks.log" 2>&1
-    echo "== checks: $(grep -c 'verdict: ok' "$OUT/h_checks.log") ok, $(grep -c 'verdict: FAIL' "$OUT/h_checks.log") failing"
-    grep -E "^####|verdict|v[56]:|lists|note|FAIL|list check" "$OUT/h_checks.log" | cut -c1-200 | head -80
-    step h_memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$H" --M 600 --K 256 \
-        --N 1024 --nnz 29 --mode skewed --reps 1 --breakdown 0 --ver 6 --rows 0
-    grep -E "ERROR SUMMARY|verdict" "$OUT/h_memcheck.log"
-    step h_racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$H" --M 128 \
-        --K 256 --N 1024 --nnz 29 --mode skewed --reps 1 --breakdown 0 --ver 6 --rows 0
-    grep -E "RACECHECK SUMMARY|verdict" "$OUT/h_racecheck.log"
-    cat "$OUT/h_memcheck.log" "$OUT/h_racecheck.log" >>"$OUT/h_checks.log"
-    rm -f "$OUT/h_memcheck.log" "$OUT/h_racecheck.log"
-fi
-if [ "$what" = prof ] || [ "$what" = all ]; then
-    # where the v6 phases stall (one launch each at M = 16384, 29 nnz), and their SASS mix
-    step ncu 150 ncu --clock-control none -k regex:"tw_k_phase_(a|b)6" -c 2 --section SpeedOfLight \
-        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        "$H" --M 16384 --nnz 29 --mode uniform --reps 1 --ver 4 --rows 0 --breakdown 0 --fallback-test 0
-    grep -E "tw_k_phase|Duration|Issue Slots Busy|Issued Warp|No Eligible|Warp Cycles Per Issued|Mem Busy|Max Bandwidth|L2 Hit|Stall|stall" "$OUT/ncu.log" | head -40
-    cuobjdump -sass "$H" 2>/dev/null | awk '/Function :/{f=$3; p=(f ~ /tw_k_phase_(a|b)6ILi0E/)}
-        p && /HMMA/{h[f]++} p && /LDS/{l[f]++} p && /STG/{s[f]++} p && /PRMT/{r[f]++} p && /BAR/{b[f]++} p && /LDL|STL/{x[f]++} p && /\/\*[0-9a-f]+\*\//{n[f]++}
-        END{for (k in n) printf "SASS %s instr=%d HMMA=%d LDS=%d STG=%d PRMT=%d BAR=%d LDL/STL=%d\n", substr(k,1,70), n[k], h[k], l[k], s[k], r[k], b[k], x[k]}' >>"$OUT/ncu.log"
-    grep "^SASS" "$OUT/ncu.log"
-fi
-if [ "$what" = lib ] || [ "$what" = all ]; then
-    s0=$(date +%s)
-    OUT="$OUT" TEST_TIMEOUT=200 sh scripts/device.sh test ${LIBTESTS:--R test_gpu_ffn_infer}
-    echo "== lib tests $(($(date +%s) - s0)) s"
-    grep -hE "max row-rel|FAIL|flags:" build-dev/Testing/Temporary/LastTest.log | sort | uniq -c | sort -rn | head -12
-    s0=$(date +%s)
-    timeout ${BENCH_TIMEOUT:-150} build-dev/twell bench --out "$OUT" --op ffn_infer --M 4096,16384,65536 \
-        --nnz 29,56 --dist uniform,skewed --reps 20 --path sparse >"$OUT/bench.log" 2>&1
-    echo "== bench rc=$? $(($(date +%s) - s0)) s"
-    tail -30 "$OUT/bench.log" | cut -c1-200
-fi
+        ;;
+    prof)
+        [ -n "${BEST:-}" ] && export TWELL_FFN_TILE=$BEST
+        echo "-- phase A and B (uniform), ovf_gu and ovf_down (skewed), M=16384, 29 nnz"
+        M="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed"
+        M="$M,l1tex__throughput.avg.pct_of_peak_sustained_active,lts__throughput.avg.pct_of_peak_sustained_elapsed"
+        M="$M,lts__t_bytes.sum,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
+        M="$M,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+        M="$M,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+        M="$M,smsp__warps_active.avg.per_cycle_active"
+        for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
+            not_selected selected lg_throttle dispatch_stall no_instruction branch_resolving \
+            membar drain imc_miss tex_throttle sleeping misc; do
+            M="$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+        done
+        timeout 200 ncu --clock-control none -k "regex:twell_ffn_phase_(a|b)" -c 2 --metrics "$M" \
+            $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform $S \
+            >"$OUT/ncu_prof.log" 2>&1
+        timeout 200 ncu --clock-control none -k "regex:twell_ffn_ovf_(gu|down)" -c 2 --metrics "$M" \
+            $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 --dist skewed $S \
+            >>"$OUT/ncu_prof.log" 2>&1
+        grep -E "twell_ffn_(phase|ovf)|gpu__|sm__|l1tex__|lts__|smsp__" "$OUT/ncu_prof.log" |
+            sed -e 's/smsp__average_warps_issue_stalled_/stall_/' -e 's/_per_issue_active.ratio//' |
+            awk '{printf "%s %s %s\n", $1, $(NF-1), $NF}' | cut -c1-110
+        ;;
+    bench)
+        timeout 240 $T bench --out "$OUT" --op ffn_infer ${BENCH_ARGS:---path sparse --M 16384 --nnz 29} \
+            >"$OUT/bench.log" 2>&1
+        echo "bench rc=$?"
+        grep -vE "^#|^$" "$OUT/bench.log" | tail -40 | cut -c1-200
+        ;;
+    variants)
+        # fused-only ms (uniform, M=16384, 29 nnz) per tile override; A settings with B's default,
+        # then B settings with A's default, then the best of each together -> $BEST for later steps
+        vms() { # prints the fused_only uniform ms of TWELL_FFN_TILE=$1
+            TWELL_FFN_TILE=$1 timeout 60 $T bench --out /tmp/var --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist uniform --reps 20 2>&1 |
+                awk '$1 == "ffn_fused_only" && $8 == "uniform" {print $12}'
+        }
+        pick() { # best of the settings given: prints "setting ms"
+            b=""; bm=99
+            for v in "$@"; do
+                ms=$(vms "$v"); echo "   $v: ${ms:-FAIL}" >&2
+                [ -n "$ms" ] && awk -v a="$ms" -v c="$bm" 'BEGIN{exit !(a < c)}' && { b=$v; bm=$ms; }
+            done
+            echo "$b $bm"
+        }
+        set -- $(pick "PF=0" "PF=1"); echo "-- PF: best $1 ($2 ms)"
+        set -- $(pick "NWA=16,GPWA=8" ${VAR_A:-"NWA=24,GPWA=4" "NWA=32,GPWA=2" "NWA=32,GPWA=4" "NWA=24,GPWA=6"})
+        echo "-- phase A: best $1 ($2 ms)"; BA=$1
+        set -- $(pick "NWB=16,GPWB=4" ${VAR_B:-"NWB=24,GPWB=2" "NWB=32,GPWB=2" "NWB=32,GPWB=1" "NWB=24,GPWB=1"})
+        echo "-- phase B: best $1 ($2 ms)"; BB=$1
+        set -- $(pick "PF=1" "$BA,$BB"); echo "-- together: best $1 ($2 ms)"
+        BEST=$1
+        echo "$BEST" >"$OUT/best.txt"
+        ;;
+    ilcheck)
+        # IL (phase B pairs of groups, default 0): exactness with IL=1 and fused-only time of both
+        echo "-- test_gpu_ffn_infer with TWELL_FFN_TILE=IL=1"
+        (cd $B && TWELL_FFN_TILE=IL=1 ctest --output-on-failure --timeout 300 -R "test_gpu_ffn_infer") \
+            >"$OUT/test_il.log" 2>&1
+        grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/test_il.log" | tail -4
+        for v in IL=0 IL=1 IL=0 IL=1; do
+            TWELL_FFN_TILE=$v timeout 60 $T bench --out /tmp/var --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist uniform,skewed --reps 20 2>&1 |
+                awk -v v=$v '$1 == "ffn_fused_only" {print "   " v, $8, $12 " ms"}'
+        done
+        ;;
+    testbest)
+        [ -n "${BEST:-}" ] || BEST=$(cat "$OUT/best.txt" 2>/dev/null)
+        echo "-- test_gpu_ffn_infer with TWELL_FFN_TILE=$BEST"
+        (cd $B && TWELL_FFN_TILE=$BEST ctest --output-on-failure --timeout 300 -R "test_gpu_ffn_infer") \
+            >"$OUT/testbest.log" 2>&1
+        grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/testbest.log" | tail -4
+        ;;
+    cross)
+        # the sparse/dense crossover (AUTO threshold) with the best tile
+        [ -n "${BEST:-}" ] || BEST=$(cat "$OUT/best.txt" 2>/dev/null)
+        for pth in sparse dense; do
+            TWELL_FFN_TILE=$BEST timeout 150 $T bench --out /tmp/cross --op ffn_infer --path $pth \
+                --M 4096,16384 --nnz ${CROSS_NNZ:-56,70,85,110} --dist uniform --reps 20 2>&1 |
+                awk -v p=$pth '$1 == "ffn_infer" {print p, $3, $9, $10, $12, $13, $14}'
+        done | sort -k2,2n -k3,3n -k1,1 >"$OUT/cross.log"
+        echo "path M nnz nnz_avg ours_ms cublas_ms ratio"; cat "$OUT/cross.log"
+        ;;
+    final)
+        # the issue's table: AUTO at the shape of record, uniform and skewed (JSON into $OUT)
+        for a in "--M 4096,16384,65536 --nnz 29,56,110,280 --dist uniform" \
+            "--M 16384 --nnz 29 --dist skewed"; do
+            timeout 200 $T bench --out "$OUT" --op ffn_infer --path auto --reps 20 $a \
+                >>"$OUT/bench.log" 2>&1
+            echo "bench rc=$?"
+        done
+        grep -E "^op|^ffn" "$OUT/bench.log" | cut -c1-200
+        ;;
+    *) echo "unknown step $step" ;;
+    esac
+    echo "== $step $(($(date +%s) - s0)) s"
+done
