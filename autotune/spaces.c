@@ -19,7 +19,7 @@ static int64_t tw_v(const tw_tune_config *c, const char *name) {
  * bench/dev/NOTES-gate-pack.md). Fixed geometry: CTA tile 128 x 256, 384 threads (one
  * producer and two consumer warpgroups). Tuned: BK (K per stage: 64 with 128-byte swizzle or 32
  * with 64-byte), STAGES (pipeline depth) and CLUSTER (CTAs along M sharing the weight tile by
- * multicast). Shared memory as TW_SMEM_BYTES in bench/dev/gate_pack_sm90_kernel.cuh: the stage
+ * multicast). Shared memory as the SMEM formula of templates/gate_pack_sm90.cu.lua: the stage
  * ring, the epilogue staging (8 warps x 16 rows x 528 B), full/empty mbarriers per stage plus
  * the staging pair, and 1 KiB of alignment slack.
  * ------------------------------------------------------------------------------------------- */
