@@ -4,6 +4,8 @@
  */
 #include "bench.h"
 #include "cli.h"
+#include "cuda_backend.h"
+#include "jit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -252,6 +254,103 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->date, sizeof r->date, "%s", env->date);
 }
 
+size_t bench_max_M(const bench_opts *o) {
+    size_t Mmax = 0;
+    for (size_t i = 0; i < o->nM; i++)
+        if (o->M[i] > Mmax)
+            Mmax = o->M[i];
+    return Mmax;
+}
+
+twell_path bench_path_parse(const char *path) {
+    return !strcmp(path, "dense")    ? TWELL_PATH_DENSE
+           : !strcmp(path, "sparse") ? TWELL_PATH_SPARSE
+                                     : TWELL_PATH_AUTO;
+}
+
+int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
+    const bench_opts *o = env->opts;
+    twell_ctx *ctx = env->ctx;
+    *plan = NULL;
+    if (twell_plan_create(ctx, s, plan) != TWELL_OK) {
+        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+        return 1;
+    }
+    int want = tw_gp_variant_parse(o->variant);
+    if (want != TW_GP_AUTO &&
+        tw_cuda_plan_gate_pack_select(*plan, (tw_gp_variant)want) != TWELL_OK) {
+        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(*plan);
+        *plan = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+tw_synth_ffn *bench_synth(bench_env *env, const twell_shape *s, size_t M, int gated, size_t di,
+                          size_t ni) {
+    const bench_opts *o = env->opts;
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = gated;
+    sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
+    tw_synth_ffn *f = NULL;
+    if (tw_synth_create(env->ctx->pool, &sp, &f) != TWELL_OK) {
+        fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", M);
+        return NULL;
+    }
+    return f;
+}
+
+void bench_check_report(const bench_record *r) {
+    if (!r->correct)
+        fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", r->M, r->distribution,
+                r->nnz_target, r->check_note);
+}
+
+/* ---- the dense baselines' elementwise kernels ---- */
+
+twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *params, size_t nparams,
+                           size_t n, const char *const *names, tw_CUmodule *mod,
+                           tw_CUfunction *fns) {
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    twell_status st = tw_jit_cubin(ctx, tmpl, params, nparams, ctx->cuda->arch, &cubin);
+    if (st != TWELL_OK)
+        return st;
+    tw_cu_scope sc;
+    st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cu_module_load(ctx, cubin.data, mod);
+        for (size_t i = 0; i < n && st == TWELL_OK; i++)
+            st = tw_cu_module_function(ctx, *mod, names[i], &fns[i]);
+        tw_cu_leave(ctx, &sc);
+    }
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
+    cfg.block[0] = 256, cfg.block[1] = cfg.block[2] = 1;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
+        tw_cu_leave(ctx, &sc);
+    }
+    return st;
+}
+
+void bench_ew_unload(twell_ctx *ctx, tw_CUmodule mod) {
+    tw_cu_scope sc;
+    if (mod && tw_cu_enter(ctx, &sc) == TWELL_OK) {
+        tw_cu_module_unload(mod);
+        tw_cu_leave(ctx, &sc);
+    }
+}
+
 typedef struct {
     bench_record *recs;
     size_t n, cap;
@@ -359,53 +458,6 @@ static int bench_mkdirs(const char *dir) {
             *p = '/';
         }
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* ---- timing ---- */
-
-static int bench_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-twell_status bench_time(bench_env *env, size_t n, bench_fn *fns, void **args, int reps, int warmup,
-                        double *med, double *mn, double *mx) {
-    twell_ctx *ctx = env->ctx;
-    twell_status st = TWELL_OK;
-    for (int w = 0; w < warmup; w++)
-        for (size_t i = 0; i < n; i++)
-            if ((st = fns[i](args[i])) != TWELL_OK)
-                return st;
-    if ((st = tw_cuda_synchronize(ctx)) != TWELL_OK)
-        return st;
-    double *t = malloc(n * (size_t)reps * sizeof *t);
-    if (!t)
-        return TWELL_ERR_NO_MEMORY;
-    for (int r = 0; r < reps && st == TWELL_OK; r++) {
-        for (size_t j = 0; j < n && st == TWELL_OK; j++) {
-            size_t i = (j + (size_t)r) % n; /* rotate who goes first */
-            float ms = 0.0f;
-            if ((st = tw_cuda_memset_d32(ctx, env->flush, (uint32_t)r, env->flush_bytes / 4,
-                                         NULL)) != TWELL_OK ||
-                (st = tw_cuda_event_record(ctx, env->ev[0], NULL)) != TWELL_OK ||
-                (st = fns[i](args[i])) != TWELL_OK ||
-                (st = tw_cuda_event_record(ctx, env->ev[1], NULL)) != TWELL_OK ||
-                (st = tw_cuda_event_elapsed(ctx, env->ev[0], env->ev[1], &ms)) != TWELL_OK)
-                break;
-            t[i * (size_t)reps + (size_t)r] = (double)ms;
-        }
-    }
-    if (st == TWELL_OK) {
-        for (size_t i = 0; i < n; i++) {
-            double *ti = t + i * (size_t)reps;
-            qsort(ti, (size_t)reps, sizeof *ti, bench_cmp_double);
-            med[i] = reps % 2 ? ti[reps / 2] : 0.5 * (ti[reps / 2 - 1] + ti[reps / 2]);
-            mn[i] = ti[0];
-            mx[i] = ti[reps - 1];
-        }
-    }
-    free(t);
-    return st;
 }
 
 /* ---- the command ---- */

@@ -74,10 +74,15 @@ typedef struct bench_env {
 /* A timed unit of work: enqueues one run on the default stream. */
 typedef twell_status (*bench_fn)(void *arg);
 
+/* ---- timing (bench/timing.c) ---- */
 /* Times fns[0..n) interleaved: warm-up, then per repetition for each fn (order rotating): L2
  * flush, event, run, event. Fills med/min/max (ms) per fn. A failing fn aborts with its status. */
 twell_status bench_time(bench_env *env, size_t n, bench_fn *fns, void **args, int reps, int warmup,
                         double *med, double *mn, double *mx);
+/* One case: bench_time with the options' reps and warm-up. On failure prints it and marks r
+ * failed, its note "timing failed: <context message>". Returns bench_time's status. */
+twell_status bench_time_case(bench_env *env, bench_record *r, size_t n, bench_fn *fns, void **args,
+                             double *med, double *mn, double *mx);
 
 /* An op plug-in: runs every case of the options and appends records through emit. */
 typedef struct bench_op {
@@ -93,15 +98,64 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
 /* Fills the record fields common to every op (gpu, commit, date, shape, dtype). */
 void bench_record_init(const bench_env *env, bench_record *r, const char *op, size_t M,
                        tw_synth_dist dist, double nnz);
+/* Puts slot ours of bench_time's results, the options' reps and the baseline's name into r, and
+ * with have_base slot base's times and the ratio (else they stay -1 from bench_record_init). */
+void bench_record_times(const bench_env *env, bench_record *r, const char *baseline,
+                        const double *med, const double *mn, const double *mx, size_t ours,
+                        size_t base, int have_base);
+/* On a failed check (!r->correct), the "CHECK FAILED" line with the record's case and note. */
+void bench_check_report(const bench_record *r);
+
+/* ---- what the ops share to set a case up (bench/bench.c) ---- */
+/* The largest of the options' M. */
+size_t bench_max_M(const bench_opts *o);
+/* --path's value as a twell_path (AUTO unless "dense" or "sparse"). */
+twell_path bench_path_parse(const char *path);
+/* Creates the plan for s and forces the options' --variant. Returns 0, or 1 after printing why
+ * (*plan NULL). */
+int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan);
+/* The synthetic data of case (dist index di, nnz index ni) at M rows for shape s (gated or not).
+ * Returns NULL after printing on failure. */
+tw_synth_ffn *bench_synth(bench_env *env, const twell_shape *s, size_t M, int gated, size_t di,
+                          size_t ni);
+
+/* ---- the dense baselines' elementwise kernels (bench/bench.c) ---- */
+struct tw_param;
+/* Compiles templates/<tmpl>.cu.lua with params through the JIT (as our own kernels are), loads it
+ * into *mod and gets fns[i] = names[i] for i < n. On failure the context has the message; *mod may
+ * be set (bench_ew_unload it either way). */
+twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const struct tw_param *params,
+                           size_t nparams, size_t n, const char *const *names, tw_CUmodule *mod,
+                           tw_CUfunction *fns);
+/* Launches fn over a grid-stride grid (8 blocks per SM, 256 threads) on the default stream. */
+twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args);
+/* Unloads a module of bench_ew_load (NULL: nothing). */
+void bench_ew_unload(twell_ctx *ctx, tw_CUmodule mod);
 
 /* ---- dense baseline through cuBLAS (bench/cublas.c; dlopen, the library never links it) ---- */
 typedef struct bench_cublas bench_cublas;
+/* Element types of GEMM operands (the cudaDataType values cuBLAS takes). */
+typedef enum bench_cublas_type {
+    BENCH_CUBLAS_R_32F = 0,
+    BENCH_CUBLAS_R_16F = 2,
+    BENCH_CUBLAS_R_16BF = 14
+} bench_cublas_type;
+/* The 16-bit type of dt (BF16 or FP16). */
+bench_cublas_type bench_cublas_type_of(twell_dtype dt);
 /* Loads libcublas (.so.13, .so.12, .so) and creates a handle on the current device context.
  * Returns NULL and writes why into err on failure. */
 bench_cublas *bench_cublas_open(twell_ctx *ctx, char *err, size_t errlen);
 void bench_cublas_close(twell_ctx *ctx, bench_cublas *cb);
-/* C[M, N] = A[M, K] · B[N, K]ᵀ, all row-major dtype, fp32 accumulation (CUBLAS_COMPUTE_32F),
- * on the default stream. Returns 0, or the cuBLAS status with a message in err. */
+/* Row-major C[M, N] (row stride ldc, type ct) = op(A)·op(B), fp32 accumulation
+ * (CUBLAS_COMPUTE_32F), alpha 1, beta 0, on the default stream. A is [M, K] (row stride lda) or,
+ * with ta, stored [K, M]; B is [K, N] (ldb) or, with tb, stored [N, K]; at, bt their types.
+ * Returns 0, or -1 (dimensions beyond int, no device context) or the cuBLAS status, with a message
+ * in err. */
+int bench_cublas_gemm(twell_ctx *ctx, bench_cublas *cb, int ta, int tb, size_t M, size_t N,
+                      size_t K, const void *A, size_t lda, bench_cublas_type at, const void *B,
+                      size_t ldb, bench_cublas_type bt, void *C, size_t ldc, bench_cublas_type ct,
+                      char *err, size_t errlen);
+/* C[M, N] = A[M, K] · B[N, K]ᵀ, all row-major dtype (bench_cublas_gemm with tb, packed rows). */
 int bench_cublas_gemm_nt(twell_ctx *ctx, bench_cublas *cb, twell_dtype dt, size_t M, uint32_t N,
                          uint32_t K, const void *A, const void *B, void *C, char *err,
                          size_t errlen);

@@ -71,18 +71,8 @@ static twell_status bench_ffn_run_dense(void *arg) {
         return TWELL_ERR_CUDA;
     }
     long long n = (long long)a->M * o->N;
-    size_t blocks = (size_t)ctx->cuda->sm_count * 8;
-    tw_cu_launch_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = (unsigned)blocks, cfg.grid[1] = cfg.grid[2] = 1;
-    cfg.block[0] = 256, cfg.block[1] = cfg.block[2] = 1;
     void *args[] = {&a->g, &a->u, &a->h, &n};
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    st = tw_cu_launch(ctx, a->ew, &cfg, NULL, args);
-    tw_cu_leave(ctx, &sc);
+    twell_status st = bench_ew_launch(ctx, a->ew, args);
     if (st != TWELL_OK)
         return st;
     /* y[M, K] = h[M, N] · (Wdᵀ [K, N])ᵀ */
@@ -99,21 +89,8 @@ static twell_status bench_ffn_load_ew(twell_ctx *ctx, twell_dtype dt, tw_CUmodul
                                       tw_CUfunction *fn) {
     tw_param params[] = {{"dtype", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
                          {"gated", NULL, 1}};
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "ffn_dense_ew", params, 2, ctx->cuda->arch, &cubin);
-    if (st != TWELL_OK)
-        return st;
-    tw_cu_scope sc;
-    st = tw_cu_enter(ctx, &sc);
-    if (st == TWELL_OK) {
-        st = tw_cu_module_load(ctx, cubin.data, mod);
-        if (st == TWELL_OK)
-            st = tw_cu_module_function(ctx, *mod, "twell_dense_ew", fn);
-        tw_cu_leave(ctx, &sc);
-    }
-    tw_cubin_free(&cubin);
-    return st;
+    static const char *const names[] = {"twell_dense_ew"};
+    return bench_ew_load(ctx, "ffn_dense_ew", params, 2, 1, names, mod, fn);
 }
 
 /* Correctness of one M (see the file comment). Leaves a valid packed buffer for the fused-only
@@ -242,45 +219,18 @@ static uint16_t *bench_transpose(const uint16_t *w, uint32_t N, uint32_t K) {
     return t;
 }
 
-static void bench_ffn_emit(bench_env *env, void (*emit)(bench_env *, const bench_record *),
-                           bench_record *r, const double *med, const double *mn, const double *mx,
-                           size_t i, int have_dense) {
-    r->reps = env->opts->reps;
-    r->ours_ms = med[i], r->ours_min_ms = mn[i], r->ours_max_ms = mx[i];
-    snprintf(r->baseline, sizeof r->baseline, "cublas_ffn");
-    if (have_dense) {
-        r->baseline_ms = med[2], r->baseline_min_ms = mn[2], r->baseline_max_ms = mx[2];
-        r->ratio = r->ours_ms > 0 ? r->baseline_ms / r->ours_ms : -1.0;
-    }
-    emit(env, r);
-}
-
 int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
     int rc = 0;
-    size_t Mmax = 0;
-    for (size_t i = 0; i < o->nM; i++)
-        if (o->M[i] > Mmax)
-            Mmax = o->M[i];
+    size_t Mmax = bench_max_M(o);
     twell_shape s = twell_shape_default(o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype; /* gated, as in the table */
 
     twell_plan *plan = NULL;
-    if (twell_plan_create(ctx, &s, &plan) != TWELL_OK) {
-        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+    if (bench_plan_open(env, &s, &plan) != 0)
         return 1;
-    }
-    int want = tw_gp_variant_parse(o->variant);
-    if (want != TW_GP_AUTO &&
-        tw_cuda_plan_gate_pack_select(plan, (tw_gp_variant)want) != TWELL_OK) {
-        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
-        twell_plan_destroy(plan);
-        return 1;
-    }
-    twell_path path = !strcmp(o->path, "dense")    ? TWELL_PATH_DENSE
-                      : !strcmp(o->path, "sparse") ? TWELL_PATH_SPARSE
-                                                   : TWELL_PATH_AUTO;
+    twell_path path = bench_path_parse(o->path);
     if (twell_plan_set_path(plan, path) != TWELL_OK ||
         (path == TWELL_PATH_DENSE && !tw_cuda_dense_available(plan))) {
         fprintf(stderr,
@@ -321,12 +271,8 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
 
     for (size_t di = 0; di < o->ndist; di++) {
         for (size_t ni = 0; ni < o->nnnz; ni++) {
-            tw_synth_params sp = tw_synth_params_default();
-            sp.M = Mmax, sp.K = s.K, sp.N = s.N, sp.dtype = s.dtype, sp.gated = 1;
-            sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
-            tw_synth_ffn *f = NULL;
-            if (tw_synth_create(ctx->pool, &sp, &f) != TWELL_OK) {
-                fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", Mmax);
+            tw_synth_ffn *f = bench_synth(env, &s, Mmax, 1, di, ni);
+            if (!f) {
                 rc = 1;
                 goto done;
             }
@@ -351,21 +297,12 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew};
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
                 bench_ffn_variant(plan, r.variant, sizeof r.variant);
-                if (!r.correct)
-                    fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
-                            r.distribution, r.nnz_target, r.check_note);
+                bench_check_report(&r);
 
                 bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
                 void *args[3] = {&ours, &ours, &dense};
                 double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
-                twell_status st =
-                    bench_time(env, have_dense ? 3 : 2, fns, args, o->reps, o->warmup, med, mn, mx);
-                if (st != TWELL_OK) {
-                    fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
-                    r.correct = 0;
-                    snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
-                             twell_ctx_errmsg(ctx));
-                }
+                (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
                 char after[16];
                 bench_ffn_variant(plan, after, sizeof after);
                 if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
@@ -375,8 +312,10 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 }
                 bench_record fused = r;
                 snprintf(fused.op, sizeof fused.op, "ffn_fused_only");
-                bench_ffn_emit(env, emit, &r, med, mn, mx, 0, have_dense);
-                bench_ffn_emit(env, emit, &fused, med, mn, mx, 1, have_dense);
+                bench_record_times(env, &r, "cublas_ffn", med, mn, mx, 0, 2, have_dense);
+                emit(env, &r);
+                bench_record_times(env, &fused, "cublas_ffn", med, mn, mx, 1, 2, have_dense);
+                emit(env, &fused);
                 if (!r.correct)
                     rc = 1;
             }
@@ -389,13 +328,7 @@ done:
     void *bufs[] = {dx, dwg, dwu, dwd, dwdt, dp, dy, dg, du, dh, dy2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         tw_cuda_free(ctx, bufs[i]);
-    if (ew_mod) {
-        tw_cu_scope sc;
-        if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
-            tw_cu_module_unload(ew_mod);
-            tw_cu_leave(ctx, &sc);
-        }
-    }
+    bench_ew_unload(ctx, ew_mod);
     twell_plan_destroy(plan);
     return rc;
 }

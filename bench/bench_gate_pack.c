@@ -129,26 +129,14 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
     int rc = 0;
-    size_t Mmax = 0;
-    for (size_t i = 0; i < o->nM; i++)
-        if (o->M[i] > Mmax)
-            Mmax = o->M[i];
+    size_t Mmax = bench_max_M(o);
     twell_shape s = twell_shape_default(o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     s.gated = 0; /* the packing weight is generated as Wu: the same op, one weight fewer to make */
 
     twell_plan *plan = NULL;
-    if (twell_plan_create(ctx, &s, &plan) != TWELL_OK) {
-        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+    if (bench_plan_open(env, &s, &plan) != 0)
         return 1;
-    }
-    int want = tw_gp_variant_parse(o->variant);
-    if (want != TW_GP_AUTO &&
-        tw_cuda_plan_gate_pack_select(plan, (tw_gp_variant)want) != TWELL_OK) {
-        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
-        twell_plan_destroy(plan);
-        return 1;
-    }
     const char *variant = tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan));
 
     size_t words_max = twell_packed_words(&s, Mmax);
@@ -165,12 +153,8 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
 
     for (size_t di = 0; di < o->ndist; di++) {
         for (size_t ni = 0; ni < o->nnnz; ni++) {
-            tw_synth_params sp = tw_synth_params_default();
-            sp.M = Mmax, sp.K = s.K, sp.N = s.N, sp.dtype = s.dtype, sp.gated = 0;
-            sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
-            tw_synth_ffn *f = NULL;
-            if (tw_synth_create(ctx->pool, &sp, &f) != TWELL_OK) {
-                fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", Mmax);
+            tw_synth_ffn *f = bench_synth(env, &s, Mmax, 0, di, ni);
+            if (!f) {
                 rc = 1;
                 goto done;
             }
@@ -187,11 +171,8 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
                 bench_record r;
                 bench_record_init(env, &r, "gate_pack", M, o->dist[di], o->nnz[ni]);
                 snprintf(r.variant, sizeof r.variant, "%s", variant);
-                snprintf(r.baseline, sizeof r.baseline, "cublas_gemm");
                 r.correct = bench_gp_check(env, &s, plan, M, f, dx, dw, dp, host, &r);
-                if (!r.correct)
-                    fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
-                            r.distribution, r.nnz_target, r.check_note);
+                bench_check_report(&r);
 
                 bench_gp_ours ours = {plan, M, dx, dw, dp};
                 bench_gp_base base = {env, M, dx, dw, dc, TWELL_OK};
@@ -199,19 +180,8 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
                 void *args[2] = {&ours, &base};
                 double med[2] = {0, 0}, mn[2] = {0, 0}, mx[2] = {0, 0};
                 size_t nf = env->cublas ? 2 : 1;
-                twell_status st = bench_time(env, nf, fns, args, o->reps, o->warmup, med, mn, mx);
-                if (st != TWELL_OK) {
-                    fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
-                    r.correct = 0;
-                    snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
-                             twell_ctx_errmsg(ctx));
-                }
-                r.reps = o->reps;
-                r.ours_ms = med[0], r.ours_min_ms = mn[0], r.ours_max_ms = mx[0];
-                if (nf == 2) {
-                    r.baseline_ms = med[1], r.baseline_min_ms = mn[1], r.baseline_max_ms = mx[1];
-                    r.ratio = r.ours_ms > 0 ? r.baseline_ms / r.ours_ms : -1.0;
-                }
+                (void)bench_time_case(env, &r, nf, fns, args, med, mn, mx);
+                bench_record_times(env, &r, "cublas_gemm", med, mn, mx, 0, 1, nf == 2);
                 emit(env, &r);
                 if (!r.correct)
                     rc = 1;

@@ -42,94 +42,20 @@
 #include "jit.h"
 #include "train_check.h"
 
-#include <dlfcn.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a general row-major GemmEx (its own handle: bench/cublas.c only does x·Wᵀ) ---- */
-
-enum {
-    BT_OP_N = 0,
-    BT_OP_T = 1,
-    BT_R_32F = 0,
-    BT_R_16F = 2,
-    BT_R_16BF = 14,
-    BT_COMPUTE_32F = 68,
-    BT_GEMM_DEFAULT = -1
-};
-
-typedef struct bt_handle_st *bt_handle;
-
-typedef struct {
-    void *lib;
-    bt_handle h;
-    int (*Create)(bt_handle *);
-    int (*Destroy)(bt_handle);
-    int (*SetStream)(bt_handle, void *);
-    int (*GemmEx)(bt_handle, int, int, int, int, int, const void *, const void *, int, int,
-                  const void *, int, int, const void *, void *, int, int, int, int);
-} bt_blas;
-
-#define BT_LOAD(b, field, name)                                                                    \
-    do {                                                                                           \
-        void *p_ = dlsym((b)->lib, name);                                                          \
-        memcpy(&(b)->field, &p_, sizeof p_);                                                       \
-    } while (0)
-
-static int bt_blas_open(twell_ctx *ctx, bt_blas *b) {
-    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    memset(b, 0, sizeof *b);
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !b->lib; i++)
-        b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!b->lib)
-        return -1;
-    BT_LOAD(b, Create, "cublasCreate_v2");
-    BT_LOAD(b, Destroy, "cublasDestroy_v2");
-    BT_LOAD(b, SetStream, "cublasSetStream_v2");
-    BT_LOAD(b, GemmEx, "cublasGemmEx");
-    if (!b->Create || !b->Destroy || !b->SetStream || !b->GemmEx)
-        return -1;
-    tw_cu_scope sc;
-    if (tw_cu_enter(ctx, &sc) != TWELL_OK)
-        return -1;
-    int st = b->Create(&b->h);
-    if (st == 0)
-        st = b->SetStream(b->h, NULL);
-    tw_cu_leave(ctx, &sc);
-    return st == 0 ? 0 : -1;
-}
-
-static void bt_blas_close(twell_ctx *ctx, bt_blas *b) {
-    tw_cu_scope sc;
-    if (b->h && tw_cu_enter(ctx, &sc) == TWELL_OK) {
-        b->Destroy(b->h);
-        tw_cu_leave(ctx, &sc);
-    }
-    memset(b, 0, sizeof *b); /* the library stays loaded, as in cublas.c */
-}
-
-/* Row-major C[M, N] (row stride ldc) = op(A)·op(B): A is [M, Kd] (stride lda) or, with ta, stored
- * [Kd, M]; B is [Kd, N] (ldb) or, with tb, stored [N, Kd]. As column-major: Cᵀ = op(B)ᵀ·op(A)ᵀ. */
-static twell_status bt_gemm(twell_ctx *ctx, bt_blas *b, int ta, int tb, size_t M, size_t N,
-                            size_t Kd, const void *A, size_t lda, int at, const void *B, size_t ldb,
-                            int btp, void *C, size_t ldc, int ct) {
-    if (M > INT_MAX || N > INT_MAX || Kd > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
-        ldc > INT_MAX)
-        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "bench train: GEMM dimensions beyond int");
-    const float alpha = 1.0f, beta = 0.0f;
-    tw_cu_scope sc;
-    twell_status s = tw_cu_enter(ctx, &sc);
-    if (s != TWELL_OK)
-        return s;
-    int st = b->GemmEx(b->h, tb ? BT_OP_T : BT_OP_N, ta ? BT_OP_T : BT_OP_N, (int)N, (int)M,
-                       (int)Kd, &alpha, B, btp, (int)ldb, A, at, (int)lda, &beta, C, ct, (int)ldc,
-                       BT_COMPUTE_32F, BT_GEMM_DEFAULT);
-    tw_cu_leave(ctx, &sc);
-    if (st != 0)
-        return tw_error(ctx, TWELL_ERR_CUDA, "bench train: cublasGemmEx failed (%d)", st);
+/* The general row-major GemmEx of bench/cublas.c, its error as the context's message. */
+static twell_status bt_gemm(twell_ctx *ctx, bench_cublas *b, int ta, int tb, size_t M, size_t N,
+                            size_t Kd, const void *A, size_t lda, bench_cublas_type at,
+                            const void *B, size_t ldb, bench_cublas_type btp, void *C, size_t ldc,
+                            bench_cublas_type ct) {
+    char err[256];
+    if (bench_cublas_gemm(ctx, b, ta, tb, M, N, Kd, A, lda, at, B, ldb, btp, C, ldc, ct, err,
+                          sizeof err) != 0)
+        return tw_error(ctx, TWELL_ERR_CUDA, "bench train: %s", err);
     return TWELL_OK;
 }
 
@@ -164,30 +90,16 @@ static twell_status bt_ours_step(void *arg) {
 
 typedef struct {
     twell_ctx *ctx;
-    bt_blas *blas;
+    bench_cublas *blas;
     size_t M;
     uint32_t K, N;
-    int ty;
+    bench_cublas_type ty;
     float l1c;
     const void *x, *wg, *wu, *wd, *wuwg, *dy;
     void *G, *U, *H, *y, *dH, *DUG, *dx;
     float *dwg, *dwu, *dwd;
     tw_CUfunction fwd_ew, bwd_ew;
 } bt_dense;
-
-static twell_status bt_ew(twell_ctx *ctx, tw_CUfunction fn, void **args) {
-    tw_cu_launch_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
-    cfg.block[0] = 256, cfg.block[1] = cfg.block[2] = 1;
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(ctx, &sc);
-    if (st == TWELL_OK) {
-        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
-        tw_cu_leave(ctx, &sc);
-    }
-    return st;
-}
 
 static twell_status bt_dense_fwd(void *arg) {
     bt_dense *d = arg;
@@ -200,7 +112,7 @@ static twell_status bt_dense_fwd(void *arg) {
     if (st == TWELL_OK) {
         long long n = (long long)(M * N);
         void *args[] = {&d->G, &d->U, &d->H, &n};
-        st = bt_ew(c, d->fwd_ew, args);
+        st = bench_ew_launch(c, d->fwd_ew, args);
     }
     if (st == TWELL_OK) /* y = H·Wd, Wd stored [N, K] */
         st = bt_gemm(c, d->blas, 0, 0, M, K, N, d->H, N, d->ty, d->wd, K, d->ty, d->y, K, d->ty);
@@ -216,7 +128,7 @@ static twell_status bt_dense_bwd(void *arg) {
     if (st == TWELL_OK) {
         long long Ml = (long long)M, Nl = (long long)N;
         void *args[] = {&d->G, &d->U, &d->dH, &d->l1c, &d->DUG, &Ml, &Nl};
-        st = bt_ew(c, d->bwd_ew, args);
+        st = bench_ew_launch(c, d->bwd_ew, args);
     }
     if (st == TWELL_OK) /* dx = [dU | dG]·[Wu; Wg] */
         st = bt_gemm(c, d->blas, 0, 0, M, K, 2 * N, d->DUG, 2 * N, d->ty, d->wuwg, K, d->ty, d->dx,
@@ -225,13 +137,13 @@ static twell_status bt_dense_bwd(void *arg) {
     size_t half = N * 2u; /* bytes of N dtype values: dG starts there in each row */
     if (st == TWELL_OK)   /* dWu = dUᵀ·x */
         st = bt_gemm(c, d->blas, 1, 0, N, K, M, dug, 2 * N, d->ty, d->x, K, d->ty, d->dwu, K,
-                     BT_R_32F);
+                     BENCH_CUBLAS_R_32F);
     if (st == TWELL_OK) /* dWg = dGᵀ·x */
         st = bt_gemm(c, d->blas, 1, 0, N, K, M, dug + half, 2 * N, d->ty, d->x, K, d->ty, d->dwg, K,
-                     BT_R_32F);
+                     BENCH_CUBLAS_R_32F);
     if (st == TWELL_OK) /* dWd = Hᵀ·dy */
         st = bt_gemm(c, d->blas, 1, 0, N, K, M, d->H, N, d->ty, d->dy, K, d->ty, d->dwd, K,
-                     BT_R_32F);
+                     BENCH_CUBLAS_R_32F);
     return st;
 }
 
@@ -243,22 +155,10 @@ static twell_status bt_dense_step(void *arg) {
 static twell_status bt_load_ew(twell_ctx *ctx, twell_dtype dt, tw_CUmodule *mod, tw_CUfunction *f,
                                tw_CUfunction *b) {
     tw_param params[] = {{"dtype", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0}};
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "train_dense_ew", params, 1, ctx->cuda->arch, &cubin);
-    if (st != TWELL_OK)
-        return st;
-    tw_cu_scope sc;
-    st = tw_cu_enter(ctx, &sc);
-    if (st == TWELL_OK) {
-        st = tw_cu_module_load(ctx, cubin.data, mod);
-        if (st == TWELL_OK)
-            st = tw_cu_module_function(ctx, *mod, "twell_train_dense_fwd", f);
-        if (st == TWELL_OK)
-            st = tw_cu_module_function(ctx, *mod, "twell_train_dense_bwd", b);
-        tw_cu_leave(ctx, &sc);
-    }
-    tw_cubin_free(&cubin);
+    static const char *const names[] = {"twell_train_dense_fwd", "twell_train_dense_bwd"};
+    tw_CUfunction fns[2] = {NULL, NULL};
+    twell_status st = bench_ew_load(ctx, "train_dense_ew", params, 1, 2, names, mod, fns);
+    *f = fns[0], *b = fns[1];
     return st;
 }
 
@@ -304,6 +204,27 @@ typedef struct {
     size_t Mc, rows_out, nrn_out, diff, values;
     double err[5];
 } bt_check_res;
+
+/* GPU against CPU on the check rows (gsup->M of them): the supports' differences, then y, dx
+ * (row-relative, rows where the supports agree) and dWg, dWu, dWd (gw, rw: three [N, K] blocks;
+ * neurons where they agree) into res. */
+static void bt_compare(const twell_shape *s, const tw_train_support *gsup,
+                       const tw_train_support *csup, unsigned char *row_same,
+                       unsigned char *nrn_same, const uint16_t *gy, const uint16_t *ry,
+                       const uint16_t *gdx, const uint16_t *rdx, const float *gw, const float *rw,
+                       bt_check_res *res) {
+    size_t Mc = gsup->M, N = s->N, wk = N * s->K;
+    res->diff = tw_train_support_diff(s->N, gsup, csup, row_same, nrn_same, &res->values);
+    for (size_t m = 0; m < Mc; m++)
+        res->rows_out += !row_same[m];
+    for (size_t n = 0; n < N; n++)
+        res->nrn_out += !nrn_same[n];
+    res->err[0] = tw_train_err_h(s->dtype, gy, ry, Mc, s->K, row_same, NULL, NULL, NULL);
+    res->err[1] = tw_train_err_h(s->dtype, gdx, rdx, Mc, s->K, row_same, NULL, NULL, NULL);
+    for (size_t t = 0; t < 3; t++)
+        res->err[2 + t] =
+            tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
+}
 
 /* The first Mc rows on both backends (see the file comment). Returns 1 when within tolerance;
  * the note says what was measured or what failed. */
@@ -393,17 +314,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         }
         ro[Mc] = e;
         tw_train_support gsup = {Mc, ro, col, pb};
-        res->diff = tw_train_support_diff(s->N, &gsup, &cs.sup, row_same, nrn_same, &res->values);
+        bt_compare(s, &gsup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
         free(pg), free(ro), free(col), free(pb);
-        for (size_t m = 0; m < Mc; m++)
-            res->rows_out += !row_same[m];
-        for (size_t n = 0; n < N; n++)
-            res->nrn_out += !nrn_same[n];
-        res->err[0] = tw_train_err_h(s->dtype, gy, ry, Mc, s->K, row_same, NULL, NULL, NULL);
-        res->err[1] = tw_train_err_h(s->dtype, gdx, rdx, Mc, s->K, row_same, NULL, NULL, NULL);
-        for (size_t t = 0; t < 3; t++)
-            res->err[2 + t] =
-                tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
         ok = res->rows_out * 100 <= Mc && res->err[0] <= d16 && res->err[1] <= dxt &&
              res->err[2] <= d32 && res->err[3] <= d32 && res->err[4] <= d32;
         snprintf(note, notelen,
@@ -435,16 +347,7 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         snprintf(note, notelen, "out of host memory for the check");
         goto done;
     }
-    res->diff = tw_train_support_diff(s->N, &gs.sup, &cs.sup, row_same, nrn_same, &res->values);
-    for (size_t m = 0; m < Mc; m++)
-        res->rows_out += !row_same[m];
-    for (size_t n = 0; n < N; n++)
-        res->nrn_out += !nrn_same[n];
-    res->err[0] = tw_train_err_h(s->dtype, gy, ry, Mc, s->K, row_same, NULL, NULL, NULL);
-    res->err[1] = tw_train_err_h(s->dtype, gdx, rdx, Mc, s->K, row_same, NULL, NULL, NULL);
-    for (size_t t = 0; t < 3; t++)
-        res->err[2 + t] =
-            tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
+    bt_compare(s, &gs.sup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
     double t16 = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
     ok = res->rows_out * 100 <= Mc && res->err[0] <= t16 && res->err[1] <= t16 &&
          res->err[2] <= 1e-5 && res->err[3] <= 1e-5 && res->err[4] <= 1e-5;
@@ -548,13 +451,7 @@ static void bt_emit(bench_env *env, void (*emit)(bench_env *, const bench_record
                     const double *mx, size_t ours, size_t dense, int have_dense) {
     bench_record c = *r;
     snprintf(c.op, sizeof c.op, "%s", op);
-    c.reps = env->opts->reps;
-    c.ours_ms = med[ours], c.ours_min_ms = mn[ours], c.ours_max_ms = mx[ours];
-    snprintf(c.baseline, sizeof c.baseline, "cublas_train");
-    if (have_dense) {
-        c.baseline_ms = med[dense], c.baseline_min_ms = mn[dense], c.baseline_max_ms = mx[dense];
-        c.ratio = c.ours_ms > 0 ? c.baseline_ms / c.ours_ms : -1.0;
-    }
+    bench_record_times(env, &c, "cublas_train", med, mn, mx, ours, dense, have_dense);
     emit(env, &c);
 }
 
@@ -592,45 +489,29 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
     twell_ctx *ctx = env->ctx;
     const float lambda = 1.0f;
     int rc = 0;
-    size_t Mmax = 0;
-    for (size_t i = 0; i < o->nM; i++)
-        if (o->M[i] > Mmax)
-            Mmax = o->M[i];
+    size_t Mmax = bench_max_M(o);
     twell_shape s = twell_shape_default(o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     twell_plan *plan = NULL;
-    if (twell_plan_create(ctx, &s, &plan) != TWELL_OK) {
-        fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
+    if (bench_plan_open(env, &s, &plan) != 0)
         return 1;
-    }
-    int want = tw_gp_variant_parse(o->variant);
-    if (want != TW_GP_AUTO &&
-        tw_cuda_plan_gate_pack_select(plan, (tw_gp_variant)want) != TWELL_OK) {
-        fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
-        twell_plan_destroy(plan);
-        return 1;
-    }
-    twell_path path = !strcmp(o->path, "dense")    ? TWELL_PATH_DENSE
-                      : !strcmp(o->path, "sparse") ? TWELL_PATH_SPARSE
-                                                   : TWELL_PATH_AUTO;
-    if (twell_plan_set_path(plan, path) != TWELL_OK) {
+    if (twell_plan_set_path(plan, bench_path_parse(o->path)) != TWELL_OK) {
         fprintf(stderr, "twell bench: --path %s: %s\n", o->path, twell_ctx_errmsg(ctx));
         twell_plan_destroy(plan);
         return 1;
     }
     const char *gpv = tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan));
 
-    bt_blas blas;
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction fwd_ew = NULL, bwd_ew = NULL;
-    int have_dense = bt_blas_open(ctx, &blas) == 0;
+    int have_dense = env->cublas != NULL;
     if (!have_dense)
         fprintf(stderr, "twell bench: no cuBLAS for the dense training baseline\n");
     if (have_dense && bt_load_ew(ctx, s.dtype, &ew_mod, &fwd_ew, &bwd_ew) != TWELL_OK) {
         fprintf(stderr, "twell bench: dense baseline kernels: %s\n", twell_ctx_errmsg(ctx));
         have_dense = 0;
     }
-    int ty = s.dtype == TWELL_DTYPE_BF16 ? BT_R_16BF : BT_R_16F;
+    bench_cublas_type ty = bench_cublas_type_of(s.dtype);
 
     size_t K = s.K, N = s.N, xb = Mmax * K * 2, wb = N * K * 2, hb = Mmax * N * 2;
     twell_train_state *state = NULL;
@@ -681,12 +562,8 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
 
     for (size_t di = 0; di < o->ndist; di++) {
         for (size_t ni = 0; ni < o->nnnz; ni++) {
-            tw_synth_params sp = tw_synth_params_default();
-            sp.M = Mmax, sp.K = s.K, sp.N = s.N, sp.dtype = s.dtype, sp.gated = 1;
-            sp.nnz = o->nnz[ni], sp.dist = o->dist[di], sp.seed = o->seed;
-            tw_synth_ffn *f = NULL;
-            if (tw_synth_create(ctx->pool, &sp, &f) != TWELL_OK) {
-                fprintf(stderr, "twell bench: synthetic data (M=%zu) failed\n", Mmax);
+            tw_synth_ffn *f = bench_synth(env, &s, Mmax, 1, di, ni);
+            if (!f) {
                 rc = 1;
                 goto done;
             }
@@ -712,7 +589,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                                 bufs[WU],  bufs[WD],  bufs[DY],  bufs[Y],     bufs[DX],
                                 bufs[DWG], bufs[DWU], bufs[DWD], bufs[STATS], lambda};
                 bt_dense dense = {ctx,
-                                  &blas,
+                                  env->cublas,
                                   M,
                                   (uint32_t)K,
                                   (uint32_t)N,
@@ -775,9 +652,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                          "dense vs ours %.1e%s%s",
                          (double)ours_bytes / 1073741824.0, dense_bytes / 1073741824.0, agree,
                          *pnote ? "; " : "", pnote);
-                if (!r.correct)
-                    fprintf(stderr, "twell bench: M=%zu %s nnz=%g: CHECK FAILED: %s\n", M,
-                            r.distribution, r.nnz_target, r.check_note);
+                bench_check_report(&r);
 
                 bench_fn fns[6] = {bt_ours_step,  bt_ours_fwd,  bt_ours_bwd,
                                    bt_dense_step, bt_dense_fwd, bt_dense_bwd};
@@ -786,7 +661,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                 unsigned long nd0 = tw_ctd_calls(state, TWELL_PATH_DENSE);
                 unsigned long ns0 = tw_ctd_calls(state, TWELL_PATH_SPARSE);
                 twell_status st =
-                    bench_time(env, have_dense ? 6 : 3, fns, args, o->reps, o->warmup, med, mn, mx);
+                    bench_time_case(env, &r, have_dense ? 6 : 3, fns, args, med, mn, mx);
                 int ran_d = tw_ctd_calls(state, TWELL_PATH_DENSE) > nd0;
                 int ran_s = tw_ctd_calls(state, TWELL_PATH_SPARSE) > ns0;
                 snprintf(r.variant, sizeof r.variant, "%s+%s", gpv,
@@ -794,12 +669,6 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                          : ran_d        ? "dense"
                          : ran_s        ? "sparse"
                                         : "?");
-                if (st != TWELL_OK) {
-                    fprintf(stderr, "twell bench: timing M=%zu: %s\n", M, twell_ctx_errmsg(ctx));
-                    r.correct = 0;
-                    snprintf(r.check_note, sizeof r.check_note, "timing failed: %s",
-                             twell_ctx_errmsg(ctx));
-                }
                 if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
                     bt_profile(&ours, M, r.distribution, r.nnz_target);
                 bt_emit(env, emit, &r, "train", med, mn, mx, 0, 3, have_dense);
@@ -817,15 +686,7 @@ done:
     for (int i = 0; i < NBUF; i++)
         tw_cuda_free(ctx, bufs[i]);
     twell_train_state_destroy(state);
-    if (ew_mod) {
-        tw_cu_scope sc;
-        if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
-            tw_cu_module_unload(ew_mod);
-            tw_cu_leave(ctx, &sc);
-        }
-    }
-    if (have_dense || blas.h)
-        bt_blas_close(ctx, &blas);
+    bench_ew_unload(ctx, ew_mod);
     twell_plan_destroy(plan);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * cublas.c — the dense baseline of `twell bench`: cuBLAS loaded with dlopen here only (the library
- * never depends on it), one GemmEx for [M, N] = x · Wᵀ in bf16/fp16 with fp32 accumulation.
+ * never depends on it), a row-major GemmEx with fp32 accumulation (x · Wᵀ for the inference ops,
+ * the general form for the training baseline).
  */
 #include "bench.h"
 
@@ -10,12 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* cuBLAS / CUDA library constants (from cublas_api.h and library_types.h). */
+/* cuBLAS constants (from cublas_api.h; the data types are bench_cublas_type). */
 enum {
     BENCH_CUBLAS_OP_N = 0,
     BENCH_CUBLAS_OP_T = 1,
-    BENCH_CUDA_R_16F = 2,
-    BENCH_CUDA_R_16BF = 14,
     BENCH_CUBLAS_COMPUTE_32F = 68,
     BENCH_CUBLAS_GEMM_DEFAULT = -1
 };
@@ -107,27 +106,41 @@ void bench_cublas_close(twell_ctx *ctx, bench_cublas *cb) {
     free(cb);
 }
 
-int bench_cublas_gemm_nt(twell_ctx *ctx, bench_cublas *cb, twell_dtype dt, size_t M, uint32_t N,
-                         uint32_t K, const void *A, const void *B, void *C, char *err,
-                         size_t errlen) {
-    if (M > INT_MAX || N > INT_MAX || K > INT_MAX) {
+bench_cublas_type bench_cublas_type_of(twell_dtype dt) {
+    return dt == TWELL_DTYPE_BF16 ? BENCH_CUBLAS_R_16BF : BENCH_CUBLAS_R_16F;
+}
+
+int bench_cublas_gemm(twell_ctx *ctx, bench_cublas *cb, int ta, int tb, size_t M, size_t N,
+                      size_t K, const void *A, size_t lda, bench_cublas_type at, const void *B,
+                      size_t ldb, bench_cublas_type bt, void *C, size_t ldc, bench_cublas_type ct,
+                      char *err, size_t errlen) {
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
+        ldc > INT_MAX) {
         snprintf(err, errlen, "cublasGemmEx: dimensions beyond int");
         return -1;
     }
-    /* Row-major C[M,N] = A[M,K]·B[N,K]ᵀ is column-major Cᵀ[N,M] = B·Aᵀ with B stored as
-     * [K,N] column-major (lda K, transposed) and A as [K,M] (ldb K): the "TN" GEMM. */
+    /* Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLAS gets B first, each
+     * operand's row-major storage read as its column-major transpose. */
     const float alpha = 1.0f, beta = 0.0f;
-    int ty = dt == TWELL_DTYPE_BF16 ? BENCH_CUDA_R_16BF : BENCH_CUDA_R_16F;
     tw_cu_scope sc;
     if (tw_cu_enter(ctx, &sc) != TWELL_OK) {
         snprintf(err, errlen, "%s", twell_ctx_errmsg(ctx));
         return -1;
     }
-    int st = cb->GemmEx(cb->h, BENCH_CUBLAS_OP_T, BENCH_CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha,
-                        B, ty, (int)K, A, ty, (int)K, &beta, C, ty, (int)N,
+    int st = cb->GemmEx(cb->h, tb ? BENCH_CUBLAS_OP_T : BENCH_CUBLAS_OP_N,
+                        ta ? BENCH_CUBLAS_OP_T : BENCH_CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha,
+                        B, (int)bt, (int)ldb, A, (int)at, (int)lda, &beta, C, (int)ct, (int)ldc,
                         BENCH_CUBLAS_COMPUTE_32F, BENCH_CUBLAS_GEMM_DEFAULT);
     tw_cu_leave(ctx, &sc);
     if (st != 0)
         snprintf(err, errlen, "cublasGemmEx: %s (%d)", bench_status(cb, st), st);
     return st;
+}
+
+int bench_cublas_gemm_nt(twell_ctx *ctx, bench_cublas *cb, twell_dtype dt, size_t M, uint32_t N,
+                         uint32_t K, const void *A, const void *B, void *C, char *err,
+                         size_t errlen) {
+    /* B [N, K] row-major is Bᵀ stored [N, K]: the "TN" GEMM, all leading dimensions packed. */
+    bench_cublas_type ty = bench_cublas_type_of(dt);
+    return bench_cublas_gemm(ctx, cb, 0, 1, M, N, K, A, K, ty, B, K, ty, C, N, ty, err, errlen);
 }

@@ -47,24 +47,39 @@ static double tw_rowrel(const double *num_den) {
     return num_den[1] > 0.0 ? sqrt(num_den[0] / num_den[1]) : sqrt(num_den[0]);
 }
 
-double tw_train_err_h(twell_dtype dt, const uint16_t *got, const uint16_t *ref, size_t rows,
-                      uint32_t K, const unsigned char *mask, size_t *worst, size_t *bitwise,
-                      size_t *compared) {
+/* Element k of a row of 16-bit dtype values (f32 = 0) or fp32 values (f32 = 1), as a double. */
+static double tw_err_elem(twell_dtype dt, int f32, const unsigned char *row, uint32_t k) {
+    if (f32) {
+        float v;
+        memcpy(&v, row + (size_t)k * sizeof v, sizeof v);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, row + (size_t)k * sizeof h, sizeof h);
+    return tw_half_to_f32(dt, h);
+}
+
+/* tw_train_err_h (f32 = 0) and tw_train_err_f (f32 = 1). */
+static double tw_train_err(twell_dtype dt, int f32, const void *got, const void *ref, size_t rows,
+                           uint32_t K, const unsigned char *mask, size_t *worst, size_t *bitwise,
+                           size_t *compared) {
+    size_t row_bytes = (size_t)K * (f32 ? sizeof(float) : sizeof(uint16_t));
     double w = 0.0;
     size_t wr = 0, bits = 0, n = 0;
     for (size_t r = 0; r < rows; r++) {
         if (mask && !mask[r])
             continue;
-        const uint16_t *g = got + r * K, *f = ref + r * K;
+        const unsigned char *g = (const unsigned char *)got + r * row_bytes;
+        const unsigned char *f = (const unsigned char *)ref + r * row_bytes;
         double nd[2] = {0.0, 0.0};
         for (uint32_t k = 0; k < K; k++) {
-            double a = tw_half_to_f32(dt, g[k]), b = tw_half_to_f32(dt, f[k]);
+            double a = tw_err_elem(dt, f32, g, k), b = tw_err_elem(dt, f32, f, k);
             nd[0] += (a - b) * (a - b);
             nd[1] += b * b;
         }
         double e = tw_rowrel(nd);
         n++;
-        bits += memcmp(g, f, (size_t)K * sizeof *g) == 0;
+        bits += memcmp(g, f, row_bytes) == 0;
         if (!(e <= w)) {
             w = e;
             wr = r;
@@ -79,33 +94,13 @@ double tw_train_err_h(twell_dtype dt, const uint16_t *got, const uint16_t *ref, 
     return w;
 }
 
+double tw_train_err_h(twell_dtype dt, const uint16_t *got, const uint16_t *ref, size_t rows,
+                      uint32_t K, const unsigned char *mask, size_t *worst, size_t *bitwise,
+                      size_t *compared) {
+    return tw_train_err(dt, 0, got, ref, rows, K, mask, worst, bitwise, compared);
+}
+
 double tw_train_err_f(const float *got, const float *ref, size_t rows, uint32_t K,
                       const unsigned char *mask, size_t *worst, size_t *bitwise, size_t *compared) {
-    double w = 0.0;
-    size_t wr = 0, bits = 0, n = 0;
-    for (size_t r = 0; r < rows; r++) {
-        if (mask && !mask[r])
-            continue;
-        const float *g = got + r * K, *f = ref + r * K;
-        double nd[2] = {0.0, 0.0};
-        for (uint32_t k = 0; k < K; k++) {
-            double a = g[k], b = f[k];
-            nd[0] += (a - b) * (a - b);
-            nd[1] += b * b;
-        }
-        double e = tw_rowrel(nd);
-        n++;
-        bits += memcmp(g, f, (size_t)K * sizeof *g) == 0;
-        if (!(e <= w)) {
-            w = e;
-            wr = r;
-        }
-    }
-    if (worst)
-        *worst = wr;
-    if (bitwise)
-        *bitwise = bits;
-    if (compared)
-        *compared = n;
-    return w;
+    return tw_train_err(TWELL_DTYPE_BF16, 1, got, ref, rows, K, mask, worst, bitwise, compared);
 }

@@ -16,8 +16,8 @@
 #include "internal.h"
 #include "json.h"
 #include "tuner.h"
+#include "tw_case_dir.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,19 +30,9 @@
 
 /* ---- helpers ---- */
 
-static int tw_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* A fresh, empty cache directory for one case, under the test's own cache directory. */
 static void tw_case_dir(const char *name, char *out, size_t n) {
-    const char *base = getenv("TWELL_CACHE_DIR");
-    if (!base || !*base)
-        base = TWELL_TEST_BINARY_DIR "/test-cache/test_autotune";
-    snprintf(out, n, "%s/%s", base, name);
-    nftw(out, tw_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tw_test_case_dir("test_autotune", name, out, n);
 }
 
 typedef struct {

@@ -9,11 +9,11 @@
 #include <cmocka.h>
 
 #include "cache.h"
+#include "tw_case_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,19 +45,9 @@ static void tw_test_log(void *user, twell_log_level level, const char *msg) {
     pthread_mutex_unlock(&mu);
 }
 
-static int tw_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 /* A fresh, empty directory for one test case, under the test's own cache directory. */
 static void tw_case_dir(const char *name, char *out, size_t n) {
-    const char *base = getenv("TWELL_CACHE_DIR");
-    if (!base || !*base)
-        base = TWELL_TEST_BINARY_DIR "/test-cache/test_cache";
-    snprintf(out, n, "%s/%s", base, name);
-    nftw(out, tw_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tw_test_case_dir("test_cache", name, out, n);
 }
 
 static tw_key tw_test_key(int i) {

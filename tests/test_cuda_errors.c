@@ -18,14 +18,7 @@
 
 #include <cmocka.h>
 
-static twell_ctx *ce_cpu_ctx(void) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
-    return ctx;
-}
+#include "tw_cpu.h"
 
 static void test_cuda_errors_status_mapping(void **state) {
     (void)state;
@@ -50,7 +43,7 @@ static void test_cuda_errors_names(void **state) {
 
 static void test_cuda_errors_message_format(void **state) {
     (void)state;
-    twell_ctx *ctx = ce_cpu_ctx();
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     assert_int_equal(tw_cu_fail(ctx, "cuModuleLoadData", 200), TWELL_ERR_CUDA);
     const char *m = twell_ctx_errmsg(ctx);
     /* "<call>: <NAME> (<code>)", optionally followed by the driver's description */
@@ -119,7 +112,7 @@ static void test_cuda_errors_auto_falls_back(void **state) {
 
 static void test_cuda_errors_cpu_ctx_has_no_device_helpers(void **state) {
     (void)state;
-    twell_ctx *ctx = ce_cpu_ctx();
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     void *p = (void *)&ctx;
     assert_int_equal(tw_cuda_malloc(ctx, 16, &p), TWELL_ERR_UNSUPPORTED);
     assert_null(p);

@@ -21,28 +21,9 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 static twell_ctx *gd_ctx;
-
-static void gd_log(void *user, twell_log_level level, const char *msg) {
-    (void)level;
-    snprintf((char *)user, 512, "%s", msg);
-}
-
-/* Opens the CUDA backend or exits 77 with the reason. */
-static void gd_open_or_skip(void) {
-    static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    o.log = gd_log;
-    o.log_user = why;
-    o.log_level = TWELL_LOG_ERROR;
-    twell_status st = twell_ctx_create(&o, &gd_ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_driver: SKIPPED, no usable CUDA device (%s: %s)\n",
-                twell_status_name(st), why);
-        exit(77);
-    }
-}
 
 static void test_gpu_driver_device_description(void **state) {
     (void)state;
@@ -251,7 +232,7 @@ static void test_gpu_driver_simt_module_launch(void **state) {
 }
 
 int main(void) {
-    gd_open_or_skip();
+    gd_ctx = tw_gpu_open_or_skip("test_gpu_driver");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_driver_device_description),
         cmocka_unit_test(test_gpu_driver_memory_roundtrip),

@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 enum { GF_M = 700, GF_K = 512, GF_N = 1024 };
 enum { GF_X = GF_M * GF_K, GF_W = GF_N * GF_K };
 static const uint8_t GF_POISON = 0xa7;
@@ -47,19 +49,7 @@ typedef struct {
 
 static gf_fix gf;
 
-#define GF_OK(expr)                                                                                \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(gf.ctx));       \
-    } while (0)
-
-static void *gf_upload(const void *h, size_t bytes) {
-    void *d = NULL;
-    GF_OK(tw_cuda_malloc(gf.ctx, bytes, &d));
-    GF_OK(tw_cuda_memcpy_htod(gf.ctx, d, h, bytes));
-    return d;
-}
+#define GF_OK(expr) TW_GPU_OK(gf.ctx, expr)
 
 static void gf_poison_out(void) {
     GF_OK(tw_cuda_memset_d8(gf.ctx, gf.out, GF_POISON, gf.out_bytes, NULL));
@@ -356,14 +346,7 @@ static void test_gpu_fault_train(void **state) {
 
 static int gf_setup(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    twell_status st = twell_ctx_create(&o, &gf.ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_fault: SKIPPED, no usable CUDA device (%s)\n",
-                twell_status_name(st));
-        exit(77);
-    }
+    gf.ctx = tw_gpu_open_or_skip("test_gpu_fault");
     gf.s = twell_shape_default(GF_K, GF_N);
     tw_synth_params p = tw_synth_params_default();
     p.M = GF_M;
@@ -377,11 +360,11 @@ static int gf_setup(void **state) {
     assert_non_null(dy);
     for (size_t i = 0; i < GF_X; i++)
         dy[i] = gf.f->x[(i * 7 + 1) % GF_X];
-    gf.x = gf_upload(gf.f->x, (size_t)GF_X * 2);
-    gf.wg = gf_upload(gf.f->wg, (size_t)GF_W * 2);
-    gf.wu = gf_upload(gf.f->wu, (size_t)GF_W * 2);
-    gf.wd = gf_upload(gf.f->wd, (size_t)GF_W * 2);
-    gf.dy = gf_upload(dy, (size_t)GF_X * 2);
+    gf.x = tw_gpu_upload(gf.ctx, gf.f->x, (size_t)GF_X * 2);
+    gf.wg = tw_gpu_upload(gf.ctx, gf.f->wg, (size_t)GF_W * 2);
+    gf.wu = tw_gpu_upload(gf.ctx, gf.f->wu, (size_t)GF_W * 2);
+    gf.wd = tw_gpu_upload(gf.ctx, gf.f->wd, (size_t)GF_W * 2);
+    gf.dy = tw_gpu_upload(gf.ctx, dy, (size_t)GF_X * 2);
     free(dy);
     gf.pbytes = twell_packed_bytes(&gf.s, GF_M);
     gf.out_bytes = GF_END > gf.pbytes ? GF_END : gf.pbytes;

@@ -34,6 +34,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 static twell_ctx *fd_ctx;
 
 typedef struct {
@@ -71,33 +73,7 @@ static const fd_case fd_cases[] = {
 #define FD_POISON_A 0xFFFFu
 #define FD_POISON_B 0x7FC1u /* a NaN in both bf16 and fp16 */
 
-static void fd_log(void *user, twell_log_level level, const char *msg) {
-    (void)level;
-    snprintf((char *)user, 512, "%s", msg);
-}
-
-static void fd_open_or_skip(void) {
-    static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    o.log = fd_log;
-    o.log_user = why;
-    o.log_level = TWELL_LOG_ERROR;
-    twell_status st = twell_ctx_create(&o, &fd_ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_ffn_dense: SKIPPED, no usable CUDA device (%s: %s)\n",
-                twell_status_name(st), why);
-        exit(77);
-    }
-    printf("# %s\n", twell_ctx_device_name(fd_ctx));
-}
-
-#define FD_OK(expr)                                                                                \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(fd_ctx));       \
-    } while (0)
+#define FD_OK(expr) TW_GPU_OK(fd_ctx, expr)
 
 static double fd_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
 
@@ -119,13 +95,6 @@ typedef struct {
     uint16_t *ref;      /* [nrows, K] reference rows */
     uint16_t *got;      /* [M, K] host copy of y */
 } fd_data;
-
-static void *fd_upload(const void *src, size_t bytes) {
-    void *d = NULL;
-    FD_OK(tw_cuda_malloc(fd_ctx, bytes, &d));
-    FD_OK(tw_cuda_memcpy_htod(fd_ctx, d, src, bytes));
-    return d;
-}
 
 /* The reference rows of d->rows[from..nrows). */
 static void fd_reference(fd_data *d, size_t from) {
@@ -159,10 +128,10 @@ static void fd_prepare(fd_data *d, const twell_shape *s, size_t M, tw_synth_dist
     sp.heavy_frac = 0.1, sp.seq_len = 64;
     FD_OK(tw_synth_create(fd_ctx->pool, &sp, &d->f));
     size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, words = twell_packed_words(s, M);
-    d->dx = fd_upload(d->f->x, xb);
-    d->dwg = s->gated ? fd_upload(d->f->wg, wb) : NULL;
-    d->dwu = fd_upload(d->f->wu, wb);
-    d->dwd = fd_upload(d->f->wd, wb);
+    d->dx = tw_gpu_upload(fd_ctx, d->f->x, xb);
+    d->dwg = s->gated ? tw_gpu_upload(fd_ctx, d->f->wg, wb) : NULL;
+    d->dwu = tw_gpu_upload(fd_ctx, d->f->wu, wb);
+    d->dwd = tw_gpu_upload(fd_ctx, d->f->wd, wb);
     FD_OK(tw_cuda_malloc(fd_ctx, xb, &d->dy));
     void *dp = NULL;
     FD_OK(tw_cuda_malloc(fd_ctx, words * 4, &dp));
@@ -190,25 +159,7 @@ static void fd_prepare(fd_data *d, const twell_shape *s, size_t M, tw_synth_dist
             }
         }
     free(seen);
-    if (M <= FD_FULL_M) {
-        for (size_t m = 0; m < M; m++)
-            d->rows[m] = m;
-        d->nrows = M;
-    } else {
-        d->nrows = tw_pack_sample_rows(M, FD_SAMPLE, d->rows);
-        size_t added = 0;
-        for (size_t m = 0; m < M && added < FD_OVF_ROWS; m++) {
-            int ovf = 0, dup = 0;
-            for (size_t t = 0; t < NT; t++)
-                ovf |= d->packed[m * row_words + t * W] > W - 1;
-            for (size_t i = 0; i < d->nrows && ovf; i++)
-                dup |= d->rows[i] == m;
-            if (ovf && !dup) {
-                d->rows[d->nrows++] = m;
-                added++;
-            }
-        }
-    }
+    d->nrows = tw_gpu_check_rows(s, M, d->packed, FD_FULL_M, FD_SAMPLE, FD_OVF_ROWS, d->rows);
     fd_reference(d, 0);
 }
 
@@ -227,24 +178,7 @@ static void fd_release(fd_data *d) {
 
 /* Largest row-relative L2 error of the checked rows of d->got; *worst_row gets its row. */
 static double fd_max_err(const fd_data *d, size_t *worst_row) {
-    const twell_shape *s = &d->s;
-    double worst = 0.0;
-    *worst_row = 0;
-    for (size_t i = 0; i < d->nrows; i++) {
-        const uint16_t *g = d->got + d->rows[i] * s->K, *r = d->ref + i * s->K;
-        double num = 0.0, den = 0.0;
-        for (uint32_t k = 0; k < s->K; k++) {
-            double a = tw_half_to_f32(s->dtype, g[k]), b = tw_half_to_f32(s->dtype, r[k]);
-            num += (a - b) * (a - b);
-            den += b * b;
-        }
-        double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
-        if (!(e <= worst)) { /* NaN counts as worst */
-            worst = e;
-            *worst_row = d->rows[i];
-        }
-    }
-    return worst;
+    return tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, worst_row);
 }
 
 /* Poisons y, one call on `stream` (the host wait counter must not move during the call itself),
@@ -256,12 +190,7 @@ static void fd_run(fd_data *d, twell_plan *plan, uint16_t poison, twell_stream s
     FD_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
     FD_OK(tw_cuda_synchronize(fd_ctx));
     FD_OK(tw_cuda_memcpy_dtoh(fd_ctx, d->got, d->dy, n * 2));
-    for (size_t i = 0; i < n; i++) {
-        float v = tw_half_to_f32(s->dtype, d->got[i]);
-        if (d->got[i] == poison || !isfinite(v))
-            fail_msg("y[%zu][%zu] = %04x (%g): never written or not finite (poison %04x)", i / s->K,
-                     i % s->K, d->got[i], (double)v, poison);
-    }
+    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
 }
 
 static void fd_expect(const fd_data *d, const char *path) {
@@ -551,7 +480,8 @@ static void test_gpu_ffn_dense_errors(void **state) {
 }
 
 int main(int argc, char **argv) {
-    fd_open_or_skip();
+    fd_ctx = tw_gpu_open_or_skip("test_gpu_ffn_dense");
+    printf("# %s\n", twell_ctx_device_name(fd_ctx));
     size_t ncases = sizeof fd_cases / sizeof fd_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)

@@ -32,6 +32,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 static twell_ctx *fi_ctx;
 
 typedef struct {
@@ -71,33 +73,7 @@ static const fi_case fi_cases[] = {
 #define FI_POISON_A 0xFFFFu
 #define FI_POISON_B 0x7FC1u /* a NaN in both bf16 and fp16 */
 
-static void fi_log(void *user, twell_log_level level, const char *msg) {
-    (void)level;
-    snprintf((char *)user, 512, "%s", msg);
-}
-
-static void fi_open_or_skip(void) {
-    static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    o.log = fi_log;
-    o.log_user = why;
-    o.log_level = TWELL_LOG_ERROR;
-    twell_status st = twell_ctx_create(&o, &fi_ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_ffn_infer: SKIPPED, no usable CUDA device (%s: %s)\n",
-                twell_status_name(st), why);
-        exit(77);
-    }
-    printf("# %s\n", twell_ctx_device_name(fi_ctx));
-}
-
-#define FI_OK(expr)                                                                                \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(fi_ctx));       \
-    } while (0)
+#define FI_OK(expr) TW_GPU_OK(fi_ctx, expr)
 
 static double fi_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
 
@@ -116,13 +92,6 @@ typedef struct {
     uint16_t *got;    /* [M, K] host copy of y */
 } fi_data;
 
-static void *fi_upload(const void *src, size_t bytes) {
-    void *d = NULL;
-    FI_OK(tw_cuda_malloc(fi_ctx, bytes, &d));
-    FI_OK(tw_cuda_memcpy_htod(fi_ctx, d, src, bytes));
-    return d;
-}
-
 /* Synthetic data, uploaded; gate-pack on the GPU with `plan`; the checked rows and their
  * reference computed from the GPU's packed bytes. */
 static void fi_prepare(fi_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
@@ -136,10 +105,10 @@ static void fi_prepare(fi_data *d, const twell_shape *s, size_t M, tw_synth_dist
     sp.heavy_frac = 0.1, sp.seq_len = 64; /* heavy and first-token rows even at small M */
     FI_OK(tw_synth_create(fi_ctx->pool, &sp, &d->f));
     size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, words = twell_packed_words(s, M);
-    d->dx = fi_upload(d->f->x, xb);
-    d->dwg = s->gated ? fi_upload(d->f->wg, wb) : NULL;
-    d->dwu = fi_upload(d->f->wu, wb);
-    d->dwd = fi_upload(d->f->wd, wb);
+    d->dx = tw_gpu_upload(fi_ctx, d->f->x, xb);
+    d->dwg = s->gated ? tw_gpu_upload(fi_ctx, d->f->wg, wb) : NULL;
+    d->dwu = tw_gpu_upload(fi_ctx, d->f->wu, wb);
+    d->dwd = tw_gpu_upload(fi_ctx, d->f->wd, wb);
     FI_OK(tw_cuda_malloc(fi_ctx, xb, &d->dy));
     void *dp = NULL;
     FI_OK(tw_cuda_malloc(fi_ctx, words * 4, &dp));
@@ -153,26 +122,7 @@ static void fi_prepare(fi_data *d, const twell_shape *s, size_t M, tw_synth_dist
 
     /* rows: all of them for small M, else a spread sample plus rows that overflow */
     size_t row_words = s->N / s->C, W = s->T / s->C, NT = s->N / s->T;
-    if (M <= FI_FULL_M) {
-        for (size_t m = 0; m < M; m++)
-            d->rows[m] = m;
-        d->nrows = M;
-    } else {
-        d->nrows = tw_pack_sample_rows(M, FI_SAMPLE, d->rows);
-        size_t added = 0;
-        for (size_t m = 0; m < M && added < FI_OVF_ROWS; m++) {
-            int ovf = 0;
-            for (size_t t = 0; t < NT; t++)
-                ovf |= d->packed[m * row_words + t * W] > W - 1;
-            int dup = 0;
-            for (size_t i = 0; i < d->nrows; i++)
-                dup |= d->rows[i] == m;
-            if (ovf && !dup) {
-                d->rows[d->nrows++] = m;
-                added++;
-            }
-        }
-    }
+    d->nrows = tw_gpu_check_rows(s, M, d->packed, FI_FULL_M, FI_SAMPLE, FI_OVF_ROWS, d->rows);
     uint16_t *xs = malloc(d->nrows * s->K * 2u);
     uint32_t *ps = malloc(d->nrows * row_words * 4);
     d->ref = malloc(d->nrows * s->K * 2u);
@@ -204,24 +154,7 @@ static void fi_release(fi_data *d) {
 
 /* Largest row-relative L2 error of the checked rows of d->got; *worst_row gets its row. */
 static double fi_max_err(const fi_data *d, size_t *worst_row) {
-    const twell_shape *s = &d->s;
-    double worst = 0.0;
-    *worst_row = 0;
-    for (size_t i = 0; i < d->nrows; i++) {
-        const uint16_t *g = d->got + d->rows[i] * s->K, *r = d->ref + i * s->K;
-        double num = 0.0, den = 0.0;
-        for (uint32_t k = 0; k < s->K; k++) {
-            double a = tw_half_to_f32(s->dtype, g[k]), b = tw_half_to_f32(s->dtype, r[k]);
-            num += (a - b) * (a - b);
-            den += b * b;
-        }
-        double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
-        if (!(e <= worst)) { /* NaN counts as worst */
-            worst = e;
-            *worst_row = d->rows[i];
-        }
-    }
-    return worst;
+    return tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, worst_row);
 }
 
 /* One run into y poisoned with `poison` (then copied to d->got): every element written, finite. */
@@ -232,12 +165,7 @@ static void fi_run(fi_data *d, twell_plan *plan, uint16_t poison, twell_stream s
     FI_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
     FI_OK(tw_cuda_synchronize(fi_ctx));
     FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, d->dy, n * 2));
-    for (size_t i = 0; i < n; i++) {
-        float v = tw_half_to_f32(s->dtype, d->got[i]);
-        if (d->got[i] == poison || !isfinite(v))
-            fail_msg("y[%zu][%zu] = %04x (%g): never written or not finite (poison %04x)", i / s->K,
-                     i % s->K, d->got[i], (double)v, poison);
-    }
+    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
 }
 
 /* The checked rows of d->got against the reference, within the dtype's tolerance. */
@@ -464,7 +392,8 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
 }
 
 int main(int argc, char **argv) {
-    fi_open_or_skip();
+    fi_ctx = tw_gpu_open_or_skip("test_gpu_ffn_infer");
+    printf("# %s\n", twell_ctx_device_name(fi_ctx));
     size_t ncases = sizeof fi_cases / sizeof fi_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)

@@ -27,6 +27,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 static twell_ctx *gp_ctx;
 
 typedef struct {
@@ -62,33 +64,7 @@ static const gp_case gp_cases[] = {
 #define GP_POISON_A 0xA5A5A5A5u
 #define GP_POISON_B 0x5A5A5A5Au /* value 0x5A5A with column 23130 ≥ N: also never valid */
 
-static void gp_log(void *user, twell_log_level level, const char *msg) {
-    (void)level;
-    snprintf((char *)user, 512, "%s", msg);
-}
-
-static void gp_open_or_skip(void) {
-    static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    o.log = gp_log;
-    o.log_user = why;
-    o.log_level = TWELL_LOG_ERROR;
-    twell_status st = twell_ctx_create(&o, &gp_ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_gate_pack: SKIPPED, no usable CUDA device (%s: %s)\n",
-                twell_status_name(st), why);
-        exit(77);
-    }
-    printf("# %s\n", twell_ctx_device_name(gp_ctx));
-}
-
-#define GP_OK(expr)                                                                                \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(gp_ctx));       \
-    } while (0)
+#define GP_OK(expr) TW_GPU_OK(gp_ctx, expr)
 
 /* Runs the plan once into dp (poisoned with `poison` first) and copies the result back. */
 static void gp_run(twell_plan *plan, size_t M, void *dx, void *dw, void *dp, size_t words,
@@ -265,7 +241,8 @@ static void test_gpu_gate_pack_stream_and_huge_m(void **state) {
 }
 
 int main(int argc, char **argv) {
-    gp_open_or_skip();
+    gp_ctx = tw_gpu_open_or_skip("test_gpu_gate_pack");
+    printf("# %s\n", twell_ctx_device_name(gp_ctx));
     /* `test_gpu_gate_pack small`: the first two cases only (for compute-sanitizer runs). */
     size_t ncases = sizeof gp_cases / sizeof gp_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");

@@ -32,6 +32,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 static twell_ctx *g_ctx;
 
 #define BF TWELL_DTYPE_BF16
@@ -58,33 +60,7 @@ static const td_case td_cases[] = {
     {300, 256, 5632, 256, 8, BF, 0.195, 0, 1.0f, 0},
 };
 
-static void td_log(void *user, twell_log_level level, const char *msg) {
-    (void)level;
-    snprintf((char *)user, 512, "%s", msg);
-}
-
-static void td_open_or_skip(void) {
-    static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CUDA;
-    o.log = td_log;
-    o.log_user = why;
-    o.log_level = TWELL_LOG_ERROR;
-    twell_status st = twell_ctx_create(&o, &g_ctx);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "test_gpu_train_dense: SKIPPED, no usable CUDA device (%s: %s)\n",
-                twell_status_name(st), why);
-        exit(77);
-    }
-    printf("# %s\n", twell_ctx_device_name(g_ctx));
-}
-
-#define TD_OK(expr)                                                                                \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(g_ctx));        \
-    } while (0)
+#define TD_OK(expr) TW_GPU_OK(g_ctx, expr)
 
 #define TD_LE(val, tol, what)                                                                      \
     do {                                                                                           \
@@ -552,7 +528,8 @@ static void test_gpu_train_dense_errors(void **st) {
 }
 
 int main(int argc, char **argv) {
-    td_open_or_skip();
+    g_ctx = tw_gpu_open_or_skip("test_gpu_train_dense");
+    printf("# %s\n", twell_ctx_device_name(g_ctx));
     size_t ncases = sizeof td_cases / sizeof td_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)

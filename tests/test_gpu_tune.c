@@ -31,6 +31,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 #define TU_MARGIN 0.03   /* the bound: tuned within 3% of the exhaustive best */
 #define TU_READY_MS 50.0 /* the bound on a second process's plan-ready time */
 #define TU_EXHAUSTIVE_REPS 25
@@ -52,12 +54,7 @@ static double tu_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-#define TU_OK(ctx, expr)                                                                           \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(ctx));          \
-    } while (0)
+#define TU_OK(ctx, expr) TW_GPU_OK(ctx, expr)
 
 static twell_shape tu_make_shape(uint32_t K, uint32_t N) {
     twell_shape s = twell_shape_default(K, N);

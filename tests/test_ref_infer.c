@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "tw_cpu.h"
+
 typedef struct {
     size_t M;
     uint32_t K, N, T, C;
@@ -65,15 +67,6 @@ static tw_synth_ffn *tri_data(const tri_case *c, uint64_t seed) {
     return f;
 }
 
-static twell_ctx *tri_ctx(int threads) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = threads;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
-    return ctx;
-}
-
 /* Runs gate-pack and inference through the public API on poisoned outputs. */
 static void tri_run(twell_ctx *ctx, const twell_shape *s, const tw_synth_ffn *f, uint32_t *packed,
                     uint16_t *y) {
@@ -96,7 +89,7 @@ static void tri_run(twell_ctx *ctx, const twell_shape *s, const tw_synth_ffn *f,
  * fp32 accumulation bound K·2⁻²³·Σ|x·w|; activity may differ only inside that bound. */
 static void test_ref_infer_gate_pack_vs_fp64(void **state) {
     (void)state;
-    twell_ctx *ctx = tri_ctx(2);
+    twell_ctx *ctx = tw_test_cpu_ctx(2);
     for (size_t ci = 0; ci < sizeof tri_cases / sizeof tri_cases[0]; ci++) {
         const tri_case *c = &tri_cases[ci];
         twell_shape s = tri_shape(c);
@@ -166,7 +159,7 @@ static void test_ref_infer_gate_pack_vs_fp64(void **state) {
  * accumulation and rare one-ulp activation differences near ties). */
 static void test_ref_infer_ffn_vs_fp64(void **state) {
     (void)state;
-    twell_ctx *ctx = tri_ctx(2);
+    twell_ctx *ctx = tw_test_cpu_ctx(2);
     for (size_t ci = 0; ci < sizeof tri_cases / sizeof tri_cases[0]; ci++) {
         const tri_case *c = &tri_cases[ci];
         twell_shape s = tri_shape(c);
@@ -211,7 +204,7 @@ static void test_ref_infer_ffn_vs_fp64(void **state) {
  * (few slots) or not (many), because overflowing tiles are recomputed with the same roundings. */
 static void test_ref_infer_overflow_exact(void **state) {
     (void)state;
-    twell_ctx *ctx = tri_ctx(2);
+    twell_ctx *ctx = tw_test_cpu_ctx(2);
     for (int dt = 0; dt < 2; dt++)
         for (int gated = 0; gated < 2; gated++) {
             tri_case c = {37, 80, 1024, 256, 8, (twell_dtype)dt, gated, TW_SYNTH_SKEWED, 24, 0.25};
@@ -259,7 +252,7 @@ static void test_ref_infer_deterministic_threads(void **state) {
     assert_non_null(p0 && p && y0 && y);
     static const int threads[] = {1, 2, 3, 5, 2};
     for (int i = 0; i < 5; i++) {
-        twell_ctx *ctx = tri_ctx(threads[i]);
+        twell_ctx *ctx = tw_test_cpu_ctx(threads[i]);
         tri_run(ctx, &s, f, i ? p : p0, i ? y : y0);
         twell_ctx_destroy(ctx);
         if (i) {
@@ -284,7 +277,7 @@ static void test_ref_infer_ref_matches_api(void **state) {
     uint32_t *p0 = malloc(pb), *p = malloc(pb);
     uint16_t *y0 = malloc(yb), *y = malloc(yb);
     assert_non_null(p0 && p && y0 && y);
-    twell_ctx *ctx = tri_ctx(2);
+    twell_ctx *ctx = tw_test_cpu_ctx(2);
     tri_run(ctx, &s, f, p0, y0);
     twell_ctx_destroy(ctx);
     memset(p, 0xa5, pb);

@@ -206,6 +206,32 @@ static void compare(const cfg *c, const tw_t_data *d, const data64 *e, const lib
     }
 }
 
+/* Data for c from generator g, and the library (CPU, 2 threads) on c's shape. */
+static void case_open(const cfg *c, tw_t_gen g, tw_t_data *d, tw_t_lib *L) {
+    twell_shape s = cfg_shape(c);
+    assert_int_equal(tw_t_data_make(d, c->dt, c->M, c->K, c->N, &g), 0);
+    assert_int_equal(tw_t_lib_open(L, &s, 2), 0);
+}
+
+/* On data whose fp32 gate is exact: the library's saved gate equals the fp64 model's bit for
+ * bit, and its run o (with lambda) compares within tolerance. */
+static void check_exact(const cfg *c, const tw_t_lib *L, const tw_t_data *d, const lib_out *o,
+                        double lambda) {
+    data64 e;
+    data64_make(&e, d);
+    tw_t_ref r;
+    assert_int_equal(
+        tw_t_ref_forward(&r, d->M, d->K, d->N, e.x, e.wg, e.wu, e.wd, TW_T_P_ROUND, c->dt, NULL),
+        0);
+    double *plib = tw_t_lib_dense_p(L);
+    assert_non_null(plib);
+    assert_int_equal(check_gate(&r, plib, c->dt, 1), 0);
+    compare(c, d, &e, o, &r, lambda);
+    free(plib);
+    tw_t_ref_free(&r);
+    data64_free(&e);
+}
+
 /* The shapes swept: every M, K, N, T, C of the brief at least once, both dtypes, both layouts;
  * densities chosen so that tiles overflow (slots = T/C - 1). */
 static const cfg k_cfgs[] = {
@@ -226,14 +252,11 @@ static const cfg k_cfgs[] = {
 /* Runs one configuration; exact_gate selects the data whose fp32 gate is exact. Returns the
  * spill size of the saved state and the largest fraction of rows any neuron is active in. */
 static void run_cfg(const cfg *c, int exact_gate, uint64_t seed, size_t *spill, double *hot) {
-    twell_shape s = cfg_shape(c);
-    tw_t_gen g = {c->density, c->skew, exact_gate, seed};
     tw_t_data d;
-    assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &g), 0);
+    tw_t_lib L;
+    case_open(c, (tw_t_gen){c->density, c->skew, exact_gate, seed}, &d, &L);
     data64 e;
     data64_make(&e, &d);
-    tw_t_lib L;
-    assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
     float lambda = 0.1f * (float)c->M; /* λ/M = 0.1: the L1 term is as large as the dy term */
     lib_out o;
     run_lib(&L, &d, lambda, &o);
@@ -400,14 +423,11 @@ static void test_ref_train_state_reuse(void **st) {
 static void test_ref_train_empty_rows_and_neurons(void **st) {
     (void)st;
     cfg c = {7, 16, 256, 64, 4, TWELL_DTYPE_BF16, 0, 0.02};
-    twell_shape s = cfg_shape(&c);
-    tw_t_gen g = {c.density, 0, 1, 11};
     tw_t_data d;
-    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &g), 0);
+    tw_t_lib L;
+    case_open(&c, (tw_t_gen){c.density, 0, 1, 11}, &d, &L);
     /* row 2 never fires: its offset column pushes every pre-activation far below zero */
     d.x[2 * c.K] = tw_f32_to_bf16(8.0f);
-    tw_t_lib L;
-    assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
     lib_out o;
     run_lib(&L, &d, 0.0f, &o);
     const tw_train_saved *sv = L.state->backend_data;
@@ -429,18 +449,7 @@ static void test_ref_train_empty_rows_and_neurons(void **st) {
     }
     assert_true(empty > 0 && empty < c.N);
     /* and λ = 0 against the model */
-    data64 e;
-    data64_make(&e, &d);
-    tw_t_ref r;
-    assert_int_equal(
-        tw_t_ref_forward(&r, d.M, d.K, d.N, e.x, e.wg, e.wu, e.wd, TW_T_P_ROUND, c.dt, NULL), 0);
-    double *plib = tw_t_lib_dense_p(&L);
-    assert_non_null(plib);
-    assert_int_equal(check_gate(&r, plib, c.dt, 1), 0);
-    compare(&c, &d, &e, &o, &r, 0.0);
-    free(plib);
-    tw_t_ref_free(&r);
-    data64_free(&e);
+    check_exact(&c, &L, &d, &o, 0.0);
     out_free(&o);
     tw_t_lib_close(&L);
     tw_t_data_free(&d);
@@ -452,11 +461,9 @@ static void test_ref_train_spill_layout(void **st) {
     (void)st;
     cfg c = {16, 64, 512, 64, 8, TWELL_DTYPE_BF16, 1, 0.45};
     twell_shape s = cfg_shape(&c);
-    tw_t_gen g = {c.density, 1, 1, 21};
     tw_t_data d;
-    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &g), 0);
     tw_t_lib L;
-    assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
+    case_open(&c, (tw_t_gen){c.density, 1, 1, 21}, &d, &L);
     lib_out o;
     run_lib(&L, &d, 1.0f, &o);
     const tw_train_saved *sv = L.state->backend_data;
@@ -484,18 +491,7 @@ static void test_ref_train_spill_layout(void **st) {
         for (size_t i = 1; i < cnt; i++)
             assert_true(cols[i] > cols[i - 1]);
     }
-    data64 e;
-    data64_make(&e, &d);
-    tw_t_ref r;
-    assert_int_equal(
-        tw_t_ref_forward(&r, d.M, d.K, d.N, e.x, e.wg, e.wu, e.wd, TW_T_P_ROUND, c.dt, NULL), 0);
-    double *plib = tw_t_lib_dense_p(&L);
-    assert_non_null(plib);
-    assert_int_equal(check_gate(&r, plib, c.dt, 1), 0);
-    compare(&c, &d, &e, &o, &r, 1.0);
-    free(plib);
-    tw_t_ref_free(&r);
-    data64_free(&e);
+    check_exact(&c, &L, &d, &o, 1.0);
     out_free(&o);
     tw_t_lib_close(&L);
     tw_t_data_free(&d);
@@ -562,11 +558,9 @@ static void test_ref_train_matches_inference(void **st) {
     for (int i = 0; i < 2; i++) {
         const cfg *c = &cs[i];
         twell_shape s = cfg_shape(c);
-        tw_t_gen g = {c->density, c->skew, 0, 31u + (uint64_t)i};
         tw_t_data d;
-        assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &g), 0);
         tw_t_lib L;
-        assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
+        case_open(c, (tw_t_gen){c->density, c->skew, 0, 31u + (uint64_t)i}, &d, &L);
         lib_out o;
         run_lib(&L, &d, 0.5f, &o);
         size_t words = twell_packed_words(&s, c->M);
@@ -595,12 +589,9 @@ static void test_ref_train_matches_inference(void **st) {
 static void test_ref_train_state_errors(void **st) {
     (void)st;
     cfg c = {7, 16, 256, 64, 4, TWELL_DTYPE_BF16, 0, 0.2};
-    twell_shape s = cfg_shape(&c);
-    tw_t_gen g = {c.density, 0, 0, 41};
     tw_t_data d;
-    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &g), 0);
     tw_t_lib L;
-    assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
+    case_open(&c, (tw_t_gen){c.density, 0, 0, 41}, &d, &L);
     lib_out o;
     out_alloc(&o, c.M, c.K, c.N);
     uint16_t dx0 = o.dx[0];

@@ -13,18 +13,11 @@
 
 #include <cmocka.h>
 
-static twell_ctx *tw_open_cpu(void) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
-    return ctx;
-}
+#include "tw_cpu.h"
 
 static void test_train_workspace_size_cpu(void **st) {
     (void)st;
-    twell_ctx *ctx = tw_open_cpu();
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     twell_shape s = twell_shape_default(512, 1024);
     twell_plan *plan = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
@@ -68,7 +61,7 @@ static void test_train_workspace_size_cpu(void **st) {
 
 static void test_train_workspace_set_cpu(void **st) {
     (void)st;
-    twell_ctx *ctx = tw_open_cpu();
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     twell_shape s = twell_shape_default(64, 256);
     twell_plan *plan = NULL;
     twell_train_state *state = NULL;
