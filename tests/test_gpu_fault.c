@@ -102,10 +102,19 @@ static double gf_rows_err(size_t off, size_t rows, size_t len, int bf16) {
 static int gf_close_y(void) { return gf_rows_err(GF_Y, GF_M, GF_K, 1) <= 1e-2; }
 
 /* Training outputs: y, stats, dx (bf16), dW (fp32). */
+/* Training outputs: y, stats, dx (bf16), dW (fp32). An absorbed failure may move the step to the
+ * dense path (a sparse forward that cannot grow its state falls back to it), whose contract
+ * rounds U, Tm, dU and dP to dtype: twellrt.h documents y ≤ 4.8e-3, dx up to 1.7e-2 on rows whose
+ * terms cancel, dW ≤ 6.6e-3, L1 ≤ 6.6e-4 against the CPU; the bounds below allow those twice
+ * over (both results sit within them of the truth). */
 static int gf_close_train(void) {
-    return gf_rows_err(GF_Y, GF_M, GF_K, 1) <= 1e-2 && gf_rows_err(GF_ST, 1, 2, 0) <= 1e-3 &&
-           gf_rows_err(GF_DX, GF_M, GF_K, 1) <= 1e-2 &&
-           gf_rows_err(GF_DW, 3u * GF_N, GF_K, 0) <= 1e-3;
+    double ey = gf_rows_err(GF_Y, GF_M, GF_K, 1), es = gf_rows_err(GF_ST, 1, 2, 0);
+    double ex = gf_rows_err(GF_DX, GF_M, GF_K, 1), ew = gf_rows_err(GF_DW, 3u * GF_N, GF_K, 0);
+    int ok = ey <= 1e-2 && es <= 2e-3 && ex <= 4e-2 && ew <= 1.5e-2;
+    if (!ok)
+        print_message("training outputs vs reference: y %.2e stats %.2e dx %.2e dW %.2e\n", ey, es,
+                      ex, ew);
+    return ok;
 }
 
 /* One operation: `make` (unarmed; NULL: nothing) prepares a fresh object, `run` (armed) does the
