@@ -8,6 +8,7 @@
  * overflowing row-tiles. Exits 77 without a device.
  * labels: gpu */
 #include "cuda_driver.h"
+#include "cuda_train_dense.h"
 #include "half.h"
 #include "synth.h"
 #include "twellrt.h"
@@ -37,7 +38,9 @@ typedef struct {
     uint32_t *packed;            /* device, from an unarmed gate-pack */
     void *out;                   /* device outputs: y | dx | dwg dwu dwd | stats */
     size_t pbytes, out_bytes;
-    uint8_t *ref, *got; /* host: reference and current copy of `out` */
+    uint8_t *ref, *got;
+    twell_path train_path;
+        /* the path the last training forward ran */ /* host: reference and current copy of `out` */
 } gf_fix;
 
 /* Offsets into `out`: the forward's outputs (y, stats), then the backward's (dx, dW). */
@@ -111,9 +114,10 @@ static int gf_close_train(void) {
     double ey = gf_rows_err(GF_Y, GF_M, GF_K, 1), es = gf_rows_err(GF_ST, 1, 2, 0);
     double ex = gf_rows_err(GF_DX, GF_M, GF_K, 1), ew = gf_rows_err(GF_DW, 3u * GF_N, GF_K, 0);
     int ok = ey <= 1e-2 && es <= 2e-3 && ex <= 4e-2 && ew <= 1.5e-2;
-    if (!ok)
-        print_message("training outputs vs reference: y %.2e stats %.2e dx %.2e dW %.2e\n", ey, es,
-                      ex, ew);
+    if (!ok || gf.train_path == TWELL_PATH_DENSE)
+        print_message("training step on the %s path: vs reference y %.2e stats %.2e dx %.2e dW "
+                      "%.2e\n",
+                      gf.train_path == TWELL_PATH_DENSE ? "dense" : "sparse", ey, es, ex, ew);
     return ok;
 }
 
@@ -287,6 +291,7 @@ static twell_status gf_train(void **obj) {
         st = twell_ffn_forward_train(t->plan, GF_M, gf.x, gf.wg, gf.wu, gf.wd, o + GF_Y,
                                      (float *)(o + GF_ST), t->state, NULL);
     if (st == TWELL_OK) {
+        gf.train_path = tw_ctd_last_path(t->state);
         float *dw = (float *)(o + GF_DW);
         st = twell_ffn_backward(t->plan, t->state, GF_M, gf.x, gf.wg, gf.wu, gf.wd, gf.dy, 1e-3f,
                                 o + GF_DX, dw, dw + GF_W, dw + 2 * GF_W, NULL);
