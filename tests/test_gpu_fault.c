@@ -40,7 +40,7 @@ typedef struct {
     size_t pbytes, out_bytes;
     uint8_t *ref, *got;
     twell_path train_path;
-        /* the path the last training forward ran */ /* host: reference and current copy of `out` */
+    /* the path the last training forward ran */ /* host: reference and current copy of `out` */
 } gf_fix;
 
 /* Offsets into `out`: the forward's outputs (y, stats), then the backward's (dx, dW). */
