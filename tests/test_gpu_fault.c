@@ -36,11 +36,12 @@ typedef struct {
     tw_synth_ffn *f;
     void *x, *wg, *wu, *wd, *dy; /* device inputs */
     uint32_t *packed;            /* device, from an unarmed gate-pack */
-    void *out;                   /* device outputs: y | dx | dwg dwu dwd | stats */
+    void *out;                   /* device outputs: y | stats | dx | dwg dwu dwd */
     size_t pbytes, out_bytes;
+    /* host: reference and current copy of `out` */
     uint8_t *ref, *got;
+    /* the path the last training forward ran */
     twell_path train_path;
-    /* the path the last training forward ran */ /* host: reference and current copy of `out` */
 } gf_fix;
 
 /* Offsets into `out`: the forward's outputs (y, stats), then the backward's (dx, dW). */
