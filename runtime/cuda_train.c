@@ -70,9 +70,6 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
-    const char *ks = getenv("TWELL_TRAIN_KSPLIT"); /* benchmark comparisons, see cuda_train.h */
-    if (ks && *ks)
-        t->ksplit = (unsigned)strtoul(ks, NULL, 10);
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -111,11 +108,6 @@ static unsigned tw_ct_stw(unsigned K) {
 }
 
 #define TW_CT_STAGED_WARPS 2u /* warps per block of the staged kernels */
-
-/* K chunks (train_ffn.cu.lua's KC elements) of the staged per-entry kernels. */
-static uint32_t tw_ct_nkc(unsigned K) {
-    return K / (K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u));
-}
 
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
@@ -245,38 +237,6 @@ static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, i
     if (st == TWELL_OK)
         tw_ct_mark(ctx, t, tf_names[f] + 12, stream); /* without "twell_train_" */
     return st;
-}
-
-/* K parts of the staged per-entry kernels: one launch per part, so the weight slice they gather
- * (N x K/parts, dtype) stays in L2 while the token rows stream through (one launch over all of K
- * ran at DRAM speed at K = 2048, N = 5632). Automatic: slices of at most an eighth of the L2;
- * t->ksplit (hook, or TWELL_TRAIN_KSPLIT for comparisons) forces a count. At most K / KC. */
-static uint32_t tw_ct_kparts(const twell_ctx *ctx, const twell_shape *s, const tw_ctrain *t) {
-    uint64_t q = t->ksplit, nkc = tw_ct_nkc(s->K);
-    if (q == 0) {
-        uint64_t l2 = ctx->cuda->l2_bytes > 0 ? (uint64_t)ctx->cuda->l2_bytes : 50u << 20;
-        uint64_t slice = l2 / 8u, w = (uint64_t)s->N * s->K * 2u;
-        q = (w + slice - 1) / slice;
-    }
-    return (uint32_t)(q < 1 ? 1 : (q > nkc ? nkc : q));
-}
-
-/* The staged per-entry kernel f (TF_FWD_ENT_S or TF_BWD_ENT_S) over args, whose last two slots
- * point at *c0, *c1 (set here), one launch per K part, then one profiling mark. */
-static twell_status tw_ct_run_staged(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, int f,
-                                     const twell_shape *s, uint64_t nchunks, twell_stream stream,
-                                     void **args, int *c0, int *c1) {
-    uint32_t nkc = tw_ct_nkc(s->K), q = tw_ct_kparts(ctx, s, t);
-    unsigned grid = tw_ct_blocks(ctx, nchunks, TW_CT_STAGED_WARPS);
-    for (uint32_t i = 0; i < q; i++) {
-        *c0 = (int)(i * nkc / q), *c1 = (int)((i + 1) * nkc / q);
-        twell_status st = tw_ct_launch(ctx, md->fn[f], grid, 32u * TW_CT_STAGED_WARPS,
-                                       t->smem_stage, stream, args);
-        if (st != TWELL_OK)
-            return st;
-    }
-    tw_ct_mark(ctx, t, tf_names[f] + 12, stream);
-    return TWELL_OK;
 }
 
 /* Exclusive scan `mode` over a->n items (three launches: block sums, their scan, the items). */
@@ -458,16 +418,14 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
     }
     {
-        int c0 = 0, c1 = 0;
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
-                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &c0,        &c1};
-        if (md->staged && !t->legacy)
-            TW_CT_TRY(
-                tw_ct_run_staged(ctx, t, md, TF_FWD_ENT_S, s, nchunks, stream, args, &c0, &c1));
-        else
-            TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT, tw_ct_blocks(ctx, nchunks, t->wpb),
-                                rthreads, t->smem_row, stream, args));
+                        &e_col,     &e_tm,       &chunk_l1, &Ml};
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
+                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
@@ -586,16 +544,14 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     tw_ct_mark(ctx, t, "start", stream);
     /* 1. per entry: dT, dU, dP */
     {
-        int c0 = 0, c1 = 0;
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
                         &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
-                        &l1c,        &e_du,       &e_dp,    &Ml,        &c0,        &c1};
-        if (md->staged && !t->legacy)
-            TW_CT_TRY(
-                tw_ct_run_staged(ctx, t, md, TF_BWD_ENT_S, s, t->nchunks, stream, args, &c0, &c1));
-        else
-            TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_ENT, tw_ct_blocks(ctx, t->nchunks, t->wpb),
-                                rthreads, t->smem_row, stream, args));
+                        &l1c,        &e_du,       &e_dp,    &Ml};
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
+                            tw_ct_blocks(ctx, t->nchunks, sg ? TW_CT_STAGED_WARPS : t->wpb),
+                            sg ? 32u * TW_CT_STAGED_WARPS : rthreads,
+                            sg ? t->smem_stage : t->smem_row, stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */
     {

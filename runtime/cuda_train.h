@@ -72,14 +72,6 @@ void tw_cuda_train_host_free(tw_cuda_train_host *h); /* NULL-safe */
  * state of a CPU context. */
 twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on);
 
-/* K parts of the staged per-entry kernels (U in the forward, dy·Wd in the backward): one launch
- * per part, each entry's fp32 partial carried between them, so results are bitwise the same for
- * any count. 0 (default) picks the count from the weight size and the L2 (the environment
- * variable TWELL_TRAIN_KSPLIT, read when the state's backend data is created, sets another
- * default for benchmark comparisons); a count above K / 64 acts as K / 64 (K / KC in general).
- * TWELL_ERR_INVALID_ARG for a state of a CPU context. */
-twell_status tw_cuda_train_set_ksplit(twell_train_state *state, unsigned parts);
-
 /* Profiling (benchmark breakdowns): with `on`, every later forward and backward records an
  * event after each launch group and, at its end, waits for them and adds each interval to the
  * total of its label (kernel name without "twell_train_", "gate_pack", "scan_<mode>",

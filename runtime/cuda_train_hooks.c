@@ -96,16 +96,6 @@ twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     return st;
 }
 
-twell_status tw_cuda_train_set_ksplit(twell_train_state *state, unsigned parts) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
-    if (st == TWELL_OK)
-        t->ksplit = parts;
-    return st;
-}
-
 int tw_cuda_train_last_vec(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->last_vec : 0;

@@ -94,8 +94,7 @@ typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
-    int legacy;      /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
-    unsigned ksplit; /* K parts of the staged per-entry kernels, 0 = automatic (hook / env) */
+    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
     tw_dbuf buf[TB_COUNT];
     uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
     tw_cuda_event ev;

@@ -68,12 +68,7 @@
 --                              the warp's loads are coalesced and many are in flight; any number
 --                              of warps per block (2 from the host), smem STW bytes per warp (the
 --                              token row as dtype + the stages). Same per-lane sequence of
---                              roundings: bitwise the same results. Arguments c0, c1: the K
---                              chunks (of KC) this launch sums; the host splits K into a few
---                              launches so the weight slice in use stays in L2, each entry's
---                              fp32 partial carried in its U slot (fwd) or e_du (bwd) from one
---                              launch to the next (the same rounding sequence); the launch with
---                              c1 = K / KC writes the results.
+--                              roundings: bitwise the same results.
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -1075,26 +1070,22 @@ __device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restr
 }
 
 /* Lane l < nb: the reference dot product (cpu_ref.h order) of the token row xs (dtype, shared)
- * and row n_l (nrow of lane l) over k chunks c0 .. c1 - 1, continuing the running sum s (+0 for
- * c0 = 0: the whole product; else the fp32 partial of chunks 0 .. c0 - 1, so a product split
- * over launches keeps the one rounding sequence); every lane of the warp must call it. st:
- * STAGES·32·KCP elements of this warp's shared memory. Chunk c waits in buffer c % STAGES;
- * STAGES - 1 chunks are in flight while one is summed (a commit group per chunk, empty past c1,
- * so the count is uniform). */
+ * and row n_l (nrow of lane l); every lane of the warp must call it. st: STAGES·32·KCP elements of
+ * this warp's shared memory. Chunk c waits in buffer c % STAGES; STAGES - 1 chunks are in flight
+ * while one is summed (a commit group per chunk, empty past the end, so the count is uniform). */
 __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *__restrict__ base,
-                                               tw_u32 nrow, int nb, tw_u16 *st, int lane, float s,
-                                               int c0, int c1) {
+                                               tw_u32 nrow, int nb, tw_u16 *st, int lane) {
+    float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ${STAGES - 1}; i++) {
-        const int c = c0 + i;
-        if (c < c1)
-            tw_stage_issue(st + (c % ${STAGES}) * ${32 * KCP}, base, nrow, nb, c, lane);
+    for (int c = 0; c < ${STAGES - 1}; c++) {
+        if (c < ${NKC})
+            tw_stage_issue(st + c * ${32 * KCP}, base, nrow, nb, c, lane);
         else
             asm volatile("cp.async.commit_group;\n" ::);
     }
-    for (int c = c0; c < c1; c++) {
+    for (int c = 0; c < ${NKC}; c++) {
         const int cn = c + ${STAGES - 1};
-        if (cn < c1)
+        if (cn < ${NKC})
             tw_stage_issue(st + (cn % ${STAGES}) * ${32 * KCP}, base, nrow, nb, cn, lane);
         else
             asm volatile("cp.async.commit_group;\n" ::);
@@ -1121,11 +1112,10 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
     return s;
 }
 
-/* K chunks c0 .. c1 - 1 of a token row (dtype) into the same place of this warp's shared copy,
- * as is (then __syncwarp). */
+/* A token row (dtype) into this warp's shared copy, as is (then __syncwarp). */
 __device__ __forceinline__ void tw_row_to_smem16(tw_u16 *xs, const tw_u16 *__restrict__ row,
-                                                 int c0, int c1, int lane) {
-    for (int g = c0 * ${KC // 8} + lane; g < c1 * ${KC // 8}; g += 32)
+                                                 int lane) {
+    for (int g = lane; g < ${S.K // 8}; g += 32)
         ((uint4 *)xs)[g] = ((const uint4 *)row)[g];
     __syncwarp();
 }
@@ -1137,37 +1127,27 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
-                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M, int c0,
-                      int c1) {
+                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_u16 *xs = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
     tw_u16 *st = xs + ${S.K};
-    const bool last = c1 == ${NKC};
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         double l1 = 0.0;
         if (e0 < e1)
-            tw_row_to_smem16(xs, x + m * ${S.K}, c0, c1, lane);
+            tw_row_to_smem16(xs, x + m * ${S.K}, lane);
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
-            float *up = NULL, s0 = 0.0f;
-            if (e < e1) {
+            float *up = NULL;
+            if (e < e1)
                 tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
-                if (c0 > 0)
-                    s0 = *up; /* the partial of the earlier K chunks */
-            }
             const tw_u32 n = word & 0xffffu;
-            const float u = tw_dot_staged(xs, wu, n, nb, st, lane, s0, c0, c1);
-            if (!last) {
-                if (e < e1)
-                    *up = u;
-                continue;
-            }
+            const float u = tw_dot_staged(xs, wu, n, nb, st, lane);
             float tm = 0.0f;
             if (e < e1) {
                 tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
@@ -1178,7 +1158,7 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
             for (int q = 0; q < nb; q++) /* Σ|Tm| in entry order, as the CPU */
                 l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
         }
-        if (last && lane == 0)
+        if (lane == 0)
             chunk_l1[c] = l1;
         __syncwarp();
     }
@@ -1191,33 +1171,26 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
-                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M, int c0,
-                      int c1) {
+                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_u16 *ds = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
     tw_u16 *st = ds + ${S.K};
-    const bool last = c1 == ${NKC};
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         if (e0 < e1)
-            tw_row_to_smem16(ds, dy + m * ${S.K}, c0, c1, lane);
+            tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
-            float *up = NULL, s0 = 0.0f;
-            if (e < e1) {
+            float *up = NULL;
+            if (e < e1)
                 tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
-                if (c0 > 0)
-                    s0 = e_du[e]; /* the partial of the earlier K chunks */
-            }
-            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane, s0, c0, c1);
-            if (e < e1 && !last)
-                e_du[e] = d;
-            else if (e < e1) {
+            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane);
+            if (e < e1) {
                 const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
                 const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
                 const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));

@@ -22,9 +22,7 @@
  * expected bit-identical: their share is printed. Also: determinism (two runs bitwise identical
  * in y, stats, dx, dWg, dWu, dWd), poisoned outputs fully overwritten, state reuse across M, error
  * paths, and the newer kernels bitwise equal to the earlier ones (legacy hook) on exact-gate data.
- * Also the staged per-entry kernels over K split into 1, 3 and 8 launches, bitwise equal.
- * Exits 77 without a device. `test_gpu_train small`: the first three cases, the error paths and
- * a small K-split case (sanitizer).
+ * Exits 77 without a device. `test_gpu_train small`: the first three cases only (sanitizer).
  * labels: gpu slow */
 #include "cpu_train.h"
 #include "cuda_driver.h"
@@ -575,20 +573,15 @@ static void test_gpu_train_state_reuse(void **unused) {
 }
 
 /* The newer kernels (tensor-core overflowing row-tiles, staged per-entry dot products) against
- * the earlier ones (tw_cuda_train_set_legacy) on exact-gate data with heavy rows, and the staged
- * kernels over K split into 1, 3 (uneven) and 8 launches (tw_cuda_train_set_ksplit): every
- * output bitwise equal (the per-entry sums keep the reference order, partials carried in fp32;
- * exact gate values in any order). */
-enum { GT_NV = 5 };
-static const int gt_legacy_of[GT_NV] = {0, 1, 0, 0, 0};
-static const unsigned gt_ksplit_of[GT_NV] = {0, 0, 1, 3, 8};
-
-/* Runs each case once per variant (legacy hook, K parts) and checks every output and the saved
- * state bitwise against variant 0; need_spill: overflowing row-tiles must have been exercised. */
-static void gt_same_run(const gt_case *cs, size_t ncs, int need_spill) {
-    const int *legacy_of = gt_legacy_of, NV = GT_NV;
-    const unsigned *ksplit_of = gt_ksplit_of;
-    for (size_t i = 0; i < ncs; i++) {
+ * the earlier ones (tw_cuda_train_set_legacy) on exact-gate data with heavy rows: every output
+ * bitwise equal (the per-entry sums keep the reference order; exact gate values in any order). */
+static void test_gpu_train_legacy_same(void **unused) {
+    (void)unused;
+    static const gt_case cs[] = {
+        {1000, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0},
+        {333, 64, 256, 64, 8, FP, 0.20, 1, 1, 0.5f, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const gt_case *c = &cs[i];
         twell_shape s = gt_shape(c);
         tw_t_gen gen = {c->density, c->skew, c->exact, 99u + i};
@@ -597,62 +590,40 @@ static void gt_same_run(const gt_case *cs, size_t ncs, int need_spill) {
         gt_gpu g;
         gt_gpu_open(&g, &s, c);
         gt_gpu_data(&g, &d, 0);
-        gt_out o[GT_NV];
-        tw_cuda_train_host h[GT_NV];
-        for (int v = 0; v < NV; v++) {
-            gt_out_alloc(&o[v], c->M, c->K, c->N);
-            GT_OK(tw_cuda_train_set_legacy(g.state, legacy_of[v]));
-            GT_OK(tw_cuda_train_set_ksplit(g.state, ksplit_of[v]));
-            gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[v]);
-            GT_OK(tw_cuda_train_download(g.state, &h[v]));
+        gt_out o[2];
+        tw_cuda_train_host h[2];
+        for (int legacy = 0; legacy < 2; legacy++) {
+            gt_out_alloc(&o[legacy], c->M, c->K, c->N);
+            GT_OK(tw_cuda_train_set_legacy(g.state, legacy));
+            gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[legacy]);
+            GT_OK(tw_cuda_train_download(g.state, &h[legacy]));
         }
-        GT_OK(tw_cuda_train_set_ksplit(g.state, 0));
-        printf("# legacy vs new, K split 1/3/8 M=%zu K=%u N=%u T=%u: nnz %zu, spill %zu\n", c->M,
-               c->K, c->N, c->T, h[0].nnz, h[0].spill_total);
-        if (need_spill)
-            assert_true(h[0].spill_total > 0); /* overflowing row-tiles were exercised */
+        printf("# legacy vs new M=%zu K=%u N=%u T=%u: nnz %zu, spill %zu\n", c->M, c->K, c->N, c->T,
+               h[0].nnz, h[0].spill_total);
+        assert_true(h[0].spill_total > 0); /* overflowing row-tiles were exercised */
+        assert_int_equal(h[0].nnz, h[1].nnz);
+        assert_int_equal(h[0].spill_total, h[1].spill_total);
         size_t words = c->M * (c->N / c->C);
+        assert_memory_equal(h[0].packed, h[1].packed, words * 4);
+        assert_memory_equal(h[0].spill, h[1].spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].u_spill, h[1].u_spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].e_tm, h[1].e_tm, h[0].nnz * 4);
+        assert_memory_equal(h[0].e_du, h[1].e_du, h[0].nnz * 4);
+        assert_memory_equal(h[0].e_dp, h[1].e_dp, h[0].nnz * 4);
         size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
-        for (int v = 1; v < NV; v++) {
-            assert_int_equal(h[0].nnz, h[v].nnz);
-            assert_int_equal(h[0].spill_total, h[v].spill_total);
-            assert_memory_equal(h[0].packed, h[v].packed, words * 4);
-            assert_memory_equal(h[0].spill, h[v].spill, h[0].spill_total * 4);
-            assert_memory_equal(h[0].u_spill, h[v].u_spill, h[0].spill_total * 4);
-            assert_memory_equal(h[0].e_tm, h[v].e_tm, h[0].nnz * 4);
-            assert_memory_equal(h[0].e_du, h[v].e_du, h[0].nnz * 4);
-            assert_memory_equal(h[0].e_dp, h[v].e_dp, h[0].nnz * 4);
-            assert_memory_equal(o[0].y, o[v].y, xk * 2);
-            assert_memory_equal(o[0].dx, o[v].dx, xk * 2);
-            assert_memory_equal(o[0].dwg, o[v].dwg, wk * 4);
-            assert_memory_equal(o[0].dwu, o[v].dwu, wk * 4);
-            assert_memory_equal(o[0].dwd, o[v].dwd, wk * 4);
-            assert_memory_equal(o[0].stats, o[v].stats, 8);
-        }
-        for (int v = 0; v < NV; v++) {
-            tw_cuda_train_host_free(&h[v]);
-            gt_out_free(&o[v]);
+        assert_memory_equal(o[0].y, o[1].y, xk * 2);
+        assert_memory_equal(o[0].dx, o[1].dx, xk * 2);
+        assert_memory_equal(o[0].dwg, o[1].dwg, wk * 4);
+        assert_memory_equal(o[0].dwu, o[1].dwu, wk * 4);
+        assert_memory_equal(o[0].dwd, o[1].dwd, wk * 4);
+        assert_memory_equal(o[0].stats, o[1].stats, 8);
+        for (int k = 0; k < 2; k++) {
+            tw_cuda_train_host_free(&h[k]);
+            gt_out_free(&o[k]);
         }
         gt_gpu_close(&g);
         tw_t_data_free(&d);
     }
-}
-
-static void test_gpu_train_legacy_same(void **unused) {
-    (void)unused;
-    static const gt_case cs[] = {
-        {1000, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0},
-        {333, 64, 256, 64, 8, FP, 0.20, 1, 1, 0.5f, 0, 0, 0},
-    };
-    gt_same_run(cs, sizeof cs / sizeof cs[0], 1);
-}
-
-/* The small run (sanitizer): new kernels over K in 1, 3 and 8 launches, bitwise equal (the
- * first variant, automatic: 1 launch here, against the legacy one and the forced splits). */
-static void test_gpu_train_ksplit_small(void **unused) {
-    (void)unused;
-    static const gt_case cs[] = {{33, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0}};
-    gt_same_run(cs, 1, 0);
 }
 
 /* Error paths: backward before any forward, with another M, with a state of another plan; the
@@ -703,7 +674,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 4];
+    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 3];
     static char names[sizeof gt_cases / sizeof gt_cases[0]][128];
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
@@ -717,10 +688,7 @@ int main(int argc, char **argv) {
     size_t n = ncases;
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_errors);
     tests[n++] = t1;
-    if (small) {
-        struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_ksplit_small);
-        tests[n++] = t4;
-    } else {
+    if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_state_reuse);
         tests[n++] = t2;
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_legacy_same);
