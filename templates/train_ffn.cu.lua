@@ -93,11 +93,21 @@ local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
-local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
+-- SKC, SST, SWP (optional: 0 = default): KC, STAGES and warps per block of the staged kernels,
+-- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE).
+local SKC = param("SKC", 0)
+local KC = SKC ~= 0 and SKC or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
+check(KC % 16 == 0 and KC <= 256 and S.K % KC == 0, "SKC=%s must divide K, be a multiple of 16 " ..
+    "and at most 256", tostring(KC))
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
 local RPI = 32 // PPR       -- rows one warp-wide copy covers
-local STAGES = 4
+local STAGES = param("SST", 0)
+if STAGES == 0 then STAGES = 4 end
+check(STAGES >= 2 and STAGES <= 8, "SST=%s must be in 2..8", tostring(STAGES))
+local SWP = param("SWP", 0)
+if SWP == 0 then SWP = 2 end
+check(SWP >= 1 and SWP <= 8, "SWP=%s must be in 1..8", tostring(SWP))
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
 local LB2 = 4
@@ -1120,7 +1130,7 @@ __device__ __forceinline__ void tw_row_to_smem16(tw_u16 *xs, const tw_u16 *__res
     __syncwarp();
 }
 
-extern "C" __global__ void __launch_bounds__(64)
+extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
                       const tw_u32 *__restrict__ packed, float *u_ell,
                       const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
@@ -1164,7 +1174,7 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
     }
 }
 
-extern "C" __global__ void __launch_bounds__(64)
+extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
                       const tw_u32 *__restrict__ packed, float *u_ell,
                       const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
