@@ -108,22 +108,22 @@ static unsigned tw_ct_kc(const tw_ctrain *t, unsigned K) {
     return K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u);
 }
 
-/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row as dtype and
- * STAGES stages of 32 rows of KC + 8 elements. */
+/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row (as dtype, or
+ * fp32 with t->sxf) and STAGES stages of 32 rows of KC + 8 elements. */
 static unsigned tw_ct_stw(const tw_ctrain *t, unsigned K) {
-    return 2u * K + t->sst * 32u * (tw_ct_kc(t, K) + 8u) * 2u;
+    return (t->sxf ? 4u : 2u) * K + t->sst * 32u * (tw_ct_kc(t, K) + 8u) * 2u;
 }
 
-/* TWELL_TRAIN_STAGE="kc,stages,warps" (benchmark comparisons): the staged kernels' K chunk,
- * stages and warps per block; defaults 64 (K permitting), 4, 2. A kc that does not divide K, is
- * not a multiple of 16 or exceeds 256 is ignored. */
+/* TWELL_TRAIN_STAGE="kc,stages,warps,xf" (benchmark comparisons): the staged kernels' K chunk,
+ * stages, warps per block and token row in fp32 (1) or dtype (0); defaults 64 (K permitting), 4,
+ * 2, 0. A kc that does not divide K, is not a multiple of 16 or exceeds 256 is ignored. */
 static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
-    unsigned kc = 0, st = 4, wp = 2;
+    unsigned kc = 0, st = 4, wp = 2, xf = 0;
     const char *e = getenv("TWELL_TRAIN_STAGE");
     if (e && *e) {
         char *end = NULL;
-        unsigned long v[3] = {0, 0, 0};
-        for (int i = 0; i < 3 && *e; i++) {
+        unsigned long v[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 4 && *e; i++) {
             v[i] = strtoul(e, &end, 10);
             e = *end == ',' ? end + 1 : end;
         }
@@ -133,8 +133,9 @@ static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
             st = (unsigned)v[1];
         if (v[2] >= 1 && v[2] <= 8)
             wp = (unsigned)v[2];
+        xf = v[3] == 1;
     }
-    t->skc = kc, t->sst = st, t->swp = wp;
+    t->skc = kc, t->sst = st, t->swp = wp, t->sxf = xf;
 }
 
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
@@ -156,6 +157,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
         {"SKC", NULL, (long long)t->skc},
         {"SST", NULL, t->sst == 4u ? 0 : (long long)t->sst},
         {"SWP", NULL, t->swp == 2u ? 0 : (long long)t->swp},
+        {"SXF", NULL, (long long)t->sxf},
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},

@@ -112,7 +112,11 @@ check(SWP >= 1 and SWP <= 8, "SWP=%s must be in 1..8", tostring(SWP))
 local LB = 8
 local LB2 = 4
 local NKC = S.K // KC
-local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
+-- SXF 1: the token row kept as fp32 in shared memory (no conversion in the inner loop; the
+-- same values, so the same results), else as dtype.
+local SXF = param("SXF", 0)
+check(SXF == 0 or SXF == 1, "SXF=%s must be 0 or 1", tostring(SXF))
+local STW = (SXF == 1 and 4 or 2) * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
@@ -1083,7 +1087,8 @@ __device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restr
  * and row n_l (nrow of lane l); every lane of the warp must call it. st: STAGES·32·KCP elements of
  * this warp's shared memory. Chunk c waits in buffer c % STAGES; STAGES - 1 chunks are in flight
  * while one is summed (a commit group per chunk, empty past the end, so the count is uniform). */
-__device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *__restrict__ base,
+typedef ${SXF == 1 and "float" or "tw_u16"} tw_xs;
+__device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__restrict__ base,
                                                tw_u32 nrow, int nb, tw_u16 *st, int lane) {
     float s = 0.0f;
 #pragma unroll
@@ -1103,6 +1108,25 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
         __syncwarp();
         if (lane < nb) {
             const uint4 *w = (const uint4 *)(st + (c % ${STAGES}) * ${32 * KCP} + lane * ${KCP});
+]==]
+if SXF == 1 then
+    cuda [==[
+            const float4 *xv = (const float4 *)(xs + c * ${KC});
+#pragma unroll 4
+            for (int g = 0; g < ${PPR}; g++) {
+                const uint4 v = w[g];
+                const float4 xa = xv[2 * g], xb = xv[2 * g + 1];
+                const tw_u32 u[4] = {v.x, v.y, v.z, v.w};
+                const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s = __fadd_rn(s, __fmul_rn(xf[2 * i], tw_to_f32((tw_u16)(u[i] & 0xffffu))));
+                    s = __fadd_rn(s, __fmul_rn(xf[2 * i + 1], tw_to_f32((tw_u16)(u[i] >> 16))));
+                }
+            }
+]==]
+else
+    cuda [==[
             const uint4 *xv = (const uint4 *)(xs + c * ${KC});
 #pragma unroll 4
             for (int g = 0; g < ${PPR}; g++) {
@@ -1116,6 +1140,9 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
                                                tw_to_f32((tw_u16)(u[i] >> 16))));
                 }
             }
+]==]
+end
+cuda [==[
         }
         __syncwarp(); /* a later issue overwrites this buffer */
     }
@@ -1123,10 +1150,25 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
 }
 
 /* A token row (dtype) into this warp's shared copy, as is (then __syncwarp). */
-__device__ __forceinline__ void tw_row_to_smem16(tw_u16 *xs, const tw_u16 *__restrict__ row,
+__device__ __forceinline__ void tw_row_to_smem16(tw_xs *xs, const tw_u16 *__restrict__ row,
                                                  int lane) {
+]==]
+if SXF == 1 then
+    cuda [==[
+    for (int g = lane; g < ${S.K // 8}; g += 32) {
+        float f[8];
+        tw_ldg(row, g, f);
+        ((float4 *)xs)[2 * g] = make_float4(f[0], f[1], f[2], f[3]);
+        ((float4 *)xs)[2 * g + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+]==]
+else
+    cuda [==[
     for (int g = lane; g < ${S.K // 8}; g += 32)
         ((uint4 *)xs)[g] = ((const uint4 *)row)[g];
+]==]
+end
+cuda [==[
     __syncwarp();
 }
 
@@ -1140,8 +1182,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    tw_u16 *xs = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
-    tw_u16 *st = xs + ${S.K};
+    tw_xs *xs = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = (tw_u16 *)(xs + ${S.K});
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
@@ -1184,8 +1226,8 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    tw_u16 *ds = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
-    tw_u16 *st = ds + ${S.K};
+    tw_xs *ds = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = (tw_u16 *)(ds + ${S.K});
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
