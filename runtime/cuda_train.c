@@ -115,10 +115,10 @@ static unsigned tw_ct_stw(const tw_ctrain *t, unsigned K) {
 }
 
 /* TWELL_TRAIN_STAGE="kc,stages,warps,xf" (benchmark comparisons): the staged kernels' K chunk,
- * stages, warps per block and token row in fp32 (1) or dtype (0); defaults 64 (K permitting), 4,
- * 2, 0. A kc that does not divide K, is not a multiple of 16 or exceeds 256 is ignored. */
+ * stages, warps per block and token row in fp32 (1) or dtype (0); defaults 64 (K permitting), 2,
+ * 4, 0. A kc that does not divide K, is not a multiple of 16 or exceeds 256 is ignored. */
 static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
-    unsigned kc = 0, st = 4, wp = 2, xf = 0;
+    unsigned kc = 0, st = 2, wp = 4, xf = 0; /* train_ffn.cu.lua's defaults (measured there) */
     const char *e = getenv("TWELL_TRAIN_STAGE");
     if (e && *e) {
         char *end = NULL;
@@ -155,8 +155,8 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
         tw_ct_stage_cfg(t, s->K);
     tw_param params[] = {
         {"SKC", NULL, (long long)t->skc},
-        {"SST", NULL, t->sst == 4u ? 0 : (long long)t->sst},
-        {"SWP", NULL, t->swp == 2u ? 0 : (long long)t->swp},
+        {"SST", NULL, t->sst == 2u ? 0 : (long long)t->sst},
+        {"SWP", NULL, t->swp == 4u ? 0 : (long long)t->swp},
         {"SXF", NULL, (long long)t->sxf},
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},

@@ -65,10 +65,10 @@
 --                              Both modes run the same instructions: identical values.
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
 --                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
---                              the warp's loads are coalesced and many are in flight; any number
---                              of warps per block (2 from the host), smem STW bytes per warp (the
---                              token row as dtype + the stages). Same per-lane sequence of
---                              roundings: bitwise the same results.
+--                              the warp's loads are coalesced and many are in flight; SWP warps
+--                              per block, smem STW bytes per warp (the token row as dtype, or
+--                              fp32 with SXF, + the stages). Same per-lane sequence of roundings:
+--                              bitwise the same results.
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -94,7 +94,9 @@ local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
 -- SKC, SST, SWP (optional: 0 = default): KC, STAGES and warps per block of the staged kernels,
--- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE).
+-- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE). Defaults 64, 2, 4:
+-- the fastest of eleven (KC, STAGES, SWP, SXF) variants on the H200 at K = 2048, N = 5632, 29
+-- nnz/row (BENCHMARKS.md; 2 stages, 4 warps: 16 warps per SM instead of 8 with 4 stages, 2 warps).
 local SKC = param("SKC", 0)
 local KC = SKC ~= 0 and SKC or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
 check(KC % 16 == 0 and KC <= 256 and S.K % KC == 0, "SKC=%s must divide K, be a multiple of 16 " ..
@@ -103,10 +105,10 @@ local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
 local RPI = 32 // PPR       -- rows one warp-wide copy covers
 local STAGES = param("SST", 0)
-if STAGES == 0 then STAGES = 4 end
+if STAGES == 0 then STAGES = 2 end
 check(STAGES >= 2 and STAGES <= 8, "SST=%s must be in 2..8", tostring(STAGES))
 local SWP = param("SWP", 0)
-if SWP == 0 then SWP = 2 end
+if SWP == 0 then SWP = 4 end
 check(SWP >= 1 and SWP <= 8, "SWP=%s must be in 1..8", tostring(SWP))
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
