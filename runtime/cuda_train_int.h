@@ -95,6 +95,8 @@ typedef struct tw_ctrain {
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
     int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
+    unsigned skc, sst, swp, sxf; /* staged kernels: K chunk (0: default), stages, warps per
+                                  * block, token row in fp32 */
     tw_dbuf buf[TB_COUNT];
     uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
     tw_cuda_event ev;

@@ -65,10 +65,10 @@
 --                              Both modes run the same instructions: identical values.
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
 --                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
---                              the warp's loads are coalesced and many are in flight; any number
---                              of warps per block (2 from the host), smem STW bytes per warp (the
---                              token row as dtype + the stages). Same per-lane sequence of
---                              roundings: bitwise the same results.
+--                              the warp's loads are coalesced and many are in flight; SWP warps
+--                              per block, smem STW bytes per warp (the token row as dtype, or
+--                              fp32 with SXF, + the stages). Same per-lane sequence of roundings:
+--                              bitwise the same results.
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -93,16 +93,32 @@ local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
-local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
+-- SKC, SST, SWP (optional: 0 = default): KC, STAGES and warps per block of the staged kernels,
+-- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE). Defaults 64, 2, 4:
+-- the fastest of eleven (KC, STAGES, SWP, SXF) variants on the H200 at K = 2048, N = 5632, 29
+-- nnz/row (BENCHMARKS.md; 2 stages, 4 warps: 16 warps per SM instead of 8 with 4 stages, 2 warps).
+local SKC = param("SKC", 0)
+local KC = SKC ~= 0 and SKC or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
+check(KC % 16 == 0 and KC <= 256 and S.K % KC == 0, "SKC=%s must divide K, be a multiple of 16 " ..
+    "and at most 256", tostring(KC))
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
 local RPI = 32 // PPR       -- rows one warp-wide copy covers
-local STAGES = 4
+local STAGES = param("SST", 0)
+if STAGES == 0 then STAGES = 2 end
+check(STAGES >= 2 and STAGES <= 8, "SST=%s must be in 2..8", tostring(STAGES))
+local SWP = param("SWP", 0)
+if SWP == 0 then SWP = 4 end
+check(SWP >= 1 and SWP <= 8, "SWP=%s must be in 1..8", tostring(SWP))
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
 local LB2 = 4
 local NKC = S.K // KC
-local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
+-- SXF 1: the token row kept as fp32 in shared memory (no conversion in the inner loop; the
+-- same values, so the same results), else as dtype.
+local SXF = param("SXF", 0)
+check(SXF == 0 or SXF == 1, "SXF=%s must be 0 or 1", tostring(SXF))
+local STW = (SXF == 1 and 4 or 2) * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
@@ -1073,7 +1089,8 @@ __device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restr
  * and row n_l (nrow of lane l); every lane of the warp must call it. st: STAGES·32·KCP elements of
  * this warp's shared memory. Chunk c waits in buffer c % STAGES; STAGES - 1 chunks are in flight
  * while one is summed (a commit group per chunk, empty past the end, so the count is uniform). */
-__device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *__restrict__ base,
+typedef ${SXF == 1 and "float" or "tw_u16"} tw_xs;
+__device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__restrict__ base,
                                                tw_u32 nrow, int nb, tw_u16 *st, int lane) {
     float s = 0.0f;
 #pragma unroll
@@ -1093,6 +1110,25 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
         __syncwarp();
         if (lane < nb) {
             const uint4 *w = (const uint4 *)(st + (c % ${STAGES}) * ${32 * KCP} + lane * ${KCP});
+]==]
+if SXF == 1 then
+    cuda [==[
+            const float4 *xv = (const float4 *)(xs + c * ${KC});
+#pragma unroll 4
+            for (int g = 0; g < ${PPR}; g++) {
+                const uint4 v = w[g];
+                const float4 xa = xv[2 * g], xb = xv[2 * g + 1];
+                const tw_u32 u[4] = {v.x, v.y, v.z, v.w};
+                const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s = __fadd_rn(s, __fmul_rn(xf[2 * i], tw_to_f32((tw_u16)(u[i] & 0xffffu))));
+                    s = __fadd_rn(s, __fmul_rn(xf[2 * i + 1], tw_to_f32((tw_u16)(u[i] >> 16))));
+                }
+            }
+]==]
+else
+    cuda [==[
             const uint4 *xv = (const uint4 *)(xs + c * ${KC});
 #pragma unroll 4
             for (int g = 0; g < ${PPR}; g++) {
@@ -1106,6 +1142,9 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
                                                tw_to_f32((tw_u16)(u[i] >> 16))));
                 }
             }
+]==]
+end
+cuda [==[
         }
         __syncwarp(); /* a later issue overwrites this buffer */
     }
@@ -1113,14 +1152,29 @@ __device__ __forceinline__ float tw_dot_staged(const tw_u16 *xs, const tw_u16 *_
 }
 
 /* A token row (dtype) into this warp's shared copy, as is (then __syncwarp). */
-__device__ __forceinline__ void tw_row_to_smem16(tw_u16 *xs, const tw_u16 *__restrict__ row,
+__device__ __forceinline__ void tw_row_to_smem16(tw_xs *xs, const tw_u16 *__restrict__ row,
                                                  int lane) {
+]==]
+if SXF == 1 then
+    cuda [==[
+    for (int g = lane; g < ${S.K // 8}; g += 32) {
+        float f[8];
+        tw_ldg(row, g, f);
+        ((float4 *)xs)[2 * g] = make_float4(f[0], f[1], f[2], f[3]);
+        ((float4 *)xs)[2 * g + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+]==]
+else
+    cuda [==[
     for (int g = lane; g < ${S.K // 8}; g += 32)
         ((uint4 *)xs)[g] = ((const uint4 *)row)[g];
+]==]
+end
+cuda [==[
     __syncwarp();
 }
 
-extern "C" __global__ void __launch_bounds__(64)
+extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
                       const tw_u32 *__restrict__ packed, float *u_ell,
                       const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
@@ -1130,8 +1184,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    tw_u16 *xs = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
-    tw_u16 *st = xs + ${S.K};
+    tw_xs *xs = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = (tw_u16 *)(xs + ${S.K});
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
@@ -1164,7 +1218,7 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
     }
 }
 
-extern "C" __global__ void __launch_bounds__(64)
+extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
                       const tw_u32 *__restrict__ packed, float *u_ell,
                       const tw_u64 *__restrict__ tile_off, const tw_u64 *__restrict__ spill_off,
@@ -1174,8 +1228,8 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    tw_u16 *ds = (tw_u16 *)((char *)tw_sm4 + warp * ${STW});
-    tw_u16 *st = ds + ${S.K};
+    tw_xs *ds = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
+    tw_u16 *st = (tw_u16 *)(ds + ${S.K});
     const long long nch = (long long)chunk_off[M];
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
