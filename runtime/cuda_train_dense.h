@@ -61,13 +61,15 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
  * internal.h (plan.c calls them). */
 
 /* Density threshold of AUTO, in active values per row per unit of N. Measured on the H200
- * (bf16, K = 2048, N = 5632, M = 16384, uniform; records bench/results/train-2026-11-21T0029*,
- * 7cd9bac): the dense step takes 4.67-4.89 ms at any density, the sparse one 4.33 ms at 29.3
- * active per row and 6.97 at 56.1, so they cross near 32.5 per row, 0.58% of N. Re-measure when
- * either path changes (twell bench --op train --path sparse|dense). After a dense step AUTO stays
- * dense down to TW_TD_STAY of the threshold (against flapping on noisy L0; narrow, because below
- * the crossover every dense step costs time). */
-#define TW_TD_DENSITY 0.006
+ * (bf16, K = 2048, N = 5632, M = 16384, uniform): the dense step takes 4.67-4.89 ms at any
+ * density (records bench/results/train-2026-11-21T0029*, 7cd9bac), about 1.06x dense cuBLAS; the
+ * sparse step after the staged-kernel work (trainsparse2, 4822444) is 1.53x cuBLAS at 29.3
+ * active per row and 0.99x at 56.1, so the two cross near 51 per row, 0.9% of N (it was 32.5,
+ * 0.58%, with the slower sparse kernels). Re-measure when either path changes (twell bench --op
+ * train --path sparse|dense; scripts/bench_issues.sh train). After a dense step AUTO stays dense
+ * down to TW_TD_STAY of the threshold (against flapping on noisy L0; narrow, because below the
+ * crossover every dense step costs time). */
+#define TW_TD_DENSITY 0.009
 #define TW_TD_STAY 0.9
 #define TW_TD_MIN_ROWS ((size_t)1024)
 
