@@ -193,9 +193,9 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  *
  * Axes. The template takes CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, DCAPA and DCAPB:
  *  - CN (neurons per weight chunk: a multiple of T and of 64, at most 1024, N/CN ≤ 256 chunks)
- *    and STAGES (weight chunks in flight, 2..4) are tuned: larger chunks mean fewer chunk
- *    iterations and less list padding, more stages hide more load latency; both take shared
+ *    is tuned: larger chunks mean fewer chunk iterations and less list padding but take shared
  *    memory from the staged lists (bench/dev/NOTES-fused.md: which wins depends on the shape).
+ *    STAGES (weight chunks in flight, 2..4 in the template) is an axis of one value, 2 (below).
  *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block), PF and IL are axes of one value each,
  *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
  *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
@@ -214,7 +214,12 @@ static const tw_tune_space tw_space_gate_pack_simt = {
 #define TW_FFN_LIST_MIN 16384u  /* least list staging the launcher accepts */
 
 static const int64_t tw_ffn_cn[] = {64, 128, 256, 384, 512, 640, 768, 896, 1024};
-static const int64_t tw_ffn_stages[] = {2, 3, 4};
+/* STAGES: the template takes 2..4, but 3 and 4 never won (exhaustive runs at K/N 2048/5632 and
+ * 1024/4096, `twell tune` on four shapes, NOTES-fused.md session 2: no gain at 16384/29) while
+ * doubling the candidates cost the whole FFN's first use 23.4 s at K = 8192 N = 28672 (target
+ * 20 s; 17.5 s with this axis at one value). Widen it when a shape is found where more stages
+ * win. */
+static const int64_t tw_ffn_stages[] = {2};
 static const int64_t tw_ffn_gpwa[] = {8};
 static const int64_t tw_ffn_gpwb[] = {4};
 static const int64_t tw_ffn_nwa[] = {16};
@@ -302,7 +307,7 @@ static const tw_tune_space tw_space_ffn_fused = {
     .about = "fused sparse FFN from the packed gate (pair lists, tensor-core phases)",
     .naxes = 8,
     .axes = {{"CN", tw_ffn_cn, 9},
-             {"STAGES", tw_ffn_stages, 3},
+             {"STAGES", tw_ffn_stages, 1},
              {"GPWA", tw_ffn_gpwa, 1},
              {"GPWB", tw_ffn_gpwb, 1},
              {"NWA", tw_ffn_nwa, 1},

@@ -386,7 +386,7 @@ static void test_autotune_prune_sm90(void **state) {
     }
 }
 
-/* The ffn_fused space: CN and STAGES are the axes, the warp shapes, PF and IL single-valued (the
+/* The ffn_fused space: CN is the axis, STAGES, the warp shapes, PF and IL single-valued (the
  * defaults), pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB
  * ceiling) and the device's shared memory. */
 static void test_autotune_prune_ffn_fused(void **state) {
@@ -405,34 +405,36 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_ptr_equal(tw_tune_space_pick("ffn_infer", &p, &h200), s);
     assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
 
-    /* T = 256: CN 256 with 2-4 stages, 512 with 2-3, 768 with 2 (CN smaller than T or not a
-     * multiple of it: shape; the rest over the template's 227 KB with 16 KB of list staging:
-     * shape, whatever the device). */
+    /* T = 256: CN 256, 512, 768 at 2 stages (CN smaller than T or not a multiple of it: shape;
+     * the rest over the template's 227 KB with 16 KB of list staging: shape, whatever the
+     * device). */
     tw_tune_config *cands = NULL;
     size_t n = 0, di = SIZE_MAX;
     tw_prune_stats st;
     assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(st.total, 27);
-    assert_int_equal(n, 6);
-    assert_int_equal(st.by[TW_PRUNE_SHAPE], 21);
+    assert_int_equal(st.total, 9);
+    assert_int_equal(n, 3);
+    assert_int_equal(st.by[TW_PRUNE_SHAPE], 6);
     tw_assert_canon(&cands[0], "ffn_fused:CN=256,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[4], "ffn_fused:CN=512,STAGES=3,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[5], "ffn_fused:CN=768,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    assert_int_equal(di, 3);
+    tw_assert_canon(&cands[1], "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&cands[2], "ffn_fused:CN=768,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    assert_int_equal(di, 1);
     free(cands);
-    /* T = 128: 13 (CN, STAGES) pairs fit an H200; an A100 (163 KB) keeps 8 (5 pruned for shared
-     * memory), an L4 (99 KB) 4, without its default (512, 2). */
+    /* T = 128: CN 128..768 fit an H200 (896 and 1024 exceed the template's ceiling); an A100
+     * (163 KB) keeps 128..512 (640 and 768 pruned for shared memory), an L4 (99 KB) 128 and 256,
+     * without the default CN 512. */
     p.shape.T = 128;
     assert_int_equal(tw_tune_space_enumerate(s, &p, &h200, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 13);
+    assert_int_equal(n, 6);
+    assert_int_equal(cands[n - 1].p[0].value, 768);
     free(cands);
     assert_int_equal(tw_tune_space_enumerate(s, &p, &a100, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 8);
-    assert_int_equal(st.by[TW_PRUNE_SMEM], 5);
+    assert_int_equal(n, 4);
+    assert_int_equal(st.by[TW_PRUNE_SMEM], 2);
     assert_int_equal(cands[n - 1].p[0].value, 512);
     free(cands);
     assert_int_equal(tw_tune_space_enumerate(s, &p, &l4, &cands, &n, &di, &st), TWELL_OK);
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 2);
     assert_int_equal(di, SIZE_MAX);
     free(cands);
     /* T = 64 with 320 tiles: CN = 64 would make 320 chunks (> 256). */
