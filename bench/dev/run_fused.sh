@@ -15,6 +15,8 @@
 #   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
 #              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
+#   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
+#              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
 OUT=${OUT:-/tmp/fused-out}
@@ -152,6 +154,40 @@ for step in ${STEPS:-test breakdown prof bench}; do
             echo "bench rc=$?"
         done
         grep -E "^op|^ffn" "$OUT/bench.log" | cut -c1-200
+        ;;
+    gtcmp)
+        # GT (tokens per list group) 8 vs 16: test_gpu_ffn_infer under each default (the test also
+        # forces the other), both at once; then twell bench --path sparse per GT (uniform JSON in
+        # $OUT/gtN, skewed 16384/29 in the log), then ncu per-kernel durations at 16384/29 uniform
+        for gt in ${GTS:-8 16}; do
+            (cd $B && TWELL_FFN_TILE=GT=$gt TWELL_CACHE_DIR=$PWD/test-cache/gt$gt \
+                TWELL_TEMPLATE_DIR=$PWD/../templates timeout ${GT_TEST_TIMEOUT:-220} ./test_gpu_ffn_infer) \
+                >"$OUT/test_gt$gt.log" 2>&1 &
+        done
+        wait
+        for gt in ${GTS:-8 16}; do
+            echo "-- test_gpu_ffn_infer, default GT=$gt: $(grep -cE "^# +(tiled|GT=)" "$OUT/test_gt$gt.log") tiled/GT lines"
+            grep -E "PASSED|FAILED|rror" "$OUT/test_gt$gt.log" | head -8
+            grep -E "^# +GT=" "$OUT/test_gt$gt.log" |
+                awk '{if ($6 + 0 > m) m = $6 + 0} END {print "   other GT: " NR " runs, worst row-rel err " m}'
+        done
+        for gt in ${GTS:-8 16}; do
+            mkdir -p "$OUT/gt$gt"
+            TWELL_FFN_TILE=GT=$gt timeout 150 $T bench --out "$OUT/gt$gt" --op ffn_infer --path sparse \
+                --M 4096,16384 --nnz 29,56 --dist uniform --reps 20 >"$OUT/bench_gt$gt.log" 2>&1
+            TWELL_FFN_TILE=GT=$gt timeout 90 $T bench --out /tmp/gtskew$gt --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist skewed --reps 20 >>"$OUT/bench_gt$gt.log" 2>&1
+            echo "-- bench GT=$gt"
+            grep -E "^op|^ffn" "$OUT/bench_gt$gt.log" | cut -c1-160
+        done
+        for gt in ${GTS:-8 16}; do
+            echo "-- ncu per-kernel us, GT=$gt, M=16384, 29 nnz, uniform"
+            TWELL_FFN_TILE=GT=$gt timeout 100 ncu --clock-control none -k "$KRE" \
+                --metrics gpu__time_duration.sum --print-summary per-kernel $T bench --op ffn_infer \
+                --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/ncu_gt$gt.log 2>&1
+            awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "%-22s %s %s %s %s\n", k, $2, $3, $4, $5}' \
+                /tmp/ncu_gt$gt.log | tee -a "$OUT/ncu_gt.log"
+        done
         ;;
     *) echo "unknown step $step" ;;
     esac
