@@ -199,6 +199,10 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block), PF and IL are axes of one value each,
  *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
  *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
+ *  - GT (tokens per list group, 8 | 16) is not an axis: configurations leave it out and the
+ *    launcher takes TW_FFN_GT_DEFAULT (8). GT 16 was exact but 13% slower in the fused part at
+ *    K=2048 N=5632 M=16384, 29 nnz (NOTES-fused.md, measurement 4: phase B's mmas double); it
+ *    stays a development option (TWELL_FFN_TILE=GT=16) and needs no shared memory of its own.
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
  *    the rest (the launcher fills the shared memory left). Phases A and B run one CTA per SM at
  *    the default warp shapes (128 registers x 512 threads: the whole register file), so a

@@ -31,7 +31,7 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_ovf_gu", "twell_ffn_ovf_down", "twell_ffn_phase_a",
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
-/* twell_ffn_cfg[19] of the module, in the template's order. */
+/* twell_ffn_cfg[20] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -52,6 +52,7 @@ enum {
     TW_CFG_NWB,
     TW_CFG_PF,
     TW_CFG_IL,
+    TW_CFG_GT,
     TW_CFG_COUNT
 };
 
@@ -317,7 +318,7 @@ static twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
  * block. Returns 0 if they do not fit (or CN does not suit the shape). */
 static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
     uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
-    /* per buffer: the staged list offsets and sizes of the block (GPW groups per warp, NW
+    /* per buffer: the staged list offsets and sizes of the block (GPW 8-token units per warp, NW
      * warps); once: the (first, end) offset table of up to 256 chunks */
     uint32_t ga = want[TW_CFG_NWA] * want[TW_CFG_GPWA], gb = want[TW_CFG_NWB] * want[TW_CFG_GPWB];
     uint32_t la = (2u * ga + 4u) * 4u, lb = (2u * gb + 4u) * 4u, re = 2048u;
@@ -330,6 +331,10 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
             return 0;
     }
     if (want[TW_CFG_PF] > 1u || want[TW_CFG_IL] > 1u)
+        return 0;
+    /* GT 16: the warps' 8-token units pair up into groups of 16; IL pairs groups of 8 only */
+    if (want[TW_CFG_GT] != 8u && (want[TW_CFG_GT] != 16u || want[TW_CFG_GPWA] % 2u != 0u ||
+                                  want[TW_CFG_GPWB] % 2u != 0u || want[TW_CFG_IL] != 0u))
         return 0;
     uint32_t tpc = cn / s->T;
     if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
@@ -374,15 +379,16 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw
     want[TW_CFG_NWB] = c->nwb;
     want[TW_CFG_PF] = c->pf;
     want[TW_CFG_IL] = c->il;
+    want[TW_CFG_GT] = c->gt;
     uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
     uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
     if (c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u || smem < fixed + 16384u ||
         !tw_ffn_tile_derive(s, smem, want)) {
         snprintf(why, n,
-                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u is not a configuration "
-                 "of ffn_fused for T=%u N=%u in %u bytes of shared memory",
-                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, s->T, s->N,
-                 smem);
+                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u is not a "
+                 "configuration of ffn_fused for T=%u N=%u in %u bytes of shared memory",
+                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, c->gt, s->T,
+                 s->N, smem);
         memset(want, 0, TW_CFG_COUNT * sizeof *want);
         return 0;
     }
@@ -403,20 +409,21 @@ int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out
      * per block in phases A / B and the list prefetch on (bench/dev/NOTES-fused.md). */
     static const unsigned cand[][2] = {{512, 2}, {256, 2}};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        *out = (tw_ffn_cfg){cand[i][0], cand[i][1], 8u, 4u, 16u, 16u, 1u, 0u};
+        *out = (tw_ffn_cfg){cand[i][0], cand[i][1], 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT};
         if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
             return 0;
     }
-    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u};
+    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT};
     return -1;
 }
 
 int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
-    static const char *const names[] = {"CN", "STAGES", "GPWA", "GPWB", "NWA", "NWB", "PF", "IL"};
-    static const int64_t dflt[] = {512, 2, 8, 4, 16, 16, 1, 0};
-    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0};
-    unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb,
-                       &out->nwa, &out->nwb,    &out->pf,   &out->il};
+    static const char *const names[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
+                                        "NWB", "PF",     "IL",   "GT"};
+    static const int64_t dflt[] = {512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT};
+    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0, 1};
+    unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb, &out->nwa,
+                       &out->nwb, &out->pf,     &out->il,   &out->gt};
     if (strcmp(tc->kernel, "ffn_fused") != 0)
         return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -451,6 +458,7 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"NWB", NULL, (long long)want[TW_CFG_NWB]},
         {"PF", NULL, (long long)want[TW_CFG_PF]},
         {"IL", NULL, (long long)want[TW_CFG_IL]},
+        {"GT", NULL, (long long)want[TW_CFG_GT]},
     };
     memcpy(out, p, sizeof p);
     return TW_FFN_NPARAMS;
@@ -551,16 +559,17 @@ static void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
 }
 
 /* Development override of the default configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
- * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL; the rest is derived). Ignored, with a warning, if it
- * does not fit. Tuned winners (per M bucket) are not affected. */
+ * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, GT; the rest is derived). Ignored, with a warning, if
+ * it does not fit. Tuned winners (per M bucket) are not affected. */
 static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
                                  tw_ffn_cfg *c) {
     const char *env = getenv("TWELL_FFN_TILE");
     if (!env || !*env)
         return;
     tw_ffn_cfg w = *c;
-    static const char *const keys[] = {"CN", "STAGES", "GPWA", "GPWB", "NWA", "NWB", "PF", "IL"};
-    unsigned *dst[] = {&w.cn, &w.stages, &w.gpwa, &w.gpwb, &w.nwa, &w.nwb, &w.pf, &w.il};
+    static const char *const keys[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
+                                       "NWB", "PF",     "IL",   "GT"};
+    unsigned *dst[] = {&w.cn, &w.stages, &w.gpwa, &w.gpwb, &w.nwa, &w.nwb, &w.pf, &w.il, &w.gt};
     const char *p = env;
     while (*p) {
         size_t i = 0, len = 0;
@@ -708,8 +717,8 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
     TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 1u, stream));
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
                       &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, 8), 8), 1, 256, 0, stream,
-                 a_prep));
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, f->cfg[TW_CFG_GT]), 8), 1, 256,
+                 0, stream, a_prep));
     void *a_scan[] = {&w->bsum, &m,          &w->bbase, &w->cnt,  &w->ovf_base, &w->item_base,
                       &w->flag, &w->offsets, &pair_cap, &ovf_cap, &orow_cap};
     return tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan);
@@ -721,7 +730,7 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
                                   const void *wd, void *y, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     size_t sms = (size_t)ctx->cuda->sm_count;
-    size_t NG = tw_cdiv((size_t)m, 8), NL = NG * f->cfg[TW_CFG_NC];
+    size_t gt = f->cfg[TW_CFG_GT], NG = tw_cdiv((size_t)m, gt), NL = NG * f->cfg[TW_CFG_NC];
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
@@ -742,8 +751,8 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
                         &w->sizes,  &w->partial, &pair_cap, &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A],
-                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA]), f->NSL,
-                     32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
+                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA] * 8u / gt),
+                     f->NSL, 32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
         void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
                          &m,     &w->hl,      &w->rexp,  &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
@@ -753,7 +762,7 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     void *a_pb[] = {(void *)&wd, &m,           &w->desc,  &w->gv, &hl, &rexp,   &w->offsets,
                     &w->sizes,   &w->orow_idx, &w->ovf_y, &ys,    &y,  &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
-                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB]), f->NSL,
+                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB] * 8u / gt), f->NSL,
                  32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
                       &m,         &w->flag,        &fallback_only};

@@ -6,14 +6,15 @@
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
--- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A / B,
+-- (units of 8 tokens per warp in phase A / B, 8 / 4), GT (tokens per group: 8 | 16, default
+-- 8; 16: each gathered weight fragment feeds two n8 mmas, GPWA / GPWB even), NWA / NWB (warps per block in phase A / B,
 -- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
 -- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
 -- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
 -- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
--- Algorithm. Tokens form groups of 8 (mma n-dimension), neurons form chunks of CN. Row-tiles
+-- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
 -- whose count exceeds the slots ("overflowing") leave the sparse path: ovf_gu recomputes their g
 -- exactly (round(relu(x . wp_n))) and u = x . wu_n on tensor cores, batched per tile, and stores
 -- h = g u as 16-bit hi and lo halves; ovf_down sums h . Wd over each overflowing row's tiles into
@@ -29,11 +30,11 @@
 -- workspace cannot hold what the data needs, a device flag makes every tiled kernel return at
 -- once and the row kernel (exact, one warp per row) runs instead: no host synchronisation.
 --
--- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/8); NB = ceil(NG/8);
+-- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/GT); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[19] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL} (read with
+-- __device__ const unsigned twell_ffn_cfg[20] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL, GT} (read with
 --   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -56,10 +57,10 @@
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid 3*SMs x 256, SMEM_DOWN
 --       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, YS (long long), flag)
---   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA)), NSL) x 32*NWA, SMEM_A
+--   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA*8/GT)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
 --   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
---   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB)), NSL) x 32*NWB, SMEM_B
+--   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB*8/GT)), NSL) x 32*NWB, SMEM_B
 --       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, YS, y,
 --        flag)
 --  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
@@ -97,6 +98,14 @@ for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
     check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[3] % 2 == 0,
         "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
 end
+local GT = param("GT", 8)
+check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
+if GT == 16 then
+    check(GPWA % 2 == 0 and GPWB % 2 == 0, "GT=16 needs even GPWA, GPWB (8-token units)")
+    check(IL == 0, "IL=1 needs GT=8")
+end
+-- groups of GT tokens per warp (GPWA / GPWB count units of 8 tokens)
+local GGA, GGB = GPWA * 8 // GT, GPWB * 8 // GT
 local STAGES = param("STAGES", 2)
 check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
 local SMEM_MAX = 232448
@@ -859,12 +868,12 @@ __device__ __forceinline__ void tw_stage_lists(tw_u32 so, const tw_u32 *__restri
     }
 }
 
-// Pre-pass 1: one warp per group of 8 rows reads every cell count once (4 loads in flight per
+// Pre-pass 1: one warp per group of GT rows reads every cell count once (4 loads in flight per
 // lane): list sizes of the group in every chunk (non-overflowing cells only, PADQ-padded), the
 // block's (8 groups) size sum per chunk, each overflowing cell's slot in its tile's list (integer
 // atomics: consumers index by row and tile, so the order is free), and each row's index among the
 // overflowing rows (TW_NONE if it has none). NCMAX >= NC.
-template <int PADQ, int NCMAX>
+template <int PADQ, int NCMAX, int GT>
 TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int W, int NC, int TPC,
                             int NG, tw_u32 *__restrict__ cnt, tw_u32 *__restrict__ ovf_rows,
                             tw_u32 *__restrict__ ovf_slot, tw_u32 *__restrict__ orow_idx,
@@ -872,7 +881,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                             tw_u32 *__restrict__ bsum) {
     __shared__ tw_u32 csum[8][NCMAX];
     __shared__ tw_u32 bs[NCMAX];
-    __shared__ tw_u32 rowovf[8][8];
+    __shared__ tw_u32 rowovf[8][GT];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int G = blockIdx.x * 8 + warp, NB = (NG + 7) / 8;
     const bool active = G < NG;
@@ -880,19 +889,19 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
         csum[warp][c] = 0;
     for (int c = tid; c < NC; c += 256)
         bs[c] = 0;
-    if (lane < 8)
+    if (lane < GT)
         rowovf[warp][lane] = 0;
     __syncthreads();
     const tw_u32 S = (tw_u32)(W - 1);
     if (active) {
-        const int ncell = 8 * NT;
+        const int ncell = GT * NT;
         for (int i0 = 0; i0 < ncell; i0 += 128) {
             tw_u32 v[4];
             int rr[4], tt[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int i = i0 + 32 * u + lane, r = i / NT;
-                const long long m = 8LL * G + r;
+                const long long m = (long long)GT * G + r;
                 rr[u] = i < ncell && m < M ? r : -1;
                 tt[u] = i - r * NT;
                 v[u] = rr[u] >= 0 ? packed[(m * NT + tt[u]) * W] : 0u;
@@ -906,7 +915,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                     if (v[u])
                         atomicAdd(&csum[warp][t / TPC], v[u]);
                 } else {
-                    const long long m = 8LL * G + rr[u];
+                    const long long m = (long long)GT * G + rr[u];
                     const tw_u32 sl = atomicAdd(&cnt[t], 1u);
                     ovf_rows[(long long)t * M + sl] = (tw_u32)m;
                     ovf_slot[m * NT + t] = sl;
@@ -926,8 +935,8 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
     __syncthreads();
     for (int c = tid; c < NC; c += 256)
         bsum[(long long)c * NB + blockIdx.x] = bs[c];
-    const long long m = 8LL * G + lane;
-    if (active && lane < 8 && m < M) {
+    const long long m = (long long)GT * G + lane;
+    if (active && lane < GT && m < M) {
         tw_u32 idx = TW_NONE;
         if (rowovf[warp][lane]) {
             idx = atomicAdd(&cnt[NT], 1u);
@@ -1029,14 +1038,14 @@ TW_KERNEL((1024))
 // prefix-summed in shared memory (overflowing cells count 0), entries fetched flat (32 per step,
 // binary search over the cells), two passes (bucket counts, then placement by ballot ranks), then
 // the pads.
-template <int TPCM, int BW>
+template <int TPCM, int BW, int GT>
 TW_KERNEL((BW * 32))
     tw_k_build(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
                 int TPC, int NG, const tw_u32 *__restrict__ bbase,
                 const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ offsets,
                 tw_u32 *__restrict__ desc, tw_u16 *__restrict__ gv,
                 const tw_u32 *__restrict__ flag) {
-    __shared__ tw_u32 spre[BW][8 * TPCM + 1];
+    __shared__ tw_u32 spre[BW][GT * TPCM + 1];
     if (flag[0])
         return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1045,7 +1054,7 @@ TW_KERNEL((BW * 32))
         return;
     tw_u32 *pre = spre[warp];
     const int c = (int)(wid / NG), G = (int)(wid - (long long)c * NG);
-    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = 8 * nt;
+    const int t0 = c * TPC, nt = min(TPC, NT - t0), ncell = GT * nt;
     const int G8 = G & ~7, NB = (NG + 7) / 8;
     tw_u32 before = lane < G - G8 ? sizes[(long long)c * NG + G8 + lane] : 0u;
 #pragma unroll
@@ -1062,7 +1071,7 @@ TW_KERNEL((BW * 32))
         tw_u32 v = 0;
         if (i < ncell) {
             const int r = i / nt;
-            const long long m = 8LL * G + r;
+            const long long m = (long long)GT * G + r;
             if (m < M) {
                 v = packed[(m * NT + t0 + (i - r * nt)) * W];
                 v = v > S ? 0u : v;
@@ -1092,7 +1101,7 @@ TW_KERNEL((BW * 32))
                 hi = mid - 1;
         }
         const int r = lo / nt;
-        const long long m = 8LL * G + r;
+        const long long m = (long long)GT * G + r;
         const tw_u32 word = packed[(m * NT + t0 + (lo - r * nt)) * W + 1 + (j - pre[lo])];
         row = (word & 0xffffu) - cstart;
         g = word >> 16;
@@ -1202,11 +1211,24 @@ TW_KERNEL((BW * 32))
 // Phase A chunk for one warp: full rounds of 16 slots, then (PADQ 8) a half round. Lane
 // (g, t4) reads pieces t4 and t4 + 4 (k = 8 t4 .. +7 and 32 + 8 t4 .. +7 of the slice) of the
 // rows in slots g and g + 8; the x fragments hold the same k columns (mma k order permuted
-// identically). Slot g's pair keeps D[g][tok]; the lane with t4 = tok >> 1 stores it.
+// identically). A group of GT = 8 NH tokens runs NH n8 mmas per A fragment (x fragments
+// bx[j][8 h ..] for tokens 8 h .. 8 h + 7). Slot g's pair keeps D_h[g][tok & 7], h = tok >> 3;
+// the lane with t4 = (tok & 7) >> 1 stores it.
 // so: the staged list offsets (NGB + 1) and sizes (NGB) of the chunk; gl0: this warp's first
 // group in the block; nj: its groups below NG; ra: the block's first offset.
-template <int DT, int GPW, bool SH, int PADQ, int NGB, int PF>
-__device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 so, tw_u32 gl0,
+template <int NH> __device__ __forceinline__ float tw_pa_pick(const float (&e)[NH][2][4], tw_u32 d,
+                                                              int hi) {
+    const int i = 2 * hi;
+    const float s0 = e[0][0][i] + e[0][1][i], s1 = e[0][0][i + 1] + e[0][1][i + 1];
+    if constexpr (NH == 1) {
+        return (d & 1u) ? s1 : s0;
+    } else {
+        const float t0 = e[1][0][i] + e[1][1][i], t1 = e[1][0][i + 1] + e[1][1][i + 1];
+        return (d & 8u) ? ((d & 1u) ? t1 : t0) : ((d & 1u) ? s1 : s0);
+    }
+}
+template <int DT, int GPW, bool SH, int PADQ, int NGB, int PF, int NH>
+__device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_u32 so, tw_u32 gl0,
                                              int nj, tw_u32 ra, tw_u32 dsh, const tw_u32 *dgl,
                                              tw_u32 buf, float *po, int g, int t4) {
     const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
@@ -1251,25 +1273,22 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 s
             const tw_u32 oa = (da ^ t4s) & ~15u, ob = (db ^ t4s) & ~15u;
             const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
             const uint4 b0 = tw_lds128(buf + ob), b1 = tw_lds128(buf + (ob ^ 64u));
-            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                const tw_u32 af[4] = {a0.x, b0.x, a0.y, b0.y};
-                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
-            }
-            {
-                const tw_u32 af[4] = {a0.z, b0.z, a0.w, b0.w};
-                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
-            }
-            {
-                const tw_u32 af[4] = {a1.x, b1.x, a1.y, b1.y};
-                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
-            }
-            {
-                const tw_u32 af[4] = {a1.z, b1.z, a1.w, b1.w};
-                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
-            }
-            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
-            const float vb = (db & 1u) ? e0[3] + e1[3] : e0[2] + e1[2];
+            float e[NH][2][4];
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    e[h][0][i] = e[h][1][i] = 0.0f;
+            const tw_u32 af[4][4] = {{a0.x, b0.x, a0.y, b0.y},
+                                     {a0.z, b0.z, a0.w, b0.w},
+                                     {a1.x, b1.x, a1.y, b1.y},
+                                     {a1.z, b1.z, a1.w, b1.w}};
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+                for (int h = 0; h < NH; h++)
+                    tw_mma<DT>(e[h][ks & 1], af[ks], bx[j][8 * h + 2 * ks], bx[j][8 * h + 2 * ks + 1]);
+            const float va = tw_pa_pick<NH>(e, da, 0), vb = tw_pa_pick<NH>(e, db, 1);
             tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4 ? 1u : 0u);
             tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4 ? 1u : 0u);
         }
@@ -1277,35 +1296,33 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8], tw_u32 s
             const tw_u32 da = (PF && SH) ? dan : SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
             const tw_u32 oa = (da ^ t4s) & ~15u;
             const uint4 a0 = tw_lds128(buf + oa), a1 = tw_lds128(buf + (oa ^ 64u));
-            float e0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, e1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                const tw_u32 af[4] = {a0.x, 0u, a0.y, 0u};
-                tw_mma<DT>(e0, af, bx[j][0], bx[j][1]);
-            }
-            {
-                const tw_u32 af[4] = {a0.z, 0u, a0.w, 0u};
-                tw_mma<DT>(e1, af, bx[j][2], bx[j][3]);
-            }
-            {
-                const tw_u32 af[4] = {a1.x, 0u, a1.y, 0u};
-                tw_mma<DT>(e0, af, bx[j][4], bx[j][5]);
-            }
-            {
-                const tw_u32 af[4] = {a1.z, 0u, a1.w, 0u};
-                tw_mma<DT>(e1, af, bx[j][6], bx[j][7]);
-            }
-            const float va = (da & 1u) ? e0[1] + e1[1] : e0[0] + e1[0];
+            float e[NH][2][4];
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    e[h][0][i] = e[h][1][i] = 0.0f;
+            const tw_u32 af[4][4] = {{a0.x, 0u, a0.y, 0u},
+                                     {a0.z, 0u, a0.w, 0u},
+                                     {a1.x, 0u, a1.y, 0u},
+                                     {a1.z, 0u, a1.w, 0u}};
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+                for (int h = 0; h < NH; h++)
+                    tw_mma<DT>(e[h][ks & 1], af[ks], bx[j][8 * h + 2 * ks], bx[j][8 * h + 2 * ks + 1]);
+            const float va = tw_pa_pick<NH>(e, da, 0);
             tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
         }
     }
 }
 
-// Phase A (gated): partial u over one 64-column slice for every slot of a block of 16 warps x
-// GPW groups x 8 tokens. Shared memory: two weight chunks (2 x CN x 128 B), two staging buffers
+// Phase A (gated): partial u over one 64-column slice for every slot of a block of NW warps x
+// GPW groups x GT tokens. Shared memory: two weight chunks (2 x CN x 128 B), two staging buffers
 // (DCAP descriptors, the block's list offsets and sizes), the (first, end) offset table of all
 // chunks (read once at the start, so no chunk waits on a global load). A chunk whose block region
 // holds more than DCAP slots reads its descriptors from global memory instead.
-template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF>
+template <int DT, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF, int GT>
 TW_KERNEL((NW * 32, 1))
     tw_k_phase_a(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu, int M, int K, int N,
                   int NG, int NC, const tw_u32 *__restrict__ desc,
@@ -1326,15 +1343,19 @@ TW_KERNEL((NW * 32, 1))
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
     }
-    tw_u32 bx[GPW][8];
+    constexpr int NH = GT / 8;
+    tw_u32 bx[GPW][8 * NH];
 #pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        const int row = min((G0 + j) * 8 + g, M - 1);
-        const tw_u16 *p = x + (long long)row * K + k0 + 8 * t4;
-        const uint4 v0 = *(const uint4 *)p, v1 = *(const uint4 *)(p + 32);
-        bx[j][0] = v0.x, bx[j][1] = v0.y, bx[j][2] = v0.z, bx[j][3] = v0.w;
-        bx[j][4] = v1.x, bx[j][5] = v1.y, bx[j][6] = v1.z, bx[j][7] = v1.w;
-    }
+    for (int j = 0; j < GPW; j++)
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            const int row = min((G0 + j) * GT + 8 * h + g, M - 1);
+            const tw_u16 *p = x + (long long)row * K + k0 + 8 * t4;
+            const uint4 v0 = *(const uint4 *)p, v1 = *(const uint4 *)(p + 32);
+            bx[j][8 * h + 0] = v0.x, bx[j][8 * h + 1] = v0.y, bx[j][8 * h + 2] = v0.z;
+            bx[j][8 * h + 3] = v0.w, bx[j][8 * h + 4] = v1.x, bx[j][8 * h + 5] = v1.y;
+            bx[j][8 * h + 6] = v1.z, bx[j][8 * h + 7] = v1.w;
+        }
     __syncthreads();
     const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     float *pout = partial + (long long)s * pstride;
@@ -1365,10 +1386,10 @@ TW_KERNEL((NW * 32, 1))
         const tw_u32 gl0 = (tw_u32)(warp * GPW);
         const tw_u32 buf = sbase + (c % ST) * CN * 128;
         if (rn <= DCAP)
-            tw_pa_chunk<DT, GPW, true, PADQ, NGB, PF>(bx, so, gl0, nj, ra, sb, nullptr, buf,
+            tw_pa_chunk<DT, GPW, true, PADQ, NGB, PF, NH>(bx, so, gl0, nj, ra, sb, nullptr, buf,
                                                          pout + ra, g, t4);
         else
-            tw_pa_chunk<DT, GPW, false, PADQ, NGB, PF>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
+            tw_pa_chunk<DT, GPW, false, PADQ, NGB, PF, NH>(bx, so, gl0, nj, ra, 0u, desc + ra, buf,
                                                           pout + ra, g, t4);
         __syncthreads();
     }
@@ -1379,13 +1400,14 @@ TW_KERNEL((NW * 32, 1))
 // (k = 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 of the mma) and reads logical piece pib(g) (8 output
 // columns) of each slot's Wd row with one 16-byte load; prmt pairs the two slots of a k pair.
 // Output column of mma row g in m-tile mt: 8 pib(g) + 2 mt, of row g + 8: that + 1, so a lane's
-// accumulators cover 8 consecutive columns of its two tokens. B = h at the slot's token column:
+// accumulators cover 8 consecutive columns of its two tokens. A group of GT = 8 NH tokens runs
+// NH n8 mmas per A fragment: B of n-tile h = h at the slot's token column (tokens 8 h .. 8 h + 7):
 // gated, the hi and lo halves (two mmas; fp16 scaled per round); non-gated, g itself.
-template <int DT, int GATED, int GPW, bool SH, int PADQ, int NGB, int PF>
-__device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
-                                             tw_u32 ra, tw_u32 dsh, tw_u32 vsh, const tw_u32 *dgl,
-                                             const void *vgl, const tw_u32 *rexp, tw_u32 buf, int g,
-                                             int t4) {
+template <int DT, int GATED, int GPW, bool SH, int PADQ, int NGB, int PF, int NH>
+__device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 so, tw_u32 gl0,
+                                             int nj, tw_u32 ra, tw_u32 dsh, tw_u32 vsh,
+                                             const tw_u32 *dgl, const void *vgl,
+                                             const tw_u32 *rexp, tw_u32 buf, int g, int t4) {
     const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
     /* PF: as in phase A, the next group's size and offset and the next round's descriptors are
        loaded one step ahead */
@@ -1427,10 +1449,15 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
             }
             if constexpr (GATED) {
                 const uint4 H = SH ? tw_lds128(vsh + 4u * q) : *(const uint4 *)((const tw_u32 *)vgl + q);
-                const tw_u32 m0 = (d[0] & 7u) == ug ? H.x : 0u, m1 = (d[1] & 7u) == ug ? H.y : 0u;
-                const tw_u32 m2 = (d[2] & 7u) == ug ? H.z : 0u, m3 = (d[3] & 7u) == ug ? H.w : 0u;
-                const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
-                const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+                tw_u32 bh0[NH], bl0[NH], bh1[NH], bl1[NH];
+#pragma unroll
+                for (int h = 0; h < NH; h++) {
+                    const tw_u32 tg = ug + 8u * h;
+                    const tw_u32 m0 = (d[0] & 15u) == tg ? H.x : 0u, m1 = (d[1] & 15u) == tg ? H.y : 0u;
+                    const tw_u32 m2 = (d[2] & 15u) == tg ? H.z : 0u, m3 = (d[3] & 15u) == tg ? H.w : 0u;
+                    bh0[h] = tw_prmt2(m0, m1, 0x7632u), bl0[h] = tw_prmt2(m0, m1, 0x5410u);
+                    bh1[h] = tw_prmt2(m2, m3, 0x7632u), bl1[h] = tw_prmt2(m2, m3, 0x5410u);
+                }
                 float sinv = 1.0f;
                 if constexpr (DT == 1)
                     sinv = tw_ex_inv<DT>(rexp[o >> 4]);
@@ -1440,30 +1467,40 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
                                          tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
-                    if constexpr (DT == 0) {
-                        tw_mma<DT>(acc[j][mt], a, bh0, bh1);
-                        tw_mma<DT>(acc[j][mt], a, bl0, bl1);
-                    } else {
-                        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        tw_mma<DT>(t, a, bh0, bh1);
-                        tw_mma<DT>(t, a, bl0, bl1);
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[j][mt][e] = fmaf(t[e], sinv, acc[j][mt][e]);
+                    for (int h = 0; h < NH; h++) {
+                        if constexpr (DT == 0) {
+                            tw_mma<DT>(acc[j][h][mt], a, bh0[h], bh1[h]);
+                            tw_mma<DT>(acc[j][h][mt], a, bl0[h], bl1[h]);
+                        } else {
+                            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            tw_mma<DT>(t, a, bh0[h], bh1[h]);
+                            tw_mma<DT>(t, a, bl0[h], bl1[h]);
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                acc[j][h][mt][e] = fmaf(t[e], sinv, acc[j][h][mt][e]);
+                        }
                     }
                 }
             } else {
                 const uint2 Gv = SH ? tw_lds64(vsh + 2u * q) : *(const uint2 *)((const tw_u16 *)vgl + q);
-                const tw_u32 k0 = ((d[0] & 7u) == ug ? 0xffffu : 0u) | ((d[1] & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 k1 = ((d[2] & 7u) == ug ? 0xffffu : 0u) | ((d[3] & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 b0 = Gv.x & k0, b1 = Gv.y & k1;
+                tw_u32 b0[NH], b1[NH];
+#pragma unroll
+                for (int h = 0; h < NH; h++) {
+                    const tw_u32 tg = ug + 8u * h;
+                    const tw_u32 k0 = ((d[0] & 15u) == tg ? 0xffffu : 0u) | ((d[1] & 15u) == tg ? 0xffff0000u : 0u);
+                    const tw_u32 k1 = ((d[2] & 15u) == tg ? 0xffffu : 0u) | ((d[3] & 15u) == tg ? 0xffff0000u : 0u);
+                    b0[h] = Gv.x & k0, b1[h] = Gv.y & k1;
+                }
 #pragma unroll
                 for (int mt = 0; mt < 4; mt++) {
                     const tw_u32 a[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u),
                                          tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x5410u),
                                          tw_prmt2(L[2][mt], L[3][mt], 0x7632u)};
-                    tw_mma<DT>(acc[j][mt], a, b0, b1);
+#pragma unroll
+                    for (int h = 0; h < NH; h++)
+                        tw_mma<DT>(acc[j][h][mt], a, b0[h], b1[h]);
                 }
             }
         }
@@ -1475,23 +1512,40 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][4][4], tw_u32 so, 
             const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
             if constexpr (GATED) {
                 const uint2 H = SH ? tw_lds64(vsh + 4u * q) : *(const uint2 *)((const tw_u32 *)vgl + q);
-                const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
-                const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+                tw_u32 bh[NH], bl[NH];
+#pragma unroll
+                for (int h = 0; h < NH; h++) {
+                    const tw_u32 tg = ug + 8u * h;
+                    const tw_u32 m0 = (D.x & 15u) == tg ? H.x : 0u, m1 = (D.y & 15u) == tg ? H.y : 0u;
+                    bh[h] = tw_prmt2(m0, m1, 0x7632u), bl[h] = tw_prmt2(m0, m1, 0x5410u);
+                }
 #pragma unroll
                 for (int mt = 0; mt < 4; mt++) {
                     const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
                     const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
-                    tw_mma8<DT>(acc[j][mt], a0, a1, bh);
-                    tw_mma8<DT>(acc[j][mt], a0, a1, bl);
+#pragma unroll
+                    for (int h = 0; h < NH; h++) {
+                        tw_mma8<DT>(acc[j][h][mt], a0, a1, bh[h]);
+                        tw_mma8<DT>(acc[j][h][mt], a0, a1, bl[h]);
+                    }
                 }
             } else {
                 const tw_u32 Gv = SH ? tw_lds32(vsh + 2u * q) : *(const tw_u32 *)((const tw_u16 *)vgl + q);
-                const tw_u32 k0 = ((D.x & 7u) == ug ? 0xffffu : 0u) | ((D.y & 7u) == ug ? 0xffff0000u : 0u);
-                const tw_u32 b0 = Gv & k0;
+                tw_u32 b0[NH];
 #pragma unroll
-                for (int mt = 0; mt < 4; mt++)
-                    tw_mma8<DT>(acc[j][mt], tw_prmt2(L0[mt], L1[mt], 0x5410u),
-                                tw_prmt2(L0[mt], L1[mt], 0x7632u), b0);
+                for (int h = 0; h < NH; h++) {
+                    const tw_u32 tg = ug + 8u * h;
+                    const tw_u32 k0 = ((D.x & 15u) == tg ? 0xffffu : 0u) | ((D.y & 15u) == tg ? 0xffff0000u : 0u);
+                    b0[h] = Gv & k0;
+                }
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
+                    const tw_u32 a1 = tw_prmt2(L0[mt], L1[mt], 0x7632u);
+#pragma unroll
+                    for (int h = 0; h < NH; h++)
+                        tw_mma8<DT>(acc[j][h][mt], a0, a1, b0[h]);
+                }
             }
         }
     }
@@ -1540,7 +1594,7 @@ __device__ __forceinline__ void tw_pb_half(float (&a)[4][4], tw_u32 q, tw_u32 ds
     }
 }
 template <int GPW, int PADQ, int NGB>
-__device__ __forceinline__ void tw_pb_pairs(float (&acc)[GPW][4][4], tw_u32 so, tw_u32 gl0, int nj,
+__device__ __forceinline__ void tw_pb_pairs(float (&acc)[GPW][1][4][4], tw_u32 so, tw_u32 gl0, int nj,
                                             tw_u32 ra, tw_u32 dsh, tw_u32 vsh, tw_u32 buf, int g,
                                             int t4) {
     static_assert(GPW % 2 == 0, "tw_pb_pairs: GPW must be even");
@@ -1560,22 +1614,23 @@ __device__ __forceinline__ void tw_pb_pairs(float (&acc)[GPW][4][4], tw_u32 so, 
             const tw_u32 qa = on0 ? o0 + 16u * r + q4 : q4, qb = on1 ? o1 + 16u * r + q4 : q4;
             const uint4 Da = tw_lds128(dsh + 4u * qa), Db = tw_lds128(dsh + 4u * qb);
             const uint4 Ha = tw_lds128(vsh + 4u * qa), Hb = tw_lds128(vsh + 4u * qb);
-            tw_pb_round(acc[j], Da, Ha, on0, buf, ug, pis);
-            tw_pb_round(acc[j + 1], Db, Hb, on1, buf, ug, pis);
+            tw_pb_round(acc[j][0], Da, Ha, on0, buf, ug, pis);
+            tw_pb_round(acc[j + 1][0], Db, Hb, on1, buf, ug, pis);
         }
         if (PADQ == 8 && (sz0 & 8u))
-            tw_pb_half(acc[j], o0 + 16u * n0 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+            tw_pb_half(acc[j][0], o0 + 16u * n0 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
         if (PADQ == 8 && (sz1 & 8u))
-            tw_pb_half(acc[j + 1], o1 + 16u * n1 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
+            tw_pb_half(acc[j + 1][0], o1 + 16u * n1 + 2u * (tw_u32)t4, dsh, vsh, buf, ug, pis);
     }
 }
 
-// Phase B: y^T[64-column slice x 8 tokens] per group, accumulated over all chunks in
+// Phase B: y^T[64-column slice x GT tokens] per group, accumulated over all chunks in
 // registers; overflowing rows add their dense part (ovf_y) once at the end; y leaves in 16-byte
 // stores. Shared memory: two weight chunks, two staging buffers (DCAP descriptors, DCAP hl words
 // (gated) or gate values, the block's list offsets and sizes), the (first, end) offset table of
 // all chunks.
-template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF, int IL>
+template <int DT, int GATED, int CN, int GPW, int DCAP, int PADQ, int ST, int NW, int PF, int IL,
+          int GT>
 TW_KERNEL((NW * 32, 1))
     tw_k_phase_b(const tw_u16 *__restrict__ wd, int M, int K, int N, int NG, int NC,
                   const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
@@ -1599,12 +1654,15 @@ TW_KERNEL((NW * 32, 1))
             sre[2 * i + 1] = offsets[(long long)i * NG + GE];
         }
     }
-    float acc[GPW][4][4];
+    constexpr int NH = GT / 8;
+    float acc[GPW][NH][4][4];
 #pragma unroll
     for (int j = 0; j < GPW; j++)
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++)
-            acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++)
+                acc[j][h][mt][0] = acc[j][h][mt][1] = acc[j][h][mt][2] = acc[j][h][mt][3] = 0.0f;
     __syncthreads();
     const tw_u32 sbase = tw_smem_addr(tw_smem), stb = sbase + ST * CN * 128, sre = stb + ST * SB;
     auto stage = [&](int c) {
@@ -1640,14 +1698,18 @@ TW_KERNEL((NW * 32, 1))
         const int nj = min(GPW, NG - G0);
         const void *vgl = GATED ? (const void *)(hl + ra) : (const void *)(gv + ra);
         const tw_u32 *rx = (DT == 1 && GATED) ? rexp + (ra >> 4) : rexp;
-        if (IL && DT == 0 && GATED && GPW % 2 == 0 && rn <= DCAP)
-            tw_pb_pairs<GPW, PADQ, NGB>(acc, so, gl0, nj, ra, sb, sb + DCAP * 4, buf, g, t4);
-        else if (rn <= DCAP)
-            tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB, PF>(acc, so, gl0, nj, ra, sb,
+        if constexpr (IL && NH == 1 && DT == 0 && GATED && GPW % 2 == 0) {
+            if (rn <= DCAP)
+                tw_pb_pairs<GPW, PADQ, NGB>(acc, so, gl0, nj, ra, sb, sb + DCAP * 4, buf, g, t4);
+            else
+                tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB, PF, NH>(acc, so, gl0, nj, ra, 0u, 0u,
+                                                                     desc + ra, vgl, rx, buf, g, t4);
+        } else if (rn <= DCAP)
+            tw_pb_chunk<DT, GATED, GPW, true, PADQ, NGB, PF, NH>(acc, so, gl0, nj, ra, sb,
                                                                 sb + DCAP * 4, nullptr, vgl, rx,
                                                                 buf, g, t4);
         else
-            tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB, PF>(acc, so, gl0, nj, ra, 0u, 0u,
+            tw_pb_chunk<DT, GATED, GPW, false, PADQ, NGB, PF, NH>(acc, so, gl0, nj, ra, 0u, 0u,
                                                                  desc + ra, vgl, rx, buf, g, t4);
         __syncthreads();
     }
@@ -1655,14 +1717,15 @@ TW_KERNEL((NW * 32, 1))
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const long long m = (long long)(G0 + j) * 8 + 2 * t4 + hf;
+        for (int hf = 0; hf < 2 * NH; hf++) {
+            const int h = hf >> 1, e = hf & 1;
+            const long long m = (long long)(G0 + j) * GT + 8 * h + 2 * t4 + e;
             if (m < M) {
                 float v[8];
 #pragma unroll
                 for (int mt = 0; mt < 4; mt++) {
-                    v[2 * mt] = acc[j][mt][hf];
-                    v[2 * mt + 1] = acc[j][mt][2 + hf];
+                    v[2 * mt] = acc[j][h][mt][e];
+                    v[2 * mt + 1] = acc[j][h][mt][2 + e];
                 }
                 const tw_u32 oi = orow_idx[m];
                 if (oi != TW_NONE) { /* the parts of ovf_down, in order */
@@ -1690,16 +1753,16 @@ TW_KERNEL((NW * 32, 1))
 ]==]
 
 cuda [==[
-#define TW_NG(M) (((M) + 7) / 8)
-extern "C" __device__ const unsigned int twell_ffn_cfg[19] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+#define TW_NG(M) (((M) + ${GT - 1}) / ${GT})
+extern "C" __device__ const unsigned int twell_ffn_cfg[20] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}, ${GT}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
                unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
                unsigned int *sizes, unsigned int *bsum) {
-    tw_k_prep<${PADQ}, ${NC}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
+    tw_k_prep<${PADQ}, ${NC}, ${GT}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
                                ovf_slot, orow_idx, orows, sizes, bsum);
 }
 extern "C" __global__ void __launch_bounds__(1024)
@@ -1714,7 +1777,7 @@ extern "C" __global__ void __launch_bounds__(${BW * 32})
 twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
                 const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
                 unsigned short *gv, const unsigned int *flag) {
-    tw_k_build<${TPC}, ${BW}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
+    tw_k_build<${TPC}, ${BW}, ${GT}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
                               bbase, sizes, offsets, desc, gv, flag);
 }
 extern "C" __global__ void __launch_bounds__(256)
@@ -1740,7 +1803,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, long long ystride,
                   unsigned short *y, const unsigned int *flag) {
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}>(
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GGB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}, ${GT}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, ystride, y, flag);
 }
@@ -1760,7 +1823,7 @@ twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
-    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a<${DT}, ${CN}, ${GGA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}, ${GT}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }

@@ -2,7 +2,8 @@
  * kernels) against the CPU reference tw_ffn_infer_ref on the same packed bytes, over a pruned
  * shape sweep (every M, K, N, C value of the issue, both dtypes, gated and non-gated, uniform and
  * skewed data with overflowing row-tiles), for every kernel path: the tiled pipeline, its
- * device-side fallback (workspace too small), the simple row kernel and the portable one. Also:
+ * device-side fallback (workspace too small), the simple row kernel and the portable one, and the
+ * tiled pipeline with the other list group size (GT 8 <-> 16, a forced module). Also:
  * bitwise determinism, poisoned outputs fully overwritten, growth of the workspace without a
  * probe, several chunks on a stream, alignment, and the path switch. Exits 77 without a device.
  *
@@ -177,6 +178,41 @@ static void fi_expect(const fi_data *d, const char *path) {
         fail_msg("%s: row %zu has row-relative error %.3e > %.0e", path, wr, e, tol);
 }
 
+/* The plan's configuration with the other list group size (GT 8 <-> 16), loaded and forced:
+ * exact within the tolerance, no fallback after its probe, bitwise deterministic (its lists sum
+ * in another order than the plan's own module, so not equal to that one's bytes). Skipped where
+ * the configuration cannot pair its 8-token units (odd GPWA/GPWB, or IL). */
+static void fi_other_gt(fi_data *d, twell_plan *plan, uint16_t *first) {
+    const twell_shape *s = &d->s;
+    tw_ffn_cfg oc;
+    tw_cuda_ffn_prepare(plan, d->M, &oc);
+    if (oc.gpwa % 2u != 0u || oc.gpwb % 2u != 0u || oc.il != 0u)
+        return;
+    oc.gt = oc.gt == 16u ? 8u : 16u;
+    char name[16];
+    snprintf(name, sizeof name, "GT=%u", oc.gt);
+    tw_ffn_tk tk;
+    tw_cu_scope sc;
+    FI_OK(tw_cu_enter(fi_ctx, &sc));
+    twell_status st = tw_ffn_tk_load(fi_ctx, s, &oc, NULL, &tk);
+    tw_cu_leave(fi_ctx, &sc);
+    FI_OK(st);
+    FI_OK(tw_cuda_ffn_force(plan, &tk));
+    fi_run(d, plan, FI_POISON_B, NULL);
+    fi_expect(d, name);
+    uint32_t fl[4];
+    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    assert_int_equal(fl[0], 0);
+    memcpy(first, d->got, d->M * s->K * 2u);
+    fi_run(d, plan, FI_POISON_A, NULL);
+    if (memcmp(first, d->got, d->M * s->K * 2u) != 0)
+        fail_msg("%s: run 2 differs from run 1", name);
+    FI_OK(tw_cuda_ffn_force(plan, NULL));
+    FI_OK(tw_cu_enter(fi_ctx, &sc));
+    tw_ffn_tk_unload(&tk);
+    tw_cu_leave(fi_ctx, &sc);
+}
+
 static void test_gpu_ffn_infer_case(void **state) {
     const fi_case *c = *state;
     twell_shape s = twell_shape_default(c->K, c->N);
@@ -238,6 +274,8 @@ static void test_gpu_ffn_infer_case(void **state) {
         FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_ROWS));
         fi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "rows");
+        FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO));
+        fi_other_gt(&d, plan, first);
     }
     FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC));
     fi_run(&d, plan, FI_POISON_A, NULL);

@@ -15,6 +15,8 @@
 #   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
 #              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
+#   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
+#              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
 OUT=${OUT:-/tmp/fused-out}
@@ -25,7 +27,8 @@ export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
 export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
 B=build-dev
-s0=$(date +%s)
+t0=$(date +%s)
+s0=$t0
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT/build.log" 2>&1 &&
     cmake --build $B -j 16 --target twell test_gpu_ffn_infer test_gpu_ffn_dense >>"$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
@@ -152,6 +155,62 @@ for step in ${STEPS:-test breakdown prof bench}; do
             echo "bench rc=$?"
         done
         grep -E "^op|^ffn" "$OUT/bench.log" | cut -c1-200
+        ;;
+    gtcmp)
+        # GT (tokens per list group) 8 vs 16, most important first, each part skipped when less
+        # than its need is left of $GT_BUDGET s (from the script's start): twell bench --path
+        # sparse per GT (uniform JSON in $OUT/gtN; skewed 16384/29 in the log); test_gpu_ffn_infer
+        # under each default, both at once (the test also forces the other GT); memcheck and
+        # racecheck of `test_gpu_ffn_infer small` (default GT 8 plus the forced GT 16); ncu per
+        # kernel at 16384/29 uniform
+        left() { echo $((${GT_BUDGET:-400} - $(date +%s) + t0)); }
+        for gt in ${GTS:-8 16}; do
+            mkdir -p "$OUT/gt$gt"
+            TWELL_FFN_TILE=GT=$gt timeout 80 $T bench --out "$OUT/gt$gt" --op ffn_infer --path sparse \
+                --M 4096,16384 --nnz 29,56 --dist uniform --reps 20 >"$OUT/bench_gt$gt.log" 2>&1
+            echo "-- bench GT=$gt (rc $?, $(left) s left)"
+            grep -E "^op|^ffn" "$OUT/bench_gt$gt.log" | cut -c1-160
+        done
+        for gt in ${GTS:-8 16}; do
+            [ "$(left)" -gt 40 ] || break
+            TWELL_FFN_TILE=GT=$gt timeout 40 $T bench --out /tmp/gtskew$gt --op ffn_infer --path sparse \
+                --M 16384 --nnz 29 --dist skewed --reps 20 >>"$OUT/bench_gt$gt.log" 2>&1
+            echo "-- bench skewed GT=$gt (rc $?)"
+            grep -E "skewed" "$OUT/bench_gt$gt.log" | cut -c1-160
+        done
+        tt=$(($(left) - 10)); [ $tt -gt 170 ] && tt=170
+        if [ $tt -gt 60 ]; then
+            for gt in ${GTS:-8 16}; do
+                (cd $B && TWELL_FFN_TILE=GT=$gt TWELL_CACHE_DIR=$PWD/test-cache/gt$gt \
+                    TWELL_TEMPLATE_DIR=$PWD/../templates timeout $tt ./test_gpu_ffn_infer) \
+                    >"$OUT/test_gt$gt.log" 2>&1 &
+            done
+            wait
+            for gt in ${GTS:-8 16}; do
+                echo "-- test_gpu_ffn_infer, default GT=$gt ($(left) s left)"
+                grep -E "PASSED|FAILED|rror" "$OUT/test_gt$gt.log" | head -8
+                grep -E "^# +GT=" "$OUT/test_gt$gt.log" |
+                    awk '{if ($6 + 0 > m) m = $6 + 0} END {print "   other GT: " NR " runs, worst row-rel err " m}'
+            done
+        fi
+        for tool in memcheck racecheck; do
+            [ "$(left)" -gt 50 ] || break
+            (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/gt8 TWELL_TEMPLATE_DIR=$PWD/../templates \
+                timeout $(($(left) - 15)) compute-sanitizer --tool $tool --error-exitcode 9 \
+                ./test_gpu_ffn_infer small) >/tmp/san_$tool.log 2>&1
+            echo "-- $tool test_gpu_ffn_infer small: rc $? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" /tmp/san_$tool.log | tr '\n' ' ')"
+            grep -E "^# +GT=" /tmp/san_$tool.log | head -3
+            tail -40 /tmp/san_$tool.log >>"$OUT/sanitize_tail.log"
+        done
+        for gt in ${GTS:-8 16}; do
+            [ "$(left)" -gt 40 ] || break
+            echo "-- ncu per-kernel us, GT=$gt, M=16384, 29 nnz, uniform"
+            TWELL_FFN_TILE=GT=$gt timeout 35 ncu --clock-control none -k "$KRE" \
+                --metrics gpu__time_duration.sum --print-summary per-kernel $T bench --op ffn_infer \
+                --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/ncu_gt$gt.log 2>&1
+            awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "%-22s %s %s %s %s\n", k, $2, $3, $4, $5}' \
+                /tmp/ncu_gt$gt.log | tee -a "$OUT/ncu_gt.log"
+        done
         ;;
     *) echo "unknown step $step" ;;
     esac
