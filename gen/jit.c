@@ -44,15 +44,21 @@ static int tw_is_elf(const void *p, size_t n) {
                              4) == 0;
 }
 
+/* Starts a key: the record's tag, then the cache format version. */
+static void tw_jit_hash_begin(tw_hash *h, const char *tag) {
+    char buf[64];
+    tw_hash_init(h);
+    tw_hash_str(h, tag);
+    snprintf(buf, sizeof buf, "format %u", (unsigned)TW_CACHE_FORMAT_VERSION);
+    tw_hash_str(h, buf);
+}
+
 /* The cache key: every input that can change the cubin, each as a length-prefixed field. */
 static void tw_jit_key(const char *name, const char *src, size_t len, int nv_major, int nv_minor,
                        const char *const *opts, size_t nopts, tw_key *key) {
     tw_hash h;
     char buf[64];
-    tw_hash_init(&h);
-    tw_hash_str(&h, "twellrt cubin");
-    snprintf(buf, sizeof buf, "format %u", (unsigned)TW_CACHE_FORMAT_VERSION);
-    tw_hash_str(&h, buf);
+    tw_jit_hash_begin(&h, "twellrt cubin");
     tw_hash_str(&h, name);
     snprintf(buf, sizeof buf, "nvrtc %d.%d", nv_major, nv_minor);
     tw_hash_str(&h, buf);
@@ -74,11 +80,7 @@ enum { TW_JIT_MAX_VERSIONS = 8 };
 
 static void tw_jit_versions_key(tw_key *key) {
     tw_hash h;
-    char buf[64];
-    tw_hash_init(&h);
-    tw_hash_str(&h, "twellrt nvrtc versions");
-    snprintf(buf, sizeof buf, "format %u", (unsigned)TW_CACHE_FORMAT_VERSION);
-    tw_hash_str(&h, buf);
+    tw_jit_hash_begin(&h, "twellrt nvrtc versions");
     tw_hash_final(&h, key);
 }
 
