@@ -14,13 +14,8 @@ if [ "$cmd" = fetch ]; then # on the development machine: download the packages 
     exit 0
 fi
 OUT=${OUT:-/tmp/twell-out}
-mkdir -p "$OUT" /opt/deps
-for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
-export TWELL_DEPS_PREFIX=/opt/deps
-# luaconf.h includes "lua5.4-deb-multiarch.h", which Debian keeps in the multiarch include dir
-export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
-export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export PATH="/usr/local/cuda/bin:$PATH"
+mkdir -p "$OUT"
+. scripts/device_env.sh
 B=build-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT/cmake.log" 2>&1 ||
     { tail -30 "$OUT/cmake.log"; exit 1; }

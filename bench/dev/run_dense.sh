@@ -6,12 +6,8 @@
 # At most 8 files come back from $OUT: logs are merged accordingly.
 set -u
 OUT=${OUT:-/tmp/dense-out}
-mkdir -p "$OUT" /opt/deps
-for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
-export TWELL_DEPS_PREFIX=/opt/deps
-export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
-export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export PATH="/usr/local/cuda/bin:$PATH"
+mkdir -p "$OUT"
+. scripts/device_env.sh
 B=build-dev
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT/build.log" 2>&1 &&
     cmake --build $B -j 16 --target twell test_gpu_ffn_dense test_gpu_ffn_infer \

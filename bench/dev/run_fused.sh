@@ -20,12 +20,8 @@
 # Logs go to $OUT (8 files come back at most); a summary is printed.
 set -u
 OUT=${OUT:-/tmp/fused-out}
-mkdir -p "$OUT" /opt/deps
-for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
-export TWELL_DEPS_PREFIX=/opt/deps
-export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
-export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export PATH="/usr/local/cuda/bin:$PATH"
+mkdir -p "$OUT"
+. scripts/device_env.sh
 B=build-dev
 t0=$(date +%s)
 s0=$t0

@@ -1,0 +1,10 @@
+# device_env.sh — sourced (`. scripts/device_env.sh`) by the scripts that build on the lent GPU
+# machine (scripts/device.sh, bench/dev/run_*.sh): unpacks the carried Lua and cmocka packages
+# from .deps/ into /opt/deps and points the compiler, linker and PATH at them and at CUDA.
+mkdir -p /opt/deps
+for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done
+export TWELL_DEPS_PREFIX=/opt/deps
+# luaconf.h includes "lua5.4-deb-multiarch.h", which Debian keeps in the multiarch include dir
+export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
