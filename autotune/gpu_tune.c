@@ -11,6 +11,7 @@
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
 #include "gpu_tune_ffn.h"
+#include "gpu_tune_harness.h"
 #include "pack_check.h"
 #include "synth.h"
 
@@ -49,13 +50,10 @@ twell_status tw_tune_device_of(twell_ctx *ctx, tw_tune_device *out) {
 /* ---- per-op data on the device ---- */
 
 typedef struct tw_gpu_data {
-    size_t M;         /* rows timed (the bucket) */
-    size_t P;         /* probe rows */
-    void *x, *w;      /* x [M, K], the packing weight [N, K] */
-    uint32_t *packed; /* [M, N/C] */
-    void *flush;
-    size_t flush_bytes;
-    tw_cuda_event ev[2];
+    size_t M;           /* rows timed (the bucket) */
+    size_t P;           /* probe rows */
+    void *x, *w;        /* x [M, K], the packing weight [N, K] */
+    uint32_t *packed;   /* [M, N/C] */
     tw_synth_ffn *host; /* the synthetic inputs (probe reference and checks) */
     uint32_t *ref;      /* [P, N/C] reference of the probe */
     uint32_t *got;      /* [P, N/C] scratch */
@@ -134,7 +132,7 @@ typedef struct tw_gpu_slot {
 } tw_gpu_slot;
 
 typedef struct tw_gpu_tuner {
-    twell_ctx *ctx;
+    tw_gpu_harness h; /* the context, timing resources and first failure */
     const tw_gpu_kernel *k;
     twell_shape shape;
     size_t M;
@@ -143,8 +141,7 @@ typedef struct tw_gpu_tuner {
     size_t n;
     tw_gpu_data data;
     int have_data;
-    uint32_t salt;       /* a different flush value every run */
-    char first_err[704]; /* the first candidate failure, for the message if all fail */
+    tw_gpu_ffn *ffn; /* ffn_fused's own callbacks and state, in place of these (else NULL) */
 } tw_gpu_tuner;
 
 static tw_gpu_slot *tw_slot(tw_gpu_tuner *t, const tw_tune_config *cfg) {
@@ -155,40 +152,26 @@ static void tw_gpu_data_free(twell_ctx *ctx, tw_gpu_data *d) {
     tw_cuda_free(ctx, d->x);
     tw_cuda_free(ctx, d->w);
     tw_cuda_free(ctx, d->packed);
-    tw_cuda_free(ctx, d->flush);
-    for (int i = 0; i < 2; i++)
-        if (d->ev[i])
-            tw_cuda_event_destroy(ctx, d->ev[i]);
     tw_synth_destroy(d->host);
     free(d->ref);
     free(d->got);
     memset(d, 0, sizeof *d);
 }
 
-/* Synthetic inputs of the bucket's size with about 0.5% of the hidden width active per row (29
- * of 5632, the sparsity DESIGN.md §1 reports), uploaded once; the probe's reference computed
- * on the host. Non-gated data: gate-pack needs only the packing weight. */
+/* Synthetic inputs of the bucket's size (tw_gpu_harness_synth), uploaded once; the probe's
+ * reference computed on the host. Non-gated data: gate-pack needs only the packing weight. */
 static twell_status tw_gpu_data_make(tw_gpu_tuner *t) {
-    twell_ctx *ctx = t->ctx;
+    twell_ctx *ctx = t->h.ctx;
     tw_gpu_data *d = &t->data;
     const twell_shape *s = &t->shape;
     memset(d, 0, sizeof *d);
     d->M = t->M;
     d->P = t->M < TW_PROBE_ROWS ? t->M : TW_PROBE_ROWS;
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = d->M;
-    sp.K = s->K;
-    sp.N = s->N;
-    sp.dtype = s->dtype;
-    sp.gated = 0;
-    sp.nnz = fmax(1.0, 0.00515 * (double)s->N);
-    twell_status st = tw_synth_create(ctx->pool, &sp, &d->host);
+    twell_status st = tw_gpu_harness_synth(ctx, s, d->M, 0, &d->host);
     if (st != TWELL_OK)
-        return tw_error(ctx, st, "tune: cannot make %zu rows of synthetic data (%s)", d->M,
-                        twell_status_name(st));
+        return st;
     const size_t row_words = s->N / s->C;
     const size_t xbytes = d->M * s->K * 2u, wbytes = (size_t)s->N * s->K * 2u;
-    d->flush_bytes = (size_t)(ctx->cuda->l2_bytes > 0 ? ctx->cuda->l2_bytes : 32 << 20) * 2u;
     d->ref = malloc(d->P * row_words * sizeof *d->ref);
     d->got = malloc(d->P * row_words * sizeof *d->got);
     if (!d->ref || !d->got)
@@ -198,11 +181,11 @@ static twell_status tw_gpu_data_make(tw_gpu_tuner *t) {
         (st = tw_cuda_malloc(ctx, xbytes, &d->x)) != TWELL_OK ||
         (st = tw_cuda_malloc(ctx, wbytes, &d->w)) != TWELL_OK ||
         (st = tw_cuda_malloc(ctx, d->M * row_words * 4u, (void **)&d->packed)) != TWELL_OK ||
-        (st = tw_cuda_malloc(ctx, d->flush_bytes, &d->flush)) != TWELL_OK ||
+        (st = tw_cuda_malloc(ctx, t->h.flush_bytes, &t->h.flush)) != TWELL_OK ||
         (st = tw_cuda_memcpy_htod(ctx, d->x, d->host->x, xbytes)) != TWELL_OK ||
         (st = tw_cuda_memcpy_htod(ctx, d->w, w, wbytes)) != TWELL_OK ||
-        (st = tw_cuda_event_create(ctx, &d->ev[0])) != TWELL_OK ||
-        (st = tw_cuda_event_create(ctx, &d->ev[1])) != TWELL_OK)
+        (st = tw_cuda_event_create(ctx, &t->h.ev[0])) != TWELL_OK ||
+        (st = tw_cuda_event_create(ctx, &t->h.ev[1])) != TWELL_OK)
         return st;
     return TWELL_OK;
 }
@@ -213,13 +196,12 @@ static twell_status tw_gpu_begin(void *user, const tw_tune_config *cands, size_t
     t->n = n;
     t->slots = calloc(n, sizeof *t->slots);
     if (!t->slots)
-        return tw_error(t->ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+        return tw_error(t->h.ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
     t->have_data = 1;
     return tw_gpu_data_make(t);
 }
 
-/* On a worker thread: a CPU context of its own (contexts are single-threaded) sharing the disk
- * cache, so the cubin is also published for later processes. */
+/* On a worker thread (tw_gpu_harness_compile). */
 static twell_status tw_gpu_compile(void *user, const tw_tune_config *cfg) {
     tw_gpu_tuner *t = user;
     tw_gpu_slot *slot = tw_slot(t, cfg);
@@ -227,37 +209,12 @@ static twell_status tw_gpu_compile(void *user, const tw_tune_config *cfg) {
         snprintf(slot->err, sizeof slot->err, "not a configuration of %s", t->k->kernel);
         return TWELL_ERR_INVALID_ARG;
     }
-    if (tw_gp_cfg_check(&slot->cfg, &t->shape, t->ctx->cuda, slot->err, sizeof slot->err) != 0)
+    if (tw_gp_cfg_check(&slot->cfg, &t->shape, t->h.ctx->cuda, slot->err, sizeof slot->err) != 0)
         return TWELL_ERR_UNSUPPORTED;
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = t->ctx->cache_dir;
-    o.cache_max_bytes = t->ctx->opts.cache_max_bytes;
-    twell_ctx *w = NULL;
-    twell_status st = twell_ctx_create(&o, &w);
-    if (st != TWELL_OK) {
-        snprintf(slot->err, sizeof slot->err, "cannot create a compile context");
-        return st;
-    }
     tw_param prm[5 + TW_TUNE_MAX_PARAMS];
     size_t np = tw_tune_config_params(cfg, &t->shape, prm, sizeof prm / sizeof prm[0]);
-    st = tw_jit_cubin(w, cfg->kernel, prm, np, t->ctx->cuda->arch, &slot->cubin);
-    if (st != TWELL_OK)
-        snprintf(slot->err, sizeof slot->err, "%s", twell_ctx_errmsg(w));
-    twell_ctx_destroy(w);
-    return st;
-}
-
-/* Candidates are allowed to fail (their score is +∞), so each failure is only logged; the first
- * is kept for the message when none succeeds. */
-static void tw_gpu_note(tw_gpu_tuner *t, const tw_tune_config *cfg, const char *what,
-                        const char *why) {
-    char canon[TW_TUNE_CANON_MAX];
-    tw_tune_config_canon(cfg, canon, sizeof canon);
-    tw_log(t->ctx, TWELL_LOG_INFO, "tune: %s %s: %.300s", canon, what, why);
-    if (!t->first_err[0])
-        snprintf(t->first_err, sizeof t->first_err, "%s %s: %.300s", canon, what, why);
+    return tw_gpu_harness_compile(&t->h, cfg->kernel, prm, np, &slot->cubin, slot->err,
+                                  sizeof slot->err);
 }
 
 /* The probe check split over the context's CPU workers by rows (at K = 8192 the fp64 bounds of
@@ -285,12 +242,12 @@ static twell_status tw_gpu_check_probe(tw_gpu_tuner *t, tw_pack_check *out) {
     if (!rows || !part) {
         free(rows);
         free(part);
-        return tw_error(t->ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+        return tw_error(t->h.ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
     }
     for (size_t i = 0; i < P; i++)
         rows[i] = i;
     tw_check_job job = {t, rows, part};
-    tw_pool_for(t->ctx->pool, P, tw_check_chunk, &job);
+    tw_pool_for(t->h.ctx->pool, P, tw_check_chunk, &job);
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < P; i++) {
         const tw_pack_check *c = &part[i];
@@ -319,7 +276,7 @@ static twell_status tw_gpu_check_probe(tw_gpu_tuner *t, tw_pack_check *out) {
  * reference's order (SIMT) also at most 1 unit of difference in stored values. */
 static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
     tw_gpu_tuner *t = user;
-    twell_ctx *ctx = t->ctx;
+    twell_ctx *ctx = t->h.ctx;
     tw_gpu_slot *slot = tw_slot(t, cfg);
     tw_gpu_data *d = &t->data;
     const twell_shape *s = &t->shape;
@@ -338,7 +295,7 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
         st = tw_cuda_memcpy_dtoh(ctx, d->got, d->packed, d->P * row_words * 4u);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_gpu_note(t, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
         return st;
     }
     tw_pack_check chk;
@@ -348,7 +305,7 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
     char canon[TW_TUNE_CANON_MAX];
     tw_tune_config_canon(cfg, canon, sizeof canon);
     if (chk.tiles_bad) {
-        tw_gpu_note(t, cfg, "gives wrong results", chk.first_bad);
+        tw_gpu_harness_note(&t->h, cfg, "gives wrong results", chk.first_bad);
         return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %zu of %zu probe row-tiles wrong: %s",
                         canon, chk.tiles_bad, chk.tiles, chk.first_bad);
     }
@@ -356,33 +313,39 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
         char why[96];
         snprintf(why, sizeof why, "a stored value is %u units from the reference (> 1)",
                  chk.worst_ulp);
-        tw_gpu_note(t, cfg, "gives wrong results", why);
+        tw_gpu_harness_note(&t->h, cfg, "gives wrong results", why);
         return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %s", canon, why);
     }
     return TWELL_OK;
 }
 
-/* One timed run: flush L2 by writing a buffer twice its size, then events around the launch. */
+/* The launch tw_gpu_measure times: the bucket's rows through the candidate's kernel. */
+typedef struct tw_gpu_launch_arg {
+    tw_gpu_tuner *t;
+    tw_gpu_slot *slot;
+} tw_gpu_launch_arg;
+
+static twell_status tw_gpu_launch(void *arg) {
+    const tw_gpu_launch_arg *a = arg;
+    const tw_gpu_data *d = &a->t->data;
+    return tw_gp_kernel_launch(a->t->h.ctx, &a->slot->k, &a->t->shape, d->M, d->x, d->w, d->packed,
+                               NULL);
+}
+
+/* One timed run of the candidate (tw_gpu_harness_time: L2 flushed, CUDA events). */
 static twell_status tw_gpu_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
     tw_gpu_tuner *t = user;
-    twell_ctx *ctx = t->ctx;
-    tw_gpu_slot *slot = tw_slot(t, cfg);
-    tw_gpu_data *d = &t->data;
+    twell_ctx *ctx = t->h.ctx;
+    tw_gpu_launch_arg a = {t, tw_slot(t, cfg)};
     float ms = 0.0f;
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    if ((st = tw_cuda_memset_d32(ctx, d->flush, ++t->salt, d->flush_bytes / 4u, NULL)) ==
-            TWELL_OK &&
-        (st = tw_cuda_event_record(ctx, d->ev[0], NULL)) == TWELL_OK &&
-        (st = tw_gp_kernel_launch(ctx, &slot->k, &t->shape, d->M, d->x, d->w, d->packed, NULL)) ==
-            TWELL_OK &&
-        (st = tw_cuda_event_record(ctx, d->ev[1], NULL)) == TWELL_OK)
-        st = tw_cuda_event_elapsed(ctx, d->ev[0], d->ev[1], &ms);
+    st = tw_gpu_harness_time(&t->h, tw_gpu_launch, &a, &ms);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_gpu_note(t, cfg, "failed to launch", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
         return st;
     }
     *ms_out = (double)ms;
@@ -393,12 +356,12 @@ static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
     tw_gpu_tuner *t = user;
     tw_gpu_slot *slot = tw_slot(t, cfg);
     if (slot->err[0])
-        tw_gpu_note(t, cfg, "did not compile", slot->err);
+        tw_gpu_harness_note(&t->h, cfg, "did not compile", slot->err);
     if (slot->k.mod) {
         tw_cu_scope sc;
-        if (tw_cu_enter(t->ctx, &sc) == TWELL_OK) {
+        if (tw_cu_enter(t->h.ctx, &sc) == TWELL_OK) {
             tw_gp_kernel_unload(&slot->k);
-            tw_cu_leave(t->ctx, &sc);
+            tw_cu_leave(t->h.ctx, &sc);
         }
     }
     tw_cubin_free(&slot->cubin);
@@ -407,12 +370,13 @@ static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
 
 /* ---- entry points ---- */
 
-/* The problem, device and space of (op, shape, M) on ctx, and a tuner ready for callbacks.
- * kernel: the space to use (NULL: the first runnable one). */
+/* The problem, device and space of (op, shape, M) on ctx, and a tuner with its callbacks *cb
+ * (ffn_fused's for that kernel). kernel: the space to use (NULL: the first runnable one). Once
+ * this succeeds, tw_gpu_teardown releases t. */
 static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *kernel,
                                  const twell_shape *shape, size_t M, tw_tune_problem *p,
-                                 tw_tune_device *dev, const tw_tune_space **space,
-                                 tw_gpu_tuner *t) {
+                                 tw_tune_device *dev, const tw_tune_space **space, tw_gpu_tuner *t,
+                                 tw_tune_callbacks *cb) {
     memset(t, 0, sizeof *t);
     twell_status st = tw_tune_device_of(ctx, dev);
     if (st != TWELL_OK)
@@ -440,23 +404,25 @@ static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *ker
                         "tune: no kernel%s%s for %s that this build can launch on %s",
                         kernel ? " " : "", kernel ? kernel : "", p->op, dev->arch);
     *space = sp;
-    t->ctx = ctx;
+    tw_gpu_harness_init(&t->h, ctx);
     t->k = tw_gpu_kernel_find(sp->kernel);
     t->shape = *shape;
     t->M = p->M;
+    *cb = (tw_tune_callbacks){
+        t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
+    if (!strcmp(sp->kernel, "ffn_fused"))
+        return tw_gpu_ffn_create(ctx, shape, p->M, &t->ffn, cb);
     return TWELL_OK;
 }
 
 static void tw_gpu_teardown(twell_ctx *ctx, tw_gpu_tuner *t, twell_status st) {
+    tw_gpu_ffn_destroy(t->ffn, st);
+    t->ffn = NULL;
     if (t->have_data)
         tw_gpu_data_free(ctx, &t->data);
     free(t->slots);
     t->slots = NULL;
-    if (st != TWELL_OK && t->first_err[0]) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
-        tw_error(ctx, st, "%s; first failure: %s", msg, t->first_err);
-    }
+    tw_gpu_harness_free(&t->h, st);
 }
 
 twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
@@ -468,17 +434,11 @@ twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
     tw_tune_device dev;
     const tw_tune_space *space = NULL;
     tw_gpu_tuner t;
-    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t);
+    tw_tune_callbacks cb;
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t, &cb);
     if (st != TWELL_OK)
         return st;
-    tw_tune_callbacks cb = {
-        &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
-    tw_gpu_ffn *ffn = NULL;
-    if (!strcmp(space->kernel, "ffn_fused") &&
-        (st = tw_gpu_ffn_create(ctx, shape, p.M, &ffn, &cb)) != TWELL_OK)
-        return st;
     st = tw_tune_select(ctx, &p, &dev, space, &cb, opt, retune, out);
-    tw_gpu_ffn_destroy(ffn, st);
     tw_gpu_teardown(ctx, &t, st);
     if (st != TWELL_OK)
         return st;
@@ -503,7 +463,8 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
     tw_tune_device dev;
     const tw_tune_space *space = NULL;
     tw_gpu_tuner t;
-    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t);
+    tw_tune_callbacks cb;
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t, &cb);
     if (st != TWELL_OK)
         return st;
     tw_tune_config *c = NULL;
@@ -513,6 +474,7 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
         st = tw_error(ctx, TWELL_ERR_UNSUPPORTED, "tune: every config of %s is pruned",
                       space->kernel);
     if (st != TWELL_OK) {
+        tw_gpu_teardown(ctx, &t, st);
         free(c);
         return st;
     }
@@ -520,17 +482,53 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
     o.mode = TW_TUNE_MEASURE;
     o.budget_s = 0.0;
     o.batch = n;
-    tw_tune_callbacks cb = {
-        &t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
-    tw_gpu_ffn *ffn = NULL;
-    if (!strcmp(space->kernel, "ffn_fused") &&
-        (st = tw_gpu_ffn_create(ctx, shape, p.M, &ffn, &cb)) != TWELL_OK) {
-        free(c);
-        return st;
-    }
     st = tw_tune_run(ctx, c, n, di, SIZE_MAX, &cb, &o, out);
-    tw_gpu_ffn_destroy(ffn, st);
     tw_gpu_teardown(ctx, &t, st);
     *cands = c;
     return st;
+}
+
+int tw_tune_winner(twell_ctx *ctx, const char *op, const char *kernel, const twell_shape *shape,
+                   size_t M, int tune_now, const char *plan_what,
+                   int (*take)(const tw_tune_config *cfg, void *arg), void *arg) {
+    tw_tune_device dev;
+    if (tw_tune_device_of(ctx, &dev) != TWELL_OK)
+        return -1;
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", op);
+    p.shape = *shape;
+    if (!strcmp(p.op, "gate_pack"))
+        p.shape.gated = 1; /* gate-pack is one op for gated and non-gated FFNs: one record */
+    p.M = tw_tune_m_bucket(M);
+    tw_tune_record rec;
+    twell_status st = tw_tune_store_load(ctx, &p, &dev, &rec);
+    if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
+        return -1;
+    if (st == TWELL_ERR_NOT_FOUND) {
+        const tw_tune_space *sp = tw_tune_space_runnable(p.op, &p, &dev);
+        if (!tune_now || !sp || strcmp(sp->kernel, kernel) != 0)
+            return -1;
+        tw_tune_options o = tw_tune_options_default();
+        tw_tune_choice ch;
+        tw_log(ctx, TWELL_LOG_INFO, "%s: TWELL_TUNE=1: tuning K=%u N=%u M bucket %zu", p.op,
+               p.shape.K, p.shape.N, p.M);
+        if (tw_tune_gpu(ctx, p.op, shape, M, &o, 0, &ch) != TWELL_OK) {
+            tw_log(ctx, TWELL_LOG_WARN, "%s: tuning failed, using the default: %s", p.op,
+                   twell_ctx_errmsg(ctx));
+            return -1;
+        }
+        rec.config = ch.config;
+    }
+    char canon[TW_TUNE_CANON_MAX];
+    tw_tune_config_canon(&rec.config, canon, sizeof canon);
+    const tw_tune_space *sp = tw_tune_space_by_kernel(rec.config.kernel);
+    if (strcmp(rec.config.kernel, kernel) != 0 || !sp || strcmp(sp->op, p.op) != 0 ||
+        !tw_tune_space_accepts(sp, &p, &dev, &rec.config) || take(&rec.config, arg) != 0) {
+        tw_log(ctx, TWELL_LOG_INFO,
+               "%s: stored config %s does not apply to this %s%splan (M bucket %zu); default used",
+               p.op, canon, plan_what, plan_what[0] ? " " : "", p.M);
+        return -1;
+    }
+    return 0;
 }

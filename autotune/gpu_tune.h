@@ -40,6 +40,17 @@ twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
                             const twell_shape *shape, size_t M, const tw_tune_options *opt,
                             int retune, tw_tune_choice *out);
 
+/* How a plan consults the tuner for M's bucket: the stored winner of (op, shape, bucket) on ctx's
+ * device; with no record and tune_now set, tuned first (tw_tune_gpu) provided the tuner would
+ * pick `kernel` anyway, so a plan forced onto another kernel never replaces the record other
+ * plans use. The winner must be a config of `kernel` that its space accepts for the problem and
+ * that take(cfg, arg) turns into the plan's form (returning 0). 0 when it does, else -1: the
+ * plan keeps its default, and why is logged (plan_what names the plan in "does not apply to
+ * this <plan_what> plan"). */
+int tw_tune_winner(twell_ctx *ctx, const char *op, const char *kernel, const twell_shape *shape,
+                   size_t M, int tune_now, const char *plan_what,
+                   int (*take)(const tw_tune_config *cfg, void *arg), void *arg);
+
 /* Exhaustive search with the same harness, for tests and studies: every unpruned candidate of
  * the space (chosen as in tw_tune_gpu_ex) compiled, verified and timed in ONE interleaved batch,
  * with no budget, reading and storing no record. opt supplies reps, warm-up and threads (may be

@@ -14,6 +14,7 @@
 #include "cpu_ref.h"
 #include "cuda_backend.h"
 #include "cuda_driver.h"
+#include "gpu_tune_harness.h"
 #include "synth.h"
 
 #include <math.h>
@@ -31,7 +32,7 @@ typedef struct tw_ffn_slot {
 } tw_ffn_slot;
 
 struct tw_gpu_ffn {
-    twell_ctx *ctx;
+    tw_gpu_harness h; /* the context, timing resources and first failure */
     twell_shape shape;
     size_t M, P;
     const tw_tune_config *base;
@@ -41,47 +42,24 @@ struct tw_gpu_ffn {
     tw_synth_ffn *host;
     void *x, *wg, *wu, *wd, *y;
     uint32_t *packed;
-    void *flush;
-    size_t flush_bytes;
-    tw_cuda_event ev[2];
     float *ref; /* [P, K] reference of the probe rows */
     uint16_t *got;
-    uint32_t salt;
-    char first_err[704];
 };
 
 static tw_ffn_slot *tw_fslot(tw_gpu_ffn *t, const tw_tune_config *cfg) {
     return &t->slots[cfg - t->base];
 }
 
-static void tw_ffn_note(tw_gpu_ffn *t, const tw_tune_config *cfg, const char *what,
-                        const char *why) {
-    char canon[TW_TUNE_CANON_MAX];
-    tw_tune_config_canon(cfg, canon, sizeof canon);
-    tw_log(t->ctx, TWELL_LOG_INFO, "tune: %s %s: %.300s", canon, what, why);
-    if (!t->first_err[0])
-        snprintf(t->first_err, sizeof t->first_err, "%s %s: %.300s", canon, what, why);
-}
-
 /* Inputs of the bucket's size, uploaded; packed by the default gate-pack kernel of this shape
  * (the cubin plans use, normally cached); the probe's reference from the same packed bytes. */
 static twell_status tw_ffn_data(tw_gpu_ffn *t) {
-    twell_ctx *ctx = t->ctx;
+    twell_ctx *ctx = t->h.ctx;
     const twell_shape *s = &t->shape;
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = t->M;
-    sp.K = s->K;
-    sp.N = s->N;
-    sp.dtype = s->dtype;
-    sp.gated = s->gated;
-    sp.nnz = fmax(1.0, 0.00515 * (double)s->N);
-    twell_status st = tw_synth_create(ctx->pool, &sp, &t->host);
+    twell_status st = tw_gpu_harness_synth(ctx, s, t->M, s->gated, &t->host);
     if (st != TWELL_OK)
-        return tw_error(ctx, st, "tune: cannot make %zu rows of synthetic data (%s)", t->M,
-                        twell_status_name(st));
+        return st;
     const size_t xbytes = t->M * s->K * 2u, wbytes = (size_t)s->N * s->K * 2u;
     const size_t row_words = s->N / s->C;
-    t->flush_bytes = (size_t)(ctx->cuda->l2_bytes > 0 ? ctx->cuda->l2_bytes : 32 << 20) * 2u;
     t->ref = malloc(t->P * s->K * sizeof *t->ref);
     t->got = malloc(t->P * s->K * 2u);
     uint32_t *hp = malloc(t->P * row_words * 4u);
@@ -108,13 +86,13 @@ static twell_status tw_ffn_data(tw_gpu_ffn *t) {
         (st = tw_cuda_malloc(ctx, wbytes, &t->wd)) == TWELL_OK &&
         (!s->gated || (st = tw_cuda_malloc(ctx, wbytes, &t->wg)) == TWELL_OK) &&
         (st = tw_cuda_malloc(ctx, t->M * row_words * 4u, (void **)&t->packed)) == TWELL_OK &&
-        (st = tw_cuda_malloc(ctx, t->flush_bytes, &t->flush)) == TWELL_OK &&
+        (st = tw_cuda_malloc(ctx, t->h.flush_bytes, &t->h.flush)) == TWELL_OK &&
         (st = tw_cuda_memcpy_htod(ctx, t->x, t->host->x, xbytes)) == TWELL_OK &&
         (st = tw_cuda_memcpy_htod(ctx, t->wu, t->host->wu, wbytes)) == TWELL_OK &&
         (st = tw_cuda_memcpy_htod(ctx, t->wd, t->host->wd, wbytes)) == TWELL_OK &&
         (!s->gated || (st = tw_cuda_memcpy_htod(ctx, t->wg, t->host->wg, wbytes)) == TWELL_OK) &&
-        (st = tw_cuda_event_create(ctx, &t->ev[0])) == TWELL_OK &&
-        (st = tw_cuda_event_create(ctx, &t->ev[1])) == TWELL_OK &&
+        (st = tw_cuda_event_create(ctx, &t->h.ev[0])) == TWELL_OK &&
+        (st = tw_cuda_event_create(ctx, &t->h.ev[1])) == TWELL_OK &&
         (st = tw_gp_kernel_load(ctx, s, &gc, &gk)) == TWELL_OK) {
         wp = s->gated ? t->wg : t->wu;
         if ((st = tw_gp_kernel_launch(ctx, &gk, s, t->M, t->x, wp, t->packed, NULL)) == TWELL_OK &&
@@ -137,12 +115,12 @@ static twell_status tw_ffn_begin(void *user, const tw_tune_config *cands, size_t
     t->n = n;
     t->slots = calloc(n, sizeof *t->slots);
     if (!t->slots)
-        return tw_error(t->ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
+        return tw_error(t->h.ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
     return tw_ffn_data(t);
 }
 
-/* On a worker thread: a CPU context of its own sharing the disk cache, so the cubin is also
- * published for later processes and plans. */
+/* On a worker thread (tw_gpu_harness_compile): the cubin is also published for later processes
+ * and plans. */
 static twell_status tw_ffn_compile(void *user, const tw_tune_config *cfg) {
     tw_gpu_ffn *t = user;
     tw_ffn_slot *slot = tw_fslot(t, cfg);
@@ -151,26 +129,12 @@ static twell_status tw_ffn_compile(void *user, const tw_tune_config *cfg) {
         return TWELL_ERR_INVALID_ARG;
     }
     tw_param prm[TW_FFN_NPARAMS];
-    if (!tw_ffn_cfg_params(&slot->cfg, &t->shape, t->ctx->cuda, prm)) {
-        (void)tw_ffn_cfg_check(&slot->cfg, &t->shape, t->ctx->cuda, slot->err, sizeof slot->err);
+    if (!tw_ffn_cfg_params(&slot->cfg, &t->shape, t->h.ctx->cuda, prm)) {
+        (void)tw_ffn_cfg_check(&slot->cfg, &t->shape, t->h.ctx->cuda, slot->err, sizeof slot->err);
         return TWELL_ERR_UNSUPPORTED;
     }
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = t->ctx->cache_dir;
-    o.cache_max_bytes = t->ctx->opts.cache_max_bytes;
-    twell_ctx *w = NULL;
-    twell_status st = twell_ctx_create(&o, &w);
-    if (st != TWELL_OK) {
-        snprintf(slot->err, sizeof slot->err, "cannot create a compile context");
-        return st;
-    }
-    st = tw_jit_cubin(w, "ffn_fused", prm, TW_FFN_NPARAMS, t->ctx->cuda->arch, &slot->cubin);
-    if (st != TWELL_OK)
-        snprintf(slot->err, sizeof slot->err, "%s", twell_ctx_errmsg(w));
-    twell_ctx_destroy(w);
-    return st;
+    return tw_gpu_harness_compile(&t->h, "ffn_fused", prm, TW_FFN_NPARAMS, &slot->cubin, slot->err,
+                                  sizeof slot->err);
 }
 
 /* Largest row-relative L2 error of the probe rows of t->got against t->ref. */
@@ -208,7 +172,7 @@ static twell_status tw_ffn_call(tw_gpu_ffn *t, tw_ffn_slot *slot, size_t rows) {
 
 static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
     tw_gpu_ffn *t = user;
-    twell_ctx *ctx = t->ctx;
+    twell_ctx *ctx = t->h.ctx;
     tw_ffn_slot *slot = tw_fslot(t, cfg);
     const size_t K = t->shape.K;
     tw_cu_scope sc;
@@ -231,7 +195,7 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
         st = tw_cuda_memcpy_dtoh(ctx, t->got, t->y, t->P * K * 2u);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_ffn_note(t, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
         return st;
     }
     char canon[TW_TUNE_CANON_MAX], why[160];
@@ -245,32 +209,38 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
         snprintf(why, sizeof why, "probe row %zu has row-relative error %.3e > %.0e", wr, err, tol);
     else
         return TWELL_OK;
-    tw_ffn_note(t, cfg, "gives wrong results", why);
+    tw_gpu_harness_note(&t->h, cfg, "gives wrong results", why);
     return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %s", canon, why);
 }
 
-/* One timed call: flush L2 by writing a buffer twice its size, then events around the plan's
- * whole sparse sequence for the bucket's rows. */
+/* The call tw_ffn_measure times: the bucket's rows through the candidate's module. */
+typedef struct tw_ffn_call_arg {
+    tw_gpu_ffn *t;
+    tw_ffn_slot *slot;
+} tw_ffn_call_arg;
+
+static twell_status tw_ffn_call_bucket(void *arg) {
+    const tw_ffn_call_arg *a = arg;
+    return tw_ffn_call(a->t, a->slot, a->t->M);
+}
+
+/* One timed call (tw_gpu_harness_time: L2 flushed, CUDA events) of the plan's whole sparse
+ * sequence for the bucket's rows. */
 static twell_status tw_ffn_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
     tw_gpu_ffn *t = user;
-    twell_ctx *ctx = t->ctx;
-    tw_ffn_slot *slot = tw_fslot(t, cfg);
+    twell_ctx *ctx = t->h.ctx;
+    tw_ffn_call_arg a = {t, tw_fslot(t, cfg)};
     float ms = 0.0f;
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
     /* before the events: swapping the module synchronises the device */
-    if ((st = tw_cuda_ffn_force(t->plan, &slot->tk)) == TWELL_OK &&
-        (st = tw_cuda_memset_d32(ctx, t->flush, ++t->salt, t->flush_bytes / 4u, NULL)) ==
-            TWELL_OK &&
-        (st = tw_cuda_event_record(ctx, t->ev[0], NULL)) == TWELL_OK &&
-        (st = tw_ffn_call(t, slot, t->M)) == TWELL_OK &&
-        (st = tw_cuda_event_record(ctx, t->ev[1], NULL)) == TWELL_OK)
-        st = tw_cuda_event_elapsed(ctx, t->ev[0], t->ev[1], &ms);
+    if ((st = tw_cuda_ffn_force(t->plan, &a.slot->tk)) == TWELL_OK)
+        st = tw_gpu_harness_time(&t->h, tw_ffn_call_bucket, &a, &ms);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_ffn_note(t, cfg, "failed to launch", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
         return st;
     }
     *ms_out = (double)ms;
@@ -281,14 +251,14 @@ static void tw_ffn_release(void *user, const tw_tune_config *cfg) {
     tw_gpu_ffn *t = user;
     tw_ffn_slot *slot = tw_fslot(t, cfg);
     if (slot->err[0])
-        tw_ffn_note(t, cfg, "did not compile", slot->err);
+        tw_gpu_harness_note(&t->h, cfg, "did not compile", slot->err);
     if (slot->tk.mod) {
         tw_cu_scope sc;
-        if (tw_cu_enter(t->ctx, &sc) == TWELL_OK) {
+        if (tw_cu_enter(t->h.ctx, &sc) == TWELL_OK) {
             if (t->plan)
                 (void)tw_cuda_ffn_force(t->plan, NULL); /* it may point at this module */
             tw_ffn_tk_unload(&slot->tk);
-            tw_cu_leave(t->ctx, &sc);
+            tw_cu_leave(t->h.ctx, &sc);
         }
     }
     tw_cubin_free(&slot->cubin);
@@ -301,7 +271,7 @@ twell_status tw_gpu_ffn_create(twell_ctx *ctx, const twell_shape *s, size_t M, t
     tw_gpu_ffn *t = calloc(1, sizeof *t);
     if (!t)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
-    t->ctx = ctx;
+    tw_gpu_harness_init(&t->h, ctx);
     t->shape = *s;
     t->M = M;
     t->P = M < TW_FFN_PROBE_ROWS ? M : TW_FFN_PROBE_ROWS;
@@ -319,7 +289,7 @@ twell_status tw_gpu_ffn_create(twell_ctx *ctx, const twell_shape *s, size_t M, t
 void tw_gpu_ffn_destroy(tw_gpu_ffn *t, twell_status st) {
     if (!t)
         return;
-    twell_ctx *ctx = t->ctx;
+    twell_ctx *ctx = t->h.ctx;
     /* the plan first: it synchronises, and it may still point at a candidate's module */
     twell_plan_destroy(t->plan);
     tw_cu_scope sc;
@@ -329,22 +299,15 @@ void tw_gpu_ffn_destroy(tw_gpu_ffn *t, twell_status st) {
             tw_ffn_tk_unload(&t->slots[i].tk);
         tw_cubin_free(&t->slots[i].cubin);
     }
-    void *bufs[] = {t->x, t->wg, t->wu, t->wd, t->y, t->packed, t->flush};
+    void *bufs[] = {t->x, t->wg, t->wu, t->wd, t->y, t->packed};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         tw_cuda_free(ctx, bufs[i]);
-    for (int i = 0; i < 2; i++)
-        if (t->ev[i])
-            tw_cuda_event_destroy(ctx, t->ev[i]);
     if (entered)
         tw_cu_leave(ctx, &sc);
     tw_synth_destroy(t->host);
     free(t->ref);
     free(t->got);
     free(t->slots);
-    if (st != TWELL_OK && t->first_err[0]) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
-        tw_error(ctx, st, "%s; first failure: %s", msg, t->first_err);
-    }
+    tw_gpu_harness_free(&t->h, st);
     free(t);
 }

@@ -307,54 +307,14 @@ static unsigned tw_gp_bucket_index(size_t M) {
     return b < TW_GP_BUCKETS ? b : TW_GP_BUCKETS - 1;
 }
 
-/* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it.
- * 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
+
+/* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
+ * (tw_tune_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
 static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
-    twell_ctx *ctx = plan->ctx;
-    tw_tune_device dev;
-    if (tw_tune_device_of(ctx, &dev) != TWELL_OK)
-        return -1;
-    tw_tune_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.op, sizeof p.op, "gate_pack");
-    p.shape = plan->shape;
-    p.shape.gated = 1; /* gate-pack is one op for gated and non-gated FFNs: one record */
-    p.M = tw_tune_m_bucket(M);
     const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-    tw_tune_record rec;
-    twell_status st = tw_tune_store_load(ctx, &p, &dev, &rec);
-    if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
-        return -1;
-    if (st == TWELL_ERR_NOT_FOUND) {
-        /* Tune only for the kernel the tuner would pick anyway: a plan forced onto another
-         * variant must not replace the record every other plan uses. */
-        const tw_tune_space *sp = tw_tune_space_runnable(p.op, &p, &dev);
-        if (!gp->tune_on_first_use || !sp || strcmp(sp->kernel, mine) != 0)
-            return -1;
-        tw_tune_options o = tw_tune_options_default();
-        tw_tune_choice ch;
-        tw_log(ctx, TWELL_LOG_INFO, "gate_pack: TWELL_TUNE=1: tuning K=%u N=%u M bucket %zu",
-               p.shape.K, p.shape.N, p.M);
-        if (tw_tune_gpu(ctx, p.op, &plan->shape, M, &o, 0, &ch) != TWELL_OK) {
-            tw_log(ctx, TWELL_LOG_WARN, "gate_pack: tuning failed, using the default: %s",
-                   twell_ctx_errmsg(ctx));
-            return -1;
-        }
-        rec.config = ch.config;
-    }
-    char canon[TW_TUNE_CANON_MAX];
-    tw_tune_config_canon(&rec.config, canon, sizeof canon);
-    const tw_tune_space *sp = tw_tune_space_by_kernel(rec.config.kernel);
-    if (strcmp(rec.config.kernel, mine) != 0 || !sp ||
-        !tw_tune_space_accepts(sp, &p, &dev, &rec.config) ||
-        tw_gp_cfg_from_tune(&rec.config, cfg)) {
-        tw_log(ctx, TWELL_LOG_INFO,
-               "gate_pack: stored config %s does not apply to this %s plan (M bucket %zu); "
-               "default used",
-               canon, tw_gp_variant_name(gp->variant), p.M);
-        return -1;
-    }
-    return 0;
+    return tw_tune_winner(plan->ctx, "gate_pack", mine, &plan->shape, M, gp->tune_on_first_use,
+                          tw_gp_variant_name(gp->variant), tw_gp_take, cfg);
 }
 
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
