@@ -1,0 +1,62 @@
+/* tw_tune_test.c — the autotuner tests' shared helpers (see tw_tune_test.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tw_tune_test.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void tw_test_log(void *user, twell_log_level level, const char *msg) {
+    tw_logbook *b = user;
+    if (level >= TWELL_LOG_WARN)
+        b->warns++;
+    snprintf(b->last, sizeof b->last, "%s", msg);
+    size_t used = strlen(b->all);
+    snprintf(b->all + used, sizeof b->all - used, "%s\n", msg);
+}
+
+twell_ctx *tw_cpu_ctx(const char *dir, tw_logbook *log) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = dir;
+    if (log) {
+        o.log = tw_test_log;
+        o.log_user = log;
+        o.log_level = TWELL_LOG_INFO;
+    }
+    twell_ctx *ctx = NULL;
+    if (twell_ctx_create(&o, &ctx) != TWELL_OK)
+        return NULL;
+    return ctx;
+}
+
+tw_tune_problem tw_problem(const char *op, uint32_t K, uint32_t N, size_t M) {
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", op);
+    p.shape = twell_shape_default(K, N);
+    p.M = M;
+    return p;
+}
+
+tw_tune_config tw_cfg2(const char *kernel, const char *a, int64_t va, const char *b, int64_t vb) {
+    tw_tune_config c;
+    assert_int_equal(tw_tune_config_init(&c, kernel), 0);
+    assert_int_equal(tw_tune_config_set(&c, a, va), 0);
+    if (b)
+        assert_int_equal(tw_tune_config_set(&c, b, vb), 0);
+    return c;
+}
+
+void tw_assert_canon(const tw_tune_config *c, const char *want) {
+    char buf[TW_TUNE_CANON_MAX];
+    size_t n = tw_tune_config_canon(c, buf, sizeof buf);
+    assert_string_equal(buf, want);
+    assert_int_equal(n, strlen(want));
+}
