@@ -17,7 +17,6 @@
 #include "tuner.h"
 #include "tw_tune_test.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

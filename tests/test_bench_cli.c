@@ -6,22 +6,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tw_run.h"
 
 static int bc_run(const char *args, char *out, size_t outlen) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "\"%s\" bench %s 2>&1", TWELL_TOOL_PATH, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tw_test_run(cmd, out, outlen);
 }
 
 static void test_bench_cli_help_and_errors(void **state) {

@@ -4,6 +4,7 @@
 #include "cpu_ref.h"
 #include "ref64.h"
 #include "synth.h"
+#include "tw_run.h"
 #include "twellrt.h"
 
 #include <math.h>
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -267,17 +267,11 @@ static void test_synth_ffn64(void **state) {
     }
 }
 
-/* Runs the `twell` tool, captures stdout, returns the exit status (or -1). */
+/* Runs the `twell` tool with args (tw_test_run: stdout captured, the exit status). */
 static int ts_run_tool(const char *args, char *out, size_t cap) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", TWELL_TOOL_PATH, args);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tw_test_run(cmd, out, cap);
 }
 
 static void test_synth_demo_runs(void **state) {

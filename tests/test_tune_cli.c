@@ -14,13 +14,12 @@
 #include "internal.h"
 #include "json.h"
 #include "tuner.h"
+#include "tw_run.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static char tc_out[1 << 17];
@@ -36,12 +35,7 @@ static int tc_run(const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "cd \"%s\" && \"%s\" tune %s 2>&1", TWELL_TEST_SOURCE_DIR,
              TWELL_TOOL_PATH, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(tc_out, 1, sizeof tc_out - 1, p);
-    tc_out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tw_test_run(cmd, tc_out, sizeof tc_out);
 }
 
 static void tc_expect(const char *args, int rc, const char *needle) {

@@ -11,15 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static void tw_test_log(void *user, twell_log_level level, const char *msg) {
-    tw_logbook *b = user;
-    if (level >= TWELL_LOG_WARN)
-        b->warns++;
-    snprintf(b->last, sizeof b->last, "%s", msg);
-    size_t used = strlen(b->all);
-    snprintf(b->all + used, sizeof b->all - used, "%s\n", msg);
-}
-
 twell_ctx *tw_cpu_ctx(const char *dir, tw_logbook *log) {
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CPU;

@@ -4,15 +4,9 @@
 #define TWELL_TW_TUNE_TEST_H
 
 #include "candidates.h"
+#include "tw_log.h"
 
 #include <stdint.h>
-
-/* The messages a context logged: WARN-or-worse count, the last one, and all of them. */
-typedef struct {
-    int warns;
-    char last[1024];
-    char all[8192]; /* every message, one per line, truncated when full */
-} tw_logbook;
 
 /* A single-threaded CPU context on cache directory dir (NULL: the default), logging at INFO into
  * log when log is not NULL. NULL if it cannot be created. */
