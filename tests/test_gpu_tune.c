@@ -208,36 +208,36 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     return modules;
 }
 
-/* Tuned vs exhaustive for fused inference on one shape (gated), then a plan that must run the
- * winner for that bucket, correctly, and the default for a bucket without a record. */
-static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
-    const tu_shape *c = *state;
-    twell_shape s = tu_make_shape(c->K, c->N);
+/* Tunes op for shape c (tw_tune_gpu, timed and printed; tag prefixes the line) into *ch, with
+ * its canonical form in canon (TW_TUNE_CANON_MAX bytes). */
+static void tu_tune(const tu_shape *c, const twell_shape *s, const char *op, const char *tag,
+                    tw_tune_choice *ch, char *canon) {
     tw_tune_options opt = tw_tune_options_default();
-    tw_tune_choice ch;
     double t0 = tu_now_ms();
-    TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, "ffn_infer", &s, c->M, &opt, 0, &ch));
+    TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, op, s, c->M, &opt, 0, ch));
     double tune_ms = tu_now_ms() - t0;
-    char canon[TW_TUNE_CANON_MAX];
-    tw_tune_config_canon(&ch.config, canon, sizeof canon);
-    printf("# ffn K=%u N=%u M=%zu: tuned %s in %.2f s wall (%.2f s timing; %zu measured, %zu "
+    tw_tune_config_canon(&ch->config, canon, TW_TUNE_CANON_MAX);
+    printf("# %sK=%u N=%u M=%zu: tuned %s in %.2f s wall (%.2f s timing; %zu measured, %zu "
            "failed, %zu skipped%s): %.4f ms, default %.4f ms (%.3fx)\n",
-           c->K, c->N, c->M, canon, tune_ms / 1e3, ch.elapsed_s, ch.n_measured, ch.n_failed,
-           ch.n_skipped, ch.budget_cut ? ", budget cut" : "", ch.ms, ch.default_ms,
-           ch.default_ms / ch.ms);
-    assert_int_equal(ch.source, TW_TUNE_TUNED);
-    assert_string_equal(ch.config.kernel, "ffn_fused");
-    assert_true(isfinite(ch.ms) && ch.ms > 0.0);
-    assert_true(ch.n_measured >= 2); /* a real choice, not a space of one */
+           tag, c->K, c->N, c->M, canon, tune_ms / 1e3, ch->elapsed_s, ch->n_measured, ch->n_failed,
+           ch->n_skipped, ch->budget_cut ? ", budget cut" : "", ch->ms, ch->default_ms,
+           ch->default_ms / ch->ms);
+    assert_int_equal(ch->source, TW_TUNE_TUNED);
+    assert_true(isfinite(ch->ms) && ch->ms > 0.0);
+}
 
+/* Every candidate of kernel's space for op, one interleaved batch, more repetitions: fails unless
+ * the tuned config (ch, canon) is in it and within TU_MARGIN of its best. */
+static void tu_vs_exhaustive(const tu_shape *c, const twell_shape *s, const char *op,
+                             const char *kernel, const char *tag, const tw_tune_choice *ch,
+                             const char *canon) {
     tw_tune_options ex = tw_tune_options_default();
     ex.reps = TU_EXHAUSTIVE_REPS;
     ex.warmup = 3;
     tw_tune_config *cands = NULL;
     tw_tune_result res;
-    t0 = tu_now_ms();
-    TU_OK(tu_ctx,
-          tw_tune_gpu_exhaustive(tu_ctx, "ffn_infer", "ffn_fused", &s, c->M, &ex, &cands, &res));
+    double t0 = tu_now_ms();
+    TU_OK(tu_ctx, tw_tune_gpu_exhaustive(tu_ctx, op, kernel, s, c->M, &ex, &cands, &res));
     double ex_ms = tu_now_ms() - t0;
     size_t tuned = SIZE_MAX;
     for (size_t i = 0; i < res.n_candidates; i++) {
@@ -247,17 +247,18 @@ static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
         printf("#   %-42s %-9s median %.4f ms (min %.4f, max %.4f)%s%s\n", cc,
                tw_cand_state_name(o->state), o->ms, o->min_ms, o->max_ms,
                i == res.best ? "  <- exhaustive best" : "",
-               tw_tune_config_equal(&cands[i], &ch.config) ? "  <- tuned" : "");
-        if (tw_tune_config_equal(&cands[i], &ch.config))
+               tw_tune_config_equal(&cands[i], &ch->config) ? "  <- tuned" : "");
+        if (tw_tune_config_equal(&cands[i], &ch->config))
             tuned = i;
     }
     if (tuned == SIZE_MAX)
         fail_msg("the tuned config %s is not in the exhaustive candidate set", canon);
     double best = res.outcomes[res.best].ms, got = res.outcomes[tuned].ms;
-    printf("# ffn K=%u N=%u M=%zu: exhaustive over %zu candidates in %.2f s: best %.4f ms, tuned "
+    printf("# %sK=%u N=%u M=%zu: exhaustive over %zu candidates in %.2f s: best %.4f ms, tuned "
            "%.4f ms (%+.2f%%, bound +%.0f%%)\n",
-           c->K, c->N, c->M, res.n_candidates, ex_ms / 1e3, best, got, (got / best - 1.0) * 100.0,
-           TU_MARGIN * 100.0);
+           tag, c->K, c->N, c->M, res.n_candidates, ex_ms / 1e3, best, got,
+           (got / best - 1.0) * 100.0, TU_MARGIN * 100.0);
+    /* A failing candidate scores +inf and can never be stored; worth a loud line, not a fail. */
     if (res.n_failed)
         printf("# WARNING: %zu candidates failed to compile, verify or launch (listed above)\n",
                res.n_failed);
@@ -265,6 +266,19 @@ static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
         fail_msg("tuned %s: %.4f ms > exhaustive best %.4f ms + 3%%", canon, got, best);
     tw_tune_result_free(&res);
     free(cands);
+}
+
+/* Tuned vs exhaustive for fused inference on one shape (gated), then a plan that must run the
+ * winner for that bucket, correctly, and the default for a bucket without a record. */
+static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
+    const tu_shape *c = *state;
+    twell_shape s = tu_make_shape(c->K, c->N);
+    tw_tune_choice ch;
+    char canon[TW_TUNE_CANON_MAX];
+    tu_tune(c, &s, "ffn_infer", "ffn ", &ch, canon);
+    assert_string_equal(ch.config.kernel, "ffn_fused");
+    assert_true(ch.n_measured >= 2); /* a real choice, not a space of one */
+    tu_vs_exhaustive(c, &s, "ffn_infer", "ffn_fused", "ffn ", &ch, canon);
 
     twell_plan *plan = NULL;
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
@@ -292,63 +306,15 @@ static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
 static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     const tu_shape *c = *state;
     twell_shape s = tu_make_shape(c->K, c->N);
-    tw_tune_options opt = tw_tune_options_default();
     tw_tune_choice ch;
-    double t0 = tu_now_ms();
-    TU_OK(tu_ctx, tw_tune_gpu(tu_ctx, "gate_pack", &s, c->M, &opt, 0, &ch));
-    double tune_ms = tu_now_ms() - t0;
     char canon[TW_TUNE_CANON_MAX];
-    tw_tune_config_canon(&ch.config, canon, sizeof canon);
-    printf("# K=%u N=%u M=%zu: tuned %s in %.2f s wall (%.2f s timing; %zu measured, %zu failed, "
-           "%zu skipped%s): %.4f ms, default %.4f ms (%.3fx)\n",
-           c->K, c->N, c->M, canon, tune_ms / 1e3, ch.elapsed_s, ch.n_measured, ch.n_failed,
-           ch.n_skipped, ch.budget_cut ? ", budget cut" : "", ch.ms, ch.default_ms,
-           ch.default_ms / ch.ms);
-    assert_int_equal(ch.source, TW_TUNE_TUNED);
-    assert_true(isfinite(ch.ms) && ch.ms > 0.0);
-
-    /* Every candidate of the same space, one interleaved batch, more repetitions. */
-    tw_tune_options ex = tw_tune_options_default();
-    ex.reps = TU_EXHAUSTIVE_REPS;
-    ex.warmup = 3;
-    tw_tune_config *cands = NULL;
-    tw_tune_result res;
-    t0 = tu_now_ms();
-    TU_OK(tu_ctx, tw_tune_gpu_exhaustive(tu_ctx, "gate_pack", ch.config.kernel, &s, c->M, &ex,
-                                         &cands, &res));
-    double ex_ms = tu_now_ms() - t0;
-    size_t tuned = SIZE_MAX;
-    for (size_t i = 0; i < res.n_candidates; i++) {
-        char cc[TW_TUNE_CANON_MAX];
-        tw_tune_config_canon(&cands[i], cc, sizeof cc);
-        const tw_tune_outcome *o = &res.outcomes[i];
-        printf("#   %-42s %-9s median %.4f ms (min %.4f, max %.4f)%s%s\n", cc,
-               tw_cand_state_name(o->state), o->ms, o->min_ms, o->max_ms,
-               i == res.best ? "  <- exhaustive best" : "",
-               tw_tune_config_equal(&cands[i], &ch.config) ? "  <- tuned" : "");
-        if (tw_tune_config_equal(&cands[i], &ch.config))
-            tuned = i;
-    }
-    if (tuned == SIZE_MAX)
-        fail_msg("the tuned config %s is not in the exhaustive candidate set", canon);
-    double best = res.outcomes[res.best].ms, got = res.outcomes[tuned].ms;
-    printf("# K=%u N=%u M=%zu: exhaustive over %zu candidates in %.2f s: best %.4f ms, tuned "
-           "%.4f ms (%+.2f%%, bound +%.0f%%)\n",
-           c->K, c->N, c->M, res.n_candidates, ex_ms / 1e3, best, got, (got / best - 1.0) * 100.0,
-           TU_MARGIN * 100.0);
-    /* A failing candidate scores +inf and can never be stored; worth a loud line, not a fail. */
-    if (res.n_failed)
-        printf("# WARNING: %zu candidates failed to compile, verify or launch (listed above)\n",
-               res.n_failed);
-    if (!(got <= best * (1.0 + TU_MARGIN)))
-        fail_msg("tuned %s: %.4f ms > exhaustive best %.4f ms + 3%%", canon, got, best);
-    tw_tune_result_free(&res);
-    free(cands);
+    tu_tune(c, &s, "gate_pack", "", &ch, canon);
+    tu_vs_exhaustive(c, &s, "gate_pack", ch.config.kernel, "", &ch, canon);
 
     /* A plan uses the stored winner for this bucket: created with the default loaded, then the
      * first call of the bucket loads the tuned module (none when the winner is the default). */
     twell_plan *plan = NULL;
-    t0 = tu_now_ms();
+    double t0 = tu_now_ms();
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
     double plan_ms = tu_now_ms() - t0;
     assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), 1);
