@@ -541,7 +541,7 @@ static void test_autotune_enumerate_errors(void **state) {
  * M) exactly when the template renders it. */
 static void test_autotune_simt_space_matches_template(void **state) {
     (void)state;
-    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(NULL, NULL);
     assert_non_null(ctx);
     tw_tune_device h200;
     tw_tune_device_preset("h200", &h200);
@@ -578,7 +578,7 @@ static void test_autotune_simt_space_matches_template(void **state) {
 
 static void test_autotune_gpu_glue_without_device(void **state) {
     (void)state;
-    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(NULL, NULL);
     assert_non_null(ctx);
     tw_tune_device d;
     memset(&d, 0x5a, sizeof d);

@@ -231,7 +231,7 @@ static void test_autotune_failures_score_infinity(void **state) {
 
 static void test_autotune_all_fail(void **state) {
     (void)state;
-    twell_ctx *ctx = tw_cpu_ctx(NULL, NULL);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(NULL, NULL);
     assert_non_null(ctx);
     tw_tune_config c[3];
     tw_toy(c, 3);

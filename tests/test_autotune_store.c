@@ -201,7 +201,7 @@ static void test_autotune_persist_fork(void **state) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        twell_ctx *ctx = tw_cpu_ctx(dir, NULL);
+        twell_ctx *ctx = tw_test_cpu_ctx_at(dir, NULL);
         if (!ctx)
             _exit(10);
         tw_tune_choice ch;
@@ -224,7 +224,7 @@ static void test_autotune_persist_fork(void **state) {
 
     /* Parent: a fresh process state finds the record and measures nothing. */
     tw_xp_calls = 0;
-    twell_ctx *ctx = tw_cpu_ctx(dir, NULL);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(dir, NULL);
     assert_non_null(ctx);
     tw_tune_choice ch;
     assert_int_equal(tw_tune_select(ctx, &p, &d, s, &cb, &o, 0, &ch), TWELL_OK);
@@ -280,7 +280,7 @@ static void test_autotune_retune_and_stale(void **state) {
     const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
     tw_logbook log;
     memset(&log, 0, sizeof log);
-    twell_ctx *ctx = tw_cpu_ctx(dir, &log);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(dir, &log);
     assert_non_null(ctx);
     tw_tune_callbacks cb = {NULL, NULL, NULL, NULL, tw_rt_measure, NULL};
     tw_tune_options o = tw_tune_options_default();

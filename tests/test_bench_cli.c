@@ -13,9 +13,9 @@
 #include "tw_run.h"
 
 static int bc_run(const char *args, char *out, size_t outlen) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "\"%s\" bench %s 2>&1", TWELL_TOOL_PATH, args);
-    return tw_test_run(cmd, out, outlen);
+    char a[2048];
+    snprintf(a, sizeof a, "bench %s", args);
+    return tw_test_tool(a, out, outlen);
 }
 
 static void test_bench_cli_help_and_errors(void **state) {

@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "jit.h"
 #include "nvrtc.h"
+#include "tw_cpu.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -276,13 +277,10 @@ static void test_nvrtc_sweep_all_templates(void **state) {
         free(names[t]);
 }
 
+/* A CPU context on cache_dir (NULL: the default); fails the test when it cannot be made. */
 static twell_ctx *tw_ctx_in(const char *cache_dir) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = cache_dir;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(cache_dir, NULL);
+    assert_non_null(ctx);
     return ctx;
 }
 

@@ -267,19 +267,12 @@ static void test_synth_ffn64(void **state) {
     }
 }
 
-/* Runs the `twell` tool with args (tw_test_run: stdout captured, the exit status). */
-static int ts_run_tool(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", TWELL_TOOL_PATH, args);
-    return tw_test_run(cmd, out, cap);
-}
-
 static void test_synth_demo_runs(void **state) {
     (void)state;
     static char out[16384];
-    int rc = ts_run_tool("demo --backend cpu --M 33 --K 256 --N 1024 --nnz 20 --dist skewed "
-                         "--dtype fp16 --T 128 --C 4",
-                         out, sizeof out);
+    int rc = tw_test_tool("demo --backend cpu --M 33 --K 256 --N 1024 --nnz 20 --dist skewed "
+                          "--dtype fp16 --T 128 --C 4",
+                          out, sizeof out);
     printf("%s", out);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "backend   cpu"));
@@ -288,13 +281,13 @@ static void test_synth_demo_runs(void **state) {
     assert_non_null(strstr(out, "gate-pack"));
     assert_non_null(strstr(out, "fused inference"));
     assert_non_null(strstr(out, "): OK"));
-    assert_int_equal(ts_run_tool("demo --help", out, sizeof out), 0);
+    assert_int_equal(tw_test_tool("demo --help", out, sizeof out), 0);
     assert_non_null(strstr(out, "--nnz"));
-    assert_int_equal(ts_run_tool("demo --T 96", out, sizeof out), 2);
+    assert_int_equal(tw_test_tool("demo --T 96", out, sizeof out), 2);
     assert_non_null(strstr(out, "shape.T = 96"));
-    assert_int_equal(ts_run_tool("demo --dist zipf", out, sizeof out), 2);
-    assert_int_equal(ts_run_tool("demo --M 0", out, sizeof out), 2);
-    assert_int_equal(ts_run_tool("demo --bogus 1", out, sizeof out), 2);
+    assert_int_equal(tw_test_tool("demo --dist zipf", out, sizeof out), 2);
+    assert_int_equal(tw_test_tool("demo --M 0", out, sizeof out), 2);
+    assert_int_equal(tw_test_tool("demo --bogus 1", out, sizeof out), 2);
 }
 
 int main(void) {

@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "json.h"
 #include "tuner.h"
+#include "tw_cpu.h"
 #include "tw_run.h"
 
 #include <stdio.h>
@@ -178,12 +179,8 @@ static void test_tune_cli_sees_stored_winner(void **state) {
     (void)state;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/stored", tc_cache_base());
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = dir;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    twell_ctx *ctx = tw_test_cpu_ctx_at(dir, NULL);
+    assert_non_null(ctx);
     tw_tune_device d;
     assert_int_equal(tw_tune_device_preset("h200", &d), 0);
     tw_tune_problem p;

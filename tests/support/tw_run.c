@@ -19,3 +19,9 @@ int tw_test_run(const char *cmd, char *out, size_t n) {
     int ws = pclose(p);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
+
+int tw_test_tool(const char *args, char *out, size_t n) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", TWELL_TOOL_PATH, args);
+    return tw_test_run(cmd, out, n);
+}

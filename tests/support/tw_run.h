@@ -9,4 +9,7 @@
  * command cannot be started (cmocka must be included before this header's users call it). */
 int tw_test_run(const char *cmd, char *out, size_t n);
 
+/* tw_test_run of the `twell` tool (TWELL_TOOL_PATH) with args, stderr merged into out. */
+int tw_test_tool(const char *args, char *out, size_t n);
+
 #endif

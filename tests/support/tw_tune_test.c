@@ -11,22 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-twell_ctx *tw_cpu_ctx(const char *dir, tw_logbook *log) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = dir;
-    if (log) {
-        o.log = tw_test_log;
-        o.log_user = log;
-        o.log_level = TWELL_LOG_INFO;
-    }
-    twell_ctx *ctx = NULL;
-    if (twell_ctx_create(&o, &ctx) != TWELL_OK)
-        return NULL;
-    return ctx;
-}
-
 tw_tune_problem tw_problem(const char *op, uint32_t K, uint32_t N, size_t M) {
     tw_tune_problem p;
     memset(&p, 0, sizeof p);

@@ -4,13 +4,9 @@
 #define TWELL_TW_TUNE_TEST_H
 
 #include "candidates.h"
-#include "tw_log.h"
+#include "tw_cpu.h"
 
 #include <stdint.h>
-
-/* A single-threaded CPU context on cache directory dir (NULL: the default), logging at INFO into
- * log when log is not NULL. NULL if it cannot be created. */
-twell_ctx *tw_cpu_ctx(const char *dir, tw_logbook *log);
 
 /* The problem (op, K x N default shape, M rows). */
 tw_tune_problem tw_problem(const char *op, uint32_t K, uint32_t N, size_t M);
