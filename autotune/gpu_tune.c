@@ -142,6 +142,11 @@ typedef struct tw_gpu_tuner {
     tw_gpu_data data;
     int have_data;
     tw_gpu_ffn *ffn; /* ffn_fused's own callbacks and state, in place of these (else NULL) */
+    /* what tw_gpu_setup found: the problem, the device, the space and the callbacks to use */
+    tw_tune_problem p;
+    tw_tune_device dev;
+    const tw_tune_space *space;
+    tw_tune_callbacks cb;
 } tw_gpu_tuner;
 
 static tw_gpu_slot *tw_slot(tw_gpu_tuner *t, const tw_tune_config *cfg) {
@@ -332,24 +337,11 @@ static twell_status tw_gpu_launch(void *arg) {
                                NULL);
 }
 
-/* One timed run of the candidate (tw_gpu_harness_time: L2 flushed, CUDA events). */
+/* One timed run of the candidate (tw_gpu_harness_measure: L2 flushed, CUDA events). */
 static twell_status tw_gpu_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
     tw_gpu_tuner *t = user;
-    twell_ctx *ctx = t->h.ctx;
     tw_gpu_launch_arg a = {t, tw_slot(t, cfg)};
-    float ms = 0.0f;
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    st = tw_gpu_harness_time(&t->h, tw_gpu_launch, &a, &ms);
-    tw_cu_leave(ctx, &sc);
-    if (st != TWELL_OK) {
-        tw_gpu_harness_note(&t->h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
-        return st;
-    }
-    *ms_out = (double)ms;
-    return TWELL_OK;
+    return tw_gpu_harness_measure(&t->h, cfg, NULL, tw_gpu_launch, &a, ms_out);
 }
 
 static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
@@ -370,20 +362,19 @@ static void tw_gpu_release(void *user, const tw_tune_config *cfg) {
 
 /* ---- entry points ---- */
 
-/* The problem, device and space of (op, shape, M) on ctx, and a tuner with its callbacks *cb
- * (ffn_fused's for that kernel). kernel: the space to use (NULL: the first runnable one). Once
- * this succeeds, tw_gpu_teardown releases t. */
+/* A tuner for (op, shape, M) on ctx: its problem, device, space and callbacks (ffn_fused's for
+ * that kernel). kernel: the space to use (NULL: the first runnable one). Once this succeeds,
+ * tw_gpu_teardown releases t. */
 static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *kernel,
-                                 const twell_shape *shape, size_t M, tw_tune_problem *p,
-                                 tw_tune_device *dev, const tw_tune_space **space, tw_gpu_tuner *t,
-                                 tw_tune_callbacks *cb) {
+                                 const twell_shape *shape, size_t M, tw_gpu_tuner *t) {
     memset(t, 0, sizeof *t);
+    tw_tune_problem *p = &t->p;
+    tw_tune_device *dev = &t->dev;
     twell_status st = tw_tune_device_of(ctx, dev);
     if (st != TWELL_OK)
         return st;
     if ((st = twell_shape_check(ctx, shape)) != TWELL_OK)
         return st;
-    memset(p, 0, sizeof *p);
     snprintf(p->op, sizeof p->op, "%s", op ? op : "");
     p->shape = *shape;
     /* Gate-pack is one op for gated and non-gated FFNs: one record serves both. */
@@ -403,15 +394,15 @@ static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *ker
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
                         "tune: no kernel%s%s for %s that this build can launch on %s",
                         kernel ? " " : "", kernel ? kernel : "", p->op, dev->arch);
-    *space = sp;
+    t->space = sp;
     tw_gpu_harness_init(&t->h, ctx);
     t->k = tw_gpu_kernel_find(sp->kernel);
     t->shape = *shape;
     t->M = p->M;
-    *cb = (tw_tune_callbacks){
+    t->cb = (tw_tune_callbacks){
         t, tw_gpu_begin, tw_gpu_compile, tw_gpu_verify, tw_gpu_measure, tw_gpu_release};
     if (!strcmp(sp->kernel, "ffn_fused"))
-        return tw_gpu_ffn_create(ctx, shape, p->M, &t->ffn, cb);
+        return tw_gpu_ffn_create(ctx, shape, p->M, &t->ffn, &t->cb);
     return TWELL_OK;
 }
 
@@ -430,15 +421,11 @@ twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
                             int retune, tw_tune_choice *out) {
     memset(out, 0, sizeof *out);
     out->ms = out->default_ms = NAN;
-    tw_tune_problem p;
-    tw_tune_device dev;
-    const tw_tune_space *space = NULL;
     tw_gpu_tuner t;
-    tw_tune_callbacks cb;
-    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t, &cb);
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &t);
     if (st != TWELL_OK)
         return st;
-    st = tw_tune_select(ctx, &p, &dev, space, &cb, opt, retune, out);
+    st = tw_tune_select(ctx, &t.p, &t.dev, t.space, &t.cb, opt, retune, out);
     tw_gpu_teardown(ctx, &t, st);
     if (st != TWELL_OK)
         return st;
@@ -459,20 +446,16 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
                                     tw_tune_config **cands, tw_tune_result *out) {
     *cands = NULL;
     memset(out, 0, sizeof *out);
-    tw_tune_problem p;
-    tw_tune_device dev;
-    const tw_tune_space *space = NULL;
     tw_gpu_tuner t;
-    tw_tune_callbacks cb;
-    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &p, &dev, &space, &t, &cb);
+    twell_status st = tw_gpu_setup(ctx, op, kernel, shape, M, &t);
     if (st != TWELL_OK)
         return st;
     tw_tune_config *c = NULL;
     size_t n = 0, di = SIZE_MAX;
-    st = tw_tune_space_enumerate(space, &p, &dev, &c, &n, &di, NULL);
+    st = tw_tune_space_enumerate(t.space, &t.p, &t.dev, &c, &n, &di, NULL);
     if (st == TWELL_OK && n == 0)
         st = tw_error(ctx, TWELL_ERR_UNSUPPORTED, "tune: every config of %s is pruned",
-                      space->kernel);
+                      t.space->kernel);
     if (st != TWELL_OK) {
         tw_gpu_teardown(ctx, &t, st);
         free(c);
@@ -482,7 +465,7 @@ twell_status tw_tune_gpu_exhaustive(twell_ctx *ctx, const char *op, const char *
     o.mode = TW_TUNE_MEASURE;
     o.budget_s = 0.0;
     o.batch = n;
-    st = tw_tune_run(ctx, c, n, di, SIZE_MAX, &cb, &o, out);
+    st = tw_tune_run(ctx, c, n, di, SIZE_MAX, &t.cb, &o, out);
     tw_gpu_teardown(ctx, &t, st);
     *cands = c;
     return st;

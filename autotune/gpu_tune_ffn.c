@@ -213,38 +213,29 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
     return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: %s: %s", canon, why);
 }
 
-/* The call tw_ffn_measure times: the bucket's rows through the candidate's module. */
+/* What tw_ffn_measure runs: the candidate's module swapped in (it synchronises the device, so
+ * before the events), then the bucket's rows through the plan. */
 typedef struct tw_ffn_call_arg {
     tw_gpu_ffn *t;
     tw_ffn_slot *slot;
 } tw_ffn_call_arg;
+
+static twell_status tw_ffn_swap_in(void *arg) {
+    const tw_ffn_call_arg *a = arg;
+    return tw_cuda_ffn_force(a->t->plan, &a->slot->tk);
+}
 
 static twell_status tw_ffn_call_bucket(void *arg) {
     const tw_ffn_call_arg *a = arg;
     return tw_ffn_call(a->t, a->slot, a->t->M);
 }
 
-/* One timed call (tw_gpu_harness_time: L2 flushed, CUDA events) of the plan's whole sparse
+/* One timed call (tw_gpu_harness_measure: L2 flushed, CUDA events) of the plan's whole sparse
  * sequence for the bucket's rows. */
 static twell_status tw_ffn_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
     tw_gpu_ffn *t = user;
-    twell_ctx *ctx = t->h.ctx;
     tw_ffn_call_arg a = {t, tw_fslot(t, cfg)};
-    float ms = 0.0f;
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    /* before the events: swapping the module synchronises the device */
-    if ((st = tw_cuda_ffn_force(t->plan, &a.slot->tk)) == TWELL_OK)
-        st = tw_gpu_harness_time(&t->h, tw_ffn_call_bucket, &a, &ms);
-    tw_cu_leave(ctx, &sc);
-    if (st != TWELL_OK) {
-        tw_gpu_harness_note(&t->h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
-        return st;
-    }
-    *ms_out = (double)ms;
-    return TWELL_OK;
+    return tw_gpu_harness_measure(&t->h, cfg, tw_ffn_swap_in, tw_ffn_call_bucket, &a, ms_out);
 }
 
 static void tw_ffn_release(void *user, const tw_tune_config *cfg) {

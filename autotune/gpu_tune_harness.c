@@ -76,15 +76,27 @@ twell_status tw_gpu_harness_compile(const tw_gpu_harness *h, const char *kernel,
     return st;
 }
 
-twell_status tw_gpu_harness_time(tw_gpu_harness *h, twell_status (*launch)(void *arg), void *arg,
-                                 float *ms) {
+twell_status tw_gpu_harness_measure(tw_gpu_harness *h, const tw_tune_config *cfg,
+                                    twell_status (*prepare)(void *arg),
+                                    twell_status (*launch)(void *arg), void *arg, double *ms_out) {
     twell_ctx *ctx = h->ctx;
-    twell_status st;
-    if ((st = tw_cuda_memset_d32(ctx, h->flush, ++h->salt, h->flush_bytes / 4u, NULL)) ==
+    float ms = 0.0f;
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    if ((!prepare || (st = prepare(arg)) == TWELL_OK) &&
+        (st = tw_cuda_memset_d32(ctx, h->flush, ++h->salt, h->flush_bytes / 4u, NULL)) ==
             TWELL_OK &&
         (st = tw_cuda_event_record(ctx, h->ev[0], NULL)) == TWELL_OK &&
         (st = launch(arg)) == TWELL_OK &&
         (st = tw_cuda_event_record(ctx, h->ev[1], NULL)) == TWELL_OK)
-        st = tw_cuda_event_elapsed(ctx, h->ev[0], h->ev[1], ms);
-    return st;
+        st = tw_cuda_event_elapsed(ctx, h->ev[0], h->ev[1], &ms);
+    tw_cu_leave(ctx, &sc);
+    if (st != TWELL_OK) {
+        tw_gpu_harness_note(h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
+        return st;
+    }
+    *ms_out = (double)ms;
+    return TWELL_OK;
 }

@@ -49,10 +49,12 @@ twell_status tw_gpu_harness_compile(const tw_gpu_harness *h, const char *kernel,
                                     const tw_param *prm, size_t np, tw_cubin *out, char *err,
                                     size_t errlen);
 
-/* One timed run of launch(arg) on the default stream, h's context current: flush L2 by writing
- * h->flush, then events around the launch. *ms set on success; errors: those of the driver calls
- * and of launch. */
-twell_status tw_gpu_harness_time(tw_gpu_harness *h, twell_status (*launch)(void *arg), void *arg,
-                                 float *ms);
+/* One timed run of candidate cfg, h's context made current for it: prepare(arg) when not NULL
+ * (outside the timed span: e.g. a module swap that synchronises), then L2 flushed by writing
+ * h->flush, then CUDA events around launch(arg) on the default stream. *ms_out set on success;
+ * on failure the candidate is noted ("failed to launch") and the error returned. */
+twell_status tw_gpu_harness_measure(tw_gpu_harness *h, const tw_tune_config *cfg,
+                                    twell_status (*prepare)(void *arg),
+                                    twell_status (*launch)(void *arg), void *arg, double *ms_out);
 
 #endif /* TWELL_GPU_TUNE_HARNESS_H */
