@@ -4,6 +4,7 @@
  * the authoring API it offers templates is described in templates/README.md.
  */
 #include "lua_engine.h"
+#include "lua_text.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -16,25 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TW_MAX_SOURCES 16  /* the template plus imported modules */
 #define TW_HOOK_EVERY 1000 /* VM instructions between two budget checks */
-
-typedef struct tw_source {
-    char *chunk; /* "@templates/<file>": Lua's chunk name; chunk + 1 is the display name */
-    char *text;
-    size_t len;
-} tw_source;
-
-/* How output lines are attributed to template lines (see tw_out_text). */
-typedef enum tw_map { TW_MAP_NONE, TW_MAP_FIRST, TW_MAP_BLOCK } tw_map;
-
-typedef struct tw_out {
-    char *buf;
-    size_t len, cap, max;
-    int bol;           /* at the beginning of an output line */
-    const char *cfile; /* file NVRTC attributes the next line to (NULL: the program name) */
-    long cline;        /* line number NVRTC gives the next line */
-} tw_out;
 
 /* Everything one render owns; reachable from Lua as the allocator's user data. */
 typedef struct tw_engine {
@@ -51,6 +34,16 @@ typedef struct tw_engine {
     tw_out out;
     char where[320]; /* last position seen by the hook, for memory errors */
 } tw_engine;
+
+/* tw_out_text for Lua code: running out of room is the template's error, raised in Lua. */
+static void tw_emit_text(lua_State *L, tw_out *o, const char *s, size_t n, const char *file,
+                         long *line, tw_map map) {
+    tw_out_status r = tw_out_text(o, s, n, file, line, map);
+    if (r == TW_OUT_FULL)
+        luaL_error(L, "rendered source exceeds the output cap (%d MiB)", (int)(o->max >> 20));
+    else if (r == TW_OUT_NO_MEMORY)
+        luaL_error(L, "out of host memory for the rendered source");
+}
 
 /* Registry keys (addresses are unique). */
 static const char tw_key_env = 0, tw_key_p = 0, tw_key_modules = 0, tw_key_format = 0;
@@ -92,62 +85,6 @@ static void tw_hook(lua_State *L, lua_Debug *ar) {
         lua_pushfstring(L, "%s: template exceeded the instruction limit (%d million)",
                         e->where[0] ? e->where : "?", (int)(e->instr_cap / 1000000u));
         lua_error(L);
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Output with #line mapping
- * ------------------------------------------------------------------------------------------- */
-
-static void tw_out_raw(lua_State *L, tw_out *o, const char *s, size_t n) {
-    if (o->len + n + 1 > o->max)
-        luaL_error(L, "rendered source exceeds the output cap (%d MiB)", (int)(o->max >> 20));
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 4096;
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        if (cap > o->max)
-            cap = o->max;
-        char *b = realloc(o->buf, cap);
-        if (!b)
-            luaL_error(L, "out of host memory for the rendered source");
-        o->buf = b;
-        o->cap = cap;
-    }
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
-}
-
-/* Appends text. A new output line whose origin (file, line) is known and differs from where
- * NVRTC would place it gets a #line directive first, so compiler messages name template lines.
- * TW_MAP_BLOCK: successive lines come from successive template lines starting at *line;
- * TW_MAP_FIRST: only the first line started here has a known origin; TW_MAP_NONE: none. */
-static void tw_out_text(lua_State *L, tw_out *o, const char *s, size_t n, const char *file,
-                        long *line, tw_map map) {
-    size_t i = 0;
-    while (i < n) {
-        if (o->bol && map != TW_MAP_NONE && file) {
-            if (!o->cfile || strcmp(o->cfile, file) != 0 || o->cline != *line) {
-                char d[300];
-                int k = snprintf(d, sizeof d, "#line %ld \"%s\"\n", *line, file);
-                tw_out_raw(L, o, d, (size_t)k);
-                o->cfile = file;
-                o->cline = *line;
-            }
-            if (map == TW_MAP_FIRST)
-                map = TW_MAP_NONE;
-        }
-        const char *nl = memchr(s + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - s) + 1 : n;
-        tw_out_raw(L, o, s + i, end - i);
-        o->bol = nl != NULL;
-        if (nl) {
-            o->cline++;
-            if (map == TW_MAP_BLOCK)
-                (*line)++;
-        }
-        i = end;
     }
 }
 
@@ -225,7 +162,7 @@ static int tw_l_emit(lua_State *L) {
         const char *s = tw_value_text(L, i, buf, sizeof buf, &len, &why);
         if (!s)
             return luaL_error(L, "emit: argument #%d %s", i, why);
-        tw_out_text(L, &e->out, s, len, file, &line, i == 1 ? TW_MAP_FIRST : TW_MAP_NONE);
+        tw_emit_text(L, &e->out, s, len, file, &line, i == 1 ? TW_MAP_FIRST : TW_MAP_NONE);
     }
     return 0;
 }
@@ -268,40 +205,8 @@ static int tw_l_emitf(lua_State *L) {
     lua_call(L, n, 1);
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
-    tw_out_text(L, &e->out, s, len, file, &line, TW_MAP_FIRST);
+    tw_emit_text(L, &e->out, s, len, file, &line, TW_MAP_FIRST);
     return 0;
-}
-
-/* Line of chunk's source on which the first line of a long string passed at `line` starts:
- * Lua drops a newline right after the opening bracket, so the text starts on the next line
- * then. Falls back to `line` when no long bracket is found within three lines. */
-static long tw_block_first_line(const tw_engine *e, const char *chunk, long line) {
-    const tw_source *s = NULL;
-    for (int i = 0; i < e->nsrc; i++)
-        if (e->src[i].chunk == chunk)
-            s = &e->src[i];
-    if (!s || line <= 0)
-        return line;
-    const char *p = s->text, *end = s->text + s->len;
-    for (long l = 1; l < line && p < end; p++)
-        if (*p == '\n')
-            l++;
-    for (long l = line; l < line + 3 && p < end; l++) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol)
-            eol = end;
-        for (const char *q = p; q < eol; q++) {
-            if (*q != '[')
-                continue;
-            const char *r = q + 1;
-            while (r < eol && *r == '=')
-                r++;
-            if (r < eol && *r == '[')
-                return r + 1 == eol ? l + 1 : l;
-        }
-        p = eol + 1;
-    }
-    return line;
 }
 
 /* Builds, at the top of the stack, the table ${...} expressions see: the caller's upvalues and
@@ -362,13 +267,13 @@ static int tw_l_cuda(lua_State *L) {
     long line;
     const char *chunk;
     const char *file = tw_caller(L, 1, &line, &chunk);
-    line = tw_block_first_line(e, chunk, line);
+    line = tw_source_block_line(e->src, e->nsrc, chunk, line);
     int scope = 0;
     size_t i = 0;
     while (i < n) {
         const char *open = strstr(s + i, "${");
         size_t lit_end = open ? (size_t)(open - s) : n;
-        tw_out_text(L, &e->out, s + i, lit_end - i, file, &line, TW_MAP_BLOCK);
+        tw_emit_text(L, &e->out, s + i, lit_end - i, file, &line, TW_MAP_BLOCK);
         if (!open)
             break;
         size_t j = lit_end + 2;
@@ -399,7 +304,7 @@ static int tw_l_cuda(lua_State *L) {
         const char *v = tw_value_text(L, -1, buf, sizeof buf, &vlen, &why);
         if (!v)
             return luaL_error(L, "%s:%d: ${%.*s} %s", file, (int)line, (int)elen, expr, why);
-        tw_out_text(L, &e->out, v, vlen, file, &line, TW_MAP_NONE);
+        tw_emit_text(L, &e->out, v, vlen, file, &line, TW_MAP_NONE);
         lua_pop(L, 1);
         for (size_t k = 0; k < elen; k++) /* an expression spanning lines */
             if (expr[k] == '\n')
@@ -496,68 +401,10 @@ static int tw_l_unsupported(lua_State *L) {
     return luaL_error(L, "unsupported: %s", tw_message(L, 1));
 }
 
-/* Reads a file into a new source slot; 0 with errno set on failure. */
-static tw_source *tw_read_source(tw_engine *e, const char *path, const char *display) {
-    if (e->nsrc >= TW_MAX_SOURCES) {
-        errno = EMFILE;
-        return NULL;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    tw_source *s = &e->src[e->nsrc];
-    size_t cap = 8192, len = 0;
-    char *text = malloc(cap);
-    for (;;) {
-        if (!text)
-            break;
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (len + 1 < cap)
-            break;
-        char *t = realloc(text, cap * 2);
-        if (!t) {
-            free(text);
-            text = NULL;
-            break;
-        }
-        text = t;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    size_t dlen = strlen(display);
-    char *chunk = malloc(dlen + 2);
-    if (!text || !chunk || bad) {
-        free(text);
-        free(chunk);
-        errno = bad ? EIO : ENOMEM;
-        return NULL;
-    }
-    text[len] = '\0';
-    chunk[0] = '@';
-    memcpy(chunk + 1, display, dlen + 1);
-    s->chunk = chunk;
-    s->text = text;
-    s->len = len;
-    e->nsrc++;
-    return s;
-}
-
-static int tw_valid_name(const char *s) {
-    if (!s[0] || strlen(s) > 100)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_'))
-            return 0;
-    return 1;
-}
-
 static int tw_l_import(lua_State *L) {
     tw_engine *e = tw_eng(L);
     const char *name = luaL_checkstring(L, 1);
-    if (!tw_valid_name(name))
+    if (!tw_source_valid_name(name))
         return luaL_error(L, "import: bad module name '%s' (letters, digits, _)", name);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_modules);
     int t = lua_getfield(L, -1, name);
@@ -571,7 +418,7 @@ static int tw_l_import(lua_State *L) {
     char path[4096], display[160];
     snprintf(path, sizeof path, "%s/%s.lua", e->dir, name);
     snprintf(display, sizeof display, "templates/%s.lua", name);
-    tw_source *s = tw_read_source(e, path, display);
+    tw_source *s = tw_source_read(e->src, &e->nsrc, path, display);
     if (!s)
         return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display,
                           strerror(errno));
@@ -822,7 +669,7 @@ static void tw_header(lua_State *L, tw_engine *e) {
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
     long line = 0;
-    tw_out_text(L, &e->out, s, len, NULL, &line, TW_MAP_NONE);
+    tw_emit_text(L, &e->out, s, len, NULL, &line, TW_MAP_NONE);
     lua_pop(L, 1);
 }
 
@@ -863,26 +710,6 @@ static int tw_msgh(lua_State *L) {
     return 1;
 }
 
-#if defined(__GNUC__)
-#define TW_PRINTF_LIKE __attribute__((format(printf, 1, 2)))
-#else
-#define TW_PRINTF_LIKE
-#endif
-static char *tw_fmt(const char *fmt, ...) TW_PRINTF_LIKE;
-
-static char *tw_fmt(const char *fmt, ...) {
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s)
-        vsnprintf(s, (size_t)n + 1, fmt, ap2);
-    va_end(ap2);
-    return s;
-}
-
 twell_status tw_lua_render(const char *dir, const char *name, const tw_param *params,
                            size_t nparams, const tw_lua_limits *limits, char **src, size_t *len,
                            char **err) {
@@ -904,7 +731,7 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
     char path[4096], display[160];
     snprintf(path, sizeof path, "%s/%s.cu.lua", dir, name);
     snprintf(display, sizeof display, "templates/%s.cu.lua", name);
-    if (!tw_read_source(&e, path, display)) {
+    if (!tw_source_read(e.src, &e.nsrc, path, display)) {
         int en = errno;
         *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path, strerror(en));
         return en == ENOENT || en == ENOTDIR ? TWELL_ERR_NOT_FOUND

@@ -1,0 +1,64 @@
+/*
+ * lua_text.h — the Lua-free half of rendering a template (lua_engine.c keeps everything that
+ * touches the Lua C API): template source files, module names, the output buffer with its
+ * #line mapping, and formatted messages.
+ */
+#ifndef TWELL_LUA_TEXT_H
+#define TWELL_LUA_TEXT_H
+
+#include <stddef.h>
+
+#define TW_MAX_SOURCES 16 /* the template plus imported modules */
+
+typedef struct tw_source {
+    char *chunk; /* "@templates/<file>": Lua's chunk name; chunk + 1 is the display name */
+    char *text;
+    size_t len;
+} tw_source;
+
+/* How output lines are attributed to template lines (see tw_out_text). */
+typedef enum tw_map { TW_MAP_NONE, TW_MAP_FIRST, TW_MAP_BLOCK } tw_map;
+
+typedef struct tw_out {
+    char *buf;
+    size_t len, cap, max;
+    int bol;           /* at the beginning of an output line */
+    const char *cfile; /* file NVRTC attributes the next line to (NULL: the program name) */
+    long cline;        /* line number NVRTC gives the next line */
+} tw_out;
+
+typedef enum tw_out_status {
+    TW_OUT_OK,
+    TW_OUT_FULL,     /* the output cap (o->max) would be exceeded */
+    TW_OUT_NO_MEMORY /* host memory ran out */
+} tw_out_status;
+
+/* Appends text. A new output line whose origin (file, line) is known and differs from where
+ * NVRTC would place it gets a #line directive first, so compiler messages name template lines.
+ * TW_MAP_BLOCK: successive lines come from successive template lines starting at *line;
+ * TW_MAP_FIRST: only the first line started here has a known origin; TW_MAP_NONE: none.
+ * Stops at the first failure (what was appended stays). */
+tw_out_status tw_out_text(tw_out *o, const char *s, size_t n, const char *file, long *line,
+                          tw_map map);
+
+/* Reads the file at path into src[*nsrc] (display: its name in messages, chunk "@display") and
+ * counts it; NULL with errno set on failure (EMFILE: all TW_MAX_SOURCES slots used). */
+tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display);
+
+/* Line of chunk's source on which the first line of a long string passed at `line` starts:
+ * Lua drops a newline right after the opening bracket, so the text starts on the next line
+ * then. Falls back to `line` when no long bracket is found within three lines. */
+long tw_source_block_line(const tw_source *src, int nsrc, const char *chunk, long line);
+
+/* 1 when s can name a template module: 1 to 100 characters of [A-Za-z0-9_]. */
+int tw_source_valid_name(const char *s);
+
+#if defined(__GNUC__)
+#define TW_PRINTF_LIKE __attribute__((format(printf, 1, 2)))
+#else
+#define TW_PRINTF_LIKE
+#endif
+/* printf into a new malloc'd string; NULL when memory runs out. */
+char *tw_fmt(const char *fmt, ...) TW_PRINTF_LIKE;
+
+#endif /* TWELL_LUA_TEXT_H */
