@@ -58,22 +58,9 @@ void tw_gpu_harness_note(tw_gpu_harness *h, const tw_tune_config *cfg, const cha
 twell_status tw_gpu_harness_compile(const tw_gpu_harness *h, const char *kernel,
                                     const tw_param *prm, size_t np, tw_cubin *out, char *err,
                                     size_t errlen) {
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = h->ctx->cache_dir;
-    o.cache_max_bytes = h->ctx->opts.cache_max_bytes;
-    twell_ctx *w = NULL;
-    twell_status st = twell_ctx_create(&o, &w);
-    if (st != TWELL_OK) {
-        snprintf(err, errlen, "cannot create a compile context");
-        return st;
-    }
-    st = tw_jit_cubin(w, kernel, prm, np, h->ctx->cuda->arch, out);
-    if (st != TWELL_OK)
-        snprintf(err, errlen, "%s", twell_ctx_errmsg(w));
-    twell_ctx_destroy(w);
-    return st;
+    const twell_ctx *ctx = h->ctx;
+    return tw_jit_cubin_detached(ctx->cache_dir, ctx->opts.cache_max_bytes, kernel, prm, np,
+                                 ctx->cuda->arch, out, err, errlen);
 }
 
 twell_status tw_gpu_harness_measure(tw_gpu_harness *h, const tw_tune_config *cfg,

@@ -41,10 +41,8 @@ twell_status tw_gpu_harness_synth(twell_ctx *ctx, const twell_shape *s, size_t M
 void tw_gpu_harness_note(tw_gpu_harness *h, const tw_tune_config *cfg, const char *what,
                          const char *why);
 
-/* On a worker thread: compiles kernel with prm for arch in a CPU context of its own (contexts are
- * single-threaded) sharing h's context's disk cache, so the cubin is also published for later
- * processes and plans. On failure err (errlen bytes) says why: worker contexts die with their
- * messages. Errors: those of twell_ctx_create and tw_jit_cubin. */
+/* On a worker thread: tw_jit_cubin_detached of kernel with prm for h's device, sharing h's
+ * context's disk cache (so plans later find the cubin); err (errlen bytes) says why it failed. */
 twell_status tw_gpu_harness_compile(const tw_gpu_harness *h, const char *kernel,
                                     const tw_param *prm, size_t np, tw_cubin *out, char *err,
                                     size_t errlen);

@@ -276,3 +276,25 @@ void tw_cubin_free(tw_cubin *c) {
     free(c->data);
     memset(c, 0, sizeof *c);
 }
+
+twell_status tw_jit_cubin_detached(const char *cache_dir, size_t cache_max_bytes, const char *name,
+                                   const tw_param *params, size_t nparams, const char *arch,
+                                   tw_cubin *out, char *err, size_t errlen) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = cache_dir;
+    o.cache_max_bytes = cache_max_bytes;
+    twell_ctx *w = NULL;
+    twell_status st = twell_ctx_create(&o, &w);
+    if (st != TWELL_OK) {
+        if (err)
+            snprintf(err, errlen, "cannot create a compile context");
+        return st;
+    }
+    st = tw_jit_cubin(w, name, params, nparams, arch, out);
+    if (st != TWELL_OK && err)
+        snprintf(err, errlen, "%s", twell_ctx_errmsg(w));
+    twell_ctx_destroy(w);
+    return st;
+}

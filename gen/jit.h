@@ -50,4 +50,13 @@ void tw_cubin_free(tw_cubin *c);
 twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *params,
                              size_t nparams, const char *arch, unsigned flags, tw_cubin *out);
 
+/* tw_jit_cubin for a worker thread (contexts are single-threaded): on a context of its own (CPU
+ * backend, one thread) whose disk cache is cache_dir with cache_max_bytes (those of the caller's
+ * context), so the cubin is also published for later processes. The worker context dies with its
+ * message: on failure err (errlen bytes; NULL: not wanted) says why. Errors: those of
+ * twell_ctx_create and tw_jit_cubin. */
+twell_status tw_jit_cubin_detached(const char *cache_dir, size_t cache_max_bytes, const char *name,
+                                   const tw_param *params, size_t nparams, const char *arch,
+                                   tw_cubin *out, char *err, size_t errlen);
+
 #endif /* TWELL_JIT_H */

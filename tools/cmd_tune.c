@@ -547,22 +547,13 @@ typedef struct tw_bg_compile {
 
 static void *tw_bg_compile_run(void *arg) {
     tw_bg_compile *b = arg;
-    twell_ctx_options o = twell_ctx_options_default();
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    o.cache_dir = b->cache_dir;
-    o.cache_max_bytes = b->cache_max_bytes;
-    twell_ctx *w = NULL;
-    b->st = twell_ctx_create(&o, &w);
-    if (b->st == TWELL_OK) {
-        tw_param prm[TW_FFN_ROWS_NPARAMS];
-        size_t np = tw_ffn_rows_params(&b->shape, prm);
-        tw_cubin cubin;
-        b->st = tw_jit_cubin(w, "ffn_rows", prm, np, b->arch, &cubin);
-        if (b->st == TWELL_OK)
-            tw_cubin_free(&cubin);
-    }
-    twell_ctx_destroy(w);
+    tw_param prm[TW_FFN_ROWS_NPARAMS];
+    size_t np = tw_ffn_rows_params(&b->shape, prm);
+    tw_cubin cubin;
+    b->st = tw_jit_cubin_detached(b->cache_dir, b->cache_max_bytes, "ffn_rows", prm, np, b->arch,
+                                  &cubin, NULL, 0);
+    if (b->st == TWELL_OK)
+        tw_cubin_free(&cubin);
     return NULL;
 }
 
