@@ -315,17 +315,15 @@ static void test_gpu_fault_gate_pack(void **state) {
     gf_loop(&op);
 }
 
+/* The fault loop over twell_ffn_infer on plans that make() sets up: outputs are y. */
+static void gf_infer_loop(const char *name, twell_status (*make)(void **obj)) {
+    gf_op op = {name, make, gf_infer, gf_unmake_plan, GF_Y, GF_Y + (size_t)GF_X * 2, 0, gf_close_y};
+    gf_loop(&op);
+}
+
 static void test_gpu_fault_infer_sparse(void **state) {
     (void)state;
-    gf_op op = {"twell_ffn_infer sparse",
-                gf_make_sparse,
-                gf_infer,
-                gf_unmake_plan,
-                GF_Y,
-                GF_Y + (size_t)GF_X * 2,
-                0,
-                gf_close_y};
-    gf_loop(&op);
+    gf_infer_loop("twell_ffn_infer sparse", gf_make_sparse);
 }
 
 static void test_gpu_fault_infer_dense(void **state) {
@@ -339,15 +337,7 @@ static void test_gpu_fault_infer_dense(void **state) {
         print_message("dense path not available here: %s\n", twell_ctx_errmsg(gf.ctx));
         return;
     }
-    gf_op op = {"twell_ffn_infer dense",
-                gf_make_dense,
-                gf_infer,
-                gf_unmake_plan,
-                GF_Y,
-                GF_Y + (size_t)GF_X * 2,
-                0,
-                gf_close_y};
-    gf_loop(&op);
+    gf_infer_loop("twell_ffn_infer dense", gf_make_dense);
 }
 
 static void test_gpu_fault_train(void **state) {
