@@ -170,6 +170,15 @@ static void test_autotune_key_fields(void **state) {
     }
 }
 
+/* The persistence cases' set-up: a fresh case directory `name` (into dir, n bytes), the H200
+ * gate-pack problem, and the SIMT space they tune. */
+static const tw_tune_space *tw_store_case(const char *name, char *dir, size_t n, tw_tune_device *d,
+                                          tw_tune_problem *p) {
+    tw_case_dir(name, dir, n);
+    tw_h200_problem(d, p);
+    return tw_tune_space_by_kernel("gate_pack_simt");
+}
+
 /* A cost that depends only on the config, so separate processes agree. */
 static double tw_simt_cost(const tw_tune_config *c) {
     double bm = (double)tw_tune_config_value(c, "BM", 1);
@@ -189,11 +198,9 @@ static twell_status tw_xp_measure(void *user, const tw_tune_config *c, double *m
 static void test_autotune_persist_fork(void **state) {
     (void)state;
     char dir[512];
-    tw_case_dir("fork", dir, sizeof dir);
     tw_tune_device d;
     tw_tune_problem p;
-    tw_h200_problem(&d, &p);
-    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    const tw_tune_space *s = tw_store_case("fork", dir, sizeof dir, &d, &p);
     tw_tune_callbacks cb = {NULL, NULL, NULL, NULL, tw_xp_measure, NULL};
     tw_tune_options o = tw_tune_options_default();
 
@@ -273,11 +280,9 @@ static twell_status tw_rt_measure(void *user, const tw_tune_config *c, double *m
 static void test_autotune_retune_and_stale(void **state) {
     (void)state;
     char dir[512];
-    tw_case_dir("retune", dir, sizeof dir);
     tw_tune_device d;
     tw_tune_problem p;
-    tw_h200_problem(&d, &p);
-    const tw_tune_space *s = tw_tune_space_by_kernel("gate_pack_simt");
+    const tw_tune_space *s = tw_store_case("retune", dir, sizeof dir, &d, &p);
     tw_logbook log;
     memset(&log, 0, sizeof log);
     twell_ctx *ctx = tw_test_cpu_ctx_at(dir, &log);
