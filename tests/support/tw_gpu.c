@@ -69,8 +69,8 @@ double tw_gpu_max_row_err(twell_dtype dt, uint32_t K, const uint16_t *got, const
             den += b * b;
         }
         double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
-        if (!(e <= worst)) { /* NaN counts as worst */
-            worst = e;
+        if (!(e <= worst)) { /* NaN counts as worst: +inf, so no later row replaces it */
+            worst = isnan(e) ? INFINITY : e;
             *worst_row = rows[i];
         }
     }

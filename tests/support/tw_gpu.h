@@ -31,8 +31,8 @@ void tw_gpu_expect_written(twell_dtype dt, const uint16_t *got, size_t n, uint32
                            uint16_t poison, const char *name);
 
 /* Largest row-relative L2 error ‖got_r − ref_i‖₂ / ‖ref_i‖₂ (‖got_r‖₂ when ref_i is zero), r =
- * rows[i], over i < nrows: got is [M, K], ref [nrows, K]. NaN counts as worst; *worst_row gets
- * its row. */
+ * rows[i], over i < nrows: got is [M, K], ref [nrows, K]. A NaN error counts as worst (+inf is
+ * returned); *worst_row gets its row. */
 double tw_gpu_max_row_err(twell_dtype dt, uint32_t K, const uint16_t *got, const size_t *rows,
                           size_t nrows, const uint16_t *ref, size_t *worst_row);
 
