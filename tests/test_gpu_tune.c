@@ -99,12 +99,10 @@ static int tu_run_plan(twell_plan *plan, const twell_shape *s, size_t M, uint64_
     for (size_t i = 0; i < nrows; i++)
         memcpy(xs + i * s->K, f->x + rows[i] * s->K, s->K * 2u);
     TU_OK(tu_ctx, tw_gate_pack_ref(tu_ctx->pool, s, nrows, xs, w, ref));
-    void *dx = NULL, *dw = NULL, *dp = NULL;
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, M * s->K * 2, &dx));
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, (size_t)s->N * s->K * 2, &dw));
+    void *dx = tw_gpu_upload(tu_ctx, f->x, M * s->K * 2);
+    void *dw = tw_gpu_upload(tu_ctx, w, (size_t)s->N * s->K * 2);
+    void *dp = NULL;
     TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, words * 4, &dp));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dx, f->x, M * s->K * 2));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dw, w, (size_t)s->N * s->K * 2));
     TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dp, 0xA5A5A5A5u, words, NULL));
     TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dw, dp, NULL));
     int modules = tw_cuda_plan_gate_pack_modules(plan);
@@ -146,17 +144,11 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     TU_OK(tu_ctx, tw_synth_create(tu_ctx->pool, &sp, &f));
     const size_t K = s->K, row_words = s->N / s->C, words = twell_packed_words(s, M);
     const size_t xb = M * K * 2u, wb = (size_t)s->N * K * 2u;
-    void *dx = NULL, *dg = NULL, *du = NULL, *dd = NULL, *dy = NULL, *dp = NULL;
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, xb, &dx));
+    void *dx = tw_gpu_upload(tu_ctx, f->x, xb), *dg = tw_gpu_upload(tu_ctx, f->wg, wb);
+    void *du = tw_gpu_upload(tu_ctx, f->wu, wb), *dd = tw_gpu_upload(tu_ctx, f->wd, wb);
+    void *dy = NULL, *dp = NULL;
     TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, xb, &dy));
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &dg));
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &du));
-    TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, wb, &dd));
     TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, words * 4u, &dp));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dx, f->x, xb));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dg, f->wg, wb));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, du, f->wu, wb));
-    TU_OK(tu_ctx, tw_cuda_memcpy_htod(tu_ctx, dd, f->wd, wb));
     TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dy, 0xFFFFFFFFu, xb / 4u, NULL));
     TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dg, dp, NULL));
     TU_OK(tu_ctx, twell_ffn_infer(plan, M, dx, dp, dg, du, dd, dy, NULL));
@@ -170,8 +162,7 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     size_t nrows = tw_pack_sample_rows(M, 64, rows);
     uint32_t *hp = malloc(words * 4u), *ps = malloc(nrows * row_words * 4u);
     uint16_t *hy = malloc(xb), *xs = malloc(nrows * K * 2u), *ref = malloc(nrows * K * 2u);
-    float *a = malloc(K * sizeof *a), *b = malloc(K * sizeof *b);
-    assert_true(hp && ps && hy && xs && ref && a && b);
+    assert_true(hp && ps && hy && xs && ref);
     TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, hp, dp, words * 4u));
     TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, hy, dy, xb));
     for (size_t i = 0; i < nrows; i++) {
@@ -179,18 +170,8 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
         memcpy(ps + i * row_words, hp + rows[i] * row_words, row_words * 4u);
     }
     TU_OK(tu_ctx, tw_ffn_infer_ref(tu_ctx->pool, s, nrows, xs, ps, f->wg, f->wu, f->wd, ref));
-    double worst = 0.0;
     size_t wr = 0;
-    for (size_t i = 0; i < nrows; i++) {
-        tw_to_f32_ref(s->dtype, hy + rows[i] * K, a, K);
-        tw_to_f32_ref(s->dtype, ref + i * K, b, K);
-        double num = 0.0, den = 0.0;
-        for (size_t k = 0; k < K; k++)
-            num += ((double)a[k] - b[k]) * ((double)a[k] - b[k]), den += (double)b[k] * b[k];
-        double e = sqrt(num / (den > 0.0 ? den : 1.0));
-        if (!(e <= worst))
-            worst = isnan(e) ? INFINITY : e, wr = rows[i];
-    }
+    double worst = tw_gpu_max_row_err(s->dtype, s->K, hy, rows, nrows, ref, &wr);
     tw_ffn_cfg use;
     tw_cuda_ffn_prepare(plan, M, &use);
     printf("#   plan ffn M=%zu: CN=%u, %d ffn modules, first call's tiled flag %u, max row-rel "
@@ -204,7 +185,7 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     for (size_t i = 0; i < 6; i++)
         tw_cuda_free(tu_ctx, bufs[i]);
     tw_synth_destroy(f);
-    free(hp), free(ps), free(hy), free(xs), free(ref), free(a), free(b);
+    free(hp), free(ps), free(hy), free(xs), free(ref);
     return modules;
 }
 
