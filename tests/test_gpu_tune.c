@@ -62,6 +62,14 @@ static twell_shape tu_make_shape(uint32_t K, uint32_t N) {
     return s;
 }
 
+/* Synthetic data of M rows for shape s at the tuner's sparsity (0.515% of N active per row). */
+static tw_synth_params tu_synth_params(const twell_shape *s, size_t M, int gated) {
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = gated;
+    sp.nnz = 0.00515 * s->N;
+    return sp;
+}
+
 static tw_gate_pack *tu_gp(twell_plan *plan) {
     return ((tw_cuda_plan *)plan->backend_data)->gate_pack;
 }
@@ -84,9 +92,8 @@ static int tu_cfg_same(const tw_gp_cfg *a, const tw_gp_cfg *b) {
  * reference (pack_check's fp32 rule; SIMT also within 1 unit). Returns the modules the plan had
  * loaded after the first call; a second call must not load more. */
 static int tu_run_plan(twell_plan *plan, const twell_shape *s, size_t M, uint64_t seed) {
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 0, sp.seed = seed;
-    sp.nnz = 0.00515 * s->N;
+    tw_synth_params sp = tu_synth_params(s, M, 0);
+    sp.seed = seed;
     tw_synth_ffn *f = NULL;
     TU_OK(tu_ctx, tw_synth_create(tu_ctx->pool, &sp, &f));
     const uint16_t *w = tw_synth_pack_weight(f);
@@ -137,9 +144,8 @@ static double tu_ffn_tol(twell_dtype dt) { return dt == TWELL_DTYPE_BF16 ? 5e-3 
  * packed bytes (row-relative L2 within the tolerance of test_gpu_ffn_infer) and that the tiled
  * path, not its fallback, produced them. Returns the ffn modules the plan holds. */
 static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t seed) {
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 1, sp.seed = seed;
-    sp.nnz = 0.00515 * s->N;
+    tw_synth_params sp = tu_synth_params(s, M, 1);
+    sp.seed = seed;
     tw_synth_ffn *f = NULL;
     TU_OK(tu_ctx, tw_synth_create(tu_ctx->pool, &sp, &f));
     const size_t K = s->K, row_words = s->N / s->C, words = twell_packed_words(s, M);
@@ -368,9 +374,7 @@ static void tu_log(void *user, twell_log_level level, const char *msg) {
 
 /* One call of each op on synthetic data (the second process: no cmocka, statuses returned). */
 static twell_status tu_run_both(twell_ctx *ctx, twell_plan *plan, const twell_shape *s, size_t M) {
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = 1;
-    sp.nnz = 0.00515 * s->N;
+    tw_synth_params sp = tu_synth_params(s, M, 1);
     tw_synth_ffn *f = NULL;
     twell_status st = tw_synth_create(ctx->pool, &sp, &f);
     if (st != TWELL_OK)
