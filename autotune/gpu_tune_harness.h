@@ -27,7 +27,8 @@ typedef struct tw_gpu_harness {
 void tw_gpu_harness_init(tw_gpu_harness *h, twell_ctx *ctx);
 
 /* Frees the flush buffer and the events (NULL ones skipped) and, when st is an error and a
- * candidate failed, appends the first failure to ctx's message. h stays reusable (zeroed). */
+ * candidate failed, appends the first failure to ctx's message. h is left as tw_gpu_harness_init
+ * leaves it. */
 void tw_gpu_harness_free(tw_gpu_harness *h, twell_status st);
 
 /* Synthetic inputs of M rows for shape s with about 0.5% of N active per row (29 of 5632, the
