@@ -80,9 +80,9 @@ void tw_cache_entry_write(uint8_t *dst, tw_cache_kind kind, const tw_key *key, c
 twell_status tw_cache_entry_read(const uint8_t *buf, size_t n, tw_cache_kind kind,
                                  const tw_key *key, const uint8_t **payload, size_t *len);
 
-/* ---- additions for tools, tests and benchmarks (cache/cache.c) ---- */
+/* ---- additions for tools, tests and benchmarks (cache.c, cache_entry.c, cache_scan.c) ---- */
 
-/* Bytes of an entry's fixed header; the layout is documented at the top of cache/cache.c. */
+/* Bytes of an entry's fixed header; the layout is documented in cache/cache_int.h. */
 #define TW_CACHE_HEADER_BYTES 64u
 /* Largest payload written to disk (larger ones stay in memory); also bounds how much of an
  * untrusted file is ever read. */
