@@ -240,67 +240,82 @@ static void test_ref_infer_overflow_exact(void **state) {
     twell_ctx_destroy(ctx);
 }
 
+/* A case's data and shape with two sets of outputs (packed and y) to compare. */
+typedef struct {
+    tw_synth_ffn *f;
+    twell_shape s;
+    size_t pb, yb; /* bytes of one packed buffer, of one y */
+    uint32_t *p0, *p;
+    uint16_t *y0, *y;
+} tri_two;
+
+static void tri_two_make(const tri_case *c, uint64_t seed, tri_two *t) {
+    t->f = tri_data(c, seed);
+    t->s = tri_shape(c);
+    t->pb = twell_packed_bytes(&t->s, c->M);
+    t->yb = c->M * c->K * 2;
+    t->p0 = malloc(t->pb), t->p = malloc(t->pb);
+    t->y0 = malloc(t->yb), t->y = malloc(t->yb);
+    assert_non_null(t->p0 && t->p && t->y0 && t->y);
+}
+
+static void tri_two_free(tri_two *t) {
+    free(t->p0), free(t->p), free(t->y0), free(t->y);
+    tw_synth_destroy(t->f);
+}
+
 /* Packed bytes and y are identical for 1, 2, 3 and 5 threads and across repeated runs. */
 static void test_ref_infer_deterministic_threads(void **state) {
     (void)state;
     tri_case c = {45, 112, 768, 128, 8, TWELL_DTYPE_BF16, 1, TW_SYNTH_SKEWED, 16, 0.2};
-    tw_synth_ffn *f = tri_data(&c, 400);
-    twell_shape s = tri_shape(&c);
-    size_t pb = twell_packed_bytes(&s, c.M), yb = c.M * c.K * 2;
-    uint32_t *p0 = malloc(pb), *p = malloc(pb);
-    uint16_t *y0 = malloc(yb), *y = malloc(yb);
-    assert_non_null(p0 && p && y0 && y);
+    tri_two t;
+    tri_two_make(&c, 400, &t);
     static const int threads[] = {1, 2, 3, 5, 2};
     for (int i = 0; i < 5; i++) {
         twell_ctx *ctx = tw_test_cpu_ctx(threads[i]);
-        tri_run(ctx, &s, f, i ? p : p0, i ? y : y0);
+        tri_run(ctx, &t.s, t.f, i ? t.p : t.p0, i ? t.y : t.y0);
         twell_ctx_destroy(ctx);
         if (i) {
-            assert_memory_equal(p0, p, pb);
-            assert_memory_equal(y0, y, yb);
+            assert_memory_equal(t.p0, t.p, t.pb);
+            assert_memory_equal(t.y0, t.y, t.yb);
         }
     }
     tw_synth_stats st;
-    tw_synth_packed_stats(&s, c.M, p0, &st);
+    tw_synth_packed_stats(&t.s, c.M, t.p0, &st);
     assert_true(st.overflow_tiles > 0);
-    free(p0), free(p), free(y0), free(y);
-    tw_synth_destroy(f);
+    tri_two_free(&t);
 }
 
 /* The pure reference functions give the same bytes as the public API. */
 static void test_ref_infer_ref_matches_api(void **state) {
     (void)state;
     tri_case c = {33, 64, 512, 64, 4, TWELL_DTYPE_FP16, 0, TW_SYNTH_SKEWED, 10, 0.2};
-    tw_synth_ffn *f = tri_data(&c, 500);
-    twell_shape s = tri_shape(&c);
-    size_t pb = twell_packed_bytes(&s, c.M), yb = c.M * c.K * 2;
-    uint32_t *p0 = malloc(pb), *p = malloc(pb);
-    uint16_t *y0 = malloc(yb), *y = malloc(yb);
-    assert_non_null(p0 && p && y0 && y);
+    tri_two t;
+    tri_two_make(&c, 500, &t);
     twell_ctx *ctx = tw_test_cpu_ctx(2);
-    tri_run(ctx, &s, f, p0, y0);
+    tri_run(ctx, &t.s, t.f, t.p0, t.y0);
     twell_ctx_destroy(ctx);
-    memset(p, 0xa5, pb);
-    memset(y, 0xa5, yb);
-    assert_int_equal(tw_gate_pack_ref(NULL, &s, c.M, f->x, f->wu, p), TWELL_OK);
-    assert_int_equal(tw_ffn_infer_ref(NULL, &s, c.M, f->x, p, NULL, f->wu, f->wd, y), TWELL_OK);
-    assert_memory_equal(p0, p, pb);
-    assert_memory_equal(y0, y, yb);
+    memset(t.p, 0xa5, t.pb);
+    memset(t.y, 0xa5, t.yb);
+    assert_int_equal(tw_gate_pack_ref(NULL, &t.s, c.M, t.f->x, t.f->wu, t.p), TWELL_OK);
+    assert_int_equal(tw_ffn_infer_ref(NULL, &t.s, c.M, t.f->x, t.p, NULL, t.f->wu, t.f->wd, t.y),
+                     TWELL_OK);
+    assert_memory_equal(t.p0, t.p, t.pb);
+    assert_memory_equal(t.y0, t.y, t.yb);
     /* A malformed packed buffer is rejected before y is touched. */
     size_t row;
     uint32_t tile;
-    assert_int_equal(tw_packed_find_malformed(&s, c.M, p, &row, &tile), 0);
-    p[5 * (s.N / s.C) + 2 * (s.T / s.C)] = s.T + 1; /* row 5, tile 2: count > T */
-    memset(y, 0xa5, yb);
-    assert_int_equal(tw_ffn_infer_ref(NULL, &s, c.M, f->x, p, NULL, f->wu, f->wd, y),
+    assert_int_equal(tw_packed_find_malformed(&t.s, c.M, t.p, &row, &tile), 0);
+    t.p[5 * (t.s.N / t.s.C) + 2 * (t.s.T / t.s.C)] = t.s.T + 1; /* row 5, tile 2: count > T */
+    memset(t.y, 0xa5, t.yb);
+    assert_int_equal(tw_ffn_infer_ref(NULL, &t.s, c.M, t.f->x, t.p, NULL, t.f->wu, t.f->wd, t.y),
                      TWELL_ERR_INVALID_ARG);
-    assert_int_equal(tw_packed_find_malformed(&s, c.M, p, &row, &tile), 1);
+    assert_int_equal(tw_packed_find_malformed(&t.s, c.M, t.p, &row, &tile), 1);
     assert_int_equal(row, 5);
     assert_int_equal(tile, 2);
-    for (size_t i = 0; i < yb / 2; i++)
-        assert_int_equal(y[i], 0xa5a5);
-    free(p0), free(p), free(y0), free(y);
-    tw_synth_destroy(f);
+    for (size_t i = 0; i < t.yb / 2; i++)
+        assert_int_equal(t.y[i], 0xa5a5);
+    tri_two_free(&t);
 }
 
 /* The dot product rounds each product, then the sum, k ascending, starting from +0. */
