@@ -131,56 +131,82 @@ twell_status tw_cache_list(tw_cache *c, tw_cache_visit_fn fn, void *user) {
     return TWELL_OK;
 }
 
+/* Calls fn(c, f, path, user) on every entry file f in name order, path being its full path, until
+ * fn returns nonzero. Errors: those of tw_scan_checked. */
+static twell_status
+tw_each_path(tw_cache *c, int (*fn)(tw_cache *c, const tw_file *f, const char *path, void *user),
+             void *user) {
+    tw_file *v;
+    size_t n;
+    twell_status st = tw_scan_checked(c, &v, &n);
+    if (st != TWELL_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        char path[TW_PATH_MAX];
+        tw_cache_join(c, v[i].name, path);
+        if (fn(c, &v[i], path, user))
+            break;
+    }
+    free(v);
+    return TWELL_OK;
+}
+
+typedef struct tw_verify_count {
+    size_t ok, bad;
+    twell_status st; /* TWELL_ERR_NO_MEMORY stops the walk */
+} tw_verify_count;
+
+/* Reads and checks one entry (tw_cache_read_file deletes a bad one). */
+static int tw_verify_one(tw_cache *c, const tw_file *f, const char *path, void *user) {
+    (void)c;
+    tw_verify_count *k = user;
+    uint8_t *data;
+    size_t len;
+    int removed;
+    twell_status st = tw_cache_read_file(path, f->kind, &f->key, 0, &data, &len, &removed);
+    if (st == TWELL_ERR_NO_MEMORY) {
+        k->st = st;
+        return 1;
+    }
+    free(data);
+    k->ok += st == TWELL_OK;
+    k->bad += (size_t)removed;
+    return 0;
+}
+
 twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed) {
     if (n_ok)
         *n_ok = 0;
     if (n_removed)
         *n_removed = 0;
-    tw_file *v;
-    size_t n, ok = 0, bad = 0;
-    twell_status st = tw_scan_checked(c, &v, &n);
+    tw_verify_count k = {0, 0, TWELL_OK};
+    twell_status st = tw_each_path(c, tw_verify_one, &k);
     if (st != TWELL_OK)
         return st;
-    for (size_t i = 0; i < n; i++) {
-        char path[TW_PATH_MAX];
-        tw_cache_join(c, v[i].name, path);
-        uint8_t *data;
-        size_t len;
-        int removed;
-        st = tw_cache_read_file(path, v[i].kind, &v[i].key, 0, &data, &len, &removed);
-        if (st == TWELL_ERR_NO_MEMORY)
-            break;
-        free(data);
-        ok += st == TWELL_OK;
-        bad += (size_t)removed;
-        st = TWELL_OK;
-    }
-    free(v);
     pthread_mutex_lock(&c->mu);
     c->disk_estimate = -1; /* sizes changed: measure again on the next put */
-    c->st.corrupt_removed += bad;
+    c->st.corrupt_removed += k.bad;
     pthread_mutex_unlock(&c->mu);
     if (n_ok)
-        *n_ok = ok;
+        *n_ok = k.ok;
     if (n_removed)
-        *n_removed = bad;
-    return st;
+        *n_removed = k.bad;
+    return k.st;
+}
+
+static int tw_clear_one(tw_cache *c, const tw_file *f, const char *path, void *user) {
+    (void)c, (void)f;
+    *(size_t *)user += unlink(path) == 0;
+    return 0;
 }
 
 twell_status tw_cache_clear(tw_cache *c, size_t *n_removed) {
     if (n_removed)
         *n_removed = 0;
-    tw_file *v;
-    size_t n, gone = 0;
-    twell_status st = tw_scan_checked(c, &v, &n);
+    size_t gone = 0;
+    twell_status st = tw_each_path(c, tw_clear_one, &gone);
     if (st != TWELL_OK)
         return st;
-    for (size_t i = 0; i < n; i++) {
-        char path[TW_PATH_MAX];
-        tw_cache_join(c, v[i].name, path);
-        gone += unlink(path) == 0;
-    }
-    free(v);
     pthread_mutex_lock(&c->mu);
     tw_cache_mem_clear(c);
     c->disk_estimate = -1;
