@@ -17,8 +17,10 @@ typedef struct tw_ffn tw_ffn;
 
 #define TW_FFN_NFN 9         /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
 #define TW_FFN_NWORDS 20     /* words of its twell_ffn_cfg */
-#define TW_FFN_NPARAMS 17    /* template parameters of one configuration */
+#define TW_FFN_NPARAMS 18    /* template parameters of one configuration */
 #define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
+#define TW_FFN_XV_DEFAULT                                                                          \
+    0u /* instruction-diet variant bits (XV) when the configuration does not say */
 
 /* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
 typedef struct tw_ffn_cfg {
@@ -29,6 +31,7 @@ typedef struct tw_ffn_cfg {
     unsigned pf;         /* list loads one step ahead (PF, 0 | 1) */
     unsigned il;         /* phase B interleaves two groups' rounds (IL, 0 | 1) */
     unsigned gt;         /* tokens per list group (GT, 8 | 16; 16 needs even GPWA/GPWB, IL 0) */
+    unsigned xv;         /* phase A/B instruction-diet variant bits (XV, 0..15; see ffn_fused) */
 } tw_ffn_cfg;
 
 /* The untuned configuration for shape s on dev: the first {CN, STAGES} of {512, 2}, {256, 2}
@@ -52,7 +55,7 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 
 /* The TW_FFN_NPARAMS template parameters c is rendered with for s on dev: K, N, T, C, dtype,
  * gated, CN, GPWA, GPWB, DCAPA, DCAPB (the staging capacities filling the shared memory left),
- * STAGES, NWA, NWB, PF, IL, GT.
+ * STAGES, NWA, NWB, PF, IL, GT, XV.
  * Keys and strings are static. The same list whoever compiles (plan or tuner), hence the same
  * cache key. Returns TW_FFN_NPARAMS, or 0 when c fails tw_ffn_cfg_check. */
 size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,

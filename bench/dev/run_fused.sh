@@ -15,6 +15,10 @@
 #   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
 #              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
+#   sass       SASS of phase A/B and the reduce per XV in $XVP (nvcc + cuobjdump) -> sass.txt
+#   xvtest     test_gpu_ffn_infer with TWELL_FFN_TILE=XV=$XVT
+#   xvvar      fused-only ms per XV in $XVS; xvncu: ncu per-kernel us per XV in $XVP
+#   srcctr     ncu SourceCounters (executed instructions per SASS line) per XV in $XVP
 #   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
 #              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
@@ -206,6 +210,64 @@ for step in ${STEPS:-test breakdown prof bench}; do
                 --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/ncu_gt$gt.log 2>&1
             awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "%-22s %s %s %s %s\n", k, $2, $3, $4, $5}' \
                 /tmp/ncu_gt$gt.log | tee -a "$OUT/ncu_gt.log"
+        done
+        ;;
+    sass)
+        # SASS of phase A, phase B and the reduce per XV in $XVP (default "0 15"): the rendered
+        # source compiled with nvcc (-std=c++17, as NVRTC), cuobjdump -sass -> $OUT/sass.txt;
+        # prints each kernel's instruction count
+        for x in ${XVP:-0 15}; do
+            $T render ffn_fused --K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --param XV=$x \
+                >/tmp/ff_xv$x.cu 2>/tmp/ff_render.log || { cat /tmp/ff_render.log; continue; }
+            nvcc -cubin -arch=sm_90a -std=c++17 -o /tmp/ff_xv$x.cubin /tmp/ff_xv$x.cu || continue
+            for k in twell_ffn_phase_a twell_ffn_phase_b twell_ffn_reduce; do
+                cuobjdump -sass -fun $k /tmp/ff_xv$x.cubin >/tmp/sass_$k.txt 2>&1
+                echo "== XV=$x $k: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' /tmp/sass_$k.txt) instructions"
+                { echo "######## XV=$x $k"; cat /tmp/sass_$k.txt; } >>"$OUT/sass.txt"
+            done
+        done
+        ;;
+    xvtest)
+        # test_gpu_ffn_infer under TWELL_FFN_TILE=XV=$XVT (default 15): exact and deterministic
+        (cd $B && TWELL_FFN_TILE=XV=${XVT:-15} TWELL_CACHE_DIR=$PWD/test-cache/xv \
+            TWELL_TEMPLATE_DIR=$PWD/../templates timeout ${XVT_TIMEOUT:-150} ./test_gpu_ffn_infer) \
+            >"$OUT/test_xv.log" 2>&1
+        echo "-- test_gpu_ffn_infer XV=${XVT:-15}: rc $?"
+        grep -E "PASSED|FAILED|rror" "$OUT/test_xv.log" | head -12
+        ;;
+    xvvar)
+        # fused-only ms per XV in $XVS (uniform, M=16384, 29 nnz, 20 reps), listed order, twice
+        for rep in 1 2; do
+            for x in ${XVS:-0 1 2 4 8 15}; do
+                ms=$(TWELL_FFN_TILE=XV=$x timeout 60 $T bench --out /tmp/var --op ffn_infer \
+                    --path sparse --M 16384 --nnz 29 --dist uniform --reps 20 2>&1 |
+                    awk '$1 == "ffn_fused_only" && $8 == "uniform" {print $12}')
+                echo "   XV=$x: ${ms:-FAIL} ms" | tee -a "$OUT/xvvar.log"
+            done
+        done
+        ;;
+    xvncu)
+        # ncu per-kernel us (phase A, reduce, phase B) per XV in $XVP, M=16384, 29 nnz, uniform
+        for x in ${XVP:-0 15}; do
+            echo "-- ncu XV=$x"
+            TWELL_FFN_TILE=XV=$x timeout 60 ncu --clock-control none \
+                -k "regex:twell_ffn_(phase|reduce)" --metrics gpu__time_duration.sum,sm__inst_executed.sum \
+                --print-summary per-kernel $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 \
+                --dist uniform $S >/tmp/ncu_xv$x.log 2>&1
+            awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum|sm__inst_executed.sum/{printf "%-22s %s %s %s %s\n", k, $1, $3, $4, $5}' \
+                /tmp/ncu_xv$x.log | tee -a "$OUT/ncu_xv.log"
+        done
+        ;;
+    srcctr)
+        # ncu SourceCounters of phase A and B per XV in $XVP: executed instructions per SASS
+        # line -> $OUT/src_xvN.csv (one launch each)
+        for x in ${XVP:-0 15}; do
+            TWELL_FFN_TILE=XV=$x timeout 90 ncu --clock-control none -k "regex:twell_ffn_phase_(a|b)" \
+                -c 2 --section SourceCounters --section WarpStateStats -f -o /tmp/src_xv$x $T bench \
+                --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/src_xv$x.log 2>&1
+            echo "-- srcctr XV=$x: rc $?"
+            ncu -i /tmp/src_xv$x.ncu-rep --page source --csv --print-source sass >"$OUT/src_xv$x.csv" 2>&1
+            echo "   $(wc -l <"$OUT/src_xv$x.csv") lines; $(head -c 300 "$OUT/src_xv$x.csv" | head -2)"
         done
         ;;
     *) echo "unknown step $step" ;;
