@@ -126,7 +126,7 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw
     want[TW_CFG_GT] = c->gt;
     uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
     uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
-    if (c->xv > 15u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
+    if (c->xv > 31u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
         smem < fixed + 16384u || !tw_ffn_tile_derive(s, smem, want)) {
         snprintf(why, n,
                  "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u XV=%u is not a "

@@ -104,9 +104,11 @@ local GT = param("GT", 8)
 -- word 2i = hi(2i) | hi(2i+1) << 16, word 2i+1 = lo(2i) | lo(2i+1) << 16); 2 phase A stores with
 -- one 32-bit offset per round and the predicate computed in one step; 4 phase A runs one mma
 -- chain per round (no per-round adds of two chains); 8 both phases prefetch the next round's
--- descriptors without a bounds select (the read stays inside the staging buffer).
-local XV = param("XV", 0)
-check(math.type(XV) == "integer" and XV >= 0 and XV <= 15, "XV=%s must be 0..15", tostring(XV))
+-- descriptors without a bounds select (the read stays inside the staging buffer); 16 both phases
+-- start chunk 0's weight copies before the list tables and x loads, and phase B loads every
+-- row's overflow index at once before storing y.
+local XV = param("XV", 27)
+check(math.type(XV) == "integer" and XV >= 0 and XV <= 31, "XV=%s must be 0..31", tostring(XV))
 check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
 if GT == 16 then
     check(GPWA % 2 == 0 and GPWB % 2 == 0, "GT=16 needs even GPWA, GPWB (8-token units)")
@@ -1388,6 +1390,8 @@ TW_KERNEL((NW * 32, 1))
     const int s = blockIdx.y, k0 = s * TW_KW;
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
+    if (TW_XV & 16) /* chunk 0's weights need no list data: in flight before anything else */
+        tw_load_chunk<CN, NTHR>(tw_smem_addr(tw_smem), wu, 0, N, K, k0);
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += NTHR) {
@@ -1415,7 +1419,8 @@ TW_KERNEL((NW * 32, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
+        if (!(TW_XV & 16) || c > 0)
+            tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
         if (rn <= DCAP)
             tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
         tw_stage_lists<NGB, NTHR>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
@@ -1731,6 +1736,8 @@ TW_KERNEL((NW * 32, 1))
     const int s = blockIdx.y, k0 = s * TW_KW;
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
+    if (TW_XV & 16) /* as in phase A: chunk 0's weights first */
+        tw_load_chunk<CN, NTHR>(tw_smem_addr(tw_smem), wd, 0, N, K, k0);
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += NTHR) {
@@ -1753,7 +1760,8 @@ TW_KERNEL((NW * 32, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
+        if (!(TW_XV & 16) || c > 0)
+            tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
         if (rn <= DCAP) {
             tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
             if (GATED)
@@ -1798,6 +1806,16 @@ TW_KERNEL((NW * 32, 1))
         __syncthreads();
     }
     const int pc = k0 + 8 * (int)tw_pib((tw_u32)g);
+    tw_u32 ois[GPW][2 * NH]; /* XV & 16: every row's orow_idx loaded at once (one latency) */
+    if (TW_XV & 16) {
+#pragma unroll
+        for (int j = 0; j < GPW; j++)
+#pragma unroll
+            for (int hf = 0; hf < 2 * NH; hf++) {
+                const long long m = (long long)(G0 + j) * GT + 8 * (hf >> 1) + 2 * t4 + (hf & 1);
+                ois[j][hf] = m < M ? orow_idx[m] : TW_NONE;
+            }
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
 #pragma unroll
@@ -1811,7 +1829,7 @@ TW_KERNEL((NW * 32, 1))
                     v[2 * mt] = acc[j][h][mt][e];
                     v[2 * mt + 1] = acc[j][h][mt][2 + e];
                 }
-                const tw_u32 oi = orow_idx[m];
+                const tw_u32 oi = (TW_XV & 16) ? ois[j][hf] : orow_idx[m];
                 if (oi != TW_NONE) { /* the parts of ovf_down, in order */
 #pragma unroll
                     for (int part = 0; part < TW_OVP; part++) {
