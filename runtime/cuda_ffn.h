@@ -21,7 +21,7 @@ typedef struct tw_ffn tw_ffn;
 #define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
 /* Phase A/B instruction-diet variant bits (XV, templates/ffn_fused.cu.lua) when the configuration
  * does not say; 0 = the session-2 kernels. */
-#define TW_FFN_XV_DEFAULT 27u
+#define TW_FFN_XV_DEFAULT 11u
 
 /* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
 typedef struct tw_ffn_cfg {

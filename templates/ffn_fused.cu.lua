@@ -11,7 +11,8 @@
 -- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
 -- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
 -- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
--- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (phase A/B
+-- instruction-diet variant bits, default 11; see below). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
@@ -44,7 +45,8 @@
 --   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
 --   part p at p*YS, YS = OROW_CAP*K);
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
---   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
+--   gated only: hl u32[PAIR_CAP+64] (XV & 1: slot pairs' hi halves, then lo halves),
+--   rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
 --   1 memset cnt to 0 (NT+1 words)
 --   2 twell_ffn_prep      grid NB x 256
@@ -107,7 +109,7 @@ local GT = param("GT", 8)
 -- descriptors without a bounds select (the read stays inside the staging buffer); 16 both phases
 -- start chunk 0's weight copies before the list tables and x loads, and phase B loads every
 -- row's overflow index at once before storing y.
-local XV = param("XV", 27)
+local XV = param("XV", 11)
 check(math.type(XV) == "integer" and XV >= 0 and XV <= 31, "XV=%s must be 0..31", tostring(XV))
 check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
 if GT == 16 then
@@ -847,7 +849,8 @@ TW_KERNEL((256))
 
 // Between the phases (gated): h = g * (sum of the slices' partial u, fixed order), stored as
 // a hi|lo word (bf16: the two terms; fp16: of h * 2^(141 - ex), ex per aligned 16-slot round in
-// rexp). Pads have g = 0, so h = 0.
+// rexp); XV & 1: paired over slots (2i, 2i + 1), the hi halves in word 2i, the lo halves in 2i + 1.
+// Pads have g = 0, so h = 0.
 template <int DT>
 TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
                               tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
