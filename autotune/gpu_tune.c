@@ -104,7 +104,8 @@ const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_proble
 
 twell_status tw_tune_gpu_cubin(twell_ctx *ctx, const tw_tune_config *cfg, const twell_shape *shape,
                                tw_cubin *out) {
-    tw_param prm[5 + TW_TUNE_MAX_PARAMS];
+    /* room for either list: the tuner's own, or the launcher's TW_FFN_NPARAMS */
+    tw_param prm[5 + TW_TUNE_MAX_PARAMS > TW_FFN_NPARAMS ? 5 + TW_TUNE_MAX_PARAMS : TW_FFN_NPARAMS];
     size_t np = 0;
     const char *arch = ctx && ctx->cuda ? ctx->cuda->arch : "sm_90a";
     if (!strcmp(cfg->kernel, "ffn_fused")) {

@@ -126,13 +126,13 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw
     want[TW_CFG_GT] = c->gt;
     uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
     uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
-    if (c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u || smem < fixed + 16384u ||
-        !tw_ffn_tile_derive(s, smem, want)) {
+    if (c->xv > 31u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
+        smem < fixed + 16384u || !tw_ffn_tile_derive(s, smem, want)) {
         snprintf(why, n,
-                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u is not a "
+                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u XV=%u is not a "
                  "configuration of ffn_fused for T=%u N=%u in %u bytes of shared memory",
-                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, c->gt, s->T,
-                 s->N, smem);
+                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, c->gt, c->xv,
+                 s->T, s->N, smem);
         memset(want, 0, TW_CFG_COUNT * sizeof *want);
         return 0;
     }
@@ -153,21 +153,23 @@ int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out
      * per block in phases A / B and the list prefetch on (bench/dev/NOTES-fused.md). */
     static const unsigned cand[][2] = {{512, 2}, {256, 2}};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        *out = (tw_ffn_cfg){cand[i][0], cand[i][1], 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT};
+        *out = (tw_ffn_cfg){cand[i][0],        cand[i][1],       8u, 4u, 16u, 16u, 1u, 0u,
+                            TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
         if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
             return 0;
     }
-    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT};
+    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
     return -1;
 }
 
 int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
     static const char *const names[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                        "NWB", "PF",     "IL",   "GT"};
-    static const int64_t dflt[] = {512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT};
-    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0, 1};
+                                        "NWB", "PF",     "IL",   "GT",   "XV"};
+    static const int64_t dflt[] = {
+        512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
+    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0, 1, 0};
     unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb, &out->nwa,
-                       &out->nwb, &out->pf,     &out->il,   &out->gt};
+                       &out->nwb, &out->pf,     &out->il,   &out->gt,   &out->xv};
     if (strcmp(tc->kernel, "ffn_fused") != 0)
         return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -203,6 +205,7 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"PF", NULL, (long long)want[TW_CFG_PF]},
         {"IL", NULL, (long long)want[TW_CFG_IL]},
         {"GT", NULL, (long long)want[TW_CFG_GT]},
+        {"XV", NULL, (long long)c->xv},
     };
     memcpy(out, p, sizeof p);
     return TW_FFN_NPARAMS;
@@ -303,8 +306,8 @@ void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
 }
 
 /* Development override of the default configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
- * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, GT; the rest is derived). Ignored, with a warning, if
- * it does not fit. Tuned winners (per M bucket) are not affected. */
+ * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, GT, XV; the rest is derived). Ignored, with a warning,
+ * if it does not fit. Tuned winners (per M bucket) are not affected. */
 static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
                                  tw_ffn_cfg *c) {
     const char *env = getenv("TWELL_FFN_TILE");
@@ -312,8 +315,9 @@ static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_
         return;
     tw_ffn_cfg w = *c;
     static const char *const keys[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                       "NWB", "PF",     "IL",   "GT"};
-    unsigned *dst[] = {&w.cn, &w.stages, &w.gpwa, &w.gpwb, &w.nwa, &w.nwb, &w.pf, &w.il, &w.gt};
+                                       "NWB", "PF",     "IL",   "GT",   "XV"};
+    unsigned *dst[] = {&w.cn,  &w.stages, &w.gpwa, &w.gpwb, &w.nwa,
+                       &w.nwb, &w.pf,     &w.il,   &w.gt,   &w.xv};
     const char *p = env;
     while (*p) {
         size_t i = 0, len = 0;

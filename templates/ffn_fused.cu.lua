@@ -11,7 +11,8 @@
 -- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
 -- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
 -- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
--- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (phase A/B
+-- instruction-diet variant bits, default 11; see below). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
@@ -44,7 +45,8 @@
 --   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
 --   part p at p*YS, YS = OROW_CAP*K);
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
---   gated only: hl u32[PAIR_CAP+64], rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
+--   gated only: hl u32[PAIR_CAP+64] (XV & 1: slot pairs' hi halves, then lo halves),
+--   rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
 --   1 memset cnt to 0 (NT+1 words)
 --   2 twell_ffn_prep      grid NB x 256
@@ -99,6 +101,16 @@ for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
         "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
 end
 local GT = param("GT", 8)
+-- XV: instruction-diet variant bits (bench/dev/NOTES-fused.md, session 3): 1 phase B builds its B
+-- operand from byte masks of the descriptors' token columns and the reduce stores h paired (hl
+-- word 2i = hi(2i) | hi(2i+1) << 16, word 2i+1 = lo(2i) | lo(2i+1) << 16); 2 phase A stores with
+-- one 32-bit offset per round and the predicate computed in one step; 4 phase A runs one mma
+-- chain per round (no per-round adds of two chains); 8 both phases prefetch the next round's
+-- descriptors without a bounds select (the read stays inside the staging buffer); 16 both phases
+-- start chunk 0's weight copies before the list tables and x loads, and phase B loads every
+-- row's overflow index at once before storing y.
+local XV = param("XV", 11)
+check(math.type(XV) == "integer" and XV >= 0 and XV <= 31, "XV=%s must be 0..31", tostring(XV))
 check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
 if GT == 16 then
     check(GPWA % 2 == 0 and GPWB % 2 == 0, "GT=16 needs even GPWA, GPWB (8-token units)")
@@ -139,6 +151,7 @@ local BW = 4
 
 cuda [==[
 // Kernel bodies are device functions; the extern "C" wrappers at the end are the kernels.
+#define TW_XV ${XV} /* instruction-diet variant bits (see XV above) */
 #define TW_KERNEL(bounds) __device__ __forceinline__ void
 typedef unsigned int tw_u32;
 typedef unsigned short tw_u16;
@@ -253,6 +266,12 @@ __device__ __forceinline__ uint4 tw_lds128(tw_u32 a) {
 __device__ __forceinline__ void tw_stgp(float *ptr, float v, tw_u32 p) {
     asm volatile("{.reg .pred q; setp.ne.u32 q, %2, 0; @q st.global.f32 [%0], %1;}" ::"l"(ptr), "f"(v),
                  "r"(p)
+                 : "memory");
+}
+// Stores v at ptr iff z == 0.
+__device__ __forceinline__ void tw_stgz(float *ptr, float v, tw_u32 z) {
+    asm volatile("{.reg .pred q; setp.eq.u32 q, %2, 0; @q st.global.f32 [%0], %1;}" ::"l"(ptr), "f"(v),
+                 "r"(z)
                  : "memory");
 }
 __device__ __forceinline__ tw_u32 tw_lds32(tw_u32 a) {
@@ -457,6 +476,22 @@ __device__ __forceinline__ uint2 tw_lds64(tw_u32 a) {
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
+}
+// Phase B token masks (XV & 1): for the descriptors d0..d3 of 4 slots and a token column tg
+// (g4 = tg * 0x01010101), m01 has 16-bit half 0 (1) all ones iff slot 0 (1) holds token tg, m23
+// likewise for slots 2, 3. Byte i of t is slot i's key << 4 | token; (t ^ g4) & 0x0f0f0f0f is 0 in
+// byte i iff slot i matches, so 0x80 minus it (no borrow: bytes <= 15) has the byte's top bit set
+// iff it matches, and prmt's sign-replicating selectors spread those bits over the halves.
+TW_HD void tw_tokmask4(tw_u32 d0, tw_u32 d1, tw_u32 d2, tw_u32 d3, tw_u32 g4, tw_u32 &m01,
+                       tw_u32 &m23) {
+    const tw_u32 t = tw_prmt2(tw_prmt2(d0, d1, 0x0040u), tw_prmt2(d2, d3, 0x4000u), 0x7610u);
+    const tw_u32 z = 0x80808080u - ((t ^ g4) & 0x0f0f0f0fu);
+    m01 = tw_prmt2(z, 0u, 0x9988u);
+    m23 = tw_prmt2(z, 0u, 0xbbaau);
+}
+TW_HD tw_u32 tw_tokmask2(tw_u32 d0, tw_u32 d1, tw_u32 g4) {
+    const tw_u32 z = 0x80808080u - ((tw_prmt2(d0, d1, 0x0040u) ^ g4) & 0x0f0f0f0fu);
+    return tw_prmt2(z, 0u, 0x9988u);
 }
 // cp.async of 16 bytes, or 16 zero bytes when !valid (src is not read then).
 __device__ __forceinline__ void tw_cp16z(tw_u32 dst, const void *src, bool valid) {
@@ -814,7 +849,8 @@ TW_KERNEL((256))
 
 // Between the phases (gated): h = g * (sum of the slices' partial u, fixed order), stored as
 // a hi|lo word (bf16: the two terms; fp16: of h * 2^(141 - ex), ex per aligned 16-slot round in
-// rexp). Pads have g = 0, so h = 0.
+// rexp); XV & 1: paired over slots (2i, 2i + 1), the hi halves in word 2i, the lo halves in 2i + 1.
+// Pads have g = 0, so h = 0.
 template <int DT>
 TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
                               tw_u32 pstride, int nslices, const tw_u32 *__restrict__ total_p,
@@ -843,8 +879,14 @@ TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restr
             if ((lane & 15u) == 0 && p < total)
                 rexp[p >> 4] = ex;
         }
+        tw_u32 w = tw_split_hl<DT>(h, ex);
+        if (TW_XV & 1) { /* paired: slot 2i gets hi(2i) | hi(2i+1) << 16, slot 2i+1 the lo halves
+                            (total is a multiple of 8: pairs never straddle it) */
+            const tw_u32 o = __shfl_xor_sync(TW_FULL, w, 1);
+            w = (lane & 1u) ? tw_prmt2(o, w, 0x5410u) : tw_prmt2(w, o, 0x7632u);
+        }
         if (p < total)
-            hl[p] = tw_split_hl<DT>(h, ex);
+            hl[p] = w;
     }
 }
 
@@ -1219,11 +1261,14 @@ TW_KERNEL((BW * 32))
 template <int NH> __device__ __forceinline__ float tw_pa_pick(const float (&e)[NH][2][4], tw_u32 d,
                                                               int hi) {
     const int i = 2 * hi;
-    const float s0 = e[0][0][i] + e[0][1][i], s1 = e[0][0][i + 1] + e[0][1][i + 1];
+    constexpr bool one = (TW_XV & 4) != 0; /* one mma chain: e[h][1] unused */
+    const float s0 = one ? e[0][0][i] : e[0][0][i] + e[0][1][i];
+    const float s1 = one ? e[0][0][i + 1] : e[0][0][i + 1] + e[0][1][i + 1];
     if constexpr (NH == 1) {
         return (d & 1u) ? s1 : s0;
     } else {
-        const float t0 = e[1][0][i] + e[1][1][i], t1 = e[1][0][i + 1] + e[1][1][i + 1];
+        const float t0 = one ? e[1][0][i] : e[1][0][i] + e[1][1][i];
+        const float t1 = one ? e[1][0][i + 1] : e[1][0][i + 1] + e[1][1][i + 1];
         return (d & 8u) ? ((d & 1u) ? t1 : t0) : ((d & 1u) ? s1 : s0);
     }
 }
@@ -1231,7 +1276,8 @@ template <int DT, int GPW, bool SH, int PADQ, int NGB, int PF, int NH>
 __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_u32 so, tw_u32 gl0,
                                              int nj, tw_u32 ra, tw_u32 dsh, const tw_u32 *dgl,
                                              tw_u32 buf, float *po, int g, int t4) {
-    const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g;
+    const tw_u32 t4s = (tw_u32)t4 << 4, ut4 = (tw_u32)t4, ug = (tw_u32)g, t2 = ut4 << 1;
+    float *const pg = po + ug; /* XV & 2: this lane's slot g of the chunk's lists */
     /* PF: the next group's size and offset, and the next round's descriptors, are loaded one
        step ahead (shared memory; the loads stay inside the staging buffer) */
     tw_u32 szn = 0, on = 0;
@@ -1260,7 +1306,7 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_
             if (PF && SH) {
                 da = dan;
                 db = dbn;
-                const tw_u32 onx = 16u * (r + 1) < szj ? o + 16u : o;
+                const tw_u32 onx = ((TW_XV & 8) || 16u * (r + 1) < szj) ? o + 16u : o;
                 dan = tw_lds32(dsh + 4u * (onx + ug));
                 dbn = tw_lds32(dsh + 4u * (onx + ug + 8u));
             } else if (SH) {
@@ -1287,10 +1333,17 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_
             for (int ks = 0; ks < 4; ks++)
 #pragma unroll
                 for (int h = 0; h < NH; h++)
-                    tw_mma<DT>(e[h][ks & 1], af[ks], bx[j][8 * h + 2 * ks], bx[j][8 * h + 2 * ks + 1]);
+                    tw_mma<DT>(e[h][(TW_XV & 4) ? 0 : (ks & 1)], af[ks], bx[j][8 * h + 2 * ks],
+                               bx[j][8 * h + 2 * ks + 1]);
             const float va = tw_pa_pick<NH>(e, da, 0), vb = tw_pa_pick<NH>(e, db, 1);
-            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4 ? 1u : 0u);
-            tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4 ? 1u : 0u);
+            if (TW_XV & 2) { /* one 32-bit offset per round; slot g + 8 at +32 bytes */
+                float *const pp = pg + o;
+                tw_stgz(pp, va, (da ^ t2) & 6u);
+                tw_stgz(pp + 8, vb, (db ^ t2) & 6u);
+            } else {
+                tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4 ? 1u : 0u);
+                tw_stgp(po + o + ug + 8u, vb, ((db >> 1) & 3u) == ut4 ? 1u : 0u);
+            }
         }
         if (PADQ == 8 && (szj & 8u)) { /* half round: rows 0..7 = slots o .. o + 7 */
             const tw_u32 da = (PF && SH) ? dan : SH ? tw_lds32(dsh + 4u * (o + ug)) : dgl[o + ug];
@@ -1310,9 +1363,13 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_
             for (int ks = 0; ks < 4; ks++)
 #pragma unroll
                 for (int h = 0; h < NH; h++)
-                    tw_mma<DT>(e[h][ks & 1], af[ks], bx[j][8 * h + 2 * ks], bx[j][8 * h + 2 * ks + 1]);
+                    tw_mma<DT>(e[h][(TW_XV & 4) ? 0 : (ks & 1)], af[ks], bx[j][8 * h + 2 * ks],
+                               bx[j][8 * h + 2 * ks + 1]);
             const float va = tw_pa_pick<NH>(e, da, 0);
-            tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
+            if (TW_XV & 2)
+                tw_stgz(pg + o, va, (da ^ t2) & 6u);
+            else
+                tw_stgp(po + o + ug, va, ((da >> 1) & 3u) == ut4);
         }
     }
 }
@@ -1336,6 +1393,8 @@ TW_KERNEL((NW * 32, 1))
     const int s = blockIdx.y, k0 = s * TW_KW;
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
+    if (TW_XV & 16) /* chunk 0's weights need no list data: in flight before anything else */
+        tw_load_chunk<CN, NTHR>(tw_smem_addr(tw_smem), wu, 0, N, K, k0);
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += NTHR) {
@@ -1363,7 +1422,8 @@ TW_KERNEL((NW * 32, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
+        if (!(TW_XV & 16) || c > 0)
+            tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wu, c, N, K, k0);
         if (rn <= DCAP)
             tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
         tw_stage_lists<NGB, NTHR>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
@@ -1435,7 +1495,7 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
             uint4 D;
             if (PF && SH) {
                 D = Dn;
-                const tw_u32 qn = r + 1 < nfull ? q + 16u : q;
+                const tw_u32 qn = ((TW_XV & 8) || r + 1 < nfull) ? q + 16u : q;
                 Dn = tw_lds128(dsh + 4u * qn);
             } else {
                 D = SH ? tw_lds128(dsh + 4u * q) : *(const uint4 *)(dgl + q);
@@ -1453,10 +1513,16 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
 #pragma unroll
                 for (int h = 0; h < NH; h++) {
                     const tw_u32 tg = ug + 8u * h;
-                    const tw_u32 m0 = (d[0] & 15u) == tg ? H.x : 0u, m1 = (d[1] & 15u) == tg ? H.y : 0u;
-                    const tw_u32 m2 = (d[2] & 15u) == tg ? H.z : 0u, m3 = (d[3] & 15u) == tg ? H.w : 0u;
-                    bh0[h] = tw_prmt2(m0, m1, 0x7632u), bl0[h] = tw_prmt2(m0, m1, 0x5410u);
-                    bh1[h] = tw_prmt2(m2, m3, 0x7632u), bl1[h] = tw_prmt2(m2, m3, 0x5410u);
+                    if (TW_XV & 1) { /* hl paired: H = hi01, lo01, hi23, lo23 */
+                        tw_u32 k01, k23;
+                        tw_tokmask4(d[0], d[1], d[2], d[3], tg * 0x01010101u, k01, k23);
+                        bh0[h] = H.x & k01, bl0[h] = H.y & k01, bh1[h] = H.z & k23, bl1[h] = H.w & k23;
+                    } else {
+                        const tw_u32 m0 = (d[0] & 15u) == tg ? H.x : 0u, m1 = (d[1] & 15u) == tg ? H.y : 0u;
+                        const tw_u32 m2 = (d[2] & 15u) == tg ? H.z : 0u, m3 = (d[3] & 15u) == tg ? H.w : 0u;
+                        bh0[h] = tw_prmt2(m0, m1, 0x7632u), bl0[h] = tw_prmt2(m0, m1, 0x5410u);
+                        bh1[h] = tw_prmt2(m2, m3, 0x7632u), bl1[h] = tw_prmt2(m2, m3, 0x5410u);
+                    }
                 }
                 float sinv = 1.0f;
                 if constexpr (DT == 1)
@@ -1488,8 +1554,13 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
 #pragma unroll
                 for (int h = 0; h < NH; h++) {
                     const tw_u32 tg = ug + 8u * h;
-                    const tw_u32 k0 = ((d[0] & 15u) == tg ? 0xffffu : 0u) | ((d[1] & 15u) == tg ? 0xffff0000u : 0u);
-                    const tw_u32 k1 = ((d[2] & 15u) == tg ? 0xffffu : 0u) | ((d[3] & 15u) == tg ? 0xffff0000u : 0u);
+                    tw_u32 k0, k1;
+                    if (TW_XV & 1) {
+                        tw_tokmask4(d[0], d[1], d[2], d[3], tg * 0x01010101u, k0, k1);
+                    } else {
+                        k0 = ((d[0] & 15u) == tg ? 0xffffu : 0u) | ((d[1] & 15u) == tg ? 0xffff0000u : 0u);
+                        k1 = ((d[2] & 15u) == tg ? 0xffffu : 0u) | ((d[3] & 15u) == tg ? 0xffff0000u : 0u);
+                    }
                     b0[h] = Gv.x & k0, b1[h] = Gv.y & k1;
                 }
 #pragma unroll
@@ -1516,8 +1587,13 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
 #pragma unroll
                 for (int h = 0; h < NH; h++) {
                     const tw_u32 tg = ug + 8u * h;
-                    const tw_u32 m0 = (D.x & 15u) == tg ? H.x : 0u, m1 = (D.y & 15u) == tg ? H.y : 0u;
-                    bh[h] = tw_prmt2(m0, m1, 0x7632u), bl[h] = tw_prmt2(m0, m1, 0x5410u);
+                    if (TW_XV & 1) {
+                        const tw_u32 k = tw_tokmask2(D.x, D.y, tg * 0x01010101u);
+                        bh[h] = H.x & k, bl[h] = H.y & k;
+                    } else {
+                        const tw_u32 m0 = (D.x & 15u) == tg ? H.x : 0u, m1 = (D.y & 15u) == tg ? H.y : 0u;
+                        bh[h] = tw_prmt2(m0, m1, 0x7632u), bl[h] = tw_prmt2(m0, m1, 0x5410u);
+                    }
                 }
 #pragma unroll
                 for (int mt = 0; mt < 4; mt++) {
@@ -1535,7 +1611,9 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
 #pragma unroll
                 for (int h = 0; h < NH; h++) {
                     const tw_u32 tg = ug + 8u * h;
-                    const tw_u32 k0 = ((D.x & 15u) == tg ? 0xffffu : 0u) | ((D.y & 15u) == tg ? 0xffff0000u : 0u);
+                    const tw_u32 k0 = (TW_XV & 1) ? tw_tokmask2(D.x, D.y, tg * 0x01010101u)
+                                                  : ((D.x & 15u) == tg ? 0xffffu : 0u) |
+                                                        ((D.y & 15u) == tg ? 0xffff0000u : 0u);
                     b0[h] = Gv & k0;
                 }
 #pragma unroll
@@ -1564,10 +1642,18 @@ __device__ __forceinline__ void tw_pb_round(float (&a)[4][4], uint4 D, uint4 H, 
         const uint4 v = tw_lds128(buf + ((d[jj] ^ pis) & ~15u));
         L[jj][0] = v.x, L[jj][1] = v.y, L[jj][2] = v.z, L[jj][3] = v.w;
     }
-    const tw_u32 m0 = on && (d[0] & 7u) == ug ? H.x : 0u, m1 = on && (d[1] & 7u) == ug ? H.y : 0u;
-    const tw_u32 m2 = on && (d[2] & 7u) == ug ? H.z : 0u, m3 = on && (d[3] & 7u) == ug ? H.w : 0u;
-    const tw_u32 bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
-    const tw_u32 bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+    tw_u32 bh0, bl0, bh1, bl1;
+    if (TW_XV & 1) {
+        tw_u32 k01, k23;
+        tw_tokmask4(d[0], d[1], d[2], d[3], ug * 0x01010101u, k01, k23);
+        k01 = on ? k01 : 0u, k23 = on ? k23 : 0u;
+        bh0 = H.x & k01, bl0 = H.y & k01, bh1 = H.z & k23, bl1 = H.w & k23;
+    } else {
+        const tw_u32 m0 = on && (d[0] & 7u) == ug ? H.x : 0u, m1 = on && (d[1] & 7u) == ug ? H.y : 0u;
+        const tw_u32 m2 = on && (d[2] & 7u) == ug ? H.z : 0u, m3 = on && (d[3] & 7u) == ug ? H.w : 0u;
+        bh0 = tw_prmt2(m0, m1, 0x7632u), bl0 = tw_prmt2(m0, m1, 0x5410u);
+        bh1 = tw_prmt2(m2, m3, 0x7632u), bl1 = tw_prmt2(m2, m3, 0x5410u);
+    }
 #pragma unroll
     for (int mt = 0; mt < 4; mt++) {
         const tw_u32 af[4] = {tw_prmt2(L[0][mt], L[1][mt], 0x5410u), tw_prmt2(L[0][mt], L[1][mt], 0x7632u),
@@ -1583,8 +1669,14 @@ __device__ __forceinline__ void tw_pb_half(float (&a)[4][4], tw_u32 q, tw_u32 ds
     const uint4 v1 = tw_lds128(buf + ((D.y ^ pis) & ~15u));
     const tw_u32 L0[4] = {v0.x, v0.y, v0.z, v0.w}, L1[4] = {v1.x, v1.y, v1.z, v1.w};
     const uint2 H = tw_lds64(vsh + 4u * q);
-    const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
-    const tw_u32 bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+    tw_u32 bh, bl;
+    if (TW_XV & 1) {
+        const tw_u32 k = tw_tokmask2(D.x, D.y, ug * 0x01010101u);
+        bh = H.x & k, bl = H.y & k;
+    } else {
+        const tw_u32 m0 = (D.x & 7u) == ug ? H.x : 0u, m1 = (D.y & 7u) == ug ? H.y : 0u;
+        bh = tw_prmt2(m0, m1, 0x7632u), bl = tw_prmt2(m0, m1, 0x5410u);
+    }
 #pragma unroll
     for (int mt = 0; mt < 4; mt++) {
         const tw_u32 a0 = tw_prmt2(L0[mt], L1[mt], 0x5410u);
@@ -1647,6 +1739,8 @@ TW_KERNEL((NW * 32, 1))
     const int s = blockIdx.y, k0 = s * TW_KW;
     const int GB = blockIdx.x * NGB, GE = min(GB + NGB, NG);
     const int G0 = GB + warp * GPW;
+    if (TW_XV & 16) /* as in phase A: chunk 0's weights first */
+        tw_load_chunk<CN, NTHR>(tw_smem_addr(tw_smem), wd, 0, N, K, k0);
     {
         tw_u32 *sre = (tw_u32 *)(tw_smem + ST * CN * 128 + ST * SB);
         for (int i = threadIdx.x; i < NC; i += NTHR) {
@@ -1669,7 +1763,8 @@ TW_KERNEL((NW * 32, 1))
         const int b = c % ST;
         const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
         const tw_u32 sb = stb + b * SB;
-        tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
+        if (!(TW_XV & 16) || c > 0)
+            tw_load_chunk<CN, NTHR>(sbase + b * CN * 128, wd, c, N, K, k0);
         if (rn <= DCAP) {
             tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
             if (GATED)
@@ -1714,6 +1809,16 @@ TW_KERNEL((NW * 32, 1))
         __syncthreads();
     }
     const int pc = k0 + 8 * (int)tw_pib((tw_u32)g);
+    tw_u32 ois[GPW][2 * NH]; /* XV & 16: every row's orow_idx loaded at once (one latency) */
+    if (TW_XV & 16) {
+#pragma unroll
+        for (int j = 0; j < GPW; j++)
+#pragma unroll
+            for (int hf = 0; hf < 2 * NH; hf++) {
+                const long long m = (long long)(G0 + j) * GT + 8 * (hf >> 1) + 2 * t4 + (hf & 1);
+                ois[j][hf] = m < M ? orow_idx[m] : TW_NONE;
+            }
+    }
 #pragma unroll
     for (int j = 0; j < GPW; j++) {
 #pragma unroll
@@ -1727,7 +1832,7 @@ TW_KERNEL((NW * 32, 1))
                     v[2 * mt] = acc[j][h][mt][e];
                     v[2 * mt + 1] = acc[j][h][mt][2 + e];
                 }
-                const tw_u32 oi = orow_idx[m];
+                const tw_u32 oi = (TW_XV & 16) ? ois[j][hf] : orow_idx[m];
                 if (oi != TW_NONE) { /* the parts of ovf_down, in order */
 #pragma unroll
                     for (int part = 0; part < TW_OVP; part++) {

@@ -15,6 +15,11 @@
 #   final      twell bench --path auto, M 4096/16384/65536 x nnz 29/56/110/280 uniform and
 #              16384/29 skewed, 20 reps, JSON into $OUT
 #   cross      sparse vs dense at M 4096/16384, nnz $CROSS_NNZ (AUTO threshold), with $BEST
+#   sass       SASS of phase A/B and the reduce per XV in $XVP (nvcc + cuobjdump) -> sass.txt
+#   xvtest     test_gpu_ffn_infer with TWELL_FFN_TILE=XV=$XVT
+#   xvvar      fused-only ms per XV in $XVS; xvncu: ncu per-kernel us per XV in $XVP
+#   xvfinal    session 3 check: tests + sanitizers (parallel), ncu and bench per XV in $XVOLD $XVNEW
+#   srcctr     ncu SourceCounters (executed instructions per SASS line) per XV in $XVP
 #   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
 #              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
@@ -206,6 +211,111 @@ for step in ${STEPS:-test breakdown prof bench}; do
                 --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/ncu_gt$gt.log 2>&1
             awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "%-22s %s %s %s %s\n", k, $2, $3, $4, $5}' \
                 /tmp/ncu_gt$gt.log | tee -a "$OUT/ncu_gt.log"
+        done
+        ;;
+    sass)
+        # SASS of phase A, phase B and the reduce per XV in $XVP (default "0 15"): the rendered
+        # source compiled with nvcc (-std=c++17, as NVRTC), cuobjdump -sass -> $OUT/sass.txt;
+        # prints each kernel's instruction count
+        for x in ${XVP:-0 15}; do
+            $T render ffn_fused --K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --param XV=$x \
+                >/tmp/ff_xv$x.cu 2>/tmp/ff_render.log || { cat /tmp/ff_render.log; continue; }
+            nvcc -cubin -arch=sm_90a -std=c++17 -o /tmp/ff_xv$x.cubin /tmp/ff_xv$x.cu || continue
+            for k in twell_ffn_phase_a twell_ffn_phase_b twell_ffn_reduce; do
+                cuobjdump -sass -fun $k /tmp/ff_xv$x.cubin >/tmp/sass_$k.txt 2>&1
+                echo "== XV=$x $k: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' /tmp/sass_$k.txt) instructions"
+                { echo "######## XV=$x $k"; cat /tmp/sass_$k.txt; } >>"$OUT/sass.txt"
+            done
+        done
+        ;;
+    xvtest)
+        # test_gpu_ffn_infer under TWELL_FFN_TILE=XV=$XVT (default 15): exact and deterministic
+        (cd $B && TWELL_FFN_TILE=XV=${XVT:-15} TWELL_CACHE_DIR=$PWD/test-cache/xv \
+            TWELL_TEMPLATE_DIR=$PWD/../templates timeout ${XVT_TIMEOUT:-150} ./test_gpu_ffn_infer) \
+            >"$OUT/test_xv.log" 2>&1
+        echo "-- test_gpu_ffn_infer XV=${XVT:-15}: rc $?"
+        grep -E "PASSED|FAILED|rror" "$OUT/test_xv.log" | head -12
+        ;;
+    xvvar)
+        # fused-only ms per XV in $XVS (uniform, M=16384, 29 nnz, 20 reps), listed order, twice
+        for rep in 1 2; do
+            for x in ${XVS:-0 1 2 4 8 15}; do
+                ms=$(TWELL_FFN_TILE=XV=$x timeout 60 $T bench --out /tmp/var --op ffn_infer \
+                    --path sparse --M 16384 --nnz 29 --dist uniform --reps 20 2>&1 |
+                    awk '$1 == "ffn_fused_only" && $8 == "uniform" {print $12}')
+                echo "   XV=$x: ${ms:-FAIL} ms" | tee -a "$OUT/xvvar.log"
+            done
+        done
+        ;;
+    xvncu)
+        # ncu per-kernel us (phase A, reduce, phase B) per XV in $XVP, M=16384, 29 nnz, uniform
+        for x in ${XVP:-0 15}; do
+            echo "-- ncu XV=$x"
+            TWELL_FFN_TILE=XV=$x timeout 60 ncu --clock-control none \
+                -k "regex:twell_ffn_(phase|reduce)" --metrics gpu__time_duration.sum,sm__inst_executed.sum \
+                --print-summary per-kernel $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 \
+                --dist uniform $S >/tmp/ncu_xv$x.log 2>&1
+            awk '/twell_ffn_/{k=$1} /gpu__time_duration.sum|sm__inst_executed.sum/{printf "%-22s %s %s %s %s\n", k, $1, $3, $4, $5}' \
+                /tmp/ncu_xv$x.log | tee -a "$OUT/ncu_xv.log"
+        done
+        ;;
+    srcctr)
+        # ncu SourceCounters of phase A and B per XV in $XVP: executed instructions per SASS
+        # line -> $OUT/src_xvN.csv (one launch each)
+        for x in ${XVP:-0 15}; do
+            TWELL_FFN_TILE=XV=$x timeout 90 ncu --clock-control none -k "regex:twell_ffn_phase_(a|b)" \
+                -c 2 --section SourceCounters --section WarpStateStats -f -o /tmp/src_xv$x $T bench \
+                --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform $S >/tmp/src_xv$x.log 2>&1
+            echo "-- srcctr XV=$x: rc $?"
+            ncu -i /tmp/src_xv$x.ncu-rep --page source --csv --print-source sass >"$OUT/src_xv$x.csv" 2>&1
+            echo "   $(wc -l <"$OUT/src_xv$x.csv") lines; $(head -c 300 "$OUT/src_xv$x.csv" | head -2)"
+        done
+        ;;
+    xvfinal)
+        # Session 3 verification of XV $XVNEW (the default) against $XVOLD (the old kernels):
+        # test_gpu_ffn_infer (default, and IL=1), test_gpu_ffn_dense, memcheck + racecheck of both
+        # small cases, all at once (correctness only); then ncu per-kernel us and instructions per
+        # XV, then twell bench --path sparse M 4096/16384/65536 uniform + 16384 skewed per XV
+        # (JSON in $OUT/xvN), XV order alternating
+        (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/d TWELL_TEMPLATE_DIR=$PWD/../templates \
+            timeout 200 ./test_gpu_ffn_infer >/tmp/t_def.log 2>&1; echo "rc $?" >>/tmp/t_def.log) &
+        (cd $B && TWELL_FFN_TILE=IL=1 TWELL_CACHE_DIR=$PWD/test-cache/il TWELL_TEMPLATE_DIR=$PWD/../templates \
+            timeout 200 ./test_gpu_ffn_infer >/tmp/t_il.log 2>&1; echo "rc $?" >>/tmp/t_il.log) &
+        (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/dn TWELL_TEMPLATE_DIR=$PWD/../templates \
+            timeout 200 ./test_gpu_ffn_dense >/tmp/t_dn.log 2>&1; echo "rc $?" >>/tmp/t_dn.log) &
+        for tool in memcheck racecheck; do
+            (for t in test_gpu_ffn_infer test_gpu_ffn_dense; do
+                (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/san$tool TWELL_TEMPLATE_DIR=$PWD/../templates \
+                    timeout 200 compute-sanitizer --tool $tool --report-api-errors explicit \
+                    --error-exitcode 9 ./$t small) >/tmp/san_${tool}_$t.log 2>&1
+                echo "$tool $t small: rc $? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/san_${tool}_$t.log | tail -1)"
+            done) >/tmp/t_san_$tool.log 2>&1 &
+        done
+        wait
+        cat /tmp/t_san_memcheck.log /tmp/t_san_racecheck.log >/tmp/t_san.log
+        for f in def il dn; do
+            echo "-- test $f: $(grep -E "PASSED|FAILED" /tmp/t_$f.log | tr '\n' ' ') $(tail -1 /tmp/t_$f.log)"
+            grep -E "^# +GT=" /tmp/t_$f.log | awk '{if ($6 + 0 > m) m = $6 + 0} END {if (NR) print "   forced GT: " NR " runs, worst row-rel err " m}'
+        done
+        cat /tmp/t_san.log
+        cat /tmp/t_def.log /tmp/t_il.log /tmp/t_dn.log /tmp/t_san.log >"$OUT/tests.log"
+        echo "== tests $(($(date +%s) - s0)) s"
+        for x in $XVOLD $XVNEW; do
+            TWELL_FFN_TILE=XV=$x timeout 60 ncu --clock-control none -k "$KRE" \
+                --metrics gpu__time_duration.sum,sm__inst_executed.sum --print-summary per-kernel \
+                $T bench --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform $S \
+                >/tmp/ncu_f$x.log 2>&1
+            awk -v x=$x '/twell_ffn_/{k=$1} /gpu__time_duration.sum|sm__inst_executed.sum/{printf "XV=%s %-20s %-24s %s\n", x, k, $1, $4}' \
+                /tmp/ncu_f$x.log | tee -a "$OUT/ncu_final.log"
+        done
+        for x in $XVOLD $XVNEW; do mkdir -p "$OUT/xv$x"; done
+        for a in "--M 4096,16384,65536 --dist uniform" "--M 16384 --dist skewed"; do
+            for x in $XVOLD $XVNEW; do
+                TWELL_FFN_TILE=XV=$x timeout 100 $T bench --out "$OUT/xv$x" --op ffn_infer \
+                    --path sparse --nnz 29 --reps 20 $a >/tmp/b_$x.log 2>&1
+                awk -v x=$x '$1 ~ /^ffn/ {print "XV=" x, $0}' /tmp/b_$x.log | cut -c1-190 |
+                    tee -a "$OUT/bench_final.log"
+            done
         done
         ;;
     *) echo "unknown step $step" ;;
