@@ -14,24 +14,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[TF_COUNT] = {
-    "twell_train_recount",        "twell_train_scan_up_tiles",   "twell_train_scan_down_tiles",
-    "twell_train_scan_up_rows",   "twell_train_scan_down_rows",  "twell_train_scan_up_hist",
-    "twell_train_scan_down_hist", "twell_train_scan_up_neurons", "twell_train_scan_down_neurons",
-    "twell_train_scan_top",       "twell_train_owners",          "twell_train_spill",
-    "twell_train_fwd_ent",        "twell_train_fwd_y",           "twell_train_row_reduce",
-    "twell_train_stats",          "twell_train_bwd_ent",         "twell_train_bwd_dx",
-    "twell_train_hist",           "twell_train_scatter",         "twell_train_dw",
-    "twell_train_dw_reduce",      "twell_train_fwd_ent_s",       "twell_train_bwd_ent_s",
-    "twell_train_ovf_list",       "twell_train_ovf_tiles"};
+static const char *const tf_names[TF_COUNT] = {"twell_train_recount",
+                                               "twell_train_scan_up_tiles",
+                                               "twell_train_scan_down_tiles",
+                                               "twell_train_scan_up_rows",
+                                               "twell_train_scan_down_rows",
+                                               "twell_train_scan_up_hist",
+                                               "twell_train_scan_down_hist",
+                                               "twell_train_scan_up_neurons",
+                                               "twell_train_scan_down_neurons",
+                                               "twell_train_scan_top",
+                                               "twell_train_owners",
+                                               "twell_train_spill",
+                                               "twell_train_fwd_ent",
+                                               "twell_train_fwd_y",
+                                               "twell_train_row_reduce",
+                                               "twell_train_stats",
+                                               "twell_train_bwd_ent",
+                                               "twell_train_bwd_dx",
+                                               "twell_train_hist",
+                                               "twell_train_scatter",
+                                               "twell_train_dw",
+                                               "twell_train_dw_reduce",
+                                               "twell_train_fwd_ent_s",
+                                               "twell_train_bwd_ent_s",
+                                               "twell_train_udt",
+                                               "twell_train_ovf_list",
+                                               "twell_train_ovf_tiles"};
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
-    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
-    "row offsets",  "row chunks",     "row slots",       "scan blocks",    "totals",
-    "spill",        "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
-    "entry Tm",     "row partials",   "entry dU",        "entry dP",       "histograms",
-    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts"};
+    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",    "spill offsets",
+    "row offsets",  "row chunks",     "row slots",       "scan blocks",     "totals",
+    "spill",        "u_spill",        "chunk rows",      "chunk L1",        "entry columns",
+    "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
+    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
+    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts", "entry dT"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -49,7 +66,7 @@ static size_t tw_ct_bytes(const tw_ctrain *t) {
     size_t b = sizeof *t + 8u * sizeof(uint64_t);
     for (int i = 0; i < TB_COUNT; i++)
         b += t->buf[i].cap;
-    return b;
+    return b + tw_ctt_bytes(t->tiled);
 }
 
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
@@ -70,6 +87,7 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
+    t->udt = tw_ct_udt_env();
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -136,6 +154,18 @@ static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
         xf = v[3] == 1;
     }
     t->skc = kc, t->sst = st, t->swp = wp, t->sxf = xf;
+}
+
+/* TWELL_TRAIN_UDT: "entry" (per-entry staged dot products) or "tiled" (cuda_train_tiled.c);
+ * anything else: the default, TW_CT_UDT_DEFAULT. */
+#define TW_CT_UDT_DEFAULT 0
+int tw_ct_udt_env(void) {
+    const char *e = getenv("TWELL_TRAIN_UDT");
+    if (e && !strcmp(e, "entry"))
+        return 0;
+    if (e && !strcmp(e, "tiled"))
+        return 1;
+    return TW_CT_UDT_DEFAULT;
 }
 
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
@@ -327,6 +357,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_get(ctx, state, &t));
     t->M = 0; /* the earlier forward is gone from here on */
     t->have_bwd = 0;
+    t->fwd_tiled = 0;
     if (M > 0xffffffffu)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "%s: M = %zu exceeds 2^32 - 1 rows", fn, M);
     const void *ptrs[] = {x, wg, wu, wd, y};
@@ -452,10 +483,24 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
     }
+    /* tiled U (staged builds): the fused pipeline's lists and phase A, values into u_ell; the
+     * per-entry kernel then computes only the overflowing row-tiles' entries */
+    const uint32_t *pre = NULL;
+    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, &synced));
+        TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
+        tw_ct_mark(ctx, t, "u_lists", stream);
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
+        tw_ct_mark(ctx, t, "u_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, u_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "u_sum", stream);
+        t->fwd_tiled = 1;
+        state->bytes = tw_ct_bytes(t);
+    }
     {
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
-                        &e_col,     &e_tm,       &chunk_l1, &Ml};
+                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
                             tw_ct_blocks(ctx, nchunks, sg ? t->swp : t->wpb),
@@ -577,11 +622,21 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
 
     t->npev = 0;
     tw_ct_mark(ctx, t, "start", stream);
-    /* 1. per entry: dT, dU, dP */
+    /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
+     * entries of non-overflowing row-tiles) */
+    const uint32_t *pre = NULL;
+    void *dt_ell = t->buf[TB_DT_ELL].p;
+    if (t->fwd_tiled && md->staged && !t->legacy) {
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, dy, wd, stream));
+        tw_ct_mark(ctx, t, "dt_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, dt_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "dt_sum", stream);
+        pre = tw_ctt_flag(t->tiled);
+    }
     {
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
                         &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
-                        &l1c,        &e_du,       &e_dp,    &Ml};
+                        &l1c,        &e_du,       &e_dp,    &Ml,        &pre,       &dt_ell};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
                             tw_ct_blocks(ctx, t->nchunks, sg ? t->swp : t->wpb),
@@ -673,6 +728,7 @@ void tw_cuda_train_release(twell_train_state *state) {
             tw_cuda_free(ctx, t->buf[i].p);
         for (int i = 0; i < 2; i++)
             tw_cu_module_unload(t->mods[i].mod);
+        tw_ctt_release(ctx, t->tiled);
         tw_cuda_event_destroy(ctx, t->ev);
         for (int i = 0; i < TW_CT_PROF_MAX; i++)
             if (t->pev[i])

@@ -532,6 +532,40 @@ __device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *_
     }
 }
 
+/* tw_locate, and whether the entry's value was precomputed by the tiled U / dT pipeline
+ * (twell_train_udt): its row-tile does not overflow (count <= slots: the fused pipeline's lists
+ * hold exactly those) and the lists were built (pre != NULL, pre[0] == 0: the pipeline's
+ * capacity flag). */
+__device__ __forceinline__ void tw_locate_pre(long long m, tw_u64 e,
+                                              const tw_u32 *__restrict__ packed,
+                                              const tw_u64 *__restrict__ tile_off,
+                                              const tw_u64 *__restrict__ spill_off,
+                                              const tw_u32 *__restrict__ spill, float *u_ell,
+                                              float *u_spill, const tw_u32 *__restrict__ pre,
+                                              tw_u32 &word, float *&up, bool &ok) {
+    const tw_u64 *to = tile_off + m * ${NT};
+    int lo = 0, hi = ${NT - 1};
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (to[mid] <= e)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const tw_u64 i = e - to[lo];
+    ok = false;
+    if (i < ${S.SLOTS}ull) {
+        const long long w = m * ${S.NW} + lo * ${S.W} + 1 + (long long)i;
+        word = packed[w];
+        up = u_ell + w;
+        ok = pre != NULL && pre[0] == 0u && packed[m * ${S.NW} + lo * ${S.W}] <= ${S.SLOTS}u;
+    } else {
+        const tw_u64 j = spill_off[m * ${NT} + lo] + (i - ${S.SLOTS}ull);
+        word = spill[j];
+        up = u_spill + j;
+    }
+}
+
 /* Entries [e0, e1) of row chunk c of a row-chunk table. */
 __device__ __forceinline__ long long tw_row_chunk(long long c, const tw_u32 *__restrict__ chunk_row,
                                                   const tw_u64 *__restrict__ chunk_off,
@@ -1174,6 +1208,23 @@ cuda [==[
     __syncwarp();
 }
 
+/* The staged dot products of the lanes whose `need` is set, packed into the first lanes (the
+ * others' rows are not read): returns this lane's value (0 where not needed). Warp-collective. */
+__device__ __forceinline__ float tw_dot_need(const tw_xs *xs, const tw_u16 *__restrict__ base,
+                                             tw_u32 nrow, bool need, tw_u32 need_m, tw_u16 *st,
+                                             int lane) {
+    const int nc = __popc(need_m);
+    const int src = lane < nc ? (int)__fns(need_m, 0u, lane + 1) : 0;
+    const tw_u32 nn = __shfl_sync(TW_FULL, nrow, src & 31);
+    const float d = tw_dot_staged(xs, base, nn, nc, st, lane);
+    const int rank = __popc(need_m & ((1u << lane) - 1u));
+    const float v = __shfl_sync(TW_FULL, d, rank & 31);
+    return need ? v : 0.0f;
+}
+
+/* pre == NULL: every U computed here. Else (tiled U) entries of non-overflowing row-tiles take
+ * the U twell_train_udt wrote into u_ell; only the others are computed (and the token row is
+ * loaded only for them). */
 extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
                       const tw_u32 *__restrict__ packed, float *u_ell,
@@ -1181,7 +1232,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
-                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
+                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M,
+                      const tw_u32 *__restrict__ pre) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *xs = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -1191,21 +1243,35 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         double l1 = 0.0;
-        if (e0 < e1)
-            tw_row_to_smem16(xs, x + m * ${S.K}, lane);
+        bool have_row = false;
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
             float *up = NULL;
+            bool ok = false;
             if (e < e1)
-                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre, word,
+                              up, ok);
             const tw_u32 n = word & 0xffffu;
-            const float u = tw_dot_staged(xs, wu, n, nb, st, lane);
+            const bool need = e < e1 && !ok;
+            const tw_u32 need_m = __ballot_sync(TW_FULL, need);
+            float u = 0.0f;
+            if (need_m) {
+                if (!have_row)
+                    tw_row_to_smem16(xs, x + m * ${S.K}, lane);
+                have_row = true;
+                u = need_m == (nb == 32 ? TW_FULL : (1u << nb) - 1u)
+                        ? tw_dot_staged(xs, wu, n, nb, st, lane)
+                        : tw_dot_need(xs, wu, n, need, need_m, st, lane);
+            }
             float tm = 0.0f;
             if (e < e1) {
+                if (ok)
+                    u = *up;
                 tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
-                *up = u;
+                if (!ok)
+                    *up = u;
                 e_col[e] = n;
                 e_tm[e] = tm;
             }
@@ -1218,6 +1284,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
     }
 }
 
+/* pre == NULL: every dy·Wd_n computed here. Else (tiled dT) entries of non-overflowing row-tiles
+ * take dy·Wd_n from dt_ell (same word index as u_ell, written by twell_train_udt). */
 extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
                       const tw_u32 *__restrict__ packed, float *u_ell,
@@ -1225,7 +1293,8 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
-                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
+                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M,
+                      const tw_u32 *__restrict__ pre, const float *__restrict__ dt_ell) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *ds = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -1234,17 +1303,30 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
-        if (e0 < e1)
-            tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
+        bool have_row = false;
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
             float *up = NULL;
+            bool ok = false;
             if (e < e1)
-                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
-            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane);
+                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre, word,
+                              up, ok);
+            const bool need = e < e1 && !ok;
+            const tw_u32 need_m = __ballot_sync(TW_FULL, need);
+            float d = 0.0f;
+            if (need_m) {
+                if (!have_row)
+                    tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
+                have_row = true;
+                d = need_m == (nb == 32 ? TW_FULL : (1u << nb) - 1u)
+                        ? tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane)
+                        : tw_dot_need(ds, wd, word & 0xffffu, need, need_m, st, lane);
+            }
             if (e < e1) {
+                if (ok)
+                    d = dt_ell[up - u_ell];
                 const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
                 const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
                 const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
@@ -1253,6 +1335,55 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
             }
         }
         __syncwarp();
+    }
+}
+
+/* Tiled U / dT: the fused inference pipeline's phase A (templates/ffn_fused.cu.lua) left, per
+ * pair slot p of its (chunk, group) lists, the partial dot products of 64-column slices at
+ * partial[s·pstride + p]. One warp per list (lane per slot): the slices summed in ascending
+ * order (fp32, fixed), the slot's token m and neuron n decoded from desc (row in chunk << 7 |
+ * key << 4 | token in group), the entry found in row-tile (m, n / T) by its column (the slots
+ * ascend), and the sum stored at that word of out_ell ([M, N/C] f32, u_ell's layout). Pads (gate
+ * bits 0) are skipped; nothing is written when flag[0] != 0 (the lists were not built). */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_udt(const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
+                const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
+                const float *__restrict__ partial, long long pstride, int nsl, int cn, int gt,
+                int nc, const tw_u32 *__restrict__ packed, float *__restrict__ out_ell,
+                long long M, const tw_u32 *__restrict__ flag) {
+    if (flag[0] != 0u)
+        return;
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long ng = (M + gt - 1) / gt, nl = ng * nc;
+    for (long long l = tw_gwarp(); l < nl; l += tw_nwarps()) {
+        const long long c = l / ng, g = l - c * ng;
+        const tw_u32 o = offsets[l], sz = sizes[l];
+        for (tw_u32 q = (tw_u32)lane; q < sz; q += 32u) {
+            const tw_u32 p = o + q;
+            if (gv[p] == 0)
+                continue;
+            const tw_u32 d = desc[p];
+            const long long m = g * gt + (long long)(d & 15u);
+            const tw_u32 n = (tw_u32)c * (tw_u32)cn + (d >> 7);
+            if (m >= M || n >= ${S.N}u)
+                continue;
+            const long long wb = m * ${S.NW} + (long long)(n / ${S.T}u) * ${S.W};
+            const tw_u32 cnt = packed[wb];
+            int lo = 0, hi = (int)(cnt < ${S.SLOTS}u ? cnt : ${S.SLOTS}u) - 1;
+            while (lo < hi) { /* the first slot whose column is >= n */
+                const int mid = (lo + hi) >> 1;
+                if ((packed[wb + 1 + mid] & 0xffffu) < n)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (hi < 0 || (packed[wb + 1 + lo] & 0xffffu) != n)
+                continue;
+            float v = 0.0f;
+            for (int sl = 0; sl < nsl; sl++)
+                v += partial[(long long)sl * pstride + p];
+            out_ell[wb + 1 + lo] = v;
+        }
     }
 }
 ]==]

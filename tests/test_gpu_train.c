@@ -424,7 +424,9 @@ static void gt_expect(const twell_shape *s, const gt_errs *e) {
     }
 }
 
-static void gt_case_run(const gt_case *c, uint64_t seed) {
+/* udt: -1 the state's default (TWELL_TRAIN_UDT), 0 per-entry U/dT, 1 tiled (the route must run
+ * when the tensors are aligned). */
+static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     twell_shape s = gt_shape(c);
     tw_t_gen gen = {c->density, c->skew, c->exact, seed};
     tw_t_data d;
@@ -446,8 +448,14 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
     gt_out o1, o2;
     gt_out_alloc(&o1, c->M, c->K, c->N);
     gt_out_alloc(&o2, c->M, c->K, c->N);
+    if (udt >= 0)
+        GT_OK(tw_cuda_train_set_udt(g.state, udt));
     gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o1);
     assert_int_equal(tw_cuda_train_last_vec(g.state), c->unaligned ? 1 : 8);
+    if (udt == 1 && !c->unaligned)
+        assert_int_equal(tw_cuda_train_udt_tiled(g.state), 1);
+    if (udt == 0)
+        assert_int_equal(tw_cuda_train_udt_tiled(g.state), 0);
     tw_cuda_train_host h;
     GT_OK(tw_cuda_train_download(g.state, &h));
     gt_gpu_run(&g, c->lambda, 0x7FC17FC1u, &o2);
@@ -479,12 +487,13 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
         nrn_out += !nrn_same[n];
     size_t udiff = gt_check_layout(&s, &h, cpu, &gs, &cs, diff == 0 && values == 0);
     printf("# M=%zu K=%u N=%u T=%u C=%u %s %s%s density %.3f: nnz %zu (%.1f/row), spill %zu, "
-           "chunks %zu (E %llu, %zu partial rows), E2 %llu, state %.2f MB, %s loads\n",
+           "chunks %zu (E %llu, %zu partial rows), E2 %llu, state %.2f MB, %s loads, U/dT %s\n",
            c->M, c->K, c->N, c->T, c->C, c->dt == BF ? "bf16" : "fp16",
            c->skew ? "skewed" : "uniform", c->exact ? "" : " generic", c->density, h.nnz,
            (double)h.nnz / (double)c->M, h.spill_total, h.nchunks, (unsigned long long)h.E,
            h.pslots, (unsigned long long)h.E2, (double)twell_train_state_bytes(g.state) / 1e6,
-           c->unaligned ? "element" : "vector");
+           c->unaligned ? "element" : "vector",
+           tw_cuda_train_udt_tiled(g.state) ? "tiled" : "per entry");
     printf("#   support vs CPU: %zu flipped entries, %zu with another gate value (%zu rows, %zu "
            "neurons left out); U bitwise differing %s\n",
            diff, values, rows_out, nrn_out,
@@ -529,7 +538,15 @@ static void gt_case_run(const gt_case *c, uint64_t seed) {
 
 static void test_gpu_train_case(void **state) {
     const gt_case *c = *state;
-    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases));
+    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases), -1);
+}
+
+/* The cases again with U and dT forced per entry or tiled (whichever the default is not, so both
+ * routes meet the CPU reference in every run): tiled where the tensors are aligned. */
+static int g_udt_other;
+static void test_gpu_train_case_other(void **state) {
+    const gt_case *c = *state;
+    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases), g_udt_other);
 }
 
 /* One state reused across M (1000, 33, 1000): results right each time, capacity reused (the
@@ -592,6 +609,7 @@ static void test_gpu_train_legacy_same(void **unused) {
         gt_gpu_data(&g, &d, 0);
         gt_out o[2];
         tw_cuda_train_host h[2];
+        GT_OK(tw_cuda_train_set_udt(g.state, 0)); /* tiled U/dT: test_gpu_train_tiled_same */
         for (int legacy = 0; legacy < 2; legacy++) {
             gt_out_alloc(&o[legacy], c->M, c->K, c->N);
             GT_OK(tw_cuda_train_set_legacy(g.state, legacy));
@@ -617,6 +635,100 @@ static void test_gpu_train_legacy_same(void **unused) {
         assert_memory_equal(o[0].dwu, o[1].dwu, wk * 4);
         assert_memory_equal(o[0].dwd, o[1].dwd, wk * 4);
         assert_memory_equal(o[0].stats, o[1].stats, 8);
+        for (int k = 0; k < 2; k++) {
+            tw_cuda_train_host_free(&h[k]);
+            gt_out_free(&o[k]);
+        }
+        gt_gpu_close(&g);
+        tw_t_data_free(&d);
+    }
+}
+
+/* Per-entry against tiled U/dT on exact-gate data with heavy rows (overflowing row-tiles). The
+ * support and everything computed per entry in both runs stay bitwise equal: packed gate, spill
+ * words, U of the spill and of the slots of overflowing row-tiles, entry columns, L0. Values fed
+ * by tiled U or dT (another fp32 summation order, on tensor cores) agree: U, Tm, dU, dP per entry
+ * within 1e-4 of their magnitude + 1e-5 of the array's largest (cancellation near 0), y, dx and
+ * dW within the CPU-reference tolerances of the cases above (tiled against per entry). */
+static void test_gpu_train_tiled_same(void **unused) {
+    (void)unused;
+    static const gt_case cs[] = {
+        {1000, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0},
+        {333, 64, 256, 64, 8, FP, 0.20, 1, 1, 0.5f, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const gt_case *c = &cs[i];
+        twell_shape s = gt_shape(c);
+        tw_t_gen gen = {c->density, c->skew, c->exact, 99u + i};
+        tw_t_data d;
+        assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
+        gt_gpu g;
+        gt_gpu_open(&g, &s, c);
+        gt_gpu_data(&g, &d, 0);
+        gt_out o[2];
+        tw_cuda_train_host h[2];
+        for (int tiled = 0; tiled < 2; tiled++) {
+            gt_out_alloc(&o[tiled], c->M, c->K, c->N);
+            GT_OK(tw_cuda_train_set_udt(g.state, tiled));
+            gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[tiled]);
+            assert_int_equal(tw_cuda_train_udt_tiled(g.state), tiled);
+            GT_OK(tw_cuda_train_download(g.state, &h[tiled]));
+        }
+        assert_true(h[0].spill_total > 0); /* overflowing row-tiles were exercised */
+        assert_int_equal(h[0].nnz, h[1].nnz);
+        assert_int_equal(h[0].spill_total, h[1].spill_total);
+        size_t NT = c->N / c->T, W = c->T / c->C, words = c->M * (c->N / c->C);
+        assert_memory_equal(h[0].packed, h[1].packed, words * 4);
+        assert_memory_equal(h[0].spill, h[1].spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].u_spill, h[1].u_spill, h[0].spill_total * 4);
+        assert_memory_equal(h[0].e_col, h[1].e_col, h[0].nnz * 4);
+        assert_true(o[0].stats[0] == o[1].stats[0]);
+        size_t ovf_tiles = 0, tiled_vals = 0, tiled_bits = 0;
+        double umax = 0, vmax[3] = {0, 0, 0};
+        for (size_t w = 0; w < words; w++)
+            if (w % W != 0 && fabs((double)h[0].u_ell[w]) > umax && w % W <= h[0].packed[w - w % W])
+                umax = fabs((double)h[0].u_ell[w]);
+        for (size_t r = 0; r < c->M * NT; r++) {
+            uint32_t cnt = h[0].packed[r * W], k = cnt < W - 1 ? cnt : (uint32_t)(W - 1);
+            for (uint32_t j = 1; j <= k; j++) {
+                float a = h[0].u_ell[r * W + j], b = h[1].u_ell[r * W + j];
+                if (cnt > W - 1) {
+                    if (memcmp(&a, &b, 4) != 0)
+                        fail_msg("row-tile %zu overflows: U of slot %u %.9g (entry) vs %.9g "
+                                 "(tiled)",
+                                 r, j, (double)a, (double)b);
+                } else {
+                    tiled_vals++;
+                    tiled_bits += memcmp(&a, &b, 4) == 0;
+                    if (fabs((double)a - (double)b) > 1e-4 * fabs((double)a) + 1e-5 * umax)
+                        fail_msg("row-tile %zu slot %u: U %.9g (entry) vs %.9g (tiled)", r, j,
+                                 (double)a, (double)b);
+                }
+            }
+            ovf_tiles += cnt > W - 1;
+        }
+        size_t bits[3] = {0, 0, 0};
+        const float *ve[3][2] = {
+            {h[0].e_tm, h[1].e_tm}, {h[0].e_du, h[1].e_du}, {h[0].e_dp, h[1].e_dp}};
+        for (int v = 0; v < 3; v++)
+            for (size_t e = 0; e < h[0].nnz; e++)
+                vmax[v] = fabs((double)ve[v][0][e]) > vmax[v] ? fabs((double)ve[v][0][e]) : vmax[v];
+        for (int v = 0; v < 3; v++)
+            for (size_t e = 0; e < h[0].nnz; e++) {
+                double a = ve[v][0][e], b = ve[v][1][e];
+                bits[v] += memcmp(&ve[v][0][e], &ve[v][1][e], 4) == 0;
+                if (fabs(a - b) > 1e-4 * fabs(a) + 1e-5 * vmax[v])
+                    fail_msg("entry %zu: %s %.9g (entry) vs %.9g (tiled)", e,
+                             v == 0 ? "Tm" : (v == 1 ? "dU" : "dP"), a, b);
+            }
+        printf("# entry vs tiled M=%zu K=%u N=%u T=%u: nnz %zu, spill %zu, %zu overflowing "
+               "row-tiles; tiled U bitwise equal %zu/%zu; Tm %zu, dU %zu, dP %zu of %zu\n",
+               c->M, c->K, c->N, c->T, h[0].nnz, h[0].spill_total, ovf_tiles, tiled_bits,
+               tiled_vals, bits[0], bits[1], bits[2], h[0].nnz);
+        assert_true(ovf_tiles > 0 && tiled_vals > 0);
+        gt_errs e;
+        gt_compare(&s, c->M, &o[1], &o[0], NULL, NULL, &e);
+        gt_expect(&s, &e);
         for (int k = 0; k < 2; k++) {
             tw_cuda_train_host_free(&h[k]);
             gt_out_free(&o[k]);
@@ -674,8 +786,9 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof gt_cases / sizeof gt_cases[0] + 3];
-    static char names[sizeof gt_cases / sizeof gt_cases[0]][128];
+    struct CMUnitTest tests[2 * (sizeof gt_cases / sizeof gt_cases[0]) + 4];
+    static char names[2 * (sizeof gt_cases / sizeof gt_cases[0])][140];
+    g_udt_other = !tw_cuda_train_udt_default();
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
         snprintf(names[i], sizeof names[i], "test_gpu_train_M%zu_K%u_N%u_T%u_C%u_%s_%s_d%.3f%s%s%s",
@@ -686,6 +799,15 @@ int main(int argc, char **argv) {
         tests[i] = t;
     }
     size_t n = ncases;
+    for (size_t i = 0; i < ncases; i++) { /* the other U/dT route, where it differs */
+        const gt_case *c = &gt_cases[i];
+        if (c->unaligned || c->K % 64u != 0)
+            continue;
+        snprintf(names[n], sizeof names[n], "%.110s_udt_%s", names[i],
+                 g_udt_other ? "tiled" : "entry");
+        struct CMUnitTest t = {names[n], test_gpu_train_case_other, NULL, NULL, (void *)c};
+        tests[n++] = t;
+    }
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_errors);
     tests[n++] = t1;
     if (!small) {
@@ -693,6 +815,8 @@ int main(int argc, char **argv) {
         tests[n++] = t2;
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_legacy_same);
         tests[n++] = t3;
+        struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_tiled_same);
+        tests[n++] = t4;
     }
     int rc = _cmocka_run_group_tests("test_gpu_train", tests, n, NULL, NULL);
     twell_ctx_destroy(g_ctx);
