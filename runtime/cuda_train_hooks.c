@@ -110,7 +110,7 @@ int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
 
 int tw_cuda_train_udt_tiled(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
-    return t ? t->fwd_tiled : 0;
+    return t ? t->fwd_tiled != 0 : 0;
 }
 
 int tw_cuda_train_last_vec(const twell_train_state *state) {

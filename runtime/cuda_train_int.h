@@ -38,6 +38,7 @@ enum {
     TF_UDT,      /* tiled U / dT: slices of the fused pipeline's phase A to entry words */
     TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
     TF_OVF_TILES,
+    TF_OVF_UDT, /* only in those with T <= 512 */
     TF_COUNT
 };
 
@@ -76,14 +77,16 @@ enum {
     TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
     TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
     TB_DT_ELL,     /* f32 [M·N/C]: dy·Wd of the entry in the same word (tiled dT) */
+    TB_DT_SPILL,   /* f32 [spill]: dy·Wd of the spill entries (tiled dT) */
     TB_COUNT
 };
 
 typedef struct {
     tw_CUmodule mod;
     tw_CUfunction fn[TF_COUNT];
-    int mma;    /* overflowing row-tiles on tensor cores (TF_OVF_*) */
-    int staged; /* staged per-entry dot products (TF_*_ENT_S) */
+    int mma;     /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
+    int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
 } tw_tmod;
 
 typedef struct {
@@ -100,7 +103,8 @@ typedef struct tw_ctrain {
     int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
     int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry */
     tw_ctt *tiled;
-    int fwd_tiled; /* the saved forward built the tiled lists (its backward uses them) */
+    int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
+                    * (overflowing row-tiles per entry), 2 also TF_OVF_UDT */
     unsigned skc, sst, swp, sxf; /* staged kernels: K chunk (0: default), stages, warps per
                                   * block, token row in fp32 */
     tw_dbuf buf[TB_COUNT];

@@ -412,16 +412,77 @@ static void gt_compare(const twell_shape *s, size_t M, const gt_out *g, const gt
                                      &e->bit[2 + t], &e->cmp[2 + t]);
 }
 
-static void gt_expect(const twell_shape *s, const gt_errs *e) {
+/* w_fp64: the weight gradients are judged by gt_expect_fp64 instead (printed here only). */
+static void gt_expect_w(const twell_shape *s, const gt_errs *e, int w_fp64) {
     double t16 = s->dtype == BF ? 5e-3 : 1e-3;
     for (int t = 0; t < 5; t++) {
         double tol = t < 2 ? t16 : 1e-5;
-        printf("#   %-3s worst row-rel %.3e (row %zu) tol %.0e; bitwise equal %zu/%zu\n",
-               gt_names[t], e->e[t], e->at[t], tol, e->bit[t], e->cmp[t]);
+        printf("#   %-3s worst row-rel %.3e (row %zu) tol %.0e%s; bitwise equal %zu/%zu\n",
+               gt_names[t], e->e[t], e->at[t], tol, t >= 2 && w_fp64 ? " (not applied)" : "",
+               e->bit[t], e->cmp[t]);
         char what[64];
         snprintf(what, sizeof what, "%s row %zu", gt_names[t], e->at[t]);
-        GT_LE(e->e[t], tol, what);
+        if (t < 2 || !w_fp64)
+            GT_LE(e->e[t], tol, what);
     }
+}
+
+static void gt_expect(const twell_shape *s, const gt_errs *e) { gt_expect_w(s, e, 0); }
+
+/* Tiled U/dT sum in another fp32 order than the CPU reference, so the weight gradients' 1e-5
+ * row-relative bound (which presumes the reference's order) does not apply; they are judged
+ * against the fp64 model (ref64_train.h) on the CPU's gate values instead, with the library's
+ * stated tolerance (tests/test_ref_train.c): |got - fp64| <= 2e-5 · (Σ |terms|) per element,
+ * over the neurons whose support agrees (nrn_same; all when NULL). The CPU reference's own error
+ * on the same scale is printed beside it. */
+static void gt_expect_fp64(const twell_shape *s, const tw_t_data *d, const tw_t_lib *L,
+                           float lambda, const gt_out *g, const gt_out *cpu,
+                           const unsigned char *nrn_same) {
+    size_t M = d->M, K = d->K, N = d->N, xk = M * K, wk = N * K;
+    twell_dtype dt = s->dtype;
+    double *x = tw_t_to_f64(dt, d->x, xk), *wg = tw_t_to_f64(dt, d->wg, wk);
+    double *wu = tw_t_to_f64(dt, d->wu, wk), *wd = tw_t_to_f64(dt, d->wd, wk);
+    double *dy = tw_t_to_f64(dt, d->dy, xk), *plib = tw_t_lib_dense_p(L);
+    double *dx = malloc(xk * 8), *sy = malloc(xk * 8), *sdx = malloc(xk * 8);
+    double *b[3], *sc[3];
+    for (int t = 0; t < 3; t++)
+        b[t] = malloc(wk * 8), sc[t] = malloc(wk * 8);
+    assert_true(x && wg && wu && wd && dy && plib && dx && sy && sdx && b[0] && b[1] && b[2] &&
+                sc[0] && sc[1] && sc[2]);
+    tw_t_ref r;
+    assert_int_equal(
+        tw_t_ref_forward(&r, M, (uint32_t)K, (uint32_t)N, x, wg, wu, wd, TW_T_P_ROUND, dt, plib),
+        0);
+    tw_t_ref_backward(&r, x, wg, wu, wd, dy, (double)lambda, dx, b[0], b[1], b[2]);
+    assert_int_equal(
+        tw_t_ref_scales(&r, x, wg, wu, wd, dy, (double)lambda, sy, sdx, sc[0], sc[1], sc[2]), 0);
+    const float *gw[3] = {g->dwg, g->dwu, g->dwd}, *cw[3] = {cpu->dwg, cpu->dwu, cpu->dwd};
+    for (int t = 0; t < 3; t++) {
+        double *lg = tw_t_f32_to_f64(gw[t], wk), *lc = tw_t_f32_to_f64(cw[t], wk);
+        assert_true(lg && lc);
+        double eg = 0, ec = 0;
+        size_t at = 0;
+        for (size_t n = 0; n < N; n++) {
+            if (nrn_same && !nrn_same[n])
+                continue;
+            double a = tw_t_err_scaled(lg + n * K, b[t] + n * K, sc[t] + n * K, K, 0, 0, NULL);
+            double c = tw_t_err_scaled(lc + n * K, b[t] + n * K, sc[t] + n * K, K, 0, 0, NULL);
+            if (a > eg)
+                eg = a, at = n;
+            ec = c > ec ? c : ec;
+        }
+        printf("#   %-3s vs fp64: worst scaled error %.2e (neuron %zu; CPU reference %.2e), tol "
+               "2e-05\n",
+               gt_names[2 + t], eg, at, ec);
+        char what[64];
+        snprintf(what, sizeof what, "%s vs fp64, neuron %zu", gt_names[2 + t], at);
+        GT_LE(eg, 2e-5, what);
+        free(lg), free(lc);
+    }
+    tw_t_ref_free(&r);
+    free(x), free(wg), free(wu), free(wd), free(dy), free(plib), free(dx), free(sy), free(sdx);
+    for (int t = 0; t < 3; t++)
+        free(b[t]), free(sc[t]);
 }
 
 /* udt: -1 the state's default (TWELL_TRAIN_UDT), 0 per-entry U/dT, 1 tiled (the route must run
@@ -510,7 +571,10 @@ static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     /* results */
     gt_errs e;
     gt_compare(&s, c->M, &o1, &r, row_same, nrn_same, &e);
-    gt_expect(&s, &e);
+    int tiled = tw_cuda_train_udt_tiled(g.state);
+    gt_expect_w(&s, &e, tiled);
+    if (tiled)
+        gt_expect_fp64(&s, &d, &L, c->lambda, &o1, &r, nrn_same);
     double l1rel = fabs((double)o1.stats[1] - (double)r.stats[1]) /
                    (fabs((double)r.stats[1]) > 0 ? fabs((double)r.stats[1]) : 1.0);
     printf("#   L0 %.6g (CPU %.6g), L1 %.9g (CPU %.9g, rel %.1e, tol 1e-6)\n", (double)o1.stats[0],
@@ -645,16 +709,16 @@ static void test_gpu_train_legacy_same(void **unused) {
 }
 
 /* Per-entry against tiled U/dT on exact-gate data with heavy rows (overflowing row-tiles). The
- * support and everything computed per entry in both runs stay bitwise equal: packed gate, spill
- * words, U of the spill and of the slots of overflowing row-tiles, entry columns, L0. Values fed
- * by tiled U or dT (another fp32 summation order, on tensor cores) agree: U, Tm, dU, dP per entry
+ * support stays bitwise equal: packed gate, spill words, entry columns, L0. Values fed by tiled
+ * U or dT (another fp32 summation order, on tensor cores: the pair lists' phase A, and for
+ * overflowing row-tiles twell_train_ovf_udt) agree: U (slots and spill), Tm, dU, dP per entry
  * within 1e-4 of their magnitude + 1e-5 of the array's largest (cancellation near 0), y, dx and
  * dW within the CPU-reference tolerances of the cases above (tiled against per entry). */
 static void test_gpu_train_tiled_same(void **unused) {
     (void)unused;
     static const gt_case cs[] = {
         {1000, 512, 1024, 256, 8, BF, 0.05, 1, 1, 1.0f, 0, 0, 0},
-        {333, 64, 256, 64, 8, FP, 0.20, 1, 1, 0.5f, 0, 0, 0},
+        {333, 64, 256, 64, 8, FP, 0.05, 1, 1, 0.5f, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const gt_case *c = &cs[i];
@@ -680,7 +744,6 @@ static void test_gpu_train_tiled_same(void **unused) {
         size_t NT = c->N / c->T, W = c->T / c->C, words = c->M * (c->N / c->C);
         assert_memory_equal(h[0].packed, h[1].packed, words * 4);
         assert_memory_equal(h[0].spill, h[1].spill, h[0].spill_total * 4);
-        assert_memory_equal(h[0].u_spill, h[1].u_spill, h[0].spill_total * 4);
         assert_memory_equal(h[0].e_col, h[1].e_col, h[0].nnz * 4);
         assert_true(o[0].stats[0] == o[1].stats[0]);
         size_t ovf_tiles = 0, tiled_vals = 0, tiled_bits = 0;
@@ -692,20 +755,20 @@ static void test_gpu_train_tiled_same(void **unused) {
             uint32_t cnt = h[0].packed[r * W], k = cnt < W - 1 ? cnt : (uint32_t)(W - 1);
             for (uint32_t j = 1; j <= k; j++) {
                 float a = h[0].u_ell[r * W + j], b = h[1].u_ell[r * W + j];
-                if (cnt > W - 1) {
-                    if (memcmp(&a, &b, 4) != 0)
-                        fail_msg("row-tile %zu overflows: U of slot %u %.9g (entry) vs %.9g "
-                                 "(tiled)",
-                                 r, j, (double)a, (double)b);
-                } else {
-                    tiled_vals++;
-                    tiled_bits += memcmp(&a, &b, 4) == 0;
-                    if (fabs((double)a - (double)b) > 1e-4 * fabs((double)a) + 1e-5 * umax)
-                        fail_msg("row-tile %zu slot %u: U %.9g (entry) vs %.9g (tiled)", r, j,
-                                 (double)a, (double)b);
-                }
+                tiled_vals++;
+                tiled_bits += memcmp(&a, &b, 4) == 0;
+                if (fabs((double)a - (double)b) > 1e-4 * fabs((double)a) + 1e-5 * umax)
+                    fail_msg("row-tile %zu%s slot %u: U %.9g (entry) vs %.9g (tiled)", r,
+                             cnt > W - 1 ? " (overflowing)" : "", j, (double)a, (double)b);
             }
             ovf_tiles += cnt > W - 1;
+        }
+        for (size_t j = 0; j < h[0].spill_total; j++) {
+            double a = h[0].u_spill[j], b = h[1].u_spill[j];
+            tiled_vals++;
+            tiled_bits += memcmp(&h[0].u_spill[j], &h[1].u_spill[j], 4) == 0;
+            if (fabs(a - b) > 1e-4 * fabs(a) + 1e-5 * umax)
+                fail_msg("spill %zu: U %.9g (entry) vs %.9g (tiled)", j, a, b);
         }
         size_t bits[3] = {0, 0, 0};
         const float *ve[3][2] = {
@@ -728,7 +791,7 @@ static void test_gpu_train_tiled_same(void **unused) {
         assert_true(ovf_tiles > 0 && tiled_vals > 0);
         gt_errs e;
         gt_compare(&s, c->M, &o[1], &o[0], NULL, NULL, &e);
-        gt_expect(&s, &e);
+        gt_expect_w(&s, &e, 1); /* weight gradients: the per-entry bounds above and the cases */
         for (int k = 0; k < 2; k++) {
             tw_cuda_train_host_free(&h[k]);
             gt_out_free(&o[k]);
