@@ -100,7 +100,7 @@ local OVF_BM = 16           -- listed rows per CTA step
 local OVF_WM = OVF_BM // 16 -- warps along the rows
 local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Tiled U / dT of overflowing row-tiles (twell_train_ovf_udt): fp32 values of 16 rows x T
--- columns in static shared memory (T <= 512). runtime/cuda_train.c tests the same (tw_ct_ovf_udt).
+-- columns in static shared memory (T <= 512). runtime/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
 local OVF_UDT = MMA and S.T <= 512
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements

@@ -13,6 +13,9 @@ echo "== built after $(($(date +%s) - T0)) s"
 t=$(left 200); [ $t -gt $TT ] && t=$TT
 (cd build-dev && timeout $t ./test_gpu_train > $OUT/test.log 2>&1; echo "== test_gpu_train rc=$? (limit $t s)")
 grep -E "^\[  FAILED|^\[  PASSED|entry vs tiled|legacy vs|Failure|U/dT tiled" $OUT/test.log | cut -c1-150 | sort | uniq -c | sort -rn | head -14
+grep -E "vs fp64" $OUT/test.log | sort -k7 -g | tail -3
+t=$(left 160); [ $t -gt 90 ] && t=90
+(cd build-dev && timeout $t ./test_gpu_train_dense > $OUT/test_dense.log 2>&1; echo "== test_gpu_train_dense rc=$? (limit $t s)"; grep -E "^\[  (PASSED|FAILED)" $OUT/test_dense.log | head -4)
 for mode in entry tiled; do
     mkdir -p $OUT/$mode
     t=$(left 40); [ $t -gt $BT ] && t=$BT
