@@ -19,7 +19,11 @@
  * 16-bit step apart (their neurons are left out of the fp32 weight-gradient comparison, their
  * rows stay within the 16-bit tolerance). Tolerances: y, dx row-relative 5e-3 (bf16) / 1e-3
  * (fp16), dWg, dWu, dWd 1e-5; max_rel_err is the worst of the five. The timed full-M run is
- * checked for poison (every output written, finite).
+ * checked for poison (every output written, finite). Tiled U/dT (TWELL_TRAIN_UDT=tiled): U and
+ * dT are summed in another fp32 order (tensor cores, 64-column slices), so the weight gradients
+ * differ from the reference's order by what fp32 reordering moves at this K (2.7e-5 row-relative
+ * measured at K = 2048); the bound is 1e-4 there, and tests/test_gpu_train.c holds that route to
+ * the fp64 model with the library's stated tolerance (2e-5 of Σ|terms|).
  *
  * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (the check
  * state's first forward under AUTO, or DENSE) its contract applies: U, Tm, dU, dP rounded to
@@ -349,13 +353,16 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     }
     bt_compare(s, &gs.sup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
     double t16 = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
+    int tiled = tw_cuda_train_udt_tiled(gst); /* see the file comment */
+    double tw = tiled ? 1e-4 : 1e-5;
     ok = res->rows_out * 100 <= Mc && res->err[0] <= t16 && res->err[1] <= t16 &&
-         res->err[2] <= 1e-5 && res->err[3] <= 1e-5 && res->err[4] <= 1e-5;
+         res->err[2] <= tw && res->err[3] <= tw && res->err[4] <= tw;
     snprintf(note, notelen,
              "CPU check, first %zu rows: row-rel y %.1e dx %.1e (tol %.0e) dWg %.1e dWu %.1e "
-             "dWd %.1e (tol 1e-5); gate vs CPU: %zu flips, %zu values (%zu rows, %zu neurons out)",
-             Mc, res->err[0], res->err[1], t16, res->err[2], res->err[3], res->err[4], res->diff,
-             res->values, res->rows_out, res->nrn_out);
+             "dWd %.1e (tol %.0e%s); gate vs CPU: %zu flips, %zu values (%zu rows, %zu neurons "
+             "out)",
+             Mc, res->err[0], res->err[1], t16, res->err[2], res->err[3], res->err[4], tw,
+             tiled ? ", tiled U/dT" : "", res->diff, res->values, res->rows_out, res->nrn_out);
 done:
     free(ry), free(rdx), free(gy), free(gdx), free(rw), free(gw), free(row_same), free(nrn_same);
     free(gso), free(gro);

@@ -14,24 +14,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[TF_COUNT] = {
-    "twell_train_recount",        "twell_train_scan_up_tiles",   "twell_train_scan_down_tiles",
-    "twell_train_scan_up_rows",   "twell_train_scan_down_rows",  "twell_train_scan_up_hist",
-    "twell_train_scan_down_hist", "twell_train_scan_up_neurons", "twell_train_scan_down_neurons",
-    "twell_train_scan_top",       "twell_train_owners",          "twell_train_spill",
-    "twell_train_fwd_ent",        "twell_train_fwd_y",           "twell_train_row_reduce",
-    "twell_train_stats",          "twell_train_bwd_ent",         "twell_train_bwd_dx",
-    "twell_train_hist",           "twell_train_scatter",         "twell_train_dw",
-    "twell_train_dw_reduce",      "twell_train_fwd_ent_s",       "twell_train_bwd_ent_s",
-    "twell_train_ovf_list",       "twell_train_ovf_tiles"};
+static const char *const tf_names[] = {"twell_train_recount",
+                                       "twell_train_scan_up_tiles",
+                                       "twell_train_scan_down_tiles",
+                                       "twell_train_scan_up_rows",
+                                       "twell_train_scan_down_rows",
+                                       "twell_train_scan_up_hist",
+                                       "twell_train_scan_down_hist",
+                                       "twell_train_scan_up_neurons",
+                                       "twell_train_scan_down_neurons",
+                                       "twell_train_scan_top",
+                                       "twell_train_owners",
+                                       "twell_train_spill",
+                                       "twell_train_fwd_ent",
+                                       "twell_train_fwd_y",
+                                       "twell_train_row_reduce",
+                                       "twell_train_stats",
+                                       "twell_train_bwd_ent",
+                                       "twell_train_bwd_dx",
+                                       "twell_train_hist",
+                                       "twell_train_scatter",
+                                       "twell_train_dw",
+                                       "twell_train_dw_reduce",
+                                       "twell_train_fwd_ent_s",
+                                       "twell_train_bwd_ent_s",
+                                       "twell_train_udt",
+                                       "twell_train_ovf_list",
+                                       "twell_train_ovf_tiles",
+                                       "twell_train_ovf_udt"};
+_Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
-    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
-    "row offsets",  "row chunks",     "row slots",       "scan blocks",    "totals",
-    "spill",        "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
-    "entry Tm",     "row partials",   "entry dU",        "entry dP",       "histograms",
-    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts"};
+    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",    "spill offsets",
+    "row offsets",  "row chunks",     "row slots",       "scan blocks",     "totals",
+    "spill",        "u_spill",        "chunk rows",      "chunk L1",        "entry columns",
+    "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
+    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
+    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts", "entry dT",
+    "spill dT"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -49,7 +69,7 @@ static size_t tw_ct_bytes(const tw_ctrain *t) {
     size_t b = sizeof *t + 8u * sizeof(uint64_t);
     for (int i = 0; i < TB_COUNT; i++)
         b += t->buf[i].cap;
-    return b;
+    return b + tw_ctt_bytes(t->tiled);
 }
 
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
@@ -70,6 +90,7 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
+    t->udt = tw_ct_udt_env();
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -138,6 +159,19 @@ static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
     t->skc = kc, t->sst = st, t->swp = wp, t->sxf = xf;
 }
 
+/* TWELL_TRAIN_UDT: "entry" (per-entry staged dot products) or "tiled" (cuda_train_tiled.c);
+ * anything else: the default, TW_CT_UDT_DEFAULT (tiled: faster in every configuration measured,
+ * BENCHMARKS.md "tiled U / dT"). */
+#define TW_CT_UDT_DEFAULT 1
+int tw_ct_udt_env(void) {
+    const char *e = getenv("TWELL_TRAIN_UDT");
+    if (e && !strcmp(e, "entry"))
+        return 0;
+    if (e && !strcmp(e, "tiled"))
+        return 1;
+    return TW_CT_UDT_DEFAULT;
+}
+
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     if (t->mods[vi].mod)
         return TWELL_OK;
@@ -180,7 +214,8 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     t->smem_stage = t->swp * tw_ct_stw(t, s->K);
     int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
     m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
-    int nfn = m.mma ? TF_COUNT : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
+    m.ovf_udt = m.mma && s->T <= 512u; /* train_ffn.cu.lua's OVF_UDT */
+    int nfn = m.mma ? (m.ovf_udt ? TF_COUNT : TF_OVF_UDT) : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
     for (int i = 0; i < nfn && st == TWELL_OK; i++)
         st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
     for (int i = TF_FWD_ENT_S; m.staged && i <= TF_BWD_ENT_S && st == TWELL_OK; i++)
@@ -327,6 +362,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_get(ctx, state, &t));
     t->M = 0; /* the earlier forward is gone from here on */
     t->have_bwd = 0;
+    t->fwd_tiled = 0;
     if (M > 0xffffffffu)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "%s: M = %zu exceeds 2^32 - 1 rows", fn, M);
     const void *ptrs[] = {x, wg, wu, wd, y};
@@ -452,10 +488,34 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
     }
+    /* tiled U (staged builds): the fused pipeline's lists and phase A, values into u_ell; the
+     * per-entry kernel then computes only the overflowing row-tiles' entries */
+    const uint32_t *pre = NULL;
+    int pre_all = 0;
+    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, &synced));
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_SPILL, spill * 4u, fn, &synced));
+        TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
+        tw_ct_mark(ctx, t, "u_lists", stream);
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
+        tw_ct_mark(ctx, t, "u_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, u_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "u_sum", stream);
+        if (md->ovf_udt) { /* overflowing row-tiles: dense per listed row-tile, tensor cores */
+            void *oargs[] = {(void *)&x, (void *)&wu, &packed, &ovf_cnt, &mask,
+                             &spill_off, &sp,         &u_ell,  &u_spill, &Ml};
+            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                    stream, oargs));
+            tw_ct_mark(ctx, t, "u_ovf", stream);
+            pre_all = 1;
+        }
+        t->fwd_tiled = 1 + pre_all;
+        state->bytes = tw_ct_bytes(t);
+    }
     {
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
-                        &e_col,     &e_tm,       &chunk_l1, &Ml};
+                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
                             tw_ct_blocks(ctx, nchunks, sg ? t->swp : t->wpb),
@@ -577,11 +637,35 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
 
     t->npev = 0;
     tw_ct_mark(ctx, t, "start", stream);
-    /* 1. per entry: dT, dU, dP */
+    /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
+     * entries of non-overflowing row-tiles) */
+    const uint32_t *pre = NULL;
+    int pre_all = 0;
+    void *dt_ell = t->buf[TB_DT_ELL].p, *dt_spill = t->buf[TB_DT_SPILL].p;
+    if (t->fwd_tiled && md->staged && !t->legacy) {
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, dy, wd, stream));
+        tw_ct_mark(ctx, t, "dt_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, dt_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "dt_sum", stream);
+        if (t->fwd_tiled == 2 && md->ovf_udt) { /* the forward's overflow lists (mask, counts) */
+            uint32_t NT = s->N / s->T;
+            uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
+            uint32_t ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+            void *ovf_cnt = t->buf[TB_OVF_CNT].p, *mask = t->buf[TB_MASK].p;
+            void *oargs[] = {(void *)&dy, (void *)&wd, &packed, &ovf_cnt,  &mask,
+                             &spill_off,  &sp,         &dt_ell, &dt_spill, &Ml};
+            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                    stream, oargs));
+            tw_ct_mark(ctx, t, "dt_ovf", stream);
+            pre_all = 1;
+        }
+        pre = tw_ctt_flag(t->tiled);
+    }
     {
-        void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,     &tile_off,  &spill_off,
-                        &sp,         &u_spill,    &row_off, &chunk_off, &chunk_row, &E,
-                        &l1c,        &e_du,       &e_dp,    &Ml};
+        void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,   &tile_off,
+                        &spill_off,  &sp,         &u_spill, &row_off, &chunk_off,
+                        &chunk_row,  &E,          &l1c,     &e_du,    &e_dp,
+                        &Ml,         &pre,        &dt_ell,  &pre_all, &dt_spill};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
                             tw_ct_blocks(ctx, t->nchunks, sg ? t->swp : t->wpb),
@@ -673,6 +757,7 @@ void tw_cuda_train_release(twell_train_state *state) {
             tw_cuda_free(ctx, t->buf[i].p);
         for (int i = 0; i < 2; i++)
             tw_cu_module_unload(t->mods[i].mod);
+        tw_ctt_release(ctx, t->tiled);
         tw_cuda_event_destroy(ctx, t->ev);
         for (int i = 0; i < TW_CT_PROF_MAX; i++)
             if (t->pev[i])

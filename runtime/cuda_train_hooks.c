@@ -96,6 +96,23 @@ twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     return st;
 }
 
+twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st == TWELL_OK)
+        t->udt = tiled != 0;
+    return st;
+}
+
+int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
+
+int tw_cuda_train_udt_tiled(const twell_train_state *state) {
+    const tw_ctrain *t = state ? state->backend_data : NULL;
+    return t ? t->fwd_tiled != 0 : 0;
+}
+
 int tw_cuda_train_last_vec(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->last_vec : 0;

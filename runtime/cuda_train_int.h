@@ -6,6 +6,7 @@
 #define TWELL_CUDA_TRAIN_INT_H
 
 #include "cuda_driver.h"
+#include "cuda_train_tiled.h"
 #include "internal.h"
 
 /* The kernels of train_ffn, by index. */
@@ -34,8 +35,10 @@ enum {
     TF_DW_REDUCE,
     TF_FWD_ENT_S, /* from here: only in VEC 8 builds */
     TF_BWD_ENT_S,
+    TF_UDT,      /* tiled U / dT: slices of the fused pipeline's phase A to entry words */
     TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
     TF_OVF_TILES,
+    TF_OVF_UDT, /* only in those with T <= 512 */
     TF_COUNT
 };
 
@@ -73,14 +76,17 @@ enum {
     TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
     TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
     TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
+    TB_DT_ELL,     /* f32 [M·N/C]: dy·Wd of the entry in the same word (tiled dT) */
+    TB_DT_SPILL,   /* f32 [spill]: dy·Wd of the spill entries (tiled dT) */
     TB_COUNT
 };
 
 typedef struct {
     tw_CUmodule mod;
     tw_CUfunction fn[TF_COUNT];
-    int mma;    /* overflowing row-tiles on tensor cores (TF_OVF_*) */
-    int staged; /* staged per-entry dot products (TF_*_ENT_S) */
+    int mma;     /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
+    int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
 } tw_tmod;
 
 typedef struct {
@@ -95,6 +101,10 @@ typedef struct tw_ctrain {
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
     int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
+    int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry */
+    tw_ctt *tiled;
+    int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
+                    * (overflowing row-tiles per entry), 2 also TF_OVF_UDT */
     unsigned skc, sst, swp, sxf; /* staged kernels: K chunk (0: default), stages, warps per
                                   * block, token row in fp32 */
     tw_dbuf buf[TB_COUNT];
@@ -119,6 +129,9 @@ typedef struct tw_ctrain {
 } tw_ctrain;
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
+
+/* The U/dT mode of TWELL_TRAIN_UDT ("entry" 0, "tiled" 1, else the default). */
+int tw_ct_udt_env(void);
 
 /* The backend state of `state`, created (with its pinned totals and event) on first use. */
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out);

@@ -175,11 +175,18 @@ size_t twell_train_state_bytes(const twell_train_state *state) {
 /* The sparse state's size estimate (train_layout of both backends): packed gate and U per word,
  * overflow masks and per-tile/per-row offsets, then per active value the spill bound, the
  * forward's column and Tm, the backward's dU, dP and the neuron-major token and entry lists. */
-static size_t tw_sparse_estimate(const twell_shape *s, size_t M, double nnz_per_row) {
+static size_t tw_sparse_estimate(const twell_shape *s, size_t M, double nnz_per_row, int cuda) {
     double words = (double)M * (s->N / s->C), tiles = (double)M * (s->N / s->T);
     double nnz = nnz_per_row * (double)M;
     double b = 8.0 * words + tiles * (s->T / 8u) + 16.0 * (tiles + 1.0) + 24.0 * ((double)M + 1.0) +
                32.0 * nnz + 32.0 * ((double)s->N + 1.0);
+    if (cuda && s->K % 64u == 0) /* tiled U/dT (cuda_train_tiled.c): dT per word, spill dT, the
+                                    lists' per-row arrays, and per pair slot (entries + padding of
+                                    up to 15 per list of 8 tokens x 512 neurons) desc, gate and
+                                    the K/64 slices of phase A */
+        b += 4.0 * words + 4.0 * nnz + 8.0 * tiles + 16.0 * (double)M +
+             (6.0 + 4.0 * (s->K / 64u)) *
+                 (nnz + 15.0 * ((double)M / 8.0 + 1.0) * ((double)s->N / 512.0 + 1.0));
     return b >= (double)SIZE_MAX ? 0 : (size_t)b;
 }
 
@@ -195,7 +202,7 @@ twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_p
         return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
                         "twell_train_workspace_size: needs bytes != NULL, M >= 1, 0 <= "
                         "nnz_per_row <= N and a twell_path");
-    size_t sparse = tw_sparse_estimate(s, M, nnz_per_row);
+    size_t sparse = tw_sparse_estimate(s, M, nnz_per_row, plan->ctx->backend == TWELL_BACKEND_CUDA);
     size_t dense = plan->ctx->backend == TWELL_BACKEND_CUDA ? tw_ctd_bytes(s, M) : 0u;
     if (sparse == 0 || (plan->ctx->backend == TWELL_BACKEND_CUDA && dense == 0))
         return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,

@@ -63,12 +63,21 @@
 --                              (mma.sync m16n8k16, fp32 accumulate), relu + dtype rounding; mode 0
 --                              rewrites count + slots (the recount), mode 1 writes the spill words.
 --                              Both modes run the same instructions: identical values.
+--   twell_train_ovf_udt        (MMA builds, T <= 512) as ovf_tiles: a·w_n (x·Wu or dy·Wd) of
+--                              every column of listed rows on tensor cores, stored for the
+--                              row-tiles' active entries (u_ell / u_spill or dt_ell / dt_spill).
+--   twell_train_udt            (VEC 8 builds) 256 threads, warp per list: the fused inference
+--                              pipeline's phase-A slices (ffn_fused.cu.lua) summed per pair in
+--                              fixed order, stored at the entry's word (tiled U / dT).
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
 --                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
 --                              the warp's loads are coalesced and many are in flight; SWP warps
 --                              per block, smem STW bytes per warp (the token row as dtype, or
 --                              fp32 with SXF, + the stages). Same per-lane sequence of roundings:
---                              bitwise the same results.
+--                              bitwise the same results. With `pre` (tiled U / dT, see
+--                              runtime/cuda_train_tiled.h) they read the precomputed values and
+--                              compute only what twell_train_udt / ovf_udt did not cover; those
+--                              values are summed in tensor-core order (not the reference's).
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
 -- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
 
@@ -90,6 +99,9 @@ local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
 local OVF_BM = 16           -- listed rows per CTA step
 local OVF_WM = OVF_BM // 16 -- warps along the rows
 local OVF_WN = S.T // 64    -- warps along the tile's columns
+-- Tiled U / dT of overflowing row-tiles (twell_train_ovf_udt): fp32 values of 16 rows x T
+-- columns in static shared memory (T <= 512). runtime/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
+local OVF_UDT = MMA and S.T <= 512
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
@@ -532,6 +544,43 @@ __device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *_
     }
 }
 
+/* tw_locate, whether the entry is in the spill (sp), and whether its value was precomputed by
+ * the tiled U / dT route (ok): the lists were built (pre != NULL, pre[0] == 0: the pipeline's
+ * capacity flag) and either its row-tile does not overflow (count <= slots: twell_train_udt
+ * covers exactly those) or pre_all (twell_train_ovf_udt covered the overflowing ones). */
+__device__ __forceinline__ void tw_locate_pre(long long m, tw_u64 e,
+                                              const tw_u32 *__restrict__ packed,
+                                              const tw_u64 *__restrict__ tile_off,
+                                              const tw_u64 *__restrict__ spill_off,
+                                              const tw_u32 *__restrict__ spill, float *u_ell,
+                                              float *u_spill, const tw_u32 *__restrict__ pre,
+                                              int pre_all, tw_u32 &word, float *&up, bool &ok,
+                                              bool &sp) {
+    const tw_u64 *to = tile_off + m * ${NT};
+    int lo = 0, hi = ${NT - 1};
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (to[mid] <= e)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const tw_u64 i = e - to[lo];
+    const bool valid = pre != NULL && pre[0] == 0u;
+    sp = i >= ${S.SLOTS}ull;
+    if (!sp) {
+        const long long w = m * ${S.NW} + lo * ${S.W} + 1 + (long long)i;
+        word = packed[w];
+        up = u_ell + w;
+        ok = valid && (pre_all || packed[m * ${S.NW} + lo * ${S.W}] <= ${S.SLOTS}u);
+    } else {
+        const tw_u64 j = spill_off[m * ${NT} + lo] + (i - ${S.SLOTS}ull);
+        word = spill[j];
+        up = u_spill + j;
+        ok = valid && pre_all;
+    }
+}
+
 /* Entries [e0, e1) of row chunk c of a row-chunk table. */
 __device__ __forceinline__ long long tw_row_chunk(long long c, const tw_u32 *__restrict__ chunk_row,
                                                   const tw_u64 *__restrict__ chunk_off,
@@ -971,10 +1020,10 @@ __device__ __forceinline__ void tw_mma16816(float (&d)[4], tw_u32 a0, tw_u32 a1,
  * k0+8q .. k0+8q+7 of its rows; the two m16n8k16 steps of the block take the halves (.x .y and
  * .z .w) as the logical k pairs {2q, 2q+1} and {2q+8, 2q+9}. A and B use the same permutation of
  * k, so each output is Σ_k x[m][k]·Wg[n][k] over all k (tensor-core order, fp32 accumulate). */
-__device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
-                                                 const tw_u16 *__restrict__ wg,
-                                                 const tw_u32 *__restrict__ rows, tw_u32 n, int t,
-                                                 tw_u16 *vals) {
+__device__ __forceinline__ void tw_ovf_tile_acc(const tw_u16 *__restrict__ x,
+                                                const tw_u16 *__restrict__ wg,
+                                                const tw_u32 *__restrict__ rows, tw_u32 n, int t,
+                                                float (&acc)[8][4]) {
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     const int wm = warp / ${OVF_WN}, wn = warp % ${OVF_WN}, g = lane >> 2, q = lane & 3;
     const tw_u32 r0 = (tw_u32)(16 * wm + g), r1 = r0 + 8u;
@@ -982,7 +1031,6 @@ __device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
     const uint4 *xa = (const uint4 *)(x + m0 * ${S.K}) + q;
     const uint4 *xb = (const uint4 *)(x + m1 * ${S.K}) + q;
     const uint4 *wb = (const uint4 *)(wg + ((long long)t * ${S.T} + 64 * wn + g) * ${S.K}) + q;
-    float acc[8][4];
 #pragma unroll
     for (int j = 0; j < 8; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -1008,6 +1056,17 @@ __device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
         for (int j = 0; j < 8; j++)
             b[j] = nb[j];
     }
+}
+
+__device__ __forceinline__ void tw_ovf_tile_vals(const tw_u16 *__restrict__ x,
+                                                 const tw_u16 *__restrict__ wg,
+                                                 const tw_u32 *__restrict__ rows, tw_u32 n, int t,
+                                                 tw_u16 *vals) {
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    const int wm = warp / ${OVF_WN}, wn = warp % ${OVF_WN}, g = lane >> 2, q = lane & 3;
+    const tw_u32 r0 = (tw_u32)(16 * wm + g), r1 = r0 + 8u;
+    float acc[8][4];
+    tw_ovf_tile_acc(x, wg, rows, n, t, acc);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const int c = 64 * wn + 8 * j + 2 * q;
@@ -1060,6 +1119,61 @@ twell_train_ovf_tiles(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
     }
 }
 ]==]
+if OVF_UDT then
+    cuda [==[
+
+/* Tiled U / dT of overflowing row-tiles: a·w_n (a = x, w = Wu; or dy, Wd) for every column of
+ * 16 listed rows of tile t at a time on tensor cores (tw_ovf_tile_acc, fp32 accumulate), then
+ * each row's active entries (its slot words, then its spill words) take their column's value:
+ * out_ell at the slot word, out_spill at the spill index. Grid and block as ovf_tiles. */
+extern "C" __global__ void __launch_bounds__(${32 * OVF_WM * OVF_WN})
+twell_train_ovf_udt(const tw_u16 *__restrict__ a, const tw_u16 *__restrict__ w,
+                    const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ cnt,
+                    const tw_u32 *__restrict__ list, const tw_u64 *__restrict__ spill_off,
+                    const tw_u32 *__restrict__ spill, float *__restrict__ out_ell,
+                    float *__restrict__ out_spill, long long M) {
+    __shared__ float vf[${OVF_BM * S.T}];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    const int t = (int)blockIdx.y;
+    const tw_u32 nt = cnt[t];
+    const tw_u32 *lt = list + (long long)t * M;
+    const int wm = warp / ${OVF_WN}, wn = warp % ${OVF_WN}, g = lane >> 2, q = lane & 3;
+    const tw_u32 r0 = (tw_u32)(16 * wm + g), r1 = r0 + 8u;
+    for (tw_u32 i0 = blockIdx.x * ${OVF_BM}u; i0 < nt; i0 += gridDim.x * ${OVF_BM}u) {
+        const tw_u32 n = nt - i0 < ${OVF_BM}u ? nt - i0 : ${OVF_BM}u;
+        float acc[8][4];
+        tw_ovf_tile_acc(a, w, lt + i0, n, t, acc);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = 64 * wn + 8 * j + 2 * q;
+            vf[r0 * ${S.T} + c] = acc[j][0];
+            vf[r0 * ${S.T} + c + 1] = acc[j][1];
+            vf[r1 * ${S.T} + c] = acc[j][2];
+            vf[r1 * ${S.T} + c + 1] = acc[j][3];
+        }
+        __syncthreads();
+        for (tw_u32 ri = (tw_u32)warp; ri < n; ri += ${OVF_WM * OVF_WN}u) {
+            const long long m = lt[i0 + ri];
+            const float *v = vf + ri * ${S.T};
+            const long long wb = m * ${S.NW} + t * ${S.W};
+            for (int j = lane; j < ${S.SLOTS}; j += 32) {
+                const tw_u32 col = (packed[wb + 1 + j] & 0xffffu) - (tw_u32)(t * ${S.T});
+                if (col < ${S.T}u)
+                    out_ell[wb + 1 + j] = v[col];
+            }
+            const long long r = m * ${NT} + t;
+            const tw_u64 base = spill_off[r], have = spill_off[r + 1] - base;
+            for (tw_u64 j = (tw_u64)lane; j < have; j += 32ull) {
+                const tw_u32 col = (spill[base + j] & 0xffffu) - (tw_u32)(t * ${S.T});
+                if (col < ${S.T}u)
+                    out_spill[base + j] = v[col];
+            }
+        }
+        __syncthreads();
+    }
+}
+]==]
+end
 end
 
 if VEC == 8 then
@@ -1174,6 +1288,24 @@ cuda [==[
     __syncwarp();
 }
 
+/* The staged dot products of the lanes whose `need` is set, packed into the first lanes (the
+ * others' rows are not read): returns this lane's value (0 where not needed). Warp-collective. */
+__device__ __forceinline__ float tw_dot_need(const tw_xs *xs, const tw_u16 *__restrict__ base,
+                                             tw_u32 nrow, bool need, tw_u32 need_m, tw_u16 *st,
+                                             int lane) {
+    const int nc = __popc(need_m);
+    const int src = lane < nc ? (int)__fns(need_m, 0u, lane + 1) : 0;
+    const tw_u32 nn = __shfl_sync(TW_FULL, nrow, src & 31);
+    const float d = tw_dot_staged(xs, base, nn, nc, st, lane);
+    const int rank = __popc(need_m & ((1u << lane) - 1u));
+    const float v = __shfl_sync(TW_FULL, d, rank & 31);
+    return need ? v : 0.0f;
+}
+
+/* pre == NULL: every U computed here. Else (tiled U) entries of non-overflowing row-tiles take
+ * the U twell_train_udt wrote into u_ell, and with pre_all those of overflowing ones the U
+ * twell_train_ovf_udt wrote (u_ell, u_spill); only the others are computed (and the token row is
+ * loaded only for them). */
 extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wu,
                       const tw_u32 *__restrict__ packed, float *u_ell,
@@ -1181,7 +1313,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
-                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M) {
+                      float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M,
+                      const tw_u32 *__restrict__ pre, int pre_all) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *xs = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -1191,21 +1324,35 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
         double l1 = 0.0;
-        if (e0 < e1)
-            tw_row_to_smem16(xs, x + m * ${S.K}, lane);
+        bool have_row = false;
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
             float *up = NULL;
+            bool ok = false, sp = false;
             if (e < e1)
-                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
+                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre,
+                              pre_all, word, up, ok, sp);
             const tw_u32 n = word & 0xffffu;
-            const float u = tw_dot_staged(xs, wu, n, nb, st, lane);
+            const bool need = e < e1 && !ok;
+            const tw_u32 need_m = __ballot_sync(TW_FULL, need);
+            float u = 0.0f;
+            if (need_m) {
+                if (!have_row)
+                    tw_row_to_smem16(xs, x + m * ${S.K}, lane);
+                have_row = true;
+                u = need_m == (nb == 32 ? TW_FULL : (1u << nb) - 1u)
+                        ? tw_dot_staged(xs, wu, n, nb, st, lane)
+                        : tw_dot_need(xs, wu, n, need, need_m, st, lane);
+            }
             float tm = 0.0f;
             if (e < e1) {
+                if (ok)
+                    u = *up;
                 tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
-                *up = u;
+                if (!ok)
+                    *up = u;
                 e_col[e] = n;
                 e_tm[e] = tm;
             }
@@ -1218,6 +1365,9 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
     }
 }
 
+/* pre == NULL: every dy·Wd_n computed here. Else (tiled dT) entries of non-overflowing row-tiles
+ * take dy·Wd_n from dt_ell (same word index as u_ell, written by twell_train_udt), and with
+ * pre_all those of overflowing ones from dt_ell / dt_spill (twell_train_ovf_udt). */
 extern "C" __global__ void __launch_bounds__(${32 * SWP})
 twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd,
                       const tw_u32 *__restrict__ packed, float *u_ell,
@@ -1225,7 +1375,9 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       const tw_u32 *__restrict__ spill, float *u_spill,
                       const tw_u64 *__restrict__ row_off, const tw_u64 *__restrict__ chunk_off,
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, float l1c,
-                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M) {
+                      float *__restrict__ e_du, float *__restrict__ e_dp, long long M,
+                      const tw_u32 *__restrict__ pre, const float *__restrict__ dt_ell,
+                      int pre_all, const float *__restrict__ dt_spill) {
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *ds = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -1234,17 +1386,30 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
     for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
         tw_u64 j, e0, e1;
         const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
-        if (e0 < e1)
-            tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
+        bool have_row = false;
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             tw_u32 word = 0;
             float *up = NULL;
+            bool ok = false, sp = false;
             if (e < e1)
-                tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
-            const float d = tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane);
+                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre,
+                              pre_all, word, up, ok, sp);
+            const bool need = e < e1 && !ok;
+            const tw_u32 need_m = __ballot_sync(TW_FULL, need);
+            float d = 0.0f;
+            if (need_m) {
+                if (!have_row)
+                    tw_row_to_smem16(ds, dy + m * ${S.K}, lane);
+                have_row = true;
+                d = need_m == (nb == 32 ? TW_FULL : (1u << nb) - 1u)
+                        ? tw_dot_staged(ds, wd, word & 0xffffu, nb, st, lane)
+                        : tw_dot_need(ds, wd, word & 0xffffu, need, need_m, st, lane);
+            }
             if (e < e1) {
+                if (ok)
+                    d = sp ? dt_spill[up - u_spill] : dt_ell[up - u_ell];
                 const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
                 const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
                 const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
@@ -1253,6 +1418,55 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
             }
         }
         __syncwarp();
+    }
+}
+
+/* Tiled U / dT: the fused inference pipeline's phase A (templates/ffn_fused.cu.lua) left, per
+ * pair slot p of its (chunk, group) lists, the partial dot products of 64-column slices at
+ * partial[s·pstride + p]. One warp per list (lane per slot): the slices summed in ascending
+ * order (fp32, fixed), the slot's token m and neuron n decoded from desc (row in chunk << 7 |
+ * key << 4 | token in group), the entry found in row-tile (m, n / T) by its column (the slots
+ * ascend), and the sum stored at that word of out_ell ([M, N/C] f32, u_ell's layout). Pads (gate
+ * bits 0) are skipped; nothing is written when flag[0] != 0 (the lists were not built). */
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_udt(const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
+                const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
+                const float *__restrict__ partial, long long pstride, int nsl, int cn, int gt,
+                int nc, const tw_u32 *__restrict__ packed, float *__restrict__ out_ell,
+                long long M, const tw_u32 *__restrict__ flag) {
+    if (flag[0] != 0u)
+        return;
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long ng = (M + gt - 1) / gt, nl = ng * nc;
+    for (long long l = tw_gwarp(); l < nl; l += tw_nwarps()) {
+        const long long c = l / ng, g = l - c * ng;
+        const tw_u32 o = offsets[l], sz = sizes[l];
+        for (tw_u32 q = (tw_u32)lane; q < sz; q += 32u) {
+            const tw_u32 p = o + q;
+            if (gv[p] == 0)
+                continue;
+            const tw_u32 d = desc[p];
+            const long long m = g * gt + (long long)(d & 15u);
+            const tw_u32 n = (tw_u32)c * (tw_u32)cn + (d >> 7);
+            if (m >= M || n >= ${S.N}u)
+                continue;
+            const long long wb = m * ${S.NW} + (long long)(n / ${S.T}u) * ${S.W};
+            const tw_u32 cnt = packed[wb];
+            int lo = 0, hi = (int)(cnt < ${S.SLOTS}u ? cnt : ${S.SLOTS}u) - 1;
+            while (lo < hi) { /* the first slot whose column is >= n */
+                const int mid = (lo + hi) >> 1;
+                if ((packed[wb + 1 + mid] & 0xffffu) < n)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (hi < 0 || (packed[wb + 1 + lo] & 0xffffu) != n)
+                continue;
+            float v = 0.0f;
+            for (int sl = 0; sl < nsl; sl++)
+                v += partial[(long long)sl * pstride + p];
+            out_ell[wb + 1 + lo] = v;
+        }
     }
 }
 ]==]
