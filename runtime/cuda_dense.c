@@ -281,10 +281,15 @@ static twell_status tw_dense_count(twell_plan *plan, tw_dense *d, size_t m, cons
     return tw_go(ctx, d->count, tw_min(tw_cdiv(m * (s->N / s->T), 256), 8 * sms), 1, stream, args);
 }
 
+static unsigned tw_dense_slot_take(tw_dense *d) {
+    unsigned slot = d->next_slot;
+    d->next_slot = (d->next_slot + 1u) % TW_DENSE_SLOTS;
+    return slot;
+}
+
 static twell_status tw_dense_count_begin(twell_plan *plan, tw_dense *d, twell_stream stream,
                                          unsigned *slot) {
-    *slot = d->next_slot;
-    d->next_slot = (d->next_slot + 1u) % TW_DENSE_SLOTS;
+    *slot = tw_dense_slot_take(d);
     return tw_cuda_memset_d32(plan->ctx, d->dstats + 2u * *slot, 0u, 4u, stream);
 }
 
@@ -391,7 +396,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
                     (uintptr_t)(s->gated ? wg : NULL);
     if ((any & 1u) || ((uintptr_t)packed & 3u))
-        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream); /* its error */
+        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL,
+                                  NULL); /* its error */
     int can = d->available && (any & 15u) == 0;
     int dense = 0;
     TW_TRY(tw_dense_collect(plan, d));
@@ -429,15 +435,24 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         d->last_stream = stream;
     } else {
         if (plan->path == TWELL_PATH_AUTO && can) {
-            unsigned slot;
-            TW_TRY(tw_dense_count_begin(plan, d, stream, &slot));
-            for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
-                size_t m = tw_min(M - r0, d->chunk_rows);
-                TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot, stream));
+            /* The sparse pre-pass counts the active values into the slot (no counting kernel,
+             * no memset); a call that runs a simple kernel instead is counted here. */
+            unsigned slot = tw_dense_slot_take(d);
+            int counted = 0;
+            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream,
+                                      d->dstats + 2u * slot, &counted));
+            if (!counted) {
+                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+                for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
+                    size_t m = tw_min(M - r0, d->chunk_rows);
+                    TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot,
+                                          stream));
+                }
             }
             TW_TRY(tw_dense_count_end(plan, d, slot, M, stream));
+        } else {
+            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL, NULL));
         }
-        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream));
     }
     d->last = dense ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
     d->calls[d->last]++;

@@ -136,9 +136,16 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    share the workspace.
  *  - growing the rows capacity (a larger chunk) synchronises with the previous call first;
  *    an allocation failure keeps the old buffers (the fallback stays exact) and logs a warning. */
+/*  - stats (device u64[2], or NULL): the tiled path's pre-pass also writes there the call's
+ *    exact active values (Σ of every row-tile's count word; stats[1] = 0), in stream order, for
+ *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
+ *    ran a simple kernel instead (the caller then counts itself).
+ *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
+ *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header. */
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream);
+                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                int *counted);
 
 /* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
 #define TW_FFN_CHUNK ((size_t)65536)

@@ -84,7 +84,8 @@ struct tw_ffn {
     size_t orow_cap; /* rows (their y part) */
     void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
-    int pinned; /* capacities fixed by the hook: no probe, no growth */
+    int pinned;    /* capacities fixed by the hook: no probe, no growth */
+    int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
     int probes;
     uint32_t *hflags;   /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
     tw_cuda_event done; /* recorded after each call's last work */
