@@ -348,7 +348,8 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     /* a failed allocation keeps the old buffers: the device flag sends what does not fit to the
      * fallback */
     tw_ffn_ws_of(plan, f, w);
-    return tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, stream);
+    /* the first pass counted the active values into stats already (capacity-independent) */
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
