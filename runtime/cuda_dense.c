@@ -43,6 +43,9 @@ struct tw_dense {
     void *wdt;       /* [K, N] dtype: Wd transposed, rewritten every call */
     /* counts: device [SLOTS][2] u64 (Σ counts, recomputed units), pinned copies */
     uint64_t *dstats, *hstats;
+    uint64_t *hstats_dev; /* hstats' device address (NULL: not mappable): sparse calls' pre-pass
+                             writes its counts there, no copy enqueued */
+    int last_in_host;     /* the last counted slot was written to hstats directly */
     size_t slot_rows[TW_DENSE_SLOTS];
     unsigned next_slot, last_slot;
     int counted;     /* some call has counted (last_slot valid) */
@@ -185,6 +188,9 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
             tw_dense_unload(d);
         } else {
             memset(d->hstats, 0, TW_DENSE_SLOTS * 16u);
+            void *hd = NULL;
+            if (tw_cuda_host_device_ptr(ctx, d->hstats, &hd) == TWELL_OK)
+                d->hstats_dev = hd;
             d->max_clusters = (unsigned)dev->sm_count / TW_DG_CLUSTER;
             d->available = 1;
         }
@@ -293,15 +299,18 @@ static twell_status tw_dense_count_begin(twell_plan *plan, tw_dense *d, twell_st
     return tw_cuda_memset_d32(plan->ctx, d->dstats + 2u * *slot, 0u, 4u, stream);
 }
 
-/* The slot's counts to pinned memory; the next calls read them once the copy has landed. */
+/* The slot's counts to pinned memory (in_host: the kernels wrote them there already); the next
+ * calls read them once the event says they have landed. */
 static twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned slot, size_t M,
-                                       twell_stream stream) {
+                                       int in_host, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
-    TW_TRY(
-        tw_cuda_memcpy_dtoh_async(ctx, d->hstats + 2u * slot, d->dstats + 2u * slot, 16u, stream));
+    if (!in_host)
+        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hstats + 2u * slot, d->dstats + 2u * slot, 16u,
+                                         stream));
     TW_TRY(tw_cuda_event_record(ctx, d->cnt_done, stream));
     d->slot_rows[slot] = M;
     d->last_slot = slot;
+    d->last_in_host = in_host;
     d->counted = 1;
     d->cnt_pending = 1;
     return TWELL_OK;
@@ -385,7 +394,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
                              stream));
     }
-    return tw_dense_count_end(plan, d, slot, M, stream);
+    return tw_dense_count_end(plan, d, slot, M, 0, stream);
 }
 
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
@@ -439,8 +448,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
              * no memset); a call that runs a simple kernel instead is counted here. */
             unsigned slot = tw_dense_slot_take(d);
             int counted = 0;
-            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream,
-                                      d->dstats + 2u * slot, &counted));
+            uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
+            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, dst, &counted));
             if (!counted) {
                 TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
                 for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
@@ -449,7 +458,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                           stream));
                 }
             }
-            TW_TRY(tw_dense_count_end(plan, d, slot, M, stream));
+            TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
         } else {
             TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL, NULL));
         }
@@ -514,6 +523,10 @@ twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     if (!d->counted)
         return TWELL_OK;
     TW_TRY(tw_cuda_synchronize(plan->ctx));
+    if (d->last_in_host) {
+        memcpy(out, d->hstats + 2u * d->last_slot, 16u);
+        return TWELL_OK;
+    }
     return tw_cuda_memcpy_dtoh(plan->ctx, out, d->dstats + 2u * d->last_slot, 16u);
 }
 

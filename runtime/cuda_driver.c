@@ -99,6 +99,7 @@ typedef struct tw_cu_api {
     tw_CUresult (*ModuleGetGlobal)(tw_CUdeviceptr *, size_t *, tw_CUmodule, const char *);
     tw_CUresult (*MemAllocHost)(void **, size_t);
     tw_CUresult (*MemFreeHost)(void *);
+    tw_CUresult (*MemHostGetDevicePointer)(tw_CUdeviceptr *, void *, unsigned);
     tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
     tw_CUresult (*EventQuery)(tw_CUevent);
     tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
@@ -162,6 +163,7 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(ModuleGetGlobal, "cuModuleGetGlobal_v2", NULL, 0),
     TW_SYM(MemAllocHost, "cuMemAllocHost_v2", NULL, 0),
     TW_SYM(MemFreeHost, "cuMemFreeHost", NULL, 0),
+    TW_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", NULL, 1),
     TW_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
     TW_SYM(EventQuery, "cuEventQuery", NULL, 0),
     TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
@@ -747,6 +749,24 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     }
     atomic_fetch_add(&tw_live_allocs, 1);
     *out = p;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr) {
+    *dptr = NULL;
+    if (!tw_cu.MemHostGetDevicePointer)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "cuMemHostGetDevicePointer_v2: not in this driver");
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUdeviceptr d = 0;
+    tw_CUresult r = tw_cu.MemHostGetDevicePointer(&d, host, 0);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, "cuMemHostGetDevicePointer_v2", r);
+    *dptr = (void *)(uintptr_t)d;
     return TWELL_OK;
 }
 

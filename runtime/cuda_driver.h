@@ -209,6 +209,10 @@ twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_
  * *out NULL on failure; free with tw_cuda_host_free (NULL is a no-op). */
 twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out);
 void tw_cuda_host_free(twell_ctx *ctx, void *p);
+/* The device address of page-locked memory from tw_cuda_host_alloc (cuMemHostGetDevicePointer):
+ * kernels may write it directly; the host reads what they wrote once an event recorded after
+ * them has completed. TWELL_ERR_UNSUPPORTED without the entry point; *dptr NULL on failure. */
+twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr);
 /* Enqueues a device-to-host copy on stream; dst must be page-locked (tw_cuda_host_alloc) for the
  * copy to be asynchronous. dst is valid once an event recorded after it has completed. */
 twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,

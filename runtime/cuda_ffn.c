@@ -216,7 +216,7 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
  * stats_add). cnt is memset only while f->cnt_dirty: the scan leaves it zero. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                    const uint32_t *packed, uint64_t *stats, int stats_add,
-                                   twell_stream stream) {
+                                   uint32_t *hflag, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
@@ -229,7 +229,7 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
                  0, stream, a_prep));
     void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
                       &w->item_base, &w->flag, &w->offsets, &pair_cap, &ovf_cap,
-                      &orow_cap,     &stats,   &stats_add};
+                      &orow_cap,     &stats,   &stats_add,  &hflag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     f->cnt_dirty = 0;
     return TWELL_OK;
@@ -334,11 +334,11 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
  * synchronisation), grow, and run the pre-pass again so its flags see the new capacities. */
 static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                  const uint32_t *packed, uint64_t *stats, int stats_add,
-                                 twell_stream stream) {
+                                 uint32_t *hflag, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -349,7 +349,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
      * fallback */
     tw_ffn_ws_of(plan, f, w);
     /* the first pass counted the active values into stats already (capacity-independent) */
-    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, stream);
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -417,12 +417,17 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
+        /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
+         * the slots are mapped, else copied after the chunk */
+        uint32_t *hflag = f->hflags_dev ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
         if (probe)
-            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, stream));
+            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
-        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
+        if (!hflag)
+            TW_TRY(
+                tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
     if (probe && chunk > f->cur->probed)
         f->cur->probed = chunk;
