@@ -1,45 +1,68 @@
 #!/bin/sh
-# Device script for PDL and the per-call fixed costs of the inference chain (issue 5): after
-# `sh scripts/device.sh shell 'sh bench/dev/run_pdl.sh'` built everything, it times
-# `twell bench --op ffn_infer` with TWELL_PDL=0 and =1 in alternating processes (same data,
-# seed and GPU), then runs the inference / gate-pack / driver GPU tests (the driver test also
-# with TWELL_PDL=0) and the sanitizers on their small cases. Logs and JSON (one tar) to $OUT.
+# Device script for PDL and the per-call fixed costs of the inference chain (issue 5). Run from
+# this tree's root after `sh scripts/device.sh shell ...` built it; steps in $STEPS (default
+# "bench test"):
+#   base      also build `twell` of the tree at $BASE (default ../.., the device copy of main)
+#             and time it in the bench step (the "before" of every change here)
+#   bench     twell bench --op ffn_infer with TWELL_PDL=0 and =1 in alternating processes (same
+#             data, seed, GPU): uniform M 4096/16384/65536 --path auto and sparse, 16384 skewed
+#   test      test_gpu_ffn_infer, _ffn_dense, _gate_pack, _driver (+ the driver with TWELL_PDL=0)
+#   sanitize  memcheck + racecheck on their small cases (scripts/device.sh sanitize)
+# Logs and the JSON records (one tar) go to $OUT; a summary is printed last.
 set -u
 OUT=${OUT:-/tmp/pdl-out}
 mkdir -p "$OUT"
 . scripts/device_env.sh
 B=build-dev
-export TWELL_CACHE_DIR=$PWD/$B/pdl-cache
+BASE=$(cd "${BASE:-../..}" && pwd)
 J=/tmp/pdl-json
 mkdir -p $J
-U="--op ffn_infer --K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --reps 20"
-bench() { # tag pdl args...
-    tag=$1 p=$2
-    shift 2
+U="--op ffn_infer --K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --reps 20 --nnz 29"
+have_base=0
+run_bench() { # tag tool templates pdl args...
+    tag=$1 tool=$2 tdir=$3 p=$4
+    shift 4
     echo "== $tag TWELL_PDL=$p" >>"$OUT/bench.log"
-    TWELL_PDL=$p timeout 120 $B/twell bench $U --out $J/$tag-pdl$p "$@" >>"$OUT/bench.log" 2>&1 ||
+    TWELL_PDL=$p TWELL_TEMPLATE_DIR=$tdir TWELL_CACHE_DIR=/tmp/pdl-cache-$tag timeout 120 \
+        $tool bench $U --out $J/$tag-pdl$p "$@" >>"$OUT/bench.log" 2>&1 ||
         echo "bench $tag pdl=$p: rc $?" >>"$OUT/bench.log"
 }
-t0=$(date +%s)
-# warm the JIT cache first (both processes then load the same cubins)
-TWELL_PDL=1 $B/twell bench $U --path sparse --M 4096 --nnz 29 --dist uniform --reps 2 --out /tmp/warm >/dev/null 2>&1
-echo "== warm-up $(($(date +%s) - t0)) s" >>"$OUT/bench.log"
-# (--path takes one value: auto and sparse are separate processes)
-for p in 0 1; do bench uni-auto $p --path auto --M 4096,16384,65536 --nnz 29 --dist uniform; done
-for p in 0 1; do bench uni-sparse $p --path sparse --M 4096,16384,65536 --nnz 29 --dist uniform; done
-for p in 0 1; do bench skw-auto $p --path auto --M 16384 --nnz 29 --dist skewed; done
-echo "== benches $(($(date +%s) - t0)) s" >>"$OUT/bench.log"
-tar -C $J -cf "$OUT/json.tar" .
-s0=$(date +%s)
-(cd $B && timeout 200 ctest --output-on-failure --timeout 200 -R 'test_gpu_(ffn_infer|ffn_dense|gate_pack|driver)$') >"$OUT/ctest.log" 2>&1
-(cd $B && TWELL_PDL=0 ./test_gpu_driver) >>"$OUT/ctest.log" 2>&1 && echo "test_gpu_driver TWELL_PDL=0: passed" >>"$OUT/ctest.log" || echo "test_gpu_driver TWELL_PDL=0: FAILED" >>"$OUT/ctest.log"
-echo "== tests $(($(date +%s) - s0)) s" >>"$OUT/ctest.log"
-s0=$(date +%s)
-SAN_TESTS="${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense}" \
-    timeout ${SAN_BUDGET:-120} sh scripts/device.sh sanitize >"$OUT/san_summary.log" 2>&1
-echo "== sanitize $(($(date +%s) - s0)) s" >>"$OUT/san_summary.log"
+for step in ${STEPS:-bench test}; do
+    s0=$(date +%s)
+    case $step in
+    base)
+        (cmake -S $BASE -B /tmp/base-build -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps &&
+            cmake --build /tmp/base-build -j 16 --target twell) >/tmp/base-build.log 2>&1 &&
+            have_base=1 || { echo "base build failed"; tail -20 /tmp/base-build.log; }
+        ;;
+    bench)
+        M3="--M 4096,16384,65536 --dist uniform"
+        S1="--M 16384 --dist skewed"
+        if [ $have_base = 1 ]; then
+            run_bench base-auto /tmp/base-build/twell $BASE/templates x --path auto $M3
+            run_bench base-skw /tmp/base-build/twell $BASE/templates x --path auto $S1
+        fi
+        for p in 0 1; do run_bench auto $B/twell $PWD/templates $p --path auto $M3; done
+        for p in 0 1; do run_bench sparse $B/twell $PWD/templates $p --path sparse $M3; done
+        for p in 0 1; do run_bench skw $B/twell $PWD/templates $p --path auto $S1; done
+        tar -C $J -cf "$OUT/json.tar" .
+        ;;
+    test)
+        (cd $B && timeout 240 ctest --output-on-failure --timeout 240 \
+            -R 'test_gpu_(ffn_infer|ffn_dense|gate_pack|driver)$') >"$OUT/ctest.log" 2>&1
+        (cd $B && TWELL_PDL=0 ./test_gpu_driver) >>"$OUT/ctest.log" 2>&1 &&
+            echo "test_gpu_driver TWELL_PDL=0: passed" >>"$OUT/ctest.log" ||
+            echo "test_gpu_driver TWELL_PDL=0: FAILED" >>"$OUT/ctest.log"
+        ;;
+    sanitize)
+        SAN_TESTS="${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense}" \
+            timeout ${SAN_BUDGET:-150} sh scripts/device.sh sanitize >"$OUT/san_summary.log" 2>&1
+        ;;
+    esac
+    echo "== step $step: $(($(date +%s) - s0)) s" | tee -a "$OUT/steps.log"
+done
 echo "=============== summary"
-grep -E "tests passed|Passed|Failed|FAILED|PDL|chain|TWELL_PDL" "$OUT/ctest.log" | tail -20
-grep -E "^# PDL|AUTO sparse counts" $B/Testing/Temporary/LastTest.log 2>/dev/null | head -4
-cat "$OUT/san_summary.log"
-cat "$OUT/bench.log" | cut -c1-150 | head -120
+[ -f "$OUT/ctest.log" ] && grep -E "tests passed|Passed|Failed|FAILED|TWELL_PDL" "$OUT/ctest.log" | tail -12
+grep -hE "^# PDL|^# chain|AUTO sparse counts" $B/Testing/Temporary/LastTest.log 2>/dev/null | head -6
+[ -f "$OUT/san_summary.log" ] && grep -E "clean|FAILED|not built" "$OUT/san_summary.log"
+[ -f "$OUT/bench.log" ] && cut -c1-160 "$OUT/bench.log" | grep -vE "^\s*$" | head -120
