@@ -103,6 +103,13 @@
 --       blocks never hold resources a block of this grid still needs (no deadlock).
 --   (d) without the attribute both instructions are no-ops. Memsets, copies and event records
 --       between kernels are ordered as usual (and end the overlap).
+--   (e) an early trigger lets the next grid's blocks take the first SMs that free up: harmless
+--       when its blocks are spread by their own limits (phase A/B one per SM, reduce and rows 8,
+--       ovf_gu 2, ovf_down 3 by shared memory) or the grid is many waves (build), harmful for a
+--       one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to 8 per SM).
+--       So the kernel before prep (the gate-pack) does not trigger early: prep then starts when
+--       every gate-pack CTA has exited, spread over the whole GPU (measured: triggering at the
+--       gate-pack's start cost 10-18 us end to end at M 4096-16384).
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
 -- are fixed; integer atomics only assign slots whose consumers index by row and tile).

@@ -24,8 +24,8 @@
 --   leaves them zero); launches sharing them must not overlap in time. With ws = NULL the last
 --   partial wave of tiles is not split along K (slower tail, same results up to fp32 order).
 --   PDL: may be launched with programmatic stream serialization (TWELL_PDL): every thread
---   executes griddepcontrol.wait before any global access, and launch_dependents at the same
---   point (rules: ffn_fused.cu.lua, "PROGRAMMATIC DEPENDENT LAUNCH").
+--   executes griddepcontrol.wait before any global access (rules: ffn_fused.cu.lua,
+--   "PROGRAMMATIC DEPENDENT LAUNCH"); it never triggers its dependents early (see there, (e)).
 -- Contract: writes every word of packed rows [0, M): count, entries in ascending column order,
 -- unused slots 0; bytes are a deterministic function of (x, w, M, gridDim.x). Values are
 -- round_to_dtype(pre) (nearest even) for pre > 0, else not stored (NaN included), where pre is
@@ -401,11 +401,12 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     /* Programmatic dependent launch (the launcher may overlap us with the previous kernel of
      * the stream): every thread waits for it to complete before the first global access (x and
      * w reads, packed / ws / ctr writes that its predecessor may still read), on every path;
-     * the set-up above touches only shared memory. Lets the next kernel (the fused pipeline's
-     * prep) be scheduled early; it waits for our completion itself. No-ops without the launch
-     * attribute. */
+     * the set-up above touches only shared memory. No launch_dependents: the next kernel (the
+     * fused pipeline's prep, a one-wave memory-bound grid) would then be scheduled onto the
+     * first SMs our persistent CTAs free, up to 8 blocks each, and run on a fraction of the
+     * GPU (measured: +10-18 us end to end); its launch still starts as our CTAs exit. No-op
+     * without the launch attribute. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 

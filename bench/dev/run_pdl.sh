@@ -5,8 +5,10 @@
 #   base      also build `twell` of the tree at $BASE (default ../.., the device copy of main)
 #             and time it in the bench step (the "before" of every change here)
 #   bench     twell bench --op ffn_infer with TWELL_PDL=0 and =1 in alternating processes (same
-#             data, seed, GPU): uniform M 4096/16384/65536 --path auto and sparse, 16384 skewed
-#   test      test_gpu_ffn_infer, _ffn_dense, _gate_pack, _driver (+ the driver with TWELL_PDL=0)
+#             data, seed, GPU): uniform M 4096/16384/65536 --path auto and sparse, 16384 skewed;
+#             $PAIRS alternating pairs of the auto runs (default 1)
+#   test      test_gpu_ffn_infer, _ffn_dense, _gate_pack, _driver (+ the driver with TWELL_PDL=0);
+#             $TESTS narrows the list (e.g. "gate_pack|driver")
 #   sanitize  memcheck + racecheck on their small cases (scripts/device.sh sanitize)
 # Logs and the JSON records (one tar) go to $OUT; a summary is printed last.
 set -u
@@ -39,17 +41,20 @@ for step in ${STEPS:-bench test}; do
         M3="--M 4096,16384,65536 --dist uniform"
         S1="--M 16384 --dist skewed"
         if [ $have_base = 1 ]; then
-            run_bench base-auto /tmp/base-build/twell $BASE/templates x --path auto $M3
-            run_bench base-skw /tmp/base-build/twell $BASE/templates x --path auto $S1
+            (export TWELL_COMMIT=${BASE_COMMIT:-main}
+                run_bench base-auto /tmp/base-build/twell $BASE/templates x --path auto $M3
+                run_bench base-skw /tmp/base-build/twell $BASE/templates x --path auto $S1)
         fi
-        for p in 0 1; do run_bench auto $B/twell $PWD/templates $p --path auto $M3; done
+        for r in $(seq 1 ${PAIRS:-1}); do # alternating A/B pairs: the spread is the noise
+            for p in 0 1; do run_bench auto$r $B/twell $PWD/templates $p --path auto $M3; done
+            for p in 0 1; do run_bench skw$r $B/twell $PWD/templates $p --path auto $S1; done
+        done
         for p in 0 1; do run_bench sparse $B/twell $PWD/templates $p --path sparse $M3; done
-        for p in 0 1; do run_bench skw $B/twell $PWD/templates $p --path auto $S1; done
         tar -C $J -cf "$OUT/json.tar" .
         ;;
     test)
         (cd $B && timeout 240 ctest --output-on-failure --timeout 240 \
-            -R 'test_gpu_(ffn_infer|ffn_dense|gate_pack|driver)$') >"$OUT/ctest.log" 2>&1
+            -R "test_gpu_(${TESTS:-ffn_infer|ffn_dense|gate_pack|driver})\$") >"$OUT/ctest.log" 2>&1
         (cd $B && TWELL_PDL=0 ./test_gpu_driver) >>"$OUT/ctest.log" 2>&1 &&
             echo "test_gpu_driver TWELL_PDL=0: passed" >>"$OUT/ctest.log" ||
             echo "test_gpu_driver TWELL_PDL=0: FAILED" >>"$OUT/ctest.log"
