@@ -9,6 +9,7 @@
 #             $PAIRS alternating pairs of the auto runs (default 1)
 #   test      test_gpu_ffn_infer, _ffn_dense, _gate_pack, _driver (+ the driver with TWELL_PDL=0);
 #             $TESTS narrows the list (e.g. "gate_pack|driver")
+#   trace     nsys timeline (when installed) of one gate-pack + fused call, PDL 0 and 1
 #   sanitize  memcheck + racecheck on their small cases (scripts/device.sh sanitize)
 # Logs and the JSON records (one tar) go to $OUT; a summary is printed last.
 set -u
@@ -52,6 +53,28 @@ for step in ${STEPS:-bench test}; do
         for p in 0 1; do run_bench sparse $B/twell $PWD/templates $p --path sparse $M3; done
         tar -C $J -cf "$OUT/json.tar" .
         ;;
+    trace)
+        # kernel start/end of the last fused call under nsys (if installed): gaps and overlaps
+        if command -v nsys >/dev/null 2>&1; then
+            for p in 0 1; do
+                TWELL_PDL=$p TWELL_TEMPLATE_DIR=$PWD/templates TWELL_CACHE_DIR=/tmp/pdl-cache-trace \
+                    timeout 60 nsys profile -o /tmp/tr$p -f true $B/twell bench $U --path sparse \
+                    --M ${TRACE_M:-16384} --dist uniform --reps 3 --warmup 1 --out /tmp/trj >/dev/null 2>&1
+                timeout 60 nsys stats -r cuda_gpu_trace -f csv -o /tmp/tr$p /tmp/tr$p.nsys-rep >/dev/null 2>&1
+                f=$(ls /tmp/tr${p}_cuda_gpu_trace.csv 2>/dev/null | head -1)
+                echo "-- TWELL_PDL=$p M=${TRACE_M:-16384}: last gate-pack + fused call (us; gap = start - previous end)" >>"$OUT/trace.log"
+                [ -n "$f" ] && awk -F, 'NR > 1 { n++; st[n] = $1; du[n] = $2; nm[n] = $NF }
+                    END { for (i = n; i > 0; i--) if (nm[i] ~ /gate_pack_sm90/) { s = i; break }
+                          for (i = s; i <= n && i < s + 16; i++) {
+                              g = i > s ? (st[i] - st[i-1] - du[i-1]) / 1000 : 0
+                              printf "%-28s start %9.1f dur %8.1f gap %6.1f\n", substr(nm[i], 1, 28),
+                                  (st[i] - st[s]) / 1000, du[i] / 1000, g } }' "$f" >>"$OUT/trace.log" ||
+                    echo "no trace csv" >>"$OUT/trace.log"
+            done
+        else
+            echo "nsys not installed" >>"$OUT/trace.log"
+        fi
+        ;;
     test)
         (cd $B && timeout 240 ctest --output-on-failure --timeout 240 \
             -R "test_gpu_(${TESTS:-ffn_infer|ffn_dense|gate_pack|driver})\$") >"$OUT/ctest.log" 2>&1
@@ -70,4 +93,5 @@ echo "=============== summary"
 [ -f "$OUT/ctest.log" ] && grep -E "tests passed|Passed|Failed|FAILED|TWELL_PDL" "$OUT/ctest.log" | tail -12
 grep -hE "^# PDL|^# chain|AUTO sparse counts" $B/Testing/Temporary/LastTest.log 2>/dev/null | head -6
 [ -f "$OUT/san_summary.log" ] && grep -E "clean|FAILED|not built" "$OUT/san_summary.log"
+[ -f "$OUT/trace.log" ] && cat "$OUT/trace.log"
 [ -f "$OUT/bench.log" ] && cut -c1-160 "$OUT/bench.log" | grep -vE "^\s*$" | head -120
