@@ -109,10 +109,13 @@
 --       one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to 8 per SM).
 --       So the kernel before prep (the gate-pack) does not trigger early: prep then starts when
 --       every gate-pack CTA has exited, spread over the whole GPU (measured: triggering at the
---       gate-pack's start cost 10-18 us end to end at M 4096-16384).
+--       gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows kernel before the
+--       next chunk's prep (M > 65536) does trigger early; its blocks fill every SM 8 deep and,
+--       without the fallback, exit together, so that prep spreads too.
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
--- are fixed; integer atomics only assign slots whose consumers index by row and tile).
+-- are fixed; integer atomics only assign slots whose consumers index by row and tile, or sum
+-- integers: prep's total of active values).
 
 local common = import "twell_common"
 local S = common.shape()
