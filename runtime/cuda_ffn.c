@@ -187,8 +187,11 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
 
 /* ---- launches ---- */
 
-static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
-                          unsigned block, unsigned smem, twell_stream stream, void **args) {
+/* pdl: only for kernels that keep ffn_fused.cu.lua's PDL rule (all of ffn_fused; not ffn_rows,
+ * the generic kernel, which has no griddepcontrol.wait). */
+static twell_status tw_go_pdl(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                              unsigned block, unsigned smem, twell_stream stream, void **args,
+                              unsigned pdl) {
     tw_cu_launch_cfg c;
     memset(&c, 0, sizeof c);
     c.grid[0] = (unsigned)(gx ? gx : 1);
@@ -197,8 +200,14 @@ static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigne
     c.block[0] = block;
     c.block[1] = c.block[2] = 1;
     c.smem = smem;
-    c.pdl = 1; /* every ffn_fused kernel keeps the header's PDL rule */
+    c.pdl = pdl;
     return tw_cu_launch(plan->ctx, fn, &c, stream, args);
+}
+
+/* An ffn_fused kernel. */
+static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                          unsigned block, unsigned smem, twell_stream stream, void **args) {
+    return tw_go_pdl(plan, fn, gx, gy, block, smem, stream, args, 1u);
 }
 
 static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
@@ -379,7 +388,8 @@ static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, 
     if (k == TW_FFN_GENERIC) {
         long long mm = (long long)M;
         void *a[] = {(void *)&x, (void *)&packed, (void *)&wp, (void *)&wu, (void *)&wd, &y, &mm};
-        return tw_go(plan, f->generic, tw_min(tw_cdiv(M, 8), 16 * sms), 1, 256, 0, stream, a);
+        return tw_go_pdl(plan, f->generic, tw_min(tw_cdiv(M, 8), 16 * sms), 1, 256, 0, stream, a,
+                         0u);
     }
     const uint32_t *no_flag = NULL;
     int fallback_only = 0;
