@@ -125,13 +125,14 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    device flag words to pinned memory, waits for the stream, sizes the pair list and the dense
  *    overflow buffers (row-tiles, rows) from the exact counts (+25%) and re-runs the pre-pass:
  *    one synchronisation per new largest chunk, never in the steady state;
- *  - every call copies each chunk's flag words asynchronously into pinned memory and records an
- *    event; the next call reads them only if that event has completed (cuEventQuery, no wait),
- *    and grows the buffers when a call needed more than they held (denser data than the probe;
- *    the counts are exact whatever the capacities, so no second probe is needed).
- *    A chunk that does not fit runs the exact row kernel instead (device-side flag), so every
- *    call is correct whatever the capacities; results are bitwise reproducible for a given
- *    workspace state (a fallback chunk and a tiled one differ at rounding level).
+ *  - every call puts each chunk's flag words into pinned memory (the scan writes them there when
+ *    the driver maps it, else an asynchronous copy) and records an event; the next call reads them
+ * only if that event has completed (cuEventQuery, no wait), and grows the buffers when a call
+ * needed more than they held (denser data than the probe; the counts are exact whatever the
+ * capacities, so no second probe is needed). A chunk that does not fit runs the exact row kernel
+ * instead (device-side flag), so every call is correct whatever the capacities; results are bitwise
+ * reproducible for a given workspace state (a fallback chunk and a tiled one differ at rounding
+ * level).
  *  - calls on different streams are ordered through the event (cuStreamWaitEvent), because they
  *    share the workspace.
  *  - growing the rows capacity (a larger chunk) synchronises with the previous call first;
