@@ -43,6 +43,9 @@ struct tw_dense {
     void *wdt;       /* [K, N] dtype: Wd transposed, rewritten every call */
     /* counts: device [SLOTS][2] u64 (Σ counts, recomputed units), pinned copies */
     uint64_t *dstats, *hstats;
+    uint64_t *hstats_dev; /* hstats' device address (NULL: not mappable): sparse calls' pre-pass
+                             writes its counts there, no copy enqueued */
+    int last_in_host;     /* the last counted slot was written to hstats directly */
     size_t slot_rows[TW_DENSE_SLOTS];
     unsigned next_slot, last_slot;
     int counted;     /* some call has counted (last_slot valid) */
@@ -185,6 +188,9 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
             tw_dense_unload(d);
         } else {
             memset(d->hstats, 0, TW_DENSE_SLOTS * 16u);
+            void *hd = NULL;
+            if (tw_cuda_host_device_ptr(ctx, d->hstats, &hd) == TWELL_OK)
+                d->hstats_dev = hd;
             d->max_clusters = (unsigned)dev->sm_count / TW_DG_CLUSTER;
             d->available = 1;
         }
@@ -281,22 +287,30 @@ static twell_status tw_dense_count(twell_plan *plan, tw_dense *d, size_t m, cons
     return tw_go(ctx, d->count, tw_min(tw_cdiv(m * (s->N / s->T), 256), 8 * sms), 1, stream, args);
 }
 
+static unsigned tw_dense_slot_take(tw_dense *d) {
+    unsigned slot = d->next_slot;
+    d->next_slot = (d->next_slot + 1u) % TW_DENSE_SLOTS;
+    return slot;
+}
+
 static twell_status tw_dense_count_begin(twell_plan *plan, tw_dense *d, twell_stream stream,
                                          unsigned *slot) {
-    *slot = d->next_slot;
-    d->next_slot = (d->next_slot + 1u) % TW_DENSE_SLOTS;
+    *slot = tw_dense_slot_take(d);
     return tw_cuda_memset_d32(plan->ctx, d->dstats + 2u * *slot, 0u, 4u, stream);
 }
 
-/* The slot's counts to pinned memory; the next calls read them once the copy has landed. */
+/* The slot's counts to pinned memory (in_host: the kernels wrote them there already); the next
+ * calls read them once the event says they have landed. */
 static twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned slot, size_t M,
-                                       twell_stream stream) {
+                                       int in_host, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
-    TW_TRY(
-        tw_cuda_memcpy_dtoh_async(ctx, d->hstats + 2u * slot, d->dstats + 2u * slot, 16u, stream));
+    if (!in_host)
+        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hstats + 2u * slot, d->dstats + 2u * slot, 16u,
+                                         stream));
     TW_TRY(tw_cuda_event_record(ctx, d->cnt_done, stream));
     d->slot_rows[slot] = M;
     d->last_slot = slot;
+    d->last_in_host = in_host;
     d->counted = 1;
     d->cnt_pending = 1;
     return TWELL_OK;
@@ -380,7 +394,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
                              stream));
     }
-    return tw_dense_count_end(plan, d, slot, M, stream);
+    return tw_dense_count_end(plan, d, slot, M, 0, stream);
 }
 
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
@@ -391,7 +405,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
                     (uintptr_t)(s->gated ? wg : NULL);
     if ((any & 1u) || ((uintptr_t)packed & 3u))
-        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream); /* its error */
+        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL,
+                                  NULL); /* its error */
     int can = d->available && (any & 15u) == 0;
     int dense = 0;
     TW_TRY(tw_dense_collect(plan, d));
@@ -429,15 +444,24 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         d->last_stream = stream;
     } else {
         if (plan->path == TWELL_PATH_AUTO && can) {
-            unsigned slot;
-            TW_TRY(tw_dense_count_begin(plan, d, stream, &slot));
-            for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
-                size_t m = tw_min(M - r0, d->chunk_rows);
-                TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot, stream));
+            /* The sparse pre-pass counts the active values into the slot (no counting kernel,
+             * no memset); a call that runs a simple kernel instead is counted here. */
+            unsigned slot = tw_dense_slot_take(d);
+            int counted = 0;
+            uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
+            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, dst, &counted));
+            if (!counted) {
+                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+                for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
+                    size_t m = tw_min(M - r0, d->chunk_rows);
+                    TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot,
+                                          stream));
+                }
             }
-            TW_TRY(tw_dense_count_end(plan, d, slot, M, stream));
+            TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+        } else {
+            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL, NULL));
         }
-        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream));
     }
     d->last = dense ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
     d->calls[d->last]++;
@@ -499,6 +523,10 @@ twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     if (!d->counted)
         return TWELL_OK;
     TW_TRY(tw_cuda_synchronize(plan->ctx));
+    if (d->last_in_host) {
+        memcpy(out, d->hstats + 2u * d->last_slot, 16u);
+        return TWELL_OK;
+    }
     return tw_cuda_memcpy_dtoh(plan->ctx, out, d->dstats + 2u * d->last_slot, 16u);
 }
 

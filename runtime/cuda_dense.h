@@ -37,11 +37,13 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three.
  *
  * AUTO: the first call runs sparse. Every AUTO call counts its packed activation on the device
- * (a small kernel) and copies the total to pinned memory; a later call reads it when that copy
- * has completed (cuEventQuery, never a wait) and runs dense when the latest known mean active
- * values per row exceeds the threshold (default TW_DENSE_DENSITY · N; 0.8 of it to stay dense,
- * against flapping) and M ≥ TW_DENSE_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and
- * 16-byte aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
+ * (a sparse call: in the sparse pre-pass, tw_cuda_ffn_launch's stats; a dense call or a sparse
+ * one on the simple kernels: a small kernel) and the total reaches pinned memory (written there
+ * by the pre-pass when the driver maps it, else copied); a later call reads it when an event
+ * recorded after it has completed (cuEventQuery, never a wait) and runs dense when the latest
+ * known mean active values per row exceeds the threshold (default TW_DENSE_DENSITY · N; 0.8 of it
+ * to stay dense, against flapping) and M ≥ TW_DENSE_MIN_ROWS. The dense path needs sm_90a, K % 64
+ * == 0 and 16-byte aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
  * TWELL_ERR_UNSUPPORTED. Calls on different streams are ordered through an event (the workspace
  * is shared); growing the workspace for a larger chunk waits for the previous dense call
  * (counted by tw_cuda_dense_grow_syncs). */

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* cuLaunchKernelEx's configuration, laid out as in the driver ABI (cuda.h 12.x/13.x). */
@@ -21,6 +22,7 @@ typedef struct tw_CUlaunchAttribute {
         struct {
             unsigned x, y, z;
         } clusterDim;
+        int programmaticStreamSerializationAllowed;
     } value;
 } tw_CUlaunchAttribute;
 
@@ -35,6 +37,7 @@ typedef struct tw_CUlaunchConfig {
 
 enum {
     TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    TW_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
     TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
     TW_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
     TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
@@ -96,6 +99,7 @@ typedef struct tw_cu_api {
     tw_CUresult (*ModuleGetGlobal)(tw_CUdeviceptr *, size_t *, tw_CUmodule, const char *);
     tw_CUresult (*MemAllocHost)(void **, size_t);
     tw_CUresult (*MemFreeHost)(void *);
+    tw_CUresult (*MemHostGetDevicePointer)(tw_CUdeviceptr *, void *, unsigned);
     tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
     tw_CUresult (*EventQuery)(tw_CUevent);
     tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
@@ -159,6 +163,7 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(ModuleGetGlobal, "cuModuleGetGlobal_v2", NULL, 0),
     TW_SYM(MemAllocHost, "cuMemAllocHost_v2", NULL, 0),
     TW_SYM(MemFreeHost, "cuMemFreeHost", NULL, 0),
+    TW_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", NULL, 1),
     TW_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
     TW_SYM(EventQuery, "cuEventQuery", NULL, 0),
     TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
@@ -358,6 +363,7 @@ twell_status tw_cu_device_open(twell_ctx *ctx, int ordinal, tw_cuda *d) {
         snprintf(d->arch, sizeof d->arch, "sm_90a");
     else
         snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
+    d->pdl = tw_cu_pdl_allowed(d->cc_major);
     TW_CU_TRY(ctx, DevicePrimaryCtxRetain, &d->cu, d->dev);
     return TWELL_OK;
 }
@@ -478,11 +484,25 @@ twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t
     return TWELL_OK;
 }
 
+static pthread_once_t tw_pdl_once = PTHREAD_ONCE_INIT;
+static int tw_pdl_env = 1;
+
+static void tw_pdl_read_env(void) {
+    const char *e = getenv("TWELL_PDL");
+    tw_pdl_env = !(e && e[0] == '0' && e[1] == '\0');
+}
+
+int tw_cu_pdl_allowed(int cc_major) {
+    pthread_once(&tw_pdl_once, tw_pdl_read_env);
+    return tw_pdl_env && cc_major >= 9 && tw_cu.LaunchKernelEx != NULL;
+}
+
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,
                           twell_stream stream, void **args) {
     unsigned cx = c->cluster[0], cy = c->cluster[1], cz = c->cluster[2];
     int clustered = (cx | cy | cz) != 0 && (cx != 1 || cy != 1 || cz != 1);
-    if (!clustered) {
+    int pdl = c->pdl && ctx->cuda && ctx->cuda->pdl;
+    if (!clustered && !pdl) {
         TW_CU_TRY(ctx, LaunchKernel, fn, c->grid[0], c->grid[1], c->grid[2], c->block[0],
                   c->block[1], c->block[2], c->smem, (tw_CUstream)stream, args, NULL);
         return TWELL_OK;
@@ -490,12 +510,21 @@ twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_c
     if (!tw_cu.LaunchKernelEx)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
                         "cuLaunchKernelEx: not in this driver (clusters need CUDA 12+)");
-    tw_CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cx ? cx : 1;
-    attr.value.clusterDim.y = cy ? cy : 1;
-    attr.value.clusterDim.z = cz ? cz : 1;
+    tw_CUlaunchAttribute attr[2];
+    memset(attr, 0, sizeof attr);
+    unsigned n = 0;
+    if (clustered) {
+        attr[n].id = TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr[n].value.clusterDim.x = cx ? cx : 1;
+        attr[n].value.clusterDim.y = cy ? cy : 1;
+        attr[n].value.clusterDim.z = cz ? cz : 1;
+        n++;
+    }
+    if (pdl) {
+        attr[n].id = TW_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[n].value.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
     tw_CUlaunchConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDimX = c->grid[0];
@@ -506,8 +535,8 @@ twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_c
     cfg.blockDimZ = c->block[2];
     cfg.sharedMemBytes = c->smem;
     cfg.hStream = (tw_CUstream)stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
     TW_CU_TRY(ctx, LaunchKernelEx, &cfg, fn, args, NULL);
     return TWELL_OK;
 }
@@ -720,6 +749,24 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     }
     atomic_fetch_add(&tw_live_allocs, 1);
     *out = p;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr) {
+    *dptr = NULL;
+    if (!tw_cu.MemHostGetDevicePointer)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "cuMemHostGetDevicePointer_v2: not in this driver");
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_CUdeviceptr d = 0;
+    tw_CUresult r = tw_cu.MemHostGetDevicePointer(&d, host, 0);
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, "cuMemHostGetDevicePointer_v2", r);
+    *dptr = (void *)(uintptr_t)d;
     return TWELL_OK;
 }
 

@@ -83,6 +83,7 @@ struct tw_cuda {
     size_t total_mem;
     char arch[16]; /* "sm_90a" for CC 9.0, else "sm_XY": the NVRTC/cubin target */
     char name[96]; /* the device's marketing name, e.g. "NVIDIA H200" */
+    int pdl;       /* launches asking for it overlap their predecessor (tw_cu_launch_cfg.pdl) */
 };
 
 /* ---- driver loading and error mapping ---- */
@@ -144,14 +145,24 @@ twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr
 twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
                              int *blocks_per_sm);
 
-/* Launch geometry. cluster {0,0,0} or {1,1,1}: a plain cuLaunchKernel; otherwise cuLaunchKernelEx
- * with a cluster-dimension attribute (sm_90+). */
+/* Launch geometry. cluster {0,0,0} or {1,1,1} and no PDL: a plain cuLaunchKernel; otherwise
+ * cuLaunchKernelEx with a cluster-dimension attribute (sm_90+) and/or, when pdl is set and the
+ * device allows it (ctx->cuda->pdl), programmatic stream serialization: the kernel may start while
+ * the stream's previous kernel is still running. Set pdl only for kernels that execute
+ * `griddepcontrol.wait` in every thread before touching memory a predecessor reads or writes
+ * (the rule: templates/ffn_fused.cu.lua, "PROGRAMMATIC DEPENDENT LAUNCH"). */
 typedef struct tw_cu_launch_cfg {
     unsigned grid[3];
     unsigned block[3];
     unsigned cluster[3];
     unsigned smem; /* dynamic shared memory, bytes */
+    unsigned pdl;  /* 1: programmatic dependent launch when the device allows it */
 } tw_cu_launch_cfg;
+
+/* Whether programmatic dependent launch is used on a device of compute capability cc_major with
+ * this driver: sm_90+, cuLaunchKernelEx present, and the environment does not set TWELL_PDL=0
+ * (read once per process). Pure after the first call. */
+int tw_cu_pdl_allowed(int cc_major);
 
 /* Enqueues fn on stream (NULL: the legacy default stream). args as for cuLaunchKernel: one
  * pointer per kernel parameter, pointing at its value. No host allocation. */
@@ -198,6 +209,10 @@ twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_
  * *out NULL on failure; free with tw_cuda_host_free (NULL is a no-op). */
 twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out);
 void tw_cuda_host_free(twell_ctx *ctx, void *p);
+/* The device address of page-locked memory from tw_cuda_host_alloc (cuMemHostGetDevicePointer):
+ * kernels may write it directly; the host reads what they wrote once an event recorded after
+ * them has completed. TWELL_ERR_UNSUPPORTED without the entry point; *dptr NULL on failure. */
+twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr);
 /* Enqueues a device-to-host copy on stream; dst must be page-locked (tw_cuda_host_alloc) for the
  * copy to be asynchronous. dst is valid once an event recorded after it has completed. */
 twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,

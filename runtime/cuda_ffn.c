@@ -51,7 +51,7 @@ static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
     size_t NT = f->NT, NG = (R + 7) / 8, NL = NG * f->nc_ws, o = 0;
     size_t NBC = (NG + 7) / 8 * f->nc_ws; /* per-block list sums, chunk-major */
     L->flag = o, o += tw_al(16);
-    L->cnt = o, o += tw_al(4 * (NT + 1));
+    L->cnt = o, o += tw_al(4 * (NT + 4)); /* + the u64 total of active values */
     L->ovf_base = o, o += tw_al(4 * (NT + 1));
     L->item_base = o, o += tw_al(4 * (NT + 1));
     L->ovf_rows = o, o += tw_al(4 * NT * R);
@@ -156,6 +156,7 @@ static int tw_ffn_set_rows(twell_plan *plan, tw_ffn *f, size_t R) {
         return 0;
     f->rows_cap = R;
     f->last_flag = NULL;
+    f->cnt_dirty = 1; /* the scan keeps cnt zero from now on; a new buffer needs one memset */
     return 1;
 }
 
@@ -186,8 +187,11 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
 
 /* ---- launches ---- */
 
-static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
-                          unsigned block, unsigned smem, twell_stream stream, void **args) {
+/* pdl: only for kernels that keep ffn_fused.cu.lua's PDL rule (all of ffn_fused; not ffn_rows,
+ * the generic kernel, which has no griddepcontrol.wait). */
+static twell_status tw_go_pdl(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                              unsigned block, unsigned smem, twell_stream stream, void **args,
+                              unsigned pdl) {
     tw_cu_launch_cfg c;
     memset(&c, 0, sizeof c);
     c.grid[0] = (unsigned)(gx ? gx : 1);
@@ -196,7 +200,14 @@ static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigne
     c.block[0] = block;
     c.block[1] = c.block[2] = 1;
     c.smem = smem;
+    c.pdl = pdl;
     return tw_cu_launch(plan->ctx, fn, &c, stream, args);
+}
+
+/* An ffn_fused kernel. */
+static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                          unsigned block, unsigned smem, twell_stream stream, void **args) {
+    return tw_go_pdl(plan, fn, gx, gy, block, smem, stream, args, 1u);
 }
 
 static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
@@ -210,20 +221,27 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
     } while (0)
 
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
- * overflow bookkeeping, flags. */
+ * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
+ * stats_add). cnt is memset only while f->cnt_dirty: the scan leaves it zero. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
-                                   const uint32_t *packed, twell_stream stream) {
+                                   const uint32_t *packed, uint64_t *stats, int stats_add,
+                                   uint32_t *hflag, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
-    TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 1u, stream));
+    if (f->cnt_dirty)
+        TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 4u, stream));
+    f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
                       &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, f->cfg[TW_CFG_GT]), 8), 1, 256,
                  0, stream, a_prep));
-    void *a_scan[] = {&w->bsum, &m,          &w->bbase, &w->cnt,  &w->ovf_base, &w->item_base,
-                      &w->flag, &w->offsets, &pair_cap, &ovf_cap, &orow_cap};
-    return tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan);
+    void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
+                      &w->item_base, &w->flag, &w->offsets, &pair_cap, &ovf_cap,
+                      &orow_cap,     &stats,   &stats_add,  &hflag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
+    f->cnt_dirty = 0;
+    return TWELL_OK;
 }
 
 /* Steps 4-10 for one chunk of m rows. */
@@ -324,11 +342,12 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
 /* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
  * synchronisation), grow, and run the pre-pass again so its flags see the new capacities. */
 static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
-                                 const uint32_t *packed, twell_stream stream) {
+                                 const uint32_t *packed, uint64_t *stats, int stats_add,
+                                 uint32_t *hflag, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -338,7 +357,8 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     /* a failed allocation keeps the old buffers: the device flag sends what does not fit to the
      * fallback */
     tw_ffn_ws_of(plan, f, w);
-    return tw_ffn_prepass(plan, f, w, m, packed, stream);
+    /* the first pass counted the active values into stats already (capacity-independent) */
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -368,7 +388,8 @@ static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, 
     if (k == TW_FFN_GENERIC) {
         long long mm = (long long)M;
         void *a[] = {(void *)&x, (void *)&packed, (void *)&wp, (void *)&wu, (void *)&wd, &y, &mm};
-        return tw_go(plan, f->generic, tw_min(tw_cdiv(M, 8), 16 * sms), 1, 256, 0, stream, a);
+        return tw_go_pdl(plan, f->generic, tw_min(tw_cdiv(M, 8), 16 * sms), 1, 256, 0, stream, a,
+                         0u);
     }
     const uint32_t *no_flag = NULL;
     int fallback_only = 0;
@@ -387,7 +408,8 @@ static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, 
 
 static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                  const uint32_t *packed, const void *wp, const void *wu,
-                                 const void *wd, void *y, twell_stream stream) {
+                                 const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                 int *counted) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t chunk = tw_min(M, TW_FFN_CHUNK);
@@ -395,6 +417,7 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
     if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
         return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    *counted = stats != NULL;
     int probe = !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
     tw_ffn_ws_of(plan, f, &w);
@@ -404,12 +427,17 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
+        /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
+         * the slots are mapped, else copied after the chunk */
+        uint32_t *hflag = f->hflags_dev ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
         if (probe)
-            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stream));
+            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
-        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
+        if (!hflag)
+            TW_TRY(
+                tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
     if (probe && chunk > f->cur->probed)
         f->cur->probed = chunk;
@@ -463,8 +491,13 @@ static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
 
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream) {
+                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                int *counted) {
     twell_ctx *ctx = plan->ctx;
+    int dummy = 0;
+    if (!counted)
+        counted = &dummy;
+    *counted = 0;
     const void *wp = plan->shape.gated ? wg : wu;
     uintptr_t any = (uintptr_t)x | (uintptr_t)wp | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y;
     if (any & 1u)
@@ -489,7 +522,7 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     if (k != TW_FFN_GENERIC)
         tw_ffn_use(f, tw_ffn_module_for(plan, f, M));
     if (k == TW_FFN_AUTO)
-        TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream));
+        TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream, stats, counted));
     else
         TW_TRY(tw_ffn_simple(plan, f, k, M, x, packed, wp, wu, wd, y, stream));
     TW_TRY(tw_cuda_event_record(ctx, f->done, stream));

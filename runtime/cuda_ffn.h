@@ -129,20 +129,28 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    device flag words to pinned memory, waits for the stream, sizes the pair list and the dense
  *    overflow buffers (row-tiles, rows) from the exact counts (+25%) and re-runs the pre-pass:
  *    one synchronisation per new largest chunk, never in the steady state;
- *  - every call copies each chunk's flag words asynchronously into pinned memory and records an
- *    event; the next call reads them only if that event has completed (cuEventQuery, no wait),
- *    and grows the buffers when a call needed more than they held (denser data than the probe;
- *    the counts are exact whatever the capacities, so no second probe is needed).
- *    A chunk that does not fit runs the exact row kernel instead (device-side flag), so every
- *    call is correct whatever the capacities; results are bitwise reproducible for a given
- *    workspace state (a fallback chunk and a tiled one differ at rounding level).
+ *  - every call puts each chunk's flag words into pinned memory (the scan writes them there when
+ *    the driver maps it, else an asynchronous copy) and records an event; the next call reads them
+ * only if that event has completed (cuEventQuery, no wait), and grows the buffers when a call
+ * needed more than they held (denser data than the probe; the counts are exact whatever the
+ * capacities, so no second probe is needed). A chunk that does not fit runs the exact row kernel
+ * instead (device-side flag), so every call is correct whatever the capacities; results are bitwise
+ * reproducible for a given workspace state (a fallback chunk and a tiled one differ at rounding
+ * level).
  *  - calls on different streams are ordered through the event (cuStreamWaitEvent), because they
  *    share the workspace.
  *  - growing the rows capacity (a larger chunk) synchronises with the previous call first;
  *    an allocation failure keeps the old buffers (the fallback stays exact) and logs a warning. */
+/*  - stats (device u64[2], or NULL): the tiled path's pre-pass also writes there the call's
+ *    exact active values (Σ of every row-tile's count word; stats[1] = 0), in stream order, for
+ *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
+ *    ran a simple kernel instead (the caller then counts itself).
+ *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
+ *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header. */
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream);
+                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                int *counted);
 
 /* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
 #define TW_FFN_CHUNK ((size_t)65536)

@@ -84,12 +84,15 @@ struct tw_ffn {
     size_t orow_cap; /* rows (their y part) */
     void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
-    int pinned; /* capacities fixed by the hook: no probe, no growth */
+    int pinned;    /* capacities fixed by the hook: no probe, no growth */
+    int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
     int probes;
-    uint32_t *hflags;   /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
-    tw_cuda_event done; /* recorded after each call's last work */
-    int used;           /* done has been recorded */
-    int pending;        /* the slots hold copies not read yet */
+    uint32_t *hflags;     /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
+    uint32_t *hflags_dev; /* its device address: the scan writes the slots itself (NULL: the
+                             driver cannot map it; a copy is enqueued instead) */
+    tw_cuda_event done;   /* recorded after each call's last work */
+    int used;             /* done has been recorded */
+    int pending;          /* the slots hold copies not read yet */
     twell_stream last_stream;
     const uint32_t *last_flag; /* device flag words of the last tiled chunk (hook) */
 };

@@ -393,6 +393,9 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
     f->hflags = hf;
     if (st == TWELL_OK) {
         memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
+        void *hd = NULL; /* optional: without it every chunk enqueues a 16-byte copy */
+        if (tw_cuda_host_device_ptr(ctx, hf, &hd) == TWELL_OK)
+            f->hflags_dev = hd;
         st = tw_ffn_load_tiled(plan, f);
         if (st == TWELL_ERR_NO_MEMORY) {
             tw_cuda_ffn_release(plan, f);

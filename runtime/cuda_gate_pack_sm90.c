@@ -123,6 +123,7 @@ twell_status tw_sm90_kernel_launch(twell_ctx *ctx, const tw_gp_kernel *k, const 
     cfg.cluster[0] = cl;
     cfg.cluster[1] = cfg.cluster[2] = 1u;
     cfg.smem = k->smem;
+    cfg.pdl = 1; /* the template waits for its predecessor before any global access */
     int m = (int)M;
     float *ws = NULL;
     uint32_t *ctr = NULL;

@@ -39,7 +39,8 @@
 --   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
---   flag u32[4]; cnt u32[NT+1]; ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
+--   flag u32[4]; cnt u32[NT+4] (must be ZERO before the first prep on it: the scan zeroes it
+--   again for the next call, see step 1); ovf_base u32[NT+1]; item_base u32[NT+1]; ovf_rows u32[NT*M];
 --   ovf_slot u32[M*NT]; orow_idx u32[M]; orows u32[M]; sizes u32[NL]; offsets u32[NL+1];
 --   bsum u32[NC*NB]; bbase u32[NC*NB];
 --   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
@@ -48,11 +49,20 @@
 --   gated only: hl u32[PAIR_CAP+64] (XV & 1: slot pairs' hi halves, then lo halves),
 --   rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
---   1 memset cnt to 0 (NT+1 words)
+--   1 only when cnt is not known to be zero (new workspace, or an earlier sequence stopped
+--     between its prep and its scan): memset cnt to 0 (NT+4 words). A memset in the stream also
+--     ends the programmatic overlap below, so the steady state has none.
 --   2 twell_ffn_prep      grid NB x 256
 --       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes, bsum)
+--       also sums the count words of all M x NT row-tiles (the exact active values) into the
+--       u64 at cnt + ((NT + 2) & ~1)
 --   3 twell_ffn_scan      grid 1 x 1024
---       (bsum, M, bbase, cnt, ovf_base, item_base, flag, offsets, PAIR_CAP, OVF_CAP, OROW_CAP)
+--       (bsum, M, bbase, cnt, ovf_base, item_base, flag, offsets, PAIR_CAP, OVF_CAP, OROW_CAP,
+--        stats (u64[2] or NULL), stats_add (int), hflag (u32[4] or NULL))
+--       last reader of cnt: zeroes cnt[0 .. NT+4) before it exits. stats != NULL: stats[0] =
+--       (stats_add ? stats[0] : 0) + the active values of these M rows, stats[1] = 0 (the
+--       AUTO path's counts, so it needs no counting kernel of its own). hflag != NULL: a copy of
+--       flag[0..3] (e.g. mapped page-locked host memory: no copy to enqueue after the call).
 --   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
 --       (packed, M, bbase, sizes, offsets, desc, gv, flag)
 --   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
@@ -72,9 +82,42 @@
 --   slots needed, flag[2] = overflowing row-tiles, flag[3] = overflowing rows: all exact whatever
 --   the capacities (size the next call's workspace from them, no synchronisation required now).
 --   twell_ffn_rows(..., 0) alone is the simple exact baseline (one warp per row).
+-- PROGRAMMATIC DEPENDENT LAUNCH. The launcher may start every kernel above (and the gate-pack
+-- before prep) with programmatic stream serialization (cuLaunchKernelEx attribute; TWELL_PDL=0
+-- or a GPU before sm_90 turns it off): the kernel's blocks may then be scheduled while the
+-- previous kernel of the stream still runs. The rule every kernel launched so must keep:
+--   (a) every thread executes griddepcontrol.wait (tw_pdl_enter) before its first global read of
+--       anything an earlier kernel wrote (RAW) and before its first global write to anything an
+--       earlier kernel may still read or write (WAR, WAW: e.g. prep's writes to ovf_rows while
+--       the previous call's ovf_gu reads them). wait returns once the previous grid has
+--       COMPLETED and its memory is visible.
+--   (b) on EVERY path, early exits included (flag[0] set, no work, idle warps): wait only orders
+--       this grid after the previous one; the kernel after us orders itself after us only. The
+--       chain is transitive because each grid completes after the one before it, so a block that
+--       returned before its wait could let this grid "complete" early and release the next
+--       kernel while the previous one is still writing. Here: tw_pdl_enter is the first
+--       statement of every extern "C" kernel, before any branch.
+--   (c) griddepcontrol.launch_dependents (also in tw_pdl_enter, before the wait) only lets the
+--       next grid be scheduled early (its blocks then sit in their own wait, hiding its launch
+--       latency, e.g. the empty ovf_gu / ovf_down / rows kernels are resident before their
+--       predecessor ends). It publishes nothing: visibility comes only from (a). The next grid
+--       is scheduled after every block of this one has issued it or exited, so its waiting
+--       blocks never hold resources a block of this grid still needs (no deadlock).
+--   (d) without the attribute both instructions are no-ops. Memsets, copies and event records
+--       between kernels are ordered as usual (and end the overlap).
+--   (e) an early trigger lets the next grid's blocks take the first SMs that free up: harmless
+--       when its blocks are spread by their own limits (phase A/B one per SM, reduce and rows 8,
+--       ovf_gu 2, ovf_down 3 by shared memory) or the grid is many waves (build), harmful for a
+--       one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to 8 per SM).
+--       So the kernel before prep (the gate-pack) does not trigger early: prep then starts when
+--       every gate-pack CTA has exited, spread over the whole GPU (measured: triggering at the
+--       gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows kernel before the
+--       next chunk's prep (M > 65536) does trigger early; its blocks fill every SM 8 deep and,
+--       without the fallback, exit together, so that prep spreads too.
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
--- are fixed; integer atomics only assign slots whose consumers index by row and tile).
+-- are fixed; integer atomics only assign slots whose consumers index by row and tile, or sum
+-- integers: prep's total of active values).
 
 local common = import "twell_common"
 local S = common.shape()
@@ -528,7 +571,8 @@ template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 
 // Workspace control words: flag[0] fallback bits (1: overflowing row-tiles over OVF_CAP or
 // overflowing rows over OROW_CAP, 2: pair slots over PAIR_CAP), [1] pair slots, [2] overflowing
 // row-tiles, [3] overflowing rows. cnt[0..NT-1] overflowing rows per tile, cnt[NT] overflowing
-// rows (zeroed before pre-pass 1).
+// rows, u64 at cnt + ((NT + 2) & ~1) the active values (all zero before pre-pass 1: the scan
+// zeroes them after reading, the launcher once after allocating).
 
 #define TW_GU_STAGES 4 /* k-steps of ovf_gu in flight (ring of shared-memory stages) */
 // Binary search: last t in [0, NT) with base[t] <= item.
@@ -935,6 +979,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
         rowovf[warp][lane] = 0;
     __syncthreads();
     const tw_u32 S = (tw_u32)(W - 1);
+    tw_u64 tot = 0; /* count words summed: the exact active values (for the AUTO path) */
     if (active) {
         const int ncell = GT * NT;
         for (int i0 = 0; i0 < ncell; i0 += 128) {
@@ -953,6 +998,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                 if (rr[u] < 0)
                     continue;
                 const int t = tt[u];
+                tot += v[u];
                 if (v[u] <= S) {
                     if (v[u])
                         atomicAdd(&csum[warp][t / TPC], v[u]);
@@ -966,6 +1012,11 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
             }
         }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        tot += __shfl_xor_sync(TW_FULL, tot, o);
+    if (lane == 0 && tot)
+        atomicAdd((unsigned long long *)(cnt + ((NT + 2) & ~1)), (unsigned long long)tot);
     __syncwarp();
     for (int c = lane; c < NC; c += 32) {
         const tw_u32 sz = (csum[warp][c] + (PADQ - 1)) & ~(tw_u32)(PADQ - 1);
@@ -1859,6 +1910,15 @@ TW_KERNEL((NW * 32, 1))
 
 cuda [==[
 #define TW_NG(M) (((M) + ${GT - 1}) / ${GT})
+// Programmatic dependent launch, rule (a)-(c) of the header: first statement of every kernel.
+__device__ __forceinline__ void tw_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The u64 total of active values prep accumulates (cnt is 256-byte aligned, NT+4 words).
+#define TW_CNT_TOTAL(cnt) ((tw_u64 *)((cnt) + ((${NT} + 2) & ~1)))
 extern "C" __device__ const unsigned int twell_ffn_cfg[20] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
     ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}, ${GT}};
@@ -1867,21 +1927,39 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
                unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
                unsigned int *sizes, unsigned int *bsum) {
+    tw_pdl_enter();
     tw_k_prep<${PADQ}, ${NC}, ${GT}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
                                ovf_slot, orow_idx, orows, sizes, bsum);
 }
 extern "C" __global__ void __launch_bounds__(1024)
-twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, const unsigned int *cnt,
+twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned int *cnt,
                unsigned int *ovf_base, unsigned int *item_base, unsigned int *flag,
                unsigned int *offsets, unsigned int pair_cap, unsigned int ovf_cap,
-               unsigned int orow_cap) {
+               unsigned int orow_cap, unsigned long long *stats, int stats_add,
+               unsigned int *hflag) {
+    tw_pdl_enter();
     tw_k_scan(bsum, ${NC} * ((TW_NG(M) + 7) / 8), bbase, cnt, ${NT}, ${S.T // 64}, ovf_base,
                item_base, flag, offsets + TW_NG(M) * ${NC}, pair_cap, ovf_cap, orow_cap);
+    __syncthreads(); /* every read of cnt is done */
+    if (threadIdx.x == 0 && stats) {
+        stats[0] = (stats_add ? stats[0] : 0ull) + *TW_CNT_TOTAL(cnt);
+        stats[1] = 0ull;
+    }
+    if (threadIdx.x == 0 && hflag) { /* flag is final here (thread 0 of the scan wrote it) */
+        for (int i = 0; i < 4; i++)
+            hflag[i] = flag[i];
+    }
+    if (threadIdx.x == 0 && (stats || hflag))
+        __threadfence_system(); /* either may be host memory */
+    __syncthreads();
+    for (int i = threadIdx.x; i < ${NT + 4}; i += blockDim.x) /* for the next call's prep */
+        cnt[i] = 0u;
 }
 extern "C" __global__ void __launch_bounds__(${BW * 32})
 twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
                 const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
                 unsigned short *gv, const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_build<${TPC}, ${BW}, ${GT}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
                               bbase, sizes, offsets, desc, gv, flag);
 }
@@ -1890,6 +1968,7 @@ twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsign
                  int M, const unsigned int *ovf_base, const unsigned int *item_base,
                  const unsigned int *ovf_rows, unsigned short *ovf_hh, unsigned int *ovf_ex,
                  const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_ovf_gu<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
                                        ovf_rows, ovf_hh, ovf_ex, flag);
 }
@@ -1899,6 +1978,7 @@ twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
                    const unsigned int *orows, const unsigned short *ovf_hh,
                    const unsigned int *ovf_ex, float *ovf_y, long long ystride,
                    const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
                                 ovf_hh, ovf_ex, ovf_y, ystride, flag);
 }
@@ -1908,6 +1988,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *offsets, const unsigned int *sizes,
                   const unsigned int *orow_idx, const float *ovf_y, long long ystride,
                   unsigned short *y, const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GGB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}, ${GT}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, ystride, y, flag);
@@ -1916,6 +1997,7 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_rows(const unsigned short *x, const unsigned int *packed, const unsigned short *wp,
                const unsigned short *wu, const unsigned short *wd, unsigned short *y, int M,
                const unsigned int *flag, int fallback_only) {
+    tw_pdl_enter();
     tw_k_rows<${DT}, ${GATED}, ${NI}>(x, packed, wp, wu, wd, y, M, ${S.K}, ${S.N}, ${S.T}, ${S.C},
                                      flag, fallback_only);
 }
@@ -1928,6 +2010,7 @@ twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *desc, const unsigned int *offsets,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_phase_a<${DT}, ${CN}, ${GGA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}, ${GT}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
@@ -1936,6 +2019,7 @@ extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_reduce(const unsigned short *gv, const float *partial, unsigned int pair_cap,
                  const unsigned int *offsets, int M, unsigned int *hl, unsigned int *rexp,
                  const unsigned int *flag) {
+    tw_pdl_enter();
     tw_k_reduce<${DT}>(gv, partial, pair_cap, ${NSL}, offsets + TW_NG(M) * ${NC}, hl, rexp, flag);
 }
 ]==]

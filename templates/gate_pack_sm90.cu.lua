@@ -23,6 +23,9 @@
 --   ws: gridDim.x * 32768 floats, ctr: gridDim.x words, zero before the first launch (the kernel
 --   leaves them zero); launches sharing them must not overlap in time. With ws = NULL the last
 --   partial wave of tiles is not split along K (slower tail, same results up to fp32 order).
+--   PDL: may be launched with programmatic stream serialization (TWELL_PDL): every thread
+--   executes griddepcontrol.wait before any global access (rules: ffn_fused.cu.lua,
+--   "PROGRAMMATIC DEPENDENT LAUNCH"); it never triggers its dependents early (see there, (e)).
 -- Contract: writes every word of packed rows [0, M): count, entries in ascending column order,
 -- unused slots 0; bytes are a deterministic function of (x, w, M, gridDim.x). Values are
 -- round_to_dtype(pre) (nearest even) for pre > 0, else not stored (NaN included), where pre is
@@ -395,6 +398,17 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
         tw_cluster_sync(); /* the peer's multicast must not reach uninitialised barriers */
     else
         __syncthreads();
+    /* Programmatic dependent launch (the launcher may overlap us with the previous kernel of
+     * the stream): every thread waits for it to complete before the first global access (x and
+     * w reads, packed / ws / ctr writes that its predecessor may still read), on every path;
+     * the set-up above touches only shared memory. No launch_dependents: the next kernel (the
+     * fused pipeline's prep, a one-wave memory-bound grid) would then be scheduled onto the
+     * first SMs our persistent CTAs free, up to 8 blocks each, and run on a fraction of the
+     * GPU (measured: +10-18 us end to end); its launch still starts as our CTAs exit. No-op
+     * without the launch attribute. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 
     const int MB = (M + ${BM} - 1) / ${BM};
     const int MP = (MB + CLUSTER - 1) / CLUSTER;

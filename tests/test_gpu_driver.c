@@ -1,12 +1,13 @@
 /* test_gpu_driver.c — the CUDA plumbing on a real device: device description, memory helpers,
- * pointer kinds, driver error mapping, events and streams, and a launch of the SIMT gate-pack
- * module loaded by hand. Exits 77 (skipped) when no CUDA device is usable.
- * labels: gpu */
+ * pointer kinds, driver error mapping, events and streams, a launch of the SIMT gate-pack module
+ * loaded by hand, and a chain of programmatic dependent launches (PDL). Exits 77 (skipped) when no
+ * CUDA device is usable. labels: gpu */
 #include "cpu_ref.h"
 #include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "half.h"
 #include "jit.h"
+#include "nvrtc.h"
 #include "pack_check.h"
 #include "synth.h"
 #include "twellrt.h"
@@ -202,7 +203,7 @@ static void test_gpu_driver_simt_module_launch(void **state) {
     assert_int_equal(tw_cu_module_function(gd_ctx, mod, "twell_gate_pack_simt", &fn), TWELL_OK);
     int m = (int)M;
     void *args[] = {&dx, &dw, &dp, &m};
-    tw_cu_launch_cfg cfg = {{N / 256, (M + 31) / 32, 1}, {256, 1, 1}, {0, 0, 0}, 0};
+    tw_cu_launch_cfg cfg = {{N / 256, (M + 31) / 32, 1}, {256, 1, 1}, {0, 0, 0}, 0, 0};
     assert_int_equal(tw_cu_launch(gd_ctx, fn, &cfg, NULL, args), TWELL_OK);
     tw_cu_leave(gd_ctx, &sc);
     assert_int_equal(tw_cuda_synchronize(gd_ctx), TWELL_OK);
@@ -231,6 +232,98 @@ static void test_gpu_driver_simt_module_launch(void **state) {
     free(rows);
 }
 
+/* A chain of dependent kernels launched with PDL on a created stream, ping-ponging between two
+ * buffers: kernel i reads what kernel i-1 wrote (RAW) and overwrites what kernel i-1 read (WAR).
+ * Each follows the PDL rule (launch_dependents, then wait, before any global access) and is slow
+ * enough for the next launch to be scheduled while it runs. The result must equal the serial
+ * computation exactly, with PDL on (when the device allows it) and off. */
+static const char gd_chain_src[] =
+    "extern \"C\" __global__ void chain(const unsigned *in, unsigned *out, int n, unsigned k) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "#endif\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) "
+    "{\n"
+    "        unsigned v = in[i];\n"
+    "        for (int r = 0; r < 256; r++) v = v * 1664525u + 1013904223u + k;\n"
+    "        out[i] = v;\n"
+    "    }\n"
+    "}\n";
+
+static unsigned gd_chain_ref(unsigned v, unsigned k) {
+    for (int r = 0; r < 256; r++)
+        v = v * 1664525u + 1013904223u + k;
+    return v;
+}
+
+static void test_gpu_driver_pdl_chain(void **state) {
+    (void)state;
+    enum { N = 1 << 20, STEPS = 24 };
+    char arch[40];
+    snprintf(arch, sizeof arch, "--gpu-architecture=%s", gd_ctx->cuda->arch);
+    const char *opts[] = {arch, "-default-device"};
+    void *cubin = NULL;
+    size_t size = 0;
+    if (tw_nvrtc_compile(gd_ctx, gd_chain_src, "pdl_chain.cu", opts, 2, &cubin, &size, NULL) !=
+        TWELL_OK)
+        fail_msg("tw_nvrtc_compile: %s", twell_ctx_errmsg(gd_ctx));
+    printf("# PDL %s on this device (cc %d.%d, TWELL_PDL=%s)\n",
+           gd_ctx->cuda->pdl ? "used" : "not used", gd_ctx->cuda->cc_major, gd_ctx->cuda->cc_minor,
+           getenv("TWELL_PDL") ? getenv("TWELL_PDL") : "(unset)");
+    assert_int_equal(gd_ctx->cuda->pdl, tw_cu_pdl_allowed(gd_ctx->cuda->cc_major));
+    uint32_t *h = malloc(N * 4u), *ref = malloc(N * 4u);
+    assert_non_null(h);
+    assert_non_null(ref);
+    for (uint32_t i = 0; i < N; i++)
+        ref[i] = i * 2654435761u;
+    void *buf[2] = {NULL, NULL};
+    assert_int_equal(tw_cuda_malloc(gd_ctx, N * 4u, &buf[0]), TWELL_OK);
+    assert_int_equal(tw_cuda_malloc(gd_ctx, N * 4u, &buf[1]), TWELL_OK);
+    twell_stream s = NULL;
+    assert_int_equal(tw_cuda_stream_create(gd_ctx, &s), TWELL_OK);
+    tw_cu_scope sc;
+    assert_int_equal(tw_cu_enter(gd_ctx, &sc), TWELL_OK);
+    tw_CUmodule mod = NULL;
+    tw_CUfunction fn = NULL;
+    assert_int_equal(tw_cu_module_load(gd_ctx, cubin, &mod), TWELL_OK);
+    assert_int_equal(tw_cu_module_function(gd_ctx, mod, "chain", &fn), TWELL_OK);
+    tw_cu_leave(gd_ctx, &sc);
+    for (unsigned pdl = 0; pdl < 2; pdl++) {
+        assert_int_equal(tw_cuda_memcpy_htod(gd_ctx, buf[0], ref, N * 4u), TWELL_OK);
+        assert_int_equal(tw_cuda_memset_d32(gd_ctx, buf[1], 0xdeadbeefu, N, s), TWELL_OK);
+        assert_int_equal(tw_cu_enter(gd_ctx, &sc), TWELL_OK);
+        int n = N;
+        for (unsigned k = 0; k < STEPS; k++) {
+            void *args[] = {&buf[k & 1u], &buf[(k + 1u) & 1u], &n, &k};
+            /* alternate grid sizes: a small grid's blocks all start at once, a large one's not */
+            tw_cu_launch_cfg cfg = {{k & 1u ? 64u : 1024u, 1, 1}, {256, 1, 1}, {0, 0, 0}, 0, pdl};
+            assert_int_equal(tw_cu_launch(gd_ctx, fn, &cfg, s, args), TWELL_OK);
+        }
+        tw_cu_leave(gd_ctx, &sc);
+        assert_int_equal(tw_cuda_stream_synchronize(gd_ctx, s), TWELL_OK);
+        assert_int_equal(tw_cuda_memcpy_dtoh(gd_ctx, h, buf[STEPS & 1u], N * 4u), TWELL_OK);
+        size_t bad = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            uint32_t v = i * 2654435761u;
+            for (unsigned k = 0; k < STEPS; k++)
+                v = gd_chain_ref(v, k);
+            bad += h[i] != v;
+        }
+        printf("# chain of %d launches, pdl=%u: %zu of %d words wrong\n", STEPS, pdl, bad, N);
+        assert_int_equal(bad, 0);
+    }
+    assert_int_equal(tw_cu_enter(gd_ctx, &sc), TWELL_OK);
+    tw_cu_module_unload(mod);
+    tw_cu_leave(gd_ctx, &sc);
+    tw_cuda_stream_destroy(gd_ctx, s);
+    tw_cuda_free(gd_ctx, buf[0]);
+    tw_cuda_free(gd_ctx, buf[1]);
+    free(cubin);
+    free(h);
+    free(ref);
+}
+
 int main(void) {
     gd_ctx = tw_gpu_open_or_skip("test_gpu_driver");
     const struct CMUnitTest tests[] = {
@@ -240,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_driver_error_mapping),
         cmocka_unit_test(test_gpu_driver_events_and_streams),
         cmocka_unit_test(test_gpu_driver_simt_module_launch),
+        cmocka_unit_test(test_gpu_driver_pdl_chain),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     twell_ctx_destroy(gd_ctx);

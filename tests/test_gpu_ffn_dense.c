@@ -276,6 +276,12 @@ static void test_gpu_ffn_dense_case(void **state) {
     fd_run(&d, plan, FD_POISON_B, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "AUTO, threshold 1e9");
     fd_expect(&d, "auto sparse");
+    /* the sparse call's counts come from its own pre-pass (no counting kernel): exact too */
+    FD_OK(tw_cuda_dense_counts(plan, cnt));
+    printf("#   AUTO sparse counts: %llu active, %llu units\n", (unsigned long long)cnt[0],
+           (unsigned long long)cnt[1]);
+    assert_int_equal(cnt[0], d.total);
+    assert_int_equal(cnt[1], 0);
     free(first);
     fd_release(&d);
     twell_plan_destroy(plan);
