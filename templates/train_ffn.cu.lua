@@ -66,8 +66,7 @@
 --   twell_train_ovf_udt        (MMA builds, T <= 512) as ovf_tiles: a·w_n (x·Wu or dy·Wd) of
 --                              every column of listed rows on tensor cores, stored for the
 --                              row-tiles' active entries (u_ell / u_spill or dt_ell / dt_spill).
---   twell_train_udt            (VEC 8 builds) 256 threads, warp per list (slice loads in groups
---                              of UDT_G per lane, added in order): the fused inference
+--   twell_train_udt            (VEC 8 builds) 256 threads, warp per list: the fused inference
 --                              pipeline's phase-A slices (ffn_fused.cu.lua) summed per pair in
 --                              fixed order, stored at the entry's word (tiled U / dT).
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
@@ -103,8 +102,6 @@ local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Tiled U / dT of overflowing row-tiles (twell_train_ovf_udt): fp32 values of 16 rows x T
 -- columns in static shared memory (T <= 512). runtime/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
 local OVF_UDT = MMA and S.T <= 512
--- twell_train_udt: 64-column slice loads in flight per lane (K/64 of them, at most 16 at a time).
-local UDT_G = math.max(1, math.min(16, S.K // 64))
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
@@ -1430,10 +1427,7 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
  * order (fp32, fixed), the slot's token m and neuron n decoded from desc (row in chunk << 7 |
  * key << 4 | token in group), the entry found in row-tile (m, n / T) by its column (the slots
  * ascend), and the sum stored at that word of out_ell ([M, N/C] f32, u_ell's layout). Pads (gate
- * bits 0) are skipped; nothing is written when flag[0] != 0 (the lists were not built). The
- * slices are loaded in groups of ${UDT_G} before any is added (the first group while the entry is
- * searched): a lane has that many independent loads in flight instead of one; the additions keep
- * the ascending order, so the sums are the same bits as a plain loop. */
+ * bits 0) are skipped; nothing is written when flag[0] != 0 (the lists were not built). */
 extern "C" __global__ void __launch_bounds__(256)
 twell_train_udt(const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
                 const tw_u32 *__restrict__ offsets, const tw_u32 *__restrict__ sizes,
@@ -1456,11 +1450,6 @@ twell_train_udt(const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
             const tw_u32 n = (tw_u32)c * (tw_u32)cn + (d >> 7);
             if (m >= M || n >= ${S.N}u)
                 continue;
-            const float *pp = partial + p;
-            float sv[${UDT_G}];
-#pragma unroll
-            for (int i = 0; i < ${UDT_G}; i++)
-                sv[i] = i < nsl ? pp[(long long)i * pstride] : 0.0f;
             const long long wb = m * ${S.NW} + (long long)(n / ${S.T}u) * ${S.W};
             const tw_u32 cnt = packed[wb];
             int lo = 0, hi = (int)(cnt < ${S.SLOTS}u ? cnt : ${S.SLOTS}u) - 1;
@@ -1474,19 +1463,8 @@ twell_train_udt(const tw_u32 *__restrict__ desc, const tw_u16 *__restrict__ gv,
             if (hi < 0 || (packed[wb + 1 + lo] & 0xffffu) != n)
                 continue;
             float v = 0.0f;
-#pragma unroll
-            for (int i = 0; i < ${UDT_G}; i++)
-                if (i < nsl)
-                    v += sv[i];
-            for (int b = ${UDT_G}; b < nsl; b += ${UDT_G}) {
-#pragma unroll
-                for (int i = 0; i < ${UDT_G}; i++)
-                    sv[i] = b + i < nsl ? pp[(long long)(b + i) * pstride] : 0.0f;
-#pragma unroll
-                for (int i = 0; i < ${UDT_G}; i++)
-                    if (b + i < nsl)
-                        v += sv[i];
-            }
+            for (int sl = 0; sl < nsl; sl++)
+                v += partial[(long long)sl * pstride + p];
             out_ell[wb + 1 + lo] = v;
         }
     }
