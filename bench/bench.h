@@ -54,7 +54,7 @@ typedef struct bench_record {
     double max_rel_err; /* over the checked rows (definition per op) */
     size_t checked_rows;
     int correct; /* the check passed */
-    char check_note[384];
+    char check_note[640];
     char gpu[160];
     char commit[48];
     char date[32];

@@ -61,15 +61,22 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
  * internal.h (plan.c calls them). */
 
 /* Density threshold of AUTO, in active values per row per unit of N. Measured on the H200
- * (bf16, K = 2048, N = 5632, M = 16384, uniform): the dense step takes 4.67-4.89 ms at any
- * density (records bench/results/train-2026-11-21T0029*, 7cd9bac), about 1.06x dense cuBLAS; the
- * sparse step after the staged-kernel work (trainsparse2, 4822444) is 1.53x cuBLAS at 29.3
- * active per row and 0.99x at 56.1, so the two cross near 51 per row, 0.9% of N (it was 32.5,
- * 0.58%, with the slower sparse kernels). Re-measure when either path changes (twell bench --op
- * train --path sparse|dense; scripts/bench_issues.sh train). After a dense step AUTO stays dense
- * down to TW_TD_STAY of the threshold (against flapping on noisy L0; narrow, because below the
- * crossover every dense step costs time). */
-#define TW_TD_DENSITY 0.009
+ * (bf16, K = 2048, N = 5632, M = 16384, uniform), each path forced in its own run of one device
+ * call (records bench/results/train2-2026-11-21T0148-{sparse,dense}.json, h/train2 942496e):
+ * dense step 1.063-1.067x the same run's cuBLAS step at every density (4.77-4.81 ms); sparse
+ * step with tiled U/dT 1.666 / 1.264 / 1.095 / 0.951 / 0.823x at 29.3 / 45.4 / 56.1 / 68.9 /
+ * 84.1 active per row (2.87 / 3.70 / 4.34 / 5.00 / 5.82 ms). Normalised by each run's cuBLAS
+ * (the method of the earlier thresholds) they cross at 58.8 per row, 1.05% of N; raw ms across
+ * the two runs would say 65, but cuBLAS itself ran 6.7% slower in the dense run (5.09 vs
+ * 4.77 ms: the GPU's state under back-to-back GEMMs), so the normalised figure is used. It was
+ * 51 (0.9%) before tiled U/dT and 32.5 (0.58%) before the staged kernels. Skewed rows cost the
+ * sparse path more at the same mean (skewed 29, 44 mean per row: 0.996x, even with cuBLAS):
+ * AUTO reads only the mean, so such data run sparse up to 59 per row where dense would be up to
+ * ~1.2x faster. Re-measure when either path changes (twell bench --op train --path
+ * sparse|dense; bench/dev/train2.sh). After a dense step AUTO stays dense down to TW_TD_STAY of
+ * the threshold (against flapping on noisy L0; narrow, because below the crossover every dense
+ * step costs time). */
+#define TW_TD_DENSITY 0.0105
 #define TW_TD_STAY 0.9
 #define TW_TD_MIN_ROWS ((size_t)1024)
 

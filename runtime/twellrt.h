@@ -379,7 +379,7 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           depend on the data, and it counts L0 without a host wait), else SPARSE; afterwards
  *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
  *           forward's count copied back asynchronously and read only once it has landed: no call
- *           waits for it) exceeds about 0.9% of N active values per row (0.81% to stay dense
+ *           waits for it) exceeds about 1.05% of N active values per row (0.945% to stay dense
  *           after a dense step; the crossover measured on an H200) and M ≥ 1024, else SPARSE.
  *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
  *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming

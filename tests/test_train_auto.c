@@ -38,15 +38,17 @@ static void test_train_auto_threshold_and_stay(void **st) {
     /* after a dense step: stays dense down to `stay` of it */
     assert_int_equal(tw_train_auto_dense(29.0, D, 16384, 1024, thr, 0.8), 1);
     assert_int_equal(tw_train_auto_dense(27.0, D, 16384, 1024, thr, 0.8), 0);
-    /* the library's threshold and band at N = 5632 (0.9% of N: 50.7 per row, stay 45.6): a
-     * sparse run at 29.3 or 45 per row stays sparse, at 56 goes dense; a dense run at 29.3 per
-     * row switches back to sparse, at 48 stays dense */
+    /* the library's threshold and band at N = 5632 (1.05% of N: 59.1 per row, stay 53.2, the
+     * crossover measured with tiled U/dT): a sparse run at 29.3, 45 or 56 per row stays sparse
+     * (the sparse step is faster there), at 70 goes dense; a dense run at 50 per row switches
+     * back to sparse, at 56 stays dense */
     double lib = TW_TD_DENSITY * 5632.0;
     assert_int_equal(tw_train_auto_dense(29.3, S, 16384, 1024, lib, TW_TD_STAY), 0);
     assert_int_equal(tw_train_auto_dense(45.0, S, 16384, 1024, lib, TW_TD_STAY), 0);
-    assert_int_equal(tw_train_auto_dense(56.0, S, 16384, 1024, lib, TW_TD_STAY), 1);
-    assert_int_equal(tw_train_auto_dense(29.3, D, 16384, 1024, lib, TW_TD_STAY), 0);
-    assert_int_equal(tw_train_auto_dense(48.0, D, 16384, 1024, lib, TW_TD_STAY), 1);
+    assert_int_equal(tw_train_auto_dense(56.0, S, 16384, 1024, lib, TW_TD_STAY), 0);
+    assert_int_equal(tw_train_auto_dense(70.0, S, 16384, 1024, lib, TW_TD_STAY), 1);
+    assert_int_equal(tw_train_auto_dense(50.0, D, 16384, 1024, lib, TW_TD_STAY), 0);
+    assert_int_equal(tw_train_auto_dense(56.0, D, 16384, 1024, lib, TW_TD_STAY), 1);
     /* never dense below min_rows, whatever the density */
     assert_int_equal(tw_train_auto_dense(1100.0, D, 512, 1024, thr, 0.8), 0);
     /* the defaults the library uses are sane */
