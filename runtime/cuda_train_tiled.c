@@ -164,7 +164,8 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                         "offsets",
                         (unsigned long long)P);
     size_t o[13], b = 0;
-    const size_t words[12] = {4, NT + 1, NT + 1, NT + 1, NT * M, NT * M,
+    /* cnt: NT + 4 words (prep adds the u64 total of active values after the counts) */
+    const size_t words[12] = {4, NT + 4, NT + 1, NT + 1, NT * M, NT * M,
                               M, M,      NL,     NL + 1, NBC,    NBC};
     for (int i = 0; i < 12; i++)
         o[i] = b, b += tw_al(4u * words[i]);
@@ -186,12 +187,16 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     /* launch contract steps 1-4 (overflow capacities unbounded: those row-tiles are ours) */
     int m = (int)M;
     unsigned pair_cap = (unsigned)P, big = 0xffffffffu;
-    TW_CTT_TRY(tw_cuda_memset_d32(ctx, c->cnt, 0u, NT + 1u, stream));
+    TW_CTT_TRY(tw_cuda_memset_d32(ctx, c->cnt, 0u, NT + 4u, stream));
     void *a_prep[] = {(void *)&packed, &m,        &c->cnt,   &c->ovf_rows, &c->ovf_slot,
                       &c->orow_idx,    &c->orows, &c->sizes, &c->bsum};
     TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_PREP], NB, 1, 256, 0, stream, a_prep));
-    void *a_scan[] = {&c->bsum, &m,          &c->bbase, &c->cnt, &c->ovf_base, &c->item_base,
-                      &c->flag, &c->offsets, &pair_cap, &big,    &big};
+    unsigned long long *no_stats = NULL; /* AUTO's count and the host flag copy: not used here */
+    int stats_add = 0;
+    uint32_t *no_hflag = NULL;
+    void *a_scan[] = {&c->bsum,      &m,        &c->bbase,   &c->cnt,   &c->ovf_base,
+                      &c->item_base, &c->flag,  &c->offsets, &pair_cap, &big,
+                      &big,          &no_stats, &stats_add,  &no_hflag};
     TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
     void *a_build[] = {(void *)&packed, &m,       &c->bbase, &c->sizes,
