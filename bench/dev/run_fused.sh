@@ -23,7 +23,8 @@
 #   ovfcheck   XV $OVB (default 75: XV bit 64, the larger-warp-tile ovf_gu / ovf_down) against
 #              $OVA (11): test_gpu_ffn_infer under each + memcheck/racecheck of its small cases
 #              under $OVB (all at once), then twell bench --path sparse M 4096/16384/65536 skewed
-#              29 nnz per XV, alternating, twice (JSON in $OUT/ovN); a table last (~240 s)
+#              29 nnz per XV, alternating, twice (JSON in $OUT/ovN), after ncu us of ovf_gu /
+#              ovf_down per XV at 16384 skewed (OVNCU=0: skipped); a table last (~240 s)
 #   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
 #              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
@@ -349,6 +350,16 @@ for step in ${STEPS:-test breakdown prof bench}; do
         grep -hE "^# +XV=" /tmp/o_ta.log /tmp/o_tb.log | awk '{if ($6 + 0 > m) m = $6 + 0} END {if (NR) print "   forced XV: " NR " runs, worst row-rel err " m}'
         cat /tmp/o_ta.log /tmp/o_tb.log /tmp/o_smemcheck.log /tmp/o_sracecheck.log >"$OUT/ovf_tests.log"
         echo "== ovf tests $(($(date +%s) - s0)) s"
+        if [ "${OVNCU:-1}" = 1 ]; then # ncu us of ovf_gu / ovf_down per XV, M=16384 skewed
+            for x in $OVA $OVB; do
+                TWELL_FFN_TILE=XV=$x timeout 45 ncu --clock-control none -k "regex:twell_ffn_ovf" \
+                    --metrics gpu__time_duration.sum --print-summary per-kernel $T bench \
+                    --op ffn_infer --path sparse --M 16384 --nnz 29 --dist skewed $S \
+                    >/tmp/o_ncu$x.log 2>&1
+                awk -v x=$x '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "   ncu XV=%s %-20s %s %s %s %s\n", x, k, $2, $3, $4, $5}' \
+                    /tmp/o_ncu$x.log | tee -a "$OUT/ovf_ncu.log"
+            done
+        fi
         rm -f /tmp/o_bench.txt
         for rep in 1 2; do
             for x in $OVA $OVB; do
