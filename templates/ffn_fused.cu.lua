@@ -109,13 +109,13 @@
 --       between kernels are ordered as usual (and end the overlap).
 --   (e) an early trigger lets the next grid's blocks take the first SMs that free up: harmless
 --       when its blocks are spread by their own limits (phase A/B one per SM, reduce and rows 8,
---       ovf_gu GU_BPS, ovf_down DOWN_BPS by shared memory) or the grid is many waves (build), harmful for a
---       one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to 8 per SM).
---       So the kernel before prep (the gate-pack) does not trigger early: prep then starts when
---       every gate-pack CTA has exited, spread over the whole GPU (measured: triggering at the
---       gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows kernel before the
---       next chunk's prep (M > 65536) does trigger early; its blocks fill every SM 8 deep and,
---       without the fallback, exit together, so that prep spreads too.
+--       ovf_gu GU_BPS, ovf_down DOWN_BPS by shared memory) or the grid is many waves (build),
+--       harmful for a one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to
+--       8 per SM). So the kernel before prep (the gate-pack) does not trigger early: prep then
+--       starts when every gate-pack CTA has exited, spread over the whole GPU (measured:
+--       triggering at the gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows
+--       kernel before the next chunk's prep (M > 65536) does trigger early; its blocks fill
+--       every SM 8 deep and, without the fallback, exit together, so that prep spreads too.
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
 -- are fixed; integer atomics only assign slots whose consumers index by row and tile, or sum
@@ -157,7 +157,7 @@ local GT = param("GT", 8)
 -- (tw_k_ovf_gu2: CTA of 4 warps, each 32 rows x 32 columns of g and u, 3 stages, 3 CTAs per SM;
 -- tw_k_ovf_down2: CTA item of 32 rows x 128 output columns (64 when K % 128 != 0), 8 warps of
 -- 16 rows x 32 columns, 64-neuron steps): the same mma sequence per output element as the
--- 64-bit-clear kernels, so the same bits (XV bit 32 is unused).
+-- kernels without bit 64, so the same bits (bit 32 has no meaning).
 local XV = param("XV", 11)
 check(math.type(XV) == "integer" and XV >= 0 and XV <= 127, "XV=%s must be 0..127", tostring(XV))
 local OV2 = (XV & 64) ~= 0
@@ -905,7 +905,7 @@ TW_KERNEL((256))
     }
 }
 
-// XV & 64: ovf_gu with larger warp tiles (the 64-bit-clear kernel is shared-memory bound: one
+// XV & 64: ovf_gu with larger warp tiles (tw_k_ovf_gu is shared-memory bound: one
 // A and two B ldmatrix per 4 mma). Same items (tile, 64 rows, 64 columns), same cp.async ring
 // layout; CTA = 4 warps = 2 row halves x 2 column halves, each 32 rows x 32 columns of g (and
 // u): per k16 step 2 A + 2 (4 gated) B ldmatrix feed 8 (16) mma. Every output element sees the
