@@ -259,13 +259,14 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
                     &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], 2 * sms, 1, 256, f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], f->cfg[TW_CFG_GU_BPS] * sms, 1, f->cfg[TW_CFG_GU_THR],
+                 f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
     long long ys = (long long)f->orow_cap * plan->shape.K; /* ovf_y part stride */
     void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base,
                       &w->ovf_slot,    &w->orows,   &w->ovf_hh, &w->ovf_ex,
                       &w->ovf_y,       &ys,         &w->flag};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_DOWN], 3 * sms, 1, 256, f->cfg[TW_CFG_SMEM_DOWN], stream,
-                 a_down));
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_DOWN], f->cfg[TW_CFG_DOWN_BPS] * sms, 1, 256,
+                 f->cfg[TW_CFG_SMEM_DOWN], stream, a_down));
     uint32_t *hl = NULL, *rexp = NULL;
     if (plan->shape.gated) {
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,

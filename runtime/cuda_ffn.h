@@ -16,7 +16,7 @@ typedef struct tw_ffn tw_ffn;
  * autotune/spaces.c; tests/test_autotune.c checks the rules agree) ---- */
 
 #define TW_FFN_NFN 9         /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
-#define TW_FFN_NWORDS 20     /* words of its twell_ffn_cfg */
+#define TW_FFN_NWORDS 23     /* words of its twell_ffn_cfg */
 #define TW_FFN_NPARAMS 18    /* template parameters of one configuration */
 #define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
 /* Phase A/B instruction-diet variant bits (XV, templates/ffn_fused.cu.lua) when the configuration
@@ -32,7 +32,7 @@ typedef struct tw_ffn_cfg {
     unsigned pf;         /* list loads one step ahead (PF, 0 | 1) */
     unsigned il;         /* phase B interleaves two groups' rounds (IL, 0 | 1) */
     unsigned gt;         /* tokens per list group (GT, 8 | 16; 16 needs even GPWA/GPWB, IL 0) */
-    unsigned xv;         /* phase A/B instruction-diet variant bits (XV, 0..31; see ffn_fused) */
+    unsigned xv;         /* phase A/B instruction-diet variant bits (XV, 0..127; see ffn_fused) */
 } tw_ffn_cfg;
 
 /* The untuned configuration for shape s on dev: the first {CN, STAGES} of {512, 2}, {256, 2}

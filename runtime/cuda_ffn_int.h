@@ -21,7 +21,7 @@ enum {
     TW_FN_ROWS,
     TW_FN_COUNT
 };
-/* twell_ffn_cfg[20] of the module, in the template's order. */
+/* twell_ffn_cfg[23] of the module, in the template's order. */
 enum {
     TW_CFG_CN,
     TW_CFG_GPWA,
@@ -43,6 +43,9 @@ enum {
     TW_CFG_PF,
     TW_CFG_IL,
     TW_CFG_GT,
+    TW_CFG_GU_BPS,   /* ovf_gu CTAs per SM (grid GU_BPS * SMs) */
+    TW_CFG_GU_THR,   /* ovf_gu threads per CTA */
+    TW_CFG_DOWN_BPS, /* ovf_down CTAs per SM (grid DOWN_BPS * SMs, 256 threads) */
     TW_CFG_COUNT
 };
 

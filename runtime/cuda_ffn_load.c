@@ -57,10 +57,12 @@ twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     return st;
 }
 
-/* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts) from its CN,
- * GPWA, GPWB, NWA, NWB and STAGES by the template's formulas for `smem` bytes of shared memory per
- * block. Returns 0 if they do not fit (or CN does not suit the shape). */
-static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
+/* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts, overflow
+ * grids) from its CN, GPWA, GPWB, NWA, NWB and STAGES and the variant bits xv by the template's
+ * formulas for `smem` bytes of shared memory per block. Returns 0 if they do not fit (or CN does
+ * not suit the shape). */
+static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t xv,
+                              uint32_t want[TW_CFG_COUNT]) {
     uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
     /* per buffer: the staged list offsets and sizes of the block (GPW 8-token units per warp, NW
      * warps); once: the (first, end) offset table of up to 256 chunks */
@@ -88,9 +90,16 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want
     want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
     want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
     want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-    want[TW_CFG_SMEM_GU] = 4u * 64u * 128u * (s->gated ? 3u : 2u); /* 4 stages */
-    uint32_t subd = s->T < 128u ? s->T : 128u;                     /* ovf_down's step */
-    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * subd * 2u + subd * 128u);
+    /* XV & 64: the larger-warp-tile overflow kernels (tw_k_ovf_gu2: 3 stages, 4 warps, 3 CTAs
+     * per SM; tw_k_ovf_down2: 64-neuron steps, 128 output columns when K % 128 == 0) */
+    uint32_t ov2 = (xv & 64u) != 0u;
+    want[TW_CFG_SMEM_GU] = (ov2 ? 3u : 4u) * 64u * 128u * (s->gated ? 3u : 2u); /* stages */
+    uint32_t subd = ov2 ? 64u : s->T < 128u ? s->T : 128u;  /* ovf_down's step (neurons) */
+    uint32_t dcw = (ov2 && s->K % 128u == 0u) ? 128u : 64u; /* ovf_down's output columns */
+    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * subd * 2u + subd * dcw * 2u);
+    want[TW_CFG_GU_BPS] = ov2 ? 3u : 2u;
+    want[TW_CFG_GU_THR] = ov2 ? 128u : 256u;
+    want[TW_CFG_DOWN_BPS] = 3u;
     want[TW_CFG_BW] = 4;
     want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
     want[TW_CFG_TPC] = tpc;
@@ -126,8 +135,8 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw
     want[TW_CFG_GT] = c->gt;
     uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
     uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
-    if (c->xv > 31u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
-        smem < fixed + 16384u || !tw_ffn_tile_derive(s, smem, want)) {
+    if (c->xv > 127u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
+        smem < fixed + 16384u || !tw_ffn_tile_derive(s, smem, c->xv, want)) {
         snprintf(why, n,
                  "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u XV=%u is not a "
                  "configuration of ffn_fused for T=%u N=%u in %u bytes of shared memory",

@@ -34,8 +34,10 @@
 -- LAUNCH CONTRACT (all kernels extern "C"; M = rows this call; NG = ceil(M/GT); NB = ceil(NG/8);
 -- NT = N/T; NC = ceil(NT / (CN/T)); NL = NG*NC; NSL = K/64; PAIR_CAP, OVF_CAP, OROW_CAP = workspace
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
--- __device__ const unsigned twell_ffn_cfg[20] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
---   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL, GT} (read with
+-- __device__ const unsigned twell_ffn_cfg[23] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
+--   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL, GT, GU_BPS, GU_THR,
+--   DOWN_BPS} (GU_BPS, DOWN_BPS: ovf_gu / ovf_down CTAs per SM in their grids, GU_THR: ovf_gu's
+--   threads per CTA; 2, 256, 3, or with XV & 64 3, 128, 3) (read with
 --   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -65,9 +67,9 @@
 --       flag[0..3] (e.g. mapped page-locked host memory: no copy to enqueue after the call).
 --   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
 --       (packed, M, bbase, sizes, offsets, desc, gv, flag)
---   5 twell_ffn_ovf_gu    grid 2*SMs x 256, SMEM_GU
+--   5 twell_ffn_ovf_gu    grid GU_BPS*SMs x GU_THR, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
---   6 twell_ffn_ovf_down  grid 3*SMs x 256, SMEM_DOWN
+--   6 twell_ffn_ovf_down  grid DOWN_BPS*SMs x 256, SMEM_DOWN
 --       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, YS (long long), flag)
 --   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA*8/GT)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
@@ -107,13 +109,13 @@
 --       between kernels are ordered as usual (and end the overlap).
 --   (e) an early trigger lets the next grid's blocks take the first SMs that free up: harmless
 --       when its blocks are spread by their own limits (phase A/B one per SM, reduce and rows 8,
---       ovf_gu 2, ovf_down 3 by shared memory) or the grid is many waves (build), harmful for a
---       one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to 8 per SM).
---       So the kernel before prep (the gate-pack) does not trigger early: prep then starts when
---       every gate-pack CTA has exited, spread over the whole GPU (measured: triggering at the
---       gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows kernel before the
---       next chunk's prep (M > 65536) does trigger early; its blocks fill every SM 8 deep and,
---       without the fallback, exit together, so that prep spreads too.
+--       ovf_gu GU_BPS, ovf_down DOWN_BPS by shared memory) or the grid is many waves (build),
+--       harmful for a one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to
+--       8 per SM). So the kernel before prep (the gate-pack) does not trigger early: prep then
+--       starts when every gate-pack CTA has exited, spread over the whole GPU (measured:
+--       triggering at the gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows
+--       kernel before the next chunk's prep (M > 65536) does trigger early; its blocks fill
+--       every SM 8 deep and, without the fallback, exit together, so that prep spreads too.
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from
 -- fp32). Results are bitwise deterministic (no floating-point atomics; list order and all sums
 -- are fixed; integer atomics only assign slots whose consumers index by row and tile, or sum
@@ -151,9 +153,14 @@ local GT = param("GT", 8)
 -- chain per round (no per-round adds of two chains); 8 both phases prefetch the next round's
 -- descriptors without a bounds select (the read stays inside the staging buffer); 16 both phases
 -- start chunk 0's weight copies before the list tables and x loads, and phase B loads every
--- row's overflow index at once before storing y.
+-- row's overflow index at once before storing y; 64 the overflow kernels' larger warp tiles
+-- (tw_k_ovf_gu2: CTA of 4 warps, each 32 rows x 32 columns of g and u, 3 stages, 3 CTAs per SM;
+-- tw_k_ovf_down2: CTA item of 32 rows x 128 output columns (64 when K % 128 != 0), 8 warps of
+-- 16 rows x 32 columns, 64-neuron steps): the same mma sequence per output element as the
+-- kernels without bit 64, so the same bits (bit 32 has no meaning).
 local XV = param("XV", 11)
-check(math.type(XV) == "integer" and XV >= 0 and XV <= 31, "XV=%s must be 0..31", tostring(XV))
+check(math.type(XV) == "integer" and XV >= 0 and XV <= 127, "XV=%s must be 0..127", tostring(XV))
+local OV2 = (XV & 64) ~= 0
 check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
 if GT == 16 then
     check(GPWA % 2 == 0 and GPWB % 2 == 0, "GT=16 needs even GPWA, GPWB (8-token units)")
@@ -175,9 +182,16 @@ check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
     "DCAPA, DCAPB must be positive multiples of 16")
 local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
 local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
-local SMEM_GU = 4 * 64 * 128 * (GATED == 1 and 3 or 2) -- TW_GU_STAGES stages
-local SUBD = math.min(S.T, 128) -- ovf_down's step (neurons)
-local SMEM_DOWN = 2 * (2 * 32 * SUBD * 2 + SUBD * 128)
+local GU_ST = OV2 and 3 or 4 -- ovf_gu's stages (TW_GU_STAGES / TW_GU2_STAGES)
+local SMEM_GU = GU_ST * 64 * 128 * (GATED == 1 and 3 or 2)
+local SUBD = OV2 and 64 or math.min(S.T, 128) -- ovf_down's step (neurons)
+local DCW = (OV2 and S.K % 128 == 0) and 128 or 64 -- ovf_down's output columns per CTA item
+local SMEM_DOWN = 2 * (2 * 32 * SUBD * 2 + SUBD * DCW * 2)
+-- ovf_gu / ovf_down grids (CTAs per SM, as shared memory and registers allow) and ovf_gu's CTA
+local GU_BPS, GU_THR, DOWN_BPS = OV2 and 3 or 2, OV2 and 128 or 256, 3
+-- their __launch_bounds__ (XV & 64 caps registers for those CTAs per SM; the others as before)
+local GU_LB = OV2 and "128, 3" or "256"
+local DOWN_LB = OV2 and "256, 3" or "256"
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
         DCAPA, DCAPB, SMEM_MAX)
@@ -883,6 +897,323 @@ TW_KERNEL((256))
         for (int j = 0; j < 2; j++) {
             const int col = c0 + 16 * nq + 8 * j + 2 * t4;
             float *py = ovf_y + (long long)part * ystride;
+            if (ra < nr)
+                *(float2 *)(py + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
+            if (rb2 < nr)
+                *(float2 *)(py + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
+        }
+    }
+}
+
+// XV & 64: ovf_gu with larger warp tiles (tw_k_ovf_gu is shared-memory bound: one
+// A and two B ldmatrix per 4 mma). Same items (tile, 64 rows, 64 columns), same cp.async ring
+// layout; CTA = 4 warps = 2 row halves x 2 column halves, each 32 rows x 32 columns of g (and
+// u): per k16 step 2 A + 2 (4 gated) B ldmatrix feed 8 (16) mma. Every output element sees the
+// same mma sequence (k-steps in order, the same m16 and n8 tile positions) as tw_k_ovf_gu, so
+// g, u, h, ex and the stored halves are the same bits.
+#define TW_GU2_STAGES 3
+template <int DT, int GATED, int TT>
+TW_KERNEL((128))
+    tw_k_ovf_gu2(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wp,
+                 const tw_u16 *__restrict__ wu, int M, int K, int NT,
+                 const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
+                 const tw_u32 *__restrict__ ovf_rows, tw_u16 *__restrict__ ovf_hh,
+                 tw_u32 *__restrict__ ovf_ex, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    __shared__ float xmax[2][64];
+    if (flag[0])
+        return;
+    constexpr int NCB = TT / 64;
+    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU2_STAGES;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int mh = warp & 1, ch = warp >> 1;
+    const tw_u32 nitems = item_base[NT];
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    const int arow0 = 32 * mh + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
+    const int brow0 = (lane & 7) + (lane >> 4) * 8, bhi = (lane >> 3) & 1;
+    const int nk = K / 64;
+    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const int t = tw_find_tile(item_base, NT, item);
+        const tw_u32 rel = item - item_base[t], rb = rel / NCB, cb = rel - rb * NCB;
+        const tw_u32 r0 = 64u * rb, cntt = ovf_base[t + 1] - ovf_base[t];
+        const int nrows = (int)min(64u, cntt - r0);
+        const tw_u32 *rows = ovf_rows + (long long)t * M + r0;
+        const long long n0 = (long long)t * TT + 64 * cb;
+        auto stage = [&](int kc, int buf) {
+            const tw_u32 sx = sbase + buf * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+#pragma unroll
+            for (int i = tid; i < 64 * 8; i += 128) {
+                const int r = i >> 3, q = i & 7;
+                const tw_u32 so = r * 128 + ((q ^ (r & 7)) << 4);
+                const long long m = rows[r < nrows ? r : 0];
+                tw_cp16(sx + so, x + m * K + kc * 64 + 8 * q);
+                tw_cp16(sw + so, wp + (n0 + r) * K + kc * 64 + 8 * q);
+                if (GATED)
+                    tw_cp16(su + so, wu + (n0 + r) * K + kc * 64 + 8 * q);
+            }
+        };
+        float ag[2][4][4], au[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    ag[mi][j][e] = au[mi][j][e] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < GST - 1; i++) {
+            if (i < nk)
+                stage(i, i);
+            tw_cp_commit();
+        }
+        for (int kc = 0; kc < nk; kc++) {
+            if (kc + GST - 1 < nk)
+                stage(kc + GST - 1, (kc + GST - 1) % GST);
+            tw_cp_commit();
+            tw_cp_wait<GST - 1>();
+            __syncthreads();
+            const tw_u32 sx = sbase + (kc % GST) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                tw_u32 a[2][4];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const int ar = arow0 + 16 * mi;
+                    tw_ldsm4(a[mi], sx + ar * 128 + (((2 * ks + ahi) ^ (ar & 7)) << 4));
+                }
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    const int br = ch * 32 + 16 * p + brow0;
+                    const tw_u32 bo = br * 128 + (((2 * ks + bhi) ^ (br & 7)) << 4);
+                    tw_u32 b[4];
+                    tw_ldsm4(b, sw + bo);
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        tw_mma<DT>(ag[mi][2 * p], a[mi], b[0], b[1]);
+                        tw_mma<DT>(ag[mi][2 * p + 1], a[mi], b[2], b[3]);
+                    }
+                    if (GATED) {
+                        tw_ldsm4(b, su + bo);
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            tw_mma<DT>(au[mi][2 * p], a[mi], b[0], b[1]);
+                            tw_mma<DT>(au[mi][2 * p + 1], a[mi], b[2], b[3]);
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        /* lane holds rows 32 mh + 16 mi + g (e = 0, 1) and + 8 (e = 2, 3), columns
+           32 ch + 8 j + 2 t4 + (e & 1) */
+        float h[2][4][4], am[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            am[mi][0] = am[mi][1] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float gq = tw_h2f<DT>(tw_relu_round<DT>(ag[mi][j][e]));
+                    h[mi][j][e] = GATED ? gq * au[mi][j][e] : gq;
+                    am[mi][e >> 1] = fmaxf(am[mi][e >> 1], fabsf(h[mi][j][e]));
+                }
+        }
+        tw_u32 ex[2][2] = {{0u, 0u}, {0u, 0u}};
+        if constexpr (DT == 1) {
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    float v = am[mi][hf];
+                    v = fmaxf(v, __shfl_xor_sync(TW_FULL, v, 1));
+                    v = fmaxf(v, __shfl_xor_sync(TW_FULL, v, 2));
+                    if (t4 == 0)
+                        xmax[ch][32 * mh + 16 * mi + 8 * hf + g] = v;
+                }
+            __syncthreads();
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = 32 * mh + 16 * mi + 8 * hf + g;
+                    ex[mi][hf] = tw_scale_ex(__float_as_uint(fmaxf(xmax[0][r], xmax[1][r])));
+                }
+            __syncthreads();
+        }
+        const tw_u32 cell0 = ovf_base[t] + r0;
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = 32 * mh + 16 * mi + 8 * hf + g;
+                if (r < nrows) {
+                    tw_u16 *row = ovf_hh + (long long)(cell0 + r) * (2 * TT) + 64 * (int)cb;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int col = 32 * ch + 8 * j + 2 * t4;
+                        const tw_u32 h0 = tw_split_hl<DT>(h[mi][j][2 * hf], ex[mi][hf]);
+                        const tw_u32 h1 = tw_split_hl<DT>(h[mi][j][2 * hf + 1], ex[mi][hf]);
+                        *(tw_u32 *)(row + col) = (h0 >> 16) | (h1 & 0xffff0000u);
+                        *(tw_u32 *)(row + TT + col) = (h0 & 0xffffu) | (h1 << 16);
+                    }
+                    if (DT == 1 && ch == 0 && t4 == 0)
+                        ovf_ex[(long long)(cell0 + r) * NCB + cb] = ex[mi][hf];
+                }
+            }
+    }
+}
+
+// XV & 64: ovf_down with CTA items of (part, 32 rows, CW output columns), CW = 128 (64 when
+// K % 128 != 0): each h block is read once per CW columns; 8 warps = 2 m-tiles x 4 quarters of
+// CW / 4 columns (per k16 step 2 A + CW / 64 B ldmatrix feed CW / 16 mma); 64-neuron steps,
+// double-buffered (48 KB at CW 128). Per output element the same tiles, steps and mma order as
+// tw_k_ovf_down (fp16: the same per-64-neuron scaling), so the same bits.
+template <int DT, int TT, int CW>
+TW_KERNEL((256))
+    tw_k_ovf_down2(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
+                   int NT, int W, const tw_u32 *__restrict__ ovf_base,
+                   const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
+                   const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,
+                   float *__restrict__ ovf_y, long long ystride, const tw_u32 *__restrict__ flag) {
+    extern __shared__ __align__(128) unsigned char tw_smem[];
+    __shared__ tw_u32 scell[32][33];
+    __shared__ tw_u32 srow[32], slist[32], sna;
+    __shared__ float ssinv[2][32];
+    if (flag[0])
+        return;
+    constexpr int NKB = TT / 64, SUB = 64, NS = TT / SUB;
+    constexpr int HB = 32 * SUB * 2;   /* bytes of one 32-row h block (hi or lo) of a step */
+    constexpr int WR = CW * 2;         /* bytes of one Wd row in shared memory */
+    constexpr int STAGE = 2 * HB + SUB * WR;
+    constexpr int QW = CW / 4, NJ = QW / 8; /* a warp's columns, n8 tiles */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int mt = warp & 1, nq = warp >> 1;
+    const tw_u32 norows = flag[3];
+    const tw_u32 ncb = (tw_u32)(K / CW), nrc = (norows + 31u) / 32u * ncb;
+    const tw_u32 nitems = nrc * TW_OVP;
+    const tw_u32 sbase = tw_smem_addr(tw_smem);
+    const int ar = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
+    const int bk = (lane & 7) + ((lane >> 3) & 1) * 8, bn = (QW / 8) * nq + (lane >> 4);
+    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const tw_u32 part = item / nrc, irc = item - part * nrc;
+        const tw_u32 rb = irc / ncb, cb = irc - rb * ncb, i0 = 32u * rb;
+        const int tlo = (int)part * NT / TW_OVP, thi = ((int)part + 1) * NT / TW_OVP;
+        const int nr = (int)min(32u, norows - i0);
+        const int c0 = CW * (int)cb;
+        if (tid < 32)
+            srow[tid] = tid < nr ? orows[i0 + tid] : TW_NONE;
+        float acc[NJ][4];
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        for (int tb = tlo; tb < thi; tb += 32) {
+            const int ntb = min(32, thi - tb);
+            __syncthreads(); /* srow written; the previous batch's buffers are free */
+            for (int i = tid; i < 32 * 32; i += 256) {
+                const int r = i >> 5, tt = i & 31;
+                tw_u32 cell = TW_NONE;
+                if (r < nr && tt < ntb) {
+                    const long long m = srow[r];
+                    const int t = tb + tt;
+                    if (packed[(m * NT + t) * W] > (tw_u32)(W - 1))
+                        cell = ovf_base[t] + ovf_slot[m * NT + t];
+                }
+                scell[r][tt] = cell;
+            }
+            __syncthreads();
+            if (tid < 32) {
+                bool any = false;
+                for (int r = 0; r < nr; r++)
+                    any |= scell[r][tid] != TW_NONE;
+                const tw_u32 bal = __ballot_sync(TW_FULL, any && tid < ntb);
+                if (any && tid < ntb)
+                    slist[__popc(bal & ((1u << tid) - 1u))] = (tw_u32)tid;
+                if (tid == 0)
+                    sna = __popc(bal);
+            }
+            __syncthreads();
+            const int na = (int)sna;
+            /* step i: active tile i / NS, neurons [64 (i % NS), + 64) of it */
+            auto stage = [&](int i, int buf) {
+                const int tt = (int)slist[i / NS], t = tb + tt, n0 = SUB * (i % NS);
+                const tw_u32 sh = sbase + buf * STAGE, sw = sh + 2 * HB;
+#pragma unroll
+                for (int e = tid; e < 2 * 32 * (SUB / 8); e += 256) {
+                    const int which = e / (32 * (SUB / 8)), rem = e - which * 32 * (SUB / 8);
+                    const int r = rem / (SUB / 8), pc = rem - r * (SUB / 8);
+                    const tw_u32 cell = scell[r][tt];
+                    const tw_u16 *src = ovf_hh + (cell == TW_NONE ? 0ll : (long long)cell * (2 * TT)) +
+                                        which * TT + n0 + 8 * pc;
+                    tw_cp16z(sh + which * HB + r * (2 * SUB) + ((pc ^ (r & 7)) << 4), src,
+                             cell != TW_NONE);
+                }
+#pragma unroll
+                for (int e = tid; e < SUB * (CW / 8); e += 256) {
+                    const int nn = e / (CW / 8), q = e % (CW / 8);
+                    tw_cp16(sw + nn * WR + ((q ^ (nn & 7)) << 4),
+                            wd + ((long long)t * TT + n0 + nn) * K + c0 + 8 * q);
+                }
+                if (DT == 1 && tid < 32) {
+                    const tw_u32 cell = scell[tid][tt];
+                    ssinv[buf][tid] = cell == TW_NONE
+                                          ? 1.0f
+                                          : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB + n0 / 64]);
+                }
+            };
+            const int nst = na * NS;
+            if (nst > 0)
+                stage(0, 0);
+            tw_cp_commit();
+            for (int i = 0; i < nst; i++) {
+                if (i + 1 < nst)
+                    stage(i + 1, (i + 1) & 1);
+                tw_cp_commit();
+                tw_cp_wait<1>();
+                __syncthreads();
+                const tw_u32 shi = sbase + (i & 1) * STAGE, slo = shi + HB, sw = shi + 2 * HB;
+                float tmp[NJ][4];
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+                    tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.0f;
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++) {
+                    const int kk = 16 * ks; /* neuron offset in the step */
+                    const tw_u32 ao = ar * (2 * SUB) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
+                    tw_u32 ah[4], al[4];
+                    tw_ldsm4(ah, shi + ao);
+                    tw_ldsm4(al, slo + ao);
+                    const int krow = kk + bk;
+#pragma unroll
+                    for (int jj = 0; jj < NJ / 2; jj++) {
+                        tw_u32 b[4];
+                        tw_ldsm4t(b, sw + krow * WR + (((bn + 2 * jj) ^ (krow & 7)) << 4));
+                        float(&d0)[4] = DT == 1 ? tmp[2 * jj] : acc[2 * jj];
+                        float(&d1)[4] = DT == 1 ? tmp[2 * jj + 1] : acc[2 * jj + 1];
+                        tw_mma<DT>(d0, ah, b[0], b[1]);
+                        tw_mma<DT>(d0, al, b[0], b[1]);
+                        tw_mma<DT>(d1, ah, b[2], b[3]);
+                        tw_mma<DT>(d1, al, b[2], b[3]);
+                    }
+                }
+                if constexpr (DT == 1) {
+                    const float sa = ssinv[i & 1][16 * mt + g], sb = ssinv[i & 1][16 * mt + g + 8];
+#pragma unroll
+                    for (int j = 0; j < NJ; j++) {
+                        acc[j][0] = fmaf(tmp[j][0], sa, acc[j][0]);
+                        acc[j][1] = fmaf(tmp[j][1], sa, acc[j][1]);
+                        acc[j][2] = fmaf(tmp[j][2], sb, acc[j][2]);
+                        acc[j][3] = fmaf(tmp[j][3], sb, acc[j][3]);
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        const int ra = 16 * mt + g, rb2 = ra + 8;
+        float *py = ovf_y + (long long)part * ystride;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int col = c0 + QW * nq + 8 * j + 2 * t4;
             if (ra < nr)
                 *(float2 *)(py + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
             if (rb2 < nr)
@@ -1919,9 +2250,9 @@ __device__ __forceinline__ void tw_pdl_enter() {
 }
 // The u64 total of active values prep accumulates (cnt is 256-byte aligned, NT+4 words).
 #define TW_CNT_TOTAL(cnt) ((tw_u64 *)((cnt) + ((${NT} + 2) & ~1)))
-extern "C" __device__ const unsigned int twell_ffn_cfg[20] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
+extern "C" __device__ const unsigned int twell_ffn_cfg[23] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}, ${GT}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}, ${GT}, ${GU_BPS}, ${GU_THR}, ${DOWN_BPS}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
@@ -1963,24 +2294,34 @@ twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
     tw_k_build<${TPC}, ${BW}, ${GT}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
                               bbase, sizes, offsets, desc, gv, flag);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(${GU_LB})
 twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsigned short *wu,
                  int M, const unsigned int *ovf_base, const unsigned int *item_base,
                  const unsigned int *ovf_rows, unsigned short *ovf_hh, unsigned int *ovf_ex,
                  const unsigned int *flag) {
     tw_pdl_enter();
+#if TW_XV & 64
+    tw_k_ovf_gu2<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
+                                        ovf_rows, ovf_hh, ovf_ex, flag);
+#else
     tw_k_ovf_gu<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
                                        ovf_rows, ovf_hh, ovf_ex, flag);
+#endif
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(${DOWN_LB})
 twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
                    const unsigned int *ovf_base, const unsigned int *ovf_slot,
                    const unsigned int *orows, const unsigned short *ovf_hh,
                    const unsigned int *ovf_ex, float *ovf_y, long long ystride,
                    const unsigned int *flag) {
     tw_pdl_enter();
+#if TW_XV & 64
+    tw_k_ovf_down2<${DT}, ${S.T}, ${DCW}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot,
+                                        orows, ovf_hh, ovf_ex, ovf_y, ystride, flag);
+#else
     tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
                                 ovf_hh, ovf_ex, ovf_y, ystride, flag);
+#endif
 }
 extern "C" __global__ void __launch_bounds__(${NWB * 32}, 1)
 twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,

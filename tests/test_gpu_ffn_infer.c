@@ -4,7 +4,8 @@
  * skewed data with overflowing row-tiles), for every kernel path: the tiled pipeline, its
  * device-side fallback (workspace too small), the simple row kernel and the portable one, and the
  * tiled pipeline with the other list group size (GT 8 <-> 16, a forced module) and with the other
- * instruction-diet variant (XV default <-> 0, forced; same bytes unless XV bit 4 differs). Also:
+ * instruction-diet variant (XV default <-> 0, forced; same bytes unless XV bit 4 differs) and,
+ * where row-tiles overflow, with XV bit 64 flipped (the other overflow kernels: same bytes). Also:
  * bitwise determinism, poisoned outputs fully overwritten, growth of the workspace without a
  * probe, several chunks on a stream, alignment, and the path switch. Exits 77 without a device.
  *
@@ -179,16 +180,17 @@ static void fi_expect(const fi_data *d, const char *path) {
         fail_msg("%s: row %zu has row-relative error %.3e > %.0e", path, wr, e, tol);
 }
 
-/* The plan's configuration with the other instruction-diet variant (XV: the default <-> 0, the
- * session-2 kernels), loaded and forced: exact within the tolerance, no fallback, bitwise
- * deterministic, and, unless the two differ in XV bit 4 (phase A's mma chains, a different
- * summation order), the same bytes as the plan's own module (own: its output). */
-static void fi_other_xv(fi_data *d, twell_plan *plan, const uint16_t *own) {
+/* The plan's configuration with variant bits xv(xv0), xv0 the plan's own, loaded and forced:
+ * exact within the tolerance, no fallback, bitwise deterministic, and, unless the two differ in
+ * XV bit 4 (phase A's mma chains, a different summation order), the same bytes as the plan's own
+ * module (own: its output). */
+static void fi_force_xv(fi_data *d, twell_plan *plan, const uint16_t *own,
+                        unsigned (*xv)(unsigned)) {
     const twell_shape *s = &d->s;
     tw_ffn_cfg oc;
     tw_cuda_ffn_prepare(plan, d->M, &oc);
     unsigned xv0 = oc.xv;
-    oc.xv = xv0 != 0u ? 0u : TW_FFN_XV_DEFAULT;
+    oc.xv = xv(xv0);
     if (oc.xv == xv0)
         return;
     char name[16];
@@ -221,6 +223,12 @@ static void fi_other_xv(fi_data *d, twell_plan *plan, const uint16_t *own) {
     tw_ffn_tk_unload(&tk);
     tw_cu_leave(fi_ctx, &sc);
 }
+
+/* The other instruction-diet variant: the default <-> 0 (the session-2 kernels). */
+static unsigned fi_xv_other(unsigned xv0) { return xv0 != 0u ? 0u : TW_FFN_XV_DEFAULT; }
+/* XV bit 64 flipped: the overflow kernels with larger warp tiles (same mma order per element,
+ * so the same bytes), for cases with overflowing row-tiles. */
+static unsigned fi_xv_ovf(unsigned xv0) { return xv0 ^ 64u; }
 
 /* The plan's configuration with the other list group size (GT 8 <-> 16), loaded and forced:
  * exact within the tolerance, no fallback after its probe, bitwise deterministic (its lists sum
@@ -319,7 +327,9 @@ static void test_gpu_ffn_infer_case(void **state) {
         fi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "rows");
         FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO));
-        fi_other_xv(&d, plan, first); /* first: still the plan's own output */
+        fi_force_xv(&d, plan, first, fi_xv_other); /* first: still the plan's own output */
+        if (d.ovf_tiles > 0)
+            fi_force_xv(&d, plan, first, fi_xv_ovf);
         fi_other_gt(&d, plan, first);
     }
     FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC));

@@ -20,6 +20,11 @@
 #   xvvar      fused-only ms per XV in $XVS; xvncu: ncu per-kernel us per XV in $XVP
 #   xvfinal    session 3 check: tests + sanitizers (parallel), ncu and bench per XV in $XVOLD $XVNEW
 #   srcctr     ncu SourceCounters (executed instructions per SASS line) per XV in $XVP
+#   ovfcheck   XV $OVB (default 75: XV bit 64, the larger-warp-tile ovf_gu / ovf_down) against
+#              $OVA (11): test_gpu_ffn_infer under each + memcheck/racecheck of its small cases
+#              under $OVB (all at once), then twell bench --path sparse M 4096/16384/65536 skewed
+#              29 nnz per XV, alternating, twice (JSON in $OUT/ovN), after ncu us of ovf_gu /
+#              ovf_down per XV at 16384 skewed (OVNCU=0: skipped); a table last (~240 s)
 #   gtcmp      GT=8 vs GT=16 (tokens per list group): test_gpu_ffn_infer under each, twell bench
 #              --path sparse M 4096/16384 x nnz 29/56 uniform + 16384/29 skewed, ncu per kernel
 # Logs go to $OUT (8 files come back at most); a summary is printed.
@@ -317,6 +322,61 @@ for step in ${STEPS:-test breakdown prof bench}; do
                     tee -a "$OUT/bench_final.log"
             done
         done
+        ;;
+    ovfcheck)
+        OVA=${OVA:-11}
+        OVB=${OVB:-75}
+        TD="TWELL_TEMPLATE_DIR=$PWD/templates"
+        (cd $B && env $TD TWELL_CACHE_DIR=$PWD/test-cache/oa TWELL_FFN_TILE=XV=$OVA timeout 170 \
+            ./test_gpu_ffn_infer >/tmp/o_ta.log 2>&1; echo "rc $?" >>/tmp/o_ta.log) &
+        (cd $B && env $TD TWELL_CACHE_DIR=$PWD/test-cache/ob TWELL_FFN_TILE=XV=$OVB timeout 170 \
+            ./test_gpu_ffn_infer >/tmp/o_tb.log 2>&1; echo "rc $?" >>/tmp/o_tb.log) &
+        for tool in memcheck racecheck; do
+            (cd $B && env $TD TWELL_CACHE_DIR=$PWD/test-cache/s$tool TWELL_FFN_TILE=XV=$OVB \
+                timeout 170 compute-sanitizer --tool $tool --report-api-errors explicit \
+                --error-exitcode 9 ./test_gpu_ffn_infer small >/tmp/o_s$tool.log 2>&1
+                echo "rc $?" >>/tmp/o_s$tool.log) &
+        done
+        # meanwhile the bench's modules into its cache (one short run per XV, not timed)
+        (for x in $OVA $OVB; do
+            TWELL_FFN_TILE=XV=$x timeout 80 $T bench --out /tmp/ow --op ffn_infer --path sparse \
+                --M 4096 --nnz 29 --dist skewed --reps 1 >/tmp/o_w$x.log 2>&1
+        done) &
+        wait
+        for f in ta tb smemcheck sracecheck; do
+            echo "-- $f: $(grep -E "PASSED|FAILED" /tmp/o_$f.log | tr '\n' ' ')" \
+                "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" /tmp/o_$f.log | tail -1) $(tail -1 /tmp/o_$f.log)"
+        done
+        grep -hE "^# +XV=" /tmp/o_ta.log /tmp/o_tb.log | awk '{if ($6 + 0 > m) m = $6 + 0} END {if (NR) print "   forced XV: " NR " runs, worst row-rel err " m}'
+        cat /tmp/o_ta.log /tmp/o_tb.log /tmp/o_smemcheck.log /tmp/o_sracecheck.log >"$OUT/ovf_tests.log"
+        echo "== ovf tests $(($(date +%s) - s0)) s"
+        if [ "${OVNCU:-1}" = 1 ]; then # ncu us of ovf_gu / ovf_down per XV, M=16384 skewed
+            for x in $OVA $OVB; do
+                TWELL_FFN_TILE=XV=$x timeout 45 ncu --clock-control none -k "regex:twell_ffn_ovf" \
+                    --metrics gpu__time_duration.sum --print-summary per-kernel $T bench \
+                    --op ffn_infer --path sparse --M 16384 --nnz 29 --dist skewed $S \
+                    >/tmp/o_ncu$x.log 2>&1
+                awk -v x=$x '/twell_ffn_/{k=$1} /gpu__time_duration.sum/{printf "   ncu XV=%s %-20s %s %s %s %s\n", x, k, $2, $3, $4, $5}' \
+                    /tmp/o_ncu$x.log | tee -a "$OUT/ovf_ncu.log"
+            done
+        fi
+        rm -f /tmp/o_bench.txt
+        for rep in 1 2; do
+            for x in $OVA $OVB; do
+                mkdir -p "$OUT/ov$x"
+                TWELL_FFN_TILE=XV=$x timeout 60 $T bench --out "$OUT/ov$x" --op ffn_infer \
+                    --path sparse --M 4096,16384,65536 --nnz 29 --dist skewed --reps 20 \
+                    >/tmp/o_b.log 2>&1
+                echo "   bench XV=$x rep $rep: rc $?"
+                awk -v x=$x -v r=$rep '$1 ~ /^ffn/ {print "XV=" x, r, $0}' /tmp/o_b.log |
+                    tee -a /tmp/o_bench.txt >>"$OUT/ovf_bench.log"
+            done
+        done
+        echo "-- skewed, 29 nnz, --path sparse, 20 reps: ms per run (rep 1 / rep 2), dense cuBLAS, speedup"
+        awk '{k = $1 " " $5 " " $3; ms[k] = ms[k] (ms[k] == "" ? "" : " / ") $14; d[k] = $15;
+              sp[k] = $16; ok[k] = ok[k] $19 " "}
+             END {for (k in ms) printf "%-34s %-17s dense %s  x%s  %s\n", k, ms[k], d[k], sp[k], ok[k]}' \
+            /tmp/o_bench.txt | sort -k3,3 -k2,2n -k1,1
         ;;
     *) echo "unknown step $step" ;;
     esac
