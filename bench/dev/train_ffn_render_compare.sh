@@ -3,8 +3,10 @@
 # modules (branch h/split): renders train_ffn from git revision REV and from the working tree for
 # every parameter set below and compares them. Moving CUDA into a module changes the `#line`
 # directives (file and line) and nothing else, so the check is: the sources with the `#line`
-# lines removed are byte-identical, and so are the exit status and any error message.
-# Usage: bench/dev/train_ffn_render_compare.sh TWELL_BINARY [REV (default HEAD)] [OUTDIR]
+# lines removed are byte-identical, and so are the exit status and any error message. With
+# CUBIN=1 it also compiles two sets (VEC 8 MMA at K 2048, VEC 1 fp16) both ways with NVRTC (no GPU
+# needed) and compares the cubins after the cache entry's 64-byte header (which holds the key).
+# Usage: [CUBIN=1] bench/dev/train_ffn_render_compare.sh TWELL_BINARY [REV (default HEAD)] [OUTDIR]
 set -eu
 twell=$(realpath "$1")
 rev=${2:-HEAD}
@@ -66,3 +68,23 @@ done
 echo "parameter sets: $n (rendered: $rendered, rejected by the template: $((n - rendered)))"
 echo "identical without #line (and same status/message): $ok / $n; byte-identical raw: $raw / $n"
 [ "$ok" = "$n" ]
+[ "${CUBIN:-0}" = 1 ] || exit 0
+cub=0
+for set in "2048 5632 256 8 bf16 8" "512 256 128 4 fp16 1"; do
+    set -- $set
+    for side in before after; do
+        td=$out/rev/templates
+        [ $side = after ] && td=$PWD/templates
+        mkdir -p "$out/cubin-$side-$1"
+        TWELL_CACHE_DIR=$out/cubin-$side-$1 TWELL_TEMPLATE_DIR=$td "$twell" compile train_ffn \
+            --K "$1" --N "$2" --T "$3" --C "$4" --dtype "$5" --param VEC="$6" --param WPB=4 \
+            --cold --arch sm_90a
+    done
+    if cmp -s -i 64 "$out/cubin-before-$1"/*.cubin "$out/cubin-after-$1"/*.cubin; then
+        cub=$((cub + 1))
+    else
+        echo "DIFFERS: cubin of K=$1 VEC=$6"
+    fi
+done
+echo "cubins identical: $cub / 2"
+[ "$cub" = 2 ]
