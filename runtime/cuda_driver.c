@@ -1,39 +1,16 @@
 /*
- * cuda_driver.c — the only file that calls the CUDA driver: loads libcuda.so.1 with dlopen, fills
- * a function table with dlsym, and wraps each call so that failures become a twell_status with
+ * cuda_driver.c — the CUDA driver's entry points behind wrappers: each call through the function
+ * table (cuda_driver_api.h; cuda_driver_load.c loads it) turns a failure into a twell_status with
  * "<call>: <CUDA_ERROR_NAME> (<code>)" on the context.
  */
 #include "cuda_driver.h"
+#include "cuda_driver_api.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* cuLaunchKernelEx's configuration, laid out as in the driver ABI (cuda.h 12.x/13.x). */
-typedef struct tw_CUlaunchAttribute {
-    int id;
-    char pad[4];
-    union {
-        char pad[64];
-        uint64_t align_; /* the driver's union holds pointers: 8-byte aligned */
-        struct {
-            unsigned x, y, z;
-        } clusterDim;
-        int programmaticStreamSerializationAllowed;
-    } value;
-} tw_CUlaunchAttribute;
-
-typedef struct tw_CUlaunchConfig {
-    unsigned gridDimX, gridDimY, gridDimZ;
-    unsigned blockDimX, blockDimY, blockDimZ;
-    unsigned sharedMemBytes;
-    tw_CUstream hStream;
-    tw_CUlaunchAttribute *attrs;
-    unsigned numAttrs;
-} tw_CUlaunchConfig;
 
 enum {
     TW_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
@@ -52,182 +29,6 @@ enum {
     TW_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     TW_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 };
-
-/* The driver entry points we use. Versioned names (_v2) are the ABI the unversioned macros of
- * cuda.h select; the plain (legacy default stream) variants, not _ptsz/_ptds. */
-typedef struct tw_cu_api {
-    tw_CUresult (*Init)(unsigned);
-    tw_CUresult (*DriverGetVersion)(int *);
-    tw_CUresult (*GetErrorName)(tw_CUresult, const char **);
-    tw_CUresult (*GetErrorString)(tw_CUresult, const char **);
-    tw_CUresult (*DeviceGetCount)(int *);
-    tw_CUresult (*DeviceGet)(tw_CUdevice *, int);
-    tw_CUresult (*DeviceGetName)(char *, int, tw_CUdevice);
-    tw_CUresult (*DeviceGetAttribute)(int *, int, tw_CUdevice);
-    tw_CUresult (*DeviceTotalMem)(size_t *, tw_CUdevice);
-    tw_CUresult (*DevicePrimaryCtxRetain)(tw_CUcontext *, tw_CUdevice);
-    tw_CUresult (*DevicePrimaryCtxRelease)(tw_CUdevice);
-    tw_CUresult (*CtxGetCurrent)(tw_CUcontext *);
-    tw_CUresult (*CtxPushCurrent)(tw_CUcontext);
-    tw_CUresult (*CtxPopCurrent)(tw_CUcontext *);
-    tw_CUresult (*CtxSynchronize)(void);
-    tw_CUresult (*MemAlloc)(tw_CUdeviceptr *, size_t);
-    tw_CUresult (*MemFree)(tw_CUdeviceptr);
-    tw_CUresult (*MemGetInfo)(size_t *, size_t *);
-    tw_CUresult (*MemcpyHtoD)(tw_CUdeviceptr, const void *, size_t);
-    tw_CUresult (*MemcpyDtoH)(void *, tw_CUdeviceptr, size_t);
-    tw_CUresult (*MemcpyDtoD)(tw_CUdeviceptr, tw_CUdeviceptr, size_t);
-    tw_CUresult (*MemsetD32Async)(tw_CUdeviceptr, unsigned, size_t, tw_CUstream);
-    tw_CUresult (*MemsetD8Async)(tw_CUdeviceptr, unsigned char, size_t, tw_CUstream);
-    tw_CUresult (*PointerGetAttribute)(void *, int, tw_CUdeviceptr);
-    tw_CUresult (*ModuleLoadData)(tw_CUmodule *, const void *);
-    tw_CUresult (*ModuleUnload)(tw_CUmodule);
-    tw_CUresult (*ModuleGetFunction)(tw_CUfunction *, tw_CUmodule, const char *);
-    tw_CUresult (*FuncSetAttribute)(tw_CUfunction, int, int);
-    tw_CUresult (*FuncGetAttribute)(int *, int, tw_CUfunction);
-    tw_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, tw_CUfunction, int, size_t);
-    tw_CUresult (*LaunchKernel)(tw_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                unsigned, unsigned, tw_CUstream, void **, void **);
-    tw_CUresult (*StreamCreate)(tw_CUstream *, unsigned);
-    tw_CUresult (*StreamDestroy)(tw_CUstream);
-    tw_CUresult (*StreamSynchronize)(tw_CUstream);
-    tw_CUresult (*EventCreate)(tw_CUevent *, unsigned);
-    tw_CUresult (*EventDestroy)(tw_CUevent);
-    tw_CUresult (*EventRecord)(tw_CUevent, tw_CUstream);
-    tw_CUresult (*EventSynchronize)(tw_CUevent);
-    tw_CUresult (*EventElapsedTime)(float *, tw_CUevent, tw_CUevent);
-    tw_CUresult (*ModuleGetGlobal)(tw_CUdeviceptr *, size_t *, tw_CUmodule, const char *);
-    tw_CUresult (*MemAllocHost)(void **, size_t);
-    tw_CUresult (*MemFreeHost)(void *);
-    tw_CUresult (*MemHostGetDevicePointer)(tw_CUdeviceptr *, void *, unsigned);
-    tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
-    tw_CUresult (*EventQuery)(tw_CUevent);
-    tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
-    /* optional: absent from drivers older than CUDA 12 */
-    tw_CUresult (*LaunchKernelEx)(const tw_CUlaunchConfig *, tw_CUfunction, void **, void **);
-    tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,
-                                        const uint64_t *, const uint32_t *, const uint32_t *, int,
-                                        int, int, int);
-} tw_cu_api;
-
-typedef struct {
-    const char *names[2]; /* preferred symbol, then a fallback (or NULL) */
-    size_t offset;
-    int optional;
-} tw_cu_sym;
-
-#define TW_SYM(field, n1, n2, opt)                                                                 \
-    { {n1, n2}, offsetof(tw_cu_api, field), opt }
-static const tw_cu_sym tw_cu_syms[] = {
-    TW_SYM(Init, "cuInit", NULL, 0),
-    TW_SYM(DriverGetVersion, "cuDriverGetVersion", NULL, 0),
-    TW_SYM(GetErrorName, "cuGetErrorName", NULL, 0),
-    TW_SYM(GetErrorString, "cuGetErrorString", NULL, 0),
-    TW_SYM(DeviceGetCount, "cuDeviceGetCount", NULL, 0),
-    TW_SYM(DeviceGet, "cuDeviceGet", NULL, 0),
-    TW_SYM(DeviceGetName, "cuDeviceGetName", NULL, 0),
-    TW_SYM(DeviceGetAttribute, "cuDeviceGetAttribute", NULL, 0),
-    TW_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2", NULL, 0),
-    TW_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL, 0),
-    TW_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 0),
-    TW_SYM(CtxGetCurrent, "cuCtxGetCurrent", NULL, 0),
-    TW_SYM(CtxPushCurrent, "cuCtxPushCurrent_v2", NULL, 0),
-    TW_SYM(CtxPopCurrent, "cuCtxPopCurrent_v2", NULL, 0),
-    TW_SYM(CtxSynchronize, "cuCtxSynchronize", NULL, 0),
-    TW_SYM(MemAlloc, "cuMemAlloc_v2", NULL, 0),
-    TW_SYM(MemFree, "cuMemFree_v2", NULL, 0),
-    TW_SYM(MemGetInfo, "cuMemGetInfo_v2", NULL, 0),
-    TW_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2", NULL, 0),
-    TW_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2", NULL, 0),
-    TW_SYM(MemcpyDtoD, "cuMemcpyDtoD_v2", NULL, 0),
-    TW_SYM(MemsetD32Async, "cuMemsetD32Async", NULL, 0),
-    TW_SYM(MemsetD8Async, "cuMemsetD8Async", NULL, 0),
-    TW_SYM(PointerGetAttribute, "cuPointerGetAttribute", NULL, 0),
-    TW_SYM(ModuleLoadData, "cuModuleLoadData", NULL, 0),
-    TW_SYM(ModuleUnload, "cuModuleUnload", NULL, 0),
-    TW_SYM(ModuleGetFunction, "cuModuleGetFunction", NULL, 0),
-    TW_SYM(FuncSetAttribute, "cuFuncSetAttribute", NULL, 0),
-    TW_SYM(FuncGetAttribute, "cuFuncGetAttribute", NULL, 0),
-    TW_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-           NULL, 0),
-    TW_SYM(LaunchKernel, "cuLaunchKernel", NULL, 0),
-    TW_SYM(StreamCreate, "cuStreamCreate", NULL, 0),
-    TW_SYM(StreamDestroy, "cuStreamDestroy_v2", NULL, 0),
-    TW_SYM(StreamSynchronize, "cuStreamSynchronize", NULL, 0),
-    TW_SYM(EventCreate, "cuEventCreate", NULL, 0),
-    TW_SYM(EventDestroy, "cuEventDestroy_v2", NULL, 0),
-    TW_SYM(EventRecord, "cuEventRecord", NULL, 0),
-    TW_SYM(EventSynchronize, "cuEventSynchronize", NULL, 0),
-    /* CUDA 13 renamed the entry point; older drivers only have the first version */
-    TW_SYM(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime", 0),
-    TW_SYM(ModuleGetGlobal, "cuModuleGetGlobal_v2", NULL, 0),
-    TW_SYM(MemAllocHost, "cuMemAllocHost_v2", NULL, 0),
-    TW_SYM(MemFreeHost, "cuMemFreeHost", NULL, 0),
-    TW_SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", NULL, 1),
-    TW_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
-    TW_SYM(EventQuery, "cuEventQuery", NULL, 0),
-    TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
-    TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
-    TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
-};
-#undef TW_SYM
-
-static tw_cu_api tw_cu;
-static pthread_once_t tw_cu_once = PTHREAD_ONCE_INIT;
-static twell_status tw_cu_load_status = TWELL_ERR_INTERNAL;
-static char tw_cu_load_msg[512];
-static atomic_int tw_cu_ready; /* set once the table is filled and cuInit succeeded */
-
-static void tw_cu_do_load(void) {
-    /* RTLD_LOCAL keeps the driver's symbols out of the global namespace; never closed: the
-     * process may hold device memory until exit. */
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg,
-                 "dlopen libcuda.so.1: %s (no NVIDIA driver on this machine)", e ? e : "failed");
-        tw_cu_load_status = TWELL_ERR_NOT_FOUND;
-        return;
-    }
-    tw_cu_api api;
-    memset(&api, 0, sizeof api);
-    for (size_t i = 0; i < sizeof tw_cu_syms / sizeof tw_cu_syms[0]; i++) {
-        const tw_cu_sym *s = &tw_cu_syms[i];
-        void *p = dlsym(h, s->names[0]);
-        if (!p && s->names[1])
-            p = dlsym(h, s->names[1]);
-        if (!p && !s->optional) {
-            snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg,
-                     "dlsym %s: not in libcuda.so.1 (driver too old)", s->names[0]);
-            tw_cu_load_status = TWELL_ERR_NOT_FOUND;
-            return;
-        }
-        /* POSIX guarantees data and function pointers share a representation; memcpy avoids
-         * the object-to-function pointer cast ISO C does not define. */
-        memcpy((char *)&api + s->offset, &p, sizeof p);
-    }
-    tw_CUresult r = api.Init(0);
-    if (r != TW_CUDA_SUCCESS) {
-        const char *name = NULL;
-        if (api.GetErrorName(r, &name) != TW_CUDA_SUCCESS || !name)
-            name = tw_cu_result_name(r);
-        snprintf(tw_cu_load_msg, sizeof tw_cu_load_msg, "cuInit: %s (%d)", name, r);
-        tw_cu_load_status = r == TW_CUDA_ERROR_NO_DEVICE ? TWELL_ERR_NO_DEVICE : TWELL_ERR_CUDA;
-        return;
-    }
-    tw_cu = api;
-    tw_cu_load_status = TWELL_OK;
-    atomic_store(&tw_cu_ready, 1);
-}
-
-int tw_cu_loaded(void) { return atomic_load(&tw_cu_ready); }
-
-twell_status tw_cu_load(twell_ctx *ctx) {
-    pthread_once(&tw_cu_once, tw_cu_do_load);
-    if (tw_cu_load_status != TWELL_OK)
-        return tw_error(ctx, tw_cu_load_status, "%s", tw_cu_load_msg);
-    return TWELL_OK;
-}
 
 /* ---- error mapping ---- */
 

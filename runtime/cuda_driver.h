@@ -1,7 +1,8 @@
 /*
  * cuda_driver.h — the CUDA driver API, loaded at run time (dlopen "libcuda.so.1"), behind small
- * wrappers that map every driver error to a twell_status. cuda_driver.c is the only file that
- * calls the driver; the build never needs cuda.h.
+ * wrappers that map every driver error to a twell_status. cuda_driver_load.c (loading) and
+ * cuda_driver.c (the wrappers) are the only files that touch the driver; the build never needs
+ * cuda.h.
  */
 #ifndef TWELL_CUDA_DRIVER_H
 #define TWELL_CUDA_DRIVER_H

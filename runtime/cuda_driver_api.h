@@ -1,0 +1,95 @@
+/*
+ * cuda_driver_api.h — the CUDA driver's function table, filled with dlsym by cuda_driver_load.c
+ * and called through by cuda_driver.c (the only two files that see it), and the launch
+ * configuration types its entries take, laid out as in the driver ABI.
+ */
+#ifndef TWELL_CUDA_DRIVER_API_H
+#define TWELL_CUDA_DRIVER_API_H
+
+#include "cuda_driver.h"
+
+/* cuLaunchKernelEx's configuration, laid out as in the driver ABI (cuda.h 12.x/13.x). */
+typedef struct tw_CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        uint64_t align_; /* the driver's union holds pointers: 8-byte aligned */
+        struct {
+            unsigned x, y, z;
+        } clusterDim;
+        int programmaticStreamSerializationAllowed;
+    } value;
+} tw_CUlaunchAttribute;
+
+typedef struct tw_CUlaunchConfig {
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    tw_CUstream hStream;
+    tw_CUlaunchAttribute *attrs;
+    unsigned numAttrs;
+} tw_CUlaunchConfig;
+
+/* The driver entry points we use. Versioned names (_v2) are the ABI the unversioned macros of
+ * cuda.h select; the plain (legacy default stream) variants, not _ptsz/_ptds. */
+typedef struct tw_cu_api {
+    tw_CUresult (*Init)(unsigned);
+    tw_CUresult (*DriverGetVersion)(int *);
+    tw_CUresult (*GetErrorName)(tw_CUresult, const char **);
+    tw_CUresult (*GetErrorString)(tw_CUresult, const char **);
+    tw_CUresult (*DeviceGetCount)(int *);
+    tw_CUresult (*DeviceGet)(tw_CUdevice *, int);
+    tw_CUresult (*DeviceGetName)(char *, int, tw_CUdevice);
+    tw_CUresult (*DeviceGetAttribute)(int *, int, tw_CUdevice);
+    tw_CUresult (*DeviceTotalMem)(size_t *, tw_CUdevice);
+    tw_CUresult (*DevicePrimaryCtxRetain)(tw_CUcontext *, tw_CUdevice);
+    tw_CUresult (*DevicePrimaryCtxRelease)(tw_CUdevice);
+    tw_CUresult (*CtxGetCurrent)(tw_CUcontext *);
+    tw_CUresult (*CtxPushCurrent)(tw_CUcontext);
+    tw_CUresult (*CtxPopCurrent)(tw_CUcontext *);
+    tw_CUresult (*CtxSynchronize)(void);
+    tw_CUresult (*MemAlloc)(tw_CUdeviceptr *, size_t);
+    tw_CUresult (*MemFree)(tw_CUdeviceptr);
+    tw_CUresult (*MemGetInfo)(size_t *, size_t *);
+    tw_CUresult (*MemcpyHtoD)(tw_CUdeviceptr, const void *, size_t);
+    tw_CUresult (*MemcpyDtoH)(void *, tw_CUdeviceptr, size_t);
+    tw_CUresult (*MemcpyDtoD)(tw_CUdeviceptr, tw_CUdeviceptr, size_t);
+    tw_CUresult (*MemsetD32Async)(tw_CUdeviceptr, unsigned, size_t, tw_CUstream);
+    tw_CUresult (*MemsetD8Async)(tw_CUdeviceptr, unsigned char, size_t, tw_CUstream);
+    tw_CUresult (*PointerGetAttribute)(void *, int, tw_CUdeviceptr);
+    tw_CUresult (*ModuleLoadData)(tw_CUmodule *, const void *);
+    tw_CUresult (*ModuleUnload)(tw_CUmodule);
+    tw_CUresult (*ModuleGetFunction)(tw_CUfunction *, tw_CUmodule, const char *);
+    tw_CUresult (*FuncSetAttribute)(tw_CUfunction, int, int);
+    tw_CUresult (*FuncGetAttribute)(int *, int, tw_CUfunction);
+    tw_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, tw_CUfunction, int, size_t);
+    tw_CUresult (*LaunchKernel)(tw_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, unsigned, tw_CUstream, void **, void **);
+    tw_CUresult (*StreamCreate)(tw_CUstream *, unsigned);
+    tw_CUresult (*StreamDestroy)(tw_CUstream);
+    tw_CUresult (*StreamSynchronize)(tw_CUstream);
+    tw_CUresult (*EventCreate)(tw_CUevent *, unsigned);
+    tw_CUresult (*EventDestroy)(tw_CUevent);
+    tw_CUresult (*EventRecord)(tw_CUevent, tw_CUstream);
+    tw_CUresult (*EventSynchronize)(tw_CUevent);
+    tw_CUresult (*EventElapsedTime)(float *, tw_CUevent, tw_CUevent);
+    tw_CUresult (*ModuleGetGlobal)(tw_CUdeviceptr *, size_t *, tw_CUmodule, const char *);
+    tw_CUresult (*MemAllocHost)(void **, size_t);
+    tw_CUresult (*MemFreeHost)(void *);
+    tw_CUresult (*MemHostGetDevicePointer)(tw_CUdeviceptr *, void *, unsigned);
+    tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
+    tw_CUresult (*EventQuery)(tw_CUevent);
+    tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
+    /* optional: absent from drivers older than CUDA 12 */
+    tw_CUresult (*LaunchKernelEx)(const tw_CUlaunchConfig *, tw_CUfunction, void **, void **);
+    tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,
+                                        const uint64_t *, const uint32_t *, const uint32_t *, int,
+                                        int, int, int);
+} tw_cu_api;
+
+/* The table: filled once by tw_cu_load (cuda_driver_load.c); entries stay NULL until it has
+ * succeeded, optional ones also after when the driver lacks them. */
+extern tw_cu_api tw_cu;
+
+#endif

@@ -1,0 +1,279 @@
+-- train_ffn_state.lua — module of train_ffn.cu.lua: the saved state's construction: the recount
+-- of overflowing row-tiles (SIMT), the exclusive scans (modes tiles, rows, hist, neurons), the
+-- owner table and the spill words.
+return function(D)
+    local S, WPB, NT, TM = D.S, D.WPB, D.NT, D.TM
+    cuda [==[
+/* ---- recount: overflowing row-tiles recomputed, rewritten and masked ---- */
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_recount(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
+                    tw_u32 *__restrict__ packed, tw_u32 *__restrict__ mask, long long M, int all) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    tw_u16 *vals = (tw_u16 *)(tw_sm + ${WPB * S.K}) + warp * ${S.T};
+    const long long tiles = M * ${NT};
+    for (long long r = tw_gwarp(); r < tiles; r += tw_nwarps()) {
+        const long long m = r / ${NT};
+        const int t = (int)(r % ${NT});
+        tw_u32 *cell = packed + m * ${S.NW} + t * ${S.W};
+        if (!all && cell[0] <= ${S.SLOTS}u)
+            continue;
+        tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        for (int c0 = 0; c0 < ${S.T}; c0 += 32) {
+            const long long n = (long long)t * ${S.T} + c0 + lane;
+            const tw_u16 v = tw_act(tw_dot_ref(xs, wg + n * ${S.K}));
+            vals[c0 + lane] = v;
+            const tw_u32 b = __ballot_sync(TW_FULL, tw_active(v));
+            if (lane == 0)
+                mask[r * ${TM} + c0 / 32] = b;
+        }
+        __syncwarp();
+        tw_pack_row_tile_warp(vals, cell, (unsigned int)(t * ${S.T}));
+        __syncwarp();
+    }
+}
+
+/* ---- scans: exclusive, two u64 channels, 2048 items per block of 256 threads ---- */
+
+struct tw_sa { /* every field 8 bytes: the host mirrors this layout (cuda_train.c) */
+    const tw_u32 *packed;
+    const tw_u64 *in64;
+    const tw_u32 *in32;
+    tw_u64 *o0, *o1, *o2;
+    tw_u32 *o32;
+    tw_u64 *tot; /* [0], [1]: the channel totals; [2]: a mode's extra value */
+    tw_u64 n;    /* items */
+    tw_u64 p0, p1;
+};
+
+/* Exclusive block scan of (a, b) over blockDim.x threads (a multiple of 32, at most 1024);
+ * *ta, *tb receive the block totals. sh: 64 u64 of shared memory. */
+__device__ __forceinline__ void tw_block_scan2(tw_u64 &a, tw_u64 &b, tw_u64 *sh, tw_u64 &ta,
+                                               tw_u64 &tb) {
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
+    const int nw = (int)(blockDim.x >> 5);
+    tw_u64 ia = a, ib = b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const tw_u64 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
+        if (lane >= o)
+            ia += va, ib += vb;
+    }
+    if (lane == 31)
+        sh[warp] = ia, sh[32 + warp] = ib;
+    __syncthreads();
+    if (warp == 0) {
+        tw_u64 wa = lane < nw ? sh[lane] : 0ull, wb = lane < nw ? sh[32 + lane] : 0ull;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const tw_u64 va = __shfl_up_sync(TW_FULL, wa, o), vb = __shfl_up_sync(TW_FULL, wb, o);
+            if (lane >= o)
+                wa += va, wb += vb;
+        }
+        sh[lane] = wa, sh[32 + lane] = wb;
+    }
+    __syncthreads();
+    const tw_u64 pa = warp > 0 ? sh[warp - 1] : 0ull, pb = warp > 0 ? sh[32 + warp - 1] : 0ull;
+    ta = sh[nw - 1], tb = sh[32 + nw - 1];
+    a = pa + ia - a, b = pb + ib - b;
+    __syncthreads();
+}
+
+/* Row chunk length of the rows mode: the device's choice, reported to the host in tot[2]. */
+/* Row chunk length: max(lo, 4·ceil(nnz/M)), lo from the host (64 normally): rows more than four
+ * times the mean (and longer than lo) are split. runtime/train_layout.c has the same formula. */
+__device__ __forceinline__ tw_u64 tw_row_chunk_len(tw_u64 nnz, tw_u64 M, tw_u64 lo) {
+    const tw_u64 e = 4ull * ((nnz + M - 1) / M);
+    return e > lo ? e : lo;
+}
+__device__ __forceinline__ tw_u64 tw_chunks_of(tw_u64 cnt, tw_u64 len) {
+    return cnt <= len ? 1ull : (cnt + len - 1) / len;
+}
+]==]
+
+    -- Per mode: the item values (v0, v1) and what an item's exclusive offsets (e0, e1) store; the
+    -- last item also stores the totals (its offsets plus its values) at index n.
+    local MODES = {
+        { name = "tiles", value = [==[
+    const tw_u32 c = a.packed[(i / TW_NT) * TW_NW + (i % TW_NT) * TW_W];
+    v0 = c;
+    v1 = c > TW_SLOTS ? c - TW_SLOTS : 0u;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i % TW_NT == 0)
+        a.o2[i / TW_NT] = e0;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+        a.o2[a.n / TW_NT] = e0 + v0;
+    }
+]==] },
+        { name = "rows", value = [==[
+    const tw_u64 len = a.p1 ? a.p1 : tw_row_chunk_len(a.in64[a.n], a.n, a.p0);
+    const tw_u64 ch = tw_chunks_of(a.in64[i + 1] - a.in64[i], len);
+    v0 = ch;
+    v1 = ch > 1ull ? ch : 0ull;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+        a.tot[2] = a.p1 ? a.p1 : tw_row_chunk_len(a.in64[a.n], a.n, a.p0);
+    }
+]==] },
+        { name = "hist", value = [==[
+    v0 = a.in32[i];
+    v1 = 0ull;
+]==], store = [==[
+    a.o32[i] = (tw_u32)e0;
+    if (i % a.p0 == 0)
+        a.o0[i / a.p0] = e0;
+    if (i + 1 == a.n)
+        a.o0[a.n / a.p0] = e0 + v0;
+]==] },
+        { name = "neurons", value = [==[
+    const tw_u64 ch = tw_chunks_of(a.in64[i + 1] - a.in64[i], a.p1);
+    v0 = ch;
+    v1 = ch - 1ull;
+]==], store = [==[
+    a.o0[i] = e0;
+    a.o1[i] = e1;
+    if (i + 1 == a.n) {
+        a.o0[a.n] = e0 + v0;
+        a.o1[a.n] = e1 + v1;
+    }
+]==] },
+    }
+
+    for _, md in ipairs(MODES) do
+        local value, store = md.value, md.store
+        cuda [==[
+__device__ __forceinline__ void tw_scan_value_${md.name}(const tw_sa &a, tw_u64 i, tw_u64 &v0,
+                                                        tw_u64 &v1) {
+${value}}
+__device__ __forceinline__ void tw_scan_store_${md.name}(const tw_sa &a, tw_u64 i, tw_u64 e0,
+                                                        tw_u64 e1, tw_u64 v0, tw_u64 v1) {
+${store}}
+
+extern "C" __global__ void __launch_bounds__(256) twell_train_scan_up_${md.name}(tw_sa a,
+                                                                                tw_u64 *bsum) {
+    __shared__ tw_u64 sh[64];
+    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
+    tw_u64 s0 = 0, s1 = 0;
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        if (i < a.n) {
+            tw_u64 v0, v1;
+            tw_scan_value_${md.name}(a, i, v0, v1);
+            s0 += v0, s1 += v1;
+        }
+    }
+    tw_u64 t0, t1;
+    tw_block_scan2(s0, s1, sh, t0, t1);
+    if (threadIdx.x == 0)
+        bsum[2 * blockIdx.x] = t0, bsum[2 * blockIdx.x + 1] = t1;
+}
+
+extern "C" __global__ void __launch_bounds__(256) twell_train_scan_down_${md.name}(
+    tw_sa a, const tw_u64 *__restrict__ boff) {
+    __shared__ tw_u64 sh[64];
+    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
+    tw_u64 v0[8], v1[8], s0 = 0, s1 = 0;
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        v0[q] = v1[q] = 0;
+        if (i < a.n)
+            tw_scan_value_${md.name}(a, i, v0[q], v1[q]);
+        s0 += v0[q], s1 += v1[q];
+    }
+    tw_u64 t0, t1;
+    tw_block_scan2(s0, s1, sh, t0, t1);
+    s0 += boff[2 * blockIdx.x], s1 += boff[2 * blockIdx.x + 1];
+    for (int q = 0; q < 8; q++) {
+        const tw_u64 i = base + (tw_u64)q;
+        if (i < a.n)
+            tw_scan_store_${md.name}(a, i, s0, s1, v0[q], v1[q]);
+        s0 += v0[q], s1 += v1[q];
+    }
+}
+]==]
+    end
+
+    cuda [==[
+/* The block sums of a scan into exclusive block offsets (in place), totals to tot[0], tot[1]. */
+extern "C" __global__ void __launch_bounds__(1024) twell_train_scan_top(tw_u64 *bsum, tw_u64 nb,
+                                                                      tw_u64 *tot) {
+    __shared__ tw_u64 sh[64];
+    tw_u64 c0 = 0, c1 = 0;
+    for (tw_u64 base = 0; base < nb; base += 1024ull) {
+        const tw_u64 i = base + threadIdx.x;
+        tw_u64 a = i < nb ? bsum[2 * i] : 0ull, b = i < nb ? bsum[2 * i + 1] : 0ull;
+        tw_u64 ta, tb;
+        tw_block_scan2(a, b, sh, ta, tb);
+        if (i < nb)
+            bsum[2 * i] = c0 + a, bsum[2 * i + 1] = c1 + b;
+        c0 += ta, c1 += tb;
+    }
+    if (threadIdx.x == 0)
+        tot[0] = c0, tot[1] = c1;
+}
+
+/* owner[c] = i for every c in [off[i], off[i+1]), i < n. */
+extern "C" __global__ void __launch_bounds__(256) twell_train_owners(const tw_u64 *__restrict__ off,
+                                                                   long long n,
+                                                                   tw_u32 *__restrict__ owner) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        for (tw_u64 c = off[i]; c < off[i + 1]; c++)
+            owner[c] = (tw_u32)i;
+}
+
+/* ---- spill: the entries of overflowing row-tiles beyond the slots ---- */
+
+extern "C" __global__ void __launch_bounds__(${32 * WPB})
+twell_train_spill(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
+                  const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ mask,
+                  const tw_u64 *__restrict__ spill_off, tw_u32 *__restrict__ spill, long long M) {
+    extern __shared__ float tw_sm[];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    float *xs = tw_sm + warp * ${S.K};
+    const long long tiles = M * ${NT};
+    for (long long r = tw_gwarp(); r < tiles; r += tw_nwarps()) {
+        const long long m = r / ${NT};
+        const int t = (int)(r % ${NT});
+        const tw_u32 cnt = packed[m * ${S.NW} + t * ${S.W}];
+        if (cnt <= ${S.SLOTS}u)
+            continue;
+        tw_row_to_smem(xs, x + m * ${S.K}, lane);
+        const tw_u32 *mk = mask + r * ${TM};
+        const tw_u64 base = spill_off[r], have = spill_off[r + 1] - base;
+        for (tw_u32 j0 = 0; j0 < cnt - ${S.SLOTS}u; j0 += 32u) {
+            const tw_u32 j = j0 + (tw_u32)lane; /* this lane's spill entry */
+            if (j < cnt - ${S.SLOTS}u && j < have) {
+                tw_u32 k = ${S.SLOTS}u + j, col = 0; /* the k-th active column (0-based) */
+                for (int w = 0; w < ${TM}; w++) {
+                    const tw_u32 bits = mk[w], pc = (tw_u32)__popc(bits);
+                    if (k < pc) {
+                        tw_u32 b = bits;
+                        for (tw_u32 s = 0; s < k; s++)
+                            b &= b - 1u;
+                        col = (tw_u32)w * 32u + (tw_u32)(__ffs((int)b) - 1);
+                        break;
+                    }
+                    k -= pc;
+                }
+                const tw_u32 n = (tw_u32)t * ${S.T}u + col;
+                const tw_u16 v = tw_act(tw_dot_ref(xs, wg + (long long)n * ${S.K}));
+                spill[base + j] = ((tw_u32)v << 16) | n;
+            }
+        }
+        __syncwarp();
+    }
+}
+
+]==]
+end
