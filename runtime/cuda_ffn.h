@@ -19,9 +19,11 @@ typedef struct tw_ffn tw_ffn;
 #define TW_FFN_NWORDS 23     /* words of its twell_ffn_cfg */
 #define TW_FFN_NPARAMS 18    /* template parameters of one configuration */
 #define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
-/* Phase A/B instruction-diet variant bits (XV, templates/ffn_fused.cu.lua) when the configuration
- * does not say; 0 = the session-2 kernels. */
-#define TW_FFN_XV_DEFAULT 11u
+/* Variant bits (XV, templates/ffn_fused.cu.lua) when the configuration does not say: 1 + 2 + 8
+ * (phase A/B instruction diet) + 64 (overflow kernels with larger warp tiles: skewed M 16384
+ * ovf_gu 82 -> 43 us, ovf_down 112 -> 91 us on an H200, bitwise the same output); 0 = the
+ * session-2 kernels. */
+#define TW_FFN_XV_DEFAULT 75u
 
 /* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
 typedef struct tw_ffn_cfg {

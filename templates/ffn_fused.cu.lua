@@ -12,7 +12,7 @@
 -- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
 -- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
 -- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (phase A/B
--- instruction-diet variant bits, default 11; see below). Rejected
+-- instruction-diet variant bits, default 75 = 1 + 2 + 8 + 64; see below). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
@@ -158,7 +158,7 @@ local GT = param("GT", 8)
 -- tw_k_ovf_down2: CTA item of 32 rows x 128 output columns (64 when K % 128 != 0), 8 warps of
 -- 16 rows x 32 columns, 64-neuron steps): the same mma sequence per output element as the
 -- kernels without bit 64, so the same bits (bit 32 has no meaning).
-local XV = param("XV", 11)
+local XV = param("XV", 75)
 check(math.type(XV) == "integer" and XV >= 0 and XV <= 127, "XV=%s must be 0..127", tostring(XV))
 local OV2 = (XV & 64) ~= 0
 check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
