@@ -124,13 +124,6 @@ if IT < 1 then
     IT = 1
 end
 
-local regs, outs = {}, {}
-for i = 0, 127 do
-    regs[#regs + 1] = "%" .. i
-    outs[#outs + 1] = string.format('"+f"(d[%d])', i)
-end
-local WG_REGS = table.concat(regs, ", ")
-local WG_OUTS = table.concat(outs, ", ")
 local MODE_IDS = { gated = 0, relu = 1, plain = 2, fwd = 3, dt = 4, mm = 5, wgrad = 6 }
 local MODE_ID = MODE_IDS[MODE]
 -- MN-major operands: 64-element (128-byte) atoms along M/N, 8 k-rows of 128 B per 1024-byte
@@ -139,82 +132,25 @@ local ADV_A = TA == 1 and 128 or 2
 local ADV_B = TB == 1 and 128 or 2
 
 emitf("// twell_gemm_sm90 smem=%d\n", SMEM)
-cuda [==[
-typedef unsigned int tw_u32;
-typedef unsigned long long tw_u64;
-typedef unsigned short tw_u16;
-
+local sm90 = import "sm90_tma"
+sm90.helpers({ -- types, tensor map, mbarriers, cluster, TMA, wgmma (shared with gate_pack)
+    DT = DT, SBO = SBO, SWZ = 1, TA = TA, TB = TB,
+    after_types = function()
+        local MODE_ID, TA, TB = MODE_ID, TA, TB -- locals of this function: `cuda` sees them
+        cuda [==[
 #define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain, 3 fwd, 4 dt, 5 mm, 6 wgrad */
 #define TW_TA ${TA}
 #define TW_TB ${TB}
 
-/* Same size and alignment as CUtensorMap. */
-struct __align__(64) tw_tmap {
-    tw_u64 opaque[16];
-};
-
-static __device__ __forceinline__ tw_u32 tw_smem_addr(const void *p) {
-    tw_u32 a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
-                 : "=r"(a)
-                 : "l"(p));
-    return a;
-}
-
-/* ---- mbarriers ---- */
-static __device__ __forceinline__ void tw_mbar_init(tw_u32 bar, tw_u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void tw_mbar_expect_tx(tw_u32 bar, tw_u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ tw_u32 tw_mbar_try(tw_u32 bar, tw_u32 parity) {
-    tw_u32 ok;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(ok)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return ok;
-}
-static __device__ __forceinline__ void tw_mbar_wait(tw_u32 bar, tw_u32 parity) {
-    while (!tw_mbar_try(bar, parity)) {
-    }
-}
-static __device__ __forceinline__ void tw_mbar_arrive(tw_u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-                 : "memory");
-}
+]==]
+    end,
+    note_arrive_cluster = [==[
 /* Arrive on the barrier at the same offset in cluster CTA `cta`. Default semantics on purpose
  * (see gate_pack_sm90.cu.lua: `.release.cluster` costs a MEMBAR.ALL.GPU per arrive); only the
  * wgmma reads of the stage must be complete, and wgmma.wait_group guarantees that. */
-static __device__ __forceinline__ void tw_mbar_arrive_cluster(tw_u32 bar, tw_u32 cta) {
-    tw_u32 remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-
-/* ---- cluster ---- */
-static __device__ __forceinline__ tw_u32 tw_sreg_cluster_rank(void) {
-    tw_u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-static __device__ __forceinline__ tw_u32 tw_sreg_cluster_id(void) {
-    tw_u32 r;
-    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-    return r;
-}
-static __device__ __forceinline__ tw_u32 tw_sreg_cluster_count(void) {
-    tw_u32 r;
-    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-    return r;
-}
-static __device__ __forceinline__ void tw_cluster_sync(void) {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
+]==],
+    after_cluster = function()
+        cuda [==[
 /* ---- the staging buffer's hand-over (MODE gated): named barriers between the 3 expanding warps
  * and the 8 consumer warps (352 threads); the side that only signals arrives, the other waits.
  * bar 1: the buffer holds the unit's gate; bar 2: the consumers have stored the unit out of it. */
@@ -225,56 +161,25 @@ static __device__ __forceinline__ void tw_bar_sync(int id) {
     asm volatile("bar.sync %0, 352;" ::"r"(id) : "memory");
 }
 
-/* ---- TMA ---- */
-static __device__ __forceinline__ void tw_tma_load(tw_u32 dst, const tw_tmap *map, int c0, int c1,
-                                                   tw_u32 bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
-}
-static __device__ __forceinline__ void tw_tma_load_mc(tw_u32 dst, const tw_tmap *map, int c0,
-                                                      int c1, tw_u32 bar, tw_u16 ctamask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-                 "l"((tw_u64)map), "r"(c0), "r"(c1), "r"(bar), "h"(ctamask)
-                 : "memory");
-}
-
-/* ---- wgmma ---- */
-static __device__ __forceinline__ void tw_wg_fence(void) {
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void tw_wg_commit(void) {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void tw_wg_wait(void) {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void tw_fence_acc(float (&d)[128]) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
+]==]
+    end,
+    note_tma_mc = "",
+    note_fence_acc = "",
+    note_desc = [==[
 /* K-major operand descriptor, 128-byte swizzle: start address, LBO 16 B (unused), SBO = 8 rows. */
-static __device__ __forceinline__ tw_u64 tw_desc(tw_u32 saddr) {
-    return (tw_u64)((saddr & 0x3FFFF) >> 4) | ((tw_u64)1 << 16) | ((tw_u64)(${SBO} >> 4) << 32) |
-           ((tw_u64)1 << 62);
-}
+]==],
+    after_desc = function()
+        cuda [==[
 /* MN-major operand descriptor, 128-byte swizzle: LBO = 8192 B between 64-element atoms along
  * M/N, SBO = 1024 B between groups of 8 k-rows. */
 static __device__ __forceinline__ tw_u64 tw_desc_mn(tw_u32 saddr) {
     return (tw_u64)((saddr & 0x3FFFF) >> 4) | ((tw_u64)(8192 >> 4) << 16) |
            ((tw_u64)(1024 >> 4) << 32) | ((tw_u64)1 << 62);
 }
-static __device__ __forceinline__ void tw_wgmma(float (&d)[128], tw_u64 da, tw_u64 db,
-                                                tw_u32 scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.${DT}.${DT} "
-                 "{${WG_REGS}}, %128, %129, p, 1, 1, ${TA}, ${TB};\n}\n"
-                 : ${WG_OUTS}
-                 : "l"(da), "l"(db), "r"(scale_d));
-}
+]==]
+    end,
+})
+cuda [==[
 
 /* ---- epilogue helpers ---- */
 /* Rounds two floats to dtype (nearest even): lo in bits 15..0, hi in bits 31..16. */
@@ -430,34 +335,15 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     constexpr int NB = (${N} + ${BN} - 1) / ${BN};
     constexpr tw_u32 A_BYTES = ${A_BYTES}, B_BYTES = ${B_BYTES};
     constexpr int STAGES = ${STAGES}, CLUSTER = ${CLUSTER};
-    extern __shared__ __align__(1024) unsigned char tw_smem[];
-    const tw_u32 smem0 = tw_smem_addr(tw_smem);
-    const tw_u32 base = (smem0 + 1023u) & ~1023u;
-    const tw_u32 sA = base;
-    const tw_u32 sB = sA + STAGES * A_BYTES;
-    const tw_u32 sStg = sB + STAGES * B_BYTES;
+]==]
+sm90.smem() -- shared memory base, A / B rings, staging buffer
+cuda [==[
     const tw_u32 sBar = sStg + ${STG_BYTES}; /* full[STAGES], empty[STAGES] */
     (void)packed, (void)flags, (void)map_g;
 
-    const int tid = threadIdx.x;
-    const int wg = tid >> 7;
-    const int warp = tid >> 5;
-    const int lane = tid & 31;
-    const tw_u32 rank = CLUSTER > 1 ? tw_sreg_cluster_rank() : 0u;
-    const int cid = CLUSTER > 1 ? (int)tw_sreg_cluster_id() : (int)blockIdx.x;
-    const int ncl = CLUSTER > 1 ? (int)tw_sreg_cluster_count() : (int)gridDim.x;
-
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            tw_mbar_init(sBar + 8 * s, 1);
-            tw_mbar_init(sBar + 8 * (STAGES + s), 8 * CLUSTER); /* one arrival per consumer warp */
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    if (CLUSTER > 1)
-        tw_cluster_sync(); /* the peer's multicast must not reach uninitialised barriers */
-    else
-        __syncthreads();
+]==]
+sm90.start({}) -- thread ids, cluster ids, barrier init and cluster sync
+cuda [==[
 
     const int MB = (M + ${BM} - 1) / ${BM};
     const int MP = (MB + CLUSTER - 1) / CLUSTER;
