@@ -5,10 +5,11 @@
 # changes the `#line` directives (file and line) and nothing else, so the check is: the sources
 # with the `#line` lines removed are byte-identical, and so are the exit status and any error
 # message (which names the template line: the parameter checks keep their lines). With CUBIN=1 it
-# also compiles the sets `GENERATOR cubin` prints both ways with NVRTC for sm_90a (no GPU needed)
-# and compares the cubins after the cache entry's 64-byte header (which holds the key).
-# GENERATOR (a sh script, run from the repository root) prints one parameter set per line: the
-# arguments of `twell render TEMPLATE` (no spaces or wildcards inside an argument).
+# also compiles the sets `sh GENERATOR cubin TEMPLATE` prints both ways with NVRTC for sm_90a (no
+# GPU needed) and compares the cubins after the cache entry's 64-byte header (which holds the key).
+# GENERATOR (a sh script, run from the repository root) as `sh GENERATOR sets TEMPLATE` prints one
+# parameter set per line: the arguments of `twell render TEMPLATE` (no spaces or wildcards inside
+# an argument).
 # Usage: [CUBIN=1] bench/dev/render_compare.sh TEMPLATE GENERATOR TWELL_BINARY [REV (default HEAD)]
 #        [OUTDIR (default /tmp/<TEMPLATE>_render_compare)]
 # Generators: render_sets_ffn_fused.sh, render_sets_train_ffn.sh, render_sets_sm90.sh (one

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # the parameter lists are split into words on purpose
 # render_sets_sm90.sh — parameter sets of gate_pack_sm90 and gemm_sm90 for render_compare.sh.
 # Usage: render_sets_sm90.sh sets|cubin gate_pack_sm90|gemm_sm90
 # gate_pack_sm90: the autotuner's space (autotune/spaces.c: BK 32/64 x STAGES 2..8 x CLUSTER 1/2)
@@ -9,6 +10,17 @@
 # shapes and both dtypes, plus every rejection (MODE, TA, TB, LDO, STAGES, CLUSTER, K, N, T, C).
 set -eu
 what=$1 tpl=$2
+tw_lists() { # every combination of the words of the lists, one per line, the last list fastest
+    if [ $# = 1 ]; then
+        for w in $1; do echo "$w"; done
+        return
+    fi
+    first=$1
+    shift
+    for w in $first; do
+        tw_lists "$@" | while read -r rest; do echo "$w $rest"; done
+    done
+}
 if [ "$tpl" = gate_pack_sm90 ]; then
     if [ "$what" = cubin ]; then
         echo "--K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --param BK=64 --param STAGES=3 --param CLUSTER=2"
@@ -20,18 +32,10 @@ if [ "$tpl" = gate_pack_sm90 ]; then
     for shape in "64 256" "512 2048" "2048 5632" "4096 11008" "1024 65536" "192 1536" "100 256" \
         "2048 5600" "0 256"; do
         set -- $shape
-        for T in 64 128 256; do
-            for C in 2 4 8; do
-                for dt in bf16 fp16; do
-                    echo "--K $1 --N $2 --T $T --C $C --dtype $dt"
-                    for bk in 32 64; do
-                        for st in 2 3 4 5 6 7 8; do
-                            for cl in 1 2 4; do
-                                echo "--K $1 --N $2 --T $T --C $C --dtype $dt --param BK=$bk --param STAGES=$st --param CLUSTER=$cl"
-                            done
-                        done
-                    done
-                done
+        tw_lists "64 128 256" "2 4 8" "bf16 fp16" | while read -r T C dt; do
+            echo "--K $1 --N $2 --T $T --C $C --dtype $dt"
+            tw_lists "32 64" "2 3 4 5 6 7 8" "1 2 4" | while read -r bk st cl; do
+                echo "--K $1 --N $2 --T $T --C $C --dtype $dt --param BK=$bk --param STAGES=$st --param CLUSTER=$cl"
             done
         done
     done
@@ -61,30 +65,20 @@ for shape in "64 256" "512 2048" "2048 5632" "5632 2048" "4096 11008" "11264 204
     "1024 64" "100 256" "2048 5600" "0 256"; do
     set -- $shape
     K=$1 N=$2
-    for dt in bf16 fp16; do
-        for st in 3 2 4 8; do
-            for cl in 2 1; do
-                sc="--param STAGES=$st --param CLUSTER=$cl"
-                for T in 64 128 256; do
-                    for C in 2 4 8; do
-                        echo "--K $K --N $N --T $T --C $C --dtype $dt --param MODE=gated $sc"
-                        echo "--K $K --N $N --T $T --C $C --dtype $dt --param MODE=relu $sc"
-                    done
-                done
-                echo "--K $K --N $N --dtype $dt --param MODE=relu $sc"
-                echo "--K $K --N $N --dtype $dt --param MODE=gated $sc"
-                echo "--K $K --N $N --dtype $dt --param MODE=plain $sc"
-                echo "--K $K --N $N --dtype $dt $sc"
-                for mode in fwd dt mm wgrad; do
-                    for tatb in "0 0" "0 1" "1 0" "1 1"; do
-                        set -- $tatb
-                        for ldo in 0 "$N" $((3 * N)) $((N + 4)) $((N - 8)); do
-                            echo "--K $K --N $N --dtype $dt --param MODE=$mode --param TA=$1 --param TB=$2 --param LDO=$ldo $sc"
-                        done
-                    done
-                done
-            done
+    tw_lists "bf16 fp16" "3 2 4 8" "2 1" | while read -r dt st cl; do
+        sc="--param STAGES=$st --param CLUSTER=$cl"
+        tw_lists "64 128 256" "2 4 8" | while read -r T C; do
+            echo "--K $K --N $N --T $T --C $C --dtype $dt --param MODE=gated $sc"
+            echo "--K $K --N $N --T $T --C $C --dtype $dt --param MODE=relu $sc"
         done
+        echo "--K $K --N $N --dtype $dt --param MODE=relu $sc"
+        echo "--K $K --N $N --dtype $dt --param MODE=gated $sc"
+        echo "--K $K --N $N --dtype $dt --param MODE=plain $sc"
+        echo "--K $K --N $N --dtype $dt $sc"
+        tw_lists "fwd dt mm wgrad" "0 1" "0 1" "0 $N $((3 * N)) $((N + 4)) $((N - 8))" |
+            while read -r mode ta tb ldo; do
+                echo "--K $K --N $N --dtype $dt --param MODE=$mode --param TA=$ta --param TB=$tb --param LDO=$ldo $sc"
+            done
     done
 done
 for bad in "--param MODE=x" "--param MODE=gated --param TA=1" "--param MODE=plain --param LDO=8" \
