@@ -7,6 +7,7 @@
 --            the workspace control words' layout, tw_find_tile (overflow kernels)
 --   stage(D) after the reduce: tw_cp4, the phases' shared-memory layout (TW_RE, TW_SB) and
 --            tw_stage_lists
+-- and group_walk(), a piece of the phases' chunk functions (tw_pa_chunk, tw_pb_chunk).
 local M = {}
 function M.core(D)
     local XV = D.XV
@@ -304,4 +305,29 @@ __device__ __forceinline__ void tw_stage_lists(tw_u32 so, const tw_u32 *__restri
 
 ]==]
 end
+
+-- In tw_pa_chunk / tw_pb_chunk: opens the loop over the warp's groups j < min(GPW, nj) and
+-- defines the group's size szj, full rounds nfull and list offset o (relative to ra); with PF the
+-- next group's size and offset are loaded one step ahead (szn, on). The caller closes the loop.
+function M.group_walk()
+    cuda [==[
+    tw_u32 szn = 0, on = 0;
+    if (PF) {
+        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
+        on = tw_lds32(so + 4u * gl0);
+    }
+#pragma unroll
+    for (int j = 0; j < GPW; j++) {
+        if (j >= nj)
+            break;
+        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
+        const tw_u32 nfull = szj >> 4;
+        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
+        if (PF && j + 1 < GPW) {
+            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
+            on = tw_lds32(so + 4u * (gl0 + j + 1));
+        }
+]==]
+end
+
 return M

@@ -33,22 +33,9 @@ __device__ __forceinline__ void tw_pa_chunk(const tw_u32 (&bx)[GPW][8 * NH], tw_
     float *const pg = po + ug; /* XV & 2: this lane's slot g of the chunk's lists */
     /* PF: the next group's size and offset, and the next round's descriptors, are loaded one
        step ahead (shared memory; the loads stay inside the staging buffer) */
-    tw_u32 szn = 0, on = 0;
-    if (PF) {
-        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
-        on = tw_lds32(so + 4u * gl0);
-    }
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        if (j >= nj)
-            break;
-        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
-        const tw_u32 nfull = szj >> 4;
-        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
-        if (PF && j + 1 < GPW) {
-            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
-            on = tw_lds32(so + 4u * (gl0 + j + 1));
-        }
+]==]
+    import("ffn_fused_dev").group_walk() -- opens the loop over the warp's groups j
+    cuda [==[
         tw_u32 dan = 0, dbn = 0;
         if (PF && SH) {
             dan = tw_lds32(dsh + 4u * (o + ug));

@@ -19,22 +19,9 @@ __device__ __forceinline__ void tw_pb_chunk(float (&acc)[GPW][NH][4][4], tw_u32 
     const tw_u32 ug = (tw_u32)g, pis = tw_pib(ug) << 4, ut4 = (tw_u32)t4;
     /* PF: as in phase A, the next group's size and offset and the next round's descriptors are
        loaded one step ahead */
-    tw_u32 szn = 0, on = 0;
-    if (PF) {
-        szn = tw_lds32(so + 4u * (NGB + 1 + gl0));
-        on = tw_lds32(so + 4u * gl0);
-    }
-#pragma unroll
-    for (int j = 0; j < GPW; j++) {
-        if (j >= nj)
-            break;
-        const tw_u32 szj = PF ? szn : tw_lds32(so + 4u * (NGB + 1 + gl0 + j));
-        const tw_u32 nfull = szj >> 4;
-        tw_u32 o = (PF ? on : tw_lds32(so + 4u * (gl0 + j))) - ra;
-        if (PF && j + 1 < GPW) {
-            szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
-            on = tw_lds32(so + 4u * (gl0 + j + 1));
-        }
+]==]
+    import("ffn_fused_dev").group_walk() -- opens the loop over the warp's groups j
+    cuda [==[
         uint4 Dn = make_uint4(0u, 0u, 0u, 0u);
         if (PF && SH && nfull)
             Dn = tw_lds128(dsh + 4u * (o + 4u * ut4));
