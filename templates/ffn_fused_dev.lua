@@ -7,7 +7,8 @@
 --            the workspace control words' layout, tw_find_tile (overflow kernels)
 --   stage(D) after the reduce: tw_cp4, the phases' shared-memory layout (TW_RE, TW_SB) and
 --            tw_stage_lists
--- and group_walk(), a piece of the phases' chunk functions (tw_pa_chunk, tw_pb_chunk).
+-- and two pieces of the phases: group_walk() (in tw_pa_chunk, tw_pb_chunk) and chunk_ring() (in
+-- tw_k_phase_a, tw_k_phase_b).
 local M = {}
 function M.core(D)
     local XV = D.XV
@@ -327,6 +328,27 @@ function M.group_walk()
             szn = tw_lds32(so + 4u * (NGB + 1 + gl0 + j + 1));
             on = tw_lds32(so + 4u * (gl0 + j + 1));
         }
+]==]
+end
+
+-- In tw_k_phase_a / tw_k_phase_b, after their lambda stage(c) (the cp.async loads of chunk c):
+-- the ST-deep ring's prologue, then opens the loop over the chunks c (staging chunk c + ST - 1)
+-- up to chunk c's arrival, with its list range ra, rn. The caller closes the loop.
+function M.chunk_ring()
+    cuda [==[
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < NC)
+            stage(i);
+        tw_cp_commit();
+    }
+    for (int c = 0; c < NC; c++) {
+        if (c + ST - 1 < NC)
+            stage(c + ST - 1);
+        tw_cp_commit();
+        const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
+        tw_cp_wait<ST - 1>();
+        __syncthreads();
 ]==]
 end
 

@@ -168,19 +168,9 @@ TW_KERNEL((NW * 32, 1))
             tw_load_bytes<NTHR>(sb, desc + ra, rn / 4);
         tw_stage_lists<NGB, NTHR>(sb + DCAP * 4, offsets, sizes, (long long)c * NG + GB, GE - GB);
     };
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (i < NC)
-            stage(i);
-        tw_cp_commit();
-    }
-    for (int c = 0; c < NC; c++) {
-        if (c + ST - 1 < NC)
-            stage(c + ST - 1);
-        tw_cp_commit();
-        const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<ST - 1>();
-        __syncthreads();
+]==]
+    import("ffn_fused_dev").chunk_ring() -- opens the loop over the chunks c
+    cuda [==[
         const tw_u32 sb = stb + (c % ST) * SB, so = sb + DCAP * 4;
         const int nj = min(GPW, NG - G0);
         const tw_u32 gl0 = (tw_u32)(warp * GPW);

@@ -310,19 +310,9 @@ TW_KERNEL((NW * 32, 1))
         tw_stage_lists<NGB, NTHR>(sb + DCAP * (4 + VB), offsets, sizes, (long long)c * NG + GB,
                                  GE - GB);
     };
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (i < NC)
-            stage(i);
-        tw_cp_commit();
-    }
-    for (int c = 0; c < NC; c++) {
-        if (c + ST - 1 < NC)
-            stage(c + ST - 1);
-        tw_cp_commit();
-        const tw_u32 ra = tw_lds32(sre + 8u * c), rn = tw_lds32(sre + 8u * c + 4u) - ra;
-        tw_cp_wait<ST - 1>();
-        __syncthreads();
+]==]
+    import("ffn_fused_dev").chunk_ring() -- opens the loop over the chunks c
+    cuda [==[
         const tw_u32 buf = sbase + (c % ST) * CN * 128, sb = stb + (c % ST) * SB;
         const tw_u32 so = sb + DCAP * (4 + VB), gl0 = (tw_u32)(warp * GPW);
         const int nj = min(GPW, NG - G0);
