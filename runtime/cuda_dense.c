@@ -218,14 +218,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
 
 static twell_status tw_go(twell_ctx *ctx, tw_CUfunction fn, size_t gx, unsigned gy,
                           twell_stream stream, void **args) {
-    tw_cu_launch_cfg c;
-    memset(&c, 0, sizeof c);
-    c.grid[0] = (unsigned)(gx ? gx : 1);
-    c.grid[1] = gy;
-    c.grid[2] = 1;
-    c.block[0] = 256;
-    c.block[1] = c.block[2] = 1;
-    return tw_cu_launch(ctx, fn, &c, stream, args);
+    return tw_cu_launch_grid(ctx, fn, gx, gy, 256u, 0u, 0u, stream, args);
 }
 
 /* A row-major [rows, cols] 16-bit matrix as a TMA map: box 64 columns x box_rows rows, 128-byte

@@ -342,6 +342,21 @@ twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_c
     return TWELL_OK;
 }
 
+twell_status tw_cu_launch_grid(twell_ctx *ctx, tw_CUfunction fn, size_t gx, unsigned gy,
+                               unsigned block, unsigned smem, unsigned pdl, twell_stream stream,
+                               void **args) {
+    tw_cu_launch_cfg c;
+    memset(&c, 0, sizeof c);
+    c.grid[0] = (unsigned)(gx ? gx : 1);
+    c.grid[1] = gy;
+    c.grid[2] = 1;
+    c.block[0] = block;
+    c.block[1] = c.block[2] = 1;
+    c.smem = smem;
+    c.pdl = pdl;
+    return tw_cu_launch(ctx, fn, &c, stream, args);
+}
+
 twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int data_type,
                                     unsigned rank, const void *global, const uint64_t *dims,
                                     const uint64_t *strides_bytes, const uint32_t *box,

@@ -170,6 +170,12 @@ int tw_cu_pdl_allowed(int cc_major);
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *cfg,
                           twell_stream stream, void **args);
 
+/* tw_cu_launch of a grid of (gx ? gx : 1) x gy x 1 blocks of `block` x 1 x 1 threads, `smem`
+ * dynamic shared bytes, no cluster; pdl as in tw_cu_launch_cfg. */
+twell_status tw_cu_launch_grid(twell_ctx *ctx, tw_CUfunction fn, size_t gx, unsigned gy,
+                               unsigned block, unsigned smem, unsigned pdl, twell_stream stream,
+                               void **args);
+
 /* cuTensorMapEncodeTiled (CUDA 12+ drivers; TWELL_ERR_UNSUPPORTED on older ones). Host-only,
  * allocation-free: safe to call on every launch. Arguments as in the driver API. */
 twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int data_type,

@@ -192,16 +192,7 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
 static twell_status tw_go_pdl(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
                               unsigned block, unsigned smem, twell_stream stream, void **args,
                               unsigned pdl) {
-    tw_cu_launch_cfg c;
-    memset(&c, 0, sizeof c);
-    c.grid[0] = (unsigned)(gx ? gx : 1);
-    c.grid[1] = gy;
-    c.grid[2] = 1;
-    c.block[0] = block;
-    c.block[1] = c.block[2] = 1;
-    c.smem = smem;
-    c.pdl = pdl;
-    return tw_cu_launch(plan->ctx, fn, &c, stream, args);
+    return tw_cu_launch_grid(plan->ctx, fn, gx, gy, block, smem, pdl, stream, args);
 }
 
 /* An ffn_fused kernel. */

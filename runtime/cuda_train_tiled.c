@@ -98,17 +98,10 @@ static twell_status tw_ctt_grow(twell_ctx *ctx, void **buf, size_t *have, size_t
     return TWELL_OK;
 }
 
+/* ffn_fused kernels launched plainly (training's own kernels around them keep no PDL rule) */
 static twell_status tw_ctt_go(twell_ctx *ctx, tw_CUfunction fn, size_t gx, unsigned gy,
                               unsigned block, unsigned smem, twell_stream stream, void **args) {
-    tw_cu_launch_cfg c;
-    memset(&c, 0, sizeof c);
-    c.grid[0] = (unsigned)(gx ? gx : 1);
-    c.grid[1] = gy;
-    c.grid[2] = 1;
-    c.block[0] = block;
-    c.block[1] = c.block[2] = 1;
-    c.smem = smem;
-    return tw_cu_launch(ctx, fn, &c, stream, args);
+    return tw_cu_launch_grid(ctx, fn, gx, gy, block, smem, 0u, stream, args);
 }
 
 #define TW_CTT_TRY(expr)                                                                           \
