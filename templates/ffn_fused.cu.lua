@@ -11,8 +11,8 @@
 -- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
 -- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
 -- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
--- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (phase A/B
--- instruction-diet variant bits, default 75 = 1 + 2 + 8 + 64; see below). Rejected
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (variant bits,
+-- default 75: 1 + 2 + 8 phase A/B instruction diet, 64 larger ovf warp tiles; see below). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB.
 --
 -- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
