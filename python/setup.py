@@ -13,7 +13,8 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+# The repository the library and templates come from (overridable for builds from a copy).
+ROOT = os.environ.get("TWELL_SOURCE_DIR") or os.path.dirname(HERE)
 
 
 def _build_library() -> str:
