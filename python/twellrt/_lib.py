@@ -250,9 +250,11 @@ def context(device) -> Context:
 
 
 # --------------------------------------------------------------------------------------------
-# Plans: one per (context, shape, layer). The layer is told apart by the packing weight's
-# address, so that each layer keeps its own AUTO history (the library decides a plan's path from
-# the plan's previous calls) and its own training states.
+# Plans: one per (context, shape), shared by every layer of that shape. A plan owns device
+# workspaces sized to the largest M it has run (about 1.4 GiB at M = 16384, K = 2048, N = 5632 on
+# an H100), so a plan per layer would multiply them by the depth of the model. The cost of sharing:
+# the inference path AUTO picks from the plan's previous call, i.e. the previous layer's density.
+# Training states (one per forward in flight) carry their own AUTO history.
 # --------------------------------------------------------------------------------------------
 
 
@@ -292,17 +294,17 @@ class Plan:
 
 
 _plans: dict = {}
-_PLAN_CACHE_MAX = 1024
+_PLAN_CACHE_MAX = 64
 
 
-def get_plan(ctx: Context, K, N, T, C, dtype_code, gated, tag: int) -> Plan:
-    key = (ctx.key, K, N, T, C, dtype_code, gated, tag)
+def get_plan(ctx: Context, K, N, T, C, dtype_code, gated) -> Plan:
+    key = (ctx.key, K, N, T, C, dtype_code, gated)
     p = _plans.get(key)
     if p is None:
         with _ctx_lock:
             p = _plans.get(key)
             if p is None:
-                if len(_plans) >= _PLAN_CACHE_MAX:  # a bound for processes that churn weights
+                if len(_plans) >= _PLAN_CACHE_MAX:  # a bound for processes that churn shapes
                     for k in list(_plans)[: _PLAN_CACHE_MAX // 4]:
                         del _plans[k]
                 p = Plan(ctx, K, N, T, C, dtype_code, gated)
