@@ -10,8 +10,10 @@ from test_modules import Block, _inputs, _sparse_weights
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["sparse", "auto"])
-def test_cuda_graph_capture(path):
+def test_cuda_graph_capture():
+    # One capture per process: a capture the library breaks leaves torch's CUDA generator in
+    # capture mode, so nothing runs after this test in the same session (last file by name).
+    path = "sparse"
     K, N = 256, 1024
     blk = Block(K, N, "cuda")
     blk.mlp.T, blk.mlp.path = 256, path

@@ -359,29 +359,36 @@ def overhead(device, K=2048, N=5632, M=1, calls=2000):
     import twellrt
     from twellrt import _lib, ops
 
+    from statistics import NormalDist
+
     dt = torch.bfloat16
-    x = torch.randn(M, K, device=device, dtype=dt)
-    w = (torch.randn(N, K, device=device) / 45).to(dt)
-    mlp = twellrt.TwELLGatedMLP(K, N, device=device, dtype=dt)
+    # sparse data as in the tests: x[:, 0] = 1, column 0 of the weights a threshold for ~29 active
+    x = torch.randn(M, K, device=device)
+    x[:, 0] = 1
+    w = torch.randn(N, K, device=device) / math.sqrt(K)
+    w[:, 0] = -NormalDist().inv_cdf(1 - 29 / N)
+    x, w = x.to(dt), w.to(dt)
+    mlp = twellrt.TwELLGatedMLP(K, N, path="sparse", device=device, dtype=dt)
     with torch.no_grad():
         for p in mlp.parameters():
             p.copy_(w if p.shape == w.shape else w.t())
     packed = ops.gate_pack(x, w)
-    ops.ffn_infer(x, packed, w, w, w)
+    ops.ffn_infer(x, packed, w, w, w, path="sparse")
     plan = _lib.get_plan(_lib.context(x.device), K, N, 256, 8, _lib.DTYPE_BF16, True)
     y = torch.empty_like(x)
     lib = _lib.library()
     s = ops._stream(x.device)
+    plan.set_path(_lib.PATHS["sparse"])
     args = (plan.handle, M, x.data_ptr(), packed.data_ptr(), w.data_ptr(), w.data_ptr(), w.data_ptr(), y.data_ptr(), s)
     impl = ops.ffn_infer._init_fn if hasattr(ops.ffn_infer, "_init_fn") else None
     cases = {
         "ctypes twell_ffn_infer": lambda: lib.twell_ffn_infer(*args),
-        "torch.ops.twellrt.ffn_infer": lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w),
+        "torch.ops.twellrt.ffn_infer": lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w, path="sparse"),
         "torch.ops.twellrt.gate_pack": lambda: torch.ops.twellrt.gate_pack(x, w),
         "TwELLGatedMLP forward (pack + infer)": lambda: mlp(x),
     }
     if impl is not None:
-        cases["op Python body (no dispatcher)"] = lambda: impl(x, packed, w, w, w)
+        cases["op Python body (no dispatcher)"] = lambda: impl(x, packed, w, w, w, path="sparse")
     res = {}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with torch.no_grad():
@@ -399,9 +406,48 @@ def overhead(device, K=2048, N=5632, M=1, calls=2000):
                 best = min(best, (t1 - t0) / (calls // 5) * 1e6)
             res[name] = best
         if device.type == "cuda":
-            res["GPU time per ffn_infer (events)"] = cuda_time(lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w), 50, 5) * 1e3
+            res["GPU time per ffn_infer (events)"] = cuda_time(lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w, path="sparse"), 50, 5) * 1e3
             res["GPU time per module forward (events)"] = cuda_time(lambda: mlp(x), 50, 5) * 1e3
     return res
+
+
+@torch.no_grad()
+def diag(model, ids, dense_mlps, tw_mlps, a):
+    """Where the forward's time goes: GPU and host time per variant, and the top kernels."""
+    set_mlps(model, tw_mlps)
+    model(ids)
+    _sync()
+    for name, mlps, path in (("dense", dense_mlps, None), ("twellrt auto", tw_mlps, "auto"),
+                             ("twellrt sparse", tw_mlps, "sparse"), ("twellrt auto", tw_mlps, "auto")):
+        set_mlps(model, mlps)
+        if path:
+            for m in mlps:
+                m.path = path
+        gpu = cuda_time(lambda: model(ids), 3, 1)
+        _sync()
+        t0 = time.perf_counter()
+        model(ids)
+        host = (time.perf_counter() - t0) * 1e3
+        _sync()
+        print(f"diag forward {name:16s} GPU {gpu:7.1f} ms, host issue {host:7.1f} ms")
+    # one layer's MLP called back to back on one input vs across layers (the shared plan)
+    x = model.embed_tokens(ids)
+    xs = [torch.randn_like(x) for _ in range(2)]
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, mlps in (("dense", dense_mlps), ("twellrt", tw_mlps)):
+        set_mlps(model, mlps)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(ids)
+            _sync()
+        rows = [e for e in prof.key_averages() if e.device_time_total > 0]
+        rows.sort(key=lambda e: -e.device_time_total)
+        tot = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
+        print(f"diag profile {name}: total kernel time {tot:.1f} ms; top by device time:")
+        for e in rows[:14]:
+            print(f"   {e.device_time_total / 1e3:8.2f} ms  x{e.count:4d}  cpu {e.cpu_time_total / 1e3:7.2f} ms  {e.key[:90]}")
+    set_mlps(model, dense_mlps)
+    del xs
 
 
 def main(argv=None):
@@ -419,6 +465,7 @@ def main(argv=None):
     ap.add_argument("--json", default="")
     ap.add_argument("--overhead", action="store_true", help="only the host overhead per call")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--diag", action="store_true", help="forward diagnostics only (paths, host time, kernel profile)")
     a = ap.parse_args(argv)
 
     import twellrt
@@ -468,6 +515,12 @@ def main(argv=None):
 
     # ---- forward (prefill) ----
     ids = make_ids(a.batch, a.seq, gen, dev)
+    if a.diag:
+        diag(model, ids, dense_mlps, tw_mlps, a)
+        o = overhead(dev)
+        for k, v in o.items():
+            print(f"overhead  {k:42s} {v:8.1f} µs")
+        return 0
     tok = a.batch * a.seq
     inputs = []
     hooks = [m.register_forward_pre_hook(lambda mod, args: inputs.append(args[0].detach().flatten(0, 1).contiguous())) for m in dense_mlps]
