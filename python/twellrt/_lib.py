@@ -271,6 +271,7 @@ class Plan:
         self.handle = h
         self.shape = s
         self.path = 0
+        self.warm_calls = 0  # ops.WARMUP_SYNC_CALLS
         self.free_states = []  # training states not owned by a live forward
         self.K, self.N, self.T, self.C = K, N, T, C
         self._finalizer = weakref.finalize(self, Plan._destroy, h.value, self.free_states)
