@@ -251,9 +251,10 @@ def context(device) -> Context:
 
 # --------------------------------------------------------------------------------------------
 # Plans: one per (context, shape), shared by every layer of that shape. A plan owns device
-# workspaces sized to the largest M it has run (about 1.4 GiB at M = 16384, K = 2048, N = 5632 on
-# an H100), so a plan per layer would multiply them by the depth of the model. The cost of sharing:
-# the inference path AUTO picks from the plan's previous call, i.e. the previous layer's density.
+# workspaces sized to the largest M and density it has run (28 per-layer plans of a 1.5B model
+# held 41 GiB at M = 16384 in one H100 run, on data 5x denser than intended), so a plan per layer
+# multiplies them by the depth of the model. The cost of sharing: the inference path AUTO picks
+# from the plan's previous call, i.e. the previous layer's density (see also ops._warmup_sync).
 # Training states (one per forward in flight) carry their own AUTO history.
 # --------------------------------------------------------------------------------------------
 
