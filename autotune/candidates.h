@@ -102,8 +102,9 @@ typedef struct tw_tune_problem {
     size_t M;
 } tw_tune_problem;
 
-/* The bucket of M: the smallest power of two ≥ M (1 for M ≤ 1; saturates at 2^62). Configs are
- * tuned and stored per bucket, so M = 3000 and M = 4096 share one tuning. */
+/* The bucket of M: the smallest power of two ≥ M (1 for M ≤ 1; saturates at 2^62), as
+ * tw_m_bucket (runtime/core/m_bucket.h) computes it for plans too. Configs are tuned and stored
+ * per bucket, so M = 3000 and M = 4096 share one tuning. */
 size_t tw_tune_m_bucket(size_t M);
 
 /* One tuned parameter and the values it may take, in the order candidates are generated. */

@@ -6,7 +6,6 @@
  */
 #include "cuda_ffn_int.h"
 
-#include "candidates.h"
 #include "jit.h"
 #include "op_plan.h"
 
@@ -438,20 +437,12 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     return TWELL_OK;
 }
 
-/* Index of M's bucket in f->bucket: log2 of tw_tune_m_bucket(M). */
-static unsigned tw_ffn_bucket_index(size_t M) {
-    if (M <= 1)
-        return 0;
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
-    return b < TW_FFN_BUCKETS ? b : TW_FFN_BUCKETS - 1;
-}
-
 /* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
  * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
 static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
     if (f->forced)
         return f->forced;
-    unsigned b = tw_ffn_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
     if (f->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_ffn_cfg want;

@@ -7,6 +7,7 @@
 #define TWELL_CUDA_FFN_INT_H
 
 #include "cuda_ffn.h"
+#include "m_bucket.h"
 
 /* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
 enum {
@@ -52,9 +53,8 @@ enum {
 _Static_assert(TW_FN_COUNT == TW_FFN_NFN && TW_CFG_COUNT == TW_FFN_NWORDS,
                "cuda_ffn.h counts and the module's kernels/words");
 
-/* M buckets (powers of two, tw_tune_m_bucket) and the tiled modules one plan may hold: the
- * default plus distinct tuned configurations (beyond that a bucket keeps the default). */
-#define TW_FFN_BUCKETS 64
+/* The tiled modules one plan may hold: the default plus distinct tuned configurations (beyond
+ * that a bucket keeps the default). */
 #define TW_FFN_MAX_TK 8
 #define TW_SLOTS 16u /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
@@ -68,11 +68,12 @@ struct tw_ffn {
     tw_ffn_tk tk[TW_FFN_MAX_TK];
     size_t ntk;
     tw_ffn_tk *cur;
-    tw_ffn_tk *forced;                  /* tw_cuda_ffn_force */
-    signed char bucket[TW_FFN_BUCKETS]; /* index into tk per M bucket; -1: not resolved yet */
-    int tune_on_first_use;              /* TWELL_TUNE=1 when the plan was created */
-    uint32_t nc_ws;                     /* chunks (NC) the row workspace is laid out for: the
-                                           largest of the modules run so far */
+    tw_ffn_tk *forced;                /* tw_cuda_ffn_force */
+    signed char bucket[TW_M_BUCKETS]; /* index into tk per M bucket (m_bucket.h); -1: not
+                                           resolved yet */
+    int tune_on_first_use;            /* TWELL_TUNE=1 when the plan was created */
+    uint32_t nc_ws;                   /* chunks (NC) the row workspace is laid out for: the
+                                         largest of the modules run so far */
     tw_CUfunction fn[TW_FN_COUNT];
     uint32_t cfg[TW_CFG_COUNT];
     tw_CUmodule gmod; /* ffn_rows, loaded when a call needs it */

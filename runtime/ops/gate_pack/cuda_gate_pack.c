@@ -21,6 +21,7 @@
 #include "candidates.h"
 #include "gpu_tune.h"
 #include "jit.h"
+#include "m_bucket.h"
 #include "tuner.h"
 
 #include <stdint.h>
@@ -30,8 +31,6 @@
 
 /* gridDim.y is limited to 65535: larger M is launched in row chunks. */
 #define TW_GRID_Y_MAX 65535u
-/* M buckets are powers of two, 2^0 .. 2^62 (tw_tune_m_bucket saturates there). */
-#define TW_GP_BUCKETS 64
 /* The default plus distinct tuned configurations one plan may hold; beyond that a bucket keeps
  * the default (a space has few configurations that win anywhere). */
 #define TW_GP_MAX_KERNELS 16
@@ -42,7 +41,7 @@ struct tw_gate_pack {
     int tune_on_first_use;             /* TWELL_TUNE=1 when the plan was created */
     size_t nk;                         /* kernels loaded; k[0] is the default configuration */
     tw_gp_kernel k[TW_GP_MAX_KERNELS]; /* distinct configurations */
-    signed char bucket[TW_GP_BUCKETS]; /* index into k per M bucket; -1: not resolved yet */
+    signed char bucket[TW_M_BUCKETS];  /* index into k per M bucket; -1: not resolved yet */
 };
 
 const char *tw_gp_variant_name(tw_gp_variant v) {
@@ -299,14 +298,6 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
     free(gp);
 }
 
-/* Index of M's bucket in gp->bucket: log2 of tw_tune_m_bucket(M), one instruction. */
-static unsigned tw_gp_bucket_index(size_t M) {
-    if (M <= 1)
-        return 0;
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
-    return b < TW_GP_BUCKETS ? b : TW_GP_BUCKETS - 1;
-}
-
 static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
 
 /* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
@@ -318,7 +309,7 @@ static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg 
 }
 
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
-    unsigned b = tw_gp_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
     if (gp->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_gp_cfg want;
@@ -357,7 +348,7 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
 
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
                                       const void *w, uint32_t *packed, twell_stream stream) {
-    unsigned b = tw_gp_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
     if (gp->bucket[b] < 0)
         tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
     return tw_gp_kernel_launch(plan->ctx, &gp->k[(size_t)gp->bucket[b]], &plan->shape, M, x, w,
