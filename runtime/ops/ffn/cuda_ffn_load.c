@@ -42,17 +42,11 @@ twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
     twell_status st = tw_jit_cubin(ctx, "ffn_rows", params, np, ctx->cuda->arch, &cubin);
     if (st != TWELL_OK)
         return st;
-    st = tw_cu_module_load(ctx, cubin.data, &f->gmod);
+    static const char *const name = "twell_ffn_rows_generic";
+    st = tw_cu_module_open(ctx, cubin.data, &name, 1, &f->gmod, &f->generic);
     tw_cubin_free(&cubin);
-    if (st != TWELL_OK)
-        return st;
-    f->modules++;
-    st = tw_cu_module_function(ctx, f->gmod, "twell_ffn_rows_generic", &f->generic);
-    if (st != TWELL_OK) {
-        tw_cu_module_unload(f->gmod);
-        f->gmod = NULL;
-        f->generic = NULL;
-    }
+    if (st == TWELL_OK)
+        f->modules++;
     return st;
 }
 
@@ -243,16 +237,14 @@ twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_c
             return st;
         image = cubin.data;
     }
-    out->cfg = *c;
-    st = tw_cu_module_load(ctx, image, &out->mod);
+    const char *names[TW_FN_COUNT]; /* phase_a and reduce exist in gated modules only */
+    for (int i = 0; i < TW_FN_COUNT; i++)
+        names[i] = !s->gated && (i == TW_FN_PHASE_A || i == TW_FN_REDUCE) ? NULL : tw_fn_names[i];
+    st = tw_cu_module_open(ctx, image, names, TW_FN_COUNT, &out->mod, out->fn);
     tw_cubin_free(&cubin);
     if (st != TWELL_OK)
         return st;
-    for (int i = 0; i < TW_FN_COUNT && st == TWELL_OK; i++) {
-        if (!s->gated && (i == TW_FN_PHASE_A || i == TW_FN_REDUCE))
-            continue;
-        st = tw_cu_module_function(ctx, out->mod, tw_fn_names[i], &out->fn[i]);
-    }
+    out->cfg = *c;
     /* The module's own configuration is the truth; every value is one we passed or derived
      * with the template's formulas, so a lookup failure (a variable the compiler dropped) can
      * fall back to ours, while a disagreement is a bug. */

@@ -151,9 +151,7 @@ twell_status tw_gp_kernel_load_image(twell_ctx *ctx, const twell_shape *s, const
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
     const char *fn = cfg->variant == TW_GP_SM90 ? "twell_gate_pack_sm90" : "twell_gate_pack_simt";
-    twell_status st = tw_cu_module_load(ctx, cubin, &out->mod);
-    if (st == TWELL_OK)
-        st = tw_cu_module_function(ctx, out->mod, fn, &out->fn);
+    twell_status st = tw_cu_module_open(ctx, cubin, &fn, 1, &out->mod, &out->fn);
     if (st == TWELL_OK && cfg->variant == TW_GP_SM90)
         st = tw_sm90_kernel_prepare(ctx, out);
     if (st != TWELL_OK)
