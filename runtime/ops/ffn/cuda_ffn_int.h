@@ -22,36 +22,7 @@ enum {
     TW_FN_ROWS,
     TW_FN_COUNT
 };
-/* twell_ffn_cfg[23] of the module, in the template's order. */
-enum {
-    TW_CFG_CN,
-    TW_CFG_GPWA,
-    TW_CFG_GPWB,
-    TW_CFG_DCAPA,
-    TW_CFG_DCAPB,
-    TW_CFG_SMEM_A,
-    TW_CFG_SMEM_B,
-    TW_CFG_SMEM_GU,
-    TW_CFG_SMEM_DOWN,
-    TW_CFG_BW,
-    TW_CFG_NC,
-    TW_CFG_TPC,
-    TW_CFG_PADQ,
-    TW_CFG_GATED,
-    TW_CFG_STAGES,
-    TW_CFG_NWA,
-    TW_CFG_NWB,
-    TW_CFG_PF,
-    TW_CFG_IL,
-    TW_CFG_GT,
-    TW_CFG_GU_BPS,   /* ovf_gu CTAs per SM (grid GU_BPS * SMs) */
-    TW_CFG_GU_THR,   /* ovf_gu threads per CTA */
-    TW_CFG_DOWN_BPS, /* ovf_down CTAs per SM (grid DOWN_BPS * SMs, 256 threads) */
-    TW_CFG_COUNT
-};
-
-_Static_assert(TW_FN_COUNT == TW_FFN_NFN && TW_CFG_COUNT == TW_FFN_NWORDS,
-               "cuda_ffn.h counts and the module's kernels/words");
+_Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's kernels");
 
 /* The tiled modules one plan may hold: the default plus distinct tuned configurations (beyond
  * that a bucket keeps the default). */
