@@ -44,70 +44,7 @@ struct tw_gate_pack {
     signed char bucket[TW_M_BUCKETS];  /* index into k per M bucket; -1: not resolved yet */
 };
 
-const char *tw_gp_variant_name(tw_gp_variant v) {
-    switch (v) {
-    case TW_GP_AUTO:
-        return "auto";
-    case TW_GP_SIMT:
-        return "simt";
-    case TW_GP_SM90:
-        return "sm90";
-    }
-    return NULL;
-}
-
-int tw_gp_variant_parse(const char *name) {
-    if (!name)
-        return -1;
-    for (int v = TW_GP_AUTO; v <= TW_GP_SM90; v++)
-        if (!strcmp(name, tw_gp_variant_name((tw_gp_variant)v)))
-            return v;
-    return -1;
-}
-
 /* ---- configurations ---- */
-
-tw_gp_cfg tw_gp_cfg_default(tw_gp_variant v) {
-    tw_gp_cfg c;
-    memset(&c, 0, sizeof c);
-    c.variant = v == TW_GP_SM90 ? TW_GP_SM90 : TW_GP_SIMT;
-    /* The templates' defaults; the tuner's spaces (autotune/spaces.c) declare the same. */
-    c.bm = 32u;
-    c.threads = 256u;
-    c.bk = 64u;
-    c.stages = 3u;
-    c.cluster = 2u;
-    return c;
-}
-
-const char *tw_gp_cfg_kernel(const tw_gp_cfg *c) {
-    return c->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-}
-
-static int tw_gp_u(const tw_tune_config *tc, const char *name, unsigned dflt, unsigned *out) {
-    int64_t v = tw_tune_config_value(tc, name, (int64_t)dflt);
-    if (v < 1 || v > 65535)
-        return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
-int tw_gp_cfg_from_tune(const struct tw_tune_config *tc, tw_gp_cfg *out) {
-    if (!strcmp(tc->kernel, "gate_pack_simt")) {
-        *out = tw_gp_cfg_default(TW_GP_SIMT);
-        return tw_gp_u(tc, "BM", out->bm, &out->bm) || tw_gp_u(tc, "THREADS", 256u, &out->threads)
-                   ? -1
-                   : 0;
-    }
-    if (!strcmp(tc->kernel, "gate_pack_sm90")) {
-        *out = tw_gp_cfg_default(TW_GP_SM90);
-        return tw_gp_u(tc, "BK", out->bk, &out->bk) || tw_gp_u(tc, "STAGES", 3u, &out->stages) ||
-                       tw_gp_u(tc, "CLUSTER", 2u, &out->cluster)
-                   ? -1
-                   : 0;
-    }
-    return -1;
-}
 
 static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
     if (a->variant != b->variant)
@@ -115,32 +52,6 @@ static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
     if (a->variant == TW_GP_SM90)
         return a->bk == b->bk && a->stages == b->stages && a->cluster == b->cluster;
     return a->bm == b->bm && a->threads == b->threads;
-}
-
-/* The SIMT template's own rules (gate_pack_simt.cu.lua), so a bad configuration is refused
- * before rendering. */
-static int tw_simt_cfg_check(const tw_gp_cfg *c, const twell_shape *s, char *why, size_t n) {
-    unsigned tile = c->bm * s->T;
-    if (c->bm < 1u || c->bm > 128u || c->threads < 32u || c->threads > 1024u ||
-        c->threads % 32u != 0 || tile % c->threads != 0 || tile / c->threads > 64u) {
-        snprintf(why, n, "BM=%u THREADS=%u is not a configuration of gate_pack_simt for T=%u",
-                 c->bm, c->threads, s->T);
-        return -1;
-    }
-    return 0;
-}
-
-int tw_gp_cfg_check(const tw_gp_cfg *cfg, const twell_shape *s, const tw_cuda *dev, char *why,
-                    size_t n) {
-    char dummy[256];
-    if (!why)
-        why = dummy, n = sizeof dummy;
-    if (cfg->variant == TW_GP_SM90)
-        return tw_sm90_cfg_check(cfg, s, dev, why, n);
-    if (cfg->variant == TW_GP_SIMT)
-        return tw_simt_cfg_check(cfg, s, why, n);
-    snprintf(why, n, "no such gate-pack variant");
-    return -1;
 }
 
 /* ---- loaded kernels ---- */
