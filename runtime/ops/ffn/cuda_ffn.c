@@ -2,7 +2,7 @@
  * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
  * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
  * header on the caller's stream without synchronising the host in the steady state; test and
- * tuner hooks. Modules and configurations are loaded by runtime/cuda_ffn_load.c.
+ * tuner hooks. Modules are loaded by cuda_ffn_load.c, in configurations ruled by ffn_config.c.
  */
 #include "cuda_ffn_int.h"
 

@@ -42,7 +42,7 @@ twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_c
 void tw_ffn_tk_unload(tw_ffn_tk *tk);
 
 /* The stored tuning winner of ffn_infer for plan's shape and M's bucket on this device
- * (runtime/cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
+ * (cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
  * set, or -1 (no usable winner: the bucket keeps the default; problems are logged). Context
  * current. */
 int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
@@ -114,7 +114,7 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
  * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
  * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
  * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
- * record is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a
+ * record is tuned first (tw_tune_op_gpu, 20 s budget, synchronises the device). Never fails: a
  * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
  * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
 void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);

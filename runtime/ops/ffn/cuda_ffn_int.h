@@ -1,7 +1,7 @@
 /*
- * cuda_ffn_int.h — what runtime/cuda_ffn.c (workspace, launches, hooks) and
- * runtime/cuda_ffn_load.c (tile configurations, module loading, plan set-up) share: the module's
- * kernel and configuration-word indices and the per-plan state.
+ * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, hooks) and cuda_ffn_load.c (module
+ * loading, plan set-up) share: the module's kernel indices and the per-plan state (the
+ * configuration words' indices are ffn_config.h's).
  */
 #ifndef TWELL_CUDA_FFN_INT_H
 #define TWELL_CUDA_FFN_INT_H

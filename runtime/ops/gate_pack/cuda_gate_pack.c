@@ -19,7 +19,7 @@
 #include "cuda_gate_pack.h"
 
 #include "candidates.h"
-#include "gpu_tune.h"
+#include "gate_pack_tuner.h"
 #include "jit.h"
 #include "m_bucket.h"
 #include "tuner.h"
@@ -210,11 +210,12 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
 static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
 
 /* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
- * (tw_tune_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+ * (tw_tune_op_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
 static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
     const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-    return tw_tune_winner(plan->ctx, "gate_pack", mine, &plan->shape, M, gp->tune_on_first_use,
-                          tw_gp_variant_name(gp->variant), tw_gp_take, cfg);
+    return tw_tune_op_winner(plan->ctx, &tw_gate_pack_tune_op, mine, &plan->shape, M,
+                             gp->tune_on_first_use, tw_gp_variant_name(gp->variant), tw_gp_take,
+                             cfg);
 }
 
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {

@@ -56,7 +56,7 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp); /* NULL is a
  * winner for (gate_pack, shape, bucket, this device) when there is one whose kernel is this
  * plan's variant (its module loaded now, compiled only if the cache lost the cubin), else the
  * default. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a record is
- * tuned here first (tw_tune_gpu, 20 s budget; it synchronises the device). Never fails: a
+ * tuned here first (tw_tune_op_gpu, 20 s budget; it synchronises the device). Never fails: a
  * problem is logged (WARN) and the bucket uses the default. *cfg (may be NULL) receives the
  * configuration chosen. Enters the plan's context itself (when resolving). */
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg);
