@@ -1,6 +1,6 @@
-# bench/dev/warp_imbalance_model.py — session 3 (tma helper): how much of phases A/B a per-chunk
+# docs/lab/warp_imbalance_model.py — session 3 (tma helper): how much of phases A/B a per-chunk
 # barrier costs if warps ran independently (work per warp and chunk from list sizes of uniform
-# data and session-3 SASS counts per round / visit). Pure Python: python3 bench/dev/warp_imbalance_model.py
+# data and session-3 SASS counts per round / visit). Pure Python: python3 docs/lab/warp_imbalance_model.py
 # Per-chunk warp imbalance model: uniform synthetic data (29.3 active of 5632 per token), groups of
 # 8 tokens, chunks of 512 neurons, lists padded to 8; work per group visit from session-3 SASS
 # counts (instructions): phase A full round 57, half 37, visit 26; phase B 49, 34, 21.
