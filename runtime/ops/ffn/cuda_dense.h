@@ -8,6 +8,8 @@
 
 #include "cuda_ffn.h"
 
+#include <stdarg.h>
+
 /* Per-plan state: the three modules, the workspace, the counts read back, the AUTO estimate. */
 typedef struct tw_dense tw_dense;
 
@@ -46,13 +48,13 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * == 0 and 16-byte aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
  * TWELL_ERR_UNSUPPORTED. Calls on different streams are ordered through an event (the workspace
  * is shared); growing the workspace for a larger chunk waits for the previous dense call
- * (counted by tw_cuda_dense_grow_syncs). */
+ * (counted by TW_TC_DENSE_GROW_SYNCS). */
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook.
- * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, median of 20, sparse kernels of
+/* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set through test
+ * control. Measured on the H200 (bf16, K = 2048, N = 5632, uniform, median of 20, sparse kernels of
  * 390fc9d, bench/dev/NOTES-fused.md "measurement 2"): at M = 16384 sparse takes 1.33 / 1.44 /
  * 1.57 ms at 56 / 69 / 84 active per row, dense 1.49-1.50 ms; at M = 4096, 0.376 / 0.409 / 0.447
  * against 0.431 ms. The paths cross near 75 (M = 16384) and 78 (M = 4096) per row, 1.33% of N
@@ -65,32 +67,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
 /* AUTO runs dense only from this many rows (below, the GEMMs' fixed costs dominate). */
 #define TW_DENSE_MIN_ROWS ((size_t)1024)
 
-/* ---- hooks for tests and the bench (plan on the CUDA backend; 0 / -1 / AUTO otherwise) ---- */
-
-/* 1 if the plan has the dense kernels loaded. */
-int tw_cuda_dense_available(const twell_plan *plan);
-/* The path the last twell_ffn_infer call ran (SPARSE or DENSE; AUTO before the first call). */
-twell_path tw_cuda_dense_last_path(const twell_plan *plan);
-/* The mean active values per row AUTO decides from now (-1: nothing read back yet). */
-double tw_cuda_dense_estimate(const twell_plan *plan);
-/* The AUTO threshold in active values per row; set_threshold(plan, v ≤ 0) restores the default. */
-double tw_cuda_dense_threshold(const twell_plan *plan);
-twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row);
-/* The smallest M that AUTO runs dense (default TW_DENSE_MIN_ROWS). */
-twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows);
-/* Synchronises the device and copies the counters of the last call that counted: [0] Σ counts
- * (active values), [1] units whose gate was recomputed (dense calls; 0 for sparse ones). */
-twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]);
-/* Host waits the dense path made to grow its workspace; device bytes of the workspace; dense and
- * sparse calls so far. */
-int tw_cuda_dense_grow_syncs(const twell_plan *plan);
-size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan);
-unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path);
-/* Fills the workspace (H, Wdᵀ; whatever is allocated) with `pattern` after synchronising: a
- * value a call fails to write shows up in y. */
-twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern);
-/* The dynamic shared memory the launcher gives gemm_sm90 (its template prints the same number on
- * the rendered source's first line; a test compares them). */
-unsigned tw_cuda_dense_gemm_smem(void);
+/* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
+ * estimate and threshold, counts, workspace probes and poisoning. */
+twell_status tw_dense_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_DENSE_H */

@@ -70,7 +70,7 @@ struct tw_ffn {
     tw_ffn_tk *cur;
     tw_ffn_tk *forced;                  /* tw_cuda_ffn_force */
     signed char bucket[TW_FFN_BUCKETS]; /* index into tk per M bucket; -1: not resolved yet */
-    int tune_on_first_use;              /* TWELL_TUNE=1 when the plan was created */
+    int tune_on_first_use;              /* the context's options.tune_on_first_use */
     uint32_t nc_ws;                     /* chunks (NC) the row workspace is laid out for: the
                                            largest of the modules run so far */
     tw_CUfunction fn[TW_FN_COUNT];

@@ -83,18 +83,19 @@ static const tw_gpu_kernel *tw_gpu_kernel_find(const char *kernel) {
     return NULL;
 }
 
-int tw_tune_kernel_runnable(const char *kernel) {
+int tw_tune_kernel_runnable(const twell_ctx *ctx, const char *kernel) {
     if (!kernel || !tw_gpu_kernel_find(kernel))
         return 0;
-    return tw_template_exists(kernel);
+    return tw_template_exists(ctx, kernel);
 }
 
-const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,
-                                            const tw_tune_device *d) {
+const tw_tune_space *tw_tune_space_runnable(const twell_ctx *ctx, const char *op,
+                                            const tw_tune_problem *p, const tw_tune_device *d) {
     const tw_tune_space *sp[8];
     size_t n = tw_tune_spaces_for(op, sp, 8);
     for (size_t i = 0; i < n && i < 8; i++)
-        if ((!sp[i]->supports || sp[i]->supports(p, d)) && tw_tune_kernel_runnable(sp[i]->kernel))
+        if ((!sp[i]->supports || sp[i]->supports(p, d)) &&
+            tw_tune_kernel_runnable(ctx, sp[i]->kernel))
             return sp[i];
     return NULL;
 }
@@ -383,10 +384,10 @@ static twell_status tw_gpu_setup(twell_ctx *ctx, const char *op, const char *ker
     if (kernel) {
         sp = tw_tune_space_by_kernel(kernel);
         if (sp && (strcmp(sp->op, p->op) != 0 || (sp->supports && !sp->supports(p, dev)) ||
-                   !tw_tune_kernel_runnable(kernel)))
+                   !tw_tune_kernel_runnable(ctx, kernel)))
             sp = NULL;
     } else {
-        sp = tw_tune_space_runnable(p->op, p, dev);
+        sp = tw_tune_space_runnable(ctx, p->op, p, dev);
     }
     if (!sp)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
@@ -487,12 +488,12 @@ int tw_tune_winner(twell_ctx *ctx, const char *op, const char *kernel, const twe
     if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
         return -1;
     if (st == TWELL_ERR_NOT_FOUND) {
-        const tw_tune_space *sp = tw_tune_space_runnable(p.op, &p, &dev);
+        const tw_tune_space *sp = tw_tune_space_runnable(ctx, p.op, &p, &dev);
         if (!tune_now || !sp || strcmp(sp->kernel, kernel) != 0)
             return -1;
         tw_tune_options o = tw_tune_options_default();
         tw_tune_choice ch;
-        tw_log(ctx, TWELL_LOG_INFO, "%s: TWELL_TUNE=1: tuning K=%u N=%u M bucket %zu", p.op,
+        tw_log(ctx, TWELL_LOG_INFO, "%s: tuning on first use: K=%u N=%u M bucket %zu", p.op,
                p.shape.K, p.shape.N, p.M);
         if (tw_tune_gpu(ctx, p.op, shape, M, &o, 0, &ch) != TWELL_OK) {
             tw_log(ctx, TWELL_LOG_WARN, "%s: tuning failed, using the default: %s", p.op,
@@ -512,4 +513,41 @@ int tw_tune_winner(twell_ctx *ctx, const char *op, const char *kernel, const twe
         return -1;
     }
     return 0;
+}
+
+twell_status tw_tune_ensure(twell_ctx *ctx, const char *op, const char *kernel,
+                            const twell_shape *shape, size_t M, int retune) {
+    tw_tune_device dev;
+    twell_status st = tw_tune_device_of(ctx, &dev);
+    if (st != TWELL_OK)
+        return st;
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.op, sizeof p.op, "%s", op);
+    p.shape = *shape;
+    if (!strcmp(p.op, "gate_pack"))
+        p.shape.gated = 1; /* one record for gated and non-gated FFNs, as tw_tune_winner reads */
+    p.M = tw_tune_m_bucket(M);
+    tw_tune_record rec;
+    st = tw_tune_store_load(ctx, &p, &dev, &rec);
+    if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
+        return st;
+    if (st == TWELL_OK && !retune)
+        return TWELL_OK;
+    /* Only where the tuner would pick this plan's kernel: another kernel's record is not ours
+     * to write (plans of the usual variant read it), and a plan running no tuned kernel keeps
+     * its default. */
+    const tw_tune_space *sp = tw_tune_space_runnable(ctx, p.op, &p, &dev);
+    if (!sp || strcmp(sp->kernel, kernel) != 0) {
+        tw_log(ctx, TWELL_LOG_INFO,
+               "%s: nothing to tune for %s at M bucket %zu (the tuner's "
+               "kernel here is %s)",
+               p.op, kernel, p.M, sp ? sp->kernel : "none");
+        return TWELL_OK;
+    }
+    tw_tune_options o = tw_tune_options_default();
+    tw_tune_choice ch;
+    tw_log(ctx, TWELL_LOG_INFO, "%s: tuning K=%u N=%u M bucket %zu%s", p.op, p.shape.K, p.shape.N,
+           p.M, retune ? " again" : "");
+    return tw_tune_gpu(ctx, p.op, shape, M, &o, retune, &ch);
 }

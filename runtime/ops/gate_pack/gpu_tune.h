@@ -13,13 +13,13 @@
 twell_status tw_tune_device_of(twell_ctx *ctx, tw_tune_device *out);
 
 /* 1 when this build can launch and verify candidates of kernel (a launcher exists here and the
- * template file is present), else 0. */
-int tw_tune_kernel_runnable(const char *kernel);
+ * template file is present in tw_template_dir(ctx); ctx may be NULL), else 0. */
+int tw_tune_kernel_runnable(const twell_ctx *ctx, const char *kernel);
 
 /* The space op is tuned with on d: the first space for op (in preference order) that supports
- * the problem and whose kernel is runnable; NULL when there is none. */
-const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,
-                                            const tw_tune_device *d);
+ * the problem and whose kernel is runnable for ctx (may be NULL); NULL when there is none. */
+const tw_tune_space *tw_tune_space_runnable(const twell_ctx *ctx, const char *op,
+                                            const tw_tune_problem *p, const tw_tune_device *d);
 
 /* The configuration of op for (shape, M) on ctx's device: the stored winner when there is one
  * (nothing compiled or timed), else tuned now with the real kernels on synthetic data of the
@@ -50,6 +50,15 @@ twell_status tw_tune_gpu_ex(twell_ctx *ctx, const char *op, const char *kernel,
 int tw_tune_winner(twell_ctx *ctx, const char *op, const char *kernel, const twell_shape *shape,
                    size_t M, int tune_now, const char *plan_what,
                    int (*take)(const tw_tune_config *cfg, void *arg), void *arg);
+
+/* What twell_plan_tune asks of the tuner for a plan running `kernel`: makes sure (op, shape, M's
+ * bucket) has a stored winner on ctx's device. Nothing is timed when one is stored (retune 0);
+ * otherwise, provided the tuner would pick `kernel` for the problem (as tw_tune_winner), it is
+ * tuned now (tw_tune_gpu; retune: timed again, replaced only by a challenger at least 3% faster).
+ * TWELL_OK also when the tuner would pick another kernel or none: the plan keeps its default.
+ * Errors: those of tw_tune_device_of, the store and tw_tune_gpu. */
+twell_status tw_tune_ensure(twell_ctx *ctx, const char *op, const char *kernel,
+                            const twell_shape *shape, size_t M, int retune);
 
 /* Exhaustive search with the same harness, for tests and studies: every unpruned candidate of
  * the space (chosen as in tw_tune_gpu_ex) compiled, verified and timed in ONE interleaved batch,
