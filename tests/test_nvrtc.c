@@ -292,11 +292,11 @@ static void test_nvrtc_error_names_template_line(void **state) {
     tw_assert_contains(msg, "undefined_identifier_on_line_7");
     /* The full log follows, in NVRTC's own format. */
     tw_assert_contains(msg, "\ntemplates/broken_cuda.cu.lua(7): error");
-    /* The same context works afterwards. */
+    /* The same context works afterwards (another fixture of its template directory, which it
+     * read from the environment when it was created). */
     setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
-    tw_param ok[] = {
-        {"K", NULL, 64}, {"N", NULL, 256}, {"T", NULL, 128}, {"C", NULL, 4}, {"dtype", "fp16", 0}};
-    assert_int_equal(tw_jit_cubin(ctx, "gate_pack_simt", ok, 5, "sm_80", &c), TWELL_OK);
+    tw_param ok[] = {{"K", NULL, 64}, {"N", NULL, 256}};
+    assert_int_equal(tw_jit_cubin(ctx, "lines", ok, 2, "sm_80", &c), TWELL_OK);
     assert_string_equal(twell_ctx_errmsg(ctx), "");
     tw_cubin_free(&c);
     assert_null(c.data);
@@ -398,6 +398,49 @@ static void test_nvrtc_cache_miss_then_hit(void **state) {
     tw_cubin_free(&c1);
     tw_cubin_free(&c2);
     tw_cubin_free(&c3);
+    tw_rm_dir(dir);
+}
+
+/* tw_jit_cubin_detached compiles on a worker context with the parent's options: its template
+ * directory (not the environment's), its cache (the parent then hits), its NVRTC. */
+static void test_nvrtc_detached_inherits_options(void **state) {
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-detached-XXXXXX", TWELL_TEST_BINARY_DIR);
+    mkdir(TWELL_TEST_BINARY_DIR "/test-cache", 0700);
+    assert_non_null(mkdtemp(dir));
+    setenv("TWELL_TEMPLATE_DIR", "/nonexistent/templates", 1);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = dir;
+    o.template_dir = TW_SRC_TEMPLATES;
+    twell_ctx *parent = NULL;
+    assert_int_equal(twell_ctx_create(&o, &parent), TWELL_OK);
+    twell_ctx *env_only = tw_ctx_in(dir); /* the environment's template directory */
+    setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
+    tw_param p[] = {{"K", NULL, 256},
+                    {"N", NULL, 1024},
+                    {"T", NULL, 128},
+                    {"C", NULL, 4},
+                    {"dtype", "fp16", 0}};
+    tw_cubin c, d;
+    char err[512] = "";
+    assert_int_equal(
+        tw_jit_cubin_detached(env_only, "gate_pack_simt", p, 5, "sm_80", &c, err, sizeof err),
+        TWELL_ERR_NOT_FOUND);
+    tw_assert_contains(err, "gate_pack_simt");
+    assert_int_equal(
+        tw_jit_cubin_detached(parent, "gate_pack_simt", p, 5, "sm_80", &c, err, sizeof err),
+        TWELL_OK);
+    assert_int_equal(c.cache_hit, 0);
+    assert_int_equal(tw_jit_cubin(parent, "gate_pack_simt", p, 5, "sm_80", &d), TWELL_OK);
+    assert_int_equal(d.cache_hit, 1);
+    assert_string_equal(d.key_hex, c.key_hex);
+    tw_cubin_free(&c);
+    tw_cubin_free(&d);
+    twell_ctx_destroy(env_only);
+    twell_ctx_destroy(parent);
     tw_rm_dir(dir);
 }
 
@@ -575,6 +618,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nvrtc_cache_miss_then_hit),
         cmocka_unit_test(test_nvrtc_missing_library),
         cmocka_unit_test(test_nvrtc_library_option),
+        cmocka_unit_test(test_nvrtc_detached_inherits_options),
         cmocka_unit_test(test_nvrtc_prewarmed_cache_without_nvrtc),
         cmocka_unit_test(test_nvrtc_sweep_all_templates),
     };

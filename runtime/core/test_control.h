@@ -89,7 +89,8 @@ enum {
     TW_TC_DENSE_COUNTS,
     TW_TC_DENSE_GROW_SYNCS,      /* (plan, int *out): host waits to grow the dense workspace */
     TW_TC_DENSE_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of the dense workspace */
-    TW_TC_DENSE_CALLS,           /* (plan, twell_path path, unsigned long *out): calls so far */
+    /* (plan, twell_path path (passed as an int), unsigned long *out): calls of path so far */
+    TW_TC_DENSE_CALLS,
     /* (plan, unsigned pattern): fills the dense workspace with the 16-bit pattern */
     TW_TC_DENSE_POISON,
     /* (unsigned *out): dynamic shared memory the launcher gives gemm_sm90 (no plan) */
@@ -105,15 +106,23 @@ enum {
      * INVALID_ARG when it holds none. Free with TW_TC_TRAIN_HOST_FREE. */
     TW_TC_TRAIN_DOWNLOAD,
     TW_TC_TRAIN_HOST_FREE, /* (tw_cuda_train_host *h): frees a download; NULL: nothing */
-    /* (state, int on): earlier kernels where newer ones exist (comparisons in one run) */
+    /* (state, int on): later ops use the earlier kernels where newer ones exist (SIMT recount and
+     * spill of overflowing row-tiles, unstaged per-entry dot products), for comparisons in one
+     * run; results differ only in the overflowing row-tiles' gate summation order */
     TW_TC_TRAIN_SET_LEGACY,
-    /* (state, int on): profiling: an event after each launch group, times summed per label;
-     * switching clears the totals */
+    /* (state, int on): profiling: every later forward and backward records an event after each
+     * launch group and, at its end, adds each interval to its label's total (kernel name without
+     * "twell_train_", "gate_pack", "scan_<mode>", "host_sync"); switching clears the totals;
+     * timings include the events' own cost */
     TW_TC_TRAIN_PROFILE,
     /* (state, char *buf, size_t cap, size_t *len): "label  mean-ms (count)" lines */
     TW_TC_TRAIN_PROFILE_REPORT,
-    TW_TC_TRAIN_SET_UDT,     /* (state, int tiled): U and dT per entry (0) or tiled (1) */
-    TW_TC_TRAIN_UDT_DEFAULT, /* (int *out): the initial choice of that route (no state) */
+    /* (state, int tiled): U (forward) and dT (backward) per entry (0: staged dot products) or
+     * tiled (1: the fused inference pipeline's lists and phase A on tensor cores, where it can
+     * run: 16-byte aligned tensors, K % 64 == 0, M <= 65536) for later ops; tiled sums in another
+     * fp32 order than the CPU reference (not bit-identical, within the tests' tolerances) */
+    TW_TC_TRAIN_SET_UDT,
+    TW_TC_TRAIN_UDT_DEFAULT, /* (int *out): that route's initial value for new states (no state) */
     TW_TC_TRAIN_UDT_TILED,   /* (state, int *out): 1 when the saved forward ran tiled */
     TW_TC_TRAIN_LAST_VEC,    /* (state, int *out): the last op's module: 8 or 1 (loads); 0 */
     TW_TC_TRAIN_LAST,
@@ -129,7 +138,8 @@ enum {
     TW_TC_TD_SET_WGRAD_STAGES,
     /* (state, size_t M, uint16_t *p): the dense saved forward's gate P, [M, N] 16-bit patterns */
     TW_TC_TD_DOWNLOAD_P,
-    TW_TC_TD_CALLS, /* (state, twell_path path, unsigned long *out): forwards run so far */
+    /* (state, twell_path path (passed as an int), unsigned long *out): forwards run so far */
+    TW_TC_TD_CALLS,
     TW_TC_TD_LAST
 };
 
