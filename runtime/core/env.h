@@ -1,6 +1,7 @@
 /*
  * env.h — the environment variables the library reads, each read here and nowhere else, so
- * README's "Environment variables" table stays complete (`grep -rn getenv` finds this file only).
+ * README's "Environment variables" table stays complete (`grep -rn getenv` finds this file, and
+ * the development switches TWELL_FFN_TILE, TWELL_TRAIN_STAGE, TWELL_TRAIN_UDT until they go).
  * Callers read them once (context creation, cache opening, NVRTC loading), never during an op.
  */
 #ifndef TWELL_ENV_H
