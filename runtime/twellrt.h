@@ -235,8 +235,11 @@ typedef void *twell_stream;
  *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
  *           exceeds the crossover for the call's M, else SPARSE. What the plan knows: the
  *           counts of the most recent call that have reached the host, else the nnz_per_row
- *           given to twell_plan_reserve, else nothing (then SPARSE). The crossover: about 1.33%
- *           of N from M = 1024 (measured on an H200), none below (SPARSE). The counts are copied
+ *           given to twell_plan_reserve, else nothing (then SPARSE). The crossover, measured
+ *           on an H100 at K = 2048, N = 5632, as a fraction of N active per row: 2.0% from
+ *           M = 32, 1.33% from 128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below
+ *           M = 32 always SPARSE (runtime/ops/ffn/ffn_policy.h has the measurements; after a
+ *           DENSE call AUTO stays dense down to 0.8 of it). The counts are copied
  *           back asynchronously and read only once they have arrived, so no call waits for the
  *           device in the steady state and the choice follows the data one call later. Where
  *           DENSE cannot run, AUTO is SPARSE. In a captured call the choice is fixed at capture

@@ -27,7 +27,8 @@ static tw_ffn_route route(size_t M, double est, int small_ok, int dense_ok, int 
     return tw_ffn_policy(&in);
 }
 
-/* The table at N = 5632 (the shape), dense path available, no small-batch path. */
+/* The table at N = 5632 (the issue's shape, where the crossovers were measured), dense path
+ * available, no small-batch path. */
 static void test_ffn_policy_table(void **st) {
     (void)st;
     static const struct {
@@ -40,21 +41,33 @@ static void test_ffn_policy_table(void **st) {
         {1, -1.0, 0, TI},
         {4096, -1.0, 0, TI},
         {65536, -1.0, 0, TI},
-        /* below the dense path's rows: tiled at any density */
+        /* below 32 rows: tiled at any density */
         {1, 1126.0, 0, TI},
-        {256, 280.0, 0, TI},
-        {1023, 1126.0, 1, TI},
-        /* from 1024 rows: dense above 1.33% of N (74.9 per row) */
-        {1024, 29.0, 0, TI},
-        {1024, 110.0, 0, DE},
+        {8, 280.0, 0, TI},
+        {31, 1126.0, 1, TI},
+        /* 32..127 rows: dense above 2.0% of N (112.6 per row) */
+        {32, 110.0, 0, TI},
+        {64, 120.0, 0, DE},
+        {64, 280.0, 0, DE},
+        /* 128..511: 1.33% (74.9) */
+        {256, 56.0, 0, TI},
+        {256, 80.0, 0, DE},
+        /* 512..2047: 0.9% (50.7) */
+        {1000, 29.0, 0, TI},
+        {1000, 56.0, 0, DE},
+        /* 2048..8191: 1.66% (93.5) */
         {4096, 56.0, 0, TI},
-        {4096, 74.0, 0, TI},
-        {4096, 76.0, 0, DE},
-        {16384, 280.0, 0, DE},
+        {4096, 90.0, 0, TI},
+        {4096, 110.0, 0, DE},
+        /* from 8192: 1.45% (81.7) */
+        {16384, 56.0, 0, TI},
+        {16384, 85.0, 0, DE},
         {65536, 1126.0, 0, DE},
-        /* after a dense call: stays dense down to 0.8 of the threshold (59.9 per row) */
-        {4096, 65.0, 1, DE},
-        {4096, 56.0, 1, TI},
+        /* after a dense call: stays dense down to 0.8 of the threshold */
+        {4096, 80.0, 1, DE},
+        {4096, 70.0, 1, TI},
+        {1000, 45.0, 1, DE},
+        {1000, 35.0, 1, TI},
         {16384, 29.0, 1, TI},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -85,7 +98,12 @@ static void test_ffn_policy_threshold_and_overrides(void **st) {
     (void)st;
     assert_true(isinf(tw_ffn_policy_dense_threshold(1, 5632)));
     assert_true(isinf(tw_ffn_policy_dense_threshold(TW_POLICY_DENSE_MIN_ROWS - 1, 5632)));
-    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0133 * 5632) < 1e-9);
+    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0166 * 5632) < 1e-9);
+    /* every measured range: a fraction of N between 0.5% and 5% */
+    for (size_t M = TW_POLICY_DENSE_MIN_ROWS; M <= 65536; M *= 2) {
+        double f = tw_ffn_policy_dense_threshold(M, 5632) / 5632.0;
+        assert_true(f > 0.005 && f < 0.05);
+    }
     /* the crossover is a density: it scales with N */
     assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 11008) / 11008.0 -
                      tw_ffn_policy_dense_threshold(4096, 5632) / 5632.0) < 1e-12);

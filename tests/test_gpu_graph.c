@@ -230,18 +230,20 @@ typedef struct {
     twell_path want; /* the path the captured call must take */
 } gr_case;
 
-/* The first two are small (sanitizer). At N = 5632 the dense crossover is ~75 active per row from
- * M = 1024: AUTO captures dense at 4096 with a hint of 280, the tiled pipeline elsewhere. */
+/* The first two are small (sanitizer). AUTO's route is ffn_policy's for M and the reserve's
+ * estimate (at N = 5632 the dense crossover is 2.0% of N from 32 rows, 1.33% from 128, 1.66%
+ * from 2048): the tiled pipeline at 29 per row, dense at 280 from 32 rows. */
 static const gr_case gr_cases[] = {
     {1, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_DENSE, 29, 29, P_DENSE},
     {8, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_SPARSE, 29, 29, P_SPARSE},
     {256, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
+    {256, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},
     {1000, 2048, 5632, BF, 1, P_DENSE, 110, 110, P_DENSE},
     {4096, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},
     {4096, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
-    {33, 512, 1024, FP, 0, P_AUTO, 20, 20, P_SPARSE},
+    {33, 512, 1024, FP, 0, P_AUTO, 10, 10, P_SPARSE},
     {1000, 512, 1024, FP, 0, P_DENSE, 20, 20, P_DENSE},
 };
 
@@ -265,9 +267,9 @@ static void test_gpu_graph_replay(void **state) {
            took == P_DENSE ? "dense" : "sparse");
     assert_int_equal(took, c->want);
     size_t pb = twell_packed_bytes(&s, c->M), yb = c->M * s.K * 2u;
-    uint32_t *pa = malloc(pb);
-    uint16_t *ya = malloc(yb);
-    assert_true(pa && ya);
+    uint32_t *pa = malloc(pb), *p1 = malloc(pb);
+    uint16_t *ya = malloc(yb), *y1 = malloc(yb);
+    assert_true(pa && ya && p1 && y1);
     /* replay on data A, B, then A again; each against the CPU reference and an eager call */
     const tw_synth_ffn *seq[] = {fa, fb, fa};
     for (size_t i = 0; i < 3; i++) {
@@ -276,8 +278,12 @@ static void test_gpu_graph_replay(void **state) {
         gr_replay(g, &b);
         snprintf(what, sizeof what, "M=%zu replay %zu (data %c)", c->M, i + 1, i == 1 ? 'B' : 'A');
         gr_expect_ref(&b, seq[i], what);
-        if (i == 2) /* A twice: the same bytes */
-            gr_expect_same(&b, pa, ya, "replays 1 and 3 of data A");
+        if (i == 0) {
+            memcpy(p1, b.packed, pb);
+            memcpy(y1, b.y, yb);
+        } else if (i == 2) { /* A twice: the same bytes */
+            gr_expect_same(&b, p1, y1, "replays 1 and 3 of data A");
+        }
         memcpy(pa, b.packed, pb);
         memcpy(ya, b.y, yb);
         gr_eager(plan, &b, took, c->path);
@@ -287,6 +293,8 @@ static void test_gpu_graph_replay(void **state) {
     tw_cuda_graph_destroy(gr_ctx, g);
     free(pa);
     free(ya);
+    free(p1);
+    free(y1);
     tw_synth_destroy(fa);
     tw_synth_destroy(fb);
     gr_free(&b);
@@ -341,9 +349,10 @@ static void test_gpu_graph_auto_fixed(void **state) {
     gr_expect_ref(&big, fbig, "eager M=4096 AUTO (dense)");
     gr_replay(g, &b);
     gr_expect_same(&b, p0, y0, "M=64 replay after eager M=4096 calls");
-    /* a new capture now sees the dense estimate, but M = 64 is below the dense path's rows */
-    assert_string_equal(tw_cuda_dense_route(plan, M), "tiled");
+    /* a new capture would now take the measured estimate: dense from 32 rows at 279 per row */
+    assert_string_equal(tw_cuda_dense_route(plan, M), "dense");
     assert_string_equal(tw_cuda_dense_route(plan, Mbig), "dense");
+    assert_string_equal(tw_cuda_dense_route(plan, 16), "tiled");
     tw_cuda_graph_destroy(gr_ctx, g);
     free(p0);
     free(y0);
@@ -474,9 +483,9 @@ int main(int argc, char **argv) {
     static char names[sizeof gr_cases / sizeof gr_cases[0]][96];
     for (size_t i = 0; i < ncases; i++) {
         const gr_case *c = &gr_cases[i];
-        snprintf(names[i], sizeof names[i], "test_gpu_graph_replay_M%zu_K%u_N%u_%s_%s_path%d", c->M,
-                 c->K, c->N, c->dtype == BF ? "bf16" : "fp16", c->gated ? "gated" : "plain",
-                 (int)c->path);
+        snprintf(names[i], sizeof names[i], "test_gpu_graph_replay_M%zu_K%u_N%u_%s_%s_path%d_nnz%g",
+                 c->M, c->K, c->N, c->dtype == BF ? "bf16" : "fp16", c->gated ? "gated" : "plain",
+                 (int)c->path, c->hint);
         struct CMUnitTest t = {names[i], test_gpu_graph_replay, NULL, NULL, (void *)c};
         tests[i] = t;
     }

@@ -18,10 +18,26 @@ const char *tw_ffn_route_name(tw_ffn_route r) {
     return NULL;
 }
 
+/* The dense crossover by M (ffn_policy.h's measurements): from `rows` up to the next entry, dense
+ * wins above `density`·N active values per row. Each range takes the value measured inside it
+ * (M = 64, 256, 1000, 4096, 16384); the edges sit between the measured M. */
+static const struct {
+    size_t rows;
+    double density;
+} tw_policy_dense[] = {
+    {TW_POLICY_DENSE_MIN_ROWS, 0.0200},
+    {128, 0.0133},
+    {512, 0.0090},
+    {2048, 0.0166},
+    {8192, 0.0145},
+};
+
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N) {
-    if (M < TW_POLICY_DENSE_MIN_ROWS)
-        return INFINITY;
-    return TW_POLICY_DENSE_DENSITY * (double)N;
+    double density = INFINITY;
+    for (size_t i = 0; i < sizeof tw_policy_dense / sizeof tw_policy_dense[0]; i++)
+        if (M >= tw_policy_dense[i].rows)
+            density = tw_policy_dense[i].density;
+    return density * (double)N;
 }
 
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {

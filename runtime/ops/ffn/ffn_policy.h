@@ -39,34 +39,42 @@ typedef struct tw_ffn_policy_in {
  *  2. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
  *     overridden) and the estimate exceeds tw_ffn_policy_dense_threshold(M, N) (TW_POLICY_STAY
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
- *     (dense wins at every density there);
+ *     (dense would win at every density there; no such M in the measured table);
  *  3. TILED otherwise (it runs everywhere and is exact for any data).
  * Pure; never fails. */
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
 
 /* The mean active values per row above which the dense path beats the tiled pipeline at M rows
- * of hidden width N (0: at every density; +inf never, below TW_POLICY_DENSE_MIN_ROWS). */
+ * of hidden width N: a fraction of N per range of M, from the table below (+inf below
+ * TW_POLICY_DENSE_MIN_ROWS). */
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 
-/* ---- crossovers (H100 / H200, bf16, K = 2048, N = 5632; `twell bench --op ffn_infer --path
- * sparse|dense` at the listed M and 29 / 56 / 110 / 280 / 1126 active per row, ratios to the same
- * dense cuBLAS FFN in the same run). Re-measure when either path changes. ---- */
+/* ---- crossovers ----
+ * Measured on an H100 (80GB HBM3, 132 SMs, driver 580.159.04), 2026-11-26, bf16, K = 2048,
+ * N = 5632, uniform data, medians of 10, L2 flushed, each path forced in one run:
+ *   twell bench --op ffn_infer --path sparse|dense --M 1,8,64,256,1000,4096,16384
+ *               --nnz 29,56,110,280,1126 --dist uniform --mode both --reps 10
+ * (bench/results/ffn_infer-2026-11-26T152709.json sparse, ...T152714.json dense; BENCHMARKS.md
+ * "AUTO over M"). Gate-pack + ffn_infer, ms, tiled / dense at 29, 56, 110, 280 active per row:
+ *   M = 1, 8   tiled 0.081-0.109, dense 0.149-0.153: tiled at every density (also 1126)
+ *   M = 64     tiled 0.119 0.131 0.157 0.235, dense 0.151-0.154: cross ~110 per row (2.0%)
+ *   M = 256    tiled 0.124 0.140 0.174 0.352, dense 0.152-0.155: cross ~75 (1.33%)
+ *   M = 1000   tiled 0.168 0.210 0.284 0.804, dense 0.199-0.202: cross ~51 (0.9%)
+ *   M = 4096   tiled 0.308 0.366 0.491 1.210, dense 0.450-0.462: cross ~94 (1.66%)
+ *   M = 16384  tiled 1.084 1.343 1.805 4.785, dense 1.557-1.592: cross ~82 (1.45%)
+ * (crossovers interpolated linearly between the two densities that bracket them). The dense cost
+ * hardly depends on the density; the tiled one grows with active values x K. At 1126 per row
+ * (20%) every row-tile overflows and the tiled pipeline recomputes them on tensor cores: it is then
+ * 6% faster than dense at M = 64 (0.164 / 0.174 ms); the rule still picks dense there. Re-measure
+ * when either path changes. ---- */
 
 /* Largest M the small-batch path takes (when it can run). Placeholder until that path lands:
  * its own crossover against the tiled pipeline sets it. */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
-/* Below this M AUTO never runs dense: the GEMMs' fixed costs dominate there. Measured on the
- * H200 (bench/dev/NOTES-fused.md "measurement 2"): see TW_POLICY_DENSE_DENSITY. */
-#define TW_POLICY_DENSE_MIN_ROWS ((size_t)1024)
-
-/* From TW_POLICY_DENSE_MIN_ROWS rows the dense path wins above this fraction of N active per
- * row. H200, sparse kernels of 390fc9d, uniform data, median of 20: at M = 16384 sparse takes
- * 1.33 / 1.44 / 1.57 ms at 56 / 69 / 84 active per row, dense 1.49-1.50 ms; at M = 4096 0.376 /
- * 0.409 / 0.447 against 0.431 ms: the paths cross near 75 (M = 16384) and 78 (M = 4096) per row,
- * 1.33% of N. The sparse cost grows with active values x K and the dense one with N x K, so the
- * crossover is a density. */
-#define TW_POLICY_DENSE_DENSITY 0.0133
+/* Below this M AUTO never runs dense (M = 1 and 8 above: its GEMMs' fixed cost, ~0.12 ms, is
+ * above the tiled pipeline's at every density). */
+#define TW_POLICY_DENSE_MIN_ROWS ((size_t)32)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
