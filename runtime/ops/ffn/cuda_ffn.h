@@ -22,7 +22,7 @@ typedef struct tw_ffn tw_ffn;
 /* Variant bits (XV, templates/ffn_fused.cu.lua) when the configuration does not say: 1 + 2 + 8
  * (phase A/B instruction diet) + 64 (overflow kernels with larger warp tiles: skewed M 16384
  * ovf_gu 82 -> 43 us, ovf_down 112 -> 91 us on an H200, bitwise the same output); 0 = the
- * session-2 kernels. */
+ * kernels without them. */
 #define TW_FFN_XV_DEFAULT 75u
 
 /* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
