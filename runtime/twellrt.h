@@ -276,14 +276,16 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
  * (every value of min(max_M, 65536) rows at that mean, plus their padding) and overflow buffers,
  * and AUTO takes it as its density estimate until counts of real calls have reached the host.
  * On CUDA it resolves the tuned kernels of every M bucket up to max_M and allocates: the sparse
- * path's workspace (on the order of max_M·N/C·4 bytes plus 12 bytes per expected active value),
- * and, where the dense path can run and the plan's path is not SPARSE, the dense path's (N·K·2
- * bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h). Buffers only grow; eager calls with denser
- * data still grow them as before. Data needing more than a captured call's reserved room is
- * still computed exactly (see "CUDA graphs"). May wait for the plan's earlier work (when a buffer
- * is replaced). CPU backend: checks the arguments, nothing else. Errors: TWELL_ERR_INVALID_ARG
- * (NULL plan, max_M = 0, nnz_per_row not in [0, N]), TWELL_ERR_NO_MEMORY (what was allocated
- * before stays), TWELL_ERR_CUDA. */
+ * path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of bookkeeping; per list
+ * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
+ * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
+ * 16·K bytes each), and, where the dense path can run and the plan's path is not SPARSE, the
+ * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h). Buffers only grow;
+ * eager calls with denser data still grow them as before. Data needing more than a captured
+ * call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the plan's
+ * earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
+ * Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0, nnz_per_row not in [0, N]),
+ * TWELL_ERR_NO_MEMORY (what was allocated before stays), TWELL_ERR_CUDA. */
 TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
 
 /* ---------------------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * N = 5632, uniform data, medians of 10, L2 flushed, each path forced in one run:
  *   twell bench --op ffn_infer --path sparse|dense --M 1,8,64,256,1000,4096,16384
  *               --nnz 29,56,110,280,1126 --dist uniform --mode both --reps 10
- * (bench/results/ffn_infer-2026-11-26T152709.json sparse, ...T152714.json dense; BENCHMARKS.md
- * "AUTO over M"). Gate-pack + ffn_infer, ms, tiled / dense at 29, 56, 110, 280 active per row:
+ * (bench/results/ffn_infer-2026-11-26T152709.json sparse, …T152714.json dense; BENCHMARKS.md
+ * "Every batch size"). Gate-pack + ffn_infer, ms, tiled / dense at 29, 56, 110, 280 active per row:
  *   M = 1, 8   tiled 0.081-0.109, dense 0.149-0.153: tiled at every density (also 1126)
  *   M = 64     tiled 0.119 0.131 0.157 0.235, dense 0.151-0.154: cross ~110 per row (2.0%)
  *   M = 256    tiled 0.124 0.140 0.174 0.352, dense 0.152-0.155: cross ~75 (1.33%)
