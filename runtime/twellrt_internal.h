@@ -32,7 +32,8 @@ twell_status tw_test_control(int op, ...);
  * cpu_train.h    the CPU training state's layout (the bench compares saved states)
  * cuda_driver.h  device memory, copies, streams, events, modules and launches: the library loads
  *                the driver at run time, so the programs use it through these wrappers too
- * gpu_tune.h     the autotuner on a CUDA context (with tuner.h, candidates.h): `twell tune`
+ * tune_registry.h  the autotuner by op name on a CUDA context (gpu_tune.h, tuner.h,
+ *                candidates.h): `twell tune`
  * half.h         bf16 / fp16 conversions
  * internal.h     the handles' fields the programs read: ctx->pool (CPU worker threads for the
  *                references and synthetic data), ctx->cuda (device facts: arch, SMs, L2);
@@ -46,7 +47,6 @@ twell_status tw_test_control(int op, ...);
 #include "cpu_ref.h"
 #include "cpu_train.h"
 #include "cuda_driver.h"
-#include "gpu_tune.h"
 #include "half.h"
 #include "internal.h"
 #include "jit.h"
@@ -54,5 +54,6 @@ twell_status tw_test_control(int op, ...);
 #include "nvrtc.h"
 #include "pack_check.h"
 #include "synth.h"
+#include "tune_registry.h"
 
 #endif /* TWELLRT_INTERNAL_H */

@@ -12,9 +12,9 @@
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
-#include "gpu_tune.h"
 #include "pack_check.h"
 #include "synth.h"
+#include "tune_registry.h"
 #include "twellrt.h"
 
 #include <math.h>

@@ -81,10 +81,15 @@ enum {
     TW_TC_DENSE_AVAILABLE = TW_TC_DENSE_FIRST, /* (plan, int *out): the dense kernels loaded */
     TW_TC_DENSE_LAST_PATH, /* (plan, twell_path *out): SPARSE/DENSE last run; AUTO before */
     TW_TC_DENSE_ESTIMATE,  /* (plan, double *out): active values per row AUTO uses; -1 none */
-    TW_TC_DENSE_THRESHOLD, /* (plan, double *out): AUTO's threshold, active values per row */
+    /* (plan, size_t M, double *out): AUTO's threshold at M rows, active values per row */
+    TW_TC_DENSE_THRESHOLD,
+    /* (plan, size_t M, const char **out): the route ("tiled", "dense", ...) AUTO would take now
+     * for a call of M rows with 16-byte aligned tensors; NULL for a plan not on CUDA */
+    TW_TC_DENSE_ROUTE,
     /* (plan, double nnz_per_row): AUTO's threshold; ≤ 0 restores the default */
     TW_TC_DENSE_SET_THRESHOLD,
-    TW_TC_DENSE_SET_MIN_ROWS, /* (plan, size_t rows): the smallest M that AUTO runs dense */
+    /* (plan, size_t rows): the smallest M that AUTO runs dense (0: the policy's) */
+    TW_TC_DENSE_SET_MIN_ROWS,
     /* (plan, uint64_t out[2]): the last counting call's [0] Σ counts, [1] recomputed units */
     TW_TC_DENSE_COUNTS,
     TW_TC_DENSE_GROW_SYNCS,      /* (plan, int *out): host waits to grow the dense workspace */

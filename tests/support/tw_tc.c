@@ -38,6 +38,16 @@ const char *tw_tc_plan_variant(twell_plan *plan) {
     TW_TC_PROBE(const char *, NULL, tw_test_control(op, plan, &v_));
 }
 
+double tw_tc_plan_threshold(twell_plan *plan, size_t M) {
+    int op = TW_TC_DENSE_THRESHOLD;
+    TW_TC_PROBE(double, 0.0, tw_test_control(op, plan, M, &v_));
+}
+
+const char *tw_tc_plan_route(twell_plan *plan, size_t M) {
+    int op = TW_TC_DENSE_ROUTE;
+    TW_TC_PROBE(const char *, NULL, tw_test_control(op, plan, M, &v_));
+}
+
 unsigned long tw_tc_plan_calls(twell_plan *plan, twell_path path) {
     int op = TW_TC_DENSE_CALLS;
     TW_TC_PROBE(unsigned long, 0, tw_test_control(op, plan, (int)path, &v_));

@@ -11,6 +11,9 @@ double tw_tc_plan_double(twell_plan *plan, int op);
 size_t tw_tc_plan_size(twell_plan *plan, int op);
 twell_path tw_tc_plan_path(twell_plan *plan, int op);
 const char *tw_tc_plan_variant(twell_plan *plan); /* TW_TC_GP_VARIANT */
+/* TW_TC_DENSE_THRESHOLD and TW_TC_DENSE_ROUTE at M rows. */
+double tw_tc_plan_threshold(twell_plan *plan, size_t M);
+const char *tw_tc_plan_route(twell_plan *plan, size_t M);
 /* TW_TC_DENSE_CALLS of plan for path. */
 unsigned long tw_tc_plan_calls(twell_plan *plan, twell_path path);
 
