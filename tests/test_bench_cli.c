@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
 #include "tw_run.h"
 
 static int bc_run(const char *args, char *out, size_t outlen) {
@@ -47,6 +48,8 @@ static void test_bench_cli_tiny_run(void **state) {
              dir);
     int rc = bc_run(args, out, sizeof out);
     if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
         /* no GPU here: a clear message, nothing written */
         assert_non_null(strstr(out, "no usable CUDA device"));
         return;

@@ -5,6 +5,7 @@
 #include "jit.h"
 #include "nvrtc.h"
 #include "tw_cpu.h"
+#include "tw_gpu.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -510,9 +511,9 @@ static void test_nvrtc_versions_and_archs(void **state) {
 
 int main(void) {
     if (tw_nvrtc_load(NULL) != TWELL_OK) {
-        fprintf(stderr, "test_nvrtc: SKIPPED: NVRTC cannot be loaded: %s\n",
-                tw_nvrtc_why_missing());
-        return 77;
+        char what[1024];
+        snprintf(what, sizeof what, "NVRTC cannot be loaded: %s", tw_nvrtc_why_missing());
+        tw_gpu_unavailable("test_nvrtc", what); /* a GPU machine must have NVRTC too */
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvrtc_versions_and_archs),
