@@ -133,6 +133,13 @@ int twell_cmd_cache(int argc, char **argv) {
         tw_cache_close(c);
         return 1;
     }
+    if (!strcmp(action, "clear") && !tw_cache_writable(c)) {
+        /* Read-only (the warning above says why): deleting would fail file by file. */
+        fprintf(stderr, "twell cache: clear: %s is read-only here; nothing removed\n",
+                tw_cache_dir(c));
+        tw_cache_close(c);
+        return 1;
+    }
     int rc = 0;
     if (!strcmp(action, "ls")) {
         rc = tw_total(c, 1);

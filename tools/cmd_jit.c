@@ -353,8 +353,8 @@ int twell_cmd_info(int argc, char **argv) {
         size_t files = 0;
         unsigned long long bytes = 0;
         tw_dir_usage(tw_cache_dir(cache), &files, &bytes);
-        printf("cache:     %s (%zu files, %.2f MiB)\n", tw_cache_dir(cache), files,
-               (double)bytes / (1024.0 * 1024.0));
+        printf("cache:     %s (%zu files, %.2f MiB%s)\n", tw_cache_dir(cache), files,
+               (double)bytes / (1024.0 * 1024.0), tw_cache_writable(cache) ? "" : ", read-only");
     } else {
         printf("cache:     memory only (no usable directory)\n");
     }
