@@ -2,6 +2,7 @@
  * directory (the same one the library uses: --dir, else $TWELL_CACHE_DIR, else the default). */
 #include "cache.h"
 #include "cli.h"
+#include "cli_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +17,6 @@ static void tw_cli_usage(FILE *f) {
                "  --dir DIR       cache directory (default: $TWELL_CACHE_DIR, else\n"
                "                  $XDG_CACHE_HOME/twellrt, else ~/.cache/twellrt)\n"
                "  --max-bytes N   size cap to report against (default 1 GiB, the library's)\n");
-}
-
-static void tw_cli_log(void *user, twell_log_level level, const char *msg) {
-    (void)user;
-    if (level >= TWELL_LOG_WARN)
-        fprintf(stderr, "twell: %s\n", msg);
 }
 
 static const char *tw_human(uint64_t b, char *buf, size_t n) {
@@ -122,7 +117,7 @@ int twell_cmd_cache(int argc, char **argv) {
     }
 
     tw_cache *c;
-    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, NULL, &c);
+    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, "twell cache", &c);
     if (st != TWELL_OK) {
         fprintf(stderr, "twell cache: %s\n", twell_status_str(st));
         return 1;

@@ -1,6 +1,7 @@
 /* cmd_jit.c — `twell render`, `twell compile` and `twell info`: the JIT pipeline by hand. */
 #include "cache.h"
 #include "cli.h"
+#include "cli_common.h"
 #include "internal.h"
 #include "jit.h"
 #include "nvrtc.h"
@@ -39,6 +40,8 @@ static void tw_usage_compile(FILE *f) {
             "                     [--repeat n] [--cold]\n\n"
             "Renders the template and gets its cubin from the kernel cache, compiling with NVRTC\n"
             "and publishing it on a miss. Prints the cache key, cubin size, time and hit/miss.\n"
+            "Exits 1 when the compiled cubin could not be stored in the cache directory\n"
+            "(read-only, full or unusable: a prewarm that stored nothing).\n"
             "  --arch a     target architecture (default sm_90a)\n"
             "  --repeat n   do it n times, each in a fresh context (so a hit reads the disk),\n"
             "               and print the median time\n"
@@ -147,10 +150,14 @@ static int tw_parse(int argc, char **argv, tw_args *a, int with_compile) {
     return 1;
 }
 
-static twell_ctx *tw_cpu_ctx(void) {
+/* A CPU context whose warnings (an unusable cache directory, say) reach stderr as cmd. */
+static twell_ctx *tw_cpu_ctx(const char *cmd) {
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
+    o.log = tw_cli_log;
+    o.log_user = (void *)cmd;
+    o.log_level = TWELL_LOG_WARN;
     twell_ctx *ctx = NULL;
     if (twell_ctx_create(&o, &ctx) != TWELL_OK) {
         fprintf(stderr, "twell: cannot create a context\n");
@@ -169,7 +176,7 @@ int twell_cmd_render(int argc, char **argv) {
         tw_usage_render(stdout);
         return 0;
     }
-    twell_ctx *ctx = tw_cpu_ctx();
+    twell_ctx *ctx = tw_cpu_ctx("twell render");
     if (!ctx)
         return 1;
     char *src = NULL;
@@ -224,11 +231,18 @@ int twell_cmd_compile(int argc, char **argv) {
     }
     int rc = 0;
     for (int r = 0; r < a.repeat && rc == 0; r++) {
-        twell_ctx *ctx = tw_cpu_ctx(); /* fresh: its cache's memory layer starts empty */
+        twell_ctx *ctx = tw_cpu_ctx("twell compile"); /* fresh: an empty memory layer */
         if (!ctx) {
             rc = 1;
             break;
         }
+        /* Opened before the work, so its warning (if any) comes first; the stats say later
+         * whether what was compiled reached the directory. */
+        tw_cache *cache = NULL;
+        tw_cache_stats before;
+        memset(&before, 0, sizeof before);
+        if (tw_ctx_cache(ctx, &cache) == TWELL_OK)
+            tw_cache_get_stats(cache, &before);
         char *src = NULL;
         size_t len = 0;
         double t0 = tw_ms_now();
@@ -255,6 +269,9 @@ int twell_cmd_compile(int argc, char **argv) {
             else
                 printf(" (render %.3f ms, NVRTC %.1f ms)\n", render[r], c.compile_ms);
             tw_cubin_free(&c);
+            /* A prewarm that stored nothing must not look like one that did. */
+            if (cache && tw_cli_check_stored("twell compile", cache, &before) != 0)
+                rc = 1;
         }
         twell_ctx_destroy(ctx);
     }

@@ -2,6 +2,7 @@
  * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
+#include "cli_common.h"
 #include "cuda_backend.h"
 #include "gpu_tune.h"
 #include "internal.h"
@@ -52,7 +53,9 @@ static void tw_tune_usage(FILE *f) {
             "                    prune for h200, h100, a100 or l4 instead of the GPU present\n"
             "                    (the default for --dry-run without a GPU is h200)\n"
             "  --quiet           no progress output\n\n"
-            "Exit: 0 ok, 1 a tuning failed, 2 usage or bad input, 3 no usable CUDA device.\n");
+            "Exit: 0 ok, 1 a tuning failed or its results could not be stored in the cache\n"
+            "(read-only, full or unusable directory), 2 usage or bad input, 3 no usable CUDA\n"
+            "device.\n");
 }
 
 typedef struct tw_tune_args {
@@ -329,12 +332,6 @@ static void tw_progress_end(tw_progress *p) {
 }
 
 /* ---- the command ---- */
-
-static void tw_quiet_log(void *user, twell_log_level level, const char *msg) {
-    (void)user;
-    if (level >= TWELL_LOG_WARN)
-        fprintf(stderr, "twell: %s\n", msg);
-}
 
 static void tw_print_table(const tw_row *rows, size_t n, int dry) {
     if (dry)
@@ -647,7 +644,8 @@ int twell_cmd_tune(int argc, char **argv) {
     co.backend = a.dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
     co.device = a.device;
     co.cpu_threads = 0;
-    co.log = tw_quiet_log;
+    co.log = tw_cli_log;
+    co.log_user = "twell tune";
     twell_ctx *ctx = NULL;
     twell_status st = twell_ctx_create(&co, &ctx);
     if (st != TWELL_OK && !a.dry_run) {
@@ -711,6 +709,13 @@ int twell_cmd_tune(int argc, char **argv) {
     opt.budget_s = a.budget;
     opt.reps = a.reps;
     opt.threads = a.threads;
+    /* The cache opened now (its warning, if any, comes first); its stats say at the end whether
+     * the records and kernels reached the directory. */
+    tw_cache *cache = NULL;
+    tw_cache_stats before;
+    memset(&before, 0, sizeof before);
+    if (!a.dry_run && tw_ctx_cache(ctx, &cache) == TWELL_OK)
+        tw_cache_get_stats(cache, &before);
     tw_progress prog = {!a.quiet && !a.dry_run, isatty(2), 0, nrows, NULL, 0};
     opt.progress = tw_progress_cb;
     opt.progress_user = &prog;
@@ -754,6 +759,12 @@ int twell_cmd_tune(int argc, char **argv) {
             printf("note: compiling the row kernel alongside tuning failed (%s)\n",
                    twell_status_name(bg.st));
         tw_prewarm_shape(ctx, &shape, a.M, a.nM, &pw);
+        if (pw.st == TWELL_OK && cache && tw_cli_check_stored("twell tune", cache, &before)) {
+            pw.st = TWELL_ERR_IO;
+            snprintf(pw.err, sizeof pw.err,
+                     "tuning records or kernels were not stored in the cache (see above): a "
+                     "deployed process would tune and compile them again");
+        }
         if (pw.st == TWELL_OK)
             printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
                    "(%llu kernels compiled now; %d gate-pack and %d ffn_infer modules); a new "
