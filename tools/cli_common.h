@@ -1,11 +1,34 @@
-/* cli_common.h — what the `twell` subcommands (tools/ and bench/) share: the log callback that
- * puts the library's warnings on stderr, and the check that a prewarm really stored what it
- * compiled. */
+/* cli_common.h — what the `twell` subcommands (tools/ and bench/) share: strict numeric option
+ * parsing, the log callback that puts the library's warnings on stderr, and the check that a
+ * prewarm really stored what it compiled. */
 #ifndef TWELL_CLI_COMMON_H
 #define TWELL_CLI_COMMON_H
 
 #include "cache.h"
 #include "twellrt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- numbers: 0 parsed, -1 a usage error (the caller names the option; a failed list may
+ * have written part of out, never *n) ----
+ * Integers are plain decimal digits: no sign, space, or base prefix, so "-1" (which strtoull
+ * reads as 2^64 − 1), " 5", "5x", "" and a value past the type's range are all rejected. */
+
+/* A decimal integer in [lo, hi] (tw_cli_int: 0 ≤ lo ≤ hi). */
+int tw_cli_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+int tw_cli_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
+int tw_cli_int(const char *s, int lo, int hi, int *out);
+
+/* A comma-separated list of 1..max integers in [lo, hi], no empty item; *n gets the count. */
+int tw_cli_size_list(const char *s, size_t lo, size_t hi, size_t *out, size_t max, size_t *n);
+
+/* A finite decimal number in [lo, hi] (strtod syntax without leading space, inf, nan or hex;
+ * out-of-range exponents such as 1e999 are rejected). */
+int tw_cli_double(const char *s, double lo, double hi, double *out);
+
+/* A comma-separated list of 1..max such numbers. */
+int tw_cli_double_list(const char *s, double lo, double hi, double *out, size_t max, size_t *n);
 
 /* ---- messages ---- */
 

@@ -94,9 +94,8 @@ int twell_cmd_cache(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             dir = argv[++i];
         } else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) {
-            char *end;
-            unsigned long long v = strtoull(argv[++i], &end, 10);
-            if (*end || !*argv[i]) {
+            uint64_t v;
+            if (tw_cli_u64(argv[++i], 0, SIZE_MAX, &v) != 0) {
                 fprintf(stderr, "twell cache: --max-bytes wants a byte count, got '%s'\n", argv[i]);
                 return 2;
             }

@@ -7,6 +7,7 @@
 #include "nvrtc.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,10 +66,22 @@ static int tw_set_param(tw_args *a, const char *key, const char *val) {
             fprintf(stderr, "twell: parameter %s given twice\n", key);
             return 0;
         }
+    /* The shape's sizes are positive integers; other values are template parameters, passed as
+     * integers when they read as one (a template may accept a negative), else as strings. */
+    uint32_t size;
+    if (strlen(key) == 1 && strchr("KNTC", key[0]) && tw_cli_u32(val, 1, UINT32_MAX, &size) != 0) {
+        fprintf(stderr, "twell: bad value '%s' for --%s (a positive integer)\n", val, key);
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(val, &end, 0);
+    if (val[0] && end && *end == '\0' && errno == ERANGE) {
+        fprintf(stderr, "twell: value '%s' of %s is out of range\n", val, key);
+        return 0;
+    }
     tw_param *p = &a->params[a->nparams++];
     p->key = key;
-    char *end = NULL;
-    long long v = strtoll(val, &end, 0);
     if (val[0] && end && *end == '\0') {
         p->ival = v;
         p->sval = NULL;
@@ -125,8 +138,7 @@ static int tw_parse(int argc, char **argv, tw_args *a, int with_compile) {
         if (!strcmp(opt, "arch")) {
             a->arch = val;
         } else if (!strcmp(opt, "repeat")) {
-            a->repeat = atoi(val);
-            if (a->repeat < 1 || a->repeat > 1000) {
+            if (tw_cli_int(val, 1, 1000, &a->repeat) != 0) {
                 fprintf(stderr, "twell: --repeat must be in 1..1000\n");
                 return 0;
             }

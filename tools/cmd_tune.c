@@ -79,42 +79,17 @@ static int tw_bad(const char *opt, const char *val) {
 }
 
 static int tw_u32(const char *opt, const char *val, uint32_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(val, &end, 10);
-    if (!val[0] || *end || errno || v == 0 || v > UINT32_MAX || val[0] == '-')
-        return tw_bad(opt, val);
-    *out = (uint32_t)v;
-    return 1;
+    return tw_cli_u32(val, 1, UINT32_MAX, out) == 0 ? 1 : tw_bad(opt, val);
 }
 
 static int tw_int(const char *opt, const char *val, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(val, &end, 10);
-    if (!val[0] || *end || errno || v < lo || v > hi)
-        return tw_bad(opt, val);
-    *out = (int)v;
-    return 1;
+    return tw_cli_int(val, lo, hi, out) == 0 ? 1 : tw_bad(opt, val);
 }
 
 static int tw_list_m(const char *val, tw_tune_args *a) {
-    a->nM = 0;
-    const char *p = val;
-    while (*p) {
-        char *end;
-        errno = 0;
-        if (*p < '0' || *p > '9')
-            return tw_bad("--M", val);
-        unsigned long long v = strtoull(p, &end, 10);
-        if (errno || v == 0 || v > ((size_t)1 << 40) || (*end && *end != ',') || a->nM == TW_MAX_M)
-            return tw_bad("--M", val);
-        a->M[a->nM++] = (size_t)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p)
-            return tw_bad("--M", val);
-    }
-    return a->nM ? 1 : tw_bad("--M", val);
+    return tw_cli_size_list(val, 1, (size_t)1 << 40, a->M, TW_MAX_M, &a->nM) == 0
+               ? 1
+               : tw_bad("--M", val);
 }
 
 static int tw_list_ops(const char *val, tw_tune_args *a) {
@@ -223,9 +198,7 @@ static int tw_parse_args(int argc, char **argv, tw_tune_args *a) {
         else if (!strcmp(o, "--ops"))
             ok = tw_list_ops(v, a);
         else if (!strcmp(o, "--budget")) {
-            char *end;
-            a->budget = strtod(v, &end);
-            if (!v[0] || *end || !(a->budget >= 0.0) || a->budget > 1e6)
+            if (tw_cli_double(v, 0.0, 1e6, &a->budget) != 0)
                 ok = tw_bad(o, v);
         } else if (!strcmp(o, "--reps"))
             ok = tw_int(o, v, 1, 100000, &a->reps);
