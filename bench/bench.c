@@ -5,8 +5,8 @@
 #include "bench.h"
 #include "cli.h"
 #include "cli_common.h"
-#include "cuda_backend.h"
 #include "jit.h"
+#include "plan_cuda.h"
 
 #include <errno.h>
 #include <math.h>

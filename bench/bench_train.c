@@ -43,11 +43,11 @@
  */
 #include "bench.h"
 #include "cpu_train.h"
-#include "cuda_backend.h"
 #include "cuda_train.h"
 #include "cuda_train_dense.h"
 #include "half.h"
 #include "jit.h"
+#include "plan_cuda.h"
 #include "train_check.h"
 #include "train_wcheck.h"
 

@@ -151,4 +151,8 @@ void tw_cache_test_set_access(int (*fn)(const char *path, int mode));
  * Errors as tw_cache_list. */
 twell_status tw_cache_clear(tw_cache *c, size_t *n_removed);
 
+/* The context's cache, opened on first use (never NULL after success: an unusable directory
+ * gives a memory-only cache and one warning). */
+twell_status tw_ctx_cache(twell_ctx *ctx, tw_cache **out);
+
 #endif /* TWELL_CACHE_H */

@@ -5,8 +5,8 @@
  */
 #include "cuda_dense.h"
 
-#include "cuda_backend.h"
 #include "jit.h"
+#include "op_plan.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -464,9 +464,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
 /* ---- hooks ---- */
 
 static tw_dense *tw_plan_dense(const twell_plan *plan) {
-    if (!plan || plan->ctx->backend != TWELL_BACKEND_CUDA || !plan->backend_data)
-        return NULL;
-    return ((const tw_cuda_plan *)plan->backend_data)->dense;
+    const tw_cuda_plan *cp = tw_op_plan(plan);
+    return cp ? cp->dense : NULL;
 }
 
 int tw_cuda_dense_available(const twell_plan *plan) {

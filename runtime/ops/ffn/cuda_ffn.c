@@ -7,8 +7,8 @@
 #include "cuda_ffn_int.h"
 
 #include "candidates.h"
-#include "cuda_backend.h"
 #include "jit.h"
+#include "op_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -526,9 +526,8 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
 /* ---- hooks ---- */
 
 static tw_ffn *tw_plan_ffn(const twell_plan *plan) {
-    if (!plan || plan->ctx->backend != TWELL_BACKEND_CUDA || !plan->backend_data)
-        return NULL;
-    return ((const tw_cuda_plan *)plan->backend_data)->ffn;
+    const tw_cuda_plan *cp = tw_op_plan(plan);
+    return cp ? cp->ffn : NULL;
 }
 
 static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {

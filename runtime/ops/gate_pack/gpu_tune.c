@@ -86,10 +86,7 @@ static const tw_gpu_kernel *tw_gpu_kernel_find(const char *kernel) {
 int tw_tune_kernel_runnable(const char *kernel) {
     if (!kernel || !tw_gpu_kernel_find(kernel))
         return 0;
-    char path[1024];
-    struct stat st;
-    snprintf(path, sizeof path, "%s/%s.cu.lua", tw_template_dir(), kernel);
-    return stat(path, &st) == 0;
+    return tw_template_exists(kernel);
 }
 
 const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,

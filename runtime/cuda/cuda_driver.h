@@ -109,7 +109,7 @@ const char *tw_cu_result_name(tw_CUresult r);
  * TWELL_OK for r == 0 without touching ctx. */
 twell_status tw_cu_fail(twell_ctx *ctx, const char *call, tw_CUresult r);
 
-/* ---- device and context (used by cuda_backend.c) ---- */
+/* ---- device and context (used by cuda_device.c) ---- */
 
 /* Opens device `ordinal`: retains its primary context and fills *dev. */
 twell_status tw_cu_device_open(twell_ctx *ctx, int ordinal, tw_cuda *dev);

@@ -10,9 +10,10 @@
  * have produced them.
  */
 #include "gpu_tune_ffn.h"
+#include "cuda_ffn.h"
+#include "cuda_gate_pack.h"
 
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "gpu_tune_harness.h"
 #include "synth.h"

@@ -7,7 +7,6 @@
 #include "cuda_ffn_int.h"
 
 #include "candidates.h"
-#include "cuda_backend.h"
 #include "jit.h"
 
 #include <stdio.h>

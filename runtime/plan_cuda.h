@@ -1,18 +1,12 @@
-/* cuda_backend.h — the CUDA backend's per-plan state and the internal hooks tests and the bench
+/* plan_cuda.h — the CUDA backend's per-plan state and the internal hooks tests and the bench
  * use to pick a kernel variant (the backend entry points themselves are in internal.h). */
-#ifndef TWELL_CUDA_BACKEND_H
-#define TWELL_CUDA_BACKEND_H
+#ifndef TWELL_PLAN_CUDA_H
+#define TWELL_PLAN_CUDA_H
 
 #include "cuda_dense.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
-
-/* plan->backend_data on the CUDA backend. Later ops add their kernels here. */
-typedef struct tw_cuda_plan {
-    tw_gate_pack *gate_pack; /* chosen and loaded by tw_cuda_plan_init */
-    tw_ffn *ffn;             /* ffn_infer kernels and workspace (cuda_ffn.c) */
-    tw_dense *dense;         /* ffn_infer's dense path and AUTO state (cuda_dense.c) */
-} tw_cuda_plan;
+#include "op_plan.h"
 
 /* Replaces plan's gate-pack kernel with variant v (AUTO: the normal choice). On failure the
  * plan keeps its previous kernel. Synchronises the device first: the old module may be in use. */
@@ -23,4 +17,4 @@ twell_status tw_cuda_plan_gate_pack_select(twell_plan *plan, tw_gp_variant v);
 tw_gp_variant tw_cuda_plan_gate_pack_variant(const twell_plan *plan);
 int tw_cuda_plan_gate_pack_modules(const twell_plan *plan);
 
-#endif /* TWELL_CUDA_BACKEND_H */
+#endif /* TWELL_PLAN_CUDA_H */

@@ -60,10 +60,6 @@ void tw_clear_error(twell_ctx *ctx);
 /* Sends a message to ctx's log callback if its level passes the threshold. */
 void tw_log(twell_ctx *ctx, twell_log_level level, const char *fmt, ...) TW_PRINTF(3, 4);
 
-/* The context's cache, opened on first use (never NULL after success: an unusable directory
- * gives a memory-only cache and one warning). */
-twell_status tw_ctx_cache(twell_ctx *ctx, tw_cache **out);
-
 /* strdup that returns NULL on allocation failure (C11 has no strdup). */
 char *tw_strdup(const char *s);
 
