@@ -62,9 +62,9 @@ const char *tw_cache_dir(const tw_cache *c);
 int tw_cache_writable(const tw_cache *c);
 
 /* Looks key up: memory first, then disk. On a hit *payload is a malloc'd copy the caller frees
- * and *len its size; a disk hit touches the entry's mtime (LRU). A corrupt, truncated or foreign
- * entry is deleted and reported as a miss. Returns TWELL_OK (hit), TWELL_ERR_NOT_FOUND (miss),
- * TWELL_ERR_NO_MEMORY. */
+ * and *len its size; a disk hit touches the entry's mtime (LRU) unless the cache is read-only. A
+ * corrupt, truncated or foreign entry is deleted and reported as a miss. Returns TWELL_OK (hit),
+ * TWELL_ERR_NOT_FOUND (miss), TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, void **payload,
                           size_t *len);
 
