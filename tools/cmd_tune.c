@@ -3,10 +3,10 @@
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
 #include "cli_common.h"
-#include "gpu_tune.h"
 #include "internal.h"
 #include "json.h"
 #include "plan_cuda.h"
+#include "tune_registry.h"
 
 #include <errno.h>
 #include <math.h>

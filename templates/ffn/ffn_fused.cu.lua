@@ -1,8 +1,8 @@
 -- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
 -- This file and its modules templates/ffn_fused_*.lua (list after the parameter checks) are the
--- only source of these kernels (`twell render ffn_fused ...` prints what NVRTC compiles). Design
--- and numbers: bench/dev/NOTES-fused.md; v1-v5 + harness: git history (bench/dev/, a4e3fb8).
+-- only source of these kernels (`twell render ffn_fused ...` prints what NVRTC compiles). The
+-- algorithm, then the launch contract, follow.
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
@@ -146,7 +146,7 @@ for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
         "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
 end
 local GT = param("GT", 8)
--- XV: instruction-diet variant bits (bench/dev/NOTES-fused.md, session 3): 1 phase B builds its B
+-- XV: instruction-diet variant bits (fewer instructions per pair): 1 phase B builds its B
 -- operand from byte masks of the descriptors' token columns and the reduce stores h paired (hl
 -- word 2i = hi(2i) | hi(2i+1) << 16, word 2i+1 = lo(2i) | lo(2i+1) << 16); 2 phase A stores with
 -- one 32-bit offset per round and the predicate computed in one step; 4 phase A runs one mma

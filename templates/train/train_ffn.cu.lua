@@ -1,4 +1,4 @@
--- train_ffn.cu.lua — the CUDA training forward and backward of a gated TwELL FFN (DESIGN.md §4,
+-- train_ffn.cu.lua — CUDA training forward and backward of a gated TwELL FFN (docs/DESIGN.md §6,
 -- twellrt.h "Training"), every step exact and deterministic (fixed orders, integer scans, no
 -- floating-point atomics). runtime/cuda_train.c owns the buffers and launches these kernels.
 --
@@ -108,7 +108,7 @@ local OVF_UDT = MMA and S.T <= 512
 -- SKC, SST, SWP (optional: 0 = default): KC, STAGES and warps per block of the staged kernels,
 -- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE). Defaults 64, 2, 4:
 -- the fastest of eleven (KC, STAGES, SWP, SXF) variants on the H200 at K = 2048, N = 5632, 29
--- nnz/row (BENCHMARKS.md; 2 stages, 4 warps: 16 warps per SM instead of 8 with 4 stages, 2 warps).
+-- nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with 4 stages, 2 warps).
 local SKC = param("SKC", 0)
 local KC = SKC ~= 0 and SKC or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
 check(KC % 16 == 0 and KC <= 256 and S.K % KC == 0, "SKC=%s must divide K, be a multiple of 16 " ..
