@@ -10,6 +10,8 @@ Errors raise twellrt.TwellError (status name + the library's message)."""
 from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
+from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
+from . import balance  # issue 16: python -m twellrt.balance
 
 __all__ = [
     "TwellError",
@@ -25,4 +27,8 @@ __all__ = [
     "TwELLGatedMLP",
     "TwELLMLP",
     "swap_mlps",
+    "TensorParallelGatedMLP",
+    "contiguous_layout",
+    "tensor_parallel_mlps",
+    "balance",
 ]
