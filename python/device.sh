@@ -4,6 +4,7 @@
 #   sh python/device.sh bench [bench_model args]   # python -m twellrt.bench_model, JSON into $OUT
 #   sh python/device.sh tests                      # ctest -R test_python (gpu tests included)
 #   sh python/device.sh all [bench_model args]     # both, benchmark first
+#   sh python/device.sh diag [bench_model args]    # forward diagnostics (TWELL_PDL=1 and 0), tests
 # Carry .deps/ (sh scripts/device.sh fetch) and, when the image's python has no pytest, .wheels/
 # with pytest's wheels (pip download pytest -d .wheels).
 set -u
@@ -28,6 +29,14 @@ bench() {
     echo "bench_model exit $?"
     grep -v "^  *[0-9]*:" "$OUT/bench_model.log" | tail -40
 }
+diag() { # forward diagnostics, with and without programmatic dependent launch
+    for pdl in 1 0; do
+        TWELL_PDL=$pdl TWELL_CACHE_DIR=$PWD/$B/bench-cache TWELL_LIBRARY=$PWD/$B/libtwellrt.so PYTHONPATH=$PWD/python \
+            timeout "${BENCH_TIMEOUT:-300}" "$PY" -m twellrt.bench_model --diag "$@" >"$OUT/diag_pdl$pdl.log" 2>&1
+        echo "== TWELL_PDL=$pdl: exit $?"
+        grep -E "diag|overhead|   [0-9 .]+ ms|mean over|Error|error" "$OUT/diag_pdl$pdl.log" | tail -45
+    done
+}
 tests() {
     (cd $B && TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-300}" ctest -R test_python --output-on-failure) \
         >"$OUT/ctest_python.log" 2>&1
@@ -36,6 +45,10 @@ tests() {
 case "$cmd" in
 bench) bench "$@" ;;
 tests) tests ;;
+diag)
+    diag "$@"
+    tests
+    ;;
 all)
     bench "$@"
     tests

@@ -9,7 +9,7 @@ import pytest
 
 here = os.path.dirname(os.path.abspath(__file__))
 kind = sys.argv[1]
-args = [here, "-q", "-rs", "-p", "no:cacheprovider", "-m", "gpu" if kind == "gpu" else "not gpu"] + sys.argv[2:]
+args = [here, "-q", "-rsx", "-p", "no:cacheprovider", "-m", "gpu" if kind == "gpu" else "not gpu"] + sys.argv[2:]
 if kind == "gpu":
     import torch
 

@@ -10,17 +10,25 @@ DT = [torch.bfloat16, torch.float16]
 ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}  # relative spacing of 16-bit values
 
 
-def _close_support(dense, ref, pre, tol):
-    """Values agree where both are stored; a position stored by one side only must be within fp32
-    rounding of 0 (or of a 16-bit rounding edge) in the other's sum order."""
+def _fp32_bound(x, w):
+    """How far fp32 sums of x·wᵀ in another order may move: K·2⁻²⁴·Σ|x_k w_k| (the tensor cores
+    of the CUDA gate-pack sum in another order than the CPU reference)."""
+    x, w = x.cpu().double(), w.cpu().double()
+    return x.shape[1] * 2.0**-24 * (x.abs() @ w.abs().T)
+
+
+def _close_support(dense, ref, bound, tol):
+    """Stored values agree with ref to one 16-bit rounding plus the fp32 order bound; a position
+    stored by one side only must have |value| within that bound (a pre-activation within fp32
+    rounding of 0)."""
     both = (dense > 0) & (ref > 0)
     assert both.sum() > 0
-    err = ((dense[both] - ref[both]).abs() / ref[both]).max().item()
-    assert err <= tol, f"gate value error {err}"
+    excess = ((dense - ref).abs() - tol * ref.abs() - bound)[both]
+    assert excess.max().item() <= 0, f"gate value error beyond bound: {excess.max().item():.3e}"
     only = (dense > 0) ^ (ref > 0)
     assert only.float().mean() < 1e-3, f"{int(only.sum())} support mismatches"
     if only.any():
-        assert pre[only].abs().max() < 1e-2
+        assert ((dense + ref)[only] <= 2 * bound[only] + tol * 2**-14).all()
 
 
 @pytest.mark.parametrize("dtype", DT)
@@ -31,7 +39,7 @@ def test_gate_pack_matches_dense(device, dtype, M, K, N, T, C):
     assert packed.dtype == torch.int32 and packed.shape == (M, N // C) and packed.device.type == device.type
     counts, slots, dense = unpack(packed, N, T, C, dtype)
     ref = gate_ref(d["x"].cpu(), d["wg"].cpu(), dtype)
-    pre = d["x"].cpu().double() @ d["wg"].cpu().double().T
+    bound = _fp32_bound(d["x"], d["wg"])
     # counts are exact per row-tile, overflow or not
     ref_counts = (ref > 0).view(M, N // T, T).sum(-1)
     assert (counts - ref_counts).abs().sum() <= max(2, int(1e-3 * ref_counts.sum()))
@@ -45,7 +53,7 @@ def test_gate_pack_matches_dense(device, dtype, M, K, N, T, C):
     assert (d_cols[used[:, :, 1:]] > 0).all()
     # stored values = the reference where the row-tile did not overflow; overflow keeps the first W-1
     full = (counts <= W - 1).repeat_interleave(T, dim=1)
-    _close_support(dense * full, ref * full, pre, ULP[dtype])
+    _close_support(dense * full, ref * full, bound, ULP[dtype])
 
 
 @pytest.mark.parametrize("dtype", DT)
@@ -138,8 +146,11 @@ def test_cuda_matches_cpu_reference(dtype, M):
     g = {k: v.cuda() for k, v in d.items()}
     pc = twellrt.gate_pack(d["x"], d["wg"], T, C)
     pg = twellrt.gate_pack(g["x"], g["wg"], T, C)
-    diff = (pc != pg.cpu()).float().mean().item()
-    assert diff < 1e-3, f"packed words differing from the CPU reference: {diff:.2e}"
+    cc, _, dc = unpack(pc, N, T, C, dtype)
+    cg, _, dg = unpack(pg, N, T, C, dtype)
+    assert (cc - cg).abs().sum() <= max(2, int(1e-3 * cc.sum()))
+    full = ((cc <= T // C - 1) & (cg <= T // C - 1)).repeat_interleave(T, dim=1)
+    _close_support(dg * full, dc * full, _fp32_bound(d["x"], d["wg"]), ULP[dtype])
     yc = twellrt.ffn_infer(d["x"], pc, d["wg"], d["wu"], d["wd"], T, C)
     for path in ("sparse", "auto", "dense"):
         yg = twellrt.ffn_infer(g["x"], pg, g["wg"], g["wu"], g["wd"], T, C, path)

@@ -250,9 +250,12 @@ def context(device) -> Context:
 
 
 # --------------------------------------------------------------------------------------------
-# Plans: one per (context, shape, layer). The layer is told apart by the packing weight's
-# address, so that each layer keeps its own AUTO history (the library decides a plan's path from
-# the plan's previous calls) and its own training states.
+# Plans: one per (context, shape), shared by every layer of that shape. A plan owns device
+# workspaces sized to the largest M and density it has run (28 per-layer plans of a 1.5B model
+# held 41 GiB at M = 16384 in one H100 run, on data 5x denser than intended), so a plan per layer
+# multiplies them by the depth of the model. The cost of sharing: the inference path AUTO picks
+# from the plan's previous call, i.e. the previous layer's density (see also ops._warmup_sync).
+# Training states (one per forward in flight) carry their own AUTO history.
 # --------------------------------------------------------------------------------------------
 
 
@@ -269,6 +272,7 @@ class Plan:
         self.handle = h
         self.shape = s
         self.path = 0
+        self.warm_calls = 0  # ops.WARMUP_SYNC_CALLS
         self.free_states = []  # training states not owned by a live forward
         self.K, self.N, self.T, self.C = K, N, T, C
         self._finalizer = weakref.finalize(self, Plan._destroy, h.value, self.free_states)
@@ -292,17 +296,17 @@ class Plan:
 
 
 _plans: dict = {}
-_PLAN_CACHE_MAX = 1024
+_PLAN_CACHE_MAX = 64
 
 
-def get_plan(ctx: Context, K, N, T, C, dtype_code, gated, tag: int) -> Plan:
-    key = (ctx.key, K, N, T, C, dtype_code, gated, tag)
+def get_plan(ctx: Context, K, N, T, C, dtype_code, gated) -> Plan:
+    key = (ctx.key, K, N, T, C, dtype_code, gated)
     p = _plans.get(key)
     if p is None:
         with _ctx_lock:
             p = _plans.get(key)
             if p is None:
-                if len(_plans) >= _PLAN_CACHE_MAX:  # a bound for processes that churn weights
+                if len(_plans) >= _PLAN_CACHE_MAX:  # a bound for processes that churn shapes
                     for k in list(_plans)[: _PLAN_CACHE_MAX // 4]:
                         del _plans[k]
                 p = Plan(ctx, K, N, T, C, dtype_code, gated)
