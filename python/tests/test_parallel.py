@@ -107,13 +107,16 @@ def test_activity_counter_counts_exactly(device, gated):
         model(x[:20])
         model(x[20:])  # two forwards accumulate
     act = _dense_active(x, w).cpu()
-    assert torch.equal(ctr.counts["0"], act.sum(0))
+    # exact against the fp64 reference on the CPU backend; a GPU's fp32 gate GEMM may put a value
+    # within rounding of zero on the other side (at most a couple of entries)
+    tol = 0 if device.type == "cpu" else 2
+    assert (ctr.counts["0"] - act.sum(0)).abs().sum() <= tol
     assert ctr.tokens["0"] == M
     assert torch.equal(ctr.overflow["0"], (cnt > T // 8 - 1).sum(0))
     rows, cols = ctr.sample["0"]
     got = torch.zeros(30, N, dtype=torch.bool)
     got[rows, cols] = True
-    assert rows.numel() == act[:30].sum() and torch.equal(got, act[:30])
+    assert abs(rows.numel() - act[:30].sum()) <= tol and (got != act[:30]).sum() <= tol
     with pytest.raises(ValueError):
         balance.ActivityCounter(torch.nn.Linear(4, 4)).__enter__()
 
@@ -152,9 +155,13 @@ def test_permutation_changes_nothing(device):
     for mod, xi in zip((m, pm), xs):
         mod(xi).backward(dy)
     p = perm.to(device)
-    assert torch.equal(pm.gate_proj.weight.grad, m.gate_proj.weight.grad[p])
-    assert torch.equal(pm.up_proj.weight.grad, m.up_proj.weight.grad[p])
-    assert torch.equal(pm.down_proj.weight.grad, m.down_proj.weight.grad[:, p])
+    pairs = [
+        (pm.gate_proj.weight.grad, m.gate_proj.weight.grad[p]),
+        (pm.up_proj.weight.grad, m.up_proj.weight.grad[p]),
+        (pm.down_proj.weight.grad, m.down_proj.weight.grad[:, p]),
+    ]
+    for a, b in pairs:  # bitwise on the CPU backend; a GPU kernel may sum in another order
+        assert torch.equal(a, b) if device.type == "cpu" else rel(a, b) < 2 * ULP
     assert rel(xs[1].grad, xs[0].grad) < 2 * ULP
 
 
@@ -210,7 +217,13 @@ def _tp_all(rank, world, device):
 def tp_results(request):
     backend, device = request.param
     _need(backend)
-    return _dist.run(2, _tp_all, device, backend=backend)
+    return _Results(_dist.run(2, _tp_all, device, backend=backend), device)
+
+
+class _Results(list):
+    def __init__(self, items, device):
+        super().__init__(items)
+        self.device = device
 
 
 def test_tp_inference_matches_single_module(tp_results):
@@ -228,7 +241,9 @@ def test_tp_balanced_layout_matches_and_balances(tp_results):
     before, after = r["imbalance_before_after"]
     assert before > 1.2 and after < before and after < 1.05, (before, after)
     assert r["rel_balanced_single"] < 2 * ULP
-    assert r["tp_counts_equal"]  # counting on the sharded model gives the full model's counts
+    # counting on the sharded model gives the full model's counts (on a GPU the shard's gate GEMM
+    # may round a value within fp32 rounding of zero differently: at most a couple of entries)
+    assert r["tp_counts_diff"] <= (0 if tp_results.device == "cpu" else 2), r["tp_counts_diff"]
 
 
 def test_tp_sequence_parallel_and_padding(tp_results):
@@ -240,9 +255,12 @@ def test_tp_sequence_parallel_and_padding(tp_results):
 
 
 def test_tp_training_gradients(tp_results):
+    # a shard's weight gradients are the same sums as the full layer's: bitwise on the CPU
+    # backend; on a GPU the shard's shape may be tuned to other kernels (another sum order)
+    wtol = 0 if tp_results.device == "cpu" else 2 * ULP
     for _, t in tp_results:
         assert t["rel_y"] < 2 * ULP and t["rel_dx"] < 2 * ULP, t
-        assert t["rel_dwg"] == 0 and t["rel_dwu"] == 0 and t["rel_dwd"] == 0, t
+        assert t["rel_dwg"] <= wtol and t["rel_dwu"] <= wtol and t["rel_dwd"] <= wtol, t
 
 
 def _dp_all(rank, world, device):

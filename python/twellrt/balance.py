@@ -18,6 +18,7 @@ same and y sums the same terms (in another order: equal within the dtype's round
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import sys
 from typing import Optional
@@ -227,20 +228,21 @@ def balanced_layout(counts: torch.Tensor, world: int, T: int = 256, pad: bool = 
     tps = n_local // T
     order = torch.argsort(-c, stable=True).tolist()
     cl = c.tolist()
-    shard_load = [0.0] * world
     # real neurons per rank: N / world rounded, so padding is spread evenly too (without this,
     # neurons with noisy small counts pile up where the load looks lowest)
     shard_free = [N // world + (1 if r < N % world else 0) for r in range(world)]
-    tile_load = [[0.0] * tps for _ in range(world)]
+    shards = [(0.0, r) for r in range(world) if shard_free[r]]  # heaps of (load, index): ties by index
+    tile_heaps = [[(0.0, t) for t in range(tps)] for _ in range(world)]
     tiles = [[[] for _ in range(tps)] for _ in range(world)]
     for n in order:
-        s = min((r for r in range(world) if shard_free[r]), key=lambda r: (shard_load[r], r))
-        ts, tl = tiles[s], tile_load[s]
-        t = min((i for i in range(tps) if len(ts[i]) < T), key=lambda i: (tl[i], i))
-        ts[t].append(n)
-        tl[t] += cl[n]
-        shard_load[s] += cl[n]
+        load, s = heapq.heappop(shards)
+        tl, t = heapq.heappop(tile_heaps[s])
+        tiles[s][t].append(n)
+        if len(tiles[s][t]) < T:
+            heapq.heappush(tile_heaps[s], (tl + cl[n], t))
         shard_free[s] -= 1
+        if shard_free[s]:
+            heapq.heappush(shards, (load + cl[n], s))
     out = torch.full((world, n_local), -1, dtype=torch.int64)
     for s in range(world):
         for t in range(tps):
