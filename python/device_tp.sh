@@ -26,13 +26,13 @@ tests() {
         "$PY" -m pip install -q --no-index --find-links .wheels pytest 2>/dev/null ||
             { echo "tests: no pytest (carry .wheels/), skipped"; return 0; }
     fi
-    TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest python/tests/test_parallel.py -q -rs \
+    TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest python/tests/test_parallel.py -q -rs \
         -p no:cacheprovider -m gpu >"$OUT/test_parallel_gpu.log" 2>&1
     echo "test_parallel (gpu, NCCL) exit $?"
     tail -5 "$OUT/test_parallel_gpu.log"
 }
 bench() {
-    timeout "${BENCH_TIMEOUT:-420}" "$PY" -m twellrt.bench_tp --out "$OUT" "$@" >"$OUT/bench_tp.log" 2>&1
+    timeout "${BENCH_TIMEOUT:-330}" "$PY" -m twellrt.bench_tp --out "$OUT" "$@" >"$OUT/bench_tp.log" 2>&1
     echo "bench_tp exit $?"
     sed -n '/^== tensor-parallel/,$p' "$OUT/bench_tp.log"
     grep -E "Error|error" "$OUT/bench_tp.log" | tail -5

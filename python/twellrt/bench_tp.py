@@ -25,7 +25,7 @@ probabilities; p = 2 splits attention by heads (column-parallel q/k/v, row-paral
 all-reduce, in this file) and the MLPs with TensorParallelGatedMLP: two all-reduces per layer.
 
 Output: a short table on stdout, everything in DIR/bench_tp.json (DIR: --out, else $OUT, else .).
---budget-s (default 270) stops starting new model-level runs once that much time has passed."""
+--budget-s (default 240) stops starting new model-level runs once that much time has passed."""
 
 from __future__ import annotations
 
@@ -426,13 +426,22 @@ def _rank_main(rank, world, a, store, outdir):
     # TensorParallelGatedMLP calls parallel._all_reduce: route it through the clock, which records
     # each collective's stream time (CUDA events around it) during timed repetitions
     twellrt.parallel._all_reduce = clock.all_reduce
+    path = os.path.join(outdir, "bench_tp.json")
+
+    def dump():  # after every record, so a run cut short keeps what it measured
+        rec["wall_s"] = time.time() - t_start
+        if rank == 0:
+            with open(path, "w") as f:
+                json.dump(rec, f, indent=1)
+
     try:
-        for shape in a.shapes:
+        for shape in a.shapes if not a.no_layer else []:
             for prof in a.profiles:
                 t1 = time.time()
                 r = layer_bench(a, shape, prof, rank, world, dev, clock)
                 r["wall_s"] = time.time() - t1
                 rec["layer"].append(r)
+                dump()
                 if rank == 0:
                     print(f"[{time.time() - t_start:6.1f}s] layer {shape} {prof} done ({r['wall_s']:.1f}s)", flush=True)
         _empty(cuda)
@@ -448,14 +457,12 @@ def _rank_main(rank, world, a, store, outdir):
                 dense_done = True
                 r["wall_s"] = time.time() - t1
                 rec["model"].append(r)
+                dump()
                 _empty(cuda)
                 if rank == 0:
                     print(f"[{time.time() - t_start:6.1f}s] model {shape} {prof} done ({r['wall_s']:.1f}s)", flush=True)
     finally:
-        rec["wall_s"] = time.time() - t_start
-        if rank == 0:
-            with open(os.path.join(outdir, "bench_tp.json"), "w") as f:
-                json.dump(rec, f, indent=1)
+        dump()
         dist.destroy_process_group()
 
 
@@ -523,8 +530,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model-reps", type=int, default=3)
     ap.add_argument("--model-layers", type=int, default=0, help="cap the model depth (0: the shape's)")
     ap.add_argument("--no-model", action="store_true")
+    ap.add_argument("--no-layer", action="store_true")
     ap.add_argument("--world", type=int, default=0, help="ranks (default: min(2, GPUs))")
-    ap.add_argument("--budget-s", type=float, default=270.0)
+    ap.add_argument("--budget-s", type=float, default=240.0, help="start no model run after this many seconds")
     ap.add_argument("--out", default="")
     ap.add_argument("--smoke", action="store_true", help="CPU, gloo, tiny shapes: the code path only")
     a = ap.parse_args(argv)
