@@ -1,7 +1,7 @@
 /*
- * gpu_tune_harness.h — what the device tuners (gpu_tune.c for gate-pack, gpu_tune_ffn.c for
- * ffn_fused) share: synthetic inputs of a bucket, candidate compiles on worker contexts, the
- * record of the first failure, and one timed run after an L2 flush.
+ * gpu_tune_harness.h — what the ops' device tuners (runtime/ops/<op>/<op>_tuner.c) share: synthetic
+ * inputs of a bucket, candidate compiles on worker contexts, the record of the first failure, and
+ * one timed run after an L2 flush.
  */
 #ifndef TWELL_GPU_TUNE_HARNESS_H
 #define TWELL_GPU_TUNE_HARNESS_H
@@ -32,7 +32,7 @@ void tw_gpu_harness_init(tw_gpu_harness *h, twell_ctx *ctx);
 void tw_gpu_harness_free(tw_gpu_harness *h, twell_status st);
 
 /* Synthetic inputs of M rows for shape s with about 0.5% of N active per row (29 of 5632, the
- * sparsity DESIGN.md §1 reports; never zeros), gated or not. Errors: those of tw_synth_create,
+ * sparsity docs/DESIGN.md §1 reports; never zeros), gated or not. Errors: those of tw_synth_create,
  * with a "tune:" message; *out NULL on failure. */
 twell_status tw_gpu_harness_synth(twell_ctx *ctx, const twell_shape *s, size_t M, int gated,
                                   tw_synth_ffn **out);

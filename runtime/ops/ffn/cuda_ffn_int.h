@@ -1,0 +1,80 @@
+/*
+ * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, hooks) and cuda_ffn_load.c (module
+ * loading, plan set-up) share: the module's kernel indices and the per-plan state (the
+ * configuration words' indices are ffn_config.h's).
+ */
+#ifndef TWELL_CUDA_FFN_INT_H
+#define TWELL_CUDA_FFN_INT_H
+
+#include "cuda_ffn.h"
+#include "m_bucket.h"
+
+/* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
+enum {
+    TW_FN_PREP,
+    TW_FN_SCAN,
+    TW_FN_BUILD,
+    TW_FN_OVF_GU,
+    TW_FN_OVF_DOWN,
+    TW_FN_PHASE_A,
+    TW_FN_REDUCE,
+    TW_FN_PHASE_B,
+    TW_FN_ROWS,
+    TW_FN_COUNT
+};
+_Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's kernels");
+
+/* The tiled modules one plan may hold: the default plus distinct tuned configurations (beyond
+ * that a bucket keeps the default). */
+#define TW_FFN_MAX_TK 8
+#define TW_SLOTS 16u /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
+#define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
+
+struct tw_ffn {
+    tw_ffn_kernel kernel; /* forced by the hook; AUTO normally */
+    int tiled;            /* ffn_fused loaded */
+    /* Tiled modules: tk[0] the default configuration (loaded at plan creation), then the tuned
+     * winners of the M buckets seen so far. fn and cfg are copies of the module the current call
+     * runs (cur), so the launch code reads them directly. */
+    tw_ffn_tk tk[TW_FFN_MAX_TK];
+    size_t ntk;
+    tw_ffn_tk *cur;
+    tw_ffn_tk *forced;                /* tw_cuda_ffn_force */
+    signed char bucket[TW_M_BUCKETS]; /* index into tk per M bucket (m_bucket.h); -1: not
+                                           resolved yet */
+    int tune_on_first_use;            /* TWELL_TUNE=1 when the plan was created */
+    uint32_t nc_ws;                   /* chunks (NC) the row workspace is laid out for: the
+                                         largest of the modules run so far */
+    tw_CUfunction fn[TW_FN_COUNT];
+    uint32_t cfg[TW_CFG_COUNT];
+    tw_CUmodule gmod; /* ffn_rows, loaded when a call needs it */
+    tw_CUfunction generic;
+    int modules;
+    uint32_t NT, NSL;
+    /* Workspace: three device buffers, grown independently (layouts below). */
+    void *ws_rows; /* control words + per-row arrays for rows_cap rows */
+    size_t rows_cap;
+    void *ws_ovf;    /* dense path: ovf_cap overflowing row-tiles, orow_cap overflowing rows */
+    size_t ovf_cap;  /* row-tiles (h of each) */
+    size_t orow_cap; /* rows (their y part) */
+    void *ws_pairs;  /* active pair lists: pair_cap slots */
+    size_t pair_cap;
+    int pinned;    /* capacities fixed by the hook: no probe, no growth */
+    int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
+    int probes;
+    uint32_t *hflags;     /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
+    uint32_t *hflags_dev; /* its device address: the scan writes the slots itself (NULL: the
+                             driver cannot map it; a copy is enqueued instead) */
+    tw_cuda_event done;   /* recorded after each call's last work */
+    int used;             /* done has been recorded */
+    int pending;          /* the slots hold copies not read yet */
+    twell_stream last_stream;
+    const uint32_t *last_flag; /* device flag words of the last tiled chunk (hook) */
+};
+
+/* Makes tk the module the next call runs (copies its functions and configuration words). */
+void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk);
+/* Loads ffn_rows (the portable exact row kernel) into f once. */
+twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f);
+
+#endif /* TWELL_CUDA_FFN_INT_H */

@@ -1,0 +1,272 @@
+/*
+ * cuda_gate_pack.c — gate-pack on CUDA: kernel configurations and loaded kernels of both variants
+ * (SIMT template here, SM90 in cuda_gate_pack_sm90.c), and the per-plan state that uses the
+ * autotuner's stored winner for each M bucket.
+ *
+ * How a plan consults the tuner. A plan is created without M, but configurations are tuned per M
+ * bucket (the power of two ≥ M). So:
+ *  - plan creation loads the DEFAULT configuration of the chosen variant (as before tuning
+ *    existed): a plan is ready at once and a first call is never slowed by tuning;
+ *  - the first call of each bucket looks the tuning record up once (tw_tune_store_load: memory,
+ *    then disk) and, when a winner for this plan's variant is stored, loads its module (the
+ *    cubin was published by whoever tuned; a lost cubin is recompiled); the choice is memoised
+ *    in a per-bucket table, so later calls of that bucket do no lookup, allocation or compile;
+ *  - tuning itself happens ahead of time (`twell tune`) or, opt-in, with TWELL_TUNE=1 in the
+ *    environment when the plan is created: then a bucket without a record is tuned on its first
+ *    call (budget TW_TUNE_DEFAULT_BUDGET_S, synchronising the device). Default off: a library
+ *    call that may take seconds must be asked for.
+ */
+#include "cuda_gate_pack.h"
+
+#include "candidates.h"
+#include "gate_pack_tuner.h"
+#include "jit.h"
+#include "m_bucket.h"
+#include "tuner.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* gridDim.y is limited to 65535: larger M is launched in row chunks. */
+#define TW_GRID_Y_MAX 65535u
+/* The default plus distinct tuned configurations one plan may hold; beyond that a bucket keeps
+ * the default (a space has few configurations that win anywhere). */
+#define TW_GP_MAX_KERNELS 16
+
+struct tw_gate_pack {
+    tw_gp_variant variant;
+    int modules_loaded;
+    int tune_on_first_use;             /* TWELL_TUNE=1 when the plan was created */
+    size_t nk;                         /* kernels loaded; k[0] is the default configuration */
+    tw_gp_kernel k[TW_GP_MAX_KERNELS]; /* distinct configurations */
+    signed char bucket[TW_M_BUCKETS];  /* index into k per M bucket; -1: not resolved yet */
+};
+
+/* ---- configurations ---- */
+
+static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
+    if (a->variant != b->variant)
+        return 0;
+    if (a->variant == TW_GP_SM90)
+        return a->bk == b->bk && a->stages == b->stages && a->cluster == b->cluster;
+    return a->bm == b->bm && a->threads == b->threads;
+}
+
+/* ---- loaded kernels ---- */
+
+twell_status tw_gp_kernel_load_image(twell_ctx *ctx, const twell_shape *s, const tw_gp_cfg *cfg,
+                                     const void *cubin, tw_gp_kernel *out) {
+    (void)s;
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    const char *fn = cfg->variant == TW_GP_SM90 ? "twell_gate_pack_sm90" : "twell_gate_pack_simt";
+    twell_status st = tw_cu_module_open(ctx, cubin, &fn, 1, &out->mod, &out->fn);
+    if (st == TWELL_OK && cfg->variant == TW_GP_SM90)
+        st = tw_sm90_kernel_prepare(ctx, out);
+    if (st != TWELL_OK)
+        tw_gp_kernel_unload(out);
+    return st;
+}
+
+twell_status tw_gp_kernel_load(twell_ctx *ctx, const twell_shape *s, const tw_gp_cfg *cfg,
+                               tw_gp_kernel *out) {
+    memset(out, 0, sizeof *out);
+    char why[192];
+    if (tw_gp_cfg_check(cfg, s, ctx->cuda, why, sizeof why) != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: %s", why);
+    tw_param params[] = {
+        {"K", NULL, (long long)s->K},
+        {"N", NULL, (long long)s->N},
+        {"T", NULL, (long long)s->T},
+        {"C", NULL, (long long)s->C},
+        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
+        {"BM", NULL, (long long)cfg->bm},
+        {"THREADS", NULL, (long long)cfg->threads},
+        {"BK", NULL, (long long)cfg->bk},
+        {"STAGES", NULL, (long long)cfg->stages},
+        {"CLUSTER", NULL, (long long)cfg->cluster},
+    };
+    /* Only the variant's own parameters: the rendered source (hence the cache key) is the one
+     * the tuner compiled for the same configuration. */
+    tw_param use[8];
+    size_t np = 0;
+    for (size_t i = 0; i < 5; i++)
+        use[np++] = params[i];
+    for (size_t i = cfg->variant == TW_GP_SM90 ? 7 : 5; i < (cfg->variant == TW_GP_SM90 ? 10 : 7);
+         i++)
+        use[np++] = params[i];
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    twell_status st = tw_jit_cubin(ctx, tw_gp_cfg_kernel(cfg), use, np, ctx->cuda->arch, &cubin);
+    if (st != TWELL_OK)
+        return st;
+    st = tw_gp_kernel_load_image(ctx, s, cfg, cubin.data, out);
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+void tw_gp_kernel_unload(tw_gp_kernel *k) {
+    tw_cu_module_unload(k->mod);
+    memset(k, 0, sizeof *k);
+}
+
+/* SIMT: grid (N/T, ceil(M/BM)), block THREADS, no dynamic shared memory (the template's ABI). */
+static twell_status tw_simt_launch(twell_ctx *ctx, const tw_gp_kernel *k, const twell_shape *s,
+                                   size_t M, const void *x, const void *w, uint32_t *packed,
+                                   twell_stream stream) {
+    const size_t bm = k->cfg.bm;
+    const size_t rows_per_launch = (size_t)TW_GRID_Y_MAX * bm;
+    const size_t x_row_bytes = (size_t)s->K * 2u, packed_row_words = (size_t)(s->N / s->C);
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = s->N / s->T;
+    cfg.grid[2] = 1;
+    cfg.block[0] = k->cfg.threads;
+    cfg.block[1] = cfg.block[2] = 1;
+    for (size_t r0 = 0; r0 < M; r0 += rows_per_launch) {
+        size_t rows = M - r0 < rows_per_launch ? M - r0 : rows_per_launch;
+        const void *xa = (const char *)x + r0 * x_row_bytes;
+        uint32_t *pa = packed + r0 * packed_row_words;
+        int m = (int)rows;
+        void *args[] = {(void *)&xa, (void *)&w, (void *)&pa, (void *)&m};
+        cfg.grid[1] = (unsigned)((rows + bm - 1) / bm);
+        twell_status st = tw_cu_launch(ctx, k->fn, &cfg, stream, args);
+        if (st != TWELL_OK)
+            return st;
+    }
+    return TWELL_OK;
+}
+
+twell_status tw_gp_kernel_launch(twell_ctx *ctx, const tw_gp_kernel *k, const twell_shape *s,
+                                 size_t M, const void *x, const void *w, uint32_t *packed,
+                                 twell_stream stream) {
+    if (k->cfg.variant == TW_GP_SM90)
+        return tw_sm90_kernel_launch(ctx, k, s, M, x, w, packed, stream);
+    return tw_simt_launch(ctx, k, s, M, x, w, packed, stream);
+}
+
+/* ---- per-plan state ---- */
+
+twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gate_pack **out) {
+    *out = NULL;
+    twell_ctx *ctx = plan->ctx;
+    tw_gate_pack *gp = calloc(1, sizeof *gp);
+    if (!gp)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "gate_pack: out of memory for the plan state");
+    memset(gp->bucket, -1, sizeof gp->bucket);
+    const char *tune = getenv("TWELL_TUNE");
+    gp->tune_on_first_use = tune && !strcmp(tune, "1");
+    twell_status st = TWELL_OK;
+    int sm90_ok = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
+    if (want == TW_GP_SM90 && !sm90_ok) {
+        free(gp);
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "gate_pack: the sm90 variant does not support this shape on %s (K=%u, "
+                        "N=%u, T=%u, C=%u)",
+                        ctx->cuda->arch, plan->shape.K, plan->shape.N, plan->shape.T,
+                        plan->shape.C);
+    }
+    if ((want == TW_GP_AUTO || want == TW_GP_SM90) && sm90_ok) {
+        tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SM90);
+        st = tw_gp_kernel_load(ctx, &plan->shape, &d, &gp->k[0]);
+        if (st == TWELL_OK) {
+            gp->variant = TW_GP_SM90;
+            gp->nk = 1;
+            gp->modules_loaded = 1;
+            *out = gp;
+            return TWELL_OK;
+        }
+        if (st != TWELL_ERR_UNSUPPORTED || want == TW_GP_SM90) {
+            free(gp);
+            return st;
+        }
+        tw_log(ctx, TWELL_LOG_INFO, "gate_pack: sm90 variant unavailable (%s); using SIMT",
+               twell_ctx_errmsg(ctx));
+    }
+    gp->variant = TW_GP_SIMT;
+    tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SIMT);
+    st = tw_gp_kernel_load(ctx, &plan->shape, &d, &gp->k[0]);
+    if (st != TWELL_OK) {
+        free(gp);
+        return st;
+    }
+    gp->nk = 1;
+    gp->modules_loaded = 1;
+    *out = gp;
+    return TWELL_OK;
+}
+
+void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
+    (void)plan;
+    if (!gp)
+        return;
+    for (size_t i = 0; i < gp->nk; i++)
+        tw_gp_kernel_unload(&gp->k[i]);
+    free(gp);
+}
+
+static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
+
+/* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
+ * (tw_tune_op_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+    const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
+    return tw_tune_op_winner(plan->ctx, &tw_gate_pack_tune_op, mine, &plan->shape, M,
+                             gp->tune_on_first_use, tw_gp_variant_name(gp->variant), tw_gp_take,
+                             cfg);
+}
+
+void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+    unsigned b = tw_m_bucket_log2(M);
+    if (gp->bucket[b] < 0) {
+        size_t pick = 0; /* the default unless a usable winner says otherwise */
+        tw_gp_cfg want;
+        /* Module loads need the context current: free when the op's call made it so, and makes
+         * a direct call (tests, warm-up) safe. */
+        tw_cu_scope sc;
+        int entered = tw_cu_enter(plan->ctx, &sc) == TWELL_OK;
+        if (entered && tw_gp_winner(plan, gp, M, &want) == 0) {
+            size_t have = SIZE_MAX; /* a kernel of that configuration loaded already */
+            for (size_t i = 0; i < gp->nk && have == SIZE_MAX; i++)
+                if (tw_gp_cfg_equal(&gp->k[i].cfg, &want))
+                    have = i;
+            if (have != SIZE_MAX) {
+                pick = have;
+            } else if (gp->nk == TW_GP_MAX_KERNELS) {
+                tw_log(plan->ctx, TWELL_LOG_INFO,
+                       "gate_pack: %d kernels loaded already; the default serves M=%zu",
+                       TW_GP_MAX_KERNELS, M);
+            } else if (tw_gp_kernel_load(plan->ctx, &plan->shape, &want, &gp->k[gp->nk]) !=
+                       TWELL_OK) {
+                tw_log(plan->ctx, TWELL_LOG_WARN,
+                       "gate_pack: tuned kernel failed to load, using the default: %s",
+                       twell_ctx_errmsg(plan->ctx));
+            } else {
+                pick = gp->nk++;
+                gp->modules_loaded++;
+            }
+        }
+        if (entered)
+            tw_cu_leave(plan->ctx, &sc);
+        gp->bucket[b] = (signed char)pick;
+    }
+    if (cfg)
+        *cfg = gp->k[(size_t)gp->bucket[b]].cfg;
+}
+
+twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
+                                      const void *w, uint32_t *packed, twell_stream stream) {
+    unsigned b = tw_m_bucket_log2(M);
+    if (gp->bucket[b] < 0)
+        tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
+    return tw_gp_kernel_launch(plan->ctx, &gp->k[(size_t)gp->bucket[b]], &plan->shape, M, x, w,
+                               packed, stream);
+}
+
+tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp) {
+    return gp ? gp->variant : TW_GP_AUTO;
+}
+
+int tw_cuda_gate_pack_modules_loaded(const tw_gate_pack *gp) { return gp ? gp->modules_loaded : 0; }

@@ -1,0 +1,579 @@
+/*
+ * cuda_train_dense.c — the dense training path on Hopper: five launches of gemm_sm90's training
+ * modes (no elementwise kernels: the epilogues do that work) plus a stats kernel, and the AUTO
+ * choice between it and the sparse path from L0 known to the host without waiting.
+ */
+#include "cuda_train_dense.h"
+
+#include "jit.h"
+#include "train_auto.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tile configuration rendered into gemm_sm90 (as runtime/cuda_dense.c: STAGES 3, CLUSTER 2). */
+#define TD_STAGES 3u
+#define TD_CLUSTER 2u
+#define TD_BM 128u
+#define TD_BN 256u
+#define TD_THREADS 384u
+#define TD_SMEM                                                                                    \
+    (1024u + TD_STAGES * (TD_BM + TD_BN) * 64u * 2u + TD_BM * 528u + 2u * TD_STAGES * 8u)
+/* The weight-gradient GEMM has no staging buffer (it stores fp32 from the fragments), so it can
+ * afford a deeper ring for its long reduction over M (default TD_WG_STAGES). */
+#define TD_WG_STAGES 4u
+#define TD_WG_SMEM(st) (1024u + (st) * (TD_BM + TD_BN) * 64u * 2u + 2u * (st)*8u)
+
+enum { TD_FWD, TD_Y, TD_DT, TD_DX, TD_WG, TD_AUX, TD_NMOD };
+
+struct tw_tdense {
+    int loaded, available; /* modules tried / usable */
+    char why[256];         /* why not available */
+    tw_CUmodule mod[TD_NMOD];
+    tw_CUfunction fn[TD_NMOD];
+    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: TD_WG_STAGES) */
+    /* own workspace (unused while the caller lends one) */
+    void *own;
+    size_t own_bytes;
+    /* count read back: device u64, pinned copy, event */
+    uint64_t *dcount, *hcount;
+    tw_cuda_event ev;
+    int pending;
+    size_t pending_M;
+    double est; /* active values per row AUTO decides from; -1 none */
+    double threshold;
+    size_t min_rows;
+    /* the saved forward */
+    size_t saved_M; /* 0: none (or the saved forward is sparse) */
+    void *buf, *pu, *part;
+    twell_path last;
+    unsigned long calls[3];
+};
+
+#define TD_TRY(expr)                                                                               \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            return st_;                                                                            \
+    } while (0)
+
+static size_t td_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
+
+/* Units the forward GEMM runs for M rows (its partials: 16 consumer warps' pairs per unit). */
+static size_t td_units(const twell_shape *s, size_t M) {
+    return td_cdiv(td_cdiv(M, TD_BM), TD_CLUSTER) * td_cdiv(s->N, TD_BN);
+}
+
+size_t tw_ctd_bytes(const twell_shape *s, size_t M) {
+    size_t N = s->N;
+    if (M == 0 || M > SIZE_MAX / (16u * N))
+        return 0;
+    return td_align(M * 3u * N * 2u) + td_align(M * N * 4u) +
+           td_align(td_units(s, M) * TD_CLUSTER * 8u * 2u * sizeof(float));
+}
+
+static tw_tdense *td_get(twell_train_state *state) { return state->dense; }
+
+static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdense **out) {
+    *out = state->dense;
+    if (*out)
+        return TWELL_OK;
+    tw_tdense *d = calloc(1, sizeof *d);
+    if (!d)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_ffn_forward_train: out of host memory");
+    void *h = NULL;
+    twell_status st = tw_cuda_malloc(ctx, 8u, (void **)&d->dcount);
+    if (st == TWELL_OK)
+        st = tw_cuda_host_alloc(ctx, 8u, &h);
+    if (st == TWELL_OK)
+        st = tw_cuda_event_create(ctx, &d->ev);
+    if (st != TWELL_OK) {
+        tw_cuda_free(ctx, d->dcount);
+        tw_cuda_host_free(ctx, h);
+        free(d);
+        return st;
+    }
+    d->hcount = h;
+    d->est = -1.0;
+    d->min_rows = TW_TD_MIN_ROWS;
+    d->last = TWELL_PATH_AUTO;
+    state->dense = d;
+    *out = d;
+    return TWELL_OK;
+}
+
+/* Template `name` with parameters p[0..n) as a loaded module and its one kernel `fname`. */
+static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
+                              const char *fname, tw_CUmodule *mod, tw_CUfunction *fn) {
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    TD_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
+    twell_status st = tw_cu_module_open(ctx, cubin.data, &fname, 1, mod, fn);
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+/* Renders, compiles (or takes from the cache) and loads the six modules. */
+static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
+    long long K = s->K, N = s->N;
+#define TD_P(k, n, mode, ta, tb, ldo)                                                              \
+    {                                                                                              \
+        {"K", NULL, (k)}, {"N", NULL, (n)}, {"dtype", dt, 0}, {"MODE", (mode), 0},                 \
+            {"TA", NULL, (ta)}, {"TB", NULL, (tb)}, {"LDO", NULL, (ldo)},                          \
+            {"STAGES", NULL, (long long)TD_STAGES}, {                                              \
+            "CLUSTER", NULL, (long long)TD_CLUSTER                                                 \
+        }                                                                                          \
+    }
+    tw_param p[5][9] = {
+        TD_P(K, N, "fwd", 0, 0, 3 * N), /* Tm into columns [2N, 3N) of the [M, 3N] buffer */
+        TD_P(N, K, "mm", 0, 1, K),      /* y = Tm·Wd: Wd read N-major (MN-major B) */
+        TD_P(K, N, "dt", 0, 0, 3 * N),  /* dU, dP into columns [0, 2N) */
+        TD_P(2 * N, K, "mm", 0, 1, K),  /* dx = [dU dP]·[Wu; Wg] */
+        TD_P(64, K, "wgrad", 1, 1, K),  /* [dWu; dWg; dWd] = [dU dP Tm]ᵀ·[x x dy] */
+    };
+#undef TD_P
+    unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
+    p[TD_WG][7].ival = (long long)wgs;
+    for (int i = 0; i < 5; i++) {
+        TD_TRY(td_module(ctx, "gemm_sm90", p[i], 9, "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
+        TD_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        (int)(i == TD_WG ? TD_WG_SMEM(wgs) : TD_SMEM)));
+    }
+    return td_module(ctx, "train_dense_aux", NULL, 0, "twell_train_dense_stats", &d->mod[TD_AUX],
+                     &d->fn[TD_AUX]);
+}
+
+static void td_unload(tw_tdense *d) {
+    for (int i = 0; i < TD_NMOD; i++) {
+        tw_cu_module_unload(d->mod[i]);
+        d->mod[i] = NULL;
+        d->fn[i] = NULL;
+    }
+}
+
+/* Whether the dense path can run on this plan/device at all (modules loaded on first use). */
+static twell_status td_prepare(twell_plan *plan, tw_tdense *d, int forced) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    const tw_cuda *dev = ctx->cuda;
+    if (d->loaded)
+        return TWELL_OK;
+    d->loaded = 1;
+    if (strcmp(dev->arch, "sm_90a") != 0) {
+        snprintf(d->why, sizeof d->why, "the dense kernels need sm_90a (this device is %s)",
+                 dev->arch);
+    } else if (s->K % 64u != 0) {
+        snprintf(d->why, sizeof d->why, "the dense kernels need K %% 64 == 0 (K = %u)", s->K);
+    } else if (dev->smem_optin < (int)TD_SMEM || dev->sm_count < (int)TD_CLUSTER) {
+        snprintf(d->why, sizeof d->why,
+                 "the device has %d bytes of shared memory per block (%u "
+                 "needed)",
+                 dev->smem_optin, TD_SMEM);
+    } else {
+        twell_status st = td_load_all(plan, d);
+        if (st == TWELL_OK) {
+            d->available = 1;
+            return TWELL_OK;
+        }
+        td_unload(d);
+        if (st == TWELL_ERR_NO_MEMORY || forced)
+            return st;
+        snprintf(d->why, sizeof d->why, "the dense kernels could not be prepared: %s",
+                 twell_ctx_errmsg(ctx));
+        tw_log(ctx, TWELL_LOG_WARN, "twell_ffn_forward_train: %s; AUTO runs the sparse path",
+               d->why);
+    }
+    return TWELL_OK;
+}
+
+static int td_aligned(const void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((uintptr_t)p[i] % 16u != 0)
+            return 0;
+    return 1;
+}
+
+/* Reads the last dense count if its copy has landed (never waits). */
+static twell_status td_collect(twell_ctx *ctx, tw_tdense *d) {
+    if (!d->pending)
+        return TWELL_OK;
+    int done = 0;
+    TD_TRY(tw_cuda_event_query(ctx, d->ev, &done));
+    if (done) {
+        d->pending = 0;
+        d->est = (double)*d->hcount / (double)d->pending_M;
+    }
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                         const void *wg, const void *wu, const void *wd, const void *y,
+                         int *dense) {
+    twell_ctx *ctx = plan->ctx;
+    *dense = 0;
+    tw_tdense *d = NULL;
+    TD_TRY(td_create(ctx, state, &d));
+    d->saved_M = 0; /* the forward about to run replaces the saved one, whatever its path */
+    TD_TRY(td_collect(ctx, d));
+    if (plan->path == TWELL_PATH_SPARSE)
+        return TWELL_OK;
+    const void *p[] = {x, wg, wu, wd, y};
+    int forced = plan->path == TWELL_PATH_DENSE;
+    if (!forced && M < d->min_rows)
+        return TWELL_OK; /* AUTO runs sparse: no need to build the dense kernels for it */
+    TD_TRY(td_prepare(plan, d, forced));
+    int can = d->available && td_aligned(p, 5) && M <= (size_t)INT_MAX;
+    if (forced) {
+        if (!d->available)
+            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                            "twell_ffn_forward_train: TWELL_PATH_DENSE is not available: %s",
+                            d->why);
+        if (!can)
+            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                            "twell_ffn_forward_train: TWELL_PATH_DENSE needs x, the weights and y "
+                            "16-byte aligned and M < 2^31");
+        *dense = 1;
+        return TWELL_OK;
+    }
+    if (!can)
+        return TWELL_OK;
+    double thr = d->threshold > 0.0 ? d->threshold : TW_TD_DENSITY * (double)plan->shape.N;
+    *dense = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, size_t M,
+                                 const void *x, const void *wg, const void *wu, const void *wd,
+                                 void *y, float *stats, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    tw_tdense *d = state->dense;
+    const void *p[] = {x, wg, wu, wd, y};
+    char why[320];
+    snprintf(why, sizeof why, "%s", twell_ctx_errmsg(ctx));
+    if (d && td_prepare(plan, d, 0) != TWELL_OK)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback could not be built: %s)",
+                        why, twell_ctx_errmsg(ctx));
+    if (!d || !d->available || !td_aligned(p, 5) || M > (size_t)INT_MAX)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback cannot run: %s)", why,
+                        d && d->why[0] ? d->why : "tensors not 16-byte aligned or M too large");
+    tw_log(ctx, TWELL_LOG_WARN, "%s; running the dense path instead", why);
+    twell_status st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
+    if (st == TWELL_ERR_NO_MEMORY)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "twell_ffn_forward_train: neither path fits in device memory: the sparse "
+                        "state could not grow (%s), and the dense path needs %zu bytes",
+                        why, tw_ctd_bytes(&plan->shape, M));
+    return st;
+}
+
+void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
+    tw_tdense *d = td_get(state);
+    if (!d)
+        return;
+    d->est = (double)nnz / (double)M;
+    d->pending = 0; /* newer than any dense count still in flight */
+    d->last = TWELL_PATH_SPARSE;
+    d->calls[TWELL_PATH_SPARSE]++;
+}
+
+int tw_ctd_saved(const twell_train_state *state, size_t M) {
+    const tw_tdense *d = state->dense;
+    return d && d->saved_M != 0 && d->saved_M == M;
+}
+
+/* Workspace for M rows: the caller's when set (never allocating), else our own, grown after a
+ * device synchronisation (earlier steps may still use it). */
+static twell_status td_reserve(twell_plan *plan, twell_train_state *state, tw_tdense *d, size_t M) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    size_t need = tw_ctd_bytes(s, M);
+    if (need == 0)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_ffn_forward_train: M = %zu overflows", M);
+    char *base;
+    if (state->ws) {
+        if (state->ws_bytes < need)
+            return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                            "twell_ffn_forward_train: the dense path needs %zu bytes of workspace "
+                            "for M = %zu; the caller's workspace has %zu",
+                            need, M, state->ws_bytes);
+        base = state->ws;
+    } else {
+        if (d->own_bytes < need) {
+            TD_TRY(tw_cuda_synchronize(ctx));
+            tw_cuda_free(ctx, d->own);
+            d->own = NULL;
+            d->own_bytes = 0;
+            void *p = NULL;
+            twell_status st = tw_cuda_malloc(ctx, need, &p);
+            if (st != TWELL_OK)
+                return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                                "twell_ffn_forward_train: cannot allocate %zu bytes of device "
+                                "memory for the dense path's workspace (M = %zu)",
+                                need, M);
+            d->own = p;
+            d->own_bytes = need;
+        }
+        base = d->own;
+    }
+    d->buf = base;
+    d->pu = base + td_align(M * 3u * s->N * 2u);
+    d->part = (char *)d->pu + td_align(M * s->N * 4u);
+    return TWELL_OK;
+}
+
+/* A [outer, inner] 16-bit matrix of row pitch `pitch` elements as a TMA map, box {64, box_outer},
+ * 128-byte swizzle, zero fill outside. */
+static twell_status td_map(twell_ctx *ctx, tw_CUtensorMap *map, twell_dtype dt, const void *ptr,
+                           size_t outer, size_t inner, size_t pitch, uint32_t box_outer) {
+    const uint64_t dims[2] = {inner, outer};
+    const uint64_t strides[1] = {(uint64_t)pitch * 2u};
+    const uint32_t box[2] = {64u, box_outer};
+    const uint32_t es[2] = {1u, 1u};
+    return tw_cu_tensor_map_tiled(ctx, map,
+                                  dt == TWELL_DTYPE_BF16 ? TW_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                         : TW_CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                  2u, ptr, dims, strides, box, es, TW_CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                  TW_CU_TENSOR_MAP_SWIZZLE_128B,
+                                  TW_CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  TW_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+/* The training ABI's scalars and pointers of one launch. */
+typedef struct {
+    void *out0, *out1, *out2;
+    const void *aux;
+    void *part;
+    float scal;
+    int rows, kred_blocks, bsplit, nseg;
+    uint32_t ncols; /* output columns (the template's N) */
+} td_args;
+
+static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
+                            const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
+                            const tw_CUtensorMap *mg, const td_args *a, twell_stream stream) {
+    size_t units = td_cdiv(td_cdiv((size_t)a->rows, TD_BM), TD_CLUSTER) * td_cdiv(a->ncols, TD_BN);
+    size_t maxc = (size_t)ctx->cuda->sm_count / TD_CLUSTER;
+    size_t clusters = units < maxc ? units : maxc;
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)(clusters ? clusters : 1u) * TD_CLUSTER;
+    cfg.grid[1] = cfg.grid[2] = 1u;
+    cfg.block[0] = TD_THREADS;
+    cfg.block[1] = cfg.block[2] = 1u;
+    cfg.cluster[0] = TD_CLUSTER;
+    cfg.cluster[1] = cfg.cluster[2] = 1u;
+    cfg.smem = smem;
+    td_args v = *a;
+    void *args[] = {(void *)ma,     (void *)mb,     (void *)mg, &v.out0, &v.out1,
+                    &v.out2,        (void *)&v.aux, &v.part,    &v.scal, &v.rows,
+                    &v.kred_blocks, &v.bsplit,      &v.nseg};
+    return tw_cu_launch(ctx, fn, &cfg, stream, args);
+}
+
+twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, void *y, float *stats,
+                            twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_dtype dt = s->dtype;
+    size_t N = s->N, K = s->K;
+    tw_tdense *d = NULL;
+    TD_TRY(td_create(ctx, state, &d));
+    TD_TRY(td_prepare(plan, d, 1));
+    if (!d->available)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: %s", d->why);
+    d->saved_M = 0;
+    TD_TRY(td_reserve(plan, state, d, M));
+    char *tm = (char *)d->buf + 2u * N * 2u; /* columns [2N, 3N) */
+    tw_CUtensorMap ma, mb, mg;
+    /* 1. Tm, the saved (P, U) pairs and the stats partials */
+    TD_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
+    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
+    td_args a = {tm, NULL, NULL, d->pu, d->part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
+    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
+    TD_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
+    a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
+    TD_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    /* 3. stats (fixed order) and the count for AUTO, copied back without a wait */
+    long long np = (long long)(td_units(s, M) * TD_CLUSTER * 8u), Ml = (long long)M;
+    void *part = d->part, *cnt = d->dcount;
+    void *sargs[] = {&part, &np, &Ml, &stats, &cnt};
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = cfg.grid[1] = cfg.grid[2] = 1u;
+    cfg.block[0] = 1024u;
+    cfg.block[1] = cfg.block[2] = 1u;
+    TD_TRY(tw_cu_launch(ctx, d->fn[TD_AUX], &cfg, stream, sargs));
+    TD_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hcount, d->dcount, 8u, stream));
+    TD_TRY(tw_cuda_event_record(ctx, d->ev, stream));
+    d->pending = 1;
+    d->pending_M = M;
+    d->saved_M = M;
+    d->last = TWELL_PATH_DENSE;
+    d->calls[TWELL_PATH_DENSE]++;
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                             const void *wg, const void *wu, const void *wd, const void *dy,
+                             float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                             twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_dtype dt = s->dtype;
+    size_t N = s->N, K = s->K;
+    tw_tdense *d = state->dense;
+    const void *p[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
+    if (!td_aligned(p, 9))
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "twell_ffn_backward: the saved forward ran the dense path, which needs "
+                        "every tensor 16-byte aligned");
+    char *buf = d->buf;
+    tw_CUtensorMap ma, mb, mg;
+    /* 1. dT = dy·Wdᵀ (+ the L1 term) → dU, dP in columns [0, N), [N, 2N) */
+    TD_TRY(td_map(ctx, &ma, dt, dy, M, K, K, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
+    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
+    td_args a = {buf, buf + N * 2u, NULL, d->pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
+    TD_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    /* 2. dx = [dU dP]·[Wu; Wg] */
+    TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, 64u));
+    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, 64u));
+    a = (td_args){dx, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
+    TD_TRY(td_gemm(ctx, d->fn[TD_DX], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    /* 3. [dWu; dWg; dWd] = [dU dP Tm]ᵀ · [x; x; dy]: everything MN-major, reduction over M. One
+     * launch when the dy rows start on a cluster boundary (2N % 256 == 0), else two. */
+    int kbl = (int)td_cdiv(M, 64u);
+    TD_TRY(td_map(ctx, &mb, dt, x, M, K, K, 64u));
+    TD_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
+    if ((2u * N) % (TD_BM * TD_CLUSTER) == 0) {
+        TD_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
+        a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,       0.0f,
+                      (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
+    } else {
+        TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
+        a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,       0.0f,
+                      (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
+        TD_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
+        a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K};
+        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+                       &ma, &mb, &mg, &a, stream));
+    }
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
+    twell_ctx *ctx = state->plan->ctx;
+    tw_cu_scope sc;
+    TD_TRY(tw_cu_enter(ctx, &sc));
+    twell_status st = tw_cuda_synchronize(ctx); /* work in flight may use either buffer */
+    if (st == TWELL_OK) {
+        tw_tdense *d = state->dense;
+        if (d) {
+            tw_cuda_free(ctx, d->own);
+            d->own = NULL;
+            d->own_bytes = 0;
+            d->saved_M = 0; /* the saved forward lived in the old buffer */
+        }
+        state->ws = ptr;
+        state->ws_bytes = ptr ? bytes : 0;
+    }
+    tw_cu_leave(ctx, &sc);
+    return st;
+}
+
+void tw_ctd_release(twell_train_state *state) {
+    tw_tdense *d = state ? state->dense : NULL;
+    if (!d)
+        return;
+    twell_ctx *ctx = state->plan->ctx;
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
+        (void)tw_cuda_synchronize(ctx);
+        td_unload(d);
+        tw_cuda_free(ctx, d->own);
+        tw_cuda_free(ctx, d->dcount);
+        tw_cuda_host_free(ctx, d->hcount);
+        tw_cuda_event_destroy(ctx, d->ev);
+        tw_cu_leave(ctx, &sc);
+    }
+    free(d);
+    state->dense = NULL;
+}
+
+size_t tw_ctd_held(const twell_train_state *state) {
+    const tw_tdense *d = state ? state->dense : NULL;
+    return d ? d->own_bytes + 8u : 0u;
+}
+
+/* ---- hooks ---- */
+
+twell_path tw_ctd_last_path(const twell_train_state *state) {
+    const tw_tdense *d = state ? state->dense : NULL;
+    return d ? d->last : TWELL_PATH_AUTO;
+}
+
+double tw_ctd_estimate(const twell_train_state *state) {
+    const tw_tdense *d = state ? state->dense : NULL;
+    return d ? d->est : -1.0;
+}
+
+twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, size_t min_rows) {
+    tw_tdense *d = NULL;
+    TD_TRY(td_create(state->plan->ctx, state, &d));
+    d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
+    d->min_rows = min_rows;
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
+    tw_tdense *d = NULL;
+    TD_TRY(td_create(state->plan->ctx, state, &d));
+    if (d->loaded || (stages != 0 && (stages < 2 || stages > 4)))
+        return tw_error(state->plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "tw_ctd_set_wgrad_stages: %u (2..4, 0 default) must be set before the "
+                        "first dense forward",
+                        stages);
+    d->wg_stages = stages;
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) {
+    tw_tdense *d = state ? state->dense : NULL;
+    if (!d || d->saved_M != M)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = state->plan->ctx;
+    size_t n = M * state->plan->shape.N;
+    uint32_t *w = malloc(n * 4u);
+    if (!w)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_ctd_download_p: out of host memory");
+    twell_status st = tw_cuda_synchronize(ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(ctx, w, d->pu, n * 4u);
+    for (size_t i = 0; st == TWELL_OK && i < n; i++)
+        p[i] = (uint16_t)(w[i] & 0xffffu);
+    free(w);
+    return st;
+}
+
+unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path) {
+    const tw_tdense *d = state ? state->dense : NULL;
+    if (!d || (int)path < 0 || (int)path > 2)
+        return 0;
+    return d->calls[path];
+}
