@@ -19,9 +19,10 @@ the single-device module computes the whole (fp32 accumulation, rounded to the d
 result differs from the single-device module only by the rounding of the partials to bf16/fp16
 and the all-reduce's own sum order and precision (NCCL and gloo sum bf16 in bf16).
 
-Collectives are issued with async_op=False: in PyTorch ≥ 2.7 ProcessGroupNCCL launches those on
-the caller's current stream (pytorch/pytorch#150398), so a forward is ordered on the current
-stream like any other op and never synchronises the host."""
+Collectives are issued with async_op=False, which torch.distributed passes to the backend as
+asyncOp=false; since pytorch/pytorch#150398 (2025, before the 2.11 this package pins)
+ProcessGroupNCCL launches such collectives on the caller's current stream, so a forward is ordered
+on the current stream like any other op and never synchronises the host."""
 
 from __future__ import annotations
 
