@@ -28,6 +28,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90] [--path auto|sparse|dense]\n"
+            "                   [--mode eager|graph|both]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -38,6 +39,9 @@ static void bench_usage(FILE *f) {
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
             "--path sets twell_plan_set_path (default auto: the plan picks sparse or dense from\n"
             "the previous call's counts); the record's variant names the path that ran.\n"
+            "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
+            "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
+            "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -105,6 +109,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->mode = "eager";
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -176,6 +181,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90");
+        } else if (!strcmp(key, "--mode")) {
+            o->mode = v;
+            bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
         } else if (!strcmp(key, "--path")) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense");
@@ -328,6 +336,11 @@ twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *par
 }
 
 twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
+    return bench_ew_launch_on(ctx, fn, args, NULL);
+}
+
+twell_status bench_ew_launch_on(twell_ctx *ctx, tw_CUfunction fn, void **args,
+                                twell_stream stream) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
@@ -335,7 +348,7 @@ twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st == TWELL_OK) {
-        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
+        st = tw_cu_launch(ctx, fn, &cfg, stream, args);
         tw_cu_leave(ctx, &sc);
     }
     return st;

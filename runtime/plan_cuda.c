@@ -89,6 +89,27 @@ int tw_cuda_plan_gate_pack_modules(const twell_plan *plan) {
     return cp ? tw_cuda_gate_pack_modules_loaded(cp->gate_pack) : 0;
 }
 
+twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    /* the gate-pack kernel of every M bucket up to max_M (bucket b holds M in (2^(b-1), 2^b]) */
+    for (size_t m = 1;; m *= 2) {
+        tw_cuda_gate_pack_prepare(plan, cp->gate_pack, m < max_M ? m : max_M, NULL);
+        if (m >= max_M)
+            break;
+    }
+    st = tw_cuda_ffn_reserve(plan, cp->ffn, max_M, nnz_per_row);
+    if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
+        st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
+    if (st == TWELL_OK)
+        tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
 /* ---- ops ---- */
 
 twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,

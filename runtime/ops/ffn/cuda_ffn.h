@@ -99,11 +99,29 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
  *    ran a simple kernel instead (the caller then counts itself).
  *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
- *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header. */
+ *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header.
+ *  - capturing (stream is being captured into a CUDA graph): only kernels and memsets are
+ *    enqueued. No probe, no growth, no flag copies, no event query, record or wait, no module
+ *    resolution (an M bucket not resolved yet runs the default module), stats ignored. The
+ *    workspace is used as it stands (twell_plan_reserve sizes it): chunks of at most its rows
+ *    capacity; with none at all the exact row kernel runs (a warning is logged); data needing
+ *    more pair slots or overflow room than it holds takes the device-side exact fallback, as in
+ *    any call. Tensors not 16-byte aligned need the portable kernel loaded by an earlier eager
+ *    call (else TWELL_ERR_UNSUPPORTED, nothing enqueued). From then on the workspace buffers are
+ *    kept, not freed, when later eager calls grow them (the graph still uses them). */
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                int *counted);
+                                const void *wd, void *y, twell_stream stream, int capturing,
+                                uint64_t *stats, int *counted);
+
+/* twell_plan_reserve's part: resolves the tiled module of every M bucket up to max_M (as their
+ * first calls would) and sizes the workspace for chunks of min(max_M, TW_FFN_CHUNK) rows with
+ * nnz_per_row mean active values per row: pair slots for all of them plus the lists' padding,
+ * overflowing row-tiles up to the most those values can fill (count > slots needs slots + 1
+ * values), overflowing rows up to min(that, rows / 16 + 16). Buffers only grow. May wait for the
+ * plan's earlier work (a buffer is replaced). Allocation failure: TWELL_ERR_NO_MEMORY (the old
+ * buffers stay). Inside tw_cu_enter/leave. */
+twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row);
 
 /* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
 #define TW_FFN_CHUNK ((size_t)65536)

@@ -70,6 +70,8 @@ struct tw_ffn {
     int pending;          /* the slots hold copies not read yet */
     twell_stream last_stream;
     const uint32_t *last_flag; /* device flag words of the last tiled chunk (hook) */
+    int captured;              /* a captured call used the workspace: replaced buffers are kept */
+    tw_cuda_keep keep;         /* buffers captured graphs may still use (freed at release) */
 };
 
 /* Makes tk the module the next call runs (copies its functions and configuration words). */

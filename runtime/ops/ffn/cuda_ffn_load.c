@@ -258,6 +258,7 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f) {
     for (size_t i = 0; i < f->ntk; i++)
         tw_ffn_tk_unload(&f->tk[i]);
     tw_cu_module_unload(f->gmod);
+    tw_cuda_keep_release(ctx, &f->keep);
     tw_cuda_free(ctx, f->ws_rows);
     tw_cuda_free(ctx, f->ws_ovf);
     tw_cuda_free(ctx, f->ws_pairs);

@@ -259,10 +259,20 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
                                       const void *w, uint32_t *packed, twell_stream stream) {
     unsigned b = tw_m_bucket_log2(M);
-    if (gp->bucket[b] < 0)
-        tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
-    return tw_gp_kernel_launch(plan->ctx, &gp->k[(size_t)gp->bucket[b]], &plan->shape, M, x, w,
-                               packed, stream);
+    size_t k = 0; /* the default */
+    if (gp->bucket[b] < 0) {
+        /* resolving may load a module or tune: not while the stream is captured (the bucket then
+         * runs the default, not memoised; twell_plan_reserve resolves buckets beforehand) */
+        int capturing = 0;
+        twell_status st = tw_cuda_stream_capturing(plan->ctx, stream, &capturing);
+        if (st != TWELL_OK)
+            return st;
+        if (!capturing)
+            tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
+    }
+    if (gp->bucket[b] >= 0)
+        k = (size_t)gp->bucket[b];
+    return tw_gp_kernel_launch(plan->ctx, &gp->k[k], &plan->shape, M, x, w, packed, stream);
 }
 
 tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp) {

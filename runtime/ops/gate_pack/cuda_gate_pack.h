@@ -63,7 +63,9 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
 
 /* Enqueues the op on stream (arguments validated by the caller; context current). The first
  * call of an M bucket runs tw_cuda_gate_pack_prepare; later calls of that bucket do no host
- * allocation, compile or cache lookup. */
+ * allocation, compile or cache lookup. A call while stream is being captured into a CUDA graph
+ * enqueues the kernel only: an M bucket not resolved yet runs the default configuration (not
+ * memoised); twell_plan_reserve resolves the buckets first. */
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
                                       const void *w, uint32_t *packed, twell_stream stream);
 
