@@ -124,7 +124,21 @@ def tp_training(rank, world, device, lam=0.02):
     yb.backward(dy)
     nb = tp.neurons.to(dev)
     assert (nb >= 0).all()
-    return {
+    # sequence parallel: this rank's rows in, all-gathered inside, y reduce-scattered back; the
+    # backward reduce-scatters dx and all-gathers dy
+    sp = twellrt.TensorParallelGatedMLP.from_full(single, reduce="reduce_scatter", gather_input=True)
+    c = M // world
+    rows = slice(rank * c, (rank + 1) * c)
+    xc = x[rows].clone().requires_grad_()
+    yc = sp(xc)
+    yc.backward(dy[rows])
+    sp_out = {
+        "rel_sp_y": _rel(yc, ya[rows]),
+        "rel_sp_dx": _rel(xc.grad, xa.grad[rows]),
+        "rel_sp_dwg": _rel(sp.local.gate_proj.weight.grad, single.gate_proj.weight.grad[nb]),
+        "rel_sp_dwd": _rel(sp.local.down_proj.weight.grad, single.down_proj.weight.grad[:, nb]),
+    }
+    return sp_out | {
         "rel_y": _rel(yb, ya),
         "rel_dx": _rel(xb.grad, xa.grad),
         "rel_dwg": _rel(tp.local.gate_proj.weight.grad, single.gate_proj.weight.grad[nb]),

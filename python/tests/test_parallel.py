@@ -145,8 +145,15 @@ def test_permutation_changes_nothing(device):
         assert c0.max() <= T // 2 - 1 and c1.max() <= T // 2 - 1
         assert (d0 != 0).sum() > 0 and torch.equal(d1, d0[:, perm])
         y0, y1 = m(x), pm(x)
-    # y sums the same products in another order: equal within rounding (often bitwise)
+    # y sums the same products in another order: equal within rounding. On the CPU backend
+    # nearly bitwise (seen: 0 or 1 element of thousands off by one bf16 ulp): check that no
+    # element is off by more than one ulp and few are off at all
     assert rel(y1, y0) < 2 * ULP
+    if device.type == "cpu":
+        big = torch.maximum(y0.float().abs(), y1.float().abs()).clamp_min(2.0**-100)
+        ulp = torch.exp2(torch.floor(torch.log2(big)) - 7)
+        diff = (y1.float() - y0.float()).abs()
+        assert (diff <= ulp).all() and (diff > 0).float().mean() < 0.01
     ref = _tp_cases._ref(x, sd)
     assert rel(y1, ref) < 2 * ULP and rel(y0, ref) < 2 * ULP
     # training: weight gradients per neuron are the same numbers, permuted; dx within rounding
@@ -192,6 +199,7 @@ def test_tensor_parallel_mlps_swaps_a_model():
         assert twellrt.tensor_parallel_mlps(model) == len(model.layers)
         assert all(isinstance(l.mlp, twellrt.TensorParallelGatedMLP) for l in model.layers)
         assert torch.equal(model(ids[:1]), ref)
+        assert twellrt.tensor_parallel_mlps(model) == 0  # shards (and their `local`) are left alone
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +269,8 @@ def test_tp_training_gradients(tp_results):
     for _, t in tp_results:
         assert t["rel_y"] < 2 * ULP and t["rel_dx"] < 2 * ULP, t
         assert t["rel_dwg"] <= wtol and t["rel_dwu"] <= wtol and t["rel_dwd"] <= wtol, t
+        assert t["rel_sp_y"] < 2 * ULP and t["rel_sp_dx"] < 2 * ULP, t
+        assert t["rel_sp_dwg"] <= wtol and t["rel_sp_dwd"] <= wtol, t
 
 
 def _dp_all(rank, world, device):

@@ -313,9 +313,11 @@ def tensor_parallel_mlps(model: nn.Module, group=None, layouts: Optional[dict] =
     TensorParallelGatedMLP.from_full (reduce, pad, ...). Returns how many were replaced."""
     layouts = layouts or {}
     n = 0
-    for name, mod in list(model.named_modules()):
-        if type(mod) is not TwELLGatedMLP:
-            continue
+    mods = list(model.named_modules())
+    inside = tuple(nm + "." for nm, m in mods if isinstance(m, TensorParallelGatedMLP))
+    for name, mod in mods:
+        if type(mod) is not TwELLGatedMLP or (inside and (name + ".").startswith(inside)):
+            continue  # not a full layer, or the `local` of a shard
         parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
         tp = TensorParallelGatedMLP.from_full(mod, group, layout=layouts.get(name), **kw)
         tp.train(mod.training)
