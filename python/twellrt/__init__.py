@@ -11,7 +11,6 @@ from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
-from . import balance  # issue 16: python -m twellrt.balance
 
 __all__ = [
     "TwellError",
@@ -32,3 +31,12 @@ __all__ = [
     "tensor_parallel_mlps",
     "balance",
 ]
+
+
+def __getattr__(name):
+    # twellrt.balance on first use (imported eagerly, `python -m twellrt.balance` would warn)
+    if name == "balance":
+        import importlib
+
+        return importlib.import_module(".balance", __name__)
+    raise AttributeError(f"module 'twellrt' has no attribute {name!r}")
