@@ -89,6 +89,11 @@ def tp_inference(rank, world, device):
         chunk = M // world
         out["reduce_scatter_equal"] = torch.equal(rs(x), y2[rank * chunk:(rank + 1) * chunk])
         sp = twellrt.TensorParallelGatedMLP.from_full(single, reduce="reduce_scatter", gather_input=True)
+        try:
+            rs(x[:M - 1])
+            out["odd_rows_rejected"] = world == 1 or (M - 1) % world == 0
+        except twellrt.TwellInvalidArgument:
+            out["odd_rows_rejected"] = True
         out["sequence_parallel_equal"] = torch.equal(sp(x[rank * chunk:(rank + 1) * chunk]), y2[rank * chunk:(rank + 1) * chunk])
         # hidden width not a multiple of world·T: padded with zero neurons
         Np = 448  # 7 tiles

@@ -256,7 +256,7 @@ def test_tp_balanced_layout_matches_and_balances(tp_results):
 
 def test_tp_sequence_parallel_and_padding(tp_results):
     for r, _ in tp_results:
-        assert r["reduce_scatter_equal"] and r["sequence_parallel_equal"]
+        assert r["reduce_scatter_equal"] and r["sequence_parallel_equal"] and r["odd_rows_rejected"]
         assert r["unpadded_rejected"]
         assert r["padded_n_local"] == 256  # 448 neurons: 224 per rank padded to 4 tiles
         assert r["rel_padded_single"] < 2 * ULP

@@ -288,14 +288,14 @@ class TensorParallelGatedMLP(nn.Module):
         grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         if self.gather_input:
             x = _GatherIn.apply(x, g, world) if grad else _all_gather(x, g, world)
+        elif self.reduce == "reduce_scatter" and x.shape[0] % world:
+            raise invalid(f"twellrt.TensorParallelGatedMLP: reduce_scatter needs dim 0 ({x.shape[0]}) divisible by world ({world})")
         elif grad and self.reduce != "none":
             x = _CopyIn.apply(x, g)
         y = self.local(x)
         if self.reduce == "all_reduce":
             return _ReduceOut.apply(y, g) if grad else _all_reduce(y, g)
         if self.reduce == "reduce_scatter":
-            if y.shape[0] % world:
-                raise invalid(f"twellrt.TensorParallelGatedMLP: reduce_scatter needs dim 0 ({y.shape[0]}) divisible by world ({world})")
             return _ReduceScatterOut.apply(y, g, world) if grad else _reduce_scatter(y, g, world)
         return y
 
