@@ -3,7 +3,7 @@
 # python/requirements-dev.txt into it from PyPI (torch ~4 GB the first time; pip's cache makes
 # later installs, e.g. CI in a fresh clone, a copy). A stamp skips pip when nothing changed.
 set -e
-VENV=${1:-.venv}
+VENV=${1:-${VENV:-.venv}}
 PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PY" -m venv "$VENV" 2>/dev/null; then # Debian's python3 needs python3-venv

@@ -1,6 +1,7 @@
-"""CUDA-graph capture of a module using the ops (serving at decode sizes replays graphs). The
-library makes its ops capturable in issue 13; until then a capture that the library refuses is
-an expected failure carrying the library's reason, anything else fails."""
+"""CUDA-graph capture of a module using the ops (serving at decode sizes replays graphs), after
+twell_plan_reserve (the module's reserve). A capture that the library itself refuses (a library
+without capture support) is an expected failure carrying the library's reason; anything else
+fails."""
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ def test_cuda_graph_capture():
     blk.mlp.T, blk.mlp.path = 256, path
     _sparse_weights(blk.mlp, K, N, "cuda")
     x = _inputs(4, 8, K, "cuda")
+    blk.mlp.reserve(x.shape[0] * x.shape[1], 20.0)
     static_x = x.clone()
     lib_error = []
     with torch.no_grad():
@@ -44,3 +46,11 @@ def test_cuda_graph_capture():
         want = blk(static_x)
         torch.cuda.synchronize()
     assert torch.equal(static_y, want)
+
+
+def test_reserve_checks_arguments(device):
+    m = twellrt.TwELLGatedMLP(64, 256, T=64, C=8, device=device)
+    m.reserve(100, 8.0)  # CPU backend: checks only
+    with pytest.raises(twellrt.TwellError) as e:
+        m.reserve(100, 1000.0)  # more active values per row than N
+    assert e.value.status == "TWELL_ERR_INVALID_ARG" and "twell_plan_reserve" in str(e.value)

@@ -8,7 +8,7 @@ Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_train (autograd), ffn_train
 Errors raise twellrt.TwellError (status name + the library's message)."""
 
 from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
-from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols
+from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
 
@@ -23,6 +23,7 @@ __all__ = [
     "ffn_train",
     "ffn_train_backward",
     "packed_cols",
+    "reserve",
     "TwELLGatedMLP",
     "TwELLMLP",
     "swap_mlps",

@@ -140,6 +140,10 @@ def _declare(lib):
         "twell_ffn_forward_train": (I, [P, S, P, P, P, P, P, P, P, P]),
         "twell_ffn_backward": (I, [P, P, S, P, P, P, P, P, F, P, P, P, P, P]),
     }
+    optional = {"twell_plan_reserve": (I, [P, S, ctypes.c_double])}  # newer libraries only
+    for name, spec in optional.items():
+        if hasattr(lib, name):
+            sig[name] = spec
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype = res

@@ -49,6 +49,14 @@ class _Base(nn.Module):
         """Σ|h| / tokens of the last training forward (0-d tensor)."""
         return None if self.last_stats is None else self.last_stats[1]
 
+    def reserve(self, max_tokens: int, nnz_per_row: float) -> None:
+        """Prepares the library for inference calls of up to max_tokens tokens with about
+        nnz_per_row active neurons each (twell_plan_reserve): nothing is loaded or allocated
+        later, so the module can be captured into a CUDA graph."""
+        w = self.up_proj.weight
+        ops.reserve(w.device, w.shape[1], w.shape[0], max_tokens, nnz_per_row, self.T, self.C, w.dtype,
+                    hasattr(self, "gate_proj"))
+
     def _flat(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(-1, x.shape[-1]).contiguous()
 

@@ -22,7 +22,7 @@ import torch
 from . import _lib
 from ._lib import invalid
 
-__all__ = ["gate_pack", "ffn_infer", "ffn_train", "ffn_train_backward", "packed_cols"]
+__all__ = ["gate_pack", "ffn_infer", "ffn_train", "ffn_train_backward", "packed_cols", "reserve"]
 
 _DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16}
 
@@ -117,6 +117,24 @@ def _plan(op, x, N, T, C, gated, path="auto"):
         raise invalid(f"twellrt.{op}: path must be one of {sorted(_lib.PATHS)}, got {path!r}")
     ctx = _lib.context(x.device)
     return _lib.get_plan(ctx, x.shape[1], N, T, C, _DTYPES[x.dtype], gated)
+
+
+def reserve(device, K: int, N: int, max_M: int, nnz_per_row: float, T: int = 256, C: int = 8,
+            dtype=torch.bfloat16, gated: bool = True) -> None:
+    """twell_plan_reserve for the plan the ops use for this shape on `device`: later gate_pack /
+    ffn_infer calls of up to max_M rows load, tune, look up and allocate nothing and can be
+    captured into a CUDA graph; nnz_per_row (expected active values per row) sizes the sparse
+    lists and is AUTO's density estimate until real counts arrive. Host call; may wait for the
+    plan's earlier work. A no-op check on the CPU backend."""
+    device = torch.device(device)
+    if dtype not in _DTYPES:
+        raise invalid(f"twellrt.reserve: dtype {dtype}; supported: torch.bfloat16, torch.float16")
+    lib = _lib.library()
+    if not hasattr(lib, "twell_plan_reserve"):
+        raise _lib.TwellError("TWELL_ERR_UNSUPPORTED", 2, f"twellrt.reserve: {_lib.library_path()} has no twell_plan_reserve")
+    plan = _lib.get_plan(_lib.context(device), K, N, T, C, _DTYPES[dtype], gated)
+    with plan.ctx.lock:
+        plan.ctx.check(lib.twell_plan_reserve(plan.handle, max_M, float(nnz_per_row)), "twell_plan_reserve")
 
 
 # ---------------------------------------------------------------------------------------------
