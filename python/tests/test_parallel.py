@@ -184,6 +184,7 @@ def test_tensor_parallel_world_one_is_the_module(device):
     m.load_state_dict(sd)
     tp = twellrt.TensorParallelGatedMLP.from_full(m)
     assert tp.world == 1 and tp.n_local == N and tp.local.T == T
+    tp.reserve(64, 6.0)  # the shard's plan (a checked no-op on the CPU backend)
     with torch.no_grad():
         assert torch.equal(tp(x), m(x))
     with pytest.raises(twellrt.TwellInvalidArgument, match="reduce must be one of"):

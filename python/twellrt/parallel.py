@@ -281,6 +281,12 @@ class TensorParallelGatedMLP(nn.Module):
         shard = shard_weights(state_dict, self.neurons, prefix)
         self.local.load_state_dict({k: v.to(self.local.gate_proj.weight.device) for k, v in shard.items()})
 
+    def reserve(self, max_rows: int, nnz_per_row: float) -> None:
+        """TwELLGatedMLP.reserve for this rank's shard (twell_plan_reserve): max_rows = the rows
+        the shard computes (world × the local rows under gather_input), nnz_per_row = active
+        neurons per row in this shard (about the layer's ÷ world with a balanced layout)."""
+        self.local.reserve(max_rows, nnz_per_row)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, world = self.group, self.world
         if world == 1:  # every collective is the identity (also without an initialised group)
