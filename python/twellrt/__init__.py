@@ -10,6 +10,7 @@ Errors raise twellrt.TwellError (status name + the library's message)."""
 from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
+from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
 
 __all__ = [
     "TwellError",
@@ -26,4 +27,17 @@ __all__ = [
     "TwELLGatedMLP",
     "TwELLMLP",
     "swap_mlps",
+    "TensorParallelGatedMLP",
+    "contiguous_layout",
+    "tensor_parallel_mlps",
+    "balance",
 ]
+
+
+def __getattr__(name):
+    # twellrt.balance on first use (imported eagerly, `python -m twellrt.balance` would warn)
+    if name == "balance":
+        import importlib
+
+        return importlib.import_module(".balance", __name__)
+    raise AttributeError(f"module 'twellrt' has no attribute {name!r}")
