@@ -191,45 +191,40 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  * (tw_ffn_tile_config, tw_ffn_tile_derive); these rules mirror its checks and the template's, and
  * tests/test_autotune.c checks the three agree.
  *
- * Axes. The template takes CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, DCAPA and DCAPB:
+ * Axes. The template takes CN, GPWA, GPWB, NWA, NWB, PF, DCAPA and DCAPB:
  *  - CN (neurons per weight chunk: a multiple of T and of 64, at most 1024, N/CN ≤ 256 chunks)
  *    is tuned: larger chunks mean fewer chunk iterations and less list padding but take shared
  *    memory from the staged lists (bench/dev/NOTES-fused.md: which wins depends on the shape).
- *    STAGES (weight chunks in flight, 2..4 in the template) is an axis of one value, 2 (below).
- *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block), PF and IL are axes of one value each,
+ *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block) and PF are axes of one value each,
  *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
  *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
- *  - GT (tokens per list group, 8 | 16) is not an axis: configurations leave it out and the
- *    launcher takes TW_FFN_GT_DEFAULT (8). GT 16 was exact but 13% slower in the fused part at
- *    K=2048 N=5632 M=16384, 29 nnz (NOTES-fused.md, measurement 4: phase B's mmas double); it
- *    stays a development option (TWELL_FFN_TILE=GT=16) and needs no shared memory of its own.
+ *  - The weight chunks in flight are fixed at 2 in the template (TW_FFN_STAGES): 3 and 4 never
+ *    won (exhaustive runs at K/N 2048/5632 and 1024/4096, `twell tune` on four shapes, no gain
+ *    at 16384/29) and doubled the candidates, so the first use of K = 8192 N = 28672 took 23.4 s
+ *    instead of 17.5 s. So are the tokens per list group, 8 (TW_FFN_GT; 16 was exact but 13%
+ *    slower at K=2048 N=5632 M=16384, 29 nnz: phase B's mmas double).
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
  *    the rest (the launcher fills the shared memory left). Phases A and B run one CTA per SM at
  *    the default warp shapes (128 registers x 512 threads: the whole register file), so a
  *    smaller staging buffer frees nothing another CTA could use, and a list region over DCAP
  *    only moves its descriptors to global loads: the largest DCAP is never slower.
- * Shared memory (the launcher's formulas): STAGES·CN·128 (weight chunks) + STAGES·(4·DCAPA + LA)
- * + 2048 (offset table) in phase A, at least 16 KB of it for staged lists; phase B likewise with
- * (4 + 4)·DCAPB gated; the overflow kernels' 4·64·128·3 and 2·(2·32·t·2 + 128·t), t = min(T, 128).
+ * Shared memory (the launcher's formulas): 2·CN·128 (weight chunks) + 2·(4·DCAPA + LA) + 2048
+ * (offset table) in phase A, at least 16 KB of it for staged lists; phase B likewise with
+ * (4 + 4)·DCAPB gated; the overflow kernels' 3·64·128·3 and 2·(2·32·64·2 + 64·CW), CW = 128
+ * (64 when K % 128 != 0).
  * ------------------------------------------------------------------------------------------- */
 
 #define TW_FFN_SMEM_MAX 232448u /* the template's ceiling (227 KB, sm_90) */
 #define TW_FFN_RE 2048u         /* (first, end) offsets of up to 256 chunks */
 #define TW_FFN_LIST_MIN 16384u  /* least list staging the launcher accepts */
+#define TW_FFN_ST 2u            /* weight chunks in flight (the template's fixed STAGES) */
 
 static const int64_t tw_ffn_cn[] = {64, 128, 256, 384, 512, 640, 768, 896, 1024};
-/* STAGES: the template takes 2..4, but 3 and 4 never won (exhaustive runs at K/N 2048/5632 and
- * 1024/4096, `twell tune` on four shapes, NOTES-fused.md session 2: no gain at 16384/29) while
- * doubling the candidates cost the whole FFN's first use 23.4 s at K = 8192 N = 28672 (target
- * 20 s; 17.5 s with this axis at one value). Widen it when a shape is found where more stages
- * win. */
-static const int64_t tw_ffn_stages[] = {2};
 static const int64_t tw_ffn_gpwa[] = {8};
 static const int64_t tw_ffn_gpwb[] = {4};
 static const int64_t tw_ffn_nwa[] = {16};
 static const int64_t tw_ffn_nwb[] = {16};
 static const int64_t tw_ffn_pf[] = {1};
-static const int64_t tw_ffn_il[] = {0};
 
 static int tw_ffn_supports(const tw_tune_problem *p, const tw_tune_device *d) {
     /* bf16 mma.sync and cp.async: sm_80 and later; the phases tile K by 64 columns */
@@ -239,7 +234,7 @@ static int tw_ffn_supports(const tw_tune_problem *p, const tw_tune_device *d) {
 /* Phase A's and phase B's shared memory needs (list staging at its minimum). */
 static void tw_ffn_needs(const tw_tune_problem *p, const tw_tune_config *c, uint64_t *a,
                          uint64_t *b) {
-    uint64_t cn = (uint64_t)tw_v(c, "CN"), st = (uint64_t)tw_v(c, "STAGES");
+    uint64_t cn = (uint64_t)tw_v(c, "CN"), st = TW_FFN_ST;
     uint64_t la = (2u * (uint64_t)(tw_v(c, "NWA") * tw_v(c, "GPWA")) + 4u) * 4u;
     uint64_t lb = (2u * (uint64_t)(tw_v(c, "NWB") * tw_v(c, "GPWB")) + 4u) * 4u;
     uint64_t vb = p->shape.gated ? 4u : 2u;
@@ -248,7 +243,7 @@ static void tw_ffn_needs(const tw_tune_problem *p, const tw_tune_config *c, uint
 }
 
 static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char *why, size_t n) {
-    int64_t cn = tw_v(c, "CN"), T = p->shape.T, st = tw_v(c, "STAGES");
+    int64_t cn = tw_v(c, "CN"), T = p->shape.T;
     for (int i = 0; i < 2; i++) {
         int64_t gpw = tw_v(c, i ? "GPWB" : "GPWA"), nw = tw_v(c, i ? "NWB" : "NWA");
         if (gpw < 1 || gpw > 8 || nw < 4 || nw > 32 || nw % 2 != 0) {
@@ -259,10 +254,8 @@ static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char 
             return 1;
         }
     }
-    if (st < 2 || st > 4 || tw_v(c, "PF") < 0 || tw_v(c, "PF") > 1 || tw_v(c, "IL") < 0 ||
-        tw_v(c, "IL") > 1) {
-        snprintf(why, n, "STAGES=%lld PF=%lld IL=%lld: 2..4, 0|1, 0|1", (long long)st,
-                 (long long)tw_v(c, "PF"), (long long)tw_v(c, "IL"));
+    if (tw_v(c, "PF") < 0 || tw_v(c, "PF") > 1) {
+        snprintf(why, n, "PF=%lld: 0 or 1", (long long)tw_v(c, "PF"));
         return 1;
     }
     if (cn < T || cn % T != 0 || cn % 64 != 0 || cn > 1024) {
@@ -281,19 +274,18 @@ static int tw_ffn_check(const tw_tune_problem *p, const tw_tune_config *c, char 
     uint64_t a, b;
     tw_ffn_needs(p, c, &a, &b);
     if (a > TW_FFN_SMEM_MAX || b > TW_FFN_SMEM_MAX) {
-        snprintf(
-            why, n, "CN=%lld STAGES=%lld needs %llu B of shared memory, over the template's %u",
-            (long long)cn, (long long)st, (unsigned long long)(a > b ? a : b), TW_FFN_SMEM_MAX);
+        snprintf(why, n, "CN=%lld needs %llu B of shared memory, over the template's %u",
+                 (long long)cn, (unsigned long long)(a > b ? a : b), TW_FFN_SMEM_MAX);
         return 1;
     }
     return 0;
 }
 
 static uint64_t tw_ffn_smem(const tw_tune_problem *p, const tw_tune_config *c) {
-    uint64_t a, b, t = p->shape.T < 128 ? p->shape.T : 128u;
+    uint64_t a, b, cw = p->shape.K % 128u == 0 ? 128u : 64u;
     tw_ffn_needs(p, c, &a, &b);
-    uint64_t gu = 4u * 64u * 128u * (p->shape.gated ? 3u : 2u);
-    uint64_t down = 2u * (2u * 32u * t * 2u + t * 128u);
+    uint64_t gu = 3u * 64u * 128u * (p->shape.gated ? 3u : 2u);
+    uint64_t down = 2u * (2u * 32u * 64u * 2u + 64u * cw * 2u);
     uint64_t need = a > b ? a : b;
     need = need > gu ? need : gu;
     return need > down ? need : down;
@@ -309,16 +301,14 @@ static const tw_tune_space tw_space_ffn_fused = {
     .op = "ffn_infer",
     .kernel = "ffn_fused",
     .about = "fused sparse FFN from the packed gate (pair lists, tensor-core phases)",
-    .naxes = 8,
+    .naxes = 6,
     .axes = {{"CN", tw_ffn_cn, 9},
-             {"STAGES", tw_ffn_stages, 1},
              {"GPWA", tw_ffn_gpwa, 1},
              {"GPWB", tw_ffn_gpwb, 1},
              {"NWA", tw_ffn_nwa, 1},
              {"NWB", tw_ffn_nwb, 1},
-             {"PF", tw_ffn_pf, 1},
-             {"IL", tw_ffn_il, 1}},
-    .defaults = {512, 2, 8, 4, 16, 16, 1, 0},
+             {"PF", tw_ffn_pf, 1}},
+    .defaults = {512, 8, 4, 16, 16, 1},
     .supports = tw_ffn_supports,
     .check = tw_ffn_check,
     .smem_bytes = tw_ffn_smem,

@@ -315,9 +315,9 @@ static void test_autotune_prune_sm90(void **state) {
     }
 }
 
-/* The ffn_fused space: CN is the axis, STAGES, the warp shapes, PF and IL single-valued (the
- * defaults), pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB
- * ceiling) and the device's shared memory. */
+/* The ffn_fused space: CN is the axis, the warp shapes and PF single-valued (the defaults), pruned
+ * by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB ceiling) and the
+ * device's shared memory. */
 static void test_autotune_prune_ffn_fused(void **state) {
     (void)state;
     tw_tune_device h200, a100, l4;
@@ -329,12 +329,12 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_string_equal(s->op, "ffn_infer");
     tw_tune_config c;
     tw_tune_space_default(s, &c);
-    tw_assert_canon(&c, "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&c, "ffn_fused:CN=512,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
     tw_tune_problem p = tw_problem("ffn_infer", 2048, 5632, 4096); /* T = 256 */
     assert_ptr_equal(tw_tune_space_pick("ffn_infer", &p, &h200), s);
     assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
 
-    /* T = 256: CN 256, 512, 768 at 2 stages (CN smaller than T or not a multiple of it: shape;
+    /* T = 256: CN 256, 512, 768 (CN smaller than T or not a multiple of it: shape;
      * the rest over the template's 227 KB with 16 KB of list staging: shape, whatever the
      * device). */
     tw_tune_config *cands = NULL;
@@ -344,9 +344,9 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(st.total, 9);
     assert_int_equal(n, 3);
     assert_int_equal(st.by[TW_PRUNE_SHAPE], 6);
-    tw_assert_canon(&cands[0], "ffn_fused:CN=256,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[1], "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[2], "ffn_fused:CN=768,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&cands[0], "ffn_fused:CN=256,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
+    tw_assert_canon(&cands[1], "ffn_fused:CN=512,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
+    tw_assert_canon(&cands[2], "ffn_fused:CN=768,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
     assert_int_equal(di, 1);
     free(cands);
     /* T = 128: CN 128..768 fit an H200 (896 and 1024 exceed the template's ceiling); an A100
@@ -374,7 +374,7 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     assert_int_equal(tw_tune_config_set(&c, "CN", 128), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
-    /* The template's ranges: 1..8 groups per warp, an even 4..32 warps, 2..4 stages. */
+    /* The template's ranges: 1..8 groups per warp, an even 4..32 warps, PF 0 or 1. */
     assert_int_equal(tw_tune_config_set(&c, "GPWA", 4), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
     assert_int_equal(tw_tune_config_set(&c, "GPWA", 9), 0);
@@ -383,7 +383,7 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(tw_tune_config_set(&c, "NWB", 15), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     assert_int_equal(tw_tune_config_set(&c, "NWB", 16), 0);
-    assert_int_equal(tw_tune_config_set(&c, "STAGES", 5), 0);
+    assert_int_equal(tw_tune_config_set(&c, "PF", 2), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     /* Not supported: K not a multiple of 64, before sm_80. */
     tw_tune_problem odd = tw_problem("ffn_infer", 48, 512, 64);
@@ -440,15 +440,11 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
              * refuse them all) */
             tw_ffn_cfg dflt;
             if (tw_ffn_cfg_default(&p.shape, &cu, &dflt) == 0)
-                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.stages == 2 &&
-                            dflt.gpwa == 8 && dflt.gpwb == 4);
-            for (size_t a = 0; a < s->axes[0].n * s->axes[1].n; a++) {
+                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.gpwa == 8 && dflt.gpwb == 4);
+            for (size_t a = 0; a < s->axes[0].n; a++) {
                 tw_tune_config c;
                 tw_tune_space_default(s, &c);
-                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a / s->axes[1].n]),
-                                 0);
-                assert_int_equal(
-                    tw_tune_config_set(&c, "STAGES", s->axes[1].values[a % s->axes[1].n]), 0);
+                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a]), 0);
                 tw_ffn_cfg fc;
                 assert_int_equal(tw_ffn_cfg_from_tune(&c, &fc), 0);
                 char canon[TW_TUNE_CANON_MAX], why[192] = "";

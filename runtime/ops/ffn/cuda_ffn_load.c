@@ -1,7 +1,7 @@
 /*
  * cuda_ffn_load.c — twell_ffn_infer on CUDA, set-up side: the fused kernels' tile
- * configurations (defaults, tuned winners, the TWELL_FFN_TILE development override, the shared-
- * memory derivation), loading ffn_fused / ffn_rows modules, and a plan's creation and release.
+ * configurations (defaults, tuned winners, the shared-memory derivation), loading ffn_fused /
+ * ffn_rows modules, and a plan's creation and release.
  * The launch side is runtime/cuda_ffn.c.
  */
 #include "cuda_ffn_int.h"
@@ -57,29 +57,23 @@ twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {
 }
 
 /* Fills the derived entries of want[] (list capacities, shared-memory sizes, counts, overflow
- * grids) from its CN, GPWA, GPWB, NWA, NWB and STAGES and the variant bits xv by the template's
- * formulas for `smem` bytes of shared memory per block. Returns 0 if they do not fit (or CN does
- * not suit the shape). */
-static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t xv,
-                              uint32_t want[TW_CFG_COUNT]) {
-    uint32_t cn = want[TW_CFG_CN], st = want[TW_CFG_STAGES], vb = s->gated ? 4u : 2u;
+ * grids) from its CN, GPWA, GPWB, NWA and NWB by the template's formulas for `smem` bytes of
+ * shared memory per block. Returns 0 if they do not fit (or CN does not suit the shape). */
+static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t want[TW_CFG_COUNT]) {
+    uint32_t cn = want[TW_CFG_CN], st = TW_FFN_STAGES, vb = s->gated ? 4u : 2u;
     /* per buffer: the staged list offsets and sizes of the block (GPW 8-token units per warp, NW
      * warps); once: the (first, end) offset table of up to 256 chunks */
     uint32_t ga = want[TW_CFG_NWA] * want[TW_CFG_GPWA], gb = want[TW_CFG_NWB] * want[TW_CFG_GPWB];
     uint32_t la = (2u * ga + 4u) * 4u, lb = (2u * gb + 4u) * 4u, re = 2048u;
     uint32_t wb = st * cn * 128u, NT = s->N / s->T;
-    if (cn < s->T || cn % s->T != 0u || cn % 64u != 0u || cn > 1024u || st < 2u || st > 4u)
+    if (cn < s->T || cn % s->T != 0u || cn % 64u != 0u || cn > 1024u)
         return 0;
     for (int i = 0; i < 2; i++) {
         uint32_t gpw = want[i ? TW_CFG_GPWB : TW_CFG_GPWA], nw = want[i ? TW_CFG_NWB : TW_CFG_NWA];
         if (gpw < 1u || gpw > 8u || nw < 4u || nw > 32u || nw % 2u != 0u)
             return 0;
     }
-    if (want[TW_CFG_PF] > 1u || want[TW_CFG_IL] > 1u)
-        return 0;
-    /* GT 16: the warps' 8-token units pair up into groups of 16; IL pairs groups of 8 only */
-    if (want[TW_CFG_GT] != 8u && (want[TW_CFG_GT] != 16u || want[TW_CFG_GPWA] % 2u != 0u ||
-                                  want[TW_CFG_GPWB] % 2u != 0u || want[TW_CFG_IL] != 0u))
+    if (want[TW_CFG_PF] > 1u)
         return 0;
     uint32_t tpc = cn / s->T;
     if ((NT + tpc - 1) / tpc > 256u || smem < wb + re + st * (la + 64u) ||
@@ -89,16 +83,17 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t xv,
     want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
     want[TW_CFG_SMEM_A] = wb + st * (4u * want[TW_CFG_DCAPA] + la) + re;
     want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
-    /* XV & 64: the larger-warp-tile overflow kernels (tw_k_ovf_gu2: 3 stages, 4 warps, 3 CTAs
-     * per SM; tw_k_ovf_down2: 64-neuron steps, 128 output columns when K % 128 == 0) */
-    uint32_t ov2 = (xv & 64u) != 0u;
-    want[TW_CFG_SMEM_GU] = (ov2 ? 3u : 4u) * 64u * 128u * (s->gated ? 3u : 2u); /* stages */
-    uint32_t subd = ov2 ? 64u : s->T < 128u ? s->T : 128u;  /* ovf_down's step (neurons) */
-    uint32_t dcw = (ov2 && s->K % 128u == 0u) ? 128u : 64u; /* ovf_down's output columns */
-    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * subd * 2u + subd * dcw * 2u);
-    want[TW_CFG_GU_BPS] = ov2 ? 3u : 2u;
-    want[TW_CFG_GU_THR] = ov2 ? 128u : 256u;
+    /* the overflow kernels: ovf_gu's 3 stages, 4 warps, 3 CTAs per SM; ovf_down's 64-neuron
+     * steps, 128 output columns when K % 128 == 0 (else 64) */
+    want[TW_CFG_SMEM_GU] = 3u * 64u * 128u * (s->gated ? 3u : 2u);
+    uint32_t dcw = s->K % 128u == 0u ? 128u : 64u;
+    want[TW_CFG_SMEM_DOWN] = 2u * (2u * 32u * 64u * 2u + 64u * dcw * 2u);
+    want[TW_CFG_GU_BPS] = 3u;
+    want[TW_CFG_GU_THR] = 128u;
     want[TW_CFG_DOWN_BPS] = 3u;
+    want[TW_CFG_STAGES] = TW_FFN_STAGES;
+    want[TW_CFG_IL] = 0u; /* a word the template keeps for its layout; always 0 */
+    want[TW_CFG_GT] = TW_FFN_GT;
     want[TW_CFG_BW] = 4;
     want[TW_CFG_NC] = (NT + tpc - 1) / tpc;
     want[TW_CFG_TPC] = tpc;
@@ -108,8 +103,8 @@ static int tw_ffn_tile_derive(const twell_shape *s, uint32_t smem, uint32_t xv,
            want[TW_CFG_SMEM_DOWN] <= smem;
 }
 
-/* The tile configuration c for this device: c's free words (CN, STAGES, GPWA, GPWB, NWA, NWB,
- * PF, IL), the rest derived by tw_ffn_tile_derive for the device's shared memory (capped at the
+/* The tile configuration c for this device: c's free words (CN, GPWA, GPWB, NWA, NWB, PF), the
+ * rest derived by tw_ffn_tile_derive for the device's shared memory (capped at the
  * template's ceiling); phase A must also keep at least 16 KB for staged list descriptors.
  * Returns 0 if c cannot run; the reason goes to why. */
 static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw_ffn_cfg *c,
@@ -124,23 +119,19 @@ static int tw_ffn_tile_config(const twell_shape *s, const tw_cuda *dev, const tw
         return 0;
     }
     want[TW_CFG_CN] = c->cn;
-    want[TW_CFG_STAGES] = c->stages;
     want[TW_CFG_GPWA] = c->gpwa;
     want[TW_CFG_GPWB] = c->gpwb;
     want[TW_CFG_NWA] = c->nwa;
     want[TW_CFG_NWB] = c->nwb;
     want[TW_CFG_PF] = c->pf;
-    want[TW_CFG_IL] = c->il;
-    want[TW_CFG_GT] = c->gt;
     uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u;
-    uint32_t fixed = c->stages * (c->cn * 128u + la) + 2048u;
-    if (c->xv > 127u || c->stages > 4u || c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u ||
-        smem < fixed + 16384u || !tw_ffn_tile_derive(s, smem, c->xv, want)) {
+    uint32_t fixed = TW_FFN_STAGES * (c->cn * 128u + la) + 2048u;
+    if (c->cn > 1024u || c->nwa > 32u || c->gpwa > 8u || smem < fixed + 16384u ||
+        !tw_ffn_tile_derive(s, smem, want)) {
         snprintf(why, n,
-                 "CN=%u STAGES=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u IL=%u GT=%u XV=%u is not a "
-                 "configuration of ffn_fused for T=%u N=%u in %u bytes of shared memory",
-                 c->cn, c->stages, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, c->il, c->gt, c->xv,
-                 s->T, s->N, smem);
+                 "CN=%u GPWA=%u GPWB=%u NWA=%u NWB=%u PF=%u is not a configuration of ffn_fused "
+                 "for T=%u N=%u in %u bytes of shared memory",
+                 c->cn, c->gpwa, c->gpwb, c->nwa, c->nwb, c->pf, s->T, s->N, smem);
         memset(want, 0, TW_CFG_COUNT * sizeof *want);
         return 0;
     }
@@ -157,27 +148,23 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 }
 
 int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out) {
-    /* The first of {CN, STAGES} = {512, 2}, {256, 2} that fits, with 16 warps of 8 / 4 groups
-     * per block in phases A / B and the list prefetch on (bench/dev/NOTES-fused.md). */
-    static const unsigned cand[][2] = {{512, 2}, {256, 2}};
+    /* The first CN of 512, 256 that fits, with 16 warps of 8 / 4 groups per block in phases A / B
+     * and the list prefetch on (bench/dev/NOTES-fused.md). */
+    static const unsigned cand[] = {512, 256};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        *out = (tw_ffn_cfg){cand[i][0],        cand[i][1],       8u, 4u, 16u, 16u, 1u, 0u,
-                            TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
+        *out = (tw_ffn_cfg){cand[i], 8u, 4u, 16u, 16u, 1u};
         if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
             return 0;
     }
-    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
+    *out = (tw_ffn_cfg){512u, 8u, 4u, 16u, 16u, 1u};
     return -1;
 }
 
 int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
-    static const char *const names[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                        "NWB", "PF",     "IL",   "GT",   "XV"};
-    static const int64_t dflt[] = {
-        512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
-    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0, 1, 0};
-    unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb, &out->nwa,
-                       &out->nwb, &out->pf,     &out->il,   &out->gt,   &out->xv};
+    static const char *const names[] = {"CN", "GPWA", "GPWB", "NWA", "NWB", "PF"};
+    static const int64_t dflt[] = {512, 8, 4, 16, 16, 1};
+    static const int64_t lo[] = {1, 1, 1, 1, 1, 0};
+    unsigned *dst[] = {&out->cn, &out->gpwa, &out->gpwb, &out->nwa, &out->nwb, &out->pf};
     if (strcmp(tc->kernel, "ffn_fused") != 0)
         return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -207,13 +194,9 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"GPWB", NULL, (long long)want[TW_CFG_GPWB]},
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
-        {"STAGES", NULL, (long long)want[TW_CFG_STAGES]},
         {"NWA", NULL, (long long)want[TW_CFG_NWA]},
         {"NWB", NULL, (long long)want[TW_CFG_NWB]},
         {"PF", NULL, (long long)want[TW_CFG_PF]},
-        {"IL", NULL, (long long)want[TW_CFG_IL]},
-        {"GT", NULL, (long long)want[TW_CFG_GT]},
-        {"XV", NULL, (long long)c->xv},
     };
     memcpy(out, p, sizeof p);
     return TW_FFN_NPARAMS;
@@ -313,45 +296,6 @@ void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
     }
 }
 
-/* Development override of the default configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
- * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, GT, XV; the rest is derived). Ignored, with a warning,
- * if it does not fit. Tuned winners (per M bucket) are not affected. */
-static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
-                                 tw_ffn_cfg *c) {
-    const char *env = getenv("TWELL_FFN_TILE");
-    if (!env || !*env)
-        return;
-    tw_ffn_cfg w = *c;
-    static const char *const keys[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                       "NWB", "PF",     "IL",   "GT",   "XV"};
-    unsigned *dst[] = {&w.cn,  &w.stages, &w.gpwa, &w.gpwb, &w.nwa,
-                       &w.nwb, &w.pf,     &w.il,   &w.gt,   &w.xv};
-    const char *p = env;
-    while (*p) {
-        size_t i = 0, len = 0;
-        for (; i < sizeof keys / sizeof keys[0]; i++) {
-            len = strlen(keys[i]);
-            if (!strncmp(p, keys[i], len) && p[len] == '=')
-                break;
-        }
-        char *end = NULL;
-        unsigned long v = i < sizeof keys / sizeof keys[0] ? strtoul(p + len + 1, &end, 10) : 0;
-        if (!end || end == p + len + 1 || v > 4096u)
-            break;
-        *dst[i] = (unsigned)v;
-        p = end;
-        if (*p == ',')
-            p++;
-    }
-    if (*p || tw_ffn_cfg_check(&w, s, dev, NULL, 0) != 0) {
-        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: TWELL_FFN_TILE='%s' ignored (bad or does not fit)",
-               env);
-        return;
-    }
-    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s' applied", env);
-    *c = w;
-}
-
 /* Loads ffn_fused in its default configuration. TWELL_ERR_UNSUPPORTED when the shape or device
  * cannot run it. */
 static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
@@ -372,7 +316,6 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
                         "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
                         "kernels",
                         dev->smem_optin);
-    tw_ffn_tile_override(ctx, s, dev, &c);
     twell_status st = tw_ffn_tk_load(ctx, s, &c, NULL, &f->tk[0]);
     if (st != TWELL_OK)
         return st;
