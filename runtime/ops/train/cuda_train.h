@@ -82,17 +82,16 @@ twell_status tw_cuda_train_profile(twell_train_state *state, int on);
  * length written. */
 size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap);
 
-/* U (forward) and dT (backward) per entry (tiled 0: staged dot products, one weight row per
- * entry) or tiled (1: the fused inference pipeline's pair lists and phase A, weight chunks reused
- * across token groups on tensor cores; entries of overflowing row-tiles still per entry) for later
- * ops; the tiled route runs where it can (16-byte aligned tensors, K % 64 == 0, the fused
- * kernels' shared memory, M <= 65536), else per entry. Initial value from TWELL_TRAIN_UDT
- * (entry | tiled) when the state's backend part is created. Tiled U and dT sum in another fp32
- * order than the CPU reference (not bit-identical; within the tests' tolerances).
+/* U (forward) and dT (backward) tiled (1, what every state starts with: the fused inference
+ * pipeline's pair lists and phase A, weight chunks reused across token groups on tensor cores;
+ * entries of overflowing row-tiles still per entry) or per entry (0: staged dot products, one
+ * weight row per entry, summed in the CPU reference's order, so U is bit-identical to it) for
+ * later ops. The tiled route runs where it can (16-byte aligned tensors, K % 64 == 0, the fused
+ * kernels' shared memory, M <= 65536), else per entry. Tiled U and dT sum in another fp32 order
+ * than the CPU reference (not bit-identical; within the tests' tolerances). For tests only: the
+ * per-entry route as the bit-exact oracle of the tiled one (test_gpu_train, test_gpu_train_routes).
  * TWELL_ERR_INVALID_ARG for a state of a CPU context. */
 twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled);
-/* The initial value (TWELL_TRAIN_UDT, else the built-in default): 0 per entry, 1 tiled. */
-int tw_cuda_train_udt_default(void);
 /* 1 when the saved forward ran the tiled route (its backward does too, module permitting). */
 int tw_cuda_train_udt_tiled(const twell_train_state *state);
 

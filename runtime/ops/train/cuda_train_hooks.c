@@ -106,8 +106,6 @@ twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
     return st;
 }
 
-int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
-
 int tw_cuda_train_udt_tiled(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->fwd_tiled != 0 : 0;
