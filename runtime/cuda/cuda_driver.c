@@ -272,19 +272,6 @@ twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr
     return TWELL_OK;
 }
 
-twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int *value) {
-    *value = 0;
-    TW_CU_TRY(ctx, FuncGetAttribute, value, attr, fn);
-    return TWELL_OK;
-}
-
-twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
-                             int *blocks_per_sm) {
-    *blocks_per_sm = 0;
-    TW_CU_TRY(ctx, OccupancyMaxActiveBlocksPerMultiprocessor, blocks_per_sm, fn, block, smem);
-    return TWELL_OK;
-}
-
 static pthread_once_t tw_pdl_once = PTHREAD_ONCE_INIT;
 static int tw_pdl_env = 1;
 

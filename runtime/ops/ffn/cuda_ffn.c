@@ -26,18 +26,6 @@ typedef struct {
     float *partial;
 } tw_ffn_ws;
 
-const char *tw_ffn_kernel_name(tw_ffn_kernel k) {
-    switch (k) {
-    case TW_FFN_AUTO:
-        return "auto";
-    case TW_FFN_ROWS:
-        return "rows";
-    case TW_FFN_GENERIC:
-        return "generic";
-    }
-    return NULL;
-}
-
 /* ---- workspace layout (pieces 256-byte aligned, as the launch contract asks) ---- */
 
 static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
