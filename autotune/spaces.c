@@ -15,8 +15,8 @@ static int64_t tw_v(const tw_tune_config *c, const char *name) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * gate_pack_sm90 — templates/gate_pack_sm90.cu.lua (Hopper wgmma + TMA, see
- * bench/dev/NOTES-gate-pack.md). Fixed geometry: CTA tile 128 x 256, 384 threads (one
+ * gate_pack_sm90 — templates/gate_pack_sm90.cu.lua (Hopper wgmma + TMA, design in its
+ * header). Fixed geometry: CTA tile 128 x 256, 384 threads (one
  * producer and two consumer warpgroups). Tuned: BK (K per stage: 64 with 128-byte swizzle or 32
  * with 64-byte), STAGES (pipeline depth) and CLUSTER (CTAs along M sharing the weight tile by
  * multicast). Shared memory as the SMEM formula of templates/gate_pack_sm90.cu.lua: the stage
@@ -194,10 +194,10 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  * Axes. The template takes CN, GPWA, GPWB, NWA, NWB, PF, DCAPA and DCAPB:
  *  - CN (neurons per weight chunk: a multiple of T and of 64, at most 1024, N/CN ≤ 256 chunks)
  *    is tuned: larger chunks mean fewer chunk iterations and less list padding but take shared
- *    memory from the staged lists (bench/dev/NOTES-fused.md: which wins depends on the shape).
+ *    memory from the staged lists (which wins depends on the shape).
  *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block) and PF are axes of one value each,
- *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
- *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
+ *    the defaults: every other value measured slower at K=2048 N=5632 (10–30% for the warp
+ *    shapes); widen an axis here when a shape is found where it wins.
  *  - The weight chunks in flight are fixed at 2 in the template (TW_FFN_STAGES): 3 and 4 never
  *    won (exhaustive runs at K/N 2048/5632 and 1024/4096, `twell tune` on four shapes, no gain
  *    at 16384/29) and doubled the candidates, so the first use of K = 8192 N = 28672 took 23.4 s

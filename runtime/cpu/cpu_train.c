@@ -1,5 +1,5 @@
 /*
- * cpu_train.c — exact CPU reference of the training forward and backward (DESIGN.md §4): fp32
+ * cpu_train.c — exact CPU reference of the training forward and backward (docs/DESIGN.md §6): fp32
  * arithmetic on 16-bit inputs in fixed orders, so results never depend on the thread count.
  * The saved state is the hybrid layout the GPU backend mirrors (see cpu_train.h).
  */

@@ -1,8 +1,8 @@
 -- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
 -- This file and its modules templates/ffn_fused_*.lua (list after the parameter checks) are the
--- only source of these kernels (`twell render ffn_fused ...` prints what NVRTC compiles). Design
--- and numbers: bench/dev/NOTES-fused.md; v1-v5 + harness: git history (bench/dev/, a4e3fb8).
+-- only source of these kernels (`twell render ffn_fused ...` prints what NVRTC compiles). The
+-- algorithm, then the launch contract, follow.
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB

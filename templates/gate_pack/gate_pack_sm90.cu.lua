@@ -1,6 +1,6 @@
 -- gate_pack_sm90.cu.lua — Hopper (sm_90a) gate-pack: packed = TwELL(relu(x · wᵀ)) on tensor
--- cores (wgmma m64n256k16, fp32 accumulation), packed in the GEMM epilogue. Development history,
--- measurements and the standalone harness: bench/dev/ (NOTES-gate-pack.md).
+-- cores (wgmma m64n256k16, fp32 accumulation), packed in the GEMM epilogue. Why it is built this
+-- way: "Design" below.
 --
 -- Parameters: K, N, T, C (shape, see twellrt.h; K a multiple of 64, T in {64, 128, 256}),
 --             dtype ("bf16" | "fp16"),

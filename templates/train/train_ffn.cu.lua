@@ -1,4 +1,4 @@
--- train_ffn.cu.lua — the CUDA training forward and backward of a gated TwELL FFN (DESIGN.md §4,
+-- train_ffn.cu.lua — CUDA training forward and backward of a gated TwELL FFN (docs/DESIGN.md §6,
 -- twellrt.h "Training"), every step exact and deterministic (fixed orders, integer scans, no
 -- floating-point atomics). runtime/cuda_train.c owns the buffers and launches these kernels.
 --
@@ -107,8 +107,8 @@ local OVF_UDT = MMA and S.T <= 512
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
 -- KC 64 (K permitting, else 32 or 16), 2 stages, SWP 4 warps per block, the token row kept as
 -- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants on the
--- H200 at K = 2048, N = 5632, 29 nnz/row (BENCHMARKS.md; 2 stages, 4 warps: 16 warps per SM
--- instead of 8 with 4 stages, 2 warps). runtime/cuda_train.c uses the same constants.
+-- H200 at K = 2048, N = 5632, 29 nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with
+-- 4 stages, 2 warps). runtime/ops/train/cuda_train.c uses the same constants.
 local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row

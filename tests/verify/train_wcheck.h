@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The library's tolerance for fp32 weight gradients (DESIGN.md §4, tests/test_ref_train.c):
+/* The library's tolerance for fp32 weight gradients (docs/DESIGN.md §7, tests/test_ref_train.c):
  * |got − exact| ≤ TW_WCHECK_TOL · Σ|terms| per element. */
 #define TW_WCHECK_TOL 2e-5
 

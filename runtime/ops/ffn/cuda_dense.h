@@ -53,7 +53,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
 
 /* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook.
  * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, median of 20, sparse kernels of
- * 390fc9d, bench/dev/NOTES-fused.md "measurement 2"): at M = 16384 sparse takes 1.33 / 1.44 /
+ * an earlier version; BENCHMARKS.md re-checks it): at M = 16384 sparse takes 1.33 / 1.44 /
  * 1.57 ms at 56 / 69 / 84 active per row, dense 1.49-1.50 ms; at M = 4096, 0.376 / 0.409 / 0.447
  * against 0.431 ms. The paths cross near 75 (M = 16384) and 78 (M = 4096) per row, 1.33% of N
  * (it was 66-69, 1.2%, with the v5 sparse kernels). The sparse cost grows with active values x K

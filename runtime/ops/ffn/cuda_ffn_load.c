@@ -149,7 +149,7 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 
 int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out) {
     /* The first CN of 512, 256 that fits, with 16 warps of 8 / 4 groups per block in phases A / B
-     * and the list prefetch on (bench/dev/NOTES-fused.md). */
+     * and the list prefetch on (other warp shapes ran slower). */
     static const unsigned cand[] = {512, 256};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
         *out = (tw_ffn_cfg){cand[i], 8u, 4u, 16u, 16u, 1u};

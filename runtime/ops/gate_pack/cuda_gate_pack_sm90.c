@@ -1,7 +1,7 @@
 /* cuda_gate_pack_sm90.c — Hopper (sm_90a) gate-pack launcher for templates/gate_pack_sm90.cu.lua
  * in any tile configuration (BK, STAGES, CLUSTER): shared memory and grid per configuration, and
  * per launch the two TMA tensor maps and one persistent cluster launch. The interface is in
- * cuda_gate_pack.h; the kernel's design and measurements in bench/dev/NOTES-gate-pack.md. */
+ * cuda_gate_pack.h; the kernel's design is in the template's header. */
 #include "cuda_gate_pack.h"
 
 #include <limits.h>

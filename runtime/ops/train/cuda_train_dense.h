@@ -62,7 +62,7 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
 
 /* Density threshold of AUTO, in active values per row per unit of N. Measured on the H200
  * (bf16, K = 2048, N = 5632, M = 16384, uniform), each path forced in its own run of one device
- * call (records bench/results/train2-2026-11-21T0148-{sparse,dense}.json, h/train2 942496e):
+ * call (records bench/results/train2-2026-11-21T0148-{sparse,dense}.json):
  * dense step 1.063-1.067x the same run's cuBLAS step at every density (4.77-4.81 ms); sparse
  * step with tiled U/dT 1.666 / 1.264 / 1.095 / 0.951 / 0.823x at 29.3 / 45.4 / 56.1 / 68.9 /
  * 84.1 active per row (2.87 / 3.70 / 4.34 / 5.00 / 5.82 ms). Normalised by each run's cuBLAS
@@ -73,7 +73,7 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
  * sparse path more at the same mean (skewed 29, 44 mean per row: 0.996x, even with cuBLAS):
  * AUTO reads only the mean, so such data run sparse up to 59 per row where dense would be up to
  * ~1.2x faster. Re-measure when either path changes (twell bench --op train --path
- * sparse|dense; bench/dev/train2.sh). After a dense step AUTO stays dense down to TW_TD_STAY of
+ * sparse|dense). After a dense step AUTO stays dense down to TW_TD_STAY of
  * the threshold (against flapping on noisy L0; narrow, because below the crossover every dense
  * step costs time). */
 #define TW_TD_DENSITY 0.0105
