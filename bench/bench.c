@@ -320,9 +320,7 @@ twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *par
     tw_cu_scope sc;
     st = tw_cu_enter(ctx, &sc);
     if (st == TWELL_OK) {
-        st = tw_cu_module_load(ctx, cubin.data, mod);
-        for (size_t i = 0; i < n && st == TWELL_OK; i++)
-            st = tw_cu_module_function(ctx, *mod, names[i], &fns[i]);
+        st = tw_cu_module_open(ctx, cubin.data, names, n, mod, fns);
         tw_cu_leave(ctx, &sc);
     }
     tw_cubin_free(&cubin);

@@ -252,6 +252,23 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
     return TWELL_OK;
 }
 
+twell_status tw_cu_module_open(twell_ctx *ctx, const void *image, const char *const *names,
+                               size_t n, tw_CUmodule *mod, tw_CUfunction *fns) {
+    for (size_t i = 0; i < n; i++)
+        fns[i] = NULL;
+    twell_status st = tw_cu_module_load(ctx, image, mod);
+    for (size_t i = 0; i < n && st == TWELL_OK; i++)
+        if (names[i])
+            st = tw_cu_module_function(ctx, *mod, names[i], &fns[i]);
+    if (st != TWELL_OK) {
+        tw_cu_module_unload(*mod);
+        *mod = NULL;
+        for (size_t i = 0; i < n; i++)
+            fns[i] = NULL;
+    }
+    return st;
+}
+
 twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
                                  size_t *bytes) {
     *dptr = NULL;

@@ -132,6 +132,14 @@ twell_status tw_cu_pointer_info(twell_ctx *ctx, const void *p, int *kind, int *o
 
 /* ---- modules and launches (context must be current: inside tw_cu_enter/leave) ---- */
 
+/* The loaded-module step every op takes after compiling: loads the cubin `image` and resolves
+ * the kernels names[0..n) into fns[0..n) (a NULL name leaves its entry NULL: a kernel that
+ * variant of the module lacks). On failure nothing stays loaded (*mod and fns[0..n) NULL) and
+ * ctx's message is the failing driver call's: "cuModuleLoadData: <error> (<code>)" or
+ * "cuModuleGetFunction: <error> (<code>) (kernel "<name>")". Unload with tw_cu_module_unload. */
+twell_status tw_cu_module_open(twell_ctx *ctx, const void *image, const char *const *names,
+                               size_t n, tw_CUmodule *mod, tw_CUfunction *fns);
+/* Its two halves, for tests of the driver layer: one image loaded, one kernel resolved. */
 twell_status tw_cu_module_load(twell_ctx *ctx, const void *image, tw_CUmodule *out);
 void tw_cu_module_unload(tw_CUmodule mod); /* NULL is a no-op */
 twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *name,

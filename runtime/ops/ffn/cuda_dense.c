@@ -79,12 +79,14 @@ static size_t tw_dense_units(const twell_shape *s, size_t m) {
 
 /* ---- modules ---- */
 
+/* Template `name` with parameters p[0..n) as a loaded module with kernels fnames[0..nfn). */
 static twell_status tw_dense_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
-                                    tw_CUmodule *mod) {
+                                    const char *const *fnames, size_t nfn, tw_CUmodule *mod,
+                                    tw_CUfunction *fns) {
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
     TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_load(ctx, cubin.data, mod);
+    twell_status st = tw_cu_module_open(ctx, cubin.data, fnames, nfn, mod, fns);
     tw_cubin_free(&cubin);
     return st;
 }
@@ -127,14 +129,17 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
         {"C", NULL, (long long)s->C},
         {"dtype", dt, 0},
     };
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, sizeof up / sizeof up[0], &d->mod_up));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], &d->mod_down));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], &d->mod_aux));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_up, "twell_gemm_sm90", &d->up));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_down, "twell_gemm_sm90", &d->down));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_count", &d->count));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_expand", &d->expand));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_transpose", &d->transpose));
+    static const char *const gemm[] = {"twell_gemm_sm90"};
+    static const char *const aux_fns[] = {"twell_dense_count", "twell_dense_expand",
+                                          "twell_dense_transpose"};
+    tw_CUfunction af[3];
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, sizeof up / sizeof up[0], gemm, 1, &d->mod_up,
+                           &d->up));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1,
+                           &d->mod_down, &d->down));
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], aux_fns, 3,
+                           &d->mod_aux, af));
+    d->count = af[0], d->expand = af[1], d->transpose = af[2];
     TW_TRY(tw_cu_func_set_attribute(ctx, d->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)TW_DG_SMEM));
     return tw_cu_func_set_attribute(

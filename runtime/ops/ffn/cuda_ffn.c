@@ -2,11 +2,10 @@
  * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
  * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
  * header on the caller's stream without synchronising the host in the steady state; test and
- * tuner hooks. Modules and configurations are loaded by runtime/cuda_ffn_load.c.
+ * tuner hooks. Modules are loaded by cuda_ffn_load.c, in configurations ruled by ffn_config.c.
  */
 #include "cuda_ffn_int.h"
 
-#include "candidates.h"
 #include "jit.h"
 #include "op_plan.h"
 
@@ -426,20 +425,12 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     return TWELL_OK;
 }
 
-/* Index of M's bucket in f->bucket: log2 of tw_tune_m_bucket(M). */
-static unsigned tw_ffn_bucket_index(size_t M) {
-    if (M <= 1)
-        return 0;
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
-    return b < TW_FFN_BUCKETS ? b : TW_FFN_BUCKETS - 1;
-}
-
 /* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
  * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
 static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
     if (f->forced)
         return f->forced;
-    unsigned b = tw_ffn_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
     if (f->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_ffn_cfg want;

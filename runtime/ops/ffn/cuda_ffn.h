@@ -7,55 +7,13 @@
 #define TWELL_CUDA_FFN_H
 
 #include "cuda_driver.h"
+#include "ffn_config.h"
 #include "jit.h"
 
 /* Per-plan state: loaded modules, the tile configuration read from the module, the workspace. */
 typedef struct tw_ffn tw_ffn;
 
-/* ---- tile configurations of ffn_fused (what the autotuner chooses, space "ffn_fused" in
- * autotune/spaces.c; tests/test_autotune.c checks the rules agree) ---- */
-
-#define TW_FFN_NFN 9      /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
-#define TW_FFN_NWORDS 23  /* words of its twell_ffn_cfg */
-#define TW_FFN_NPARAMS 14 /* template parameters of one configuration */
-/* Fixed by the template (its words STAGES, IL and GT hold them): tokens per list group (one mma
- * n8 tile; the launch grids count groups of them) and weight chunks in flight in phases A and B
- * (the shared-memory formulas). */
-#define TW_FFN_GT 8u
-#define TW_FFN_STAGES 2u
-
-/* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
-typedef struct tw_ffn_cfg {
-    unsigned cn;         /* neurons per weight chunk (CN) */
-    unsigned gpwa, gpwb; /* groups of 8 tokens per warp in phase A / B (GPWA, GPWB) */
-    unsigned nwa, nwb;   /* warps per block in phase A / B (NWA, NWB) */
-    unsigned pf;         /* list loads one step ahead (PF, 0 | 1) */
-} tw_ffn_cfg;
-
-/* The untuned configuration for shape s on dev: the first CN of 512, 256 that fits, GPWA 8,
- * GPWB 4, NWA 16, NWB 16, PF 1.
- * Returns 0, or -1 when the tiled kernels cannot run there at all (K not a multiple of 64, below
- * sm_80, too little shared memory); *out is set either way (to CN 512 on failure). */
-int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out);
-
-/* Converts a tuner configuration (kernel ffn_fused with CN, GPWA, GPWB, NWA, NWB, PF; missing
- * parameters take the defaults 512, 8, 4, 16, 16, 1) into *out. Returns 0, or -1 for another
- * kernel or a value out of range (PF may be 0, the others 1..65535). */
-struct tw_tune_config;
-int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out);
-
-/* 0 when c can run shape s on dev (the template's rules and the device's shared memory), else -1
- * with the reason in why (may be NULL). Pure and cheap. */
-int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
-                     size_t n);
-
-/* The TW_FFN_NPARAMS template parameters c is rendered with for s on dev: K, N, T, C, dtype,
- * gated, CN, GPWA, GPWB, DCAPA, DCAPB (the staging capacities filling the shared memory left),
- * NWA, NWB, PF.
- * Keys and strings are static. The same list whoever compiles (plan or tuner), hence the same
- * cache key. Returns TW_FFN_NPARAMS, or 0 when c fails tw_ffn_cfg_check. */
-size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
-                         tw_param out[TW_FFN_NPARAMS]);
+#define TW_FFN_NFN 9 /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
 
 /* The parameters the portable row kernel (ffn_rows.cu.lua, loaded by a call with tensors not
  * 16-byte aligned) is rendered with for s: K, N, T, C, dtype, gated; for compiling it ahead of
@@ -84,7 +42,7 @@ twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_c
 void tw_ffn_tk_unload(tw_ffn_tk *tk);
 
 /* The stored tuning winner of ffn_infer for plan's shape and M's bucket on this device
- * (runtime/cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
+ * (cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
  * set, or -1 (no usable winner: the bucket keeps the default; problems are logged). Context
  * current. */
 int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
@@ -99,10 +57,10 @@ typedef enum tw_ffn_kernel { TW_FFN_AUTO = 0, TW_FFN_ROWS = 1, TW_FFN_GENERIC = 
  * and loads ffn_fused where the shape and device allow it (K % 64 == 0, sm_80+, enough shared
  * memory), sets its dynamic shared memory limits and reads its twell_ffn_cfg; otherwise loads
  * ffn_rows. The tile configuration (template parameters CN, GPWA/GPWB, NWA/NWB, PF and the
- * derived DCAPA/DCAPB) is tw_ffn_cfg_default's, derived by tw_ffn_tile_config in
- * cuda_ffn_load.c; tuned winners replace it per M bucket (tw_cuda_ffn_prepare). Allocates the
- * small pinned flag buffer and an event; the workspace is allocated at the first call (it depends
- * on M and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
+ * derived DCAPA/DCAPB) is tw_ffn_cfg_default's, resolved by tw_ffn_cfg_resolve (ffn_config.c);
+ * tuned winners replace it per M bucket (tw_cuda_ffn_prepare). Allocates the small pinned flag
+ * buffer and an event; the workspace is allocated at the first call (it depends on M and the
+ * data). Inside tw_cu_enter/leave. *out NULL on failure. */
 twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. Inside
@@ -152,7 +110,7 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
  * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
  * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
  * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
- * record is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a
+ * record is tuned first (tw_tune_op_gpu, 20 s budget, synchronises the device). Never fails: a
  * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
  * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
 void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);
