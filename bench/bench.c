@@ -4,8 +4,6 @@
  */
 #include "bench.h"
 #include "cli.h"
-#include "jit.h"
-#include "plan_cuda.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,6 +26,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90] [--path auto|sparse|dense]\n"
+            "                   [--mode eager|graph|both]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -38,6 +37,9 @@ static void bench_usage(FILE *f) {
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
             "--path sets twell_plan_set_path (default auto: the plan picks sparse or dense from\n"
             "the previous call's counts); the record's variant names the path that ran.\n"
+            "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
+            "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
+            "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -105,6 +107,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->mode = "eager";
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -176,6 +179,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90");
+        } else if (!strcmp(key, "--mode")) {
+            o->mode = v;
+            bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
         } else if (!strcmp(key, "--path")) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense");
@@ -254,6 +260,46 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->date, sizeof r->date, "%s", env->date);
 }
 
+int bench_plan_int(twell_plan *plan, int op) {
+    int v = 0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : 0;
+}
+
+double bench_plan_double(twell_plan *plan, int op) {
+    double v = -1.0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : -1.0;
+}
+
+size_t bench_plan_size(twell_plan *plan, int op) {
+    size_t v = 0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : 0;
+}
+
+twell_path bench_plan_path(twell_plan *plan, int op) {
+    twell_path v = TWELL_PATH_AUTO;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+double bench_plan_threshold(twell_plan *plan, size_t M) {
+    double v = -1.0;
+    return tw_test_control(TW_TC_DENSE_THRESHOLD, plan, M, &v) == TWELL_OK ? v : -1.0;
+}
+
+const char *bench_plan_variant(twell_plan *plan) {
+    const char *v = "auto";
+    return tw_test_control(TW_TC_GP_VARIANT, plan, &v) == TWELL_OK && v ? v : "auto";
+}
+
+twell_path bench_state_path(twell_train_state *state, int op) {
+    twell_path v = TWELL_PATH_AUTO;
+    return tw_test_control(op, state, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+unsigned long bench_state_calls(twell_train_state *state, twell_path path) {
+    unsigned long v = 0;
+    return tw_test_control(TW_TC_TD_CALLS, state, (int)path, &v) == TWELL_OK ? v : 0;
+}
+
 size_t bench_max_M(const bench_opts *o) {
     size_t Mmax = 0;
     for (size_t i = 0; i < o->nM; i++)
@@ -276,9 +322,8 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
         fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
         return 1;
     }
-    int want = tw_gp_variant_parse(o->variant);
-    if (want != TW_GP_AUTO &&
-        tw_cuda_plan_gate_pack_select(*plan, (tw_gp_variant)want) != TWELL_OK) {
+    if (strcmp(o->variant, "auto") != 0 &&
+        tw_test_control(TW_TC_GP_SELECT, *plan, o->variant) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
         twell_plan_destroy(*plan);
         *plan = NULL;
@@ -328,6 +373,11 @@ twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *par
 }
 
 twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
+    return bench_ew_launch_on(ctx, fn, args, NULL);
+}
+
+twell_status bench_ew_launch_on(twell_ctx *ctx, tw_CUfunction fn, void **args,
+                                twell_stream stream) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
@@ -335,7 +385,7 @@ twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st == TWELL_OK) {
-        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
+        st = tw_cu_launch(ctx, fn, &cfg, stream, args);
         tw_cu_leave(ctx, &sc);
     }
     return st;

@@ -11,9 +11,6 @@
  * unwritten or malformed words.
  */
 #include "bench.h"
-#include "cpu_ref.h"
-#include "pack_check.h"
-#include "plan_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +103,7 @@ static int bench_gp_check(bench_env *env, const twell_shape *s, twell_plan *plan
              * order; tensor-core kernels sum in another order, so near-cancelling values may move
              * further while staying inside the fp32 bounds that tiles_bad checks. */
             ok = c.tiles_bad == 0 &&
-                 (tw_cuda_plan_gate_pack_variant(plan) != TW_GP_SIMT || c.worst_ulp <= 1);
+                 (strcmp(bench_plan_variant(plan), "simt") != 0 || c.worst_ulp <= 1);
             if (c.tiles_bad)
                 snprintf(r->check_note, sizeof r->check_note, "%zu bad row-tiles; first: %s",
                          c.tiles_bad, c.first_bad);
@@ -137,7 +134,7 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
     twell_plan *plan = NULL;
     if (bench_plan_open(env, &s, &plan) != 0)
         return 1;
-    const char *variant = tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan));
+    const char *variant = bench_plan_variant(plan);
 
     size_t words_max = twell_packed_words(&s, Mmax);
     void *dx = NULL, *dw = NULL, *dp = NULL, *dc = NULL;

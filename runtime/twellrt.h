@@ -96,8 +96,25 @@ typedef enum twell_log_level {
  * library. The library never prints by itself. */
 typedef void (*twell_log_fn)(void *user, twell_log_level level, const char *msg);
 
+/* An on/off option whose default an environment variable may set: DEFAULT (0) takes the variable
+ * named beside the option when it is set, else the built-in default; ON and OFF are the program's
+ * choice and win over the environment. */
+typedef enum twell_switch {
+    TWELL_SWITCH_DEFAULT = 0,
+    TWELL_SWITCH_ON = 1,
+    TWELL_SWITCH_OFF = 2
+} twell_switch;
+
 /* Plain-data options, passed by pointer and copied by twell_ctx_create (strings included); the
- * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default(). */
+ * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default() and
+ * change the fields you need: fields added in later versions go at the end and keep their
+ * defaults.
+ *
+ * Environment: a field left at its default (NULL, 0 or TWELL_SWITCH_DEFAULT) takes the value of
+ * the environment variable named beside it when that is set (so an operator can steer a program
+ * that does not set the field); a field the program sets wins over the environment. The variables
+ * are read once, by twell_ctx_create (the cache directory's when the cache first opens), never
+ * during an op. README's "Environment variables" lists them all. */
 typedef struct twell_ctx_options {
     twell_backend backend;     /* default TWELL_BACKEND_AUTO */
     int device;                /* CUDA device ordinal; default 0 */
@@ -108,9 +125,31 @@ typedef struct twell_ctx_options {
     twell_log_level log_level; /* messages below this level are not delivered; default WARN */
     int cpu_threads;           /* CPU backend worker threads; 0 = one per online core */
     size_t cache_max_bytes;    /* disk cache size cap; 0 = default (1 GiB) */
+    /* Tune on first use (CUDA). OFF (the built-in default): plans only read stored tuning
+     * winners (twell_plan_tune, `twell tune`) and use their default kernels where none is stored.
+     * ON: the first call of a plan for an M bucket with no stored winner tunes that bucket first,
+     * as twell_plan_tune(plan, M, 0) does: that one call blocks for seconds (it compiles and times
+     * candidates and synchronises the device). DEFAULT: ON when $TWELL_TUNE is "1". */
+    twell_switch tune_on_first_use;
+    /* Programmatic dependent launch (CUDA, sm_90 and later): the inference pipeline's kernels may
+     * start while the previous one finishes. Results are identical either way. ON (the built-in
+     * default) uses it where the device and driver allow; OFF launches plainly. DEFAULT: OFF
+     * when $TWELL_PDL is "0". */
+    twell_switch pdl;
+    /* Directory of the kernel templates (templates/<group>/<name>.cu.lua). NULL:
+     * $TWELL_TEMPLATE_DIR, else the installed share/twellrt/templates beside the library, else
+     * the source tree the library was built from. */
+    const char *template_dir;
+    /* The NVRTC library to load (a path or a file name for the loader). NULL:
+     * $TWELL_NVRTC_LIBRARY, else libnvrtc.so.13, .so.12, .so from the loader's path, then from
+     * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. NVRTC is loaded once per process, by the first
+     * context that compiles: a later context that names another library logs a warning and uses
+     * the one loaded. */
+    const char *nvrtc_library;
 } twell_ctx_options;
 
-/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores). */
+/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every
+ * environment-backed field at its default). */
 TWELL_API twell_ctx_options twell_ctx_options_default(void);
 
 /* Creates a context. opts may be NULL (defaults). On success *out is the new context; on failure
@@ -232,12 +271,18 @@ typedef void *twell_stream;
  *           largest on rows with very few active values; measured errors in BENCHMARKS.md).
  *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
- *   AUTO    the default: SPARSE for the plan's first call; after that DENSE when, in the most
- *           recent call whose counts have reached the host, the mean number of active values
- *           per row exceeds about 1.33% of N (where the two paths cross) and M ≥ 1024,
- *           else SPARSE. The counts are copied back asynchronously and read only once they have
- *           arrived, so no call waits for the device in the steady state and the choice follows
- *           the data one call later. Where DENSE cannot run, AUTO is SPARSE.
+ *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
+ *           exceeds the crossover for the call's M, else SPARSE. What the plan knows: the
+ *           counts of the most recent call that have reached the host, else the nnz_per_row
+ *           given to twell_plan_reserve, else nothing (then SPARSE). The crossover (where the
+ *           two paths cross), as a fraction of N active per row: 2.0% from M = 32, 1.33% from
+ *           128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below M = 32 always SPARSE;
+ *           after a DENSE call AUTO stays dense down to 0.8 of it (measurements:
+ *           runtime/ops/ffn/ffn_policy.h, BENCHMARKS.md). The counts are copied
+ *           back asynchronously and read only once they have arrived, so no call waits for the
+ *           device in the steady state and the choice follows the data one call later. Where
+ *           DENSE cannot run, AUTO is SPARSE. In a captured call the choice is fixed at capture
+ *           (see "CUDA graphs").
  * Both paths are deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
@@ -262,6 +307,88 @@ TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
  * TWELL_ERR_INVALID_ARG for an unknown value; whether DENSE can run is checked by the call (see
  * twell_path). */
 TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
+
+/* twell_plan_tune flags: TWELL_TUNE_STORED_ONLY times nothing (it loads the stored winners, else
+ * keeps the defaults); TWELL_TUNE_RETUNE times again where a winner is stored (it is replaced only
+ * by a challenger at least 3% faster). */
+#define TWELL_TUNE_STORED_ONLY 1u
+#define TWELL_TUNE_RETUNE 2u
+
+/* Tunes plan's kernels for M rows and loads the winners (CUDA), so that later calls whose M falls
+ * in the same bucket (the power of two ≥ M) run them with nothing left to look up or compile.
+ * For each op of the plan (gate-pack, then fused inference): the stored winner of (op, shape,
+ * bucket, this GPU and driver) when one is stored; else candidate configurations compiled and
+ * timed now on synthetic sparse data, the fastest stored in the context's cache, where later
+ * plans and other processes find it (`twell tune` does the same ahead of deployment). An op
+ * whose kernel has no tuning space for this shape and device keeps its default configuration.
+ * Plans otherwise only read stored winners (unless the context has options.tune_on_first_use),
+ * so a process that never tunes never pays for it.
+ *
+ * Blocking: with no stored winner the call compiles, times and synchronises the device, seconds
+ * per op (about 6 to 20 s, budget-limited); with stored winners, milliseconds. Call it at
+ * start-up, never while a stream is being captured; twell_plan_reserve then resolves the tuned
+ * kernels of every bucket up to the largest M for capture. flags: 0 (tune what has no winner),
+ * TWELL_TUNE_STORED_ONLY (time nothing: resolve M's bucket from the store now) or
+ * TWELL_TUNE_RETUNE. On the CPU backend there is nothing to tune: TWELL_OK. Errors:
+ * TWELL_ERR_INVALID_ARG (NULL plan, M = 0, unknown flags, both flags), and those of tuning
+ * (compile, CUDA, cache); the plan then runs what it ran before. */
+TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags);
+
+/* Prepares plan for calls of up to max_M rows, so that later calls of twell_gate_pack and
+ * twell_ffn_infer with M ≤ max_M load, compile, tune, look up and allocate nothing, and can be
+ * captured into a CUDA graph (see "CUDA graphs" below). nnz_per_row (0 ≤ nnz_per_row ≤ N) is
+ * the mean number of active values per row the caller expects: it sizes the sparse path's lists
+ * (every value of min(max_M, 65536) rows at that mean, plus their padding) and overflow buffers,
+ * and AUTO takes it as its density estimate until counts of real calls have reached the host.
+ * On CUDA it resolves the tuned kernels of every M bucket up to max_M and allocates: the sparse
+ * path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of bookkeeping; per list
+ * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
+ * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
+ * 16·K bytes each), and, where the dense path can run and the plan's path is not SPARSE, the
+ * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h). Buffers only grow;
+ * eager calls with denser data still grow them as before. Data needing more than a captured
+ * call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the plan's
+ * earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
+ * Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0, nnz_per_row not in [0, N]),
+ * TWELL_ERR_NO_MEMORY (what was allocated before stays), TWELL_ERR_CUDA. */
+TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
+
+/* ---------------------------------------------------------------------------------------------
+ * CUDA graphs
+ *
+ * twell_gate_pack and twell_ffn_infer can be captured on the caller's stream (cuStreamBeginCapture
+ * / cudaStreamBeginCapture / torch.cuda.graph, any capture mode; not the legacy default stream,
+ * which cannot be captured) and the graph replayed with new data in the same buffers. A call
+ * sees the capture (cuStreamIsCapturing) and then enqueues kernels and memsets only: it queries,
+ * records and waits for no event, synchronises nothing, copies nothing back and allocates
+ * nothing. What it would otherwise decide on the host is fixed when it is captured:
+ *   - the kernels: those of the call's M bucket as resolved by twell_plan_reserve or an earlier
+ *     eager call (an unresolved bucket runs the default configuration);
+ *   - the path of twell_ffn_infer: DENSE or SPARSE as set, AUTO the path its policy picks for M
+ *     from the estimate the host holds at capture (the counts of earlier eager calls, else
+ *     reserve's nnz_per_row, else none: sparse); captured calls count nothing for AUTO;
+ *   - the workspace: as reserved (twell_plan_reserve) or grown by earlier eager calls. A
+ *     captured sparse call whose data needs more list slots or overflow room than it holds runs
+ *     the exact fallback kernel for that chunk of rows, decided on the device at each replay, so
+ *     the result is exact (within the stated tolerance) whatever the data; its bytes then differ
+ *     at rounding level from the tiled pipeline's. With no sparse workspace reserved at all a
+ *     captured call runs that exact kernel throughout (slow; a warning is logged); more rows than
+ *     reserved run in chunks of the reserved size. A captured DENSE call needs its workspace
+ *     reserved (else TWELL_ERR_INVALID_ARG, nothing enqueued); AUTO then runs sparse. A captured
+ *     call with x, a weight or y not 16-byte aligned needs the portable kernel loaded by an
+ *     earlier eager call with such tensors (else TWELL_ERR_UNSUPPORTED).
+ * Replays are bitwise identical to an eager call on the same plan that takes the same path and
+ * kernels with the same workspace. The caller orders a graph's replays with the plan's other
+ * calls (one stream, or its own events): the library orders eager calls across streams itself
+ * but cannot see replays. The device buffers a graph was captured with stay allocated until the
+ * plan is destroyed (eager calls that need larger ones allocate new ones); a graph must not be
+ * replayed after its plan is destroyed.
+ * Training calls are not capturable: a sparse twell_ffn_forward_train synchronises the host once
+ * per call (it sizes its saved state from the exact counts: the host sync noted under Training),
+ * a dense one queries an event and copies its count back for AUTO and allocates its workspace on
+ * first use, and twell_ffn_backward may grow buffers; a capture that includes one fails or is
+ * invalidated. Run them eagerly.
+ * ------------------------------------------------------------------------------------------- */
 
 /* ---------------------------------------------------------------------------------------------
  * Inference ops

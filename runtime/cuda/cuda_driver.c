@@ -5,8 +5,8 @@
  */
 #include "cuda_driver.h"
 #include "cuda_driver_api.h"
+#include "test_control.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +76,11 @@ static const struct {
     {716, "CUDA_ERROR_MISALIGNED_ADDRESS"},
     {719, "CUDA_ERROR_LAUNCH_FAILED"},
     {801, "CUDA_ERROR_NOT_SUPPORTED"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+    {905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
+    {907, "CUDA_ERROR_CAPTURED_EVENT"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
     {912, "CUDA_ERROR_INVALID_CLUSTER_SIZE"},
     {999, "CUDA_ERROR_UNKNOWN"},
@@ -164,7 +169,7 @@ twell_status tw_cu_device_open(twell_ctx *ctx, int ordinal, tw_cuda *d) {
         snprintf(d->arch, sizeof d->arch, "sm_90a");
     else
         snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
-    d->pdl = tw_cu_pdl_allowed(d->cc_major);
+    d->pdl = ctx->pdl && tw_cu_pdl_supported(d->cc_major);
     TW_CU_TRY(ctx, DevicePrimaryCtxRetain, &d->cu, d->dev);
     return TWELL_OK;
 }
@@ -289,18 +294,7 @@ twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr
     return TWELL_OK;
 }
 
-static pthread_once_t tw_pdl_once = PTHREAD_ONCE_INIT;
-static int tw_pdl_env = 1;
-
-static void tw_pdl_read_env(void) {
-    const char *e = getenv("TWELL_PDL");
-    tw_pdl_env = !(e && e[0] == '0' && e[1] == '\0');
-}
-
-int tw_cu_pdl_allowed(int cc_major) {
-    pthread_once(&tw_pdl_once, tw_pdl_read_env);
-    return tw_pdl_env && cc_major >= 9 && tw_cu.LaunchKernelEx != NULL;
-}
+int tw_cu_pdl_supported(int cc_major) { return cc_major >= 9 && tw_cu.LaunchKernelEx != NULL; }
 
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,
                           twell_stream stream, void **args) {
@@ -395,22 +389,34 @@ static tw_CUdeviceptr tw_dptr(const void *p) { return (tw_CUdeviceptr)(uintptr_t
  * state of an op makes none). */
 static atomic_ulong tw_host_waits;
 
-unsigned long tw_cuda_host_waits(void) { return atomic_load(&tw_host_waits); }
-
+/* Allocation fault injection (TW_TC_CUDA_FAULT_INJECT): the countdown to the allocation that
+ * fails, whether it fired since arming, and the blocks allocated and not yet freed. */
 static atomic_long tw_fault_countdown, tw_live_allocs;
 static atomic_int tw_fault_fired;
 
-void tw_cuda_fault_inject(long n) {
-    if (n > 0) /* arming clears the record; disarming (0) keeps it for tw_cuda_fault_fired */
-        atomic_store(&tw_fault_fired, 0);
-    atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
+twell_status tw_cuda_test_control(int op, va_list ap) {
+    switch (op) {
+    case TW_TC_CUDA_FAULT_INJECT: {
+        long n = va_arg(ap, long);
+        if (n > 0) /* arming clears the record; disarming (0) keeps it for FAULT_FIRED */
+            atomic_store(&tw_fault_fired, 0);
+        atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
+        return TWELL_OK;
+    }
+    case TW_TC_CUDA_FAULT_FIRED:
+        *va_arg(ap, int *) = atomic_load(&tw_fault_fired);
+        return TWELL_OK;
+    case TW_TC_CUDA_LIVE_ALLOCS:
+        *va_arg(ap, long *) = atomic_load(&tw_live_allocs);
+        return TWELL_OK;
+    case TW_TC_CUDA_HOST_WAITS:
+        *va_arg(ap, unsigned long *) = atomic_load(&tw_host_waits);
+        return TWELL_OK;
+    }
+    return TWELL_ERR_INVALID_ARG;
 }
 
-int tw_cuda_fault_fired(void) { return atomic_load(&tw_fault_fired); }
-
-long tw_cuda_live_allocs(void) { return atomic_load(&tw_live_allocs); }
-
-/* 1 when this allocation is the one tw_cuda_fault_inject asked to fail. */
+/* 1 when this allocation is the one TW_TC_CUDA_FAULT_INJECT asked to fail. */
 static int tw_fault_now(void) {
     long v = atomic_load(&tw_fault_countdown);
     while (v > 0 && !atomic_compare_exchange_weak(&tw_fault_countdown, &v, v - 1)) {
@@ -450,6 +456,35 @@ void tw_cuda_free(twell_ctx *ctx, void *dptr) {
     if (tw_cu.MemFree(tw_dptr(dptr)) == TW_CUDA_SUCCESS)
         atomic_fetch_sub(&tw_live_allocs, 1);
     tw_cu_leave(ctx, &sc);
+}
+
+void tw_cuda_keep_free(twell_ctx *ctx, tw_cuda_keep *keep, int captured, void *dptr) {
+    if (!dptr)
+        return;
+    if (!captured) {
+        tw_cuda_free(ctx, dptr);
+        return;
+    }
+    if (keep->n == keep->cap) {
+        size_t cap = keep->cap ? 2 * keep->cap : 8;
+        void **p = realloc(keep->p, cap * sizeof *p);
+        if (!p) {
+            tw_log(ctx, TWELL_LOG_WARN,
+                   "a device buffer a captured graph may use is leaked (no host memory to track "
+                   "it)");
+            return;
+        }
+        keep->p = p;
+        keep->cap = cap;
+    }
+    keep->p[keep->n++] = dptr;
+}
+
+void tw_cuda_keep_release(twell_ctx *ctx, tw_cuda_keep *keep) {
+    for (size_t i = 0; i < keep->n; i++)
+        tw_cuda_free(ctx, keep->p[i]);
+    free(keep->p);
+    memset(keep, 0, sizeof *keep);
 }
 
 twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
@@ -623,4 +658,73 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
     atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = tw_cu.EventSynchronize(ev));
+}
+
+/* ---- stream capture ---- */
+
+twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *capturing) {
+    *capturing = 0;
+    if (!tw_cu.StreamIsCapturing)
+        return TWELL_OK; /* a driver without it has no graphs */
+    int status = 0;      /* CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated */
+    TW_CU_SCOPED(ctx, "cuStreamIsCapturing", {
+        r_ = tw_cu.StreamIsCapturing((tw_CUstream)stream, &status);
+        if (r_ == TW_CUDA_SUCCESS)
+            *capturing = status != 0;
+    });
+}
+
+static twell_status tw_cuda_graph_api(twell_ctx *ctx) {
+    if (!tw_cu.StreamBeginCapture || !tw_cu.StreamEndCapture || !tw_cu.GraphInstantiate ||
+        !tw_cu.GraphLaunch || !tw_cu.GraphExecDestroy || !tw_cu.GraphDestroy)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "CUDA graphs: not in this driver");
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_capture_begin(twell_ctx *ctx, twell_stream stream, int mode) {
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    TW_CU_SCOPED(ctx, "cuStreamBeginCapture_v2",
+                 r_ = tw_cu.StreamBeginCapture((tw_CUstream)stream, mode));
+}
+
+twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_graph *out) {
+    *out = NULL;
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    tw_cu_scope sc;
+    if ((st = tw_cu_enter(ctx, &sc)) != TWELL_OK)
+        return st;
+    tw_CUgraph g = NULL;
+    tw_CUgraphExec e = NULL;
+    tw_CUresult r = tw_cu.StreamEndCapture((tw_CUstream)stream, &g);
+    const char *call = "cuStreamEndCapture";
+    if (r == TW_CUDA_SUCCESS) {
+        r = tw_cu.GraphInstantiate(&e, g, 0ull);
+        call = "cuGraphInstantiateWithFlags";
+    }
+    if (g)
+        tw_cu.GraphDestroy(g); /* the executable graph keeps what it needs */
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, call, r);
+    *out = e;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream) {
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    TW_CU_SCOPED(ctx, "cuGraphLaunch", r_ = tw_cu.GraphLaunch(g, (tw_CUstream)stream));
+}
+
+void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g) {
+    tw_cu_scope sc;
+    if (!g || !tw_cu.GraphExecDestroy || tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.GraphExecDestroy(g);
+    tw_cu_leave(ctx, &sc);
 }

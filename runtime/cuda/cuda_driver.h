@@ -9,6 +9,7 @@
 
 #include "internal.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,8 @@ typedef struct tw_CUmod_st *tw_CUmodule;
 typedef struct tw_CUfunc_st *tw_CUfunction;
 typedef struct tw_CUstream_st *tw_CUstream;
 typedef struct tw_CUevent_st *tw_CUevent;
+typedef struct tw_CUgraph_st *tw_CUgraph;
+typedef struct tw_CUgraphExec_st *tw_CUgraphExec;
 
 enum {
     TW_CUDA_SUCCESS = 0,
@@ -32,7 +35,10 @@ enum {
     TW_CUDA_ERROR_INVALID_DEVICE = 101,
     TW_CUDA_ERROR_INVALID_IMAGE = 200,
     TW_CUDA_ERROR_NOT_FOUND = 500,
-    TW_CUDA_ERROR_NOT_READY = 600
+    TW_CUDA_ERROR_NOT_READY = 600,
+    TW_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    TW_CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    TW_CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906
 };
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned at least (the driver asks for 64; the header
@@ -164,10 +170,10 @@ typedef struct tw_cu_launch_cfg {
     unsigned pdl;  /* 1: programmatic dependent launch when the device allows it */
 } tw_cu_launch_cfg;
 
-/* Whether programmatic dependent launch is used on a device of compute capability cc_major with
- * this driver: sm_90+, cuLaunchKernelEx present, and the environment does not set TWELL_PDL=0
- * (read once per process). Pure after the first call. */
-int tw_cu_pdl_allowed(int cc_major);
+/* Whether a device of compute capability cc_major can use programmatic dependent launch with
+ * this driver: sm_90+ and cuLaunchKernelEx present (the driver must be loaded). A context uses it
+ * when this holds and its options want it (twell_ctx_options.pdl): tw_cuda.pdl. */
+int tw_cu_pdl_supported(int cc_major);
 
 /* Enqueues fn on stream (NULL: the legacy default stream). args as for cuLaunchKernel: one
  * pointer per kernel parameter, pointing at its value. No host allocation. */
@@ -193,6 +199,19 @@ twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int dat
 
 twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr); /* *dptr NULL on error */
 void tw_cuda_free(twell_ctx *ctx, void *dptr);                          /* NULL is a no-op */
+/* Device buffers a captured CUDA graph may still use. An op that replaces a buffer its captured
+ * calls were recorded with must not free it (the graph would replay into freed memory): it hands
+ * it to tw_cuda_keep_free, which frees it at once when nothing was captured (captured == 0) and
+ * otherwise keeps it until tw_cuda_keep_release (the op's release: the plan's graphs must not be
+ * replayed after the plan is destroyed). If the list cannot grow (host memory), the buffer is
+ * leaked rather than freed, with a warning. release frees every kept buffer; NULL pointers are
+ * ignored. */
+typedef struct tw_cuda_keep {
+    void **p;
+    size_t n, cap;
+} tw_cuda_keep;
+void tw_cuda_keep_free(twell_ctx *ctx, tw_cuda_keep *keep, int captured, void *dptr);
+void tw_cuda_keep_release(twell_ctx *ctx, tw_cuda_keep *keep);
 twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
 twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
 twell_status tw_cuda_memcpy_dtod(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
@@ -236,17 +255,31 @@ twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev);
 /* Makes later work on stream wait for ev (cuStreamWaitEvent); the host does not wait. */
 twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev);
 
-/* How many calls of this process so far blocked the host on device work: tw_cuda_synchronize,
- * tw_cuda_stream_synchronize, tw_cuda_event_synchronize, tw_cuda_event_elapsed and the
- * synchronous tw_cuda_memcpy_dtoh (whether or not they succeeded). Thread-safe. */
-unsigned long tw_cuda_host_waits(void);
+/* ---- stream capture (CUDA graphs) ---- */
 
-/* Test hooks (tests/test_gpu_fault.c): tw_cuda_fault_inject(n) makes the n-th device or
- * page-locked allocation from now fail as CUDA_ERROR_OUT_OF_MEMORY (n = 0 disarms; the countdown
- * is process-wide), tw_cuda_fault_fired says whether that failure happened since the last arming,
- * and tw_cuda_live_allocs counts the device and page-locked blocks allocated and not yet freed. */
-void tw_cuda_fault_inject(long n);
-int tw_cuda_fault_fired(void);
-long tw_cuda_live_allocs(void);
+/* Whether work enqueued on stream now is being captured into a graph (cuStreamIsCapturing):
+ * *capturing 1 when a capture is active (or was invalidated: nothing may be enqueued there
+ * either), 0 when not, or when the driver lacks the entry point (no graphs at all). Asking about
+ * the legacy default stream (NULL) while a blocking stream of the context is capturing is an error
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that stream cannot be used then. Allowed during capture in
+ * every capture mode: it neither waits nor allocates. */
+twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *capturing);
+
+/* For the tests and the bench: capture work enqueued on stream (not the legacy default stream)
+ * into a graph, instantiate it and replay it. mode is the driver's CUstreamCaptureMode: 0 global
+ * (while it lasts, any thread's call that could wait, query or allocate invalidates it: what
+ * PyTorch's torch.cuda.graph uses by default), 1 thread-local, 2 relaxed. capture_end ends the
+ * capture and instantiates the graph (*out NULL on failure, e.g. CUDA_ERROR_STREAM_CAPTURE_
+ * INVALIDATED when a call in between was not capturable). TWELL_ERR_UNSUPPORTED when the driver
+ * lacks the graph entry points. */
+typedef struct tw_CUgraphExec_st *tw_cuda_graph;
+twell_status tw_cuda_capture_begin(twell_ctx *ctx, twell_stream stream, int mode);
+twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_graph *out);
+twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream);
+void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g); /* NULL is a no-op */
+
+/* The TW_TC_CUDA_* operations of tw_test_control (test_control.h): allocation fault injection
+ * (tests/test_gpu_fault.c), live allocations, host waits. Process-wide, thread-safe. */
+twell_status tw_cuda_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_DRIVER_H */

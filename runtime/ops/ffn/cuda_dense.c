@@ -1,12 +1,16 @@
 /*
  * cuda_dense.c — the dense path of twell_ffn_infer on Hopper (two tensor-core GEMMs after the
- * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua) and the AUTO choice
- * between it and the sparse path, made from counts read back asynchronously (cuda_dense.h).
+ * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua) and the dispatch of a
+ * call: AUTO's choice (ffn_policy.h) from counts read back asynchronously, and what changes while
+ * the caller's stream is being captured into a CUDA graph (cuda_dense.h).
  */
 #include "cuda_dense.h"
 
+#include "ffn_policy.h"
+
 #include "jit.h"
 #include "op_plan.h"
+#include "test_control.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -55,9 +59,12 @@ struct tw_dense {
     int used;
     twell_stream last_stream;
     double est;       /* mean active values per row of the latest counts read; -1 none */
-    double threshold; /* > 0: set by the hook */
-    size_t min_rows;
+    double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
+    double threshold; /* > 0: set through test control (TW_TC_DENSE_SET_THRESHOLD) */
+    size_t min_rows;  /* > 0: set through test control (TW_TC_DENSE_SET_MIN_ROWS) */
     twell_path last;
+    int captured;      /* a captured call used the workspace: replaced buffers go to keep */
+    tw_cuda_keep keep; /* buffers captured graphs may still use (freed at release) */
     int grow_syncs;
     unsigned long calls[3]; /* by twell_path */
 };
@@ -155,8 +162,8 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
     if (!d)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: out of memory for the dense state");
     d->est = -1.0;
+    d->hint = -1.0;
     d->last = TWELL_PATH_AUTO;
-    d->min_rows = TW_DENSE_MIN_ROWS;
     size_t rows = TW_DENSE_H_BYTES / (2u * (size_t)s->N) / TW_DG_UNIT_ROWS * TW_DG_UNIT_ROWS;
     d->chunk_rows = rows < TW_DG_UNIT_ROWS ? TW_DG_UNIT_ROWS : rows > 65536u ? 65536u : rows;
     if (strcmp(dev->arch, "sm_90a") != 0) {
@@ -209,6 +216,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
         return;
     twell_ctx *ctx = plan->ctx;
     tw_dense_unload(d);
+    tw_cuda_keep_release(ctx, &d->keep);
     tw_cuda_free(ctx, d->h);
     tw_cuda_free(ctx, d->flags);
     tw_cuda_free(ctx, d->wdt);
@@ -327,8 +335,8 @@ static twell_status tw_dense_collect(twell_plan *plan, tw_dense *d) {
     return TWELL_OK;
 }
 
-static double tw_dense_thr(const tw_dense *d, const twell_shape *s) {
-    return d->threshold > 0.0 ? d->threshold : TW_DENSE_DENSITY * (double)s->N;
+static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
+    return d->threshold > 0.0 ? d->threshold : tw_ffn_policy_dense_threshold(M, s->N);
 }
 
 /* Workspace for chunks of R rows: H, the unit flags and Wdᵀ. A larger H waits for the previous
@@ -352,8 +360,8 @@ static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
         tw_cuda_free(ctx, h);
         return st;
     }
-    tw_cuda_free(ctx, d->h);
-    tw_cuda_free(ctx, d->flags);
+    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->h);
+    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->flags);
     d->h = h;
     d->flags = fl;
     d->h_rows = R;
@@ -363,7 +371,7 @@ static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
 /* The dense pipeline for M rows (workspace reserved, stream ordered). */
 static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const void *x,
                                  const uint32_t *packed, const void *wg, const void *wu,
-                                 const void *wd, void *y, twell_stream stream) {
+                                 const void *wd, void *y, int capturing, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t sms = (size_t)ctx->cuda->sm_count;
@@ -392,7 +400,32 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
                              stream));
     }
-    return tw_dense_count_end(plan, d, slot, M, 0, stream);
+    /* a captured call's counts are not read back: the host may never see a graph's replays */
+    return capturing ? TWELL_OK : tw_dense_count_end(plan, d, slot, M, 0, stream);
+}
+
+twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
+    if (!d->available)
+        return TWELL_OK;
+    return tw_dense_reserve(plan, d, tw_min(max_M, d->chunk_rows));
+}
+
+void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per_row; }
+
+/* AUTO's route for a call of M rows (dense_ok: the dense path can run it). */
+static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
+                                   int dense_ok) {
+    tw_ffn_policy_in in;
+    memset(&in, 0, sizeof in);
+    in.M = M;
+    in.N = plan->shape.N;
+    in.est = d->est >= 0.0 ? d->est : d->hint;
+    in.small_ok = 0;
+    in.dense_ok = dense_ok;
+    in.was_dense = d->last == TWELL_PATH_DENSE;
+    in.dense_thr = d->threshold;
+    in.dense_min_rows = d->min_rows;
+    return tw_ffn_policy(&in);
 }
 
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
@@ -402,12 +435,16 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     const twell_shape *s = &plan->shape;
     uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
                     (uintptr_t)(s->gated ? wg : NULL);
+    int capturing = 0;
+    TW_TRY(tw_cuda_stream_capturing(ctx, stream, &capturing));
     if ((any & 1u) || ((uintptr_t)packed & 3u))
-        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL,
+        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL); /* its error */
     int can = d->available && (any & 15u) == 0;
     int dense = 0;
-    TW_TRY(tw_dense_collect(plan, d));
+    /* While capturing nothing may query an event: the path is fixed from what the host knows. */
+    if (!capturing)
+        TW_TRY(tw_dense_collect(plan, d));
     if (plan->path == TWELL_PATH_DENSE) {
         if (!d->available)
             return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
@@ -418,11 +455,20 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                             "twell_ffn_infer: TWELL_PATH_DENSE needs x, the weights and y 16-byte "
                             "aligned");
         dense = 1;
-    } else if (plan->path == TWELL_PATH_AUTO && can && d->est >= 0.0 && M >= d->min_rows) {
-        double thr = tw_dense_thr(d, s);
-        dense = d->est > (d->last == TWELL_PATH_DENSE ? TW_DENSE_STAY * thr : thr);
+    } else if (plan->path == TWELL_PATH_AUTO) {
+        dense = tw_dense_route(plan, d, M, can) == TW_ROUTE_DENSE;
     }
-    if (dense) {
+    if (dense && capturing && (!d->wdt || d->h_rows == 0)) {
+        /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
+         * (or an earlier eager dense call) */
+        if (plan->path == TWELL_PATH_DENSE)
+            return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                            "twell_ffn_infer: TWELL_PATH_DENSE during stream capture needs its "
+                            "workspace reserved first (twell_plan_reserve)");
+        tw_log(ctx, TWELL_LOG_WARN,
+               "ffn_infer: captured call: the dense workspace is not reserved; running sparse");
+        dense = 0;
+    } else if (dense && !capturing) {
         twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows));
         if (st != TWELL_OK && plan->path == TWELL_PATH_DENSE)
             return st;
@@ -434,66 +480,73 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         }
     }
     if (dense) {
-        if (d->used && stream != d->last_stream)
+        if (!capturing && d->used && stream != d->last_stream)
             TW_TRY(tw_cuda_stream_wait_event(ctx, stream, d->done));
-        TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, stream));
-        TW_TRY(tw_cuda_event_record(ctx, d->done, stream));
-        d->used = 1;
-        d->last_stream = stream;
-    } else {
-        if (plan->path == TWELL_PATH_AUTO && can) {
-            /* The sparse pre-pass counts the active values into the slot (no counting kernel,
-             * no memset); a call that runs a simple kernel instead is counted here. */
-            unsigned slot = tw_dense_slot_take(d);
-            int counted = 0;
-            uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
-            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, dst, &counted));
-            if (!counted) {
-                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
-                for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
-                    size_t m = tw_min(M - r0, d->chunk_rows);
-                    TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot,
-                                          stream));
-                }
-            }
-            TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+        TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, capturing, stream));
+        if (capturing) {
+            d->captured = 1; /* the graph holds h, flags and wdt from now on */
         } else {
-            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL, NULL));
+            TW_TRY(tw_cuda_event_record(ctx, d->done, stream));
+            d->used = 1;
+            d->last_stream = stream;
         }
+    } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
+        /* The sparse pre-pass counts the active values into the slot (no counting kernel, no
+         * memset); a call that runs a simple kernel instead is counted here. */
+        unsigned slot = tw_dense_slot_take(d);
+        int counted = 0;
+        uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
+        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, 0, dst, &counted));
+        if (!counted) {
+            TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+            for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
+                size_t m = tw_min(M - r0, d->chunk_rows);
+                TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot, stream));
+            }
+        }
+        TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+    } else {
+        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
+                                  NULL));
     }
     d->last = dense ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
     d->calls[d->last]++;
     return TWELL_OK;
 }
 
-/* ---- hooks ---- */
+/* ---- test control (test_control.h's TW_TC_DENSE_*) ---- */
 
 static tw_dense *tw_plan_dense(const twell_plan *plan) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     return cp ? cp->dense : NULL;
 }
 
-int tw_cuda_dense_available(const twell_plan *plan) {
+static int tw_cuda_dense_available(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->available : 0;
 }
 
-twell_path tw_cuda_dense_last_path(const twell_plan *plan) {
+static twell_path tw_cuda_dense_last_path(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->last : TWELL_PATH_AUTO;
 }
 
-double tw_cuda_dense_estimate(const twell_plan *plan) {
+static double tw_cuda_dense_estimate(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->est : -1.0;
 }
 
-double tw_cuda_dense_threshold(const twell_plan *plan) {
+static double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_dense_thr(d, &plan->shape) : -1.0;
+    return d ? tw_dense_thr(d, &plan->shape, M) : -1.0;
 }
 
-twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
+static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
+    const tw_dense *d = tw_plan_dense(plan);
+    return d ? tw_ffn_route_name(tw_dense_route(plan, d, M, d->available)) : NULL;
+}
+
+static twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -502,7 +555,7 @@ twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
     return TWELL_OK;
 }
 
-twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
+static twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -511,7 +564,7 @@ twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
     return TWELL_OK;
 }
 
-twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
+static twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     tw_dense *d = tw_plan_dense(plan);
     out[0] = out[1] = 0;
     if (!d)
@@ -527,12 +580,12 @@ twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     return tw_cuda_memcpy_dtoh(plan->ctx, out, d->dstats + 2u * d->last_slot, 16u);
 }
 
-int tw_cuda_dense_grow_syncs(const twell_plan *plan) {
+static int tw_cuda_dense_grow_syncs(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->grow_syncs : 0;
 }
 
-size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
+static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return 0;
@@ -543,14 +596,14 @@ size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     return b;
 }
 
-unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
+static unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
     const tw_dense *d = tw_plan_dense(plan);
     if (!d || (int)path < 0 || (int)path > 2)
         return 0;
     return d->calls[path];
 }
 
-twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
+static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -566,4 +619,55 @@ twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     return tw_cuda_synchronize(ctx);
 }
 
-unsigned tw_cuda_dense_gemm_smem(void) { return TW_DG_SMEM; }
+static unsigned tw_cuda_dense_gemm_smem(void) { return TW_DG_SMEM; }
+
+twell_status tw_dense_test_control(int op, va_list ap) {
+    if (op == TW_TC_DENSE_GEMM_SMEM) {
+        *va_arg(ap, unsigned *) = tw_cuda_dense_gemm_smem();
+        return TWELL_OK;
+    }
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_DENSE_AVAILABLE:
+        *va_arg(ap, int *) = tw_cuda_dense_available(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_LAST_PATH:
+        *va_arg(ap, twell_path *) = tw_cuda_dense_last_path(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_ESTIMATE:
+        *va_arg(ap, double *) = tw_cuda_dense_estimate(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_THRESHOLD: {
+        size_t M = va_arg(ap, size_t);
+        *va_arg(ap, double *) = tw_cuda_dense_threshold(plan, M);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_ROUTE: {
+        size_t M = va_arg(ap, size_t);
+        *va_arg(ap, const char **) = tw_cuda_dense_route(plan, M);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_SET_THRESHOLD:
+        return tw_cuda_dense_set_threshold(plan, va_arg(ap, double));
+    case TW_TC_DENSE_SET_MIN_ROWS:
+        return tw_cuda_dense_set_min_rows(plan, va_arg(ap, size_t));
+    case TW_TC_DENSE_COUNTS:
+        return tw_cuda_dense_counts(plan, va_arg(ap, uint64_t *));
+    case TW_TC_DENSE_GROW_SYNCS:
+        *va_arg(ap, int *) = tw_cuda_dense_grow_syncs(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_dense_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_CALLS: {
+        twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
+        *va_arg(ap, unsigned long *) = tw_cuda_dense_calls(plan, path);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_POISON:
+        return tw_cuda_dense_poison(plan, (uint16_t)va_arg(ap, unsigned));
+    }
+    return TWELL_ERR_INVALID_ARG;
+}

@@ -1,13 +1,17 @@
 /*
  * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
  * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
- * header on the caller's stream without synchronising the host in the steady state; test and
- * tuner hooks. Modules are loaded by cuda_ffn_load.c, in configurations ruled by ffn_config.c.
+ * header on the caller's stream without synchronising the host in the steady state; the tuner's
+ * entry points and the test controls. Modules are loaded by cuda_ffn_load.c, in configurations
+ * ruled by ffn_config.c.
  */
 #include "cuda_ffn_int.h"
 
+#include "ffn_tuner.h"
+#include "gpu_tune.h"
 #include "jit.h"
 #include "op_plan.h"
+#include "test_control.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,9 +124,10 @@ static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) 
     }
 }
 
-/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle). On failure keeps the
- * old one, logs a warning and returns 0: chunks that do not fit then run the exact fallback. */
-static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *what) {
+/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle; kept rather than
+ * freed once a captured graph may use it). On failure keeps the old one, logs a warning and
+ * returns 0: chunks that do not fit then run the exact fallback. */
+static int tw_ffn_realloc(twell_ctx *ctx, tw_ffn *f, void **buf, size_t bytes, const char *what) {
     void *p = NULL;
     if (tw_cuda_malloc(ctx, bytes, &p) != TWELL_OK) {
         tw_log(ctx, TWELL_LOG_WARN,
@@ -131,7 +136,7 @@ static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *
                what, bytes, twell_ctx_errmsg(ctx));
         return 0;
     }
-    tw_cuda_free(ctx, *buf);
+    tw_cuda_keep_free(ctx, &f->keep, f->captured, *buf);
     *buf = p;
     return 1;
 }
@@ -139,7 +144,7 @@ static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *
 static int tw_ffn_set_rows(twell_plan *plan, tw_ffn *f, size_t R) {
     tw_rows_layout L;
     tw_rows_layout_of(f, R, &L);
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_rows, L.bytes, "row"))
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_rows, L.bytes, "row"))
         return 0;
     f->rows_cap = R;
     f->last_flag = NULL;
@@ -153,7 +158,7 @@ static int tw_ffn_set_ovf(twell_plan *plan, tw_ffn *f, size_t cap, size_t orows)
         cap = 0xffffffffu;
     if (orows > 0xffffffffu)
         orows = 0xffffffffu;
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
                         "overflow"))
         return 0;
     f->ovf_cap = cap;
@@ -166,7 +171,7 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
     if (cap > TW_PAIR_MAX)
         cap = TW_PAIR_MAX;
     tw_pairs_layout_of(plan, f, cap, &L);
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_pairs, L.bytes, "pair list"))
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_pairs, L.bytes, "pair list"))
         return 0;
     f->pair_cap = cap;
     return 1;
@@ -200,14 +205,15 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
  * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
- * stats_add). cnt is memset only while f->cnt_dirty: the scan leaves it zero. */
+ * stats_add). cnt is memset only while f->cnt_dirty (the scan leaves it zero), and always in a
+ * captured call: a graph may be replayed after an eager sequence that stopped half-way. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                    const uint32_t *packed, uint64_t *stats, int stats_add,
-                                   uint32_t *hflag, twell_stream stream) {
+                                   uint32_t *hflag, int capturing, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
-    if (f->cnt_dirty)
+    if (f->cnt_dirty || capturing)
         TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 4u, stream));
     f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
@@ -326,7 +332,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, 0, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -337,7 +343,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
      * fallback */
     tw_ffn_ws_of(plan, f, w);
     /* the first pass counted the active values into stats already (capacity-independent) */
-    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, stream);
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, 0, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -385,56 +391,80 @@ static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, 
     return TWELL_OK;
 }
 
+/* The tiled pipeline over M rows in chunks of at most TW_FFN_CHUNK rows. Eager: grows the
+ * workspace as the data needs (tw_ffn_collect, tw_ffn_reserve_rows, tw_ffn_probe). Captured:
+ * uses the workspace as it is (chunks of at most rows_cap rows; the row kernel when there is
+ * none), reads nothing back. */
 static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                  const uint32_t *packed, const void *wp, const void *wu,
-                                 const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                 int *counted) {
+                                 const void *wd, void *y, int capturing, twell_stream stream,
+                                 uint64_t *stats, int *counted) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t chunk = tw_min(M, TW_FFN_CHUNK);
-    TW_TRY(tw_ffn_collect(plan, f));
-    TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
-    if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
-        return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    if (capturing) {
+        if (f->rows_cap == 0 || !f->ws_ovf || !f->ws_pairs) {
+            tw_log(ctx, TWELL_LOG_WARN,
+                   "ffn_infer: captured call with no sparse workspace reserved "
+                   "(twell_plan_reserve): running the exact row kernel");
+            return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+        }
+        chunk = tw_min(chunk, f->rows_cap);
+        stats = NULL; /* a graph's counts never reach the host */
+    } else {
+        TW_TRY(tw_ffn_collect(plan, f));
+        TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
+        if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
+            return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    }
     *counted = stats != NULL;
-    int probe = !f->pinned && chunk > f->cur->probed;
+    int probe = !capturing && !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
     tw_ffn_ws_of(plan, f, &w);
     size_t c = 0;
-    for (size_t r0 = 0; r0 < M; r0 += TW_FFN_CHUNK, c++) {
-        int m = (int)tw_min(M - r0, TW_FFN_CHUNK);
+    for (size_t r0 = 0; r0 < M; r0 += chunk, c++) {
+        int m = (int)tw_min(M - r0, chunk);
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
         /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
-         * the slots are mapped, else copied after the chunk */
-        uint32_t *hflag = f->hflags_dev ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
+         * the slots are mapped, else copied after the chunk (neither in a captured call) */
+        uint32_t *hflag = f->hflags_dev && !capturing ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
         if (probe)
             TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, capturing, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
-        if (!hflag)
+        if (!hflag && !capturing)
             TW_TRY(
                 tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
+    f->last_flag = w.flag;
+    if (capturing) {
+        f->captured = 1; /* the graph holds the workspace from now on */
+        return TWELL_OK;
+    }
     if (probe && chunk > f->cur->probed)
         f->cur->probed = chunk;
-    f->last_flag = w.flag;
     f->pending = 1;
     return TWELL_OK;
 }
 
 /* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
- * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
-static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
+ * call (tw_cuda_ffn_prepare says how; a bucket without a record is tuned first when tune_now is
+ * set) and memoised. A captured call never resolves (that may load a module or tune): an
+ * unresolved bucket runs the default, not memoised. Context current. */
+static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int capturing,
+                                    int tune_now) {
     if (f->forced)
         return f->forced;
     unsigned b = tw_m_bucket_log2(M);
+    if (f->bucket[b] < 0 && capturing)
+        return &f->tk[0];
     if (f->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_ffn_cfg want;
-        if (tw_ffn_winner(plan, M, f->tune_on_first_use, &want) == 0) {
+        if (tw_ffn_winner(plan, M, tune_now, &want) == 0) {
             size_t have = SIZE_MAX;
             for (size_t i = 0; i < f->ntk && have == SIZE_MAX; i++)
                 if (!memcmp(&f->tk[i].cfg, &want, sizeof want))
@@ -462,8 +492,8 @@ static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
 
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                int *counted) {
+                                const void *wd, void *y, twell_stream stream, int capturing,
+                                uint64_t *stats, int *counted) {
     twell_ctx *ctx = plan->ctx;
     int dummy = 0;
     if (!counted)
@@ -482,34 +512,93 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     int aligned16 = (any & 15u) == 0;
     if ((k == TW_FFN_AUTO && !f->tiled) || !aligned16)
         k = TW_FFN_GENERIC; /* the tiled and row kernels load 16 bytes at a time */
+    if (k == TW_FFN_GENERIC && !f->generic && capturing)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "twell_ffn_infer: a captured call needs x, the weights and y 16-byte "
+                        "aligned (or the portable kernel loaded by an eager call first)");
     if (k == TW_FFN_GENERIC && !f->generic) {
         tw_log(ctx, TWELL_LOG_INFO,
                "ffn_infer: tensors not 16-byte aligned; loading the portable row kernel");
         TW_TRY(tw_ffn_load_generic(plan, f));
     }
-    /* Calls share the workspace: one on another stream waits for the previous one. */
-    if (f->used && stream != f->last_stream)
+    /* Calls share the workspace: one on another stream waits for the previous one (a captured
+     * call cannot wait for an event recorded outside its capture: the caller orders it). */
+    if (f->used && stream != f->last_stream && !capturing)
         TW_TRY(tw_cuda_stream_wait_event(ctx, stream, f->done));
     if (k != TW_FFN_GENERIC)
-        tw_ffn_use(f, tw_ffn_module_for(plan, f, M));
+        tw_ffn_use(f, tw_ffn_module_for(plan, f, M, capturing, f->tune_on_first_use));
     if (k == TW_FFN_AUTO)
-        TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream, stats, counted));
+        TW_TRY(
+            tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, capturing, stream, stats, counted));
     else
         TW_TRY(tw_ffn_simple(plan, f, k, M, x, packed, wp, wu, wd, y, stream));
+    if (capturing)
+        return TWELL_OK;
     TW_TRY(tw_cuda_event_record(ctx, f->done, stream));
     f->used = 1;
     f->last_stream = stream;
     return TWELL_OK;
 }
 
-/* ---- hooks ---- */
+twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    if (!f->tiled)
+        return TWELL_OK; /* the portable kernel needs no workspace */
+    /* every bucket's module now, so a captured call finds it resolved; the row workspace is laid
+     * out for the widest of them */
+    for (unsigned b = 0; b <= tw_m_bucket_log2(max_M); b++) {
+        const tw_ffn_tk *tk = tw_ffn_module_for(plan, f, (size_t)1 << b, 0, f->tune_on_first_use);
+        if (tk->words[TW_CFG_NC] > f->nc_ws) {
+            f->nc_ws = tk->words[TW_CFG_NC];
+            f->rows_cap = 0;
+        }
+    }
+    size_t chunk = tw_min(max_M, TW_FFN_CHUNK);
+    TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
+    if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "twell_plan_reserve: cannot allocate the sparse workspace for %zu rows",
+                        chunk);
+    if (f->pinned)
+        return TWELL_OK; /* capacities fixed through test control (TW_TC_FFN_SET_CAPACITY) */
+    double values = nnz_per_row * (double)chunk; /* active values of a chunk */
+    uint32_t W = s->T / s->C;
+    /* pair slots: every value, plus each list's padding to a multiple of PADQ (≤ 16) with lists
+     * of 8 tokens (the smallest GT) per chunk of neurons */
+    double lists = (double)tw_cdiv(chunk, 8) * f->nc_ws;
+    tw_ffn_need n;
+    n.pairs = (size_t)(values + 15.0 * lists) + 1024;
+    double tiles = values / (double)W, all_tiles = (double)chunk * f->NT;
+    n.ovf = (size_t)(tiles < all_tiles ? tiles : all_tiles) + 64;
+    n.orows = tw_min(tw_min(chunk, n.ovf), chunk / 16 + 16);
+    if (n.pairs <= f->pair_cap && n.ovf <= f->ovf_cap && n.orows <= f->orow_cap)
+        return TWELL_OK;
+    if (f->used) /* the old buffers may still be in use */
+        TW_TRY(tw_cuda_event_synchronize(ctx, f->done));
+    size_t want_pairs = n.pairs > f->pair_cap ? n.pairs : f->pair_cap;
+    if (n.pairs > f->pair_cap && !tw_ffn_set_pairs(plan, f, want_pairs))
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "twell_plan_reserve: cannot allocate %zu pair slots", want_pairs);
+    if ((n.ovf > f->ovf_cap || n.orows > f->orow_cap) &&
+        !tw_ffn_set_ovf(plan, f, n.ovf > f->ovf_cap ? n.ovf : f->ovf_cap,
+                        n.orows > f->orow_cap ? n.orows : f->orow_cap))
+        return tw_error(
+            ctx, TWELL_ERR_NO_MEMORY,
+            "twell_plan_reserve: cannot allocate the overflow workspace (%zu row-tiles, "
+            "%zu rows)",
+            n.ovf, n.orows);
+    return TWELL_OK;
+}
+
+/* ---- test control (test_control.h's TW_TC_FFN_*; tw_cuda_ffn_force is also the tuner's) ---- */
 
 static tw_ffn *tw_plan_ffn(const twell_plan *plan) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     return cp ? cp->ffn : NULL;
 }
 
-static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
+static twell_status tw_tc_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
     *f = tw_plan_ffn(plan);
     if (!*f)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -521,10 +610,12 @@ static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc)
     return st;
 }
 
-twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
+/* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
+ * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
+static twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (k == TW_FFN_ROWS && !f->tiled)
         st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
@@ -537,7 +628,14 @@ twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
     return st;
 }
 
-void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
+/* Resolves the tiled module for M's bucket, as the plan's first call of that bucket does (once per
+ * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
+ * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
+ * at plan creation. When the context has options.tune_on_first_use, a bucket without a record
+ * is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a problem is
+ * logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
+ * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
+static void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
     tw_ffn *f = tw_plan_ffn(plan);
     if (out)
         memset(out, 0, sizeof *out);
@@ -546,16 +644,31 @@ void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
     tw_cu_scope sc;
     if (tw_cu_enter(plan->ctx, &sc) != TWELL_OK)
         return;
-    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M);
+    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M, 0, f->tune_on_first_use);
     if (out)
         *out = tk->cfg;
     tw_cu_leave(plan->ctx, &sc);
 }
 
+twell_status tw_cuda_ffn_tune(twell_plan *plan, size_t M, unsigned flags) {
+    tw_ffn *f = tw_plan_ffn(plan);
+    if (!f || !f->tiled)
+        return TWELL_OK; /* the portable row kernel has nothing to tune */
+    if (!(flags & TWELL_TUNE_STORED_ONLY))
+        TW_TRY(tw_tune_op_ensure(plan->ctx, &tw_ffn_tune_op, "ffn_fused", &plan->shape, M,
+                                 (flags & TWELL_TUNE_RETUNE) != 0));
+    tw_cu_scope sc;
+    TW_TRY(tw_cu_enter(plan->ctx, &sc));
+    f->bucket[tw_m_bucket_log2(M)] = -1; /* look the record up again: it may be new */
+    (void)tw_ffn_module_for(plan, f, M, 0, 0);
+    tw_cu_leave(plan->ctx, &sc);
+    return TWELL_OK;
+}
+
 twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (!f->tiled)
         st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
@@ -566,10 +679,13 @@ twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
     return st;
 }
 
-twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
+/* Pins the pair and overflow capacities (pair slots; overflowing row-tiles, also used as the
+ * overflowing-row capacity; both 0: back to automatic sizing, keeping the buffers). Reallocates
+ * after synchronising the device. Used to exercise the fallback. */
+static twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     f->pending = 0;
     memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
@@ -592,7 +708,7 @@ twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
     tw_ffn *f;
     tw_cu_scope sc;
     memset(out, 0, 16);
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (f->last_flag)
         st = tw_cuda_memcpy_dtoh(plan->ctx, out, f->last_flag, 16);
@@ -600,17 +716,20 @@ twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
     return st;
 }
 
-int tw_cuda_ffn_tiled(const twell_plan *plan) {
+/* 1 if the plan has the tiled pipeline; modules loaded so far (default + tuned tiled modules,
+ * + ffn_rows); device bytes of the workspace; calls that synchronised to size it (probes). 0 for
+ * a non-CUDA plan. */
+static int tw_cuda_ffn_tiled(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->tiled : 0;
 }
 
-int tw_cuda_ffn_modules(const twell_plan *plan) {
+static int tw_cuda_ffn_modules(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->modules : 0;
 }
 
-size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
+static size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     if (!f)
         return 0;
@@ -630,7 +749,83 @@ size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
     return total;
 }
 
-int tw_cuda_ffn_probes(const twell_plan *plan) {
+static int tw_cuda_ffn_probes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->probes : 0;
+}
+
+/* The forced kernel's name (test control): -1 when unknown. */
+static int tw_ffn_kernel_parse(const char *name) {
+    static const char *const names[] = {"auto", "rows", "generic"}; /* TW_FFN_AUTO .. GENERIC */
+    for (int k = TW_FFN_AUTO; k <= TW_FFN_GENERIC; k++)
+        if (name && !strcmp(name, names[k]))
+            return k;
+    return -1;
+}
+
+twell_status tw_ffn_test_control(int op, va_list ap) {
+    if (op == TW_TC_FFN_COMPILE_ROWS) {
+        const twell_ctx *parent = va_arg(ap, const twell_ctx *);
+        const twell_shape *s = va_arg(ap, const twell_shape *);
+        char *err = va_arg(ap, char *);
+        size_t errlen = va_arg(ap, size_t);
+        if (!parent || !parent->cuda || !s)
+            return TWELL_ERR_INVALID_ARG;
+        tw_param prm[TW_FFN_ROWS_NPARAMS];
+        size_t np = tw_ffn_rows_params(s, prm);
+        tw_cubin cubin;
+        twell_status st = tw_jit_cubin_detached(parent, "ffn_rows", prm, np, parent->cuda->arch,
+                                                &cubin, err, errlen);
+        if (st == TWELL_OK)
+            tw_cubin_free(&cubin);
+        return st;
+    }
+    if (op == TW_TC_FFN_CHUNK_ROWS) {
+        *va_arg(ap, size_t *) = TW_FFN_CHUNK;
+        return TWELL_OK;
+    }
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_FFN_PREPARE: {
+        size_t M = va_arg(ap, size_t);
+        tw_ffn_cfg *out = va_arg(ap, tw_ffn_cfg *);
+        if (!tw_plan_ffn(plan))
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: not a CUDA plan");
+        tw_cuda_ffn_prepare(plan, M, out);
+        return TWELL_OK;
+    }
+    case TW_TC_FFN_FORCE:
+        return tw_cuda_ffn_force(plan, va_arg(ap, tw_ffn_tk *));
+    case TW_TC_FFN_SET_KERNEL: {
+        const char *name = va_arg(ap, const char *);
+        int k = tw_ffn_kernel_parse(name);
+        if (k < 0)
+            return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                            "ffn_infer: kernel '%s' is not auto, rows or generic",
+                            name ? name : "(null)");
+        return tw_cuda_ffn_set_kernel(plan, (tw_ffn_kernel)k);
+    }
+    case TW_TC_FFN_SET_CAPACITY: {
+        size_t pair_cap = va_arg(ap, size_t);
+        size_t ovf_cap = va_arg(ap, size_t);
+        return tw_cuda_ffn_set_capacity(plan, pair_cap, ovf_cap);
+    }
+    case TW_TC_FFN_FLAGS:
+        return tw_cuda_ffn_flags(plan, va_arg(ap, uint32_t *));
+    case TW_TC_FFN_TILED:
+        *va_arg(ap, int *) = tw_cuda_ffn_tiled(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_MODULES:
+        *va_arg(ap, int *) = tw_cuda_ffn_modules(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_ffn_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_PROBES:
+        *va_arg(ap, int *) = tw_cuda_ffn_probes(plan);
+        return TWELL_OK;
+    }
+    return TWELL_ERR_INVALID_ARG;
 }

@@ -177,8 +177,7 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
     f->NT = plan->shape.N / plan->shape.T;
     f->NSL = plan->shape.K / 64u;
     memset(f->bucket, -1, sizeof f->bucket);
-    const char *tune = getenv("TWELL_TUNE");
-    f->tune_on_first_use = tune && !strcmp(tune, "1");
+    f->tune_on_first_use = ctx->tune_on_first_use;
     twell_status st = tw_cuda_event_create(ctx, &f->done);
     void *hf = NULL;
     if (st == TWELL_OK)
@@ -218,6 +217,7 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f) {
     for (size_t i = 0; i < f->ntk; i++)
         tw_ffn_tk_unload(&f->tk[i]);
     tw_cu_module_unload(f->gmod);
+    tw_cuda_keep_release(ctx, &f->keep);
     tw_cuda_free(ctx, f->ws_rows);
     tw_cuda_free(ctx, f->ws_ovf);
     tw_cuda_free(ctx, f->ws_pairs);

@@ -100,9 +100,9 @@ typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
-    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
+    int legacy; /* test control: SIMT recount and unstaged per-entry kernels (comparisons) */
     int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry
-                 * (tests only: tw_cuda_train_set_udt) */
+                 * (tests only: TW_TC_TRAIN_SET_UDT) */
     tw_ctt *tiled;
     int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
                     * (overflowing row-tiles per entry), 2 also TF_OVF_UDT */
@@ -118,7 +118,7 @@ typedef struct tw_ctrain {
     int have_bwd;
     size_t R, B;
     uint64_t E2;
-    /* profiling (hook): an event after each launch group, times summed per label */
+    /* profiling (test control): an event after each launch group, times summed per label */
     int prof, npev, nlab;
     tw_cuda_event pev[TW_CT_PROF_MAX];
     const char *pev_lab[TW_CT_PROF_MAX];
