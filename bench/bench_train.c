@@ -22,10 +22,11 @@
  * tests/test_ref_train.c and of the tiled route in tests/test_gpu_train.c): against an fp64
  * model on the CPU's support and gate values, |got − fp64| ≤ 2e-5 · Σ|terms| per element, Σ|terms|
  * from the same model on absolute values; the CPU reference's own worst on that scale is printed
- * beside it. The per-entry U/dT route (TWELL_TRAIN_UDT=entry) sums in the CPU's order, so its
- * weight gradients must also be within 1e-5 row-relative of the CPU's; tiled U/dT (tensor cores,
- * 64-column slices) sums in another fp32 order, where a row-relative bound against the CPU's sum
- * measures cancellation (dWd = Σ_m Tm·dy), not error: only the scaled rule applies there.
+ * beside it. The per-entry U/dT route (where the tiled one cannot run) sums in the CPU's order,
+ * so its weight gradients must also be within 1e-5 row-relative of the CPU's; tiled U/dT (tensor
+ * cores, 64-column slices) sums in another fp32 order, where a row-relative bound against the
+ * CPU's sum measures cancellation (dWd = Σ_m Tm·dy), not error: only the scaled rule applies
+ * there.
  * max_rel_err is the worst row-relative error of the five (y, dx, dWg, dWu, dWd) against the CPU,
  * for every route. The timed full-M run is checked for poison (every output written, finite).
  *

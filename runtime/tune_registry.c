@@ -17,8 +17,6 @@ static const char *const tw_op_names[] = {TW_GATE_PACK_OP, TW_FFN_INFER_OP, NULL
 _Static_assert(sizeof tw_ops / sizeof tw_ops[0] == sizeof tw_op_names / sizeof tw_op_names[0],
                "a name per op");
 
-const tw_tune_op *const *tw_tune_op_list(void) { return tw_ops; }
-
 const char *const *tw_tune_ops(void) { return tw_op_names; }
 
 const tw_tune_op *tw_tune_op_find(const char *op) {

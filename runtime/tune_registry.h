@@ -9,9 +9,6 @@
 
 #include "gpu_tune.h"
 
-/* The ops' drivers, NULL-terminated, in a fixed order: gate_pack, ffn_infer. */
-const tw_tune_op *const *tw_tune_op_list(void);
-
 /* The driver of op ("gate_pack", "ffn_infer"), or NULL. */
 const tw_tune_op *tw_tune_op_find(const char *op);
 

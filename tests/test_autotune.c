@@ -315,9 +315,9 @@ static void test_autotune_prune_sm90(void **state) {
     }
 }
 
-/* The ffn_fused space: CN is the axis, STAGES, the warp shapes, PF and IL single-valued (the
- * defaults), pruned by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB
- * ceiling) and the device's shared memory. */
+/* The ffn_fused space: CN is the axis, the warp shapes and PF single-valued (the defaults), pruned
+ * by the template's rules (multiple of T and 64, at most 256 chunks, its 227 KB ceiling) and the
+ * device's shared memory. */
 static void test_autotune_prune_ffn_fused(void **state) {
     (void)state;
     tw_tune_device h200, a100, l4;
@@ -329,12 +329,12 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_string_equal(s->op, "ffn_infer");
     tw_tune_config c;
     tw_tune_space_default(s, &c);
-    tw_assert_canon(&c, "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&c, "ffn_fused:CN=512,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
     tw_tune_problem p = tw_problem("ffn_infer", 2048, 5632, 4096); /* T = 256 */
     assert_ptr_equal(tw_tune_space_pick("ffn_infer", &p, &h200), s);
     assert_int_equal(tw_prune_cfg(s, &p, &h200, &c), TW_PRUNE_KEPT);
 
-    /* T = 256: CN 256, 512, 768 at 2 stages (CN smaller than T or not a multiple of it: shape;
+    /* T = 256: CN 256, 512, 768 (CN smaller than T or not a multiple of it: shape;
      * the rest over the template's 227 KB with 16 KB of list staging: shape, whatever the
      * device). */
     tw_tune_config *cands = NULL;
@@ -344,9 +344,9 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(st.total, 9);
     assert_int_equal(n, 3);
     assert_int_equal(st.by[TW_PRUNE_SHAPE], 6);
-    tw_assert_canon(&cands[0], "ffn_fused:CN=256,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[1], "ffn_fused:CN=512,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
-    tw_assert_canon(&cands[2], "ffn_fused:CN=768,STAGES=2,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1,IL=0");
+    tw_assert_canon(&cands[0], "ffn_fused:CN=256,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
+    tw_assert_canon(&cands[1], "ffn_fused:CN=512,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
+    tw_assert_canon(&cands[2], "ffn_fused:CN=768,GPWA=8,GPWB=4,NWA=16,NWB=16,PF=1");
     assert_int_equal(di, 1);
     free(cands);
     /* T = 128: CN 128..768 fit an H200 (896 and 1024 exceed the template's ceiling); an A100
@@ -374,7 +374,7 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     assert_int_equal(tw_tune_config_set(&c, "CN", 128), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
-    /* The template's ranges: 1..8 groups per warp, an even 4..32 warps, 2..4 stages. */
+    /* The template's ranges: 1..8 groups per warp, an even 4..32 warps, PF 0 or 1. */
     assert_int_equal(tw_tune_config_set(&c, "GPWA", 4), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_KEPT);
     assert_int_equal(tw_tune_config_set(&c, "GPWA", 9), 0);
@@ -383,7 +383,7 @@ static void test_autotune_prune_ffn_fused(void **state) {
     assert_int_equal(tw_tune_config_set(&c, "NWB", 15), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     assert_int_equal(tw_tune_config_set(&c, "NWB", 16), 0);
-    assert_int_equal(tw_tune_config_set(&c, "STAGES", 5), 0);
+    assert_int_equal(tw_tune_config_set(&c, "PF", 2), 0);
     assert_int_equal(tw_prune_cfg(s, &wide, &h200, &c), TW_PRUNE_SHAPE);
     /* Not supported: K not a multiple of 64, before sm_80. */
     tw_tune_problem odd = tw_problem("ffn_infer", 48, 512, 64);
@@ -460,15 +460,11 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
              * refuse them all) */
             tw_ffn_cfg dflt;
             if (tw_ffn_cfg_default(&p.shape, &cu, &dflt) == 0)
-                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.stages == 2 &&
-                            dflt.gpwa == 8 && dflt.gpwb == 4);
-            for (size_t a = 0; a < s->axes[0].n * s->axes[1].n; a++) {
+                assert_true((dflt.cn == 512 || dflt.cn == 256) && dflt.gpwa == 8 && dflt.gpwb == 4);
+            for (size_t a = 0; a < s->axes[0].n; a++) {
                 tw_tune_config c;
                 tw_tune_space_default(s, &c);
-                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a / s->axes[1].n]),
-                                 0);
-                assert_int_equal(
-                    tw_tune_config_set(&c, "STAGES", s->axes[1].values[a % s->axes[1].n]), 0);
+                assert_int_equal(tw_tune_config_set(&c, "CN", s->axes[0].values[a]), 0);
                 tw_ffn_cfg fc;
                 assert_int_equal(tw_ffn_cfg_from_tune(&c, &fc), 0);
                 char canon[TW_TUNE_CANON_MAX], why[192] = "";
@@ -525,12 +521,9 @@ static void test_autotune_ffn_rule_matches_template(void **state) {
     assert_non_null(ctx);
     /* mostly valid values, one or two invalid ones per parameter */
     static const unsigned cn[] = {64, 128, 256, 384, 512, 640, 768, 1024, 1088, 96};
-    static const unsigned st[] = {2, 2, 3, 4, 2, 3, 4, 1};
     static const unsigned gpw[] = {8, 4, 2, 1, 8, 4, 2, 6, 0};
     static const unsigned nw[] = {16, 16, 8, 32, 4, 24, 12, 15};
-    static const unsigned pf[] = {1, 0, 1, 0, 1, 2}, il[] = {0, 1, 0, 0, 0, 2};
-    static const unsigned gt[] = {8, 8, 8, 16, 8, 12};
-    static const unsigned xv[] = {75, 0, 11, 64, 127, 75, 128};
+    static const unsigned pf[] = {1, 0, 1, 0, 1, 2};
     static const uint32_t shapes[][4] = {
         {2048, 5632, 256, 1}, {1024, 4096, 64, 0}, {576, 1280, 64, 1}};
     uint64_t rng = 12;
@@ -544,15 +537,11 @@ static void test_autotune_ffn_rule_matches_template(void **state) {
         s.dtype = i % 2 ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
         tw_ffn_cfg c; /* one pick per statement: a fixed sequence whatever the compiler */
         c.cn = TW_PICK(cn);
-        c.stages = TW_PICK(st);
         c.gpwa = TW_PICK(gpw);
         c.gpwb = TW_PICK(gpw);
         c.nwa = TW_PICK(nw);
         c.nwb = TW_PICK(nw);
         c.pf = TW_PICK(pf);
-        c.il = TW_PICK(il);
-        c.gt = TW_PICK(gt);
-        c.xv = TW_PICK(xv);
         uint32_t want[TW_FFN_NWORDS];
         char why[256] = "";
         int params_ok = tw_ffn_cfg_words(&c, &s, UINT32_MAX, NULL, NULL, 0) == 0;
@@ -566,40 +555,35 @@ static void test_autotune_ffn_rule_matches_template(void **state) {
                                         {"CN", NULL, c.cn},
                                         {"GPWA", NULL, c.gpwa},
                                         {"GPWB", NULL, c.gpwb},
-                                        {"STAGES", NULL, c.stages},
                                         {"NWA", NULL, c.nwa},
                                         {"NWB", NULL, c.nwb},
                                         {"PF", NULL, c.pf},
-                                        {"IL", NULL, c.il},
-                                        {"GT", NULL, c.gt},
-                                        {"XV", NULL, c.xv},
                                         {"DCAPA", NULL, 0},
                                         {"DCAPB", NULL, 0}};
         /* the staging capacities as the launcher passes them; left to the template (which
          * fills the ceiling the same way) when the rule gives none */
         size_t np = ok ? TW_FFN_NPARAMS : TW_FFN_NPARAMS - 2;
-        prm[16].ival = want[TW_CFG_DCAPA], prm[17].ival = want[TW_CFG_DCAPB];
+        prm[12].ival = want[TW_CFG_DCAPA], prm[13].ival = want[TW_CFG_DCAPB];
         char *src = NULL;
         size_t len = 0;
         twell_status rs = tw_render(ctx, "ffn_fused", prm, np, &src, &len);
         if (ok) {
             uint32_t got[TW_FFN_NWORDS];
             if (rs != TWELL_OK)
-                fail_msg("CN=%u ST=%u GPW=%u/%u NW=%u/%u PF=%u IL=%u GT=%u XV=%u accepted by the "
-                         "rule, refused by the template: %s",
-                         c.cn, c.stages, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, c.il, c.gt, c.xv,
-                         twell_ctx_errmsg(ctx));
+                fail_msg("CN=%u GPW=%u/%u NW=%u/%u PF=%u accepted by the rule, refused by the "
+                         "template: %s",
+                         c.cn, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, twell_ctx_errmsg(ctx));
             assert_int_equal(tw_rendered_words(src, got, TW_FFN_NWORDS), 0);
             for (size_t w = 0; w < TW_FFN_NWORDS; w++)
                 if (got[w] != want[w])
-                    fail_msg("CN=%u XV=%u GT=%u: twell_ffn_cfg[%zu] = %u, the rule's %u", c.cn,
-                             c.xv, c.gt, w, got[w], want[w]);
+                    fail_msg("CN=%u: twell_ffn_cfg[%zu] = %u, the rule's %u", c.cn, w, got[w],
+                             want[w]);
             agree_ok++;
         } else if (!params_ok) {
             if (rs == TWELL_OK)
-                fail_msg("CN=%u ST=%u GPW=%u/%u NW=%u/%u PF=%u IL=%u GT=%u XV=%u refused by the "
-                         "rule (%s), rendered by the template",
-                         c.cn, c.stages, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, c.il, c.gt, c.xv, why);
+                fail_msg("CN=%u GPW=%u/%u NW=%u/%u PF=%u refused by the rule (%s), rendered by "
+                         "the template",
+                         c.cn, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, why);
             agree_bad++;
         } else {
             floor_only++;

@@ -249,8 +249,8 @@ static void gt_expect_fp64(const twell_shape *s, const tw_t_data *d, const tw_t_
         free(b[t]), free(sc[t]);
 }
 
-/* udt: -1 the state's default (TWELL_TRAIN_UDT), 0 per-entry U/dT, 1 tiled (the route must run
- * when the tensors are aligned). */
+/* udt: -1 the state's default (tiled where it can run), 0 per-entry U/dT, 1 tiled (the route
+ * must run when the tensors are aligned). */
 static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     twell_shape s = gt_shape(c);
     tw_t_gen gen = {c->density, c->skew, c->exact, seed};
@@ -369,12 +369,11 @@ static void test_gpu_train_case(void **state) {
     gt_case_run(c, 1000 + (uint64_t)(c - gt_cases), -1);
 }
 
-/* The cases again with U and dT forced per entry or tiled (whichever the default is not, so both
- * routes meet the CPU reference in every run): tiled where the tensors are aligned. */
-static int g_udt_other;
-static void test_gpu_train_case_other(void **state) {
+/* The cases again with U and dT forced per entry (the default is tiled where it can run, so
+ * both routes meet the CPU reference in every run). */
+static void test_gpu_train_case_entry(void **state) {
     const gt_case *c = *state;
-    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases), g_udt_other);
+    gt_case_run(c, 1000 + (uint64_t)(c - gt_cases), 0);
 }
 
 /* One state reused across M (1000, 33, 1000): results right each time, capacity reused (the
@@ -467,10 +466,6 @@ int main(int argc, char **argv) {
         ncases = 3;
     struct CMUnitTest tests[2 * (sizeof gt_cases / sizeof gt_cases[0]) + 2];
     static char names[2 * (sizeof gt_cases / sizeof gt_cases[0])][140];
-    int udt_default = 0;
-    if (tw_test_control(TW_TC_TRAIN_UDT_DEFAULT, &udt_default) != TWELL_OK)
-        return 1;
-    g_udt_other = !udt_default;
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
         snprintf(names[i], sizeof names[i], "test_gpu_train_M%zu_K%u_N%u_T%u_C%u_%s_%s_d%.3f%s%s%s",
@@ -488,8 +483,8 @@ int main(int argc, char **argv) {
         char base[sizeof names[0]]; /* a copy: gcc's -Wrestrict (Debug + ASan) cannot tell that
                                      * names[i] and names[n] never overlap */
         memcpy(base, names[i], sizeof base);
-        snprintf(names[n], sizeof names[n], "%.110s_udt_%s", base, g_udt_other ? "tiled" : "entry");
-        struct CMUnitTest t = {names[n], test_gpu_train_case_other, NULL, NULL, (void *)c};
+        snprintf(names[n], sizeof names[n], "%.110s_udt_entry", base);
+        struct CMUnitTest t = {names[n], test_gpu_train_case_entry, NULL, NULL, (void *)c};
         tests[n++] = t;
     }
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_errors);

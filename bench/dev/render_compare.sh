@@ -7,10 +7,15 @@
 # message (which names the template line: the parameter checks keep their lines). With CUBIN=1 it
 # also compiles the sets `sh GENERATOR cubin TEMPLATE` prints both ways with NVRTC for sm_90a (no
 # GPU needed) and compares the cubins after the cache entry's 64-byte header (which holds the key).
+# With DIFF=1 (a change meant to alter the source but not the code: deleting dead variants,
+# folding constant conditions) a set whose source differs passes when its exit status agrees and
+# its error message agrees apart from the template line number; its diff (without #line) is kept
+# under OUTDIR/diff, and the diffs that differ only in numbers are grouped (one sample per group
+# under OUTDIR/diff-groups, to read). CUBIN=1 then shows the code is the same.
 # GENERATOR (a sh script, run from the repository root) as `sh GENERATOR sets TEMPLATE` prints one
 # parameter set per line: the arguments of `twell render TEMPLATE` (no spaces or wildcards inside
 # an argument).
-# Usage: [CUBIN=1] bench/dev/render_compare.sh TEMPLATE GENERATOR TWELL_BINARY [REV (default HEAD)]
+# Usage: [CUBIN=1] [DIFF=1] bench/dev/render_compare.sh TEMPLATE GENERATOR TWELL_BINARY [REV (default HEAD)]
 #        [OUTDIR (default /tmp/<TEMPLATE>_render_compare)]
 # Generators: render_sets_ffn_fused.sh, render_sets_train_ffn.sh, render_sets_sm90.sh (one
 # generator for gate_pack_sm90 and gemm_sm90: it takes the template name as its second argument).
@@ -21,7 +26,8 @@ twell=$(realpath "$3")
 rev=${4:-HEAD}
 out=${5:-/tmp/${tpl}_render_compare}
 cd "$(dirname "$0")/../.."
-rm -rf "$out" && mkdir -p "$out/rev/templates" "$out/before" "$out/after"
+rm -rf "$out" && mkdir -p "$out/rev/templates" "$out/before" "$out/after" "$out/diff" \
+    "$out/diff-groups"
 git archive "$rev" templates | tar -x -C "$out/rev"
 sets=$out/sets.txt
 sh "$gen" sets "$tpl" >"$sets"
@@ -45,7 +51,8 @@ render() { # dir-of-templates outdir
 render "$out/rev/templates" "$out/before"
 render "$PWD/templates" "$out/after"
 
-n=0 ok=0 raw=0 rendered=0
+tw_noline() { sed -E 's/\.lua:[0-9]+:/.lua:N:/' "$1"; } # an error message without its line
+n=0 ok=0 raw=0 rendered=0 changed=0
 for f in "$out"/before/*.rc; do
     b=${f%.rc}
     a=$out/after/$(basename "$b")
@@ -54,6 +61,13 @@ for f in "$out"/before/*.rc; do
     cmp -s "$b.cu" "$a.cu" && raw=$((raw + 1))
     if cmp -s "$b.nl" "$a.nl" && cmp -s "$b.rc" "$a.rc" && cmp -s "$b.err" "$a.err"; then
         ok=$((ok + 1))
+    elif [ "${DIFF:-0}" = 1 ] && cmp -s "$b.rc" "$a.rc" &&
+        [ "$(tw_noline "$b.err")" = "$(tw_noline "$a.err")" ]; then
+        changed=$((changed + 1))
+        d=$out/diff/$(basename "$b").diff
+        diff "$b.nl" "$a.nl" >"$d" || true
+        g=$(sed 's/[0-9][0-9]*/#/g' "$d" | cksum | cut -d' ' -f1)
+        [ -f "$out/diff-groups/$g.diff" ] || cp "$d" "$out/diff-groups/$g.diff"
     else
         echo "DIFFERS: set $(basename "$b"): $(sed -n "$(basename "$b" | sed 's/^0*//')p" "$sets")"
     fi
@@ -61,7 +75,13 @@ done
 echo "$tpl: parameter sets: $n (rendered: $rendered, rejected by the template: $((n - rendered)))"
 echo "distinct rejection messages: $(cat "$out"/before/*.err | sort -u | wc -l)"
 echo "identical without #line (and same status/message): $ok / $n; byte-identical raw: $raw / $n"
-[ "$ok" = "$n" ]
+if [ "${DIFF:-0}" = 1 ]; then
+    echo "source changed, same status and message: $changed / $n; distinct diffs (numbers" \
+        "masked): $(find "$out/diff-groups" -name '*.diff' | wc -l) (samples in $out/diff-groups)"
+    [ $((ok + changed)) = "$n" ]
+else
+    [ "$ok" = "$n" ]
+fi
 [ "${CUBIN:-0}" = 1 ] || exit 0
 cub=0 nc=0
 sh "$gen" cubin "$tpl" >"$out/cubin-sets.txt"

@@ -1,7 +1,6 @@
 /*
  * env.h — the environment variables the library reads, each read here and nowhere else, so
- * README's "Environment variables" table stays complete (`grep -rn getenv` finds this file, and
- * the development switches TWELL_FFN_TILE, TWELL_TRAIN_STAGE, TWELL_TRAIN_UDT until they go).
+ * README's "Environment variables" table stays complete (`grep -rn getenv` finds this file).
  * Callers read them once (context creation, cache opening, NVRTC loading), never during an op.
  */
 #ifndef TWELL_ENV_H

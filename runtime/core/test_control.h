@@ -122,14 +122,15 @@ enum {
     TW_TC_TRAIN_PROFILE,
     /* (state, char *buf, size_t cap, size_t *len): "label  mean-ms (count)" lines */
     TW_TC_TRAIN_PROFILE_REPORT,
-    /* (state, int tiled): U (forward) and dT (backward) per entry (0: staged dot products) or
-     * tiled (1: the fused inference pipeline's lists and phase A on tensor cores, where it can
-     * run: 16-byte aligned tensors, K % 64 == 0, M <= 65536) for later ops; tiled sums in another
-     * fp32 order than the CPU reference (not bit-identical, within the tests' tolerances) */
+    /* (state, int tiled): U (forward) and dT (backward) tiled (1, what every state starts with:
+     * the fused inference pipeline's lists and phase A on tensor cores, where it can run: 16-byte
+     * aligned tensors, K % 64 == 0, M <= 65536) or per entry (0: staged dot products in the CPU
+     * reference's order, bit-identical to it) for later ops. The product has no other way to pick
+     * the per-entry route where tiled runs: it is the tests' bit-exact oracle of the tiled one
+     * (tiled sums in another fp32 order: not bit-identical, within the tests' tolerances) */
     TW_TC_TRAIN_SET_UDT,
-    TW_TC_TRAIN_UDT_DEFAULT, /* (int *out): that route's initial value for new states (no state) */
-    TW_TC_TRAIN_UDT_TILED,   /* (state, int *out): 1 when the saved forward ran tiled */
-    TW_TC_TRAIN_LAST_VEC,    /* (state, int *out): the last op's module: 8 or 1 (loads); 0 */
+    TW_TC_TRAIN_UDT_TILED, /* (state, int *out): 1 when the saved forward ran tiled */
+    TW_TC_TRAIN_LAST_VEC,  /* (state, int *out): the last op's module: 8 or 1 (loads); 0 */
     TW_TC_TRAIN_LAST,
 
     /* ---- training, dense path and AUTO (runtime/ops/train/cuda_train_dense.c) ---- */

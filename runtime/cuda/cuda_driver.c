@@ -294,19 +294,6 @@ twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr
     return TWELL_OK;
 }
 
-twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int *value) {
-    *value = 0;
-    TW_CU_TRY(ctx, FuncGetAttribute, value, attr, fn);
-    return TWELL_OK;
-}
-
-twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
-                             int *blocks_per_sm) {
-    *blocks_per_sm = 0;
-    TW_CU_TRY(ctx, OccupancyMaxActiveBlocksPerMultiprocessor, blocks_per_sm, fn, block, smem);
-    return TWELL_OK;
-}
-
 int tw_cu_pdl_supported(int cc_major) { return cc_major >= 9 && tw_cu.LaunchKernelEx != NULL; }
 
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,

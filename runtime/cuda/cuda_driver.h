@@ -155,10 +155,6 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
 twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
                                  size_t *bytes);
 twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int value);
-twell_status tw_cu_func_get_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int *value);
-/* Blocks of fn that fit on one SM with `smem` bytes of dynamic shared memory. */
-twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
-                             int *blocks_per_sm);
 
 /* Launch geometry. cluster {0,0,0} or {1,1,1} and no PDL: a plain cuLaunchKernel; otherwise
  * cuLaunchKernelEx with a cluster-dimension attribute (sm_90+) and/or, when pdl is set and the

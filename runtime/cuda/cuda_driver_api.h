@@ -62,8 +62,6 @@ typedef struct tw_cu_api {
     tw_CUresult (*ModuleUnload)(tw_CUmodule);
     tw_CUresult (*ModuleGetFunction)(tw_CUfunction *, tw_CUmodule, const char *);
     tw_CUresult (*FuncSetAttribute)(tw_CUfunction, int, int);
-    tw_CUresult (*FuncGetAttribute)(int *, int, tw_CUfunction);
-    tw_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, tw_CUfunction, int, size_t);
     tw_CUresult (*LaunchKernel)(tw_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 unsigned, unsigned, tw_CUstream, void **, void **);
     tw_CUresult (*StreamCreate)(tw_CUstream *, unsigned);

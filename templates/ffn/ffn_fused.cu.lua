@@ -6,16 +6,14 @@
 --
 -- Parameters: K (multiple of 64), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1);
 -- tile config: CN (neurons per weight chunk, multiple of T and 64, default 512), GPWA / GPWB
--- (units of 8 tokens per warp in phase A / B, 8 / 4), GT (tokens per group: 8 | 16, default
--- 8; 16: each gathered weight fragment feeds two n8 mmas, GPWA / GPWB even), NWA / NWB (warps per block in phase A / B,
--- even, 16 / 16), STAGES (weight chunks in flight in phase A and B: a ring of STAGES buffers,
--- 2..4, default 2), PF (1: shared-memory list loads one step ahead; default 1), IL (1: phase B,
--- gated bf16, runs two groups' rounds side by side; default 0), DCAPA / DCAPB
--- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit), XV (variant bits,
--- default 75: 1 + 2 + 8 phase A/B instruction diet, 64 larger ovf warp tiles; see below). Rejected
--- (unsupported): K not a multiple of 64, shared memory over 227 KB.
+-- (groups of 8 tokens per warp in phase A / B, 8 / 4), NWA / NWB (warps per block in phase A /
+-- B, even, 16 / 16), PF (1: shared-memory list loads one step ahead; default 1), DCAPA / DCAPB
+-- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
+-- (unsupported): K not a multiple of 64, shared memory over 227 KB. Fixed (other values were
+-- measured slower; git history has them): tokens per list group GT = 8 (one mma n8 tile), weight
+-- chunks in flight in phases A and B STAGES = 2 (a ring of two buffers).
 --
--- Algorithm. Tokens form groups of GT (8 or 16: one or two mma n8 tiles), neurons form chunks of CN. Row-tiles
+-- Algorithm. Tokens form groups of GT = 8 (one mma n8 tile), neurons form chunks of CN. Row-tiles
 -- whose count exceeds the slots ("overflowing") leave the sparse path: ovf_gu recomputes their g
 -- exactly (round(relu(x . wp_n))) and u = x . wu_n on tensor cores, batched per tile, and stores
 -- h = g u as 16-bit hi and lo halves; ovf_down sums h . Wd over each overflowing row's tiles into
@@ -36,8 +34,8 @@
 -- capacities chosen by the caller: pair slots, overflowing row-tiles, overflowing rows).
 -- __device__ const unsigned twell_ffn_cfg[23] = {CN, GPWA, GPWB, DCAPA, DCAPB, SMEM_A, SMEM_B,
 --   SMEM_GU, SMEM_DOWN, BW, NC, TPC, PADQ, gated, STAGES, NWA, NWB, PF, IL, GT, GU_BPS, GU_THR,
---   DOWN_BPS} (GU_BPS, DOWN_BPS: ovf_gu / ovf_down CTAs per SM in their grids, GU_THR: ovf_gu's
---   threads per CTA; 2, 256, 3, or with XV & 64 3, 128, 3) (read with
+--   DOWN_BPS} (STAGES, IL, GT: always 2, 0, 8; GU_BPS, DOWN_BPS: ovf_gu / ovf_down CTAs per SM in
+--   their grids, GU_THR: ovf_gu's threads per CTA: 3, 128, 3) (read with
 --   cuModuleGetGlobal; SMEM_* are dynamic shared bytes: set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on phase_a, phase_b, ovf_gu
 --   and ovf_down).
 -- Workspace (device memory, 256-byte aligned pieces, any content on entry):
@@ -48,7 +46,7 @@
 --   ovf_hh u16[OVF_CAP*2T]; ovf_ex u32[OVF_CAP*T/64]; ovf_y f32[4][OROW_CAP*K] (TW_OVP = 4 parts,
 --   part p at p*YS, YS = OROW_CAP*K);
 --   desc u32[PAIR_CAP+64]; gv u16[PAIR_CAP+64];
---   gated only: hl u32[PAIR_CAP+64] (XV & 1: slot pairs' hi halves, then lo halves),
+--   gated only: hl u32[PAIR_CAP+64] (slot pairs' hi halves, then lo halves),
 --   rexp u32[PAIR_CAP/16+64], partial f32[NSL*PAIR_CAP].
 -- Sequence on one stream (wp = Wg gated, Wu non-gated; SMs = multiprocessor count):
 --   1 only when cnt is not known to be zero (new workspace, or an earlier sequence stopped
@@ -71,10 +69,10 @@
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid DOWN_BPS*SMs x 256, SMEM_DOWN
 --       (packed, wd, M, ovf_base, ovf_slot, orows, ovf_hh, ovf_ex, ovf_y, YS (long long), flag)
---   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA*8/GT)), NSL) x 32*NWA, SMEM_A
+--   7 gated: twell_ffn_phase_a grid (ceil(NG/(NWA*GPWA)), NSL) x 32*NWA, SMEM_A
 --       (x, wu, M, desc, offsets, sizes, partial, PAIR_CAP, flag)
 --   8 gated: twell_ffn_reduce  grid 8*SMs x 256 (gv, partial, PAIR_CAP, offsets, M, hl, rexp, flag)
---   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB*8/GT)), NSL) x 32*NWB, SMEM_B
+--   9 twell_ffn_phase_b   grid (ceil(NG/(NWB*GPWB)), NSL) x 32*NWB, SMEM_B
 --       (wd, M, desc, gv, hl, rexp (both NULL non-gated), offsets, sizes, orow_idx, ovf_y, YS, y,
 --        flag)
 --  10 twell_ffn_rows      grid min(ceil(M/8), 8*SMs) x 256
@@ -134,8 +132,6 @@ local GPWB = param("GPWB", 4)
 local NWA = param("NWA", 16)
 local NWB = param("NWB", 16)
 local PF = param("PF", 1)
-local IL = param("IL", 0)
-check(IL == 0 or IL == 1, "IL=%s must be 0 or 1", tostring(IL))
 check(PF == 0 or PF == 1, "PF=%s must be 0 or 1", tostring(PF))
 check(math.type(CN) == "integer" and CN >= S.T and CN % S.T == 0 and CN % 64 == 0 and CN <= 1024,
     "CN=%s must be a multiple of T=%d and 64, at most 1024", tostring(CN), S.T)
@@ -145,31 +141,8 @@ for _, v in ipairs({{"GPWA", GPWA, NWA}, {"GPWB", GPWB, NWB}}) do
     check(math.type(v[3]) == "integer" and v[3] >= 4 and v[3] <= 32 and v[3] % 2 == 0,
         "warps per block %s for %s=%d: even, 4..32", tostring(v[3]), v[1], v[2])
 end
-local GT = param("GT", 8)
--- XV: instruction-diet variant bits (fewer instructions per pair): 1 phase B builds its B
--- operand from byte masks of the descriptors' token columns and the reduce stores h paired (hl
--- word 2i = hi(2i) | hi(2i+1) << 16, word 2i+1 = lo(2i) | lo(2i+1) << 16); 2 phase A stores with
--- one 32-bit offset per round and the predicate computed in one step; 4 phase A runs one mma
--- chain per round (no per-round adds of two chains); 8 both phases prefetch the next round's
--- descriptors without a bounds select (the read stays inside the staging buffer); 16 both phases
--- start chunk 0's weight copies before the list tables and x loads, and phase B loads every
--- row's overflow index at once before storing y; 64 the overflow kernels' larger warp tiles
--- (tw_k_ovf_gu2: CTA of 4 warps, each 32 rows x 32 columns of g and u, 3 stages, 3 CTAs per SM;
--- tw_k_ovf_down2: CTA item of 32 rows x 128 output columns (64 when K % 128 != 0), 8 warps of
--- 16 rows x 32 columns, 64-neuron steps): the same mma sequence per output element as the
--- kernels without bit 64, so the same bits (bit 32 has no meaning).
-local XV = param("XV", 75)
-check(math.type(XV) == "integer" and XV >= 0 and XV <= 127, "XV=%s must be 0..127", tostring(XV))
-local OV2 = (XV & 64) ~= 0
-check(GT == 8 or GT == 16, "GT=%s must be 8 or 16", tostring(GT))
-if GT == 16 then
-    check(GPWA % 2 == 0 and GPWB % 2 == 0, "GT=16 needs even GPWA, GPWB (8-token units)")
-    check(IL == 0, "IL=1 needs GT=8")
-end
--- groups of GT tokens per warp (GPWA / GPWB count units of 8 tokens)
-local GGA, GGB = GPWA * 8 // GT, GPWB * 8 // GT
-local STAGES = param("STAGES", 2)
-check(STAGES == 2 or STAGES == 3 or STAGES == 4, "STAGES=%s must be 2, 3 or 4", tostring(STAGES))
+local GT = 8 -- tokens per list group (16 was exact but slower: phase B's mmas double)
+local STAGES = 2 -- weight chunks in flight in phases A and B (3 and 4 never won)
 local SMEM_MAX = 232448
 local WBYTES = STAGES * CN * 128
 local VB = GATED == 1 and 4 or 2
@@ -182,16 +155,15 @@ check(DCAPA % 16 == 0 and DCAPB % 16 == 0 and DCAPA >= 16 and DCAPB >= 16,
     "DCAPA, DCAPB must be positive multiples of 16")
 local SMEM_A = WBYTES + STAGES * (DCAPA * 4 + LA) + RE
 local SMEM_B = WBYTES + STAGES * (DCAPB * (4 + VB) + LB) + RE
-local GU_ST = OV2 and 3 or 4 -- ovf_gu's stages (TW_GU_STAGES / TW_GU2_STAGES)
-local SMEM_GU = GU_ST * 64 * 128 * (GATED == 1 and 3 or 2)
-local SUBD = OV2 and 64 or math.min(S.T, 128) -- ovf_down's step (neurons)
-local DCW = (OV2 and S.K % 128 == 0) and 128 or 64 -- ovf_down's output columns per CTA item
+local SMEM_GU = 3 * 64 * 128 * (GATED == 1 and 3 or 2) -- ovf_gu's 3 stages (TW_GU_STAGES)
+local SUBD = 64 -- ovf_down's step (neurons)
+local DCW = S.K % 128 == 0 and 128 or 64 -- ovf_down's output columns per CTA item
 local SMEM_DOWN = 2 * (2 * 32 * SUBD * 2 + SUBD * DCW * 2)
 -- ovf_gu / ovf_down grids (CTAs per SM, as shared memory and registers allow) and ovf_gu's CTA
-local GU_BPS, GU_THR, DOWN_BPS = OV2 and 3 or 2, OV2 and 128 or 256, 3
--- their __launch_bounds__ (XV & 64 caps registers for those CTAs per SM; the others as before)
-local GU_LB = OV2 and "128, 3" or "256"
-local DOWN_LB = OV2 and "256, 3" or "256"
+local GU_BPS, GU_THR, DOWN_BPS = 3, 128, 3
+-- their __launch_bounds__ (registers capped for those CTAs per SM)
+local GU_LB = "128, 3"
+local DOWN_LB = "256, 3"
 if SMEM_A > SMEM_MAX or SMEM_B > SMEM_MAX then
     unsupported("CN=%d with DCAPA=%d / DCAPB=%d needs more than %d bytes of shared memory", CN,
         DCAPA, DCAPB, SMEM_MAX)
@@ -210,15 +182,15 @@ local BW = 4
 -- (the constants they read) that emits its CUDA; the calls below fix the order of the source.
 -- This file keeps the header above (launch contract), the parameters and the extern "C" wrappers.
 --   ffn_fused_dev.lua      shared device helpers (three parts: core, mid, stage)
---   ffn_fused_row.lua      the row kernel         ffn_fused_ovf.lua      overflow path (2 variants)
+--   ffn_fused_row.lua      the row kernel         ffn_fused_ovf.lua      overflow path
 --   ffn_fused_reduce.lua   between the phases     ffn_fused_prep.lua     pre-pass: prep, scan, build
 --   ffn_fused_phase_a.lua  phase A                ffn_fused_phase_b.lua  phase B
-local D = {XV = XV}
+local D = {}
 local dev = import "ffn_fused_dev"
 dev.core(D)                      -- types, list layout, conversions, cp.async, mma
 import("ffn_fused_row")(D)       -- tw_k_rows: the row kernel (fallback, baseline)
 dev.mid(D)                       -- prmt, token masks, hi|lo split, control words
-import("ffn_fused_ovf")(D)       -- tw_k_ovf_gu / ovf_down and the XV & 64 variants
+import("ffn_fused_ovf")(D)       -- tw_k_ovf_gu / ovf_down
 import("ffn_fused_reduce")(D)    -- tw_k_reduce (gated)
 dev.stage(D)                     -- the phases' shared-memory layout, list staging
 import("ffn_fused_prep")(D)      -- tw_k_prep, tw_k_scan, tw_k_build: the pair lists
@@ -240,7 +212,7 @@ __device__ __forceinline__ void tw_pdl_enter() {
 #define TW_CNT_TOTAL(cnt) ((tw_u64 *)((cnt) + ((${NT} + 2) & ~1)))
 extern "C" __device__ const unsigned int twell_ffn_cfg[23] = {${CN}, ${GPWA}, ${GPWB}, ${DCAPA},
     ${DCAPB}, ${SMEM_A}, ${SMEM_B}, ${SMEM_GU}, ${SMEM_DOWN}, ${BW}, ${NC}, ${TPC}, ${PADQ},
-    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, ${IL}, ${GT}, ${GU_BPS}, ${GU_THR}, ${DOWN_BPS}};
+    ${GATED}, ${STAGES}, ${NWA}, ${NWB}, ${PF}, 0, ${GT}, ${GU_BPS}, ${GU_THR}, ${DOWN_BPS}};
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
@@ -288,13 +260,8 @@ twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsign
                  const unsigned int *ovf_rows, unsigned short *ovf_hh, unsigned int *ovf_ex,
                  const unsigned int *flag) {
     tw_pdl_enter();
-#if TW_XV & 64
-    tw_k_ovf_gu2<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
-                                        ovf_rows, ovf_hh, ovf_ex, flag);
-#else
     tw_k_ovf_gu<${DT}, ${GATED}, ${S.T}>(x, wp, wu, M, ${S.K}, ${NT}, ovf_base, item_base,
                                        ovf_rows, ovf_hh, ovf_ex, flag);
-#endif
 }
 extern "C" __global__ void __launch_bounds__(${DOWN_LB})
 twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
@@ -303,13 +270,8 @@ twell_ffn_ovf_down(const unsigned int *packed, const unsigned short *wd, int M,
                    const unsigned int *ovf_ex, float *ovf_y, long long ystride,
                    const unsigned int *flag) {
     tw_pdl_enter();
-#if TW_XV & 64
-    tw_k_ovf_down2<${DT}, ${S.T}, ${DCW}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot,
-                                        orows, ovf_hh, ovf_ex, ovf_y, ystride, flag);
-#else
-    tw_k_ovf_down<${DT}, ${S.T}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot, orows,
-                                ovf_hh, ovf_ex, ovf_y, ystride, flag);
-#endif
+    tw_k_ovf_down<${DT}, ${S.T}, ${DCW}>(packed, wd, M, ${S.K}, ${NT}, ${S.W}, ovf_base, ovf_slot,
+                                       orows, ovf_hh, ovf_ex, ovf_y, ystride, flag);
 }
 extern "C" __global__ void __launch_bounds__(${NWB * 32}, 1)
 twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
@@ -318,7 +280,7 @@ twell_ffn_phase_b(const unsigned short *wd, int M, const unsigned int *desc,
                   const unsigned int *orow_idx, const float *ovf_y, long long ystride,
                   unsigned short *y, const unsigned int *flag) {
     tw_pdl_enter();
-    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GGB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}, ${IL}, ${GT}>(
+    tw_k_phase_b<${DT}, ${GATED}, ${CN}, ${GPWB}, ${DCAPB}, ${PADQ}, ${STAGES}, ${NWB}, ${PF}>(
         wd, M, ${S.K}, ${S.N}, TW_NG(M), ${NC}, desc, gv, hl, rexp, offsets, sizes, orow_idx,
         ovf_y, ystride, y, flag);
 }
@@ -340,7 +302,7 @@ twell_ffn_phase_a(const unsigned short *x, const unsigned short *wu, int M,
                   const unsigned int *sizes, float *partial, unsigned int pair_cap,
                   const unsigned int *flag) {
     tw_pdl_enter();
-    tw_k_phase_a<${DT}, ${CN}, ${GGA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}, ${GT}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
+    tw_k_phase_a<${DT}, ${CN}, ${GPWA}, ${DCAPA}, ${PADQ}, ${STAGES}, ${NWA}, ${PF}>(x, wu, M, ${S.K}, ${S.N}, TW_NG(M),
                                                          ${NC}, desc, offsets, sizes, partial,
                                                          pair_cap, flag);
 }

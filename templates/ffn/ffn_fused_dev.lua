@@ -1,9 +1,9 @@
 -- ffn_fused_dev.lua — module of ffn_fused.cu.lua: the shared device helpers, in three parts that
 -- the template emits where the kernels' source order puts them (the order is part of the rendered
 -- source, which this split kept byte for byte apart from `#line`):
---   core(D)  before the row kernel: TW_XV (D.XV), types, the list layout's index arithmetic,
---            16-bit conversions, cp.async, shared-memory loads, mma m16n8k16, chunk copies
---   mid(D)   after it: prmt, phase B token masks (XV & 1), cp16z, mma m16n8k8, hi|lo splitting,
+--   core(D)  before the row kernel: types, the list layout's index arithmetic, 16-bit
+--            conversions, cp.async, shared-memory loads, mma m16n8k16, chunk copies
+--   mid(D)   after it: prmt, phase B token masks, cp16z, mma m16n8k8, hi|lo splitting,
 --            the workspace control words' layout, tw_find_tile (overflow kernels)
 --   stage(D) after the reduce: tw_cp4, the phases' shared-memory layout (TW_RE, TW_SB) and
 --            tw_stage_lists
@@ -11,10 +11,8 @@
 -- tw_k_phase_a, tw_k_phase_b).
 local M = {}
 function M.core(D)
-    local XV = D.XV
     cuda [==[
 // Kernel bodies are device functions; the extern "C" wrappers at the end are the kernels.
-#define TW_XV ${XV} /* instruction-diet variant bits (see XV above) */
 #define TW_KERNEL(bounds) __device__ __forceinline__ void
 typedef unsigned int tw_u32;
 typedef unsigned short tw_u16;
@@ -212,7 +210,7 @@ __device__ __forceinline__ uint2 tw_lds64(tw_u32 a) {
     asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
 }
-// Phase B token masks (XV & 1): for the descriptors d0..d3 of 4 slots and a token column tg
+// Phase B token masks: for the descriptors d0..d3 of 4 slots and a token column tg
 // (g4 = tg * 0x01010101), m01 has 16-bit half 0 (1) all ones iff slot 0 (1) holds token tg, m23
 // likewise for slots 2, 3. Byte i of t is slot i's key << 4 | token; (t ^ g4) & 0x0f0f0f0f is 0 in
 // byte i iff slot i matches, so 0x80 minus it (no borrow: bytes <= 15) has the byte's top bit set
@@ -266,7 +264,6 @@ template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 
 // rows, u64 at cnt + ((NT + 2) & ~1) the active values (all zero before pre-pass 1: the scan
 // zeroes them after reading, the launcher once after allocating).
 
-#define TW_GU_STAGES 4 /* k-steps of ovf_gu in flight (ring of shared-memory stages) */
 // Binary search: last t in [0, NT) with base[t] <= item.
 __device__ __forceinline__ int tw_find_tile(const tw_u32 *base, int NT, tw_u32 item) {
     int lo = 0, hi = NT - 1;

@@ -1,8 +1,5 @@
 -- ffn_fused_ovf.lua — module of ffn_fused.cu.lua: the exact path of overflowing row-tiles on
--- tensor cores: tw_k_ovf_gu (g and u, stored as h hi | lo) and tw_k_ovf_down (h . Wd into ovf_y),
--- and their larger-warp-tile variants tw_k_ovf_gu2 / tw_k_ovf_down2 (XV & 64; the same mma
--- sequence per output element, so the same bits). Both variants are always in the source; the
--- wrappers twell_ffn_ovf_gu / ovf_down pick one with TW_XV.
+-- tensor cores: tw_k_ovf_gu (g and u, stored as h hi | lo) and tw_k_ovf_down (h . Wd into ovf_y).
 -- Returns a function of D (the template's constants; this part reads none of them).
 return function(D)
     cuda [==[
@@ -10,315 +7,13 @@ return function(D)
 // the tile's TT columns, g = round(relu(x . wp_n)) exactly as packing rounds it, u = x . wu_n in
 // fp32; stored as 16-bit hi and lo halves (ovf_hh[cell][0..TT) hi, [TT..2TT) lo; fp16: scaled by
 // 2^(141 - ex) per 64-column block, ex in ovf_ex[cell][TT/64]). CTA item = (tile, 64 rows, 64
-// columns); 8 warps = 4 m-tiles x 2 column halves; x rows and both weight blocks stream through
-// shared memory in 64-column k-steps (cp.async, double-buffered, XOR swizzle).
-template <int DT, int GATED, int TT>
-TW_KERNEL((256))
-    tw_k_ovf_gu(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wp,
-                const tw_u16 *__restrict__ wu, int M, int K, int NT,
-                const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
-                const tw_u32 *__restrict__ ovf_rows, tw_u16 *__restrict__ ovf_hh,
-                tw_u32 *__restrict__ ovf_ex, const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    __shared__ float xmax[2][64];
-    if (flag[0])
-        return;
-    constexpr int NCB = TT / 64;
-    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU_STAGES;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int mt = warp & 3, ch = warp >> 2;
-    const tw_u32 nitems = item_base[NT];
-    const tw_u32 sbase = tw_smem_addr(tw_smem);
-    const int arow = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
-    const int brow0 = (lane & 7) + (lane >> 4) * 8, bhi = (lane >> 3) & 1;
-    const int nk = K / 64;
-    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
-        const int t = tw_find_tile(item_base, NT, item);
-        const tw_u32 rel = item - item_base[t], rb = rel / NCB, cb = rel - rb * NCB;
-        const tw_u32 r0 = 64u * rb, cntt = ovf_base[t + 1] - ovf_base[t];
-        const int nrows = (int)min(64u, cntt - r0);
-        const tw_u32 *rows = ovf_rows + (long long)t * M + r0;
-        const long long n0 = (long long)t * TT + 64 * cb;
-        auto stage = [&](int kc, int buf) {
-            const tw_u32 sx = sbase + buf * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
-            for (int i = tid; i < 64 * 8; i += 256) {
-                const int r = i >> 3, q = i & 7;
-                const tw_u32 so = r * 128 + ((q ^ (r & 7)) << 4);
-                const long long m = rows[r < nrows ? r : 0];
-                tw_cp16(sx + so, x + m * K + kc * 64 + 8 * q);
-                tw_cp16(sw + so, wp + (n0 + r) * K + kc * 64 + 8 * q);
-                if (GATED)
-                    tw_cp16(su + so, wu + (n0 + r) * K + kc * 64 + 8 * q);
-            }
-        };
-        float ag[4][4], au[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ag[j][e] = au[j][e] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < GST - 1; i++) {
-            if (i < nk)
-                stage(i, i);
-            tw_cp_commit();
-        }
-        for (int kc = 0; kc < nk; kc++) {
-            if (kc + GST - 1 < nk)
-                stage(kc + GST - 1, (kc + GST - 1) % GST);
-            tw_cp_commit();
-            tw_cp_wait<GST - 1>();
-            __syncthreads();
-            const tw_u32 sx = sbase + (kc % GST) * STAGE, sw = sx + 64 * 128, su = sw + 64 * 128;
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                tw_u32 a[4];
-                tw_ldsm4(a, sx + arow * 128 + (((2 * ks + ahi) ^ (arow & 7)) << 4));
-#pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    const int br = ch * 32 + 16 * p + brow0;
-                    const tw_u32 bo = br * 128 + (((2 * ks + bhi) ^ (br & 7)) << 4);
-                    tw_u32 b[4];
-                    tw_ldsm4(b, sw + bo);
-                    tw_mma<DT>(ag[2 * p], a, b[0], b[1]);
-                    tw_mma<DT>(ag[2 * p + 1], a, b[2], b[3]);
-                    if (GATED) {
-                        tw_ldsm4(b, su + bo);
-                        tw_mma<DT>(au[2 * p], a, b[0], b[1]);
-                        tw_mma<DT>(au[2 * p + 1], a, b[2], b[3]);
-                    }
-                }
-            }
-            __syncthreads();
-        }
-        /* h per element: lane holds rows ra = 16 mt + g (e = 0, 1) and ra + 8 (e = 2, 3), columns
-           32 ch + 8 j + 2 t4 + (e & 1) */
-        float h[4][4];
-        float am0 = 0.0f, am1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float gq = tw_h2f<DT>(tw_relu_round<DT>(ag[j][e]));
-                h[j][e] = GATED ? gq * au[j][e] : gq;
-                if (e < 2)
-                    am0 = fmaxf(am0, fabsf(h[j][e]));
-                else
-                    am1 = fmaxf(am1, fabsf(h[j][e]));
-            }
-        const int ra = 16 * mt + g, rb2 = ra + 8;
-        tw_u32 exa = 0, exb = 0;
-        if constexpr (DT == 1) {
-            am0 = fmaxf(am0, __shfl_xor_sync(TW_FULL, am0, 1));
-            am0 = fmaxf(am0, __shfl_xor_sync(TW_FULL, am0, 2));
-            am1 = fmaxf(am1, __shfl_xor_sync(TW_FULL, am1, 1));
-            am1 = fmaxf(am1, __shfl_xor_sync(TW_FULL, am1, 2));
-            if (t4 == 0) {
-                xmax[ch][ra] = am0;
-                xmax[ch][rb2] = am1;
-            }
-            __syncthreads();
-            exa = tw_scale_ex(__float_as_uint(fmaxf(xmax[0][ra], xmax[1][ra])));
-            exb = tw_scale_ex(__float_as_uint(fmaxf(xmax[0][rb2], xmax[1][rb2])));
-            __syncthreads();
-        }
-        const tw_u32 cell0 = ovf_base[t] + r0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int col = 64 * (int)cb + 32 * ch + 8 * j + 2 * t4;
-            const tw_u32 h00 = tw_split_hl<DT>(h[j][0], exa), h01 = tw_split_hl<DT>(h[j][1], exa);
-            const tw_u32 h10 = tw_split_hl<DT>(h[j][2], exb), h11 = tw_split_hl<DT>(h[j][3], exb);
-            if (ra < nrows) {
-                tw_u16 *p = ovf_hh + (long long)(cell0 + ra) * (2 * TT) + col;
-                *(tw_u32 *)p = (h00 >> 16) | (h01 & 0xffff0000u);
-                *(tw_u32 *)(p + TT) = (h00 & 0xffffu) | (h01 << 16);
-            }
-            if (rb2 < nrows) {
-                tw_u16 *p = ovf_hh + (long long)(cell0 + rb2) * (2 * TT) + col;
-                *(tw_u32 *)p = (h10 >> 16) | (h11 & 0xffff0000u);
-                *(tw_u32 *)(p + TT) = (h10 & 0xffffu) | (h11 << 16);
-            }
-        }
-        if (DT == 1 && ch == 0 && t4 == 0) {
-            if (ra < nrows)
-                ovf_ex[(long long)(cell0 + ra) * NCB + cb] = exa;
-            if (rb2 < nrows)
-                ovf_ex[(long long)(cell0 + rb2) * NCB + cb] = exb;
-        }
-    }
-}
-
-// Overflow path 2: y part of each overflowing row, split over TW_OVP parts of the tiles:
-// ovf_y[p][i][K] (fp32, part p at p * ystride) = sum over the row's overflowing tiles t of part p
-// (tiles [p NT / P, (p + 1) NT / P)), in tile order, of h[cell(t)] . Wd[tile t rows]; phase B adds
-// the parts in order. CTA item = (part, 32 overflowing rows, 64 output columns); tiles in batches
-// of 32: cell lookup, list of tiles where any row of the item overflows, then those tiles stream
-// through shared memory in steps of SUB neurons (h hi and lo rows with zeros for rows that do not
-// overflow there, and the Wd block), double-buffered (64 KB: 3 blocks per SM). 8 warps = 2
-// m-tiles x 4 quarters of 16 columns; A = h hi / lo (ldmatrix), B = Wd (ldmatrix.trans); fp16
-// sums each 64-neuron block apart and scales it by the cell's 2^(ex - 141).
-#define TW_OVP 4 /* tile parts of ovf_down (partial ovf_y sums) */
-template <int DT, int TT>
-TW_KERNEL((256))
-    tw_k_ovf_down(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
-                  int NT, int W, const tw_u32 *__restrict__ ovf_base,
-                  const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
-                  const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,
-                  float *__restrict__ ovf_y, long long ystride, const tw_u32 *__restrict__ flag) {
-    extern __shared__ __align__(128) unsigned char tw_smem[];
-    __shared__ tw_u32 scell[32][33];
-    __shared__ tw_u32 srow[32], slist[32], sna;
-    __shared__ float ssinv[2][32][(TT < 128 ? TT : 128) / 64];
-    if (flag[0])
-        return;
-    constexpr int NKB = TT / 64;
-    constexpr int SUB = TT < 128 ? TT : 128, NS = TT / SUB, SKB = SUB / 64; /* step: SUB neurons */
-    constexpr int HB = 32 * SUB * 2;      /* bytes of one 32-row h block (hi or lo) of a step */
-    constexpr int STAGE = 2 * HB + SUB * 128;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int mt = warp & 1, nq = warp >> 1;
-    const tw_u32 norows = flag[3];
-    const tw_u32 ncb = (tw_u32)(K / 64), nrc = (norows + 31u) / 32u * ncb;
-    const tw_u32 nitems = nrc * TW_OVP;
-    const tw_u32 sbase = tw_smem_addr(tw_smem);
-    const int ar = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8, ahi = lane >> 4;
-    const int bk = (lane & 7) + ((lane >> 3) & 1) * 8, bn = 2 * nq + (lane >> 4);
-    for (tw_u32 item = blockIdx.x; item < nitems; item += gridDim.x) {
-        const tw_u32 part = item / nrc, irc = item - part * nrc;
-        const tw_u32 rb = irc / ncb, cb = irc - rb * ncb, i0 = 32u * rb;
-        const int tlo = (int)part * NT / TW_OVP, thi = ((int)part + 1) * NT / TW_OVP;
-        const int nr = (int)min(32u, norows - i0);
-        const int c0 = 64 * (int)cb;
-        if (tid < 32)
-            srow[tid] = tid < nr ? orows[i0 + tid] : TW_NONE;
-        float acc[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        for (int tb = tlo; tb < thi; tb += 32) {
-            const int ntb = min(32, thi - tb);
-            __syncthreads(); /* srow written; the previous batch's buffers are free */
-            for (int i = tid; i < 32 * 32; i += 256) {
-                const int r = i >> 5, tt = i & 31;
-                tw_u32 cell = TW_NONE;
-                if (r < nr && tt < ntb) {
-                    const long long m = srow[r];
-                    const int t = tb + tt;
-                    if (packed[(m * NT + t) * W] > (tw_u32)(W - 1))
-                        cell = ovf_base[t] + ovf_slot[m * NT + t];
-                }
-                scell[r][tt] = cell;
-            }
-            __syncthreads();
-            if (tid < 32) {
-                bool any = false;
-                for (int r = 0; r < nr; r++)
-                    any |= scell[r][tid] != TW_NONE;
-                const tw_u32 bal = __ballot_sync(TW_FULL, any && tid < ntb);
-                if (any && tid < ntb)
-                    slist[__popc(bal & ((1u << tid) - 1u))] = (tw_u32)tid;
-                if (tid == 0)
-                    sna = __popc(bal);
-            }
-            __syncthreads();
-            const int na = (int)sna;
-            /* step i: active tile i / NS, neurons [SUB (i % NS), + SUB) of it */
-            auto stage = [&](int i, int buf) {
-                const int tt = (int)slist[i / NS], t = tb + tt, n0 = SUB * (i % NS);
-                const tw_u32 sh = sbase + buf * STAGE, sw = sh + 2 * HB;
-                for (int e = tid; e < 2 * 32 * (SUB / 8); e += 256) {
-                    const int which = e / (32 * (SUB / 8)), rem = e - which * 32 * (SUB / 8);
-                    const int r = rem / (SUB / 8), pc = rem - r * (SUB / 8);
-                    const tw_u32 cell = scell[r][tt];
-                    const tw_u16 *src = ovf_hh + (cell == TW_NONE ? 0ll : (long long)cell * (2 * TT)) +
-                                        which * TT + n0 + 8 * pc;
-                    tw_cp16z(sh + which * HB + r * (2 * SUB) + ((pc ^ (r & 7)) << 4), src,
-                             cell != TW_NONE);
-                }
-                for (int e = tid; e < SUB * 8; e += 256) {
-                    const int nn = e >> 3, q = e & 7;
-                    tw_cp16(sw + nn * 128 + ((q ^ (nn & 7)) << 4),
-                            wd + ((long long)t * TT + n0 + nn) * K + c0 + 8 * q);
-                }
-                if (DT == 1 && tid < 32 * SKB) {
-                    const int r = tid / SKB, kb = tid - r * SKB;
-                    const tw_u32 cell = scell[r][tt];
-                    ssinv[buf][r][kb] = cell == TW_NONE ? 1.0f
-                                                        : tw_ex_inv<DT>(ovf_ex[(long long)cell * NKB +
-                                                                               n0 / 64 + kb]);
-                }
-            };
-            const int nst = na * NS;
-            if (nst > 0)
-                stage(0, 0);
-            tw_cp_commit();
-            for (int i = 0; i < nst; i++) {
-                if (i + 1 < nst)
-                    stage(i + 1, (i + 1) & 1);
-                tw_cp_commit();
-                tw_cp_wait<1>();
-                __syncthreads();
-                const tw_u32 shi = sbase + (i & 1) * STAGE, slo = shi + HB, sw = shi + 2 * HB;
-#pragma unroll
-                for (int kb = 0; kb < SKB; kb++) {
-                    float tmp[2][4];
-#pragma unroll
-                    for (int j = 0; j < 2; j++)
-                        tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.0f;
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) {
-                        const int kk = 64 * kb + 16 * ks; /* neuron offset in the step */
-                        const tw_u32 ao = ar * (2 * SUB) + ((((kk >> 3) + ahi) ^ (ar & 7)) << 4);
-                        tw_u32 ah[4], al[4], b[4];
-                        tw_ldsm4(ah, shi + ao);
-                        tw_ldsm4(al, slo + ao);
-                        const int krow = kk + bk;
-                        tw_ldsm4t(b, sw + krow * 128 + ((bn ^ (krow & 7)) << 4));
-                        float(&d0)[4] = DT == 1 ? tmp[0] : acc[0];
-                        float(&d1)[4] = DT == 1 ? tmp[1] : acc[1];
-                        tw_mma<DT>(d0, ah, b[0], b[1]);
-                        tw_mma<DT>(d0, al, b[0], b[1]);
-                        tw_mma<DT>(d1, ah, b[2], b[3]);
-                        tw_mma<DT>(d1, al, b[2], b[3]);
-                    }
-                    if constexpr (DT == 1) {
-                        const float sa = ssinv[i & 1][16 * mt + g][kb],
-                                    sb = ssinv[i & 1][16 * mt + g + 8][kb];
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            acc[j][0] = fmaf(tmp[j][0], sa, acc[j][0]);
-                            acc[j][1] = fmaf(tmp[j][1], sa, acc[j][1]);
-                            acc[j][2] = fmaf(tmp[j][2], sb, acc[j][2]);
-                            acc[j][3] = fmaf(tmp[j][3], sb, acc[j][3]);
-                        }
-                    }
-                }
-                __syncthreads();
-            }
-        }
-        const int ra = 16 * mt + g, rb2 = ra + 8;
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int col = c0 + 16 * nq + 8 * j + 2 * t4;
-            float *py = ovf_y + (long long)part * ystride;
-            if (ra < nr)
-                *(float2 *)(py + (long long)(i0 + ra) * K + col) = make_float2(acc[j][0], acc[j][1]);
-            if (rb2 < nr)
-                *(float2 *)(py + (long long)(i0 + rb2) * K + col) = make_float2(acc[j][2], acc[j][3]);
-        }
-    }
-}
-
-// XV & 64: ovf_gu with larger warp tiles (tw_k_ovf_gu is shared-memory bound: one
-// A and two B ldmatrix per 4 mma). Same items (tile, 64 rows, 64 columns), same cp.async ring
-// layout; CTA = 4 warps = 2 row halves x 2 column halves, each 32 rows x 32 columns of g (and
-// u): per k16 step 2 A + 2 (4 gated) B ldmatrix feed 8 (16) mma. Every output element sees the
-// same mma sequence (k-steps in order, the same m16 and n8 tile positions) as tw_k_ovf_gu, so
-// g, u, h, ex and the stored halves are the same bits.
-#define TW_GU2_STAGES 3
+// columns); 4 warps = 2 row halves x 2 column halves, each 32 rows x 32 columns of g (and u): per
+// k16 step 2 A + 2 (4 gated) B ldmatrix feed 8 (16) mma. x rows and both weight blocks stream
+// through shared memory in 64-column k-steps (cp.async ring of TW_GU_STAGES, XOR swizzle).
+#define TW_GU_STAGES 3
 template <int DT, int GATED, int TT>
 TW_KERNEL((128))
-    tw_k_ovf_gu2(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wp,
+    tw_k_ovf_gu(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wp,
                  const tw_u16 *__restrict__ wu, int M, int K, int NT,
                  const tw_u32 *__restrict__ ovf_base, const tw_u32 *__restrict__ item_base,
                  const tw_u32 *__restrict__ ovf_rows, tw_u16 *__restrict__ ovf_hh,
@@ -328,7 +23,7 @@ TW_KERNEL((128))
     if (flag[0])
         return;
     constexpr int NCB = TT / 64;
-    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU2_STAGES;
+    constexpr int STAGE = 64 * 128 * (GATED ? 3 : 2), GST = TW_GU_STAGES;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int mh = warp & 1, ch = warp >> 1;
     const tw_u32 nitems = item_base[NT];
@@ -468,14 +163,21 @@ TW_KERNEL((128))
     }
 }
 
-// XV & 64: ovf_down with CTA items of (part, 32 rows, CW output columns), CW = 128 (64 when
-// K % 128 != 0): each h block is read once per CW columns; 8 warps = 2 m-tiles x 4 quarters of
-// CW / 4 columns (per k16 step 2 A + CW / 64 B ldmatrix feed CW / 16 mma); 64-neuron steps,
-// double-buffered (48 KB at CW 128). Per output element the same tiles, steps and mma order as
-// tw_k_ovf_down (fp16: the same per-64-neuron scaling), so the same bits.
+// Overflow path 2: y part of each overflowing row, split over TW_OVP parts of the tiles:
+// ovf_y[p][i][K] (fp32, part p at p * ystride) = sum over the row's overflowing tiles t of part p
+// (tiles [p NT / P, (p + 1) NT / P)), in tile order, of h[cell(t)] . Wd[tile t rows]; phase B adds
+// the parts in order. CTA item = (part, 32 overflowing rows, CW output columns), CW = 128 (64 when
+// K % 128 != 0), so each h block is read once per CW columns; tiles in batches of 32: cell
+// lookup, list of tiles where any row of the item overflows, then those tiles stream through
+// shared memory in 64-neuron steps (h hi and lo rows with zeros for rows that do not overflow
+// there, and the Wd block), double-buffered (48 KB at CW 128). 8 warps = 2 m-tiles x 4 quarters
+// of CW / 4 columns (per k16 step 2 A + CW / 64 B ldmatrix feed CW / 16 mma); A = h hi / lo
+// (ldmatrix), B = Wd (ldmatrix.trans); fp16 sums each 64-neuron block apart and scales it by the
+// cell's 2^(ex - 141).
+#define TW_OVP 4 /* tile parts of ovf_down (partial ovf_y sums) */
 template <int DT, int TT, int CW>
 TW_KERNEL((256))
-    tw_k_ovf_down2(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
+    tw_k_ovf_down(const tw_u32 *__restrict__ packed, const tw_u16 *__restrict__ wd, int M, int K,
                    int NT, int W, const tw_u32 *__restrict__ ovf_base,
                    const tw_u32 *__restrict__ ovf_slot, const tw_u32 *__restrict__ orows,
                    const tw_u16 *__restrict__ ovf_hh, const tw_u32 *__restrict__ ovf_ex,

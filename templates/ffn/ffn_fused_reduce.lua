@@ -1,12 +1,12 @@
 -- ffn_fused_reduce.lua — module of ffn_fused.cu.lua (gated): tw_k_reduce, between the phases:
--- h = g * (sum of phase A's slice partials, fixed order) stored as a hi|lo word (XV & 1 paired).
+-- h = g * (sum of phase A's slice partials, fixed order) stored as hi|lo words paired over slots.
 -- Returns a function of D (the template's constants; this part reads none of them).
 return function(D)
     cuda [==[
 
 // Between the phases (gated): h = g * (sum of the slices' partial u, fixed order), stored as
 // a hi|lo word (bf16: the two terms; fp16: of h * 2^(141 - ex), ex per aligned 16-slot round in
-// rexp); XV & 1: paired over slots (2i, 2i + 1), the hi halves in word 2i, the lo halves in 2i + 1.
+// rexp), paired over slots (2i, 2i + 1): the hi halves in word 2i, the lo halves in 2i + 1.
 // Pads have g = 0, so h = 0.
 template <int DT>
 TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restrict__ partial,
@@ -37,11 +37,10 @@ TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restr
                 rexp[p >> 4] = ex;
         }
         tw_u32 w = tw_split_hl<DT>(h, ex);
-        if (TW_XV & 1) { /* paired: slot 2i gets hi(2i) | hi(2i+1) << 16, slot 2i+1 the lo halves
-                            (total is a multiple of 8: pairs never straddle it) */
-            const tw_u32 o = __shfl_xor_sync(TW_FULL, w, 1);
-            w = (lane & 1u) ? tw_prmt2(o, w, 0x5410u) : tw_prmt2(w, o, 0x7632u);
-        }
+        /* paired: slot 2i gets hi(2i) | hi(2i+1) << 16, slot 2i+1 the lo halves (total is a
+           multiple of 8: pairs never straddle it) */
+        const tw_u32 o = __shfl_xor_sync(TW_FULL, w, 1);
+        w = (lane & 1u) ? tw_prmt2(o, w, 0x5410u) : tw_prmt2(w, o, 0x7632u);
         if (p < total)
             hl[p] = w;
     }

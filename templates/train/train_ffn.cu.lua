@@ -72,8 +72,8 @@
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
 --                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
 --                              the warp's loads are coalesced and many are in flight; SWP warps
---                              per block, smem STW bytes per warp (the token row as dtype, or
---                              fp32 with SXF, + the stages). Same per-lane sequence of roundings:
+--                              per block, smem STW bytes per warp (the token row as dtype + the
+--                              stages). Same per-lane sequence of roundings:
 --                              bitwise the same results. With `pre` (tiled U / dT, see
 --                              runtime/cuda_train_tiled.h) they read the precomputed values and
 --                              compute only what twell_train_udt / ovf_udt did not cover; those
@@ -105,32 +105,21 @@ local OVF_UDT = MMA and S.T <= 512
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
--- SKC, SST, SWP (optional: 0 = default): KC, STAGES and warps per block of the staged kernels,
--- for comparisons (runtime/cuda_train.c passes them from TWELL_TRAIN_STAGE). Defaults 64, 2, 4:
--- the fastest of eleven (KC, STAGES, SWP, SXF) variants on the H200 at K = 2048, N = 5632, 29
--- nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with 4 stages, 2 warps).
-local SKC = param("SKC", 0)
-local KC = SKC ~= 0 and SKC or (S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16))
-check(KC % 16 == 0 and KC <= 256 and S.K % KC == 0, "SKC=%s must divide K, be a multiple of 16 " ..
-    "and at most 256", tostring(KC))
+-- KC 64 (K permitting, else 32 or 16), 2 stages, SWP 4 warps per block, the token row kept as
+-- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants on the
+-- H200 at K = 2048, N = 5632, 29 nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with
+-- 4 stages, 2 warps). runtime/ops/train/cuda_train.c uses the same constants.
+local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
 local RPI = 32 // PPR       -- rows one warp-wide copy covers
-local STAGES = param("SST", 0)
-if STAGES == 0 then STAGES = 2 end
-check(STAGES >= 2 and STAGES <= 8, "SST=%s must be in 2..8", tostring(STAGES))
-local SWP = param("SWP", 0)
-if SWP == 0 then SWP = 4 end
-check(SWP >= 1 and SWP <= 8, "SWP=%s must be in 1..8", tostring(SWP))
+local STAGES = 2
+local SWP = 4
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
 local LB2 = 4
 local NKC = S.K // KC
--- SXF 1: the token row kept as fp32 in shared memory (no conversion in the inner loop; the
--- same values, so the same results), else as dtype.
-local SXF = param("SXF", 0)
-check(SXF == 0 or SXF == 1, "SXF=%s must be 0 or 1", tostring(SXF))
-local STW = (SXF == 1 and 4 or 2) * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
+local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
@@ -140,7 +129,7 @@ common.pack_row_tile_warp(S)
 local D = {
     S = S, VEC = VEC, WPB = WPB, NT = NT, TM = TM, G = G, NS = NS, LB = LB, LB2 = LB2,
     OVF_BM = OVF_BM, OVF_WM = OVF_WM, OVF_WN = OVF_WN, OVF_UDT = OVF_UDT, KC = KC, KCP = KCP,
-    PPR = PPR, RPI = RPI, STAGES = STAGES, SWP = SWP, NKC = NKC, SXF = SXF, STW = STW,
+    PPR = PPR, RPI = RPI, STAGES = STAGES, SWP = SWP, NKC = NKC, STW = STW,
 }
 import("train_ffn_base")(D)  -- types, loads and stores, token row, reference dot
 import("train_ffn_state")(D) -- recount, scans, owners, spill

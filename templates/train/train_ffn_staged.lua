@@ -2,7 +2,7 @@
 -- products (weight rows through shared memory by cp.async) and fwd_ent_s / bwd_ent_s.
 return function(D)
     local S, KC, KCP, PPR, RPI, STAGES = D.S, D.KC, D.KCP, D.PPR, D.RPI, D.STAGES
-    local SWP, NKC, SXF, STW = D.SWP, D.NKC, D.SXF, D.STW
+    local SWP, NKC, STW = D.SWP, D.NKC, D.STW
     cuda [==[
 /* ---- staged per-entry dot products ---- */
 
@@ -29,7 +29,7 @@ __device__ __forceinline__ void tw_stage_issue(tw_u16 *st, const tw_u16 *__restr
  * and row n_l (nrow of lane l); every lane of the warp must call it. st: STAGES·32·KCP elements of
  * this warp's shared memory. Chunk c waits in buffer c % STAGES; STAGES - 1 chunks are in flight
  * while one is summed (a commit group per chunk, empty past the end, so the count is uniform). */
-typedef ${SXF == 1 and "float" or "tw_u16"} tw_xs;
+typedef tw_u16 tw_xs;
 __device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__restrict__ base,
                                                tw_u32 nrow, int nb, tw_u16 *st, int lane) {
     float s = 0.0f;
@@ -50,25 +50,6 @@ __device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__
         __syncwarp();
         if (lane < nb) {
             const uint4 *w = (const uint4 *)(st + (c % ${STAGES}) * ${32 * KCP} + lane * ${KCP});
-]==]
-    if SXF == 1 then
-        cuda [==[
-            const float4 *xv = (const float4 *)(xs + c * ${KC});
-#pragma unroll 4
-            for (int g = 0; g < ${PPR}; g++) {
-                const uint4 v = w[g];
-                const float4 xa = xv[2 * g], xb = xv[2 * g + 1];
-                const tw_u32 u[4] = {v.x, v.y, v.z, v.w};
-                const float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    s = __fadd_rn(s, __fmul_rn(xf[2 * i], tw_to_f32((tw_u16)(u[i] & 0xffffu))));
-                    s = __fadd_rn(s, __fmul_rn(xf[2 * i + 1], tw_to_f32((tw_u16)(u[i] >> 16))));
-                }
-            }
-]==]
-    else
-        cuda [==[
             const uint4 *xv = (const uint4 *)(xs + c * ${KC});
 #pragma unroll 4
             for (int g = 0; g < ${PPR}; g++) {
@@ -82,9 +63,6 @@ __device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__
                                                tw_to_f32((tw_u16)(u[i] >> 16))));
                 }
             }
-]==]
-    end
-    cuda [==[
         }
         __syncwarp(); /* a later issue overwrites this buffer */
     }
@@ -94,23 +72,8 @@ __device__ __forceinline__ float tw_dot_staged(const tw_xs *xs, const tw_u16 *__
 /* A token row (dtype) into this warp's shared copy, as is (then __syncwarp). */
 __device__ __forceinline__ void tw_row_to_smem16(tw_xs *xs, const tw_u16 *__restrict__ row,
                                                  int lane) {
-]==]
-    if SXF == 1 then
-        cuda [==[
-    for (int g = lane; g < ${S.K // 8}; g += 32) {
-        float f[8];
-        tw_ldg(row, g, f);
-        ((float4 *)xs)[2 * g] = make_float4(f[0], f[1], f[2], f[3]);
-        ((float4 *)xs)[2 * g + 1] = make_float4(f[4], f[5], f[6], f[7]);
-    }
-]==]
-    else
-        cuda [==[
     for (int g = lane; g < ${S.K // 8}; g += 32)
         ((uint4 *)xs)[g] = ((const uint4 *)row)[g];
-]==]
-    end
-    cuda [==[
     __syncwarp();
 }
 

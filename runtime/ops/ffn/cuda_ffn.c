@@ -29,18 +29,6 @@ typedef struct {
     float *partial;
 } tw_ffn_ws;
 
-const char *tw_ffn_kernel_name(tw_ffn_kernel k) {
-    switch (k) {
-    case TW_FFN_AUTO:
-        return "auto";
-    case TW_FFN_ROWS:
-        return "rows";
-    case TW_FFN_GENERIC:
-        return "generic";
-    }
-    return NULL;
-}
-
 /* ---- workspace layout (pieces 256-byte aligned, as the launch contract asks) ---- */
 
 static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
@@ -230,8 +218,8 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
     f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
                       &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
-    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, f->cfg[TW_CFG_GT]), 8), 1, 256,
-                 0, stream, a_prep));
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, TW_FFN_GT), 8), 1, 256, 0,
+                 stream, a_prep));
     void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
                       &w->item_base, &w->flag, &w->offsets, &pair_cap, &ovf_cap,
                       &orow_cap,     &stats,   &stats_add,  &hflag};
@@ -246,7 +234,7 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
                                   const void *wd, void *y, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     size_t sms = (size_t)ctx->cuda->sm_count;
-    size_t gt = f->cfg[TW_CFG_GT], NG = tw_cdiv((size_t)m, gt), NL = NG * f->cfg[TW_CFG_NC];
+    size_t NG = tw_cdiv((size_t)m, TW_FFN_GT), NL = NG * f->cfg[TW_CFG_NC];
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
@@ -268,8 +256,8 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
         void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
                         &w->sizes,  &w->partial, &pair_cap, &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A],
-                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA] * 8u / gt),
-                     f->NSL, 32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
+                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA]), f->NSL,
+                     32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
         void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
                          &m,     &w->hl,      &w->rexp,  &w->flag};
         TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
@@ -279,7 +267,7 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     void *a_pb[] = {(void *)&wd, &m,           &w->desc,  &w->gv, &hl, &rexp,   &w->offsets,
                     &w->sizes,   &w->orow_idx, &w->ovf_y, &ys,    &y,  &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
-                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB] * 8u / gt), f->NSL,
+                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB]), f->NSL,
                  32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
                       &m,         &w->flag,        &fallback_only};
@@ -768,8 +756,9 @@ static int tw_cuda_ffn_probes(const twell_plan *plan) {
 
 /* The forced kernel's name (test control): -1 when unknown. */
 static int tw_ffn_kernel_parse(const char *name) {
+    static const char *const names[] = {"auto", "rows", "generic"}; /* TW_FFN_AUTO .. GENERIC */
     for (int k = TW_FFN_AUTO; k <= TW_FFN_GENERIC; k++)
-        if (name && !strcmp(name, tw_ffn_kernel_name((tw_ffn_kernel)k)))
+        if (name && !strcmp(name, names[k]))
             return k;
     return -1;
 }

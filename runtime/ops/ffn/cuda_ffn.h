@@ -55,18 +55,14 @@ int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
  *   GENERIC  ffn_rows.cu.lua (any K multiple of 16, any alignment, sm_75+) */
 typedef enum tw_ffn_kernel { TW_FFN_AUTO = 0, TW_FFN_ROWS = 1, TW_FFN_GENERIC = 2 } tw_ffn_kernel;
 
-/* "auto", "rows", "generic"; NULL for anything else. */
-const char *tw_ffn_kernel_name(tw_ffn_kernel k);
-
 /* Prepares the op ONCE for plan->shape (gated or not): renders/compiles (or takes from the cache)
  * and loads ffn_fused where the shape and device allow it (K % 64 == 0, sm_80+, enough shared
  * memory), sets its dynamic shared memory limits and reads its twell_ffn_cfg; otherwise loads
- * ffn_rows. The tile configuration (template parameters CN, STAGES, GPWA/GPWB, NWA/NWB, PF, IL, GT
- * and the derived DCAPA/DCAPB) comes from tw_ffn_cfg_resolve (ffn_config.c); for development the
- * environment variable TWELL_FFN_TILE="KEY=v,..." (keys CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL,
- * GT) overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small
- * pinned flag buffer and an event; the workspace is allocated at the first call (it depends on M
- * and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
+ * ffn_rows. The tile configuration (template parameters CN, GPWA/GPWB, NWA/NWB, PF and the
+ * derived DCAPA/DCAPB) is tw_ffn_cfg_default's, resolved by tw_ffn_cfg_resolve (ffn_config.c);
+ * tuned winners replace it per M bucket (tw_cuda_ffn_prepare). Allocates the small pinned flag
+ * buffer and an event; the workspace is allocated at the first call (it depends on M and the
+ * data). Inside tw_cu_enter/leave. *out NULL on failure. */
 twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. Inside

@@ -1,7 +1,7 @@
 /*
  * cuda_ffn_load.c — twell_ffn_infer on CUDA, set-up side: loading ffn_fused modules in a tile
- * configuration (whose rule is ffn_config.c) and the ffn_rows module, the TWELL_FFN_TILE
- * development override, and a plan's creation and release. The launch side is cuda_ffn.c.
+ * configuration (whose rule is ffn_config.c) and the ffn_rows module, and a plan's creation and
+ * release. The launch side is cuda_ffn.c.
  */
 #include "cuda_ffn_int.h"
 
@@ -138,45 +138,6 @@ void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk) {
     }
 }
 
-/* Development override of the default configuration: TWELL_FFN_TILE="CN=256,STAGES=4,NWA=24" (keys
- * CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, GT, XV; the rest is derived). Ignored, with a warning,
- * if it does not fit. Tuned winners (per M bucket) are not affected. */
-static void tw_ffn_tile_override(twell_ctx *ctx, const twell_shape *s, const tw_cuda *dev,
-                                 tw_ffn_cfg *c) {
-    const char *env = getenv("TWELL_FFN_TILE");
-    if (!env || !*env)
-        return;
-    tw_ffn_cfg w = *c;
-    static const char *const keys[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                       "NWB", "PF",     "IL",   "GT",   "XV"};
-    unsigned *dst[] = {&w.cn,  &w.stages, &w.gpwa, &w.gpwb, &w.nwa,
-                       &w.nwb, &w.pf,     &w.il,   &w.gt,   &w.xv};
-    const char *p = env;
-    while (*p) {
-        size_t i = 0, len = 0;
-        for (; i < sizeof keys / sizeof keys[0]; i++) {
-            len = strlen(keys[i]);
-            if (!strncmp(p, keys[i], len) && p[len] == '=')
-                break;
-        }
-        char *end = NULL;
-        unsigned long v = i < sizeof keys / sizeof keys[0] ? strtoul(p + len + 1, &end, 10) : 0;
-        if (!end || end == p + len + 1 || v > 4096u)
-            break;
-        *dst[i] = (unsigned)v;
-        p = end;
-        if (*p == ',')
-            p++;
-    }
-    if (*p || tw_ffn_cfg_check(&w, s, dev, NULL, 0) != 0) {
-        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: TWELL_FFN_TILE='%s' ignored (bad or does not fit)",
-               env);
-        return;
-    }
-    tw_log(ctx, TWELL_LOG_INFO, "ffn_infer: TWELL_FFN_TILE='%s' applied", env);
-    *c = w;
-}
-
 /* Loads ffn_fused in its default configuration. TWELL_ERR_UNSUPPORTED when the shape or device
  * cannot run it. */
 static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
@@ -197,7 +158,6 @@ static twell_status tw_ffn_load_tiled(twell_plan *plan, tw_ffn *f) {
                         "ffn_infer: %d bytes of shared memory per block are too few for the tiled "
                         "kernels",
                         dev->smem_optin);
-    tw_ffn_tile_override(ctx, s, dev, &c);
     twell_status st = tw_ffn_tk_load(ctx, s, &c, NULL, &f->tk[0]);
     if (st != TWELL_OK)
         return st;

@@ -29,14 +29,8 @@ static int tw_ffn_cfg_valid(const tw_ffn_cfg *c, const twell_shape *s, char *why
             return -1;
         }
     }
-    if (c->stages < 2u || c->stages > 4u || c->pf > 1u || c->il > 1u || c->xv > 127u) {
-        snprintf(why, n, "STAGES=%u PF=%u IL=%u XV=%u: 2..4, 0|1, 0|1, 0..127", c->stages, c->pf,
-                 c->il, c->xv);
-        return -1;
-    }
-    /* GT 16: the warps' 8-token units pair up into groups of 16; IL pairs groups of 8 only */
-    if (c->gt != 8u && (c->gt != 16u || c->gpwa % 2u != 0 || c->gpwb % 2u != 0 || c->il != 0)) {
-        snprintf(why, n, "GT=%u: 8, or 16 with even GPWA, GPWB and IL=0", c->gt);
+    if (c->pf > 1u) {
+        snprintf(why, n, "PF=%u: 0 or 1", c->pf);
         return -1;
     }
     if (c->cn < s->T || c->cn % s->T != 0 || c->cn % 64u != 0 || c->cn > 1024u) {
@@ -52,26 +46,25 @@ static int tw_ffn_cfg_valid(const tw_ffn_cfg *c, const twell_shape *s, char *why
 }
 
 /* The shared memory of each kernel family at its least: phase A with TW_FFN_LIST_MIN bytes of
- * list staging, phase B with 16 list slots, the overflow kernels (their own fixed tiles; XV bit
- * 64 selects the variant with larger warp tiles). */
+ * list staging, phase B with 16 list slots, the overflow kernels (their own fixed tiles). */
 typedef struct tw_ffn_need {
     uint64_t a, b, gu, down;
 } tw_ffn_need;
 
 static tw_ffn_need tw_ffn_needs(const tw_ffn_cfg *c, const twell_shape *s) {
     tw_ffn_need nd;
-    const uint64_t st = c->stages, vb = s->gated ? 4u : 2u, wb = st * c->cn * 128u;
+    const uint64_t st = TW_FFN_STAGES, vb = s->gated ? 4u : 2u, wb = st * c->cn * 128u;
     /* per buffer: the staged list offsets and sizes of the block (GPW 8-token units per warp, NW
      * warps); once: the (first, end) offset table */
     const uint64_t la = (2u * (uint64_t)c->nwa * c->gpwa + 4u) * 4u;
     const uint64_t lb = (2u * (uint64_t)c->nwb * c->gpwb + 4u) * 4u;
     nd.a = wb + st * la + TW_FFN_RE + TW_FFN_LIST_MIN;
     nd.b = wb + TW_FFN_RE + st * (lb + 16u * (4u + vb));
-    const int ov2 = (c->xv & 64u) != 0;
-    nd.gu = (ov2 ? 3u : 4u) * 64u * 128u * (s->gated ? 3u : 2u); /* ovf_gu's stages */
-    const uint64_t subd = ov2 ? 64u : s->T < 128u ? s->T : 128u; /* ovf_down's step (neurons) */
-    const uint64_t dcw = (ov2 && s->K % 128u == 0) ? 128u : 64u; /* its output columns */
-    nd.down = 2u * (2u * 32u * subd * 2u + subd * dcw * 2u);
+    /* ovf_gu: a ring of 3 k-steps of x, wp (and wu) tiles of 64 x 64; ovf_down: two buffers of
+     * 64-neuron steps (h hi and lo of 32 rows, the Wd block of its CW output columns) */
+    nd.gu = 3u * 64u * 128u * (s->gated ? 3u : 2u);
+    const uint64_t dcw = s->K % 128u == 0 ? 128u : 64u; /* ovf_down's output columns (CW) */
+    nd.down = 2u * (2u * 32u * 64u * 2u + 64u * dcw * 2u);
     return nd;
 }
 
@@ -95,15 +88,15 @@ int tw_ffn_cfg_words(const tw_ffn_cfg *c, const twell_shape *s, uint32_t smem,
         return -1;
     const uint32_t need = tw_ffn_cfg_smem(c, s);
     if (need > smem) {
-        snprintf(why, n, "CN=%u STAGES=%u needs %u B of shared memory per block, over the %u here",
-                 c->cn, c->stages, need, smem);
+        snprintf(why, n, "CN=%u needs %u B of shared memory per block, over the %u here", c->cn,
+                 need, smem);
         return -1;
     }
     if (!want)
         return 0;
     /* The words, by the template's formulas; every quantity fits 32 bits once c is valid and
      * fits smem. */
-    const uint32_t st = c->stages, cn = c->cn, vb = s->gated ? 4u : 2u, re = TW_FFN_RE;
+    const uint32_t st = TW_FFN_STAGES, cn = c->cn, vb = s->gated ? 4u : 2u, re = TW_FFN_RE;
     const uint32_t la = (2u * c->nwa * c->gpwa + 4u) * 4u, lb = (2u * c->nwb * c->gpwb + 4u) * 4u;
     const uint32_t wb = st * cn * 128u, nt = s->N / s->T, tpc = cn / s->T;
     const tw_ffn_need nd = tw_ffn_needs(c, s);
@@ -114,8 +107,8 @@ int tw_ffn_cfg_words(const tw_ffn_cfg *c, const twell_shape *s, uint32_t smem,
     want[TW_CFG_NWA] = c->nwa;
     want[TW_CFG_NWB] = c->nwb;
     want[TW_CFG_PF] = c->pf;
-    want[TW_CFG_IL] = c->il;
-    want[TW_CFG_GT] = c->gt;
+    want[TW_CFG_IL] = 0u; /* a word the template keeps for its layout; always 0 */
+    want[TW_CFG_GT] = TW_FFN_GT;
     /* the list staging fills what the weight chunks and the offset tables leave */
     want[TW_CFG_DCAPA] = (smem - wb - re - st * la) / (4u * st) / 16u * 16u;
     want[TW_CFG_DCAPB] = (smem - wb - re - st * lb) / (st * (4u + vb)) / 16u * 16u;
@@ -123,11 +116,9 @@ int tw_ffn_cfg_words(const tw_ffn_cfg *c, const twell_shape *s, uint32_t smem,
     want[TW_CFG_SMEM_B] = wb + st * ((4u + vb) * want[TW_CFG_DCAPB] + lb) + re;
     want[TW_CFG_SMEM_GU] = (uint32_t)nd.gu;
     want[TW_CFG_SMEM_DOWN] = (uint32_t)nd.down;
-    /* XV & 64: the larger-warp-tile overflow kernels (tw_k_ovf_gu2: 3 stages, 4 warps, 3 CTAs
-     * per SM; tw_k_ovf_down2: 64-neuron steps, 128 output columns when K % 128 == 0) */
-    const int ov2 = (c->xv & 64u) != 0;
-    want[TW_CFG_GU_BPS] = ov2 ? 3u : 2u;
-    want[TW_CFG_GU_THR] = ov2 ? 128u : 256u;
+    /* the overflow kernels' grids: ovf_gu 3 CTAs of 4 warps per SM, ovf_down 3 CTAs per SM */
+    want[TW_CFG_GU_BPS] = 3u;
+    want[TW_CFG_GU_THR] = 128u;
     want[TW_CFG_DOWN_BPS] = 3u;
     want[TW_CFG_BW] = 4;
     want[TW_CFG_NC] = (nt + tpc - 1) / tpc;
@@ -138,13 +129,10 @@ int tw_ffn_cfg_words(const tw_ffn_cfg *c, const twell_shape *s, uint32_t smem,
 }
 
 int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out) {
-    static const char *const names[] = {"CN",  "STAGES", "GPWA", "GPWB", "NWA",
-                                        "NWB", "PF",     "IL",   "GT",   "XV"};
-    static const int64_t dflt[] = {
-        512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
-    static const int64_t lo[] = {1, 1, 1, 1, 1, 1, 0, 0, 1, 0};
-    unsigned *dst[] = {&out->cn,  &out->stages, &out->gpwa, &out->gpwb, &out->nwa,
-                       &out->nwb, &out->pf,     &out->il,   &out->gt,   &out->xv};
+    static const char *const names[] = {"CN", "GPWA", "GPWB", "NWA", "NWB", "PF"};
+    static const int64_t dflt[] = {512, 8, 4, 16, 16, 1};
+    static const int64_t lo[] = {1, 1, 1, 1, 1, 0};
+    unsigned *dst[] = {&out->cn, &out->gpwa, &out->gpwb, &out->nwa, &out->nwb, &out->pf};
     if (strcmp(tc->kernel, "ffn_fused") != 0)
         return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -182,16 +170,15 @@ int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *d
 }
 
 int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out) {
-    /* The first of {CN, STAGES} = {512, 2}, {256, 2} that fits, with 16 warps of 8 / 4 groups
-     * per block in phases A / B and the list prefetch on (other warp shapes ran slower). */
-    static const unsigned cand[][2] = {{512, 2}, {256, 2}};
+    /* The first CN of 512, 256 that fits, with 16 warps of 8 / 4 groups per block in phases A / B
+     * and the list prefetch on (other warp shapes ran slower). */
+    static const unsigned cand[] = {512, 256};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        *out = (tw_ffn_cfg){cand[i][0],        cand[i][1],       8u, 4u, 16u, 16u, 1u, 0u,
-                            TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
+        *out = (tw_ffn_cfg){cand[i], 8u, 4u, 16u, 16u, 1u};
         if (tw_ffn_cfg_check(out, s, dev, NULL, 0) == 0)
             return 0;
     }
-    *out = (tw_ffn_cfg){512u, 2u, 8u, 4u, 16u, 16u, 1u, 0u, TW_FFN_GT_DEFAULT, TW_FFN_XV_DEFAULT};
+    *out = (tw_ffn_cfg){512u, 8u, 4u, 16u, 16u, 1u};
     return -1;
 }
 
@@ -212,13 +199,9 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"GPWB", NULL, (long long)want[TW_CFG_GPWB]},
         {"DCAPA", NULL, (long long)want[TW_CFG_DCAPA]},
         {"DCAPB", NULL, (long long)want[TW_CFG_DCAPB]},
-        {"STAGES", NULL, (long long)want[TW_CFG_STAGES]},
         {"NWA", NULL, (long long)want[TW_CFG_NWA]},
         {"NWB", NULL, (long long)want[TW_CFG_NWB]},
         {"PF", NULL, (long long)want[TW_CFG_PF]},
-        {"IL", NULL, (long long)want[TW_CFG_IL]},
-        {"GT", NULL, (long long)want[TW_CFG_GT]},
-        {"XV", NULL, (long long)c->xv},
     };
     memcpy(out, p, sizeof p);
     return TW_FFN_NPARAMS;

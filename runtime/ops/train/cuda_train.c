@@ -90,7 +90,7 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
-    t->udt = tw_ct_udt_env();
+    t->udt = 1; /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -121,55 +121,16 @@ static int tw_ct_mma(const twell_shape *s, int vi) {
     return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
 }
 
-/* The staged kernels' K chunk (train_ffn.cu.lua's KC): t->skc when set, else the template's
- * default. */
-static unsigned tw_ct_kc(const tw_ctrain *t, unsigned K) {
-    if (t->skc)
-        return t->skc;
-    return K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u);
-}
+/* The staged kernels (train_ffn.cu.lua's KC, STAGES, SWP): K chunk 64 (K permitting, else 32 or
+ * 16), 2 stages, 4 warps per block (the fastest measured there). */
+#define TW_CT_STAGES 2u
+#define TW_CT_SWP 4u
+static unsigned tw_ct_kc(unsigned K) { return K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u); }
 
-/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row (as dtype, or
- * fp32 with t->sxf) and STAGES stages of 32 rows of KC + 8 elements. */
-static unsigned tw_ct_stw(const tw_ctrain *t, unsigned K) {
-    return (t->sxf ? 4u : 2u) * K + t->sst * 32u * (tw_ct_kc(t, K) + 8u) * 2u;
-}
-
-/* TWELL_TRAIN_STAGE="kc,stages,warps,xf" (benchmark comparisons): the staged kernels' K chunk,
- * stages, warps per block and token row in fp32 (1) or dtype (0); defaults 64 (K permitting), 2,
- * 4, 0. A kc that does not divide K, is not a multiple of 16 or exceeds 256 is ignored. */
-static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
-    unsigned kc = 0, st = 2, wp = 4, xf = 0; /* train_ffn.cu.lua's defaults (measured there) */
-    const char *e = getenv("TWELL_TRAIN_STAGE");
-    if (e && *e) {
-        char *end = NULL;
-        unsigned long v[4] = {0, 0, 0, 0};
-        for (int i = 0; i < 4 && *e; i++) {
-            v[i] = strtoul(e, &end, 10);
-            e = *end == ',' ? end + 1 : end;
-        }
-        if (v[0] && v[0] % 16u == 0 && v[0] <= 256u && K % v[0] == 0)
-            kc = (unsigned)v[0];
-        if (v[1] >= 2 && v[1] <= 8)
-            st = (unsigned)v[1];
-        if (v[2] >= 1 && v[2] <= 8)
-            wp = (unsigned)v[2];
-        xf = v[3] == 1;
-    }
-    t->skc = kc, t->sst = st, t->swp = wp, t->sxf = xf;
-}
-
-/* TWELL_TRAIN_UDT: "entry" (per-entry staged dot products) or "tiled" (cuda_train_tiled.c);
- * anything else: the default, TW_CT_UDT_DEFAULT (tiled: faster in every configuration measured,
- * 29 to 56 active per row, uniform and skewed: weight chunks reused across tokens). */
-#define TW_CT_UDT_DEFAULT 1
-int tw_ct_udt_env(void) {
-    const char *e = getenv("TWELL_TRAIN_UDT");
-    if (e && !strcmp(e, "entry"))
-        return 0;
-    if (e && !strcmp(e, "tiled"))
-        return 1;
-    return TW_CT_UDT_DEFAULT;
+/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row (dtype) and
+ * TW_CT_STAGES stages of 32 rows of KC + 8 elements. */
+static unsigned tw_ct_stw(unsigned K) {
+    return 2u * K + TW_CT_STAGES * 32u * (tw_ct_kc(K) + 8u) * 2u;
 }
 
 static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
@@ -185,13 +146,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
                             "block, more than this device's %d",
                             s->K, s->K * 4u + s->T * 2u, ctx->cuda->smem_optin);
     }
-    if (!t->sst)
-        tw_ct_stage_cfg(t, s->K);
     tw_param params[] = {
-        {"SKC", NULL, (long long)t->skc},
-        {"SST", NULL, t->sst == 2u ? 0 : (long long)t->sst},
-        {"SWP", NULL, t->swp == 4u ? 0 : (long long)t->swp},
-        {"SXF", NULL, (long long)t->sxf},
         {"K", NULL, (long long)s->K},
         {"N", NULL, (long long)s->N},
         {"T", NULL, (long long)s->T},
@@ -209,7 +164,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     tw_tmod m;
     memset(&m, 0, sizeof m);
     m.mma = tw_ct_mma(s, vi);
-    t->smem_stage = t->swp * tw_ct_stw(t, s->K);
+    t->smem_stage = TW_CT_SWP * tw_ct_stw(s->K);
     int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
     m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
     m.ovf_udt = m.mma && s->T <= 512u; /* train_ffn.cu.lua's OVF_UDT */
@@ -516,9 +471,9 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
                         &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
-                            tw_ct_blocks(ctx, nchunks, sg ? t->swp : t->wpb),
-                            sg ? 32u * t->swp : rthreads, sg ? t->smem_stage : t->smem_row, stream,
-                            args));
+                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_SWP : t->wpb),
+                            sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
+                            stream, args));
     }
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
@@ -666,9 +621,9 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
                         &Ml,         &pre,        &dt_ell,  &pre_all, &dt_spill};
         int sg = md->staged && !t->legacy;
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
-                            tw_ct_blocks(ctx, t->nchunks, sg ? t->swp : t->wpb),
-                            sg ? 32u * t->swp : rthreads, sg ? t->smem_stage : t->smem_row, stream,
-                            args));
+                            tw_ct_blocks(ctx, t->nchunks, sg ? TW_CT_SWP : t->wpb),
+                            sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
+                            stream, args));
     }
     /* 2. dx per row chunk, split rows reduced */
     {

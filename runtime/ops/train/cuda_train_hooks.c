@@ -108,8 +108,6 @@ static twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
     return st;
 }
 
-static int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
-
 static int tw_cuda_train_udt_tiled(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->fwd_tiled != 0 : 0;
@@ -194,9 +192,6 @@ twell_status tw_train_test_control(int op, va_list ap) {
     switch (op) {
     case TW_TC_TRAIN_HOST_FREE:
         tw_cuda_train_host_free(va_arg(ap, tw_cuda_train_host *));
-        return TWELL_OK;
-    case TW_TC_TRAIN_UDT_DEFAULT:
-        *va_arg(ap, int *) = tw_cuda_train_udt_default();
         return TWELL_OK;
     }
     twell_train_state *state = va_arg(ap, twell_train_state *);

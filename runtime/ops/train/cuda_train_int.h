@@ -101,12 +101,11 @@ typedef struct tw_ctrain {
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
     int legacy; /* test control: SIMT recount and unstaged per-entry kernels (comparisons) */
-    int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry */
+    int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry
+                 * (tests only: TW_TC_TRAIN_SET_UDT) */
     tw_ctt *tiled;
     int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
                     * (overflowing row-tiles per entry), 2 also TF_OVF_UDT */
-    unsigned skc, sst, swp, sxf; /* staged kernels: K chunk (0: default), stages, warps per
-                                  * block, token row in fp32 */
     tw_dbuf buf[TB_COUNT];
     uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
     tw_cuda_event ev;
@@ -129,9 +128,6 @@ typedef struct tw_ctrain {
 } tw_ctrain;
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
-
-/* The U/dT mode of TWELL_TRAIN_UDT ("entry" 0, "tiled" 1, else the default). */
-int tw_ct_udt_env(void);
 
 /* The backend state of `state`, created (with its pinned totals and event) on first use. */
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out);

@@ -118,22 +118,22 @@ twell_status tw_ctt_phase_a(twell_plan *plan, tw_ctt *c, size_t M, const void *a
         return tw_error(ctx, TWELL_ERR_INTERNAL,
                         "training: the tiled U/dT lists are not those of this forward");
     const uint32_t *cfg = c->tk.words;
-    size_t gt = cfg[TW_CFG_GT], NG = tw_cdiv(M, gt);
+    size_t NG = tw_cdiv(M, TW_FFN_GT);
     int m = (int)M;
     unsigned pair_cap = (unsigned)c->pair_cap;
     void *args[] = {(void *)&a, (void *)&w,  &m,        &c->desc, &c->offsets,
                     &c->sizes,  &c->partial, &pair_cap, &c->flag};
     return tw_ctt_go(ctx, c->tk.fn[TW_FN_PHASE_A],
-                     tw_cdiv(NG, (size_t)cfg[TW_CFG_NWA] * cfg[TW_CFG_GPWA] * 8u / gt),
-                     plan->shape.K / 64u, 32u * cfg[TW_CFG_NWA], cfg[TW_CFG_SMEM_A], stream, args);
+                     tw_cdiv(NG, (size_t)cfg[TW_CFG_NWA] * cfg[TW_CFG_GPWA]), plan->shape.K / 64u,
+                     32u * cfg[TW_CFG_NWA], cfg[TW_CFG_SMEM_A], stream, args);
 }
 
 twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t *packed, float *out,
                         tw_CUfunction udt, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const uint32_t *cfg = c->tk.words;
-    size_t gt = cfg[TW_CFG_GT], NL = tw_cdiv(M, gt) * cfg[TW_CFG_NC];
-    int nsl = (int)(plan->shape.K / 64u), cn = (int)cfg[TW_CFG_CN], gti = (int)gt;
+    size_t NL = tw_cdiv(M, TW_FFN_GT) * cfg[TW_CFG_NC];
+    int nsl = (int)(plan->shape.K / 64u), cn = (int)cfg[TW_CFG_CN], gti = (int)TW_FFN_GT;
     int nc = (int)cfg[TW_CFG_NC];
     long long ps = (long long)c->pair_cap, Ml = (long long)M;
     size_t gx = tw_cdiv(NL, 8), cap = (size_t)ctx->cuda->sm_count * 16u;
@@ -147,8 +147,8 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     twell_ctx *ctx = plan->ctx;
     const uint32_t *cfg = c->tk.words;
     c->lists_M = 0;
-    size_t NT = plan->shape.N / plan->shape.T, gt = cfg[TW_CFG_GT], NC = cfg[TW_CFG_NC];
-    size_t NG = tw_cdiv(M, gt), NL = NG * NC, NB = tw_cdiv(NG, 8), NBC = NB * NC;
+    size_t NT = plan->shape.N / plan->shape.T, NC = cfg[TW_CFG_NC];
+    size_t NG = tw_cdiv(M, TW_FFN_GT), NL = NG * NC, NB = tw_cdiv(NG, 8), NBC = NB * NC;
     /* every active entry of a non-overflowing row-tile, each list padded to PADQ */
     uint64_t P = nnz + (uint64_t)NL * (cfg[TW_CFG_PADQ] - 1u) + 64u;
     if (P > 0xffffffffull - 1024u)
