@@ -27,7 +27,8 @@ static void bench_usage(FILE *f) {
             "                   [--N 5632]"
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
-            "                   [--variant auto|simt|sm90] [--path auto|sparse|dense]\n"
+            "                   [--variant auto|simt|sm90|small]\n"
+            "                   [--path auto|sparse|dense|small]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -36,8 +37,11 @@ static void bench_usage(FILE *f) {
             "DIR/<op>-<date>.json (default DIR: bench/results). ratio = baseline_ms / ours_ms.\n"
             "ffn_infer: ours = gate-pack + fused inference (and the fused part alone, op\n"
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
-            "--path sets twell_plan_set_path (default auto: the plan picks sparse or dense from\n"
-            "the previous call's counts); the record's variant names the path that ran.\n"
+            "--path sets twell_plan_set_path (default auto: the plan picks the small-batch path\n"
+            "for few rows, else sparse or dense from the previous call's counts); sparse is the\n"
+            "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
+            "and inference). --variant small forces the small-batch gate-pack kernel; simt or\n"
+            "sm90 force that kernel (small-batch path off). The record's variant names what ran.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -175,10 +179,11 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
                 o->check_rows = n;
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
-            bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90");
+            bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
         } else if (!strcmp(key, "--path")) {
             o->path = v;
-            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense");
+            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
+                  strcmp(v, "small");
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 0;
             bad = bench_parse_u32(v, &n);
@@ -277,6 +282,16 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
         return 1;
     }
     int want = tw_gp_variant_parse(o->variant);
+    if (!strcmp(o->variant, "small"))
+        want = TW_GP_AUTO;
+    tw_small_mode mode = !strcmp(o->variant, "small") ? TW_SMALL_FORCE
+                         : want != TW_GP_AUTO         ? TW_SMALL_OFF
+                                                      : TW_SMALL_AUTO;
+    if (!strcmp(o->path, "small"))
+        mode = TW_SMALL_FORCE;
+    else if (!strcmp(o->path, "sparse") || !strcmp(o->path, "dense"))
+        mode = TW_SMALL_OFF;
+    (void)tw_cuda_small_set_mode(*plan, mode);
     if (want != TW_GP_AUTO &&
         tw_cuda_plan_gate_pack_select(*plan, (tw_gp_variant)want) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));

@@ -171,7 +171,13 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
             r->checked_rows = nr;
             r->max_rel_err = worst;
             ok = worst <= tol;
-            if (tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE)
+            if (tw_cuda_small_last_ffn(plan))
+                snprintf(r->check_note, sizeof r->check_note,
+                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); small-batch "
+                         "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
+                         worst, worst_row, tol, stats.overflow_tiles,
+                         (double)tw_cuda_small_workspace_bytes(plan) / 1e6);
+            else if (tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE)
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
                          "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
@@ -200,12 +206,17 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     return ok;
 }
 
-/* "<gate-pack variant>+<what the last twell_ffn_infer ran>": dense, tiled or rows. */
+/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense, tiled or rows. */
 static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
-    const char *k = tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE ? "dense"
-                    : tw_cuda_ffn_tiled(plan)                         ? "tiled"
-                                                                      : "rows";
-    snprintf(out, n, "%s+%s", tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)), k);
+    const char *k = tw_cuda_small_last_ffn(plan)                        ? "small"
+                    : tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE ? "dense"
+                    : tw_cuda_ffn_tiled(plan)                           ? "tiled"
+                                                                        : "rows";
+    snprintf(out, n, "%s+%s",
+             tw_cuda_small_last_gate(plan)
+                 ? "small"
+                 : tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)),
+             k);
 }
 
 /* Wd [N, K] -> Wdᵀ [K, N]. */

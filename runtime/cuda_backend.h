@@ -6,12 +6,14 @@
 #include "cuda_dense.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
+#include "cuda_small.h"
 
 /* plan->backend_data on the CUDA backend. Later ops add their kernels here. */
 typedef struct tw_cuda_plan {
     tw_gate_pack *gate_pack; /* chosen and loaded by tw_cuda_plan_init */
     tw_ffn *ffn;             /* ffn_infer kernels and workspace (cuda_ffn.c) */
     tw_dense *dense;         /* ffn_infer's dense path and AUTO state (cuda_dense.c) */
+    tw_small *small;         /* both ops' small-batch path (cuda_small.c) */
 } tw_cuda_plan;
 
 /* Replaces plan's gate-pack kernel with variant v (AUTO: the normal choice). On failure the

@@ -507,6 +507,11 @@ twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
     return TWELL_OK;
 }
 
+size_t tw_cuda_dense_min_rows(const twell_plan *plan) {
+    const tw_dense *d = tw_plan_dense(plan);
+    return d ? d->min_rows : SIZE_MAX;
+}
+
 twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     tw_dense *d = tw_plan_dense(plan);
     out[0] = out[1] = 0;

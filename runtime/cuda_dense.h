@@ -76,8 +76,10 @@ double tw_cuda_dense_estimate(const twell_plan *plan);
 /* The AUTO threshold in active values per row; set_threshold(plan, v ≤ 0) restores the default. */
 double tw_cuda_dense_threshold(const twell_plan *plan);
 twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row);
-/* The smallest M that AUTO runs dense (default TW_DENSE_MIN_ROWS). */
+/* The smallest M that AUTO runs dense (default TW_DENSE_MIN_ROWS): set, get (SIZE_MAX for a
+ * plan without the dense state). */
 twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows);
+size_t tw_cuda_dense_min_rows(const twell_plan *plan);
 /* Synchronises the device and copies the counters of the last call that counted: [0] Σ counts
  * (active values), [1] units whose gate was recomputed (dense calls; 0 for sparse ones). */
 twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]);

@@ -232,10 +232,11 @@ typedef void *twell_stream;
  *           within their 5e-3 / 1e-3 tolerances; largest on rows with very few active values).
  *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
- *   AUTO    the default: SPARSE for the plan's first call; after that DENSE when, in the most
- *           recent call whose counts have reached the host, the mean number of active values
- *           per row exceeds about 1.33% of N (the crossover measured on an H200) and M ≥ 1024,
- *           else SPARSE. The counts are copied back asynchronously and read only once they have
+ *   AUTO    the default: for M ≤ 256 rows (below the dense path's 1024), the small-batch
+ *           kernels (see twell_ffn_infer); otherwise SPARSE for the plan's first call; after that
+ *           DENSE when, in the most recent call whose counts have reached the host, the mean
+ *           number of active values per row exceeds about 1.33% of N (the crossover measured
+ *           on an H200) and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and read only once they have
  *           arrived, so no call waits for the device in the steady state and the choice follows
  *           the data one call later. Where DENSE cannot run, AUTO is SPARSE.
  * Both paths are deterministic; their results differ at rounding level. */
@@ -277,12 +278,19 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
  * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
- * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). */
+ * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, up to
+ * 256 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
+ * multiple of 32, x and w 16-byte aligned); its workspace is allocated by the plan's first call
+ * of a larger M (up to 1024 rows). */
 TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
- * packing weight), writing y [M, K] of dtype.
+ * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (below
+ * the dense path's minimum rows) run the small-batch kernels: two launches that read each active
+ * row of Wu and Wd once per call for all the rows that use it (sm_80+, K a multiple of 32, x, the
+ * weights and y 16-byte aligned; workspace as for twell_gate_pack); SPARSE runs the tiled
+ * pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
