@@ -16,7 +16,7 @@ struct tw_small {
     int available;
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
-    tw_CUfunction gate2, gate8, up, down;
+    tw_CUfunction gate2, gate8, up, down, fused;
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
     void *ws;
     size_t rows, bytes;
@@ -60,7 +60,7 @@ static void tw_small_unload(tw_small *sm) {
     tw_cu_module_unload(sm->mod_gate);
     tw_cu_module_unload(sm->mod_ffn);
     sm->mod_gate = sm->mod_ffn = NULL;
-    sm->gate2 = sm->gate8 = sm->up = sm->down = NULL;
+    sm->gate2 = sm->gate8 = sm->up = sm->down = sm->fused = NULL;
 }
 
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
@@ -81,6 +81,7 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g8", &sm->gate8));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
     return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)tw_up_smem(TW_SMALL_MAX_M));
 }
@@ -228,7 +229,7 @@ static tw_gate_geom tw_gate_geom_of(const twell_shape *s, size_t M) {
         g.g8 = 0, g.TB = 1, g.WN = M <= 8 ? 1 : 2;
     } else {
         g.g8 = 1, g.TB = (int)tw_cdiv(M, 64);
-        g.WN = M <= 32 ? 2 : 4;
+        g.WN = M <= 64 ? 2 : 4;
     }
     g.MT = (int)((tw_cdiv(M, (size_t)g.TB) + 7u) & ~(size_t)7u);
     while (16 * g.WN > (int)s->T)
@@ -292,6 +293,15 @@ int tw_small_ffn_infer(twell_plan *plan, tw_small *sm, size_t M, const void *x,
         return 1;
     const void *wp = s->gated ? wg : wu;
     int m = (int)M;
+    if (M <= TW_SMALL_FUSED_M && s->K <= TW_SMALL_FUSED_K) {
+        void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
+                       (void *)&wd, (void *)&y,      &m};
+        *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, 256, s->K * 2u, 1u,
+                                stream, a_f);
+        if (*st == TWELL_OK)
+            *st = tw_small_end(plan, sm, 1, stream);
+        return 1;
+    }
     void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
                     (void *)&sm->hbuf, (void *)&sm->mask, &m};
     *st = tw_cu_launch_grid(ctx, sm->up, s->N / 32u, 1, 256, tw_up_smem(M), 1u, stream, a_up);

@@ -1,8 +1,9 @@
 /*
  * cuda_small.h — the small-batch (decode) inference path on CUDA: twell_gate_pack and
  * twell_ffn_infer for a few rows (M from 1 to a few hundred), where the layer is bound by reading
- * the weights from HBM. Three launches in all (templates/gate_pack_small.cu.lua, then
- * templates/ffn_small.cu.lua's up and down kernels), each weight row read about once per call.
+ * the weights from HBM. Two or three launches in all (templates/gate_pack_small.cu.lua, then
+ * templates/ffn_small.cu.lua's fused kernel, or its up and down kernels), each weight row read
+ * about once per call.
  */
 #ifndef TWELL_CUDA_SMALL_H
 #define TWELL_CUDA_SMALL_H
@@ -28,11 +29,15 @@ typedef enum tw_small_mode {
     TW_SMALL_FORCE = 2
 } tw_small_mode;
 
+/* twell_ffn_infer of up to this many rows (and K up to TW_SMALL_FUSED_K) runs one kernel instead
+ * of two: each 256-column block of a row computes the h it needs itself (ffn_small.cu.lua). */
+#define TW_SMALL_FUSED_M ((size_t)16)
+#define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
 /* AUTO's limits: the crossover with the gate-pack kernels and the tiled pipeline, measured on an
  * H100 (BENCHMARKS.md, "small-batch path"). */
-#define TW_SMALL_GATE_AUTO_M ((size_t)256)
+#define TW_SMALL_GATE_AUTO_M ((size_t)16)
 #define TW_SMALL_FFN_AUTO_M ((size_t)256)
 
 /* Prepares the path for plan->shape: renders/compiles (or takes from the cache) and loads both

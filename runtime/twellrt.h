@@ -236,10 +236,10 @@ typedef void *twell_stream;
  *           kernels (see twell_ffn_infer); otherwise SPARSE for the plan's first call; after that
  *           DENSE when, in the most recent call whose counts have reached the host, the mean
  *           number of active values per row exceeds about 1.33% of N (the crossover measured
- *           on an H200) and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and read only once they have
- *           arrived, so no call waits for the device in the steady state and the choice follows
- *           the data one call later. Where DENSE cannot run, AUTO is SPARSE.
- * Both paths are deterministic; their results differ at rounding level. */
+ *           on an H200) and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and
+ * read only once they have arrived, so no call waits for the device in the steady state and the
+ * choice follows the data one call later. Where DENSE cannot run, AUTO is SPARSE. Both paths are
+ * deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
     TWELL_PATH_SPARSE = 1,
@@ -279,7 +279,7 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
  * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
  * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, up to
- * 256 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
+ * 16 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
  * multiple of 32, x and w 16-byte aligned); its workspace is allocated by the plan's first call
  * of a larger M (up to 1024 rows). */
 TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,

@@ -110,7 +110,7 @@ __device__ __forceinline__ void tw_pack_from_global(const unsigned short *src, t
         dst[0] = count;
 }
 
-template <int NGMAX>
+template <int NGMAX, int U>
 __device__ __forceinline__ void tw_gate_small(const unsigned short *__restrict__ x,
                                               const unsigned short *__restrict__ w,
                                               tw_u32 *__restrict__ packed,
@@ -143,37 +143,35 @@ __device__ __forceinline__ void tw_gate_small(const unsigned short *__restrict__
         xr[j] = x + (size_t)(xok[j] ? m : 0) * ${S.K} + 8 * p;
     }
 
-    /* two k32 blocks in flight per warp: their four weight loads first, then x and the mmas */
-    for (int kb = ks; kb < ${KB}; kb += 2 * KS) {
-        const int kb1 = kb + KS;
-        const bool two = kb1 < ${KB};
-        const uint4 a0 = tw_ld_stream(wa + kb * 32), a1 = tw_ld_stream(wb + kb * 32);
-        uint4 c0 = make_uint4(0u, 0u, 0u, 0u), c1 = c0;
-        if (two) {
-            c0 = tw_ld_stream(wa + kb1 * 32);
-            c1 = tw_ld_stream(wb + kb1 * 32);
-        }
-        uint4 xv[NGMAX];
+    /* U k32 blocks in flight per warp: all their weight loads first, then per block x and the
+     * mmas (block kb + u·KS < KB is warp-uniform, as mma.sync needs) */
+    for (int kb = ks; kb < ${KB}; kb += U * KS) {
+        uint4 ra[U], rb[U];
 #pragma unroll
-        for (int j = 0; j < NGMAX; j++)
-            xv[j] = xok[j] ? __ldg((const uint4 *)(xr[j] + kb * 32)) : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-        for (int j = 0; j < NGMAX; j++)
-            if (j < ng) {
-                tw_mma(acc[j], a0.x, a1.x, a0.y, a1.y, xv[j].x, xv[j].y);
-                tw_mma(acc[j], a0.z, a1.z, a0.w, a1.w, xv[j].z, xv[j].w);
+        for (int u = 0; u < U; u++) {
+            const int k = kb + u * KS;
+            ra[u] = rb[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (k < ${KB}) {
+                ra[u] = tw_ld_stream(wa + k * 32);
+                rb[u] = tw_ld_stream(wb + k * 32);
             }
-        if (two) {
+        }
 #pragma unroll
-            for (int j = 0; j < NGMAX; j++)
-                xv[j] = xok[j] ? __ldg((const uint4 *)(xr[j] + kb1 * 32))
-                               : make_uint4(0u, 0u, 0u, 0u);
+        for (int u = 0; u < U; u++) {
+            const int k = kb + u * KS;
+            if (k < ${KB}) {
+                uint4 xv[NGMAX];
 #pragma unroll
-            for (int j = 0; j < NGMAX; j++)
-                if (j < ng) {
-                    tw_mma(acc[j], c0.x, c1.x, c0.y, c1.y, xv[j].x, xv[j].y);
-                    tw_mma(acc[j], c0.z, c1.z, c0.w, c1.w, xv[j].z, xv[j].w);
-                }
+                for (int j = 0; j < NGMAX; j++)
+                    xv[j] = xok[j] ? __ldg((const uint4 *)(xr[j] + k * 32))
+                                   : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int j = 0; j < NGMAX; j++)
+                    if (j < ng) {
+                        tw_mma(acc[j], ra[u].x, rb[u].x, ra[u].y, rb[u].y, xv[j].x, xv[j].y);
+                        tw_mma(acc[j], ra[u].z, rb[u].z, ra[u].w, rb[u].w, xv[j].z, xv[j].w);
+                    }
+            }
         }
     }
 #pragma unroll
@@ -225,9 +223,10 @@ __device__ __forceinline__ void tw_gate_small(const unsigned short *__restrict__
 ]==]
 
 for _, ngmax in ipairs({ 2, 8 }) do
-    -- g2 serves blocks of up to 16 rows with fewer registers: more blocks per SM, more loads
-    -- in flight; g8 serves up to 64 rows per block.
-    local minb = ngmax == 2 and 4 or 2
+    -- g2 serves blocks of up to 16 rows with fewer registers (3 blocks per SM, 4 k32 blocks of w
+    -- in flight per warp); g8 serves up to 64 rows per block (2 blocks per SM, 2 in flight).
+    local minb = ngmax == 2 and 3 or 2
+    local unroll = ngmax == 2 and 4 or 2
     cuda [==[
 
 extern "C" __global__ void __launch_bounds__(256, ${minb})
@@ -236,7 +235,7 @@ twell_gate_pack_small_g${ngmax}(const unsigned short *__restrict__ x,
                                 unsigned short *__restrict__ gs, tw_u32 *__restrict__ tcnt, int M,
                                 int TB, int MT, int WN) {
     tw_pdl_enter();
-    tw_gate_small<${ngmax}>(x, w, packed, gs, tcnt, M, TB, MT, WN);
+    tw_gate_small<${ngmax}, ${unroll}>(x, w, packed, gs, tcnt, M, TB, MT, WN);
 }
 ]==]
 end

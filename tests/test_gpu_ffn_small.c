@@ -1,8 +1,8 @@
 /* test_gpu_ffn_small.c — the small-batch path (runtime/cuda_small.c: gate_pack_small, then
- * ffn_small's up and down kernels) forced on, against the CPU reference, over M = 1, 2, 7, 8, 33,
- * 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every C, T = 64/128/256, both
- * dtypes, gated and non-gated, uniform and skewed data with overflowing row-tiles; and the AUTO
- * rule that picks the path.
+ * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
+ * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
+ * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
+ * row-tiles; and the AUTO rule that picks the path.
  *
  * Per case: packed and y are poisoned before each run and so is the path's workspace (its
  * scratch needs no initialisation; its arrival counters must be back at 0 after every call, which
@@ -52,15 +52,17 @@ typedef struct {
 #define UNI TW_SYNTH_UNIFORM
 #define SKW TW_SYNTH_SKEWED
 
-/* Seven shapes (every plan compiles all of its op's kernels, so cases share them), each value of
- * every axis in mixed company. Skewed data has 10% heavy rows (~20% of a tile active) and a dense
- * first token every 64 rows: C = 8 tiles (31 slots of 256, 7 of 64) overflow; C = 2 (127 slots
- * of 256, 63 of 128) needs the dense uniform cases. K = 96 leaves most lanes of a 256-column
- * slice idle and 3 k32 blocks for 8 warps; N = 11008 is the 7B-class width (43 tiles). The first
- * four cases are small (sanitizer runs). */
+/* Eight shapes (every plan compiles all of its op's kernels, so cases share them), each value of
+ * every axis in mixed company; up to TW_SMALL_FUSED_M rows run the one-kernel inference, more the
+ * up and down kernels, both with overflowing row-tiles, gated and not. Skewed data has 10% heavy
+ * rows (~20% of a tile active) and a dense first token every 64 rows: C = 8 tiles (31 slots of
+ * 256, 7 of 64) overflow; C = 2 (127 slots of 256, 63 of 128) needs the dense uniform cases.
+ * K = 96 leaves most lanes of a 256-column slice idle and 3 k32 blocks for 8 warps; N = 11008 is
+ * the 7B-class width (43 tiles). The first four cases are small (sanitizer runs). */
 static const fs_case fs_cases[] = {
-    {7, 96, 512, 256, 4, FP, 1, SKW, 20, 0},       {2, 512, 1024, 128, 2, BF, 0, SKW, 40, 0},
-    {33, 512, 1024, 64, 8, FP, 1, SKW, 29, 1},     {33, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},
+    {7, 96, 512, 256, 4, FP, 1, SKW, 20, 0},       {16, 256, 1024, 64, 8, FP, 1, SKW, 29, 1},
+    {9, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},    {33, 512, 1024, 64, 8, FP, 1, SKW, 29, 1},
+    {2, 512, 1024, 128, 2, BF, 0, SKW, 40, 0},     {33, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},
     {1, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},    {64, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
     {255, 2048, 5632, 256, 8, BF, 1, SKW, 29, 1},  {1000, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
     {1000, 2048, 5632, 256, 8, FP, 0, SKW, 29, 1}, {7, 2048, 5632, 256, 8, FP, 0, UNI, 29, 0},
