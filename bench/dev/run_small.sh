@@ -36,13 +36,13 @@ bench() { # label, then twell bench arguments
 }
 if has bench; then
     S="--K 2048 --N 5632 --nnz 29 --dist uniform"
-    bench small --op ffn_infer $S --M ${SMALL_M:-1,8,64,256,1000} --path small
-    bench tiled --op ffn_infer $S --M ${TILED_M:-1,8,64,256,1000,4096} --path sparse
     bench auto --op ffn_infer $S --M ${AUTO_M:-1,8,64,256,1000,4096} --path auto
-    bench gate-small --op gate_pack $S --M ${GATE_M:-1,8,64,256} --variant small
-    bench gate-sm90 --op gate_pack $S --M ${GATE_M:-1,8,64,256} --variant sm90
+    bench small --op ffn_infer $S --M ${SMALL_M:-1,8,16,32,64,128,256,512} --path small
+    bench tiled --op ffn_infer $S --M ${TILED_M:-1,8,64,256,512,1000} --path sparse
+    bench gate-small --op gate_pack $S --M ${GATE_M:-1,8,16,32,64} --variant small
+    bench gate-sm90 --op gate_pack $S --M ${GATE_M:-1,8,16,32,64} --variant sm90
     S7="--K 4096 --N 11008 --nnz 29 --dist uniform"
-    bench 7b-small --op ffn_infer $S7 --M 1,8,64 --path small
+    bench 7b-auto --op ffn_infer $S7 --M 1,8,64 --path auto
     bench 7b-tiled --op ffn_infer $S7 --M 1 --path sparse
     grep -E "^(ffn_infer|ffn_fused_only|gate_pack) |CHECK FAILED|rror" "$OUT/bench.log" |
         cut -c1-150
