@@ -35,9 +35,13 @@ typedef enum tw_small_mode {
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
-/* AUTO's limits: the crossover with the gate-pack kernels and the tiled pipeline, measured on an
- * H100 (BENCHMARKS.md, "small-batch path"). */
-#define TW_SMALL_GATE_AUTO_M ((size_t)16)
+/* AUTO's limits, measured on an H100 at K = 2048, N = 5632, bf16, 29 active per row (eeb4ff1,
+ * BENCHMARKS.md "Small-batch path"): the gate-pack kernel here against the sm90 one, 21.5 / 22.7 /
+ * 28.0 / 32.7 / 43.4 us against 33.6 / 33.3 / 34.0 / 34.3 / 33.9 at M = 1 / 8 / 16 / 32 / 64
+ * (crossover between 32 and 64); the inference kernels against the tiled pipeline, 14.4 / 26.2 /
+ * 61.4 / 104.2 us against 54.2 / 86.0 / 92.1 / 104.3 at M = 1 / 64 / 256 / 512 (crossover near
+ * 512; 220 against 117 at 1000). */
+#define TW_SMALL_GATE_AUTO_M ((size_t)32)
 #define TW_SMALL_FFN_AUTO_M ((size_t)256)
 
 /* Prepares the path for plan->shape: renders/compiles (or takes from the cache) and loads both

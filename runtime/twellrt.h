@@ -279,7 +279,7 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
  * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
  * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, up to
- * 16 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
+ * 32 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
  * multiple of 32, x and w 16-byte aligned); its workspace is allocated by the plan's first call
  * of a larger M (up to 1024 rows). */
 TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
