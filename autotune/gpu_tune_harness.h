@@ -32,7 +32,7 @@ void tw_gpu_harness_init(tw_gpu_harness *h, twell_ctx *ctx);
 void tw_gpu_harness_free(tw_gpu_harness *h, twell_status st);
 
 /* Synthetic inputs of M rows for shape s with about 0.5% of N active per row (29 of 5632, the
- * sparsity DESIGN.md §1 reports; never zeros), gated or not. Errors: those of tw_synth_create,
+ * sparsity docs/DESIGN.md §1 reports; never zeros), gated or not. Errors: those of tw_synth_create,
  * with a "tune:" message; *out NULL on failure. */
 twell_status tw_gpu_harness_synth(twell_ctx *ctx, const twell_shape *s, size_t M, int gated,
                                   tw_synth_ffn **out);

@@ -15,8 +15,8 @@ static int64_t tw_v(const tw_tune_config *c, const char *name) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * gate_pack_sm90 — templates/gate_pack_sm90.cu.lua (Hopper wgmma + TMA, see
- * bench/dev/NOTES-gate-pack.md). Fixed geometry: CTA tile 128 x 256, 384 threads (one
+ * gate_pack_sm90 — templates/gate_pack_sm90.cu.lua (Hopper wgmma + TMA, design in its
+ * header). Fixed geometry: CTA tile 128 x 256, 384 threads (one
  * producer and two consumer warpgroups). Tuned: BK (K per stage: 64 with 128-byte swizzle or 32
  * with 64-byte), STAGES (pipeline depth) and CLUSTER (CTAs along M sharing the weight tile by
  * multicast). Shared memory as the SMEM formula of templates/gate_pack_sm90.cu.lua: the stage
@@ -194,14 +194,14 @@ static const tw_tune_space tw_space_gate_pack_simt = {
  * Axes. The template takes CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL, DCAPA and DCAPB:
  *  - CN (neurons per weight chunk: a multiple of T and of 64, at most 1024, N/CN ≤ 256 chunks)
  *    is tuned: larger chunks mean fewer chunk iterations and less list padding but take shared
- *    memory from the staged lists (bench/dev/NOTES-fused.md: which wins depends on the shape).
+ *    memory from the staged lists (which wins depends on the shape).
  *    STAGES (weight chunks in flight, 2..4 in the template) is an axis of one value, 2 (below).
  *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block), PF and IL are axes of one value each,
- *    the defaults: every other value measured slower at K=2048 N=5632 (NOTES-fused.md, session
- *    2: 10–30% for the warp shapes); widen an axis here when a shape is found where it wins.
+ *    the defaults: every other value measured slower at K=2048 N=5632 (10–30% for the warp
+ *    shapes); widen an axis here when a shape is found where it wins.
  *  - GT (tokens per list group, 8 | 16) is not an axis: configurations leave it out and the
  *    launcher takes TW_FFN_GT_DEFAULT (8). GT 16 was exact but 13% slower in the fused part at
- *    K=2048 N=5632 M=16384, 29 nnz (NOTES-fused.md, measurement 4: phase B's mmas double); it
+ *    K=2048 N=5632 M=16384, 29 nnz (phase B's mmas double); it
  *    stays a development option (TWELL_FFN_TILE=GT=16) and needs no shared memory of its own.
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
  *    the rest (the launcher fills the shared memory left). Phases A and B run one CTA per SM at
@@ -219,7 +219,7 @@ static const tw_tune_space tw_space_gate_pack_simt = {
 
 static const int64_t tw_ffn_cn[] = {64, 128, 256, 384, 512, 640, 768, 896, 1024};
 /* STAGES: the template takes 2..4, but 3 and 4 never won (exhaustive runs at K/N 2048/5632 and
- * 1024/4096, `twell tune` on four shapes, NOTES-fused.md session 2: no gain at 16384/29) while
+ * 1024/4096, `twell tune` on four shapes: no gain at 16384/29) while
  * doubling the candidates cost the whole FFN's first use 23.4 s at K = 8192 N = 28672 (target
  * 20 s; 17.5 s with this axis at one value). Widen it when a shape is found where more stages
  * win. */

@@ -4,8 +4,8 @@
  */
 #include "bench.h"
 #include "cli.h"
-#include "cuda_backend.h"
 #include "jit.h"
+#include "plan_cuda.h"
 
 #include <errno.h>
 #include <math.h>

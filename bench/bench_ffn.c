@@ -18,10 +18,10 @@
  */
 #include "bench.h"
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "half.h"
 #include "jit.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 
 #include <math.h>
 #include <stdio.h>

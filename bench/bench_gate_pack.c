@@ -12,8 +12,8 @@
  */
 #include "bench.h"
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>

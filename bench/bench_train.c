@@ -36,18 +36,18 @@
  * compared as above. dx gets more room: the synthetic data's constant feature (x[:, 0] = 1,
  * Wg[:, 0] = -threshold ≈ -2.6) makes dx[m, 0] = Σ dP·Wg[n, 0] dominate the row, and with few
  * active values per row that signed sum can cancel, amplifying dP's 16-bit rounding (measured
- * 1.7e-2 at 29 active per row, bf16, first 1024 rows, 7cd9bac; the cuBLAS dense step, which
+ * 1.7e-2 at 29 active per row, bf16, first 1024 rows; the cuBLAS dense step, which
  * rounds the same intermediates and more, is 2.6e-2 away from ours on those data).
  * The record's variant is
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
  */
 #include "bench.h"
 #include "cpu_train.h"
-#include "cuda_backend.h"
 #include "cuda_train.h"
 #include "cuda_train_dense.h"
 #include "half.h"
 #include "jit.h"
+#include "plan_cuda.h"
 #include "train_check.h"
 #include "train_wcheck.h"
 

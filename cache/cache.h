@@ -138,4 +138,8 @@ twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed);
  * Errors as tw_cache_list. */
 twell_status tw_cache_clear(tw_cache *c, size_t *n_removed);
 
+/* The context's cache, opened on first use (never NULL after success: an unusable directory
+ * gives a memory-only cache and one warning). */
+twell_status tw_ctx_cache(twell_ctx *ctx, tw_cache **out);
+
 #endif /* TWELL_CACHE_H */

@@ -27,6 +27,14 @@ twell_status tw_render(twell_ctx *ctx, const char *name, const tw_param *params,
  * development), else the install location. Borrowed, static. */
 const char *tw_template_dir(void);
 
+/* 1 when the template `name` (templates/<group>/<name>.cu.lua) exists in tw_template_dir(). */
+int tw_template_exists(const char *name);
+
+/* The names of the templates (*.cu.lua) in dir's groups (and dir itself), sorted, each malloc'd
+ * into names[0..] (the caller frees them); at most cap are stored. Returns how many were found
+ * (may exceed cap); 0 when dir cannot be read. */
+size_t tw_template_names(const char *dir, char **names, size_t cap);
+
 /* A compiled kernel image. */
 typedef struct tw_cubin {
     void *data; /* malloc'd cubin bytes */

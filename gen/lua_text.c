@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- output with #line mapping ---- */
 
@@ -64,6 +65,28 @@ tw_out_status tw_out_text(tw_out *o, const char *s, size_t n, const char *file, 
 }
 
 /* ---- template sources ---- */
+
+const char *const tw_template_groups[] = {"common", "gate_pack", "ffn", "train", "gemm", NULL};
+
+int tw_template_locate(const char *dir, const char *name, const char *suffix, char *path,
+                       size_t path_cap, char *display, size_t display_cap) {
+    struct stat st;
+    for (int g = 0; tw_template_groups[g]; g++) {
+        snprintf(path, path_cap, "%s/%s/%s%s", dir, tw_template_groups[g], name, suffix);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            snprintf(display, display_cap, "templates/%s/%s%s", tw_template_groups[g], name,
+                     suffix);
+            return 1;
+        }
+    }
+    /* a flat directory (an older install, or a caller's own templates) still works */
+    snprintf(path, path_cap, "%s/%s%s", dir, name, suffix);
+    snprintf(display, display_cap, "templates/%s%s", name, suffix);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        return 1;
+    errno = ENOENT;
+    return 0;
+}
 
 tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display) {
     if (*nsrc >= TW_MAX_SOURCES) {

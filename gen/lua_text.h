@@ -45,6 +45,17 @@ tw_out_status tw_out_text(tw_out *o, const char *s, size_t n, const char *file, 
  * counts it; NULL with errno set on failure (EMFILE: all TW_MAX_SOURCES slots used). */
 tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display);
 
+/* Template files live in one folder per op under the template directory (templates/<group>/);
+ * names stay flat and unique across groups, so `twell render ffn_fused` and the cache keys do
+ * not name the group. The groups, searched in this fixed order after the directory itself. */
+extern const char *const tw_template_groups[];
+
+/* Finds "<name><suffix>" (suffix ".cu.lua" for a template, ".lua" for a module) in dir or one of
+ * its groups and writes its path and display name ("templates/<group>/<file>"). Returns 1 when
+ * found; 0 (errno ENOENT) when not, with path and display naming the flat location. */
+int tw_template_locate(const char *dir, const char *name, const char *suffix, char *path,
+                       size_t path_cap, char *display, size_t display_cap);
+
 /* Line of chunk's source on which the first line of a long string passed at `line` starts:
  * Lua drops a newline right after the opening bracket, so the text starts on the next line
  * then. Falls back to `line` when no long bracket is found within three lines. */

@@ -4,8 +4,11 @@
  */
 #include "render.h"
 
+#include "lua_text.h"
+
 #include "internal.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -61,6 +64,49 @@ const char *tw_template_dir(void) {
         return env;
     pthread_once(&tw_dir_once, tw_dir_resolve);
     return tw_dir_found;
+}
+
+int tw_template_exists(const char *name) {
+    char path[4096], display[160];
+    return tw_template_locate(tw_template_dir(), name, ".cu.lua", path, sizeof path, display,
+                              sizeof display);
+}
+
+static int tw_name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static size_t tw_names_in(const char *dir, char **names, size_t cap, size_t n) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return n;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len <= 7 || strcmp(de->d_name + len - 7, ".cu.lua") != 0)
+            continue;
+        if (n < cap) {
+            names[n] = malloc(len - 6);
+            if (!names[n])
+                continue; /* out of memory: the list is shorter, never wrong */
+            memcpy(names[n], de->d_name, len - 7);
+            names[n][len - 7] = '\0';
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+size_t tw_template_names(const char *dir, char **names, size_t cap) {
+    size_t n = tw_names_in(dir, names, cap, 0);
+    for (int g = 0; tw_template_groups[g]; g++) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, tw_template_groups[g]);
+        n = tw_names_in(sub, names, cap, n);
+    }
+    qsort(names, n < cap ? n : cap, sizeof names[0], tw_name_cmp);
+    return n;
 }
 
 static int tw_ident(const char *s) {

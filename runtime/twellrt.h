@@ -228,18 +228,18 @@ typedef void *twell_stream;
  *           Contract difference: h is rounded to dtype (nearest even) before the down
  *           projection, where the sparse path and the CPU backend keep it in fp32, so y may
  *           differ by one dtype rounding of each h (row-relative L2 error against the CPU
- *           reference measured at most 4.6e-3 in bf16 and 5.3e-4 in fp16 over the tests' sweep,
- *           within their 5e-3 / 1e-3 tolerances; largest on rows with very few active values).
+ *           reference within 5e-3 in bf16 and 1e-3 in fp16, the sparse path's tolerances;
+ *           largest on rows with very few active values; measured errors in BENCHMARKS.md).
  *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
  *   AUTO    the default: for M ≤ 256 rows (below the dense path's 1024), the small-batch
  *           kernels (see twell_ffn_infer); otherwise SPARSE for the plan's first call; after that
  *           DENSE when, in the most recent call whose counts have reached the host, the mean
- *           number of active values per row exceeds about 1.33% of N (the crossover measured
- *           on an H200) and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and
- * read only once they have arrived, so no call waits for the device in the steady state and the
- * choice follows the data one call later. Where DENSE cannot run, AUTO is SPARSE. Both paths are
- * deterministic; their results differ at rounding level. */
+ *           number of active values per row exceeds about 1.33% of N (where the two paths cross)
+ *           and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and read only
+ *           once they have arrived, so no call waits for the device in the steady state and the
+ *           choice follows the data one call later. Where DENSE cannot run, AUTO is SPARSE.
+ * Both paths are deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
     TWELL_PATH_SPARSE = 1,
@@ -287,10 +287,10 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
  * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (below
- * the dense path's minimum rows) run the small-batch kernels: two launches that read each active
- * row of Wu and Wd once per call for all the rows that use it (sm_80+, K a multiple of 32, x, the
- * weights and y 16-byte aligned; workspace as for twell_gate_pack); SPARSE runs the tiled
- * pipeline at every M.
+ * the dense path's minimum rows) run the small-batch kernels: one launch (up to 16 rows) or two
+ * that read each active row of Wu and Wd about once per call for all the rows that use it (sm_80+,
+ * K a multiple of 32, x, the weights and y 16-byte aligned; workspace as for twell_gate_pack);
+ * SPARSE runs the tiled pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
@@ -377,18 +377,17 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           that read them, where the sparse path and the CPU backend keep them in fp32, and
  *           L1 = Σ|round(Tm)|/M; so y, dx and the weight gradients differ from the CPU backend
  *           by about one dtype rounding of those values. Row-relative L2 error against the CPU
- *           measured (H200, 7cd9bac): test_gpu_train_dense's sweep, bf16 y ≤ 4.8e-3, dx ≤ 7.6e-3,
- *           fp32 weight gradients ≤ 6.3e-3 (fp16: 5.1e-4, 5.4e-4, 5.8e-4), L1 relative ≤ 6.6e-4;
- *           twell bench's synthetic data at M = 16384 (first 1024 rows checked), bf16, y ≤
- *           4.3e-3, weight gradients ≤ 6.6e-3, dx up to 1.7e-2 on rows with few active values
- *           whose terms cancel (dP's rounding is amplified). L0 is exact. The saved activations
- *           take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
+ *           stays within 1.5e-2 (bf16) / 3e-3 (fp16) for y, 1e-2 / 2e-3 for the fp32 weight
+ *           gradients, 4e-3 / 1e-3 for L1, and 1.5e-2 / 3e-3 for dx except on rows with few
+ *           active values whose terms cancel, where dP's rounding is amplified (up to 3e-2 /
+ *           4e-3 allowed there); measured errors in BENCHMARKS.md. L0 is exact. The saved
+ *           activations take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
  *   AUTO    the first forward of a state runs DENSE when it can and M ≥ 1024 (its cost does not
  *           depend on the data, and it counts L0 without a host wait), else SPARSE; afterwards
  *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
  *           forward's count copied back asynchronously and read only once it has landed: no call
  *           waits for it) exceeds about 1.05% of N active values per row (0.945% to stay dense
- *           after a dense step; the crossover measured on an H200) and M ≥ 1024, else SPARSE.
+ *           after a dense step; where the two paths cross) and M ≥ 1024, else SPARSE.
  *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
  *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming
  *           both reasons; a dense forward whose workspace cannot be had runs sparse.

@@ -1,5 +1,5 @@
 # device_env.sh — sourced (`. scripts/device_env.sh`) by the scripts that build on the lent GPU
-# machine (scripts/device.sh, bench/dev/run_*.sh): unpacks the carried Lua and cmocka packages
+# machine (scripts/device.sh, device commands): unpacks the carried Lua and cmocka packages
 # from .deps/ into /opt/deps and points the compiler, linker and PATH at them and at CUDA.
 mkdir -p /opt/deps
 for f in .deps/*.deb; do dpkg -x "$f" /opt/deps; done

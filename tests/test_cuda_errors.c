@@ -1,10 +1,10 @@
 /* test_cuda_errors.c — CUDA driver error mapping and message format, the CPU fallback of AUTO when
  * no driver or device is usable, and the packed-output checker's rule (no GPU needed).
  * labels: unit */
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "half.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "twell_format.h"
 #include "twellrt.h"
 

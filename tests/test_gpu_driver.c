@@ -3,12 +3,12 @@
  * loaded by hand, and a chain of programmatic dependent launches (PDL). Exits 77 (skipped) when no
  * CUDA device is usable. labels: gpu */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "half.h"
 #include "jit.h"
 #include "nvrtc.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 

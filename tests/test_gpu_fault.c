@@ -108,7 +108,7 @@ static int gf_close_y(void) { return gf_rows_err(GF_Y, GF_M, GF_K, 1) <= 1e-2; }
 /* Training outputs: y, stats, dx (bf16), dW (fp32). */
 /* Training outputs: y, stats, dx (bf16), dW (fp32). An absorbed failure may move the step to the
  * dense path (a sparse forward that cannot grow its state falls back to it), whose contract
- * rounds U, Tm, dU and dP to dtype: twellrt.h documents y ≤ 4.8e-3, dx up to 1.7e-2 on rows whose
+ * rounds U, Tm, dU and dP to dtype: BENCHMARKS.md records y ≤ 4.8e-3, dx up to 1.7e-2 on rows whose
  * terms cancel, dW ≤ 6.6e-3, L1 ≤ 6.6e-4 against the CPU; the bounds below allow those twice
  * over (both results sit within them of the truth). */
 static int gf_close_train(void) {

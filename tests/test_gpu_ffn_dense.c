@@ -15,11 +15,11 @@
  * `test_gpu_ffn_dense small`: the first cases only (compute-sanitizer runs).
  * labels: gpu slow */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_dense.h"
 #include "cuda_driver.h"
 #include "half.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 

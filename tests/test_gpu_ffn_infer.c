@@ -16,11 +16,11 @@
  * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs).
  * labels: gpu slow */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
 #include "half.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -224,7 +224,7 @@ static void fi_force_xv(fi_data *d, twell_plan *plan, const uint16_t *own,
     tw_cu_leave(fi_ctx, &sc);
 }
 
-/* The other instruction-diet variant: the default <-> 0 (the session-2 kernels). */
+/* The other instruction-diet variant: the default <-> 0 (the kernels without the diet). */
 static unsigned fi_xv_other(unsigned xv0) { return xv0 != 0u ? 0u : TW_FFN_XV_DEFAULT; }
 /* XV bit 64 flipped: the overflow kernels with larger warp tiles (same mma order per element,
  * so the same bytes), for cases with overflowing row-tiles. */

@@ -1,4 +1,4 @@
-/* test_gpu_ffn_small.c — the small-batch path (runtime/cuda_small.c: gate_pack_small, then
+/* test_gpu_ffn_small.c — the small-batch path (runtime/ops/ffn/cuda_small.c: gate_pack_small, then
  * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
  * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
  * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
@@ -16,10 +16,10 @@
  * `test_gpu_ffn_small small`: the first cases only (compute-sanitizer runs).
  * labels: gpu */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "cuda_small.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 

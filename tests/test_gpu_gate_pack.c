@@ -10,9 +10,9 @@
  * difference is printed per case.
  * labels: gpu slow */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 

@@ -9,11 +9,11 @@
  * The cache is cleared first, so the first tuning is cold (compiles included) and is timed.
  * labels: gpu slow */
 #include "cpu_ref.h"
-#include "cuda_backend.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
 #include "gpu_tune.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 

@@ -169,29 +169,12 @@ static void *tw_worker(void *arg) {
     return NULL;
 }
 
-static int tw_cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static void test_nvrtc_sweep_all_templates(void **state) {
     (void)state;
     setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
-    DIR *d = opendir(TW_SRC_TEMPLATES);
-    assert_non_null(d);
     char *names[64];
-    size_t nnames = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        size_t len = strlen(de->d_name);
-        if (len > 7 && !strcmp(de->d_name + len - 7, ".cu.lua")) {
-            assert_true(nnames < 64);
-            names[nnames] = tw_strdup(de->d_name);
-            names[nnames][len - 7] = '\0';
-            nnames++;
-        }
-    }
-    closedir(d);
-    qsort(names, nnames, sizeof names[0], tw_cmp_str);
+    size_t nnames = tw_template_names(TW_SRC_TEMPLATES, names, 64);
+    assert_true(nnames <= 64);
     assert_true(nnames >= 1);
 
     /* Upper bound: every template unlisted (12 sets) plus every row at its largest. */

@@ -308,20 +308,13 @@ int twell_cmd_info(int argc, char **argv) {
 
     const char *tdir = tw_template_dir();
     printf("templates: %s\n", tdir);
-    DIR *d = opendir(tdir);
-    if (d) {
-        struct dirent *de;
-        int n = 0;
-        while ((de = readdir(d)) != NULL) {
-            size_t len = strlen(de->d_name);
-            if (len > 7 && !strcmp(de->d_name + len - 7, ".cu.lua"))
-                printf("%s%.*s", n++ ? ", " : "           kernels: ", (int)(len - 7), de->d_name);
-        }
-        closedir(d);
-        printf(n ? "\n" : "           (no *.cu.lua templates there)\n");
-    } else {
-        printf("           (cannot open the directory)\n");
+    char *names[128];
+    size_t n = tw_template_names(tdir, names, 128);
+    for (size_t i = 0; i < n && i < 128; i++) {
+        printf("%s%s", i ? ", " : "           kernels: ", names[i]);
+        free(names[i]);
     }
+    printf(n ? "\n" : "           (no *.cu.lua templates there)\n");
 
     int major = 0, minor = 0;
     if (tw_nvrtc_version(NULL, &major, &minor) == TWELL_OK) {

@@ -8,9 +8,9 @@
 
 #include "tw_gpu.h"
 
-#include "cuda_backend.h"
 #include "half.h"
 #include "pack_check.h"
+#include "plan_cuda.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,0 +1,119 @@
+/*
+ * internal.h — definitions shared by the library's modules (hidden from the shared library).
+ * Public handles are defined here; backends hang their own state off them.
+ */
+#ifndef TWELL_INTERNAL_H
+#define TWELL_INTERNAL_H
+
+#include "twellrt.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define TW_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TW_PRINTF(f, a)
+#endif
+
+typedef struct tw_pool tw_pool;   /* runtime/pool.c: CPU worker threads */
+typedef struct tw_cache tw_cache; /* cache/cache.c: disk + memory cache */
+typedef struct tw_cuda tw_cuda;   /* runtime/cuda_*.c: CUDA backend state */
+
+struct twell_ctx {
+    twell_ctx_options opts; /* copy; opts.cache_dir points at cache_dir below */
+    twell_backend backend;  /* CPU or CUDA, never AUTO */
+    char *cache_dir;        /* owned, resolved directory */
+    char *errmsg;           /* owned, "" when the last call succeeded */
+    char device_name[160];
+    tw_pool *pool;   /* CPU backend threads (also used for host-side work on CUDA) */
+    tw_cache *cache; /* created lazily by tw_ctx_cache() */
+    tw_cuda *cuda;   /* NULL on the CPU backend */
+};
+
+struct twell_plan {
+    twell_ctx *ctx;
+    twell_shape shape;
+    twell_path path;
+    void *backend_data; /* owned by the backend (CUDA: kernels, configs, buffers) */
+};
+
+struct twell_train_state {
+    twell_plan *plan;
+    size_t M;     /* rows of the saved forward; 0 = none saved */
+    size_t bytes; /* backend memory held */
+    void *backend_data;
+    void *dense;     /* CUDA: the dense training path's record (cuda_train_dense.c), or NULL */
+    void *ws;        /* caller's device workspace (twell_train_state_set_workspace), borrowed */
+    size_t ws_bytes; /* its size */
+};
+
+/* Records an error on ctx (message built from fmt, prefixed by nothing) and returns status, so
+ * callers write `return tw_error(ctx, TWELL_ERR_INVALID_ARG, "x is NULL")`. ctx may be NULL. */
+twell_status tw_error(twell_ctx *ctx, twell_status status, const char *fmt, ...) TW_PRINTF(3, 4);
+twell_status tw_verror(twell_ctx *ctx, twell_status status, const char *fmt, va_list ap);
+
+/* Clears ctx's last error ("" message). */
+void tw_clear_error(twell_ctx *ctx);
+
+/* Sends a message to ctx's log callback if its level passes the threshold. */
+void tw_log(twell_ctx *ctx, twell_log_level level, const char *fmt, ...) TW_PRINTF(3, 4);
+
+/* strdup that returns NULL on allocation failure (C11 has no strdup). */
+char *tw_strdup(const char *s);
+
+/* ---- CPU backend worker pool (runtime/pool.c) ---- */
+twell_status tw_pool_create(int threads, tw_pool **out); /* threads 0 = online cores */
+void tw_pool_destroy(tw_pool *pool);                     /* NULL is a no-op */
+int tw_pool_threads(const tw_pool *pool);
+/* Runs fn(arg, begin, end) over [0, n) split into contiguous chunks, one per worker, and waits.
+ * Chunks are a pure function of (n, threads), so results never depend on scheduling. pool may be
+ * NULL (runs inline). */
+void tw_pool_for(tw_pool *pool, size_t n, void (*fn)(void *arg, size_t begin, size_t end),
+                 void *arg);
+
+/* ---- CPU backend ops (runtime/cpu_backend.c; arguments already validated) ---- */
+twell_status tw_cpu_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                              uint32_t *packed);
+twell_status tw_cpu_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
+                              const void *wg, const void *wu, const void *wd, void *y);
+twell_status tw_cpu_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                  const void *wu, const void *wd, void *y, float *stats,
+                                  twell_train_state *state);
+twell_status tw_cpu_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                             const void *wg, const void *wu, const void *wd, const void *dy,
+                             float lambda, void *dx, float *dwg, float *dwu, float *dwd);
+void tw_cpu_train_state_release(twell_train_state *state);
+
+/* ---- CUDA backend (runtime/cuda_*.c; arguments already validated) ---- */
+/* Opens device `device`: loads the driver, creates/retains the primary context, fills
+ * ctx->cuda and ctx->device_name. TWELL_ERR_NOT_FOUND (no libcuda), TWELL_ERR_NO_DEVICE. */
+twell_status tw_cuda_open(twell_ctx *ctx, int device);
+void tw_cuda_close(twell_ctx *ctx);
+/* 1: device (or managed) memory of this context's device; 0: host memory; -1: unknown. */
+int tw_cuda_pointer_kind(twell_ctx *ctx, const void *p);
+twell_status tw_cuda_plan_init(twell_plan *plan);
+void tw_cuda_plan_release(twell_plan *plan);
+twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                               uint32_t *packed, twell_stream stream);
+twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
+                               const void *wg, const void *wu, const void *wd, void *y,
+                               twell_stream stream);
+twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                   const void *wu, const void *wd, void *y, float *stats,
+                                   twell_train_state *state, twell_stream stream);
+twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                              const void *wg, const void *wu, const void *wd, const void *dy,
+                              float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                              twell_stream stream);
+void tw_cuda_train_state_release(twell_train_state *state);
+/* The dense training path's workspace (cuda_train_dense.c): bytes it needs for M rows (0 on
+ * overflow); borrowing the caller's buffer (synchronises; ptr NULL: back to allocating); device
+ * bytes it holds itself; release (waits for the device; NULL-safe). */
+size_t tw_ctd_bytes(const twell_shape *s, size_t M);
+twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes);
+size_t tw_ctd_held(const twell_train_state *state);
+void tw_ctd_release(twell_train_state *state);
+
+#endif /* TWELL_INTERNAL_H */

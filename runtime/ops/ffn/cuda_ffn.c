@@ -1,0 +1,657 @@
+/*
+ * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
+ * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
+ * header on the caller's stream without synchronising the host in the steady state; test and
+ * tuner hooks. Modules and configurations are loaded by runtime/cuda_ffn_load.c.
+ */
+#include "cuda_ffn_int.h"
+
+#include "candidates.h"
+#include "jit.h"
+#include "op_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Device pointers of the workspace pieces for the current capacities. */
+typedef struct {
+    uint32_t *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
+        *offsets, *bsum, *bbase;
+    uint16_t *ovf_hh;
+    uint32_t *ovf_ex;
+    float *ovf_y;
+    uint32_t *desc, *hl, *rexp;
+    uint16_t *gv;
+    float *partial;
+} tw_ffn_ws;
+
+const char *tw_ffn_kernel_name(tw_ffn_kernel k) {
+    switch (k) {
+    case TW_FFN_AUTO:
+        return "auto";
+    case TW_FFN_ROWS:
+        return "rows";
+    case TW_FFN_GENERIC:
+        return "generic";
+    }
+    return NULL;
+}
+
+/* ---- workspace layout (pieces 256-byte aligned, as the launch contract asks) ---- */
+
+static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
+
+typedef struct {
+    size_t flag, cnt, ovf_base, item_base, ovf_rows, ovf_slot, orow_idx, orows, sizes, offsets,
+        bsum, bbase, bytes;
+} tw_rows_layout;
+
+static void tw_rows_layout_of(const tw_ffn *f, size_t R, tw_rows_layout *L) {
+    size_t NT = f->NT, NG = (R + 7) / 8, NL = NG * f->nc_ws, o = 0;
+    size_t NBC = (NG + 7) / 8 * f->nc_ws; /* per-block list sums, chunk-major */
+    L->flag = o, o += tw_al(16);
+    L->cnt = o, o += tw_al(4 * (NT + 4)); /* + the u64 total of active values */
+    L->ovf_base = o, o += tw_al(4 * (NT + 1));
+    L->item_base = o, o += tw_al(4 * (NT + 1));
+    L->ovf_rows = o, o += tw_al(4 * NT * R);
+    L->ovf_slot = o, o += tw_al(4 * NT * R);
+    L->orow_idx = o, o += tw_al(4 * R);
+    L->orows = o, o += tw_al(4 * R);
+    L->sizes = o, o += tw_al(4 * NL);
+    L->offsets = o, o += tw_al(4 * (NL + 1));
+    L->bsum = o, o += tw_al(4 * NBC);
+    L->bbase = o, o += tw_al(4 * NBC);
+    L->bytes = o;
+}
+
+#define TW_OVP 4u /* ovf_down's tile parts: ovf_y holds TW_OVP partial sums (the template's) */
+
+/* ovf_hh u16[cap·2T], ovf_ex u32[cap·T/64], ovf_y f32[TW_OVP][orows·K]. */
+static size_t tw_ovf_bytes(const twell_plan *plan, size_t cap, size_t orows, size_t *ex_off,
+                           size_t *y_off) {
+    size_t T = plan->shape.T, o = tw_al(4 * cap * T);
+    *ex_off = o, o += tw_al(4 * cap * (T / 64));
+    *y_off = o, o += tw_al(4 * TW_OVP * orows * plan->shape.K);
+    return o;
+}
+
+/* desc u32[P+64], gv u16[P+64]; gated: hl u32[P+64], rexp u32[P/16+64], partial f32[NSL·P]. */
+typedef struct {
+    size_t gv, hl, rexp, partial, bytes;
+} tw_pairs_layout;
+
+static void tw_pairs_layout_of(const twell_plan *plan, const tw_ffn *f, size_t P,
+                               tw_pairs_layout *L) {
+    size_t o = tw_al(4 * (P + 64));
+    L->gv = o, o += tw_al(2 * (P + 64));
+    L->hl = L->rexp = L->partial = 0;
+    if (plan->shape.gated) {
+        L->hl = o, o += tw_al(4 * (P + 64));
+        L->rexp = o, o += tw_al(4 * (P / 16 + 64));
+        L->partial = o, o += tw_al(4 * (size_t)f->NSL * P);
+    }
+    L->bytes = o;
+}
+
+static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) {
+    memset(w, 0, sizeof *w);
+    char *a = f->ws_rows, *b = f->ws_ovf, *c = f->ws_pairs;
+    if (a) {
+        tw_rows_layout L;
+        tw_rows_layout_of(f, f->rows_cap, &L);
+        w->flag = (uint32_t *)(void *)(a + L.flag);
+        w->cnt = (uint32_t *)(void *)(a + L.cnt);
+        w->ovf_base = (uint32_t *)(void *)(a + L.ovf_base);
+        w->item_base = (uint32_t *)(void *)(a + L.item_base);
+        w->ovf_rows = (uint32_t *)(void *)(a + L.ovf_rows);
+        w->ovf_slot = (uint32_t *)(void *)(a + L.ovf_slot);
+        w->orow_idx = (uint32_t *)(void *)(a + L.orow_idx);
+        w->orows = (uint32_t *)(void *)(a + L.orows);
+        w->sizes = (uint32_t *)(void *)(a + L.sizes);
+        w->offsets = (uint32_t *)(void *)(a + L.offsets);
+        w->bsum = (uint32_t *)(void *)(a + L.bsum);
+        w->bbase = (uint32_t *)(void *)(a + L.bbase);
+    }
+    if (b) {
+        size_t ex_off, y_off;
+        (void)tw_ovf_bytes(plan, f->ovf_cap, f->orow_cap, &ex_off, &y_off);
+        w->ovf_hh = (uint16_t *)(void *)b;
+        w->ovf_ex = (uint32_t *)(void *)(b + ex_off);
+        w->ovf_y = (float *)(void *)(b + y_off);
+    }
+    if (c) {
+        tw_pairs_layout L;
+        tw_pairs_layout_of(plan, f, f->pair_cap, &L);
+        w->desc = (uint32_t *)(void *)c;
+        w->gv = (uint16_t *)(void *)(c + L.gv);
+        if (plan->shape.gated) {
+            w->hl = (uint32_t *)(void *)(c + L.hl);
+            w->rexp = (uint32_t *)(void *)(c + L.rexp);
+            w->partial = (float *)(void *)(c + L.partial);
+        }
+    }
+}
+
+/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle). On failure keeps the
+ * old one, logs a warning and returns 0: chunks that do not fit then run the exact fallback. */
+static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *what) {
+    void *p = NULL;
+    if (tw_cuda_malloc(ctx, bytes, &p) != TWELL_OK) {
+        tw_log(ctx, TWELL_LOG_WARN,
+               "ffn_infer: cannot grow the %s workspace to %zu bytes (%s); chunks that do not fit "
+               "run the exact row kernel",
+               what, bytes, twell_ctx_errmsg(ctx));
+        return 0;
+    }
+    tw_cuda_free(ctx, *buf);
+    *buf = p;
+    return 1;
+}
+
+static int tw_ffn_set_rows(twell_plan *plan, tw_ffn *f, size_t R) {
+    tw_rows_layout L;
+    tw_rows_layout_of(f, R, &L);
+    if (!tw_ffn_realloc(plan->ctx, &f->ws_rows, L.bytes, "row"))
+        return 0;
+    f->rows_cap = R;
+    f->last_flag = NULL;
+    f->cnt_dirty = 1; /* the scan keeps cnt zero from now on; a new buffer needs one memset */
+    return 1;
+}
+
+static int tw_ffn_set_ovf(twell_plan *plan, tw_ffn *f, size_t cap, size_t orows) {
+    size_t ex_off, y_off;
+    if (cap > 0xffffffffu)
+        cap = 0xffffffffu;
+    if (orows > 0xffffffffu)
+        orows = 0xffffffffu;
+    if (!tw_ffn_realloc(plan->ctx, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
+                        "overflow"))
+        return 0;
+    f->ovf_cap = cap;
+    f->orow_cap = orows;
+    return 1;
+}
+
+static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
+    tw_pairs_layout L;
+    if (cap > TW_PAIR_MAX)
+        cap = TW_PAIR_MAX;
+    tw_pairs_layout_of(plan, f, cap, &L);
+    if (!tw_ffn_realloc(plan->ctx, &f->ws_pairs, L.bytes, "pair list"))
+        return 0;
+    f->pair_cap = cap;
+    return 1;
+}
+
+/* ---- launches ---- */
+
+/* pdl: only for kernels that keep ffn_fused.cu.lua's PDL rule (all of ffn_fused; not ffn_rows,
+ * the generic kernel, which has no griddepcontrol.wait). */
+static twell_status tw_go_pdl(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                              unsigned block, unsigned smem, twell_stream stream, void **args,
+                              unsigned pdl) {
+    return tw_cu_launch_grid(plan->ctx, fn, gx, gy, block, smem, pdl, stream, args);
+}
+
+/* An ffn_fused kernel. */
+static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigned gy,
+                          unsigned block, unsigned smem, twell_stream stream, void **args) {
+    return tw_go_pdl(plan, fn, gx, gy, block, smem, stream, args, 1u);
+}
+
+static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
+static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+#define TW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            return st_;                                                                            \
+    } while (0)
+
+/* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
+ * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
+ * stats_add). cnt is memset only while f->cnt_dirty: the scan leaves it zero. */
+static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
+                                   const uint32_t *packed, uint64_t *stats, int stats_add,
+                                   uint32_t *hflag, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
+    unsigned pair_cap = (unsigned)f->pair_cap;
+    if (f->cnt_dirty)
+        TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 4u, stream));
+    f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
+    void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
+                      &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, f->cfg[TW_CFG_GT]), 8), 1, 256,
+                 0, stream, a_prep));
+    void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
+                      &w->item_base, &w->flag, &w->offsets, &pair_cap, &ovf_cap,
+                      &orow_cap,     &stats,   &stats_add,  &hflag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
+    f->cnt_dirty = 0;
+    return TWELL_OK;
+}
+
+/* Steps 4-10 for one chunk of m rows. */
+static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
+                                  const uint32_t *packed, const void *wp, const void *wu,
+                                  const void *wd, void *y, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    size_t sms = (size_t)ctx->cuda->sm_count;
+    size_t gt = f->cfg[TW_CFG_GT], NG = tw_cdiv((size_t)m, gt), NL = NG * f->cfg[TW_CFG_NC];
+    unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
+    int fallback_only = 1;
+    const void *wu_gu = plan->shape.gated ? wu : NULL;
+    void *a_build[] = {(void *)&packed, &m,       &w->bbase, &w->sizes,
+                       &w->offsets,     &w->desc, &w->gv,    &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
+    void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
+                    &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], f->cfg[TW_CFG_GU_BPS] * sms, 1, f->cfg[TW_CFG_GU_THR],
+                 f->cfg[TW_CFG_SMEM_GU], stream, a_gu));
+    long long ys = (long long)f->orow_cap * plan->shape.K; /* ovf_y part stride */
+    void *a_down[] = {(void *)&packed, (void *)&wd, &m,         &w->ovf_base,
+                      &w->ovf_slot,    &w->orows,   &w->ovf_hh, &w->ovf_ex,
+                      &w->ovf_y,       &ys,         &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_DOWN], f->cfg[TW_CFG_DOWN_BPS] * sms, 1, 256,
+                 f->cfg[TW_CFG_SMEM_DOWN], stream, a_down));
+    uint32_t *hl = NULL, *rexp = NULL;
+    if (plan->shape.gated) {
+        void *a_pa[] = {(void *)&x, (void *)&wu, &m,        &w->desc, &w->offsets,
+                        &w->sizes,  &w->partial, &pair_cap, &w->flag};
+        TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_A],
+                     tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWA] * f->cfg[TW_CFG_GPWA] * 8u / gt),
+                     f->NSL, 32u * f->cfg[TW_CFG_NWA], f->cfg[TW_CFG_SMEM_A], stream, a_pa));
+        void *a_red[] = {&w->gv, &w->partial, &pair_cap, &w->offsets,
+                         &m,     &w->hl,      &w->rexp,  &w->flag};
+        TW_TRY(tw_go(plan, f->fn[TW_FN_REDUCE], 8 * sms, 1, 256, 0, stream, a_red));
+        hl = w->hl;
+        rexp = w->rexp;
+    }
+    void *a_pb[] = {(void *)&wd, &m,           &w->desc,  &w->gv, &hl, &rexp,   &w->offsets,
+                    &w->sizes,   &w->orow_idx, &w->ovf_y, &ys,    &y,  &w->flag};
+    TW_TRY(tw_go(plan, f->fn[TW_FN_PHASE_B],
+                 tw_cdiv(NG, (size_t)f->cfg[TW_CFG_NWB] * f->cfg[TW_CFG_GPWB] * 8u / gt), f->NSL,
+                 32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
+    void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
+                      &m,         &w->flag,        &fallback_only};
+    return tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0, stream,
+                 a_rows);
+}
+
+/* What a chunk needed, from its flag words: pair slots, overflowing row-tiles, overflowing rows.
+ * All three are counted exactly whatever the capacities were. */
+typedef struct {
+    size_t pairs, ovf, orows;
+} tw_ffn_need;
+
+static void tw_ffn_needs(const uint32_t *fl, tw_ffn_need *n) {
+    if (fl[1] > n->pairs)
+        n->pairs = fl[1];
+    if (fl[2] > n->ovf)
+        n->ovf = fl[2];
+    if (fl[3] > n->orows)
+        n->orows = fl[3];
+}
+
+static size_t tw_grow_to(size_t need, size_t slack) { return need + need / 4 + slack; }
+
+/* Grows the buffers that are smaller than `n` needs; 1 if one was reallocated. */
+static int tw_ffn_grow(twell_plan *plan, tw_ffn *f, const tw_ffn_need *n) {
+    int grew = 0;
+    if (n->ovf > f->ovf_cap || n->orows > f->orow_cap)
+        grew |= tw_ffn_set_ovf(plan, f, n->ovf > f->ovf_cap ? tw_grow_to(n->ovf, 64) : f->ovf_cap,
+                               n->orows > f->orow_cap ? tw_grow_to(n->orows, 16) : f->orow_cap);
+    if (n->pairs > f->pair_cap)
+        grew |= tw_ffn_set_pairs(plan, f, tw_grow_to(n->pairs, 1024));
+    return grew;
+}
+
+/* Reads the flag copies of the previous call if its event has completed (never waits) and grows
+ * the buffers that were too small. The plan's earlier work has then all finished (calls are
+ * ordered through the event), so the old buffers can be freed. */
+static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
+    if (!f->pending)
+        return TWELL_OK;
+    int done = 0;
+    TW_TRY(tw_cuda_event_query(plan->ctx, f->done, &done));
+    if (!done)
+        return TWELL_OK;
+    f->pending = 0;
+    tw_ffn_need n = {0, 0, 0};
+    for (unsigned i = 0; i < TW_SLOTS; i++) {
+        tw_ffn_needs(f->hflags + 4 * i, &n);
+        memset(f->hflags + 4 * i, 0, 16);
+    }
+    if (!f->pinned)
+        (void)tw_ffn_grow(plan, f, &n);
+    return TWELL_OK;
+}
+
+/* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
+ * synchronisation), grow, and run the pre-pass again so its flags see the new capacities. */
+static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
+                                 const uint32_t *packed, uint64_t *stats, int stats_add,
+                                 uint32_t *hflag, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    uint32_t *hf = f->hflags + 4 * TW_SLOTS;
+    f->probes++;
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, stream));
+    TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
+    TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
+    tw_ffn_need n = {0, 0, 0};
+    tw_ffn_needs(hf, &n);
+    if (!tw_ffn_grow(plan, f, &n))
+        return TWELL_OK;
+    /* a failed allocation keeps the old buffers: the device flag sends what does not fit to the
+     * fallback */
+    tw_ffn_ws_of(plan, f, w);
+    /* the first pass counted the active values into stats already (capacity-independent) */
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, stream);
+}
+
+/* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
+ * plan's earlier work, which may still use the old buffers. */
+static twell_status tw_ffn_reserve_rows(twell_plan *plan, tw_ffn *f, size_t R) {
+    if (R <= f->rows_cap && f->ws_pairs && f->ws_ovf)
+        return TWELL_OK;
+    if (f->used)
+        TW_TRY(tw_cuda_event_synchronize(plan->ctx, f->done));
+    if (R > f->rows_cap)
+        (void)tw_ffn_set_rows(plan, f, R);
+    /* before any probe: a modest overflow buffer, an empty pair list (the probe sizes both) */
+    if (!f->ws_ovf)
+        (void)tw_ffn_set_ovf(plan, f, R * f->NT / 256 + 64, R / 256 + 16);
+    if (!f->ws_pairs)
+        (void)tw_ffn_set_pairs(plan, f, 0);
+    return TWELL_OK;
+}
+
+/* The simple kernels, whole call: ROWS (ffn_fused's row kernel, chunked for its int M) or
+ * GENERIC (ffn_rows). */
+static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, size_t M,
+                                  const void *x, const uint32_t *packed, const void *wp,
+                                  const void *wu, const void *wd, void *y, twell_stream stream) {
+    size_t sms = (size_t)plan->ctx->cuda->sm_count;
+    const twell_shape *s = &plan->shape;
+    if (k == TW_FFN_GENERIC) {
+        long long mm = (long long)M;
+        void *a[] = {(void *)&x, (void *)&packed, (void *)&wp, (void *)&wu, (void *)&wd, &y, &mm};
+        return tw_go_pdl(plan, f->generic, tw_min(tw_cdiv(M, 8), 16 * sms), 1, 256, 0, stream, a,
+                         0u);
+    }
+    const uint32_t *no_flag = NULL;
+    int fallback_only = 0;
+    for (size_t r0 = 0; r0 < M; r0 += TW_FFN_CHUNK) {
+        int m = (int)tw_min(M - r0, TW_FFN_CHUNK);
+        const void *xc = (const char *)x + r0 * s->K * 2u;
+        const uint32_t *pc = packed + r0 * (s->N / s->C);
+        void *yc = (char *)y + r0 * s->K * 2u;
+        void *a[] = {(void *)&xc, (void *)&pc, (void *)&wp,      (void *)&wu,   (void *)&wd,
+                     &yc,         &m,          (void *)&no_flag, &fallback_only};
+        TW_TRY(tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0,
+                     stream, a));
+    }
+    return TWELL_OK;
+}
+
+static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
+                                 const uint32_t *packed, const void *wp, const void *wu,
+                                 const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                 int *counted) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    size_t chunk = tw_min(M, TW_FFN_CHUNK);
+    TW_TRY(tw_ffn_collect(plan, f));
+    TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
+    if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
+        return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    *counted = stats != NULL;
+    int probe = !f->pinned && chunk > f->cur->probed;
+    tw_ffn_ws w;
+    tw_ffn_ws_of(plan, f, &w);
+    size_t c = 0;
+    for (size_t r0 = 0; r0 < M; r0 += TW_FFN_CHUNK, c++) {
+        int m = (int)tw_min(M - r0, TW_FFN_CHUNK);
+        const void *xc = (const char *)x + r0 * s->K * 2u;
+        const uint32_t *pc = packed + r0 * (s->N / s->C);
+        void *yc = (char *)y + r0 * s->K * 2u;
+        /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
+         * the slots are mapped, else copied after the chunk */
+        uint32_t *hflag = f->hflags_dev ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
+        if (probe)
+            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
+        else
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
+        TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
+        if (!hflag)
+            TW_TRY(
+                tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
+    }
+    if (probe && chunk > f->cur->probed)
+        f->cur->probed = chunk;
+    f->last_flag = w.flag;
+    f->pending = 1;
+    return TWELL_OK;
+}
+
+/* Index of M's bucket in f->bucket: log2 of tw_tune_m_bucket(M). */
+static unsigned tw_ffn_bucket_index(size_t M) {
+    if (M <= 1)
+        return 0;
+    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
+    return b < TW_FFN_BUCKETS ? b : TW_FFN_BUCKETS - 1;
+}
+
+/* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
+ * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
+static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
+    if (f->forced)
+        return f->forced;
+    unsigned b = tw_ffn_bucket_index(M);
+    if (f->bucket[b] < 0) {
+        size_t pick = 0; /* the default unless a usable winner says otherwise */
+        tw_ffn_cfg want;
+        if (tw_ffn_winner(plan, M, f->tune_on_first_use, &want) == 0) {
+            size_t have = SIZE_MAX;
+            for (size_t i = 0; i < f->ntk && have == SIZE_MAX; i++)
+                if (!memcmp(&f->tk[i].cfg, &want, sizeof want))
+                    have = i;
+            if (have != SIZE_MAX) {
+                pick = have;
+            } else if (f->ntk == TW_FFN_MAX_TK) {
+                tw_log(plan->ctx, TWELL_LOG_INFO,
+                       "ffn_infer: %d tiled modules loaded already; the default serves M=%zu",
+                       TW_FFN_MAX_TK, M);
+            } else if (tw_ffn_tk_load(plan->ctx, &plan->shape, &want, NULL, &f->tk[f->ntk]) !=
+                       TWELL_OK) {
+                tw_log(plan->ctx, TWELL_LOG_WARN,
+                       "ffn_infer: tuned module failed to load, using the default: %s",
+                       twell_ctx_errmsg(plan->ctx));
+            } else {
+                pick = f->ntk++;
+                f->modules++;
+            }
+        }
+        f->bucket[b] = (signed char)pick;
+    }
+    return &f->tk[(size_t)f->bucket[b]];
+}
+
+twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
+                                const uint32_t *packed, const void *wg, const void *wu,
+                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                int *counted) {
+    twell_ctx *ctx = plan->ctx;
+    int dummy = 0;
+    if (!counted)
+        counted = &dummy;
+    *counted = 0;
+    const void *wp = plan->shape.gated ? wg : wu;
+    uintptr_t any = (uintptr_t)x | (uintptr_t)wp | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y;
+    if (any & 1u)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_infer: x, the weights and y must be 2-byte aligned (16-bit "
+                        "elements)");
+    if ((uintptr_t)packed & 3u)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_infer: packed is not 4-byte aligned");
+    tw_ffn_kernel k = f->kernel;
+    int aligned16 = (any & 15u) == 0;
+    if ((k == TW_FFN_AUTO && !f->tiled) || !aligned16)
+        k = TW_FFN_GENERIC; /* the tiled and row kernels load 16 bytes at a time */
+    if (k == TW_FFN_GENERIC && !f->generic) {
+        tw_log(ctx, TWELL_LOG_INFO,
+               "ffn_infer: tensors not 16-byte aligned; loading the portable row kernel");
+        TW_TRY(tw_ffn_load_generic(plan, f));
+    }
+    /* Calls share the workspace: one on another stream waits for the previous one. */
+    if (f->used && stream != f->last_stream)
+        TW_TRY(tw_cuda_stream_wait_event(ctx, stream, f->done));
+    if (k != TW_FFN_GENERIC)
+        tw_ffn_use(f, tw_ffn_module_for(plan, f, M));
+    if (k == TW_FFN_AUTO)
+        TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream, stats, counted));
+    else
+        TW_TRY(tw_ffn_simple(plan, f, k, M, x, packed, wp, wu, wd, y, stream));
+    TW_TRY(tw_cuda_event_record(ctx, f->done, stream));
+    f->used = 1;
+    f->last_stream = stream;
+    return TWELL_OK;
+}
+
+/* ---- hooks ---- */
+
+static tw_ffn *tw_plan_ffn(const twell_plan *plan) {
+    const tw_cuda_plan *cp = tw_op_plan(plan);
+    return cp ? cp->ffn : NULL;
+}
+
+static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
+    *f = tw_plan_ffn(plan);
+    if (!*f)
+        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: not a CUDA plan");
+    TW_TRY(tw_cu_enter(plan->ctx, sc));
+    twell_status st = tw_cuda_synchronize(plan->ctx);
+    if (st != TWELL_OK)
+        tw_cu_leave(plan->ctx, sc);
+    return st;
+}
+
+twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    twell_status st = TWELL_OK;
+    if (k == TW_FFN_ROWS && !f->tiled)
+        st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
+                      "ffn_infer: the row kernel of ffn_fused is not loaded for this plan");
+    else if (k == TW_FFN_GENERIC && !f->generic)
+        st = tw_ffn_load_generic(plan, f);
+    if (st == TWELL_OK)
+        f->kernel = k;
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
+    tw_ffn *f = tw_plan_ffn(plan);
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f || !f->tiled)
+        return;
+    tw_cu_scope sc;
+    if (tw_cu_enter(plan->ctx, &sc) != TWELL_OK)
+        return;
+    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M);
+    if (out)
+        *out = tk->cfg;
+    tw_cu_leave(plan->ctx, &sc);
+}
+
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    twell_status st = TWELL_OK;
+    if (!f->tiled)
+        st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
+                      "ffn_infer: this plan has no tiled kernels to replace");
+    else
+        f->forced = tk, f->cur = NULL; /* copy from it (or the bucket's) at the next call */
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    twell_status st = TWELL_OK;
+    f->pending = 0;
+    memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
+    if (pair_cap == 0 && ovf_cap == 0) {
+        f->pinned = 0;
+        for (size_t i = 0; i < f->ntk; i++) /* the next call measures again */
+            f->tk[i].probed = 0;
+        if (f->forced)
+            f->forced->probed = 0;
+    } else if (!tw_ffn_set_pairs(plan, f, pair_cap) || !tw_ffn_set_ovf(plan, f, ovf_cap, ovf_cap)) {
+        st = tw_error(plan->ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: cannot allocate the workspace");
+    } else {
+        f->pinned = 1;
+    }
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    memset(out, 0, 16);
+    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    twell_status st = TWELL_OK;
+    if (f->last_flag)
+        st = tw_cuda_memcpy_dtoh(plan->ctx, out, f->last_flag, 16);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+int tw_cuda_ffn_tiled(const twell_plan *plan) {
+    const tw_ffn *f = tw_plan_ffn(plan);
+    return f ? f->tiled : 0;
+}
+
+int tw_cuda_ffn_modules(const twell_plan *plan) {
+    const tw_ffn *f = tw_plan_ffn(plan);
+    return f ? f->modules : 0;
+}
+
+size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
+    const tw_ffn *f = tw_plan_ffn(plan);
+    if (!f)
+        return 0;
+    size_t a, b, total = 0;
+    if (f->ws_rows) {
+        tw_rows_layout L;
+        tw_rows_layout_of(f, f->rows_cap, &L);
+        total += L.bytes;
+    }
+    if (f->ws_ovf)
+        total += tw_ovf_bytes(plan, f->ovf_cap, f->orow_cap, &a, &b);
+    if (f->ws_pairs) {
+        tw_pairs_layout P;
+        tw_pairs_layout_of(plan, f, f->pair_cap, &P);
+        total += P.bytes;
+    }
+    return total;
+}
+
+int tw_cuda_ffn_probes(const twell_plan *plan) {
+    const tw_ffn *f = tw_plan_ffn(plan);
+    return f ? f->probes : 0;
+}

@@ -1,0 +1,197 @@
+/*
+ * cuda_ffn.h — twell_ffn_infer on CUDA: the fused TwELL kernels of templates/ffn_fused.cu.lua
+ * (tiled, tensor cores, exact overflow recompute, device-side fallback) and the portable row
+ * kernel of templates/ffn_rows.cu.lua, with a per-plan workspace sized from the data.
+ */
+#ifndef TWELL_CUDA_FFN_H
+#define TWELL_CUDA_FFN_H
+
+#include "cuda_driver.h"
+#include "jit.h"
+
+/* Per-plan state: loaded modules, the tile configuration read from the module, the workspace. */
+typedef struct tw_ffn tw_ffn;
+
+/* ---- tile configurations of ffn_fused (what the autotuner chooses, space "ffn_fused" in
+ * autotune/spaces.c; tests/test_autotune.c checks the rules agree) ---- */
+
+#define TW_FFN_NFN 9         /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
+#define TW_FFN_NWORDS 23     /* words of its twell_ffn_cfg */
+#define TW_FFN_NPARAMS 18    /* template parameters of one configuration */
+#define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
+/* Variant bits (XV, templates/ffn_fused.cu.lua) when the configuration does not say: 1 + 2 + 8
+ * (phase A/B instruction diet) + 64 (overflow kernels with larger warp tiles: skewed M 16384
+ * ovf_gu 82 -> 43 us, ovf_down 112 -> 91 us on an H200, bitwise the same output); 0 = the
+ * kernels without them. */
+#define TW_FFN_XV_DEFAULT 75u
+
+/* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
+typedef struct tw_ffn_cfg {
+    unsigned cn;         /* neurons per weight chunk (CN) */
+    unsigned stages;     /* weight chunks in flight in phases A and B (STAGES, 2..4) */
+    unsigned gpwa, gpwb; /* units of 8 tokens per warp in phase A / B (GPWA, GPWB) */
+    unsigned nwa, nwb;   /* warps per block in phase A / B (NWA, NWB) */
+    unsigned pf;         /* list loads one step ahead (PF, 0 | 1) */
+    unsigned il;         /* phase B interleaves two groups' rounds (IL, 0 | 1) */
+    unsigned gt;         /* tokens per list group (GT, 8 | 16; 16 needs even GPWA/GPWB, IL 0) */
+    unsigned xv;         /* phase A/B instruction-diet variant bits (XV, 0..127; see ffn_fused) */
+} tw_ffn_cfg;
+
+/* The untuned configuration for shape s on dev: the first {CN, STAGES} of {512, 2}, {256, 2}
+ * that fits, GPWA 8, GPWB 4, NWA 16, NWB 16, PF 1, IL 0, GT TW_FFN_GT_DEFAULT, XV
+ * TW_FFN_XV_DEFAULT.
+ * Returns 0, or -1 when the tiled kernels cannot run there at all (K not a multiple of 64, below
+ * sm_80, too little shared memory); *out is set either way (to CN 512 on failure). */
+int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out);
+
+/* Converts a tuner configuration (kernel ffn_fused with CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL,
+ * GT, XV; missing parameters take the defaults 512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT,
+ * TW_FFN_XV_DEFAULT) into *out. Returns 0, or -1 for another kernel or a value out of range (PF,
+ * IL and XV may be 0, the others 1..65535). */
+struct tw_tune_config;
+int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out);
+
+/* 0 when c can run shape s on dev (the template's rules and the device's shared memory), else -1
+ * with the reason in why (may be NULL). Pure and cheap. */
+int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
+                     size_t n);
+
+/* The TW_FFN_NPARAMS template parameters c is rendered with for s on dev: K, N, T, C, dtype,
+ * gated, CN, GPWA, GPWB, DCAPA, DCAPB (the staging capacities filling the shared memory left),
+ * STAGES, NWA, NWB, PF, IL, GT, XV.
+ * Keys and strings are static. The same list whoever compiles (plan or tuner), hence the same
+ * cache key. Returns TW_FFN_NPARAMS, or 0 when c fails tw_ffn_cfg_check. */
+size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
+                         tw_param out[TW_FFN_NPARAMS]);
+
+/* The parameters the portable row kernel (ffn_rows.cu.lua, loaded by a call with tensors not
+ * 16-byte aligned) is rendered with for s: K, N, T, C, dtype, gated; for compiling it ahead of
+ * time (`twell tune`). Returns TW_FFN_ROWS_NPARAMS. */
+#define TW_FFN_ROWS_NPARAMS 6
+size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]);
+
+/* One loaded ffn_fused module of one configuration. */
+typedef struct tw_ffn_tk {
+    tw_ffn_cfg cfg;
+    tw_CUmodule mod;
+    tw_CUfunction fn[TW_FFN_NFN];  /* NULL for phase_a and reduce in non-gated modules */
+    uint32_t words[TW_FFN_NWORDS]; /* the module's twell_ffn_cfg */
+    size_t probed;                 /* largest chunk a probe sized the workspace for, with this
+                                      module, on the plan that runs it */
+} tw_ffn_tk;
+
+/* Loads ffn_fused in configuration c for shape s: from cubin when given (compiled elsewhere, e.g.
+ * by the tuner's workers), else from the cache or compiled now. Reads and checks the module's
+ * twell_ffn_cfg and sets the kernels' shared-memory limits. Context current. Errors:
+ * TWELL_ERR_UNSUPPORTED (tw_ffn_cfg_check), those of tw_jit_cubin and the driver,
+ * TWELL_ERR_INTERNAL (module and launcher disagree); *out zeroed on failure. */
+twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_cfg *c,
+                            const void *cubin, tw_ffn_tk *out);
+/* Unloads and zeroes *tk (a zeroed one is a no-op). Context current. */
+void tw_ffn_tk_unload(tw_ffn_tk *tk);
+
+/* The stored tuning winner of ffn_infer for plan's shape and M's bucket on this device
+ * (runtime/cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
+ * set, or -1 (no usable winner: the bucket keeps the default; problems are logged). Context
+ * current. */
+int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
+
+/* Which kernels a call runs (tests and the bench force the others).
+ *   AUTO     the tiled pipeline with its fallback where it can run, else GENERIC
+ *   ROWS     ffn_fused's one-warp-per-row kernel alone (the simple exact baseline)
+ *   GENERIC  ffn_rows.cu.lua (any K multiple of 16, any alignment, sm_75+) */
+typedef enum tw_ffn_kernel { TW_FFN_AUTO = 0, TW_FFN_ROWS = 1, TW_FFN_GENERIC = 2 } tw_ffn_kernel;
+
+/* "auto", "rows", "generic"; NULL for anything else. */
+const char *tw_ffn_kernel_name(tw_ffn_kernel k);
+
+/* Prepares the op ONCE for plan->shape (gated or not): renders/compiles (or takes from the cache)
+ * and loads ffn_fused where the shape and device allow it (K % 64 == 0, sm_80+, enough shared
+ * memory), sets its dynamic shared memory limits and reads its twell_ffn_cfg; otherwise loads
+ * ffn_rows. The tile configuration (template parameters CN, STAGES, GPWA/GPWB, NWA/NWB, PF, IL, GT
+ * and the derived DCAPA/DCAPB) comes from tw_ffn_tile_config in cuda_ffn.c; for development the
+ * environment variable TWELL_FFN_TILE="KEY=v,..." (keys CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL,
+ * GT) overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small
+ * pinned flag buffer and an event; the workspace is allocated at the first call (it depends on M
+ * and the data). Inside tw_cu_enter/leave. *out NULL on failure. */
+twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out);
+
+/* Frees everything; the caller has synchronised the device. NULL is a no-op. Inside
+ * tw_cu_enter/leave. */
+void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
+
+/* Enqueues y = ffn(x, packed, weights) on stream (arguments validated by plan.c; context
+ * current). packed must be well-formed (as twell_gate_pack writes it): the device kernels do not
+ * validate it (that would need a host synchronisation); malformed columns are never read out of
+ * bounds by the row kernels, but the result is then unspecified.
+ *
+ * Workspace policy (no host synchronisation in the steady state):
+ *  - rows are processed in chunks of at most TW_FFN_CHUNK; the workspace holds one chunk;
+ *  - the first call whose chunk is larger than any before ("probe") runs the pre-pass, copies the
+ *    device flag words to pinned memory, waits for the stream, sizes the pair list and the dense
+ *    overflow buffers (row-tiles, rows) from the exact counts (+25%) and re-runs the pre-pass:
+ *    one synchronisation per new largest chunk, never in the steady state;
+ *  - every call puts each chunk's flag words into pinned memory (the scan writes them there when
+ *    the driver maps it, else an asynchronous copy) and records an event; the next call reads them
+ * only if that event has completed (cuEventQuery, no wait), and grows the buffers when a call
+ * needed more than they held (denser data than the probe; the counts are exact whatever the
+ * capacities, so no second probe is needed). A chunk that does not fit runs the exact row kernel
+ * instead (device-side flag), so every call is correct whatever the capacities; results are bitwise
+ * reproducible for a given workspace state (a fallback chunk and a tiled one differ at rounding
+ * level).
+ *  - calls on different streams are ordered through the event (cuStreamWaitEvent), because they
+ *    share the workspace.
+ *  - growing the rows capacity (a larger chunk) synchronises with the previous call first;
+ *    an allocation failure keeps the old buffers (the fallback stays exact) and logs a warning. */
+/*  - stats (device u64[2], or NULL): the tiled path's pre-pass also writes there the call's
+ *    exact active values (Σ of every row-tile's count word; stats[1] = 0), in stream order, for
+ *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
+ *    ran a simple kernel instead (the caller then counts itself).
+ *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
+ *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header. */
+twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
+                                const uint32_t *packed, const void *wg, const void *wu,
+                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
+                                int *counted);
+
+/* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
+#define TW_FFN_CHUNK ((size_t)65536)
+
+/* ---- hooks for tests and the bench (plan on the CUDA backend; TWELL_ERR_UNSUPPORTED else) ---- */
+
+/* Resolves the tiled module for M's bucket, as the plan's first call of that bucket does (once per
+ * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
+ * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
+ * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
+ * record is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a
+ * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
+ * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
+void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);
+
+/* Makes every tiled call of plan run tk (borrowed: it must outlive its use; its probed field is
+ * updated), whatever M's bucket; NULL returns to the per-bucket choice. For the tuner, which
+ * times its candidates through a plan. Synchronises the device. */
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk);
+
+/* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
+ * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
+twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k);
+
+/* Pins the pair and overflow capacities (pair slots; overflowing row-tiles, also used as the
+ * overflowing-row capacity; both 0: back to automatic sizing, keeping the buffers). Reallocates
+ * after synchronising the device. Used to exercise the fallback. */
+twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap);
+
+/* Synchronises the device and copies the flag words of the last chunk the tiled pipeline ran:
+ * [0] fallback bits (0: tiled result; 1: overflow buffer too small; 2: pair buffer too small),
+ * [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All 0 if none ran. */
+twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]);
+
+/* 1 if the plan has the tiled pipeline; modules loaded so far; device bytes of the workspace;
+ * how many calls synchronised to size it (probes). 0 for a non-CUDA plan. */
+int tw_cuda_ffn_tiled(const twell_plan *plan);
+int tw_cuda_ffn_modules(const twell_plan *plan); /* default + tuned tiled modules, + ffn_rows */
+size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan);
+int tw_cuda_ffn_probes(const twell_plan *plan);
+
+#endif /* TWELL_CUDA_FFN_H */

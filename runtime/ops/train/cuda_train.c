@@ -1,0 +1,772 @@
+/*
+ * cuda_train.c — training forward and backward on CUDA: owns the saved state's device buffers
+ * (the layout of cpu_train.h, see templates/train_ffn.cu.lua) and enqueues the kernels in order.
+ * The one host synchronisation per forward reads the totals that size the spill and the chunks.
+ */
+#include "cuda_train.h"
+#include "cuda_train_int.h"
+
+#include "cuda_train_dense.h"
+#include "jit.h"
+#include "train_layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tf_names[] = {"twell_train_recount",
+                                       "twell_train_scan_up_tiles",
+                                       "twell_train_scan_down_tiles",
+                                       "twell_train_scan_up_rows",
+                                       "twell_train_scan_down_rows",
+                                       "twell_train_scan_up_hist",
+                                       "twell_train_scan_down_hist",
+                                       "twell_train_scan_up_neurons",
+                                       "twell_train_scan_down_neurons",
+                                       "twell_train_scan_top",
+                                       "twell_train_owners",
+                                       "twell_train_spill",
+                                       "twell_train_fwd_ent",
+                                       "twell_train_fwd_y",
+                                       "twell_train_row_reduce",
+                                       "twell_train_stats",
+                                       "twell_train_bwd_ent",
+                                       "twell_train_bwd_dx",
+                                       "twell_train_hist",
+                                       "twell_train_scatter",
+                                       "twell_train_dw",
+                                       "twell_train_dw_reduce",
+                                       "twell_train_fwd_ent_s",
+                                       "twell_train_bwd_ent_s",
+                                       "twell_train_udt",
+                                       "twell_train_ovf_list",
+                                       "twell_train_ovf_tiles",
+                                       "twell_train_ovf_udt"};
+_Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
+
+const char *const tw_ct_buf_names[TB_COUNT] = {
+    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",    "spill offsets",
+    "row offsets",  "row chunks",     "row slots",       "scan blocks",     "totals",
+    "spill",        "u_spill",        "chunk rows",      "chunk L1",        "entry columns",
+    "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
+    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
+    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts", "entry dT",
+    "spill dT"};
+
+/* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
+typedef struct {
+    uint64_t packed, in64, in32, o0, o1, o2, o32, tot, n, p0, p1;
+} tw_ct_sa;
+
+#define TW_CT_SCAN_ITEMS 2048u /* items per scan block */
+#define TW_CT_SMEM_DEFAULT 49152u
+
+static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* ---- state, modules, buffers ---- */
+
+static size_t tw_ct_bytes(const tw_ctrain *t) {
+    size_t b = sizeof *t + 8u * sizeof(uint64_t);
+    for (int i = 0; i < TB_COUNT; i++)
+        b += t->buf[i].cap;
+    return b + tw_ctt_bytes(t->tiled);
+}
+
+twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
+    *out = state->backend_data;
+    if (*out)
+        return TWELL_OK;
+    tw_ctrain *t = calloc(1, sizeof *t);
+    if (!t)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_ffn_forward_train: out of host memory");
+    void *h = NULL;
+    twell_status st = tw_cuda_host_alloc(ctx, 8u * sizeof(uint64_t), &h);
+    if (st == TWELL_OK)
+        st = tw_cuda_event_create(ctx, &t->ev);
+    if (st != TWELL_OK) {
+        tw_cuda_host_free(ctx, h);
+        free(t);
+        return st;
+    }
+    t->htot = h;
+    memset(t->htot, 0, 8u * sizeof(uint64_t));
+    t->udt = tw_ct_udt_env();
+    state->backend_data = t;
+    state->bytes = tw_ct_bytes(t);
+    *out = t;
+    return TWELL_OK;
+}
+
+/* Warps per block of the kernels that hold a token row (fp32) in shared memory, and the shared
+ * memory they need. 0 if even one warp does not fit the device. */
+static uint32_t tw_ct_wpb(const twell_shape *s, const tw_cuda *dev, unsigned *smem_row,
+                          unsigned *smem_recount) {
+    unsigned lim = dev->smem_optin > 0 ? (unsigned)dev->smem_optin : TW_CT_SMEM_DEFAULT;
+    for (uint32_t w = 4; w >= 1; w /= 2) {
+        unsigned row = w * s->K * 4u, rec = row + w * s->T * 2u;
+        if ((rec <= TW_CT_SMEM_DEFAULT || w == 1) && rec <= lim) {
+            *smem_row = row;
+            *smem_recount = rec;
+            return w;
+        }
+        if (w == 1)
+            break;
+    }
+    return 0;
+}
+
+/* The condition of train_ffn.cu.lua's MMA: 16-byte fragment loads, k blocks of 32, warp tiles
+ * of 64 columns. */
+static int tw_ct_mma(const twell_shape *s, int vi) {
+    return vi == 0 && s->K % 32u == 0 && s->T % 64u == 0;
+}
+
+/* The staged kernels' K chunk (train_ffn.cu.lua's KC): t->skc when set, else the template's
+ * default. */
+static unsigned tw_ct_kc(const tw_ctrain *t, unsigned K) {
+    if (t->skc)
+        return t->skc;
+    return K % 64u == 0 ? 64u : (K % 32u == 0 ? 32u : 16u);
+}
+
+/* The staged kernels' shared bytes per warp (train_ffn.cu.lua's STW): the token row (as dtype, or
+ * fp32 with t->sxf) and STAGES stages of 32 rows of KC + 8 elements. */
+static unsigned tw_ct_stw(const tw_ctrain *t, unsigned K) {
+    return (t->sxf ? 4u : 2u) * K + t->sst * 32u * (tw_ct_kc(t, K) + 8u) * 2u;
+}
+
+/* TWELL_TRAIN_STAGE="kc,stages,warps,xf" (benchmark comparisons): the staged kernels' K chunk,
+ * stages, warps per block and token row in fp32 (1) or dtype (0); defaults 64 (K permitting), 2,
+ * 4, 0. A kc that does not divide K, is not a multiple of 16 or exceeds 256 is ignored. */
+static void tw_ct_stage_cfg(tw_ctrain *t, unsigned K) {
+    unsigned kc = 0, st = 2, wp = 4, xf = 0; /* train_ffn.cu.lua's defaults (measured there) */
+    const char *e = getenv("TWELL_TRAIN_STAGE");
+    if (e && *e) {
+        char *end = NULL;
+        unsigned long v[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 4 && *e; i++) {
+            v[i] = strtoul(e, &end, 10);
+            e = *end == ',' ? end + 1 : end;
+        }
+        if (v[0] && v[0] % 16u == 0 && v[0] <= 256u && K % v[0] == 0)
+            kc = (unsigned)v[0];
+        if (v[1] >= 2 && v[1] <= 8)
+            st = (unsigned)v[1];
+        if (v[2] >= 1 && v[2] <= 8)
+            wp = (unsigned)v[2];
+        xf = v[3] == 1;
+    }
+    t->skc = kc, t->sst = st, t->swp = wp, t->sxf = xf;
+}
+
+/* TWELL_TRAIN_UDT: "entry" (per-entry staged dot products) or "tiled" (cuda_train_tiled.c);
+ * anything else: the default, TW_CT_UDT_DEFAULT (tiled: faster in every configuration measured,
+ * 29 to 56 active per row, uniform and skewed: weight chunks reused across tokens). */
+#define TW_CT_UDT_DEFAULT 1
+int tw_ct_udt_env(void) {
+    const char *e = getenv("TWELL_TRAIN_UDT");
+    if (e && !strcmp(e, "entry"))
+        return 0;
+    if (e && !strcmp(e, "tiled"))
+        return 1;
+    return TW_CT_UDT_DEFAULT;
+}
+
+static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
+    if (t->mods[vi].mod)
+        return TWELL_OK;
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    if (!t->wpb) {
+        t->wpb = tw_ct_wpb(s, ctx->cuda, &t->smem_row, &t->smem_recount);
+        if (!t->wpb)
+            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                            "twell_ffn_forward_train: K = %u needs %u bytes of shared memory per "
+                            "block, more than this device's %d",
+                            s->K, s->K * 4u + s->T * 2u, ctx->cuda->smem_optin);
+    }
+    if (!t->sst)
+        tw_ct_stage_cfg(t, s->K);
+    tw_param params[] = {
+        {"SKC", NULL, (long long)t->skc},
+        {"SST", NULL, t->sst == 2u ? 0 : (long long)t->sst},
+        {"SWP", NULL, t->swp == 4u ? 0 : (long long)t->swp},
+        {"SXF", NULL, (long long)t->sxf},
+        {"K", NULL, (long long)s->K},
+        {"N", NULL, (long long)s->N},
+        {"T", NULL, (long long)s->T},
+        {"C", NULL, (long long)s->C},
+        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
+        {"VEC", NULL, vi == 0 ? 8 : 1},
+        {"WPB", NULL, (long long)t->wpb},
+    };
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    twell_status st = tw_jit_cubin(ctx, "train_ffn", params, sizeof params / sizeof params[0],
+                                   ctx->cuda->arch, &cubin);
+    if (st != TWELL_OK)
+        return st;
+    tw_tmod m;
+    memset(&m, 0, sizeof m);
+    st = tw_cu_module_load(ctx, cubin.data, &m.mod);
+    tw_cubin_free(&cubin);
+    m.mma = tw_ct_mma(s, vi);
+    t->smem_stage = t->swp * tw_ct_stw(t, s->K);
+    int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
+    m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
+    m.ovf_udt = m.mma && s->T <= 512u; /* train_ffn.cu.lua's OVF_UDT */
+    int nfn = m.mma ? (m.ovf_udt ? TF_COUNT : TF_OVF_UDT) : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
+    for (int i = 0; i < nfn && st == TWELL_OK; i++)
+        st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
+    for (int i = TF_FWD_ENT_S; m.staged && i <= TF_BWD_ENT_S && st == TWELL_OK; i++)
+        if (t->smem_stage > TW_CT_SMEM_DEFAULT)
+            st = tw_cu_func_set_attribute(ctx, m.fn[i],
+                                          TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)t->smem_stage);
+    if (st == TWELL_OK && t->smem_recount > TW_CT_SMEM_DEFAULT) {
+        static const int big[] = {TF_RECOUNT, TF_SPILL, TF_FWD_ENT, TF_BWD_ENT};
+        for (size_t i = 0; i < sizeof big / sizeof big[0] && st == TWELL_OK; i++)
+            st = tw_cu_func_set_attribute(
+                ctx, m.fn[big[i]], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                (int)(big[i] == TF_RECOUNT ? t->smem_recount : t->smem_row));
+    }
+    if (st != TWELL_OK) {
+        tw_cu_module_unload(m.mod);
+        return st;
+    }
+    t->mods[vi] = m;
+    return TWELL_OK;
+}
+
+/* Makes buf hold at least `bytes`. Growing frees the old buffer, so the device is synchronised
+ * first (earlier work may still read it). Contents are not kept. */
+static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
+                                  size_t bytes, const char *fn, int *synced) {
+    tw_dbuf *d = &t->buf[b];
+    if (bytes == 0)
+        bytes = 16;
+    if (d->p && d->cap >= bytes)
+        return TWELL_OK;
+    if (!*synced) {
+        twell_status st = tw_cuda_synchronize(ctx);
+        if (st != TWELL_OK)
+            return st;
+        *synced = 1;
+    }
+    tw_cuda_free(ctx, d->p);
+    d->p = NULL;
+    d->cap = 0;
+    size_t want = bytes + bytes / 8u; /* some headroom: step-to-step jitter does not reallocate */
+    void *p = NULL;
+    twell_status st = tw_cuda_malloc(ctx, want, &p);
+    if (st != TWELL_OK) {
+        want = bytes;
+        st = tw_cuda_malloc(ctx, want, &p);
+    }
+    state->bytes = tw_ct_bytes(t);
+    if (st != TWELL_OK)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "%s: cannot allocate %zu bytes of device memory for the %s (the state "
+                        "holds %zu bytes)",
+                        fn, bytes, tw_ct_buf_names[b], state->bytes);
+    d->p = p;
+    d->cap = want;
+    state->bytes = tw_ct_bytes(t);
+    return TWELL_OK;
+}
+
+/* ---- launches ---- */
+
+static unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block) {
+    uint64_t b = (warp_items + warps_per_block - 1) / warps_per_block;
+    uint64_t cap = (uint64_t)ctx->cuda->sm_count * 16u;
+    if (b > cap)
+        b = cap;
+    return b ? (unsigned)b : 1u;
+}
+
+static twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
+                                  unsigned block, unsigned smem, twell_stream stream, void **args) {
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = grid, cfg.grid[1] = gy, cfg.grid[2] = 1;
+    cfg.block[0] = block, cfg.block[1] = cfg.block[2] = 1;
+    cfg.smem = smem;
+    return tw_cu_launch(ctx, fn, &cfg, stream, args);
+}
+
+static twell_status tw_ct_launch(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned block,
+                                 unsigned smem, twell_stream stream, void **args) {
+    return tw_ct_launch2(ctx, fn, grid, 1, block, smem, stream, args);
+}
+
+/* Launch of kernel f of md, then a profiling mark named after it. */
+static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, int f, unsigned grid,
+                              unsigned block, unsigned smem, twell_stream stream, void **args) {
+    twell_status st = tw_ct_launch(ctx, md->fn[f], grid, block, smem, stream, args);
+    if (st == TWELL_OK)
+        tw_ct_mark(ctx, t, tf_names[f] + 12, stream); /* without "twell_train_" */
+    return st;
+}
+
+/* Exclusive scan `mode` over a->n items (three launches: block sums, their scan, the items). */
+static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, int mode,
+                               tw_ct_sa *a, twell_stream stream) {
+    uint64_t nb = (a->n + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
+    void *bsum = t->buf[TB_SCAN].p;
+    void *tot = (void *)(uintptr_t)a->tot;
+    void *up_args[] = {a, &bsum};
+    twell_status st =
+        tw_ct_launch(ctx, m->fn[TF_UP_TILES + 2 * mode], (unsigned)nb, 256, 0, stream, up_args);
+    if (st == TWELL_OK) {
+        void *top_args[] = {&bsum, &nb, &tot};
+        st = tw_ct_launch(ctx, m->fn[TF_SCAN_TOP], 1, 1024, 0, stream, top_args);
+    }
+    if (st == TWELL_OK) {
+        void *down_args[] = {a, &bsum};
+        st = tw_ct_launch(ctx, m->fn[TF_DOWN_TILES + 2 * mode], (unsigned)nb, 256, 0, stream,
+                          down_args);
+    }
+    if (st == TWELL_OK) {
+        static const char *const names[4] = {"scan_tiles", "scan_rows", "scan_hist",
+                                             "scan_neurons"};
+        tw_ct_mark(ctx, t, names[mode], stream);
+    }
+    return st;
+}
+
+static int tw_ct_aligned(const void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((uintptr_t)p[i] % 16u != 0)
+            return 0;
+    return 1;
+}
+
+#define TW_CT_TRY(expr)                                                                            \
+    do {                                                                                           \
+        st = (expr);                                                                               \
+        if (st != TWELL_OK)                                                                        \
+            return st;                                                                             \
+    } while (0)
+
+/* ---- forward ---- */
+
+static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                  const void *wu, const void *wd, void *y, float *stats,
+                                  twell_train_state *state, twell_stream stream) {
+    static const char fn[] = "twell_ffn_forward_train";
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    tw_ctrain *t = NULL;
+    TW_CT_TRY(tw_ct_get(ctx, state, &t));
+    t->M = 0; /* the earlier forward is gone from here on */
+    t->have_bwd = 0;
+    t->fwd_tiled = 0;
+    if (M > 0xffffffffu)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "%s: M = %zu exceeds 2^32 - 1 rows", fn, M);
+    const void *ptrs[] = {x, wg, wu, wd, y};
+    int vi = tw_ct_aligned(ptrs, 5) ? 0 : 1;
+    TW_CT_TRY(tw_ct_load(plan, t, vi));
+    const tw_tmod *md = &t->mods[vi];
+    t->last_vec = vi == 0 ? 8 : 1;
+
+    uint32_t NT = s->N / s->T, NW = s->N / s->C, TM = s->T / 32u;
+    uint64_t tiles = (uint64_t)M * NT;
+    uint64_t nb = (tiles + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
+    int synced = 0;
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PACKED, M * NW * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_U_ELL, M * NW * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_MASK, tiles * TM * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TILE_OFF, (tiles + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SPILL_OFF, (tiles + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_ROW_OFF, (M + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_OFF, (M + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
+
+    void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
+    void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    void *pslot_off = t->buf[TB_PSLOT_OFF].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
+    long long Ml = (long long)M;
+    unsigned rthreads = 32u * t->wpb;
+
+    /* 1. the packed gate: exact counts, the first slots entries of each row-tile. The plan's
+     * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
+     * the recount kernel itself, every row-tile in the reference order. */
+    int all = vi != 0;
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    if (!all) {
+        TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
+        tw_ct_mark(ctx, t, "gate_pack", stream);
+    }
+    /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
+     * tile over the listed rows, or one warp per row-tile in the reference order */
+    uint32_t ovf_gx = 0;
+    void *ovf_cnt = t->buf[TB_OVF_CNT].p;
+    if (md->mma && !t->legacy) {
+        /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
+        uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
+        ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
+        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask};
+        uint64_t lb = (tiles + 255) / 256, lcap = (uint64_t)ctx->cuda->sm_count * 8u;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, (unsigned)(lb < lcap ? lb : lcap), 256, 0,
+                            stream, largs));
+        void *none = NULL;
+        int mode = 0;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &none,      &none,       &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
+    } else {
+        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_recount, stream, args));
+    }
+    /* 3. scans: row-tiles (entries, spill), then rows (chunks, partial slots) */
+    tw_ct_sa a;
+    memset(&a, 0, sizeof a);
+    a.packed = tw_dp(packed), a.o0 = tw_dp(tile_off), a.o1 = tw_dp(spill_off);
+    a.o2 = tw_dp(row_off), a.tot = tw_dp(tot), a.n = tiles;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_TILES, &a, stream));
+    memset(&a, 0, sizeof a);
+    a.in64 = tw_dp(row_off), a.o0 = tw_dp(chunk_off), a.o1 = tw_dp(pslot_off);
+    a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
+    /* 4. the one host read: totals size the spill, the entry arrays and the chunks */
+    TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, 6u * sizeof(uint64_t), stream));
+    TW_CT_TRY(tw_cuda_event_record(ctx, t->ev, stream));
+    TW_CT_TRY(tw_cuda_event_synchronize(ctx, t->ev));
+    tw_ct_mark(ctx, t, "host_sync", stream);
+    uint64_t nnz = t->htot[0], spill = t->htot[1], nchunks = t->htot[3], pslots = t->htot[4];
+    uint64_t E = t->htot[5];
+    if (nnz > (uint64_t)M * s->N || spill > nnz || nchunks < M || E == 0)
+        return tw_error(ctx, TWELL_ERR_INTERNAL,
+                        "%s: inconsistent totals from the device (nnz %llu, spill %llu, chunks "
+                        "%llu, E %llu)",
+                        fn, (unsigned long long)nnz, (unsigned long long)spill,
+                        (unsigned long long)nchunks, (unsigned long long)E);
+    if (nnz >= 0xffffffffu)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "%s: %llu active entries exceed the 2^32 - 1 the entry lists index", fn,
+                        (unsigned long long)nnz);
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SPILL, spill * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_U_SPILL, spill * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_ROW, nchunks * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_L1, nchunks * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_COL, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_TM, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PARTIAL, pslots * s->K * 4u, fn, &synced));
+
+    void *u_ell = t->buf[TB_U_ELL].p, *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
+    void *chunk_row = t->buf[TB_CHUNK_ROW].p, *chunk_l1 = t->buf[TB_CHUNK_L1].p;
+    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
+    void *partial = t->buf[TB_PARTIAL].p;
+    uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
+    /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
+    if (md->mma && !t->legacy) {
+        int mode = 1;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &spill_off, &sp,         &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
+    } else {
+        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_row, stream, args));
+    }
+    {
+        void *args[] = {&chunk_off, &Ml, &chunk_row};
+        TW_CT_TRY(
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
+    }
+    /* tiled U (staged builds): the fused pipeline's lists and phase A, values into u_ell; the
+     * per-entry kernel then computes only the overflowing row-tiles' entries */
+    const uint32_t *pre = NULL;
+    int pre_all = 0;
+    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, &synced));
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_SPILL, spill * 4u, fn, &synced));
+        TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
+        tw_ct_mark(ctx, t, "u_lists", stream);
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
+        tw_ct_mark(ctx, t, "u_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, u_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "u_sum", stream);
+        if (md->ovf_udt) { /* overflowing row-tiles: dense per listed row-tile, tensor cores */
+            void *oargs[] = {(void *)&x, (void *)&wu, &packed, &ovf_cnt, &mask,
+                             &spill_off, &sp,         &u_ell,  &u_spill, &Ml};
+            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                    stream, oargs));
+            tw_ct_mark(ctx, t, "u_ovf", stream);
+            pre_all = 1;
+        }
+        t->fwd_tiled = 1 + pre_all;
+        state->bytes = tw_ct_bytes(t);
+    }
+    {
+        void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
+                        &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
+                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
+                            tw_ct_blocks(ctx, nchunks, sg ? t->swp : t->wpb),
+                            sg ? 32u * t->swp : rthreads, sg ? t->smem_stage : t->smem_row, stream,
+                            args));
+    }
+    {
+        void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
+                        &chunk_row,  &E,     &y,    &partial, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    if (pslots) {
+        void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    if (stats) {
+        void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
+    }
+    t->M = M, t->nnz = nnz, t->spill = spill, t->nchunks = nchunks, t->pslots = pslots, t->E = E;
+    tw_ct_prof_collect(ctx, t);
+    state->bytes = tw_ct_bytes(t);
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                   const void *wu, const void *wd, void *y, float *stats,
+                                   twell_train_state *state, twell_stream stream) {
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below */
+    int dense = 0;
+    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense);
+    if (st == TWELL_OK && dense) {
+        st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
+        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
+            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path",
+                   twell_ctx_errmsg(plan->ctx));
+            dense = 0; /* AUTO: the sparse path may still fit */
+            st = TWELL_OK;
+        }
+    }
+    if (st == TWELL_OK && !dense) {
+        st = tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
+        if (st == TWELL_OK)
+            tw_ctd_note_sparse(state, M, ((tw_ctrain *)state->backend_data)->nnz);
+        else if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
+            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
+    }
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+/* ---- backward ---- */
+
+static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M,
+                                   const void *x, const void *wg, const void *wu, const void *wd,
+                                   const void *dy, float lambda, void *dx, float *dwg, float *dwu,
+                                   float *dwd, twell_stream stream) {
+    static const char fn[] = "twell_ffn_backward";
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    tw_ctrain *t = state->backend_data;
+    if (!t || t->M == 0 || t->M != M)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: state holds no forward of M = %zu", fn, M);
+    const void *ptrs[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
+    int vi = tw_ct_aligned(ptrs, 9) ? 0 : 1;
+    TW_CT_TRY(tw_ct_load(plan, t, vi));
+    const tw_tmod *md = &t->mods[vi];
+    t->last_vec = vi == 0 ? 8 : 1;
+    t->have_bwd = 0;
+
+    uint32_t N = s->N, K = s->K;
+    uint64_t nnz = t->nnz;
+    size_t R, B;
+    tw_tl_row_blocks(M, N, &R, &B);
+    uint64_t E2 = t->nrn_len ? t->nrn_len : tw_tl_nrn_chunk_len(nnz, N, TW_TL_NRN_CHUNK_MIN);
+    uint64_t nchunk_bound = N + nnz / E2, nslot_bound = nnz / E2 + 1u;
+    uint64_t nhist = (uint64_t)N * B;
+    uint64_t nb = (nhist + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
+    int synced = 0;
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DU, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DP, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_HIST, nhist * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CURSOR, nhist * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ROW, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ENT, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NSLOT_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_NRN, nchunk_bound * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NPART, nslot_bound * 3u * K * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
+
+    void *packed = t->buf[TB_PACKED].p, *u_ell = t->buf[TB_U_ELL].p;
+    void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
+    void *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    void *pslot_off = t->buf[TB_PSLOT_OFF].p, *chunk_row = t->buf[TB_CHUNK_ROW].p;
+    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
+    void *partial = t->buf[TB_PARTIAL].p;
+    void *e_du = t->buf[TB_E_DU].p, *e_dp = t->buf[TB_E_DP].p;
+    void *hist = t->buf[TB_HIST].p, *cursor = t->buf[TB_CURSOR].p;
+    void *col_off = t->buf[TB_COL_OFF].p, *col_row = t->buf[TB_COL_ROW].p;
+    void *col_ent = t->buf[TB_COL_ENT].p, *nchunk_off = t->buf[TB_NCHUNK_OFF].p;
+    void *nslot_off = t->buf[TB_NSLOT_OFF].p, *nchunk_nrn = t->buf[TB_NCHUNK_NRN].p;
+    void *npart = t->buf[TB_NPART].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
+    long long Ml = (long long)M, Rl = (long long)R, Bl = (long long)B, Nl = (long long)N;
+    uint64_t E = t->E;
+    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
+    uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
+    unsigned rthreads = 32u * t->wpb;
+
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
+     * entries of non-overflowing row-tiles) */
+    const uint32_t *pre = NULL;
+    int pre_all = 0;
+    void *dt_ell = t->buf[TB_DT_ELL].p, *dt_spill = t->buf[TB_DT_SPILL].p;
+    if (t->fwd_tiled && md->staged && !t->legacy) {
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, dy, wd, stream));
+        tw_ct_mark(ctx, t, "dt_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, dt_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "dt_sum", stream);
+        if (t->fwd_tiled == 2 && md->ovf_udt) { /* the forward's overflow lists (mask, counts) */
+            uint32_t NT = s->N / s->T;
+            uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
+            uint32_t ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+            void *ovf_cnt = t->buf[TB_OVF_CNT].p, *mask = t->buf[TB_MASK].p;
+            void *oargs[] = {(void *)&dy, (void *)&wd, &packed, &ovf_cnt,  &mask,
+                             &spill_off,  &sp,         &dt_ell, &dt_spill, &Ml};
+            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                    stream, oargs));
+            tw_ct_mark(ctx, t, "dt_ovf", stream);
+            pre_all = 1;
+        }
+        pre = tw_ctt_flag(t->tiled);
+    }
+    {
+        void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,   &tile_off,
+                        &spill_off,  &sp,         &u_spill, &row_off, &chunk_off,
+                        &chunk_row,  &E,          &l1c,     &e_du,    &e_dp,
+                        &Ml,         &pre,        &dt_ell,  &pre_all, &dt_spill};
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
+                            tw_ct_blocks(ctx, t->nchunks, sg ? t->swp : t->wpb),
+                            sg ? 32u * t->swp : rthreads, sg ? t->smem_stage : t->smem_row, stream,
+                            args));
+    }
+    /* 2. dx per row chunk, split rows reduced */
+    {
+        void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
+                        &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    if (t->pslots) {
+        void *args[] = {&partial, &chunk_off, &pslot_off, &dx, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
+    TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist, stream));
+    tw_ct_mark(ctx, t, "memset_hist", stream);
+    {
+        void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &hist};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_HIST, (unsigned)B, 256, 0, stream, args));
+    }
+    tw_ct_sa a;
+    memset(&a, 0, sizeof a);
+    a.in32 = tw_dp(hist), a.o32 = tw_dp(cursor), a.o0 = tw_dp(col_off), a.tot = tw_dp(tot + 8);
+    a.n = nhist, a.p0 = B;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_HIST, &a, stream));
+    {
+        void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256, 0, stream, args));
+    }
+    /* 4. neuron chunks, weight gradients, split neurons reduced */
+    memset(&a, 0, sizeof a);
+    a.in64 = tw_dp(col_off), a.o0 = tw_dp(nchunk_off), a.o1 = tw_dp(nslot_off);
+    a.tot = tw_dp(tot + 11), a.n = N, a.p1 = E2;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_NEURONS, &a, stream));
+    {
+        void *args[] = {&nchunk_off, &Nl, &nchunk_nrn};
+        TW_CT_TRY(
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
+    }
+    {
+        void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
+                        &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
+                        &dwg,       &dwu,        &dwd,        &npart};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    {
+        void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW_REDUCE, tw_ct_blocks(ctx, (uint64_t)N * NS, 8u), 256,
+                            0, stream, args));
+    }
+    t->have_bwd = 1, t->R = R, t->B = B, t->E2 = E2;
+    tw_ct_prof_collect(ctx, t);
+    state->bytes = tw_ct_bytes(t);
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, size_t M,
+                                    const void *x, const void *wg, const void *wu, const void *wd,
+                                    const void *dy, float lambda, void *dx, float *dwg, float *dwu,
+                                    float *dwd, twell_stream stream) {
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    if (tw_ctd_saved(state, M)) /* the backward follows the forward's path */
+        st = tw_ctd_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
+    else
+        st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+void tw_cuda_train_release(twell_train_state *state) {
+    tw_ctd_release(state);
+    if (!state || !state->backend_data)
+        return;
+    tw_ctrain *t = state->backend_data;
+    twell_ctx *ctx = state->plan->ctx;
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
+        (void)tw_cuda_synchronize(ctx); /* work on any stream may still use the buffers */
+        for (int i = 0; i < TB_COUNT; i++)
+            tw_cuda_free(ctx, t->buf[i].p);
+        for (int i = 0; i < 2; i++)
+            tw_cu_module_unload(t->mods[i].mod);
+        tw_ctt_release(ctx, t->tiled);
+        tw_cuda_event_destroy(ctx, t->ev);
+        for (int i = 0; i < TW_CT_PROF_MAX; i++)
+            if (t->pev[i])
+                tw_cuda_event_destroy(ctx, t->pev[i]);
+        tw_cuda_host_free(ctx, t->htot);
+        tw_cu_leave(ctx, &sc);
+    }
+    free(t);
+    state->backend_data = NULL;
+    state->bytes = 0;
+    state->M = 0;
+}

@@ -1,0 +1,98 @@
+/*
+ * cuda_train_dense.h — the dense path of twell_ffn_forward_train / twell_ffn_backward on Hopper
+ * (five tensor-core GEMMs from templates/gemm_sm90.cu.lua's training modes, elementwise work in
+ * their epilogues) and the choice between it and the sparse path (cuda_train.c).
+ */
+#ifndef TWELL_CUDA_TRAIN_DENSE_H
+#define TWELL_CUDA_TRAIN_DENSE_H
+
+#include "cuda_driver.h"
+
+/* Per-state record of the dense path (state->dense): modules, workspace, the AUTO estimate, and
+ * whether the saved forward is dense. */
+typedef struct tw_tdense tw_tdense;
+
+/* Chooses the path of the next forward (inside tw_cu_enter/leave, arguments validated) from
+ * plan->path, the tensors' alignment and the AUTO estimate (never waiting for the device), and
+ * invalidates the dense saved forward (the caller's forward replaces it whatever it runs).
+ * *dense = 1: run tw_ctd_forward. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where it
+ * cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
+ * (under AUTO a module that fails to build only marks the path unavailable, with a warning).
+ *
+ * AUTO: on the first forward of a state, dense when M ≥ TW_TD_MIN_ROWS (its cost does not depend
+ * on the data, and it measures L0 without a host wait), else sparse; afterwards dense when the
+ * latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense one
+ * copies its count back asynchronously and the next forward reads it only if the copy has landed)
+ * exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay dense)
+ * and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
+ * 16-byte aligned; otherwise AUTO runs sparse. */
+twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                         const void *wg, const void *wu, const void *wd, const void *y, int *dense);
+
+/* The dense forward: Tm = round(relu(x·Wgᵀ) ⊙ x·Wuᵀ) with the saved (P, round(U)) pairs in one
+ * GEMM, y = Tm·Wd, stats from the epilogue's per-warp partials. TWELL_ERR_NO_MEMORY when the
+ * workspace (tw_ctd_bytes) cannot be had (nothing written). */
+twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, void *y, float *stats,
+                            twell_stream stream);
+
+/* After the sparse forward failed with TWELL_ERR_NO_MEMORY under AUTO: runs the dense forward
+ * instead where it can (a warning is logged), else returns TWELL_ERR_NO_MEMORY naming both
+ * reasons. */
+twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, size_t M,
+                                 const void *x, const void *wg, const void *wu, const void *wd,
+                                 void *y, float *stats, twell_stream stream);
+
+/* Records a sparse forward's exact L0 (active values per row = nnz / M) for AUTO. */
+void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz);
+
+/* 1 if the state's saved forward is dense (the backward must then run tw_ctd_backward). */
+int tw_ctd_saved(const twell_train_state *state, size_t M);
+
+/* The dense backward (dT GEMM with dU, dP in its epilogue; dx = [dU dP]·[Wu; Wg]; the three fp32
+ * weight gradients in one GEMM over the stacked [dU dP Tm]ᵀ). Needs every tensor 16-byte
+ * aligned (TWELL_ERR_UNSUPPORTED otherwise). No host synchronisation. */
+twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                             const void *wg, const void *wu, const void *wd, const void *dy,
+                             float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                             twell_stream stream);
+
+/* tw_ctd_bytes, tw_ctd_set_workspace, tw_ctd_held and tw_ctd_release are declared in
+ * internal.h (plan.c calls them). */
+
+/* Density threshold of AUTO, in active values per row per unit of N. Measured on the H200
+ * (bf16, K = 2048, N = 5632, M = 16384, uniform), each path forced in its own run of one device
+ * call (records bench/results/train2-2026-11-21T0148-{sparse,dense}.json):
+ * dense step 1.063-1.067x the same run's cuBLAS step at every density (4.77-4.81 ms); sparse
+ * step with tiled U/dT 1.666 / 1.264 / 1.095 / 0.951 / 0.823x at 29.3 / 45.4 / 56.1 / 68.9 /
+ * 84.1 active per row (2.87 / 3.70 / 4.34 / 5.00 / 5.82 ms). Normalised by each run's cuBLAS
+ * (the method of the earlier thresholds) they cross at 58.8 per row, 1.05% of N; raw ms across
+ * the two runs would say 65, but cuBLAS itself ran 6.7% slower in the dense run (5.09 vs
+ * 4.77 ms: the GPU's state under back-to-back GEMMs), so the normalised figure is used. It was
+ * 51 (0.9%) before tiled U/dT and 32.5 (0.58%) before the staged kernels. Skewed rows cost the
+ * sparse path more at the same mean (skewed 29, 44 mean per row: 0.996x, even with cuBLAS):
+ * AUTO reads only the mean, so such data run sparse up to 59 per row where dense would be up to
+ * ~1.2x faster. Re-measure when either path changes (twell bench --op train --path
+ * sparse|dense). After a dense step AUTO stays dense down to TW_TD_STAY of
+ * the threshold (against flapping on noisy L0; narrow, because below the crossover every dense
+ * step costs time). */
+#define TW_TD_DENSITY 0.0105
+#define TW_TD_STAY 0.9
+#define TW_TD_MIN_ROWS ((size_t)1024)
+
+/* ---- hooks for tests and the bench ---- */
+/* The path the last forward ran (SPARSE / DENSE; AUTO before any). */
+twell_path tw_ctd_last_path(const twell_train_state *state);
+/* The estimate AUTO decides from (active values per row; -1 none) and its threshold. */
+double tw_ctd_estimate(const twell_train_state *state);
+twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, size_t min_rows);
+/* Ring depth of the weight-gradient GEMM (2..4; 0 the default, 4); before the first dense
+ * forward of the state (the modules are loaded then), else TWELL_ERR_INVALID_ARG. */
+twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages);
+/* The dense saved forward's gate P as [M, N] 16-bit patterns (0 off the support); synchronises.
+ * TWELL_ERR_INVALID_ARG when the state holds no dense forward of M rows. */
+twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p);
+/* Forwards run dense and sparse so far. */
+unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path);
+
+#endif /* TWELL_CUDA_TRAIN_DENSE_H */

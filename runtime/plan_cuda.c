@@ -1,0 +1,143 @@
+/*
+ * plan_cuda.c — a plan's CUDA side (internal.h): the per-plan kernels of every op and the
+ * dispatch of the ops to their launchers under runtime/ops/.
+ */
+#include "plan_cuda.h"
+#include "cuda_train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- plans ---- */
+
+static tw_cuda_plan *tw_cplan(const twell_plan *plan) { return (tw_cuda_plan *)plan->backend_data; }
+
+twell_status tw_cuda_plan_init(twell_plan *plan) {
+    twell_ctx *ctx = plan->ctx;
+    tw_cuda_plan *cp = calloc(1, sizeof *cp);
+    if (!cp)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_plan_create: out of memory");
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(ctx, &sc);
+    if (st == TWELL_OK) {
+        st = tw_cuda_gate_pack_init(plan, TW_GP_AUTO, &cp->gate_pack);
+        if (st == TWELL_OK) {
+            st = tw_cuda_ffn_init(plan, &cp->ffn);
+            if (st == TWELL_OK) {
+                st = tw_cuda_dense_init(plan, &cp->dense);
+                if (st == TWELL_OK) {
+                    st = tw_small_init(plan, &cp->small);
+                    if (st != TWELL_OK)
+                        tw_cuda_dense_release(plan, cp->dense);
+                }
+                if (st != TWELL_OK)
+                    tw_cuda_ffn_release(plan, cp->ffn);
+            }
+            if (st != TWELL_OK)
+                tw_cuda_gate_pack_release(plan, cp->gate_pack);
+        }
+        tw_cu_leave(ctx, &sc);
+    }
+    if (st != TWELL_OK) {
+        free(cp);
+        return st;
+    }
+    plan->backend_data = cp;
+    return TWELL_OK;
+}
+
+void tw_cuda_plan_release(twell_plan *plan) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    if (!cp)
+        return;
+    tw_cu_scope sc;
+    if (tw_cu_enter(plan->ctx, &sc) == TWELL_OK) {
+        /* The API promises the plan's resources are idle before they are freed. */
+        (void)tw_cuda_synchronize(plan->ctx);
+        tw_cuda_gate_pack_release(plan, cp->gate_pack);
+        tw_cuda_ffn_release(plan, cp->ffn);
+        tw_cuda_dense_release(plan, cp->dense);
+        tw_small_release(plan, cp->small);
+        tw_cu_leave(plan->ctx, &sc);
+    }
+    free(cp);
+    plan->backend_data = NULL;
+}
+
+twell_status tw_cuda_plan_gate_pack_select(twell_plan *plan, tw_gp_variant v) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    if (!cp)
+        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: not a CUDA plan");
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_gate_pack *gp = NULL;
+    st = tw_cuda_synchronize(plan->ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_gate_pack_init(plan, v, &gp);
+    if (st == TWELL_OK) {
+        tw_cuda_gate_pack_release(plan, cp->gate_pack);
+        cp->gate_pack = gp;
+    }
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+tw_gp_variant tw_cuda_plan_gate_pack_variant(const twell_plan *plan) {
+    tw_cuda_plan *cp = plan ? tw_cplan(plan) : NULL;
+    return cp ? tw_cuda_gate_pack_variant(cp->gate_pack) : TW_GP_AUTO;
+}
+
+int tw_cuda_plan_gate_pack_modules(const twell_plan *plan) {
+    tw_cuda_plan *cp = plan ? tw_cplan(plan) : NULL;
+    return cp ? tw_cuda_gate_pack_modules_loaded(cp->gate_pack) : 0;
+}
+
+/* ---- ops ---- */
+
+twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                               uint32_t *packed, twell_stream stream) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
+        st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
+                               const void *wg, const void *wu, const void *wd, void *y,
+                               twell_stream stream) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    /* few rows: the small-batch path (cuda_small.c) when its mode and the call allow it; else the
+     * path choice (plan->path, AUTO from earlier counts) and the sparse launch: cuda_dense.c */
+    if (!tw_small_ffn_infer(plan, cp->small, M, x, packed, wg, wu, wd, y, stream, &st))
+        st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                   const void *wu, const void *wd, void *y, float *stats,
+                                   twell_train_state *state, twell_stream stream) {
+    return tw_cuda_train_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
+}
+
+twell_status tw_cuda_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                              const void *wg, const void *wu, const void *wd, const void *dy,
+                              float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                              twell_stream stream) {
+    return tw_cuda_train_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd,
+                                  stream);
+}
+
+void tw_cuda_train_state_release(twell_train_state *state) { tw_cuda_train_release(state); }

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""check_includes.py — fails when a file includes a header from a folder it must not depend on.
+
+The folders and their allowed directions are docs/ARCHITECTURE.md's table; RULES below is that
+table in code (keep the two in step). Headers are included by bare name, so each name must be
+unique in the tree: the script maps it to the folder that holds it.
+Usage: scripts/check_includes.py [repo-root]   (exit 0: clean, 1: violations listed)
+"""
+import os
+import re
+import sys
+
+LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack", "ffn", "train",
+       "api"]
+# folder -> the folders it may include from (itself and the public header always allowed)
+RULES = {
+    "core": [],
+    "cache": ["core"],
+    "cuda": ["core"],
+    "cpu": ["core"],
+    "gen": ["cache", "core"],
+    "autotune": ["gen", "cache", "cuda", "core"],
+    "ops": ["core"],
+    "gate_pack": ["ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
+    "ffn": ["gate_pack", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
+    "train": ["ffn", "gate_pack", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
+    "api": [f for f in LIB if f != "api"],
+    "verify": ["core"],
+    # programs over the library: the public header, plus the internal headers they document
+    "tools": LIB + ["verify", "bench"],
+    "bench": LIB + ["verify", "tools"],
+    "tests": LIB + ["verify", "bench", "tests"],
+    "examples": [],
+}
+FOLDERS = {  # path prefix -> folder key (longest prefix wins)
+    "runtime/core/": "core", "runtime/cpu/": "cpu", "runtime/cuda/": "cuda",
+    "runtime/ops/gate_pack/": "gate_pack", "runtime/ops/ffn/": "ffn",
+    "runtime/ops/train/": "train", "runtime/ops/": "ops", "runtime/": "api", "gen/": "gen",
+    "cache/": "cache", "autotune/": "autotune", "tests/verify/": "verify", "tests/": "tests",
+    "tools/": "tools", "bench/": "bench", "examples/": "examples",
+}
+PUBLIC = "twellrt.h"
+
+
+def folder_of(rel):
+    best = None
+    for prefix, key in FOLDERS.items():
+        if rel.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, key)
+    return best[1] if best else None
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(os.path.dirname(__file__), ".."))
+    files, where = [], {}
+    for prefix in sorted(set(p.split("/")[0] for p in FOLDERS)):
+        for dirpath, dirnames, names in os.walk(os.path.join(root, prefix)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for n in sorted(names):
+                if n.endswith((".c", ".h")):
+                    rel = os.path.relpath(os.path.join(dirpath, n), root)
+                    files.append(rel)
+                    if n.endswith(".h"):
+                        where.setdefault(n, []).append(rel)
+    bad = []
+    for name, paths in sorted(where.items()):
+        keys = {folder_of(p) for p in paths}
+        if len(paths) > 1 and keys & set(LIB):
+            bad.append(f"header name {name} is not unique: {', '.join(paths)}")
+    inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+    for rel in files:
+        me = folder_of(rel)
+        if me is None:
+            continue
+        allowed = set(RULES[me]) | {me}
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                m = inc.match(line)
+                if not m:
+                    continue
+                name = os.path.basename(m.group(1))
+                if name == PUBLIC or name not in where:
+                    continue  # the public header, or a header of the test/tool folder itself
+                them = folder_of(where[name][0])
+                if them not in allowed:
+                    bad.append(f"{rel}:{lineno}: {me} includes {name} from {them} "
+                               f"(allowed: {', '.join(sorted(allowed))})")
+    for b in bad:
+        print(b)
+    print(f"check_includes: {len(files)} files, {len(bad)} violations")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
