@@ -4,6 +4,8 @@
  */
 #include "candidates.h"
 
+#include "m_bucket.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,12 +217,7 @@ int tw_tune_device_preset(const char *name, tw_tune_device *out) {
 
 /* ---- problems and spaces ---- */
 
-size_t tw_tune_m_bucket(size_t M) {
-    size_t b = 1;
-    while (b < M && b < ((size_t)1 << 62))
-        b <<= 1;
-    return b;
-}
+size_t tw_tune_m_bucket(size_t M) { return tw_m_bucket(M); }
 
 const char *tw_prune_reason_name(tw_prune_reason r) {
     static const char *const names[TW_PRUNE_REASONS] = {"kept", "shape",   "smem",

@@ -102,8 +102,9 @@ typedef struct tw_tune_problem {
     size_t M;
 } tw_tune_problem;
 
-/* The bucket of M: the smallest power of two ≥ M (1 for M ≤ 1; saturates at 2^62). Configs are
- * tuned and stored per bucket, so M = 3000 and M = 4096 share one tuning. */
+/* The bucket of M: the smallest power of two ≥ M (1 for M ≤ 1; saturates at 2^62), as
+ * tw_m_bucket (runtime/core/m_bucket.h) computes it for plans too. Configs are tuned and stored
+ * per bucket, so M = 3000 and M = 4096 share one tuning. */
 size_t tw_tune_m_bucket(size_t M);
 
 /* One tuned parameter and the values it may take, in the order candidates are generated. */
@@ -185,20 +186,7 @@ twell_status tw_tune_space_enumerate(const tw_tune_space *s, const tw_tune_probl
 int tw_tune_space_accepts(const tw_tune_space *s, const tw_tune_problem *p, const tw_tune_device *d,
                           const tw_tune_config *c);
 
-/* ---- the spaces of each op (autotune/spaces.c) ---- */
-
-/* The spaces serving op, in order of preference (the fastest kernel family first). Returns how
- * many exist (possibly more than cap; only min(count, cap) are written). */
-size_t tw_tune_spaces_for(const char *op, const tw_tune_space **out, size_t cap);
-
-/* The first space for op that supports the problem on the device, or NULL. */
-const tw_tune_space *tw_tune_space_pick(const char *op, const tw_tune_problem *p,
-                                        const tw_tune_device *d);
-
-/* The space whose kernel is named kernel, or NULL. */
-const tw_tune_space *tw_tune_space_by_kernel(const char *kernel);
-
-/* The ops that have spaces, NULL-terminated: {"gate_pack", "ffn_infer", NULL}. */
-const char *const *tw_tune_ops(void);
+/* The spaces themselves belong to the ops (runtime/ops/<op>/<op>_space.c); the engine gets
+ * them through a tw_tune_op (gpu_tune.h) and the API level lists them (tune_registry.h). */
 
 #endif /* TWELL_CANDIDATES_H */

@@ -1,7 +1,7 @@
 /*
- * gpu_tune_harness.h — what the device tuners (gpu_tune.c for gate-pack, gpu_tune_ffn.c for
- * ffn_fused) share: synthetic inputs of a bucket, candidate compiles on worker contexts, the
- * record of the first failure, and one timed run after an L2 flush.
+ * gpu_tune_harness.h — what the ops' device tuners (runtime/ops/<op>/<op>_tuner.c) share: synthetic
+ * inputs of a bucket, candidate compiles on worker contexts, the record of the first failure, and
+ * one timed run after an L2 flush.
  */
 #ifndef TWELL_GPU_TUNE_HARNESS_H
 #define TWELL_GPU_TUNE_HARNESS_H

@@ -28,7 +28,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
-            "                   [--path auto|sparse|dense|small]\n"
+            "                   [--path auto|sparse|dense|small] [--mode eager|graph|both]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -42,6 +42,9 @@ static void bench_usage(FILE *f) {
             "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
             "and inference). --variant small forces the small-batch gate-pack kernel; simt or\n"
             "sm90 force that kernel (small-batch path off). The record's variant names what ran.\n"
+            "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
+            "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
+            "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
@@ -109,6 +112,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->mode = "eager";
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -180,6 +184,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
+        } else if (!strcmp(key, "--mode")) {
+            o->mode = v;
+            bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
         } else if (!strcmp(key, "--path")) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
@@ -335,9 +342,7 @@ twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *par
     tw_cu_scope sc;
     st = tw_cu_enter(ctx, &sc);
     if (st == TWELL_OK) {
-        st = tw_cu_module_load(ctx, cubin.data, mod);
-        for (size_t i = 0; i < n && st == TWELL_OK; i++)
-            st = tw_cu_module_function(ctx, *mod, names[i], &fns[i]);
+        st = tw_cu_module_open(ctx, cubin.data, names, n, mod, fns);
         tw_cu_leave(ctx, &sc);
     }
     tw_cubin_free(&cubin);
@@ -345,6 +350,11 @@ twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const tw_param *par
 }
 
 twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
+    return bench_ew_launch_on(ctx, fn, args, NULL);
+}
+
+twell_status bench_ew_launch_on(twell_ctx *ctx, tw_CUfunction fn, void **args,
+                                twell_stream stream) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = (unsigned)ctx->cuda->sm_count * 8u, cfg.grid[1] = cfg.grid[2] = 1;
@@ -352,7 +362,7 @@ twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args) {
     tw_cu_scope sc;
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st == TWELL_OK) {
-        st = tw_cu_launch(ctx, fn, &cfg, NULL, args);
+        st = tw_cu_launch(ctx, fn, &cfg, stream, args);
         tw_cu_leave(ctx, &sc);
     }
     return st;

@@ -31,6 +31,8 @@ typedef struct bench_opts {
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
+    const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs) or
+                            "both" */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;
@@ -127,8 +129,10 @@ struct tw_param;
 twell_status bench_ew_load(twell_ctx *ctx, const char *tmpl, const struct tw_param *params,
                            size_t nparams, size_t n, const char *const *names, tw_CUmodule *mod,
                            tw_CUfunction *fns);
-/* Launches fn over a grid-stride grid (8 blocks per SM, 256 threads) on the default stream. */
+/* Launches fn over a grid-stride grid (8 blocks per SM, 256 threads) on the default stream (_on:
+ * on `stream`). */
 twell_status bench_ew_launch(twell_ctx *ctx, tw_CUfunction fn, void **args);
+twell_status bench_ew_launch_on(twell_ctx *ctx, tw_CUfunction fn, void **args, twell_stream stream);
 /* Unloads a module of bench_ew_load (NULL: nothing). */
 void bench_ew_unload(twell_ctx *ctx, tw_CUmodule mod);
 
@@ -146,6 +150,9 @@ bench_cublas_type bench_cublas_type_of(twell_dtype dt);
  * Returns NULL and writes why into err on failure. */
 bench_cublas *bench_cublas_open(twell_ctx *ctx, char *err, size_t errlen);
 void bench_cublas_close(twell_ctx *ctx, bench_cublas *cb);
+/* The stream later GEMMs of cb are enqueued on (NULL: the default stream, as after open).
+ * Returns 0 or the cuBLAS status. */
+int bench_cublas_set_stream(twell_ctx *ctx, bench_cublas *cb, twell_stream stream);
 /* Row-major C[M, N] (row stride ldc, type ct) = op(A)·op(B), fp32 accumulation
  * (CUBLAS_COMPUTE_32F), alpha 1, beta 0, on the default stream. A is [M, K] (row stride lda) or,
  * with ta, stored [K, M]; B is [K, N] (ldb) or, with tb, stored [N, K]; at, bt their types.

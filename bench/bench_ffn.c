@@ -34,6 +34,7 @@ typedef struct {
     const void *x, *wg, *wu, *wd;
     uint32_t *packed;
     void *y;
+    twell_stream stream; /* NULL: the default stream; else the one a graph is captured on */
 } bench_ffn_ours;
 
 typedef struct {
@@ -42,19 +43,20 @@ typedef struct {
     const void *x, *wg, *wu, *wdt;
     void *g, *u, *h, *y;
     tw_CUfunction ew;
+    twell_stream stream; /* of the elementwise kernel; cuBLAS's is set on its handle */
 } bench_ffn_dense;
 
 static twell_status bench_ffn_run_e2e(void *arg) {
     bench_ffn_ours *a = arg;
-    twell_status st = twell_gate_pack(a->plan, a->M, a->x, a->wg, a->packed, NULL);
+    twell_status st = twell_gate_pack(a->plan, a->M, a->x, a->wg, a->packed, a->stream);
     if (st == TWELL_OK)
-        st = twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, NULL);
+        st = twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, a->stream);
     return st;
 }
 
 static twell_status bench_ffn_run_fused(void *arg) {
     bench_ffn_ours *a = arg;
-    return twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, NULL);
+    return twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, a->stream);
 }
 
 static twell_status bench_ffn_run_dense(void *arg) {
@@ -72,7 +74,7 @@ static twell_status bench_ffn_run_dense(void *arg) {
     }
     long long n = (long long)a->M * o->N;
     void *args[] = {&a->g, &a->u, &a->h, &n};
-    twell_status st = bench_ew_launch(ctx, a->ew, args);
+    twell_status st = bench_ew_launch_on(ctx, a->ew, args, a->stream);
     if (st != TWELL_OK)
         return st;
     /* y[M, K] = h[M, N] · (Wdᵀ [K, N])ᵀ */
@@ -183,7 +185,7 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                          "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
                          "row-tiles %zu (all M); dense workspace %.0f MB",
                          worst, worst_row, tol, env->opts->path, tw_cuda_dense_estimate(plan),
-                         tw_cuda_dense_threshold(plan), stats.overflow_tiles,
+                         tw_cuda_dense_threshold(plan, M), stats.overflow_tiles,
                          (double)tw_cuda_dense_workspace_bytes(plan) / 1e6);
             else
                 snprintf(r->check_note, sizeof r->check_note,
@@ -230,6 +232,112 @@ static uint16_t *bench_transpose(const uint16_t *w, uint32_t N, uint32_t K) {
     return t;
 }
 
+/* A captured graph replayed on the default stream (what the timing protocol measures). */
+typedef struct {
+    twell_ctx *ctx;
+    tw_cuda_graph g;
+} bench_ffn_graph;
+
+static twell_status bench_ffn_run_graph(void *arg) {
+    bench_ffn_graph *a = arg;
+    return tw_cuda_graph_launch(a->ctx, a->g, NULL);
+}
+
+/* Captures fn(arg) on stream in `mode` (tw_cuda_capture_begin) into *g. */
+static twell_status bench_ffn_capture(twell_ctx *ctx, twell_stream stream, int mode, bench_fn fn,
+                                      void *arg, tw_cuda_graph *g) {
+    *g = NULL;
+    twell_status st = tw_cuda_capture_begin(ctx, stream, mode);
+    if (st != TWELL_OK)
+        return st;
+    twell_status run = fn(arg);
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", run == TWELL_OK ? "" : twell_ctx_errmsg(ctx));
+    st = tw_cuda_capture_end(ctx, stream, g);
+    if (run != TWELL_OK) {
+        tw_cuda_graph_destroy(ctx, *g);
+        *g = NULL;
+        return tw_error(ctx, run, "%s", msg);
+    }
+    return st;
+}
+
+/* Graph mode of one case: ours (gate-pack + ffn_infer, and ffn_infer alone) captured in global
+ * mode on the plan as the eager calls left it (reserved for M, the estimate from their counts),
+ * the dense baseline captured in relaxed mode (cuBLAS may set itself up lazily); one replay of
+ * ours checked against the eager run's y (hy: the same bytes when the same path ran); then the
+ * three replays timed as the eager calls are. Emits ffn_infer_graph and ffn_fused_only_graph. */
+static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_record *eager,
+                                bench_ffn_ours ours, bench_ffn_dense dense, int have_dense,
+                                twell_stream cs, const uint16_t *hy, uint16_t *hy2,
+                                twell_path eager_path,
+                                void (*emit)(bench_env *, const bench_record *)) {
+    twell_ctx *ctx = env->ctx;
+    const bench_opts *o = env->opts;
+    bench_record r = *eager;
+    snprintf(r.op, sizeof r.op, "ffn_infer_graph");
+    tw_cuda_graph g[3] = {NULL, NULL, NULL};
+    ours.stream = cs;
+    dense.stream = cs;
+    twell_status st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_e2e, &ours, &g[0]);
+    twell_path took = tw_cuda_dense_last_path(plan);
+    if (st == TWELL_OK)
+        st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_fused, &ours, &g[1]);
+    int dense_ok = have_dense;
+    if (st == TWELL_OK && have_dense) {
+        dense_ok = bench_cublas_set_stream(ctx, env->cublas, cs) == 0 &&
+                   bench_ffn_capture(ctx, cs, 2, bench_ffn_run_dense, &dense, &g[2]) == TWELL_OK;
+        (void)bench_cublas_set_stream(ctx, env->cublas, NULL);
+        if (!dense_ok)
+            fprintf(stderr, "twell bench: dense baseline not capturable: %s\n",
+                    twell_ctx_errmsg(ctx));
+    }
+    size_t n = ours.M * o->K;
+    if (st == TWELL_OK)
+        st = tw_cuda_memset_d32(ctx, ours.y, 0xFFFFFFFFu, n / 2, NULL);
+    if (st == TWELL_OK)
+        st = tw_cuda_graph_launch(ctx, g[0], NULL);
+    if (st == TWELL_OK)
+        st = tw_cuda_synchronize(ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(ctx, hy2, ours.y, n * 2);
+    size_t len = strlen(r.check_note);
+    if (st != TWELL_OK) {
+        r.correct = 0;
+        snprintf(r.check_note + len, sizeof r.check_note - len, "; graph capture/replay failed: %s",
+                 twell_ctx_errmsg(ctx));
+    } else {
+        int same = memcmp(hy, hy2, n * 2) == 0;
+        snprintf(r.variant + strcspn(r.variant, "+"), sizeof r.variant - strcspn(r.variant, "+"),
+                 "+%s", took == TWELL_PATH_DENSE ? "dense" : "tiled");
+        snprintf(r.check_note + len, sizeof r.check_note - len,
+                 "; graph: captured path %s, replay bytes %s the eager run's (%s path)",
+                 took == TWELL_PATH_DENSE ? "dense" : "sparse", same ? "equal to" : "differ from",
+                 eager_path == TWELL_PATH_DENSE ? "dense" : "sparse");
+        if (!same && took == eager_path)
+            r.correct = 0;
+    }
+    int rc = r.correct ? 0 : 1;
+    bench_check_report(&r);
+    if (st == TWELL_OK) {
+        bench_ffn_graph ga[3] = {{ctx, g[0]}, {ctx, g[1]}, {ctx, g[2]}};
+        bench_fn fns[3] = {bench_ffn_run_graph, bench_ffn_run_graph, bench_ffn_run_graph};
+        void *args[3] = {&ga[0], &ga[1], &ga[2]};
+        double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
+        if (bench_time_case(env, &r, dense_ok ? 3 : 2, fns, args, med, mn, mx) != TWELL_OK)
+            rc = 1;
+        bench_record fused = r;
+        snprintf(fused.op, sizeof fused.op, "ffn_fused_only_graph");
+        bench_record_times(env, &r, "cublas_ffn_graph", med, mn, mx, 0, 2, dense_ok);
+        emit(env, &r);
+        bench_record_times(env, &fused, "cublas_ffn_graph", med, mn, mx, 1, 2, dense_ok);
+        emit(env, &fused);
+    }
+    for (int i = 0; i < 3; i++)
+        tw_cuda_graph_destroy(ctx, g[i]);
+    return rc;
+}
+
 int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
@@ -265,8 +373,15 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
     void *dx = NULL, *dwg = NULL, *dwu = NULL, *dwd = NULL, *dwdt = NULL, *dp = NULL, *dy = NULL;
     void *dg = NULL, *du = NULL, *dh = NULL, *dy2 = NULL;
     uint32_t *hp = malloc(words_max * 4);
-    uint16_t *hy = malloc(xb);
-    if (!hp || !hy || tw_cuda_malloc(ctx, xb, &dx) != TWELL_OK ||
+    uint16_t *hy = malloc(xb), *hy2 = malloc(xb);
+    int eager = strcmp(o->mode, "graph") != 0, graph = strcmp(o->mode, "eager") != 0;
+    twell_stream cs = NULL;
+    if (graph && tw_cuda_stream_create(ctx, &cs) != TWELL_OK) {
+        fprintf(stderr, "twell bench: stream: %s\n", twell_ctx_errmsg(ctx));
+        rc = 1;
+        goto done;
+    }
+    if (!hp || !hy || !hy2 || tw_cuda_malloc(ctx, xb, &dx) != TWELL_OK ||
         tw_cuda_malloc(ctx, wb, &dwg) != TWELL_OK || tw_cuda_malloc(ctx, wb, &dwu) != TWELL_OK ||
         tw_cuda_malloc(ctx, wb, &dwd) != TWELL_OK ||
         tw_cuda_malloc(ctx, words_max * 4, &dp) != TWELL_OK ||
@@ -304,11 +419,24 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 size_t M = o->M[mi];
                 bench_record r;
                 bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
-                bench_ffn_ours ours = {plan, M, dx, dwg, dwu, dwd, dp, dy};
-                bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew};
+                bench_ffn_ours ours = {plan, M, dx, dwg, dwu, dwd, dp, dy, NULL};
+                bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew, NULL};
+                /* graph mode: everything sized and resolved before the eager calls, as a server
+                 * would before capturing */
+                if (graph && twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {
+                    fprintf(stderr, "twell bench: twell_plan_reserve: %s\n", twell_ctx_errmsg(ctx));
+                    rc = 1;
+                }
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
                 bench_ffn_variant(plan, r.variant, sizeof r.variant);
+                twell_path eager_path = tw_cuda_dense_last_path(plan);
                 bench_check_report(&r);
+                if (!eager) {
+                    if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs,
+                                                      hy, hy2, eager_path, emit) != 0)
+                        rc = 1;
+                    continue;
+                }
 
                 bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
                 void *args[3] = {&ours, &ours, &dense};
@@ -329,6 +457,9 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 emit(env, &fused);
                 if (!r.correct)
                     rc = 1;
+                if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs, hy,
+                                                  hy2, eager_path, emit) != 0)
+                    rc = 1;
             }
             tw_synth_destroy(f);
         }
@@ -336,6 +467,8 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
 done:
     free(hp);
     free(hy);
+    free(hy2);
+    tw_cuda_stream_destroy(ctx, cs);
     void *bufs[] = {dx, dwg, dwu, dwd, dwdt, dp, dy, dg, du, dh, dy2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         tw_cuda_free(ctx, bufs[i]);

@@ -106,6 +106,15 @@ void bench_cublas_close(twell_ctx *ctx, bench_cublas *cb) {
     free(cb);
 }
 
+int bench_cublas_set_stream(twell_ctx *ctx, bench_cublas *cb, twell_stream stream) {
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return -1;
+    int st = cb->SetStream(cb->h, stream);
+    tw_cu_leave(ctx, &sc);
+    return st;
+}
+
 bench_cublas_type bench_cublas_type_of(twell_dtype dt) {
     return dt == TWELL_DTYPE_BF16 ? BENCH_CUBLAS_R_16BF : BENCH_CUBLAS_R_16F;
 }

@@ -133,6 +133,28 @@ twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
     return TWELL_OK;
 }
 
+twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    if (max_M == 0)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_plan_reserve: max_M is 0 (at least one row needed)");
+    if (!(nnz_per_row >= 0.0 && nnz_per_row <= (double)plan->shape.N))
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_plan_reserve: nnz_per_row = %g is not in [0, N = %u]", nnz_per_row,
+                        plan->shape.N);
+    size_t row_bytes = (size_t)plan->shape.K * 2u;
+    if (max_M > SIZE_MAX / row_bytes / 8u)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_plan_reserve: max_M = %zu is too large", max_M);
+    twell_status st = TWELL_OK;
+    if (plan->ctx->backend == TWELL_BACKEND_CUDA)
+        st = tw_cuda_plan_reserve(plan, max_M, nnz_per_row);
+    if (st == TWELL_OK)
+        tw_clear_error(plan->ctx);
+    return st;
+}
+
 /* ---- training states ---- */
 
 twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out) {

@@ -95,6 +95,29 @@ int tw_cuda_plan_gate_pack_modules(const twell_plan *plan) {
     return cp ? tw_cuda_gate_pack_modules_loaded(cp->gate_pack) : 0;
 }
 
+twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    /* the gate-pack kernel of every M bucket up to max_M (bucket b holds M in (2^(b-1), 2^b]) */
+    for (size_t m = 1;; m *= 2) {
+        tw_cuda_gate_pack_prepare(plan, cp->gate_pack, m < max_M ? m : max_M, NULL);
+        if (m >= max_M)
+            break;
+    }
+    st = tw_cuda_ffn_reserve(plan, cp->ffn, max_M, nnz_per_row);
+    if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
+        st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
+    if (st == TWELL_OK)
+        st = tw_small_reserve_rows(plan, cp->small, max_M);
+    if (st == TWELL_OK)
+        tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
 /* ---- ops ---- */
 
 twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
@@ -104,6 +127,7 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
+    /* few rows: the small-batch gate-pack (cuda_small.c) when its mode and the call allow it */
     if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
         st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
     tw_cu_leave(plan->ctx, &sc);
@@ -118,10 +142,9 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    /* few rows: the small-batch path (cuda_small.c) when its mode and the call allow it; else the
-     * path choice (plan->path, AUTO from earlier counts) and the sparse launch: cuda_dense.c */
-    if (!tw_small_ffn_infer(plan, cp->small, M, x, packed, wg, wu, wd, y, stream, &st))
-        st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
+    /* the path choice (plan->path, AUTO's policy: small-batch, tiled or dense) and the launch:
+     * cuda_dense.c */
+    st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }

@@ -232,13 +232,20 @@ typedef void *twell_stream;
  *           largest on rows with very few active values; measured errors in BENCHMARKS.md).
  *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
- *   AUTO    the default: for M ≤ 256 rows (below the dense path's 1024), the small-batch
- *           kernels (see twell_ffn_infer); otherwise SPARSE for the plan's first call; after that
- *           DENSE when, in the most recent call whose counts have reached the host, the mean
- *           number of active values per row exceeds about 1.33% of N (where the two paths cross)
- *           and M ≥ 1024, else SPARSE. The counts are copied back asynchronously and read only
- *           once they have arrived, so no call waits for the device in the steady state and the
- *           choice follows the data one call later. Where DENSE cannot run, AUTO is SPARSE.
+ *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
+ *           exceeds the crossover for the call's M; else, up to 256 rows, the small-batch
+ *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the
+ *           counts of the most recent call that have reached the host, else the nnz_per_row
+ *           given to twell_plan_reserve, else nothing (then not DENSE). Calls that run the
+ *           small-batch kernels count nothing. The crossover (where the
+ *           two paths cross), as a fraction of N active per row: 2.0% from M = 32, 1.33% from
+ *           128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below M = 32 never DENSE;
+ *           after a DENSE call AUTO stays dense down to 0.8 of it (measurements:
+ *           runtime/ops/ffn/ffn_policy.h, BENCHMARKS.md). The counts are copied
+ *           back asynchronously and read only once they have arrived, so no call waits for the
+ *           device in the steady state and the choice follows the data one call later. Where
+ *           DENSE cannot run, AUTO is SPARSE (or small-batch). In a captured call the choice is
+ *           fixed at capture (see "CUDA graphs").
  * Both paths are deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
@@ -263,6 +270,65 @@ TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
  * TWELL_ERR_INVALID_ARG for an unknown value; whether DENSE can run is checked by the call (see
  * twell_path). */
 TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
+
+/* Prepares plan for calls of up to max_M rows, so that later calls of twell_gate_pack and
+ * twell_ffn_infer with M ≤ max_M load, compile, tune, look up and allocate nothing, and can be
+ * captured into a CUDA graph (see "CUDA graphs" below). nnz_per_row (0 ≤ nnz_per_row ≤ N) is
+ * the mean number of active values per row the caller expects: it sizes the sparse path's lists
+ * (every value of min(max_M, 65536) rows at that mean, plus their padding) and overflow buffers,
+ * and AUTO takes it as its density estimate until counts of real calls have reached the host.
+ * On CUDA it resolves the tuned kernels of every M bucket up to max_M and allocates: the sparse
+ * path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of bookkeeping; per list
+ * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
+ * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
+ * 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
+ * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h), and, where the
+ * small-batch kernels can run, theirs (about N·6 bytes per row of min(max_M, 256)). Buffers
+ * only grow; eager calls with denser data still grow them as before. Data needing more than a
+ * captured call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the
+ * plan's earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
+ * Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0, nnz_per_row not in [0, N]),
+ * TWELL_ERR_NO_MEMORY (what was allocated before stays), TWELL_ERR_CUDA. */
+TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
+
+/* ---------------------------------------------------------------------------------------------
+ * CUDA graphs
+ *
+ * twell_gate_pack and twell_ffn_infer can be captured on the caller's stream (cuStreamBeginCapture
+ * / cudaStreamBeginCapture / torch.cuda.graph, any capture mode; not the legacy default stream,
+ * which cannot be captured) and the graph replayed with new data in the same buffers. A call
+ * sees the capture (cuStreamIsCapturing) and then enqueues kernels and memsets only: it queries,
+ * records and waits for no event, synchronises nothing, copies nothing back and allocates
+ * nothing. What it would otherwise decide on the host is fixed when it is captured:
+ *   - the kernels: those of the call's M bucket as resolved by twell_plan_reserve or an earlier
+ *     eager call (an unresolved bucket runs the default configuration);
+ *   - the path of twell_ffn_infer: DENSE or SPARSE as set, AUTO the path its policy picks for M
+ *     from the estimate the host holds at capture (the counts of earlier eager calls, else
+ *     reserve's nnz_per_row, else none: sparse); captured calls count nothing for AUTO;
+ *   - the workspace: as reserved (twell_plan_reserve) or grown by earlier eager calls. A
+ *     captured sparse call whose data needs more list slots or overflow room than it holds runs
+ *     the exact fallback kernel for that chunk of rows, decided on the device at each replay, so
+ *     the result is exact (within the stated tolerance) whatever the data; its bytes then differ
+ *     at rounding level from the tiled pipeline's. With no sparse workspace reserved at all a
+ *     captured call runs that exact kernel throughout (slow; a warning is logged); more rows than
+ *     reserved run in chunks of the reserved size. A captured call that AUTO would send to the
+ *     small-batch kernels with more rows than their reserved workspace runs the tiled pipeline
+ *     (gate-pack: its other kernel) instead. A captured DENSE call needs its workspace
+ *     reserved (else TWELL_ERR_INVALID_ARG, nothing enqueued); AUTO then runs sparse. A captured
+ *     call with x, a weight or y not 16-byte aligned needs the portable kernel loaded by an
+ *     earlier eager call with such tensors (else TWELL_ERR_UNSUPPORTED).
+ * Replays are bitwise identical to an eager call on the same plan that takes the same path and
+ * kernels with the same workspace. The caller orders a graph's replays with the plan's other
+ * calls (one stream, or its own events): the library orders eager calls across streams itself
+ * but cannot see replays. The device buffers a graph was captured with stay allocated until the
+ * plan is destroyed (eager calls that need larger ones allocate new ones); a graph must not be
+ * replayed after its plan is destroyed.
+ * Training calls are not capturable: a sparse twell_ffn_forward_train synchronises the host once
+ * per call (it sizes its saved state from the exact counts: the host sync noted under Training),
+ * a dense one queries an event and copies its count back for AUTO and allocates its workspace on
+ * first use, and twell_ffn_backward may grow buffers; a capture that includes one fails or is
+ * invalidated. Run them eagerly.
+ * ------------------------------------------------------------------------------------------- */
 
 /* ---------------------------------------------------------------------------------------------
  * Inference ops

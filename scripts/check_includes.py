@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""check_includes.py — fails when a file includes a header from a folder it must not depend on.
+"""check_includes.py — fails when a file includes a header from a folder it must not depend on,
+or touches a third-party API outside the one file that owns it.
 
-The folders and their allowed directions are docs/ARCHITECTURE.md's table; RULES below is that
-table in code (keep the two in step). Headers are included by bare name, so each name must be
+The folders and their allowed directions are docs/ARCHITECTURE.md's table; RULES and THIRD_PARTY
+below are that document in code (keep the two in step). CI runs this (.ci/run, and ctest's
+test_includes). Headers are included by bare name, so each name must be
 unique in the tree: the script maps it to the folder that holds it.
 Usage: scripts/check_includes.py [repo-root]   (exit 0: clean, 1: violations listed)
 """
@@ -40,6 +42,18 @@ FOLDERS = {  # path prefix -> folder key (longest prefix wins)
     "tools/": "tools", "bench/": "bench", "examples/": "examples",
 }
 PUBLIC = "twellrt.h"
+# Each third-party API is touched in one place (docs/ARCHITECTURE.md): what touching it looks
+# like in a source line, and the only files allowed to.
+THIRD_PARTY = [
+    ("Lua", re.compile(r"^\s*#\s*include\s*<(lua|lauxlib|lualib)\.h>"), {"gen/lua_engine.c"}),
+    ("a library opened at run time (NVRTC, the CUDA driver, cuBLAS)",
+     re.compile(r"\bdlopen\s*\("),
+     {"gen/nvrtc.c", "runtime/cuda/cuda_driver_load.c", "bench/cublas.c"}),
+    ("the CUDA driver's function table", re.compile(r"\btw_cu\.[A-Z]"),
+     {"runtime/cuda/cuda_driver.c", "runtime/cuda/cuda_driver_load.c"}),
+    ("a CUDA toolkit header (the build never needs one)",
+     re.compile(r"^\s*#\s*include\s*<(cuda|cuda_runtime|nvrtc|cublas\w*)\.h>"), set()),
+]
 
 
 def folder_of(rel):
@@ -76,6 +90,10 @@ def main():
         allowed = set(RULES[me]) | {me}
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
+                for what, pattern, owners in THIRD_PARTY:
+                    if rel not in owners and pattern.search(line):
+                        bad.append(f"{rel}:{lineno}: touches {what} (only: "
+                                   f"{', '.join(sorted(owners)) or 'nowhere'})")
                 m = inc.match(line)
                 if not m:
                     continue

@@ -12,8 +12,8 @@
 
 #include "candidates.h"
 #include "cuda_ffn.h"
-#include "gpu_tune.h"
 #include "internal.h"
+#include "tune_registry.h"
 #include "tuner.h"
 #include "tw_tune_test.h"
 
@@ -408,10 +408,30 @@ static tw_cuda tw_cuda_of(const tw_tune_device *d) {
     return c;
 }
 
-/* The space, the launcher (runtime/cuda_ffn.c) and the template agree: over the whole unpruned
- * product for several shapes and devices, a config is kept exactly when the launcher accepts it;
- * every kept one renders with the launcher's parameters and the module's twell_ffn_cfg echoes
- * them; the launcher's default is the space's default where that fits. */
+/* Reads the n words of "twell_ffn_cfg[..] = {...}" in a rendered ffn_fused source into w;
+ * 0, or -1 when they are not there. */
+static int tw_rendered_words(const char *src, uint32_t *w, size_t n) {
+    const char *q = strstr(src, "twell_ffn_cfg[");
+    if (!q || !(q = strchr(q, '{')))
+        return -1;
+    q++;
+    for (size_t i = 0; i < n; i++) {
+        char *end = NULL;
+        long long v = strtoll(q, &end, 10);
+        if (end == q || v < 0 || v > UINT32_MAX)
+            return -1;
+        w[i] = (uint32_t)v;
+        q = end + strspn(end, ", \n");
+    }
+    return 0;
+}
+
+/* The space, the launcher (ffn_config.c's rule on a device) and the template agree: over the
+ * whole unpruned product for several shapes and devices, a config is kept exactly when the
+ * launcher accepts it (the engine's pruning against the device's shared memory equals the
+ * launcher's cap); every kept one renders with the launcher's parameters and the module's
+ * twell_ffn_cfg echoes all the words the launcher resolved; the launcher's default is the
+ * space's default where that fits. */
 static void test_autotune_ffn_space_matches_launcher(void **state) {
     (void)state;
     twell_ctx_options o = twell_ctx_options_default();
@@ -469,18 +489,13 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
                 size_t len = 0;
                 if (tw_render(ctx, "ffn_fused", prm, TW_FFN_NPARAMS, &src, &len) != TWELL_OK)
                     fail_msg("%s does not render: %s", canon, twell_ctx_errmsg(ctx));
-                /* the first five words of "twell_ffn_cfg[..] = {...}" in the rendered source */
-                const char *q = strstr(src, "twell_ffn_cfg[");
-                assert_non_null(q);
-                q = strchr(q, '{') + 1;
-                for (size_t w = 0; w < 5; w++) {
-                    char *end = NULL;
-                    long long v = strtoll(q, &end, 10);
-                    if (end == q || v != prm[6 + w].ival)
-                        fail_msg("%s: twell_ffn_cfg[%zu] is not %s = %lld", canon, w,
-                                 prm[6 + w].key, prm[6 + w].ival);
-                    q = end + strspn(end, ", \n");
-                }
+                uint32_t got[TW_FFN_NWORDS], want[TW_FFN_NWORDS];
+                assert_int_equal(tw_rendered_words(src, got, TW_FFN_NWORDS), 0);
+                assert_int_equal(tw_ffn_cfg_resolve(&fc, &p.shape, &cu, want, NULL, 0), 0);
+                for (size_t w = 0; w < TW_FFN_NWORDS; w++)
+                    if (got[w] != want[w])
+                        fail_msg("%s: twell_ffn_cfg[%zu] = %u, the launcher's %u", canon, w, got[w],
+                                 want[w]);
                 free(src);
                 rendered++;
             }
@@ -489,6 +504,113 @@ static void test_autotune_ffn_space_matches_launcher(void **state) {
     printf("# ffn_fused: %zu configs kept, accepted and rendered; %zu refused by both\n", rendered,
            refused);
     assert_true(rendered >= 20 && refused >= 10);
+    twell_ctx_destroy(ctx);
+}
+
+/* A pseudo-random index below n (a fixed LCG: the same sample every run). */
+static size_t tw_rnd(uint64_t *r, size_t n) {
+    *r = *r * 6364136223846793005u + 1442695040888963407u;
+    return (size_t)((*r >> 33) % n);
+}
+
+/* The rule (ffn_config.c) and the template's own checks agree beyond the space's axes: over a
+ * fixed pseudo-random sample of every parameter (valid and invalid values), a configuration the
+ * rule accepts at the template's shared-memory ceiling renders and echoes exactly the rule's
+ * words; one whose parameters the rule refuses (whatever the memory) the template refuses too.
+ * (The rule's remaining refusals are the launcher's own floor of 16 KB of phase A list staging,
+ * which the template does not impose.) */
+static void test_autotune_ffn_rule_matches_template(void **state) {
+    (void)state;
+    twell_ctx *ctx = tw_test_cpu_ctx_at(NULL, NULL);
+    assert_non_null(ctx);
+    /* mostly valid values, one or two invalid ones per parameter */
+    static const unsigned cn[] = {64, 128, 256, 384, 512, 640, 768, 1024, 1088, 96};
+    static const unsigned st[] = {2, 2, 3, 4, 2, 3, 4, 1};
+    static const unsigned gpw[] = {8, 4, 2, 1, 8, 4, 2, 6, 0};
+    static const unsigned nw[] = {16, 16, 8, 32, 4, 24, 12, 15};
+    static const unsigned pf[] = {1, 0, 1, 0, 1, 2}, il[] = {0, 1, 0, 0, 0, 2};
+    static const unsigned gt[] = {8, 8, 8, 16, 8, 12};
+    static const unsigned xv[] = {75, 0, 11, 64, 127, 75, 128};
+    static const uint32_t shapes[][4] = {
+        {2048, 5632, 256, 1}, {1024, 4096, 64, 0}, {576, 1280, 64, 1}};
+    uint64_t rng = 12;
+#define TW_PICK(a) (a[tw_rnd(&rng, sizeof a / sizeof a[0])])
+    size_t agree_ok = 0, agree_bad = 0, floor_only = 0;
+    for (size_t i = 0; i < 400; i++) {
+        const uint32_t *sh = shapes[i % 3];
+        twell_shape s = twell_shape_default(sh[0], sh[1]);
+        s.T = sh[2];
+        s.gated = (int)sh[3];
+        s.dtype = i % 2 ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
+        tw_ffn_cfg c; /* one pick per statement: a fixed sequence whatever the compiler */
+        c.cn = TW_PICK(cn);
+        c.stages = TW_PICK(st);
+        c.gpwa = TW_PICK(gpw);
+        c.gpwb = TW_PICK(gpw);
+        c.nwa = TW_PICK(nw);
+        c.nwb = TW_PICK(nw);
+        c.pf = TW_PICK(pf);
+        c.il = TW_PICK(il);
+        c.gt = TW_PICK(gt);
+        c.xv = TW_PICK(xv);
+        uint32_t want[TW_FFN_NWORDS];
+        char why[256] = "";
+        int params_ok = tw_ffn_cfg_words(&c, &s, UINT32_MAX, NULL, NULL, 0) == 0;
+        int ok = tw_ffn_cfg_words(&c, &s, TW_FFN_SMEM_MAX, want, why, sizeof why) == 0;
+        tw_param prm[TW_FFN_NPARAMS] = {{"K", NULL, s.K},
+                                        {"N", NULL, s.N},
+                                        {"T", NULL, s.T},
+                                        {"C", NULL, s.C},
+                                        {"dtype", i % 2 ? "fp16" : "bf16", 0},
+                                        {"gated", NULL, s.gated},
+                                        {"CN", NULL, c.cn},
+                                        {"GPWA", NULL, c.gpwa},
+                                        {"GPWB", NULL, c.gpwb},
+                                        {"STAGES", NULL, c.stages},
+                                        {"NWA", NULL, c.nwa},
+                                        {"NWB", NULL, c.nwb},
+                                        {"PF", NULL, c.pf},
+                                        {"IL", NULL, c.il},
+                                        {"GT", NULL, c.gt},
+                                        {"XV", NULL, c.xv},
+                                        {"DCAPA", NULL, 0},
+                                        {"DCAPB", NULL, 0}};
+        /* the staging capacities as the launcher passes them; left to the template (which
+         * fills the ceiling the same way) when the rule gives none */
+        size_t np = ok ? TW_FFN_NPARAMS : TW_FFN_NPARAMS - 2;
+        prm[16].ival = want[TW_CFG_DCAPA], prm[17].ival = want[TW_CFG_DCAPB];
+        char *src = NULL;
+        size_t len = 0;
+        twell_status rs = tw_render(ctx, "ffn_fused", prm, np, &src, &len);
+        if (ok) {
+            uint32_t got[TW_FFN_NWORDS];
+            if (rs != TWELL_OK)
+                fail_msg("CN=%u ST=%u GPW=%u/%u NW=%u/%u PF=%u IL=%u GT=%u XV=%u accepted by the "
+                         "rule, refused by the template: %s",
+                         c.cn, c.stages, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, c.il, c.gt, c.xv,
+                         twell_ctx_errmsg(ctx));
+            assert_int_equal(tw_rendered_words(src, got, TW_FFN_NWORDS), 0);
+            for (size_t w = 0; w < TW_FFN_NWORDS; w++)
+                if (got[w] != want[w])
+                    fail_msg("CN=%u XV=%u GT=%u: twell_ffn_cfg[%zu] = %u, the rule's %u", c.cn,
+                             c.xv, c.gt, w, got[w], want[w]);
+            agree_ok++;
+        } else if (!params_ok) {
+            if (rs == TWELL_OK)
+                fail_msg("CN=%u ST=%u GPW=%u/%u NW=%u/%u PF=%u IL=%u GT=%u XV=%u refused by the "
+                         "rule (%s), rendered by the template",
+                         c.cn, c.stages, c.gpwa, c.gpwb, c.nwa, c.nwb, c.pf, c.il, c.gt, c.xv, why);
+            agree_bad++;
+        } else {
+            floor_only++;
+        }
+        free(src);
+    }
+#undef TW_PICK
+    printf("# ffn_fused rule vs template: %zu accepted by both, %zu refused by both, %zu refused "
+           "by the launcher's list-staging floor only\n",
+           agree_ok, agree_bad, floor_only);
+    assert_true(agree_ok >= 30 && agree_bad >= 30);
     twell_ctx_destroy(ctx);
 }
 
@@ -612,6 +734,7 @@ int main(void) {
         cmocka_unit_test(test_autotune_prune_sm90),
         cmocka_unit_test(test_autotune_prune_ffn_fused),
         cmocka_unit_test(test_autotune_ffn_space_matches_launcher),
+        cmocka_unit_test(test_autotune_ffn_rule_matches_template),
         cmocka_unit_test(test_autotune_enumerate_errors),
         cmocka_unit_test(test_autotune_simt_space_matches_template),
         cmocka_unit_test(test_autotune_gpu_glue_without_device),

@@ -10,6 +10,7 @@
 
 #include "candidates.h"
 #include "internal.h"
+#include "tune_registry.h"
 #include "tuner.h"
 #include "tw_case_dir.h"
 #include "tw_tune_test.h"

@@ -6,6 +6,7 @@
 #include "candidates.h"
 #include "cuda_gate_pack.h"
 #include "jit.h"
+#include "tune_registry.h"
 #include "twellrt.h"
 
 #include <setjmp.h>

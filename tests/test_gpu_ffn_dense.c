@@ -17,6 +17,7 @@
 #include "cpu_ref.h"
 #include "cuda_dense.h"
 #include "cuda_driver.h"
+#include "ffn_policy.h"
 #include "half.h"
 #include "pack_check.h"
 #include "plan_cuda.h"
@@ -205,7 +206,8 @@ static void fd_expect_path(twell_plan *plan, twell_path want, const char *when) 
     twell_path got = tw_cuda_dense_last_path(plan);
     if (got != want)
         fail_msg("%s: the call ran path %d, expected %d (estimate %.1f, threshold %.1f)", when,
-                 (int)got, (int)want, tw_cuda_dense_estimate(plan), tw_cuda_dense_threshold(plan));
+                 (int)got, (int)want, tw_cuda_dense_estimate(plan),
+                 tw_cuda_dense_threshold(plan, 4096));
 }
 
 /* A plan for the shape, skipping the test where the dense kernels cannot exist (not sm_90a). */
@@ -220,6 +222,9 @@ static twell_plan *fd_plan(const twell_shape *s) {
     if (!tw_cuda_dense_available(plan))
         fail_msg("the dense path is not available on %s for K=%u N=%u: %s", fd_ctx->cuda->arch,
                  s->K, s->N, twell_ctx_errmsg(fd_ctx));
+    /* AUTO's choice between dense and tiled and the counts of its sparse calls are tested here:
+     * the small-batch path (which counts nothing) stays out (test_gpu_ffn_small covers it) */
+    FD_OK(tw_cuda_small_set_mode(plan, TW_SMALL_OFF));
     return plan;
 }
 
@@ -299,10 +304,10 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     fd_data lo, hi;
     fd_prepare(&lo, &s, M, UNI, 6, 21, plan);
     fd_prepare(&hi, &s, M, UNI, 100, 22, plan);
-    double thr = tw_cuda_dense_threshold(plan);
+    double thr = tw_cuda_dense_threshold(plan, M);
     printf("#   threshold %.2f active per row (default rule); data %.1f and %.1f per row\n", thr,
            (double)lo.total / (double)M, (double)hi.total / (double)M);
-    assert_true((double)lo.total / (double)M < TW_DENSE_STAY * thr);
+    assert_true((double)lo.total / (double)M < TW_POLICY_STAY * thr);
     assert_true((double)hi.total / (double)M > thr);
     /* call 1: no history, sparse (its first use measures the sparse workspace: may wait) */
     fd_run(&lo, plan, FD_POISON_A, NULL);

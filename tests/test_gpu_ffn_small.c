@@ -18,6 +18,7 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "cuda_small.h"
+#include "ffn_policy.h"
 #include "pack_check.h"
 #include "plan_cuda.h"
 #include "synth.h"
@@ -314,8 +315,9 @@ static void fs_expect_which(fs_data *d, twell_plan *plan, int want_gate, int wan
                  want_ffn ? "small" : "other");
 }
 
-/* The AUTO rule (cuda_small.h): by M, by plan path, by the dense path's minimum rows, and a
- * forced gate-pack variant; then the workspace growing from 64 rows to 1024 on one plan. */
+/* The AUTO rule (cuda_small.h, ffn_policy.h): by M, by plan path, dense kept where the estimate
+ * picks it, and a forced gate-pack variant; then the workspace growing from 64 rows to 1024 on
+ * one plan. */
 static void test_gpu_ffn_small_auto_rule(void **state) {
     (void)state;
     twell_shape s = twell_shape_default(2048, 5632);
@@ -324,8 +326,9 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
         twell_plan_destroy(plan);
         skip();
     }
-    const size_t big = TW_SMALL_GATE_AUTO_M > TW_SMALL_FFN_AUTO_M ? TW_SMALL_GATE_AUTO_M + 1
-                                                                  : TW_SMALL_FFN_AUTO_M + 1;
+    const size_t big = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS
+                           ? TW_SMALL_GATE_AUTO_M + 1
+                           : TW_POLICY_SMALL_MAX_ROWS + 1;
     fs_data d, db;
     fs_setup(&d, &s, 8, UNI, 29, 61);
     fs_setup(&db, &s, big, UNI, 29, 62);
@@ -335,9 +338,14 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     fs_expect_which(&d, plan, 1, 0, "M=8, path SPARSE (the tiled pipeline)");
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
+    /* the policy keeps dense where its estimate says dense beats tiled; small replaces tiled */
     FS_OK(tw_cuda_dense_set_min_rows(plan, 1));
-    fs_expect_which(&d, plan, 1, 0, "M=8, AUTO, dense from 1 row");
-    FS_OK(tw_cuda_dense_set_min_rows(plan, TW_DENSE_MIN_ROWS));
+    FS_OK(tw_cuda_dense_set_threshold(plan, 0.25));
+    fs_expect_which(&d, plan, 1, !tw_cuda_dense_available(plan),
+                    "M=8, AUTO, dense from 1 row above 0.25");
+    FS_OK(tw_cuda_dense_set_threshold(plan, 0.0));
+    fs_expect_which(&d, plan, 1, 1, "M=8, AUTO, dense from 1 row, default");
+    FS_OK(tw_cuda_dense_set_min_rows(plan, 0));
     if (tw_cuda_plan_gate_pack_variant(plan) == TW_GP_SM90) {
         FS_OK(tw_cuda_plan_gate_pack_select(plan, TW_GP_SIMT));
         fs_expect_which(&d, plan, 0, 1, "M=8, AUTO, gate-pack forced to SIMT");

@@ -11,10 +11,10 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
-#include "gpu_tune.h"
 #include "pack_check.h"
 #include "plan_cuda.h"
 #include "synth.h"
+#include "tune_registry.h"
 #include "twellrt.h"
 
 #include <math.h>

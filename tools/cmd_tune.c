@@ -2,10 +2,10 @@
  * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
-#include "gpu_tune.h"
 #include "internal.h"
 #include "json.h"
 #include "plan_cuda.h"
+#include "tune_registry.h"
 
 #include <errno.h>
 #include <math.h>

@@ -97,6 +97,7 @@ twell_status tw_cuda_plan_init(twell_plan *plan);
 void tw_cuda_plan_release(twell_plan *plan);
 twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                uint32_t *packed, twell_stream stream);
+twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
 twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
                                const void *wg, const void *wu, const void *wd, void *y,
                                twell_stream stream);

@@ -76,6 +76,11 @@ static const struct {
     {716, "CUDA_ERROR_MISALIGNED_ADDRESS"},
     {719, "CUDA_ERROR_LAUNCH_FAILED"},
     {801, "CUDA_ERROR_NOT_SUPPORTED"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+    {905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
+    {907, "CUDA_ERROR_CAPTURED_EVENT"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
     {912, "CUDA_ERROR_INVALID_CLUSTER_SIZE"},
     {999, "CUDA_ERROR_UNKNOWN"},
@@ -250,6 +255,23 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
         return tw_error(ctx, st, "%s (kernel \"%s\")", twell_ctx_errmsg(ctx), name);
     }
     return TWELL_OK;
+}
+
+twell_status tw_cu_module_open(twell_ctx *ctx, const void *image, const char *const *names,
+                               size_t n, tw_CUmodule *mod, tw_CUfunction *fns) {
+    for (size_t i = 0; i < n; i++)
+        fns[i] = NULL;
+    twell_status st = tw_cu_module_load(ctx, image, mod);
+    for (size_t i = 0; i < n && st == TWELL_OK; i++)
+        if (names[i])
+            st = tw_cu_module_function(ctx, *mod, names[i], &fns[i]);
+    if (st != TWELL_OK) {
+        tw_cu_module_unload(*mod);
+        *mod = NULL;
+        for (size_t i = 0; i < n; i++)
+            fns[i] = NULL;
+    }
+    return st;
 }
 
 twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
@@ -448,6 +470,35 @@ void tw_cuda_free(twell_ctx *ctx, void *dptr) {
     tw_cu_leave(ctx, &sc);
 }
 
+void tw_cuda_keep_free(twell_ctx *ctx, tw_cuda_keep *keep, int captured, void *dptr) {
+    if (!dptr)
+        return;
+    if (!captured) {
+        tw_cuda_free(ctx, dptr);
+        return;
+    }
+    if (keep->n == keep->cap) {
+        size_t cap = keep->cap ? 2 * keep->cap : 8;
+        void **p = realloc(keep->p, cap * sizeof *p);
+        if (!p) {
+            tw_log(ctx, TWELL_LOG_WARN,
+                   "a device buffer a captured graph may use is leaked (no host memory to track "
+                   "it)");
+            return;
+        }
+        keep->p = p;
+        keep->cap = cap;
+    }
+    keep->p[keep->n++] = dptr;
+}
+
+void tw_cuda_keep_release(twell_ctx *ctx, tw_cuda_keep *keep) {
+    for (size_t i = 0; i < keep->n; i++)
+        tw_cuda_free(ctx, keep->p[i]);
+    free(keep->p);
+    memset(keep, 0, sizeof *keep);
+}
+
 twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
     TW_CU_SCOPED(ctx, "cuMemcpyHtoD_v2", r_ = tw_cu.MemcpyHtoD(tw_dptr(dst), src, bytes));
 }
@@ -619,4 +670,73 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
     atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = tw_cu.EventSynchronize(ev));
+}
+
+/* ---- stream capture ---- */
+
+twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *capturing) {
+    *capturing = 0;
+    if (!tw_cu.StreamIsCapturing)
+        return TWELL_OK; /* a driver without it has no graphs */
+    int status = 0;      /* CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated */
+    TW_CU_SCOPED(ctx, "cuStreamIsCapturing", {
+        r_ = tw_cu.StreamIsCapturing((tw_CUstream)stream, &status);
+        if (r_ == TW_CUDA_SUCCESS)
+            *capturing = status != 0;
+    });
+}
+
+static twell_status tw_cuda_graph_api(twell_ctx *ctx) {
+    if (!tw_cu.StreamBeginCapture || !tw_cu.StreamEndCapture || !tw_cu.GraphInstantiate ||
+        !tw_cu.GraphLaunch || !tw_cu.GraphExecDestroy || !tw_cu.GraphDestroy)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "CUDA graphs: not in this driver");
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_capture_begin(twell_ctx *ctx, twell_stream stream, int mode) {
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    TW_CU_SCOPED(ctx, "cuStreamBeginCapture_v2",
+                 r_ = tw_cu.StreamBeginCapture((tw_CUstream)stream, mode));
+}
+
+twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_graph *out) {
+    *out = NULL;
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    tw_cu_scope sc;
+    if ((st = tw_cu_enter(ctx, &sc)) != TWELL_OK)
+        return st;
+    tw_CUgraph g = NULL;
+    tw_CUgraphExec e = NULL;
+    tw_CUresult r = tw_cu.StreamEndCapture((tw_CUstream)stream, &g);
+    const char *call = "cuStreamEndCapture";
+    if (r == TW_CUDA_SUCCESS) {
+        r = tw_cu.GraphInstantiate(&e, g, 0ull);
+        call = "cuGraphInstantiateWithFlags";
+    }
+    if (g)
+        tw_cu.GraphDestroy(g); /* the executable graph keeps what it needs */
+    tw_cu_leave(ctx, &sc);
+    if (r != TW_CUDA_SUCCESS)
+        return tw_cu_fail(ctx, call, r);
+    *out = e;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream) {
+    twell_status st = tw_cuda_graph_api(ctx);
+    if (st != TWELL_OK)
+        return st;
+    TW_CU_SCOPED(ctx, "cuGraphLaunch", r_ = tw_cu.GraphLaunch(g, (tw_CUstream)stream));
+}
+
+void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g) {
+    tw_cu_scope sc;
+    if (!g || !tw_cu.GraphExecDestroy || tw_cu_enter(ctx, &sc) != TWELL_OK)
+        return;
+    tw_cu.GraphExecDestroy(g);
+    tw_cu_leave(ctx, &sc);
 }

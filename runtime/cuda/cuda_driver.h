@@ -22,6 +22,8 @@ typedef struct tw_CUmod_st *tw_CUmodule;
 typedef struct tw_CUfunc_st *tw_CUfunction;
 typedef struct tw_CUstream_st *tw_CUstream;
 typedef struct tw_CUevent_st *tw_CUevent;
+typedef struct tw_CUgraph_st *tw_CUgraph;
+typedef struct tw_CUgraphExec_st *tw_CUgraphExec;
 
 enum {
     TW_CUDA_SUCCESS = 0,
@@ -32,7 +34,10 @@ enum {
     TW_CUDA_ERROR_INVALID_DEVICE = 101,
     TW_CUDA_ERROR_INVALID_IMAGE = 200,
     TW_CUDA_ERROR_NOT_FOUND = 500,
-    TW_CUDA_ERROR_NOT_READY = 600
+    TW_CUDA_ERROR_NOT_READY = 600,
+    TW_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    TW_CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    TW_CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906
 };
 
 /* CUtensorMap: 128 opaque bytes, 64-byte aligned at least (the driver asks for 64; the header
@@ -132,6 +137,14 @@ twell_status tw_cu_pointer_info(twell_ctx *ctx, const void *p, int *kind, int *o
 
 /* ---- modules and launches (context must be current: inside tw_cu_enter/leave) ---- */
 
+/* The loaded-module step every op takes after compiling: loads the cubin `image` and resolves
+ * the kernels names[0..n) into fns[0..n) (a NULL name leaves its entry NULL: a kernel that
+ * variant of the module lacks). On failure nothing stays loaded (*mod and fns[0..n) NULL) and
+ * ctx's message is the failing driver call's: "cuModuleLoadData: <error> (<code>)" or
+ * "cuModuleGetFunction: <error> (<code>) (kernel "<name>")". Unload with tw_cu_module_unload. */
+twell_status tw_cu_module_open(twell_ctx *ctx, const void *image, const char *const *names,
+                               size_t n, tw_CUmodule *mod, tw_CUfunction *fns);
+/* Its two halves, for tests of the driver layer: one image loaded, one kernel resolved. */
 twell_status tw_cu_module_load(twell_ctx *ctx, const void *image, tw_CUmodule *out);
 void tw_cu_module_unload(tw_CUmodule mod); /* NULL is a no-op */
 twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *name,
@@ -189,6 +202,19 @@ twell_status tw_cu_tensor_map_tiled(twell_ctx *ctx, tw_CUtensorMap *map, int dat
 
 twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr); /* *dptr NULL on error */
 void tw_cuda_free(twell_ctx *ctx, void *dptr);                          /* NULL is a no-op */
+/* Device buffers a captured CUDA graph may still use. An op that replaces a buffer its captured
+ * calls were recorded with must not free it (the graph would replay into freed memory): it hands
+ * it to tw_cuda_keep_free, which frees it at once when nothing was captured (captured == 0) and
+ * otherwise keeps it until tw_cuda_keep_release (the op's release: the plan's graphs must not be
+ * replayed after the plan is destroyed). If the list cannot grow (host memory), the buffer is
+ * leaked rather than freed, with a warning. release frees every kept buffer; NULL pointers are
+ * ignored. */
+typedef struct tw_cuda_keep {
+    void **p;
+    size_t n, cap;
+} tw_cuda_keep;
+void tw_cuda_keep_free(twell_ctx *ctx, tw_cuda_keep *keep, int captured, void *dptr);
+void tw_cuda_keep_release(twell_ctx *ctx, tw_cuda_keep *keep);
 twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
 twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
 twell_status tw_cuda_memcpy_dtod(twell_ctx *ctx, void *dst, const void *src, size_t bytes);
@@ -231,6 +257,29 @@ twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done);
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev);
 /* Makes later work on stream wait for ev (cuStreamWaitEvent); the host does not wait. */
 twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev);
+
+/* ---- stream capture (CUDA graphs) ---- */
+
+/* Whether work enqueued on stream now is being captured into a graph (cuStreamIsCapturing):
+ * *capturing 1 when a capture is active (or was invalidated: nothing may be enqueued there
+ * either), 0 when not, or when the driver lacks the entry point (no graphs at all). Asking about
+ * the legacy default stream (NULL) while a blocking stream of the context is capturing is an error
+ * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that stream cannot be used then. Allowed during capture in
+ * every capture mode: it neither waits nor allocates. */
+twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *capturing);
+
+/* For the tests and the bench: capture work enqueued on stream (not the legacy default stream)
+ * into a graph, instantiate it and replay it. mode is the driver's CUstreamCaptureMode: 0 global
+ * (while it lasts, any thread's call that could wait, query or allocate invalidates it: what
+ * PyTorch's torch.cuda.graph uses by default), 1 thread-local, 2 relaxed. capture_end ends the
+ * capture and instantiates the graph (*out NULL on failure, e.g. CUDA_ERROR_STREAM_CAPTURE_
+ * INVALIDATED when a call in between was not capturable). TWELL_ERR_UNSUPPORTED when the driver
+ * lacks the graph entry points. */
+typedef struct tw_CUgraphExec_st *tw_cuda_graph;
+twell_status tw_cuda_capture_begin(twell_ctx *ctx, twell_stream stream, int mode);
+twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_graph *out);
+twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream);
+void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g); /* NULL is a no-op */
 
 /* How many calls of this process so far blocked the host on device work: tw_cuda_synchronize,
  * tw_cuda_stream_synchronize, tw_cuda_event_synchronize, tw_cuda_event_elapsed and the

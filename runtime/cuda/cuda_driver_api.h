@@ -86,6 +86,15 @@ typedef struct tw_cu_api {
     tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,
                                         const uint64_t *, const uint32_t *, const uint32_t *, int,
                                         int, int, int);
+    /* optional: stream capture (CUDA graphs); the library itself only asks whether a stream is
+     * capturing, the rest serves the tests and the bench */
+    tw_CUresult (*StreamIsCapturing)(tw_CUstream, int *);
+    tw_CUresult (*StreamBeginCapture)(tw_CUstream, int);
+    tw_CUresult (*StreamEndCapture)(tw_CUstream, tw_CUgraph *);
+    tw_CUresult (*GraphInstantiate)(tw_CUgraphExec *, tw_CUgraph, unsigned long long);
+    tw_CUresult (*GraphLaunch)(tw_CUgraphExec, tw_CUstream);
+    tw_CUresult (*GraphExecDestroy)(tw_CUgraphExec);
+    tw_CUresult (*GraphDestroy)(tw_CUgraph);
 } tw_cu_api;
 
 /* The table: filled once by tw_cu_load (cuda_driver_load.c); entries stay NULL until it has

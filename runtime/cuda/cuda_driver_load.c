@@ -70,6 +70,13 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
     TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
     TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
+    TW_SYM(StreamIsCapturing, "cuStreamIsCapturing", NULL, 1),
+    TW_SYM(StreamBeginCapture, "cuStreamBeginCapture_v2", NULL, 1),
+    TW_SYM(StreamEndCapture, "cuStreamEndCapture", NULL, 1),
+    TW_SYM(GraphInstantiate, "cuGraphInstantiateWithFlags", NULL, 1),
+    TW_SYM(GraphLaunch, "cuGraphLaunch", NULL, 1),
+    TW_SYM(GraphExecDestroy, "cuGraphExecDestroy", NULL, 1),
+    TW_SYM(GraphDestroy, "cuGraphDestroy", NULL, 1),
 };
 #undef TW_SYM
 

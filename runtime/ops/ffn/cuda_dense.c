@@ -1,9 +1,13 @@
 /*
  * cuda_dense.c — the dense path of twell_ffn_infer on Hopper (two tensor-core GEMMs after the
- * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua) and the AUTO choice
- * between it and the sparse path, made from counts read back asynchronously (cuda_dense.h).
+ * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua) and the dispatch of a
+ * call: AUTO's choice (ffn_policy.h) from counts read back asynchronously, and what changes while
+ * the caller's stream is being captured into a CUDA graph (cuda_dense.h).
  */
 #include "cuda_dense.h"
+
+#include "cuda_small.h"
+#include "ffn_policy.h"
 
 #include "jit.h"
 #include "op_plan.h"
@@ -55,9 +59,12 @@ struct tw_dense {
     int used;
     twell_stream last_stream;
     double est;       /* mean active values per row of the latest counts read; -1 none */
+    double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
     double threshold; /* > 0: set by the hook */
-    size_t min_rows;
+    size_t min_rows;  /* > 0: set by the hook */
     twell_path last;
+    int captured;      /* a captured call used the workspace: replaced buffers go to keep */
+    tw_cuda_keep keep; /* buffers captured graphs may still use (freed at release) */
     int grow_syncs;
     unsigned long calls[3]; /* by twell_path */
 };
@@ -79,12 +86,14 @@ static size_t tw_dense_units(const twell_shape *s, size_t m) {
 
 /* ---- modules ---- */
 
+/* Template `name` with parameters p[0..n) as a loaded module with kernels fnames[0..nfn). */
 static twell_status tw_dense_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
-                                    tw_CUmodule *mod) {
+                                    const char *const *fnames, size_t nfn, tw_CUmodule *mod,
+                                    tw_CUfunction *fns) {
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
     TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_load(ctx, cubin.data, mod);
+    twell_status st = tw_cu_module_open(ctx, cubin.data, fnames, nfn, mod, fns);
     tw_cubin_free(&cubin);
     return st;
 }
@@ -127,14 +136,17 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
         {"C", NULL, (long long)s->C},
         {"dtype", dt, 0},
     };
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, sizeof up / sizeof up[0], &d->mod_up));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], &d->mod_down));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], &d->mod_aux));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_up, "twell_gemm_sm90", &d->up));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_down, "twell_gemm_sm90", &d->down));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_count", &d->count));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_expand", &d->expand));
-    TW_TRY(tw_cu_module_function(ctx, d->mod_aux, "twell_dense_transpose", &d->transpose));
+    static const char *const gemm[] = {"twell_gemm_sm90"};
+    static const char *const aux_fns[] = {"twell_dense_count", "twell_dense_expand",
+                                          "twell_dense_transpose"};
+    tw_CUfunction af[3];
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, sizeof up / sizeof up[0], gemm, 1, &d->mod_up,
+                           &d->up));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1,
+                           &d->mod_down, &d->down));
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], aux_fns, 3,
+                           &d->mod_aux, af));
+    d->count = af[0], d->expand = af[1], d->transpose = af[2];
     TW_TRY(tw_cu_func_set_attribute(ctx, d->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)TW_DG_SMEM));
     return tw_cu_func_set_attribute(
@@ -150,8 +162,8 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
     if (!d)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: out of memory for the dense state");
     d->est = -1.0;
+    d->hint = -1.0;
     d->last = TWELL_PATH_AUTO;
-    d->min_rows = TW_DENSE_MIN_ROWS;
     size_t rows = TW_DENSE_H_BYTES / (2u * (size_t)s->N) / TW_DG_UNIT_ROWS * TW_DG_UNIT_ROWS;
     d->chunk_rows = rows < TW_DG_UNIT_ROWS ? TW_DG_UNIT_ROWS : rows > 65536u ? 65536u : rows;
     if (strcmp(dev->arch, "sm_90a") != 0) {
@@ -204,6 +216,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
         return;
     twell_ctx *ctx = plan->ctx;
     tw_dense_unload(d);
+    tw_cuda_keep_release(ctx, &d->keep);
     tw_cuda_free(ctx, d->h);
     tw_cuda_free(ctx, d->flags);
     tw_cuda_free(ctx, d->wdt);
@@ -322,8 +335,8 @@ static twell_status tw_dense_collect(twell_plan *plan, tw_dense *d) {
     return TWELL_OK;
 }
 
-static double tw_dense_thr(const tw_dense *d, const twell_shape *s) {
-    return d->threshold > 0.0 ? d->threshold : TW_DENSE_DENSITY * (double)s->N;
+static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
+    return d->threshold > 0.0 ? d->threshold : tw_ffn_policy_dense_threshold(M, s->N);
 }
 
 /* Workspace for chunks of R rows: H, the unit flags and Wdᵀ. A larger H waits for the previous
@@ -347,8 +360,8 @@ static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
         tw_cuda_free(ctx, h);
         return st;
     }
-    tw_cuda_free(ctx, d->h);
-    tw_cuda_free(ctx, d->flags);
+    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->h);
+    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->flags);
     d->h = h;
     d->flags = fl;
     d->h_rows = R;
@@ -358,7 +371,7 @@ static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
 /* The dense pipeline for M rows (workspace reserved, stream ordered). */
 static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const void *x,
                                  const uint32_t *packed, const void *wg, const void *wu,
-                                 const void *wd, void *y, twell_stream stream) {
+                                 const void *wd, void *y, int capturing, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t sms = (size_t)ctx->cuda->sm_count;
@@ -387,7 +400,33 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
                              stream));
     }
-    return tw_dense_count_end(plan, d, slot, M, 0, stream);
+    /* a captured call's counts are not read back: the host may never see a graph's replays */
+    return capturing ? TWELL_OK : tw_dense_count_end(plan, d, slot, M, 0, stream);
+}
+
+twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
+    if (!d->available)
+        return TWELL_OK;
+    return tw_dense_reserve(plan, d, tw_min(max_M, d->chunk_rows));
+}
+
+void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per_row; }
+
+/* AUTO's route for a call of M rows (dense_ok, small_ok: the dense path, the small-batch path
+ * can run it). */
+static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
+                                   int dense_ok, int small_ok) {
+    tw_ffn_policy_in in;
+    memset(&in, 0, sizeof in);
+    in.M = M;
+    in.N = plan->shape.N;
+    in.est = d->est >= 0.0 ? d->est : d->hint;
+    in.small_ok = small_ok;
+    in.dense_ok = dense_ok;
+    in.was_dense = d->last == TWELL_PATH_DENSE;
+    in.dense_thr = d->threshold;
+    in.dense_min_rows = d->min_rows;
+    return tw_ffn_policy(&in);
 }
 
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
@@ -397,12 +436,28 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     const twell_shape *s = &plan->shape;
     uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
                     (uintptr_t)(s->gated ? wg : NULL);
+    int capturing = 0;
+    TW_TRY(tw_cuda_stream_capturing(ctx, stream, &capturing));
     if ((any & 1u) || ((uintptr_t)packed & 3u))
-        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL,
+        return tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL); /* its error */
     int can = d->available && (any & 15u) == 0;
     int dense = 0;
-    TW_TRY(tw_dense_collect(plan, d));
+    tw_small *sm = tw_op_plan(plan)->small;
+    twell_status sst = TWELL_OK;
+    /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows; they count
+     * nothing for AUTO (its estimate comes from larger calls or twell_plan_reserve) */
+    if (tw_small_ffn_forced(plan, sm, M, (any & 15u) == 0, capturing)) {
+        if (tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
+            TW_TRY(sst);
+            d->last = TWELL_PATH_SPARSE;
+            d->calls[d->last]++;
+            return TWELL_OK;
+        }
+    }
+    /* While capturing nothing may query an event: the path is fixed from what the host knows. */
+    if (!capturing)
+        TW_TRY(tw_dense_collect(plan, d));
     if (plan->path == TWELL_PATH_DENSE) {
         if (!d->available)
             return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
@@ -413,11 +468,29 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                             "twell_ffn_infer: TWELL_PATH_DENSE needs x, the weights and y 16-byte "
                             "aligned");
         dense = 1;
-    } else if (plan->path == TWELL_PATH_AUTO && can && d->est >= 0.0 && M >= d->min_rows) {
-        double thr = tw_dense_thr(d, s);
-        dense = d->est > (d->last == TWELL_PATH_DENSE ? TW_DENSE_STAY * thr : thr);
+    } else if (plan->path == TWELL_PATH_AUTO) {
+        tw_ffn_route r = tw_dense_route(plan, d, M, can,
+                                        tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing));
+        if (r == TW_ROUTE_SMALL &&
+            tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
+            TW_TRY(sst);
+            d->last = TWELL_PATH_SPARSE;
+            d->calls[d->last]++;
+            return TWELL_OK;
+        }
+        dense = r == TW_ROUTE_DENSE;
     }
-    if (dense) {
+    if (dense && capturing && (!d->wdt || d->h_rows == 0)) {
+        /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
+         * (or an earlier eager dense call) */
+        if (plan->path == TWELL_PATH_DENSE)
+            return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                            "twell_ffn_infer: TWELL_PATH_DENSE during stream capture needs its "
+                            "workspace reserved first (twell_plan_reserve)");
+        tw_log(ctx, TWELL_LOG_WARN,
+               "ffn_infer: captured call: the dense workspace is not reserved; running sparse");
+        dense = 0;
+    } else if (dense && !capturing) {
         twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows));
         if (st != TWELL_OK && plan->path == TWELL_PATH_DENSE)
             return st;
@@ -429,32 +502,34 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         }
     }
     if (dense) {
-        if (d->used && stream != d->last_stream)
+        if (!capturing && d->used && stream != d->last_stream)
             TW_TRY(tw_cuda_stream_wait_event(ctx, stream, d->done));
-        TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, stream));
-        TW_TRY(tw_cuda_event_record(ctx, d->done, stream));
-        d->used = 1;
-        d->last_stream = stream;
-    } else {
-        if (plan->path == TWELL_PATH_AUTO && can) {
-            /* The sparse pre-pass counts the active values into the slot (no counting kernel,
-             * no memset); a call that runs a simple kernel instead is counted here. */
-            unsigned slot = tw_dense_slot_take(d);
-            int counted = 0;
-            uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
-            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, dst, &counted));
-            if (!counted) {
-                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
-                for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
-                    size_t m = tw_min(M - r0, d->chunk_rows);
-                    TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot,
-                                          stream));
-                }
-            }
-            TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+        TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, capturing, stream));
+        if (capturing) {
+            d->captured = 1; /* the graph holds h, flags and wdt from now on */
         } else {
-            TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, NULL, NULL));
+            TW_TRY(tw_cuda_event_record(ctx, d->done, stream));
+            d->used = 1;
+            d->last_stream = stream;
         }
+    } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
+        /* The sparse pre-pass counts the active values into the slot (no counting kernel, no
+         * memset); a call that runs a simple kernel instead is counted here. */
+        unsigned slot = tw_dense_slot_take(d);
+        int counted = 0;
+        uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
+        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, 0, dst, &counted));
+        if (!counted) {
+            TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+            for (size_t r0 = 0; r0 < M; r0 += d->chunk_rows) {
+                size_t m = tw_min(M - r0, d->chunk_rows);
+                TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot, stream));
+            }
+        }
+        TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+    } else {
+        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
+                                  NULL));
     }
     d->last = dense ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
     d->calls[d->last]++;
@@ -483,9 +558,17 @@ double tw_cuda_dense_estimate(const twell_plan *plan) {
     return d ? d->est : -1.0;
 }
 
-double tw_cuda_dense_threshold(const twell_plan *plan) {
+double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_dense_thr(d, &plan->shape) : -1.0;
+    return d ? tw_dense_thr(d, &plan->shape, M) : -1.0;
+}
+
+const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
+    const tw_dense *d = tw_plan_dense(plan);
+    return d ? tw_ffn_route_name(
+                   tw_dense_route(plan, d, M, d->available,
+                                  tw_small_ffn_ok(plan, tw_op_plan(plan)->small, M, 1, 0)))
+             : NULL;
 }
 
 twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
@@ -504,11 +587,6 @@ twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
                         "ffn_infer: not a CUDA plan");
     d->min_rows = rows;
     return TWELL_OK;
-}
-
-size_t tw_cuda_dense_min_rows(const twell_plan *plan) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? d->min_rows : SIZE_MAX;
 }
 
 twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {

@@ -36,34 +36,36 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  *   y = H · Wd through Wdᵀ, transposed into the workspace once per call.
  * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three.
  *
- * AUTO: the first call runs sparse. Every AUTO call counts its packed activation on the device
- * (a sparse call: in the sparse pre-pass, tw_cuda_ffn_launch's stats; a dense call or a sparse
- * one on the simple kernels: a small kernel) and the total reaches pinned memory (written there
- * by the pre-pass when the driver maps it, else copied); a later call reads it when an event
- * recorded after it has completed (cuEventQuery, never a wait) and runs dense when the latest
- * known mean active values per row exceeds the threshold (default TW_DENSE_DENSITY · N; 0.8 of it
- * to stay dense, against flapping) and M ≥ TW_DENSE_MIN_ROWS. The dense path needs sm_90a, K % 64
- * == 0 and 16-byte aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
+ * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
+ * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
+ * none (the first call then runs the tiled pipeline where the policy needs an estimate). Every
+ * eager AUTO call counts its packed activation on the device (a sparse call: in the sparse
+ * pre-pass, tw_cuda_ffn_launch's stats; a dense call or a sparse one on the simple kernels: a
+ * small kernel) and the total reaches pinned memory (written there by the pre-pass when the
+ * driver maps it, else copied); a later call reads it when an event recorded after it has
+ * completed (cuEventQuery, never a wait). The dense path needs sm_90a, K % 64 == 0 and 16-byte
+ * aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
  * TWELL_ERR_UNSUPPORTED. Calls on different streams are ordered through an event (the workspace
  * is shared); growing the workspace for a larger chunk waits for the previous dense call
- * (counted by tw_cuda_dense_grow_syncs). */
+ * (counted by tw_cuda_dense_grow_syncs).
+ *
+ * While stream is being captured (tw_cuda_stream_capturing), the call enqueues only kernels and
+ * memsets: it reads no counts back and queries, records or waits for no event (the route is
+ * fixed from the estimate the host holds when the call is captured), allocates nothing (the
+ * dense workspace must exist already: DENSE fails with TWELL_ERR_INVALID_ARG, AUTO runs sparse),
+ * and orders nothing across streams (the caller orders its graph's replays with the plan's other
+ * calls). From then on buffers the graph uses are kept, never freed, until the plan is
+ * destroyed. */
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* The AUTO threshold, mean active values per row, is TW_DENSE_DENSITY · N unless set by the hook.
- * Measured on the H200 (bf16, K = 2048, N = 5632, uniform, median of 20, sparse kernels of
- * an earlier version; BENCHMARKS.md re-checks it): at M = 16384 sparse takes 1.33 / 1.44 /
- * 1.57 ms at 56 / 69 / 84 active per row, dense 1.49-1.50 ms; at M = 4096, 0.376 / 0.409 / 0.447
- * against 0.431 ms. The paths cross near 75 (M = 16384) and 78 (M = 4096) per row, 1.33% of N
- * (it was 66-69, 1.2%, with the v5 sparse kernels). The sparse cost grows with active values x K
- * and the dense one with N x K, so the crossover is a density; re-measure it when either path
- * changes (twell bench --op ffn_infer --path sparse|dense). */
-#define TW_DENSE_DENSITY 0.0133
-/* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
-#define TW_DENSE_STAY 0.8
-/* AUTO runs dense only from this many rows (below, the GEMMs' fixed costs dominate). */
-#define TW_DENSE_MIN_ROWS ((size_t)1024)
+/* twell_plan_reserve's part: the dense workspace (H for min(max_M, a chunk) rows, the unit
+ * flags, Wdᵀ) when the dense path is available (nothing otherwise). May wait for the previous
+ * dense call (a larger H). Inside tw_cu_enter/leave. */
+twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);
+/* The estimate AUTO uses until counts have been read back (< 0: none). */
+void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row);
 
 /* ---- hooks for tests and the bench (plan on the CUDA backend; 0 / -1 / AUTO otherwise) ---- */
 
@@ -73,13 +75,15 @@ int tw_cuda_dense_available(const twell_plan *plan);
 twell_path tw_cuda_dense_last_path(const twell_plan *plan);
 /* The mean active values per row AUTO decides from now (-1: nothing read back yet). */
 double tw_cuda_dense_estimate(const twell_plan *plan);
-/* The AUTO threshold in active values per row; set_threshold(plan, v ≤ 0) restores the default. */
-double tw_cuda_dense_threshold(const twell_plan *plan);
+/* The AUTO threshold at M rows in active values per row (tw_ffn_policy_dense_threshold unless
+ * set); set_threshold(plan, v ≤ 0) restores the default. */
+double tw_cuda_dense_threshold(const twell_plan *plan, size_t M);
 twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row);
-/* The smallest M that AUTO runs dense (default TW_DENSE_MIN_ROWS): set, get (SIZE_MAX for a
- * plan without the dense state). */
+/* The route ("tiled", "dense", ...) AUTO would take now for a call of M rows with 16-byte aligned
+ * tensors (NULL for a CPU plan). */
+const char *tw_cuda_dense_route(const twell_plan *plan, size_t M);
+/* The smallest M that AUTO runs dense (0: the policy's TW_POLICY_DENSE_MIN_ROWS). */
 twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows);
-size_t tw_cuda_dense_min_rows(const twell_plan *plan);
 /* Synchronises the device and copies the counters of the last call that counted: [0] Σ counts
  * (active values), [1] units whose gate was recomputed (dense calls; 0 for sparse ones). */
 twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]);

@@ -2,11 +2,10 @@
  * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
  * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
  * header on the caller's stream without synchronising the host in the steady state; test and
- * tuner hooks. Modules and configurations are loaded by runtime/cuda_ffn_load.c.
+ * tuner hooks. Modules are loaded by cuda_ffn_load.c, in configurations ruled by ffn_config.c.
  */
 #include "cuda_ffn_int.h"
 
-#include "candidates.h"
 #include "jit.h"
 #include "op_plan.h"
 
@@ -133,9 +132,10 @@ static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) 
     }
 }
 
-/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle). On failure keeps the
- * old one, logs a warning and returns 0: chunks that do not fit then run the exact fallback. */
-static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *what) {
+/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle; kept rather than
+ * freed once a captured graph may use it). On failure keeps the old one, logs a warning and
+ * returns 0: chunks that do not fit then run the exact fallback. */
+static int tw_ffn_realloc(twell_ctx *ctx, tw_ffn *f, void **buf, size_t bytes, const char *what) {
     void *p = NULL;
     if (tw_cuda_malloc(ctx, bytes, &p) != TWELL_OK) {
         tw_log(ctx, TWELL_LOG_WARN,
@@ -144,7 +144,7 @@ static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *
                what, bytes, twell_ctx_errmsg(ctx));
         return 0;
     }
-    tw_cuda_free(ctx, *buf);
+    tw_cuda_keep_free(ctx, &f->keep, f->captured, *buf);
     *buf = p;
     return 1;
 }
@@ -152,7 +152,7 @@ static int tw_ffn_realloc(twell_ctx *ctx, void **buf, size_t bytes, const char *
 static int tw_ffn_set_rows(twell_plan *plan, tw_ffn *f, size_t R) {
     tw_rows_layout L;
     tw_rows_layout_of(f, R, &L);
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_rows, L.bytes, "row"))
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_rows, L.bytes, "row"))
         return 0;
     f->rows_cap = R;
     f->last_flag = NULL;
@@ -166,7 +166,7 @@ static int tw_ffn_set_ovf(twell_plan *plan, tw_ffn *f, size_t cap, size_t orows)
         cap = 0xffffffffu;
     if (orows > 0xffffffffu)
         orows = 0xffffffffu;
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_ovf, tw_ovf_bytes(plan, cap, orows, &ex_off, &y_off),
                         "overflow"))
         return 0;
     f->ovf_cap = cap;
@@ -179,7 +179,7 @@ static int tw_ffn_set_pairs(twell_plan *plan, tw_ffn *f, size_t cap) {
     if (cap > TW_PAIR_MAX)
         cap = TW_PAIR_MAX;
     tw_pairs_layout_of(plan, f, cap, &L);
-    if (!tw_ffn_realloc(plan->ctx, &f->ws_pairs, L.bytes, "pair list"))
+    if (!tw_ffn_realloc(plan->ctx, f, &f->ws_pairs, L.bytes, "pair list"))
         return 0;
     f->pair_cap = cap;
     return 1;
@@ -213,14 +213,15 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
  * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
- * stats_add). cnt is memset only while f->cnt_dirty: the scan leaves it zero. */
+ * stats_add). cnt is memset only while f->cnt_dirty (the scan leaves it zero), and always in a
+ * captured call: a graph may be replayed after an eager sequence that stopped half-way. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                    const uint32_t *packed, uint64_t *stats, int stats_add,
-                                   uint32_t *hflag, twell_stream stream) {
+                                   uint32_t *hflag, int capturing, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
-    if (f->cnt_dirty)
+    if (f->cnt_dirty || capturing)
         TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 4u, stream));
     f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
@@ -339,7 +340,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4 * TW_SLOTS;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, 0, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -350,7 +351,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
      * fallback */
     tw_ffn_ws_of(plan, f, w);
     /* the first pass counted the active values into stats already (capacity-independent) */
-    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, stream);
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, 0, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -398,60 +399,74 @@ static twell_status tw_ffn_simple(twell_plan *plan, tw_ffn *f, tw_ffn_kernel k, 
     return TWELL_OK;
 }
 
+/* The tiled pipeline over M rows in chunks of at most TW_FFN_CHUNK rows. Eager: grows the
+ * workspace as the data needs (tw_ffn_collect, tw_ffn_reserve_rows, tw_ffn_probe). Captured:
+ * uses the workspace as it is (chunks of at most rows_cap rows; the row kernel when there is
+ * none), reads nothing back. */
 static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                  const uint32_t *packed, const void *wp, const void *wu,
-                                 const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                 int *counted) {
+                                 const void *wd, void *y, int capturing, twell_stream stream,
+                                 uint64_t *stats, int *counted) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t chunk = tw_min(M, TW_FFN_CHUNK);
-    TW_TRY(tw_ffn_collect(plan, f));
-    TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
-    if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
-        return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    if (capturing) {
+        if (f->rows_cap == 0 || !f->ws_ovf || !f->ws_pairs) {
+            tw_log(ctx, TWELL_LOG_WARN,
+                   "ffn_infer: captured call with no sparse workspace reserved "
+                   "(twell_plan_reserve): running the exact row kernel");
+            return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+        }
+        chunk = tw_min(chunk, f->rows_cap);
+        stats = NULL; /* a graph's counts never reach the host */
+    } else {
+        TW_TRY(tw_ffn_collect(plan, f));
+        TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
+        if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
+            return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
+    }
     *counted = stats != NULL;
-    int probe = !f->pinned && chunk > f->cur->probed;
+    int probe = !capturing && !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
     tw_ffn_ws_of(plan, f, &w);
     size_t c = 0;
-    for (size_t r0 = 0; r0 < M; r0 += TW_FFN_CHUNK, c++) {
-        int m = (int)tw_min(M - r0, TW_FFN_CHUNK);
+    for (size_t r0 = 0; r0 < M; r0 += chunk, c++) {
+        int m = (int)tw_min(M - r0, chunk);
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
         /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
-         * the slots are mapped, else copied after the chunk */
-        uint32_t *hflag = f->hflags_dev ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
+         * the slots are mapped, else copied after the chunk (neither in a captured call) */
+        uint32_t *hflag = f->hflags_dev && !capturing ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
         if (probe)
             TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, capturing, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
-        if (!hflag)
+        if (!hflag && !capturing)
             TW_TRY(
                 tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
     }
+    f->last_flag = w.flag;
+    if (capturing) {
+        f->captured = 1; /* the graph holds the workspace from now on */
+        return TWELL_OK;
+    }
     if (probe && chunk > f->cur->probed)
         f->cur->probed = chunk;
-    f->last_flag = w.flag;
     f->pending = 1;
     return TWELL_OK;
 }
 
-/* Index of M's bucket in f->bucket: log2 of tw_tune_m_bucket(M). */
-static unsigned tw_ffn_bucket_index(size_t M) {
-    if (M <= 1)
-        return 0;
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
-    return b < TW_FFN_BUCKETS ? b : TW_FFN_BUCKETS - 1;
-}
-
 /* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
- * call (tw_cuda_ffn_prepare says how) and memoised. Context current. */
-static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
+ * call (tw_cuda_ffn_prepare says how) and memoised. A captured call never resolves (that may load
+ * a module or tune): an unresolved bucket runs the default, not memoised. Context current. */
+static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int capturing) {
     if (f->forced)
         return f->forced;
-    unsigned b = tw_ffn_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
+    if (f->bucket[b] < 0 && capturing)
+        return &f->tk[0];
     if (f->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_ffn_cfg want;
@@ -483,8 +498,8 @@ static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M) {
 
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                int *counted) {
+                                const void *wd, void *y, twell_stream stream, int capturing,
+                                uint64_t *stats, int *counted) {
     twell_ctx *ctx = plan->ctx;
     int dummy = 0;
     if (!counted)
@@ -503,23 +518,82 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     int aligned16 = (any & 15u) == 0;
     if ((k == TW_FFN_AUTO && !f->tiled) || !aligned16)
         k = TW_FFN_GENERIC; /* the tiled and row kernels load 16 bytes at a time */
+    if (k == TW_FFN_GENERIC && !f->generic && capturing)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "twell_ffn_infer: a captured call needs x, the weights and y 16-byte "
+                        "aligned (or the portable kernel loaded by an eager call first)");
     if (k == TW_FFN_GENERIC && !f->generic) {
         tw_log(ctx, TWELL_LOG_INFO,
                "ffn_infer: tensors not 16-byte aligned; loading the portable row kernel");
         TW_TRY(tw_ffn_load_generic(plan, f));
     }
-    /* Calls share the workspace: one on another stream waits for the previous one. */
-    if (f->used && stream != f->last_stream)
+    /* Calls share the workspace: one on another stream waits for the previous one (a captured
+     * call cannot wait for an event recorded outside its capture: the caller orders it). */
+    if (f->used && stream != f->last_stream && !capturing)
         TW_TRY(tw_cuda_stream_wait_event(ctx, stream, f->done));
     if (k != TW_FFN_GENERIC)
-        tw_ffn_use(f, tw_ffn_module_for(plan, f, M));
+        tw_ffn_use(f, tw_ffn_module_for(plan, f, M, capturing));
     if (k == TW_FFN_AUTO)
-        TW_TRY(tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, stream, stats, counted));
+        TW_TRY(
+            tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, capturing, stream, stats, counted));
     else
         TW_TRY(tw_ffn_simple(plan, f, k, M, x, packed, wp, wu, wd, y, stream));
+    if (capturing)
+        return TWELL_OK;
     TW_TRY(tw_cuda_event_record(ctx, f->done, stream));
     f->used = 1;
     f->last_stream = stream;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    if (!f->tiled)
+        return TWELL_OK; /* the portable kernel needs no workspace */
+    /* every bucket's module now, so a captured call finds it resolved; the row workspace is laid
+     * out for the widest of them */
+    for (unsigned b = 0; b <= tw_m_bucket_log2(max_M); b++) {
+        const tw_ffn_tk *tk = tw_ffn_module_for(plan, f, (size_t)1 << b, 0);
+        if (tk->words[TW_CFG_NC] > f->nc_ws) {
+            f->nc_ws = tk->words[TW_CFG_NC];
+            f->rows_cap = 0;
+        }
+    }
+    size_t chunk = tw_min(max_M, TW_FFN_CHUNK);
+    TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
+    if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "twell_plan_reserve: cannot allocate the sparse workspace for %zu rows",
+                        chunk);
+    if (f->pinned)
+        return TWELL_OK;                         /* capacities fixed by the test hook */
+    double values = nnz_per_row * (double)chunk; /* active values of a chunk */
+    uint32_t W = s->T / s->C;
+    /* pair slots: every value, plus each list's padding to a multiple of PADQ (≤ 16) with lists
+     * of 8 tokens (the smallest GT) per chunk of neurons */
+    double lists = (double)tw_cdiv(chunk, 8) * f->nc_ws;
+    tw_ffn_need n;
+    n.pairs = (size_t)(values + 15.0 * lists) + 1024;
+    double tiles = values / (double)W, all_tiles = (double)chunk * f->NT;
+    n.ovf = (size_t)(tiles < all_tiles ? tiles : all_tiles) + 64;
+    n.orows = tw_min(tw_min(chunk, n.ovf), chunk / 16 + 16);
+    if (n.pairs <= f->pair_cap && n.ovf <= f->ovf_cap && n.orows <= f->orow_cap)
+        return TWELL_OK;
+    if (f->used) /* the old buffers may still be in use */
+        TW_TRY(tw_cuda_event_synchronize(ctx, f->done));
+    size_t want_pairs = n.pairs > f->pair_cap ? n.pairs : f->pair_cap;
+    if (n.pairs > f->pair_cap && !tw_ffn_set_pairs(plan, f, want_pairs))
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
+                        "twell_plan_reserve: cannot allocate %zu pair slots", want_pairs);
+    if ((n.ovf > f->ovf_cap || n.orows > f->orow_cap) &&
+        !tw_ffn_set_ovf(plan, f, n.ovf > f->ovf_cap ? n.ovf : f->ovf_cap,
+                        n.orows > f->orow_cap ? n.orows : f->orow_cap))
+        return tw_error(
+            ctx, TWELL_ERR_NO_MEMORY,
+            "twell_plan_reserve: cannot allocate the overflow workspace (%zu row-tiles, "
+            "%zu rows)",
+            n.ovf, n.orows);
     return TWELL_OK;
 }
 
@@ -567,7 +641,7 @@ void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
     tw_cu_scope sc;
     if (tw_cu_enter(plan->ctx, &sc) != TWELL_OK)
         return;
-    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M);
+    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M, 0);
     if (out)
         *out = tk->cfg;
     tw_cu_leave(plan->ctx, &sc);

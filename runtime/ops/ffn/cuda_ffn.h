@@ -7,62 +7,13 @@
 #define TWELL_CUDA_FFN_H
 
 #include "cuda_driver.h"
+#include "ffn_config.h"
 #include "jit.h"
 
 /* Per-plan state: loaded modules, the tile configuration read from the module, the workspace. */
 typedef struct tw_ffn tw_ffn;
 
-/* ---- tile configurations of ffn_fused (what the autotuner chooses, space "ffn_fused" in
- * autotune/spaces.c; tests/test_autotune.c checks the rules agree) ---- */
-
-#define TW_FFN_NFN 9         /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
-#define TW_FFN_NWORDS 23     /* words of its twell_ffn_cfg */
-#define TW_FFN_NPARAMS 18    /* template parameters of one configuration */
-#define TW_FFN_GT_DEFAULT 8u /* tokens per list group when the configuration does not say */
-/* Variant bits (XV, templates/ffn_fused.cu.lua) when the configuration does not say: 1 + 2 + 8
- * (phase A/B instruction diet) + 64 (overflow kernels with larger warp tiles: skewed M 16384
- * ovf_gu 82 -> 43 us, ovf_down 112 -> 91 us on an H200, bitwise the same output); 0 = the
- * kernels without them. */
-#define TW_FFN_XV_DEFAULT 75u
-
-/* The tuned parameters; DCAPA and DCAPB follow from them, the shape and the device. */
-typedef struct tw_ffn_cfg {
-    unsigned cn;         /* neurons per weight chunk (CN) */
-    unsigned stages;     /* weight chunks in flight in phases A and B (STAGES, 2..4) */
-    unsigned gpwa, gpwb; /* units of 8 tokens per warp in phase A / B (GPWA, GPWB) */
-    unsigned nwa, nwb;   /* warps per block in phase A / B (NWA, NWB) */
-    unsigned pf;         /* list loads one step ahead (PF, 0 | 1) */
-    unsigned il;         /* phase B interleaves two groups' rounds (IL, 0 | 1) */
-    unsigned gt;         /* tokens per list group (GT, 8 | 16; 16 needs even GPWA/GPWB, IL 0) */
-    unsigned xv;         /* phase A/B instruction-diet variant bits (XV, 0..127; see ffn_fused) */
-} tw_ffn_cfg;
-
-/* The untuned configuration for shape s on dev: the first {CN, STAGES} of {512, 2}, {256, 2}
- * that fits, GPWA 8, GPWB 4, NWA 16, NWB 16, PF 1, IL 0, GT TW_FFN_GT_DEFAULT, XV
- * TW_FFN_XV_DEFAULT.
- * Returns 0, or -1 when the tiled kernels cannot run there at all (K not a multiple of 64, below
- * sm_80, too little shared memory); *out is set either way (to CN 512 on failure). */
-int tw_ffn_cfg_default(const twell_shape *s, const tw_cuda *dev, tw_ffn_cfg *out);
-
-/* Converts a tuner configuration (kernel ffn_fused with CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL,
- * GT, XV; missing parameters take the defaults 512, 2, 8, 4, 16, 16, 1, 0, TW_FFN_GT_DEFAULT,
- * TW_FFN_XV_DEFAULT) into *out. Returns 0, or -1 for another kernel or a value out of range (PF,
- * IL and XV may be 0, the others 1..65535). */
-struct tw_tune_config;
-int tw_ffn_cfg_from_tune(const struct tw_tune_config *tc, tw_ffn_cfg *out);
-
-/* 0 when c can run shape s on dev (the template's rules and the device's shared memory), else -1
- * with the reason in why (may be NULL). Pure and cheap. */
-int tw_ffn_cfg_check(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
-                     size_t n);
-
-/* The TW_FFN_NPARAMS template parameters c is rendered with for s on dev: K, N, T, C, dtype,
- * gated, CN, GPWA, GPWB, DCAPA, DCAPB (the staging capacities filling the shared memory left),
- * STAGES, NWA, NWB, PF, IL, GT, XV.
- * Keys and strings are static. The same list whoever compiles (plan or tuner), hence the same
- * cache key. Returns TW_FFN_NPARAMS, or 0 when c fails tw_ffn_cfg_check. */
-size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cuda *dev,
-                         tw_param out[TW_FFN_NPARAMS]);
+#define TW_FFN_NFN 9 /* kernels of an ffn_fused module (twell_ffn_prep .. twell_ffn_rows) */
 
 /* The parameters the portable row kernel (ffn_rows.cu.lua, loaded by a call with tensors not
  * 16-byte aligned) is rendered with for s: K, N, T, C, dtype, gated; for compiling it ahead of
@@ -91,7 +42,7 @@ twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_c
 void tw_ffn_tk_unload(tw_ffn_tk *tk);
 
 /* The stored tuning winner of ffn_infer for plan's shape and M's bucket on this device
- * (runtime/cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
+ * (cuda_ffn_tune.c), tuned first when tune_now and no record exists. Returns 0 with *out
  * set, or -1 (no usable winner: the bucket keeps the default; problems are logged). Context
  * current. */
 int tw_ffn_winner(twell_plan *plan, size_t M, int tune_now, tw_ffn_cfg *out);
@@ -109,7 +60,7 @@ const char *tw_ffn_kernel_name(tw_ffn_kernel k);
  * and loads ffn_fused where the shape and device allow it (K % 64 == 0, sm_80+, enough shared
  * memory), sets its dynamic shared memory limits and reads its twell_ffn_cfg; otherwise loads
  * ffn_rows. The tile configuration (template parameters CN, STAGES, GPWA/GPWB, NWA/NWB, PF, IL, GT
- * and the derived DCAPA/DCAPB) comes from tw_ffn_tile_config in cuda_ffn.c; for development the
+ * and the derived DCAPA/DCAPB) comes from tw_ffn_cfg_resolve (ffn_config.c); for development the
  * environment variable TWELL_FFN_TILE="KEY=v,..." (keys CN, STAGES, GPWA, GPWB, NWA, NWB, PF, IL,
  * GT) overrides it at plan creation, ignored with a warning if it does not fit. Allocates the small
  * pinned flag buffer and an event; the workspace is allocated at the first call (it depends on M
@@ -148,11 +99,29 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
  *    ran a simple kernel instead (the caller then counts itself).
  *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
- *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header. */
+ *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header.
+ *  - capturing (stream is being captured into a CUDA graph): only kernels and memsets are
+ *    enqueued. No probe, no growth, no flag copies, no event query, record or wait, no module
+ *    resolution (an M bucket not resolved yet runs the default module), stats ignored. The
+ *    workspace is used as it stands (twell_plan_reserve sizes it): chunks of at most its rows
+ *    capacity; with none at all the exact row kernel runs (a warning is logged); data needing
+ *    more pair slots or overflow room than it holds takes the device-side exact fallback, as in
+ *    any call. Tensors not 16-byte aligned need the portable kernel loaded by an earlier eager
+ *    call (else TWELL_ERR_UNSUPPORTED, nothing enqueued). From then on the workspace buffers are
+ *    kept, not freed, when later eager calls grow them (the graph still uses them). */
 twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const void *x,
                                 const uint32_t *packed, const void *wg, const void *wu,
-                                const void *wd, void *y, twell_stream stream, uint64_t *stats,
-                                int *counted);
+                                const void *wd, void *y, twell_stream stream, int capturing,
+                                uint64_t *stats, int *counted);
+
+/* twell_plan_reserve's part: resolves the tiled module of every M bucket up to max_M (as their
+ * first calls would) and sizes the workspace for chunks of min(max_M, TW_FFN_CHUNK) rows with
+ * nnz_per_row mean active values per row: pair slots for all of them plus the lists' padding,
+ * overflowing row-tiles up to the most those values can fill (count > slots needs slots + 1
+ * values), overflowing rows up to min(that, rows / 16 + 16). Buffers only grow. May wait for the
+ * plan's earlier work (a buffer is replaced). Allocation failure: TWELL_ERR_NO_MEMORY (the old
+ * buffers stay). Inside tw_cu_enter/leave. */
+twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row);
 
 /* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
 #define TW_FFN_CHUNK ((size_t)65536)
@@ -163,7 +132,7 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
  * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
  * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
  * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
- * record is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a
+ * record is tuned first (tw_tune_op_gpu, 20 s budget, synchronises the device). Never fails: a
  * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
  * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
 void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);

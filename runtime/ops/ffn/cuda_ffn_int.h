@@ -1,12 +1,13 @@
 /*
- * cuda_ffn_int.h — what runtime/cuda_ffn.c (workspace, launches, hooks) and
- * runtime/cuda_ffn_load.c (tile configurations, module loading, plan set-up) share: the module's
- * kernel and configuration-word indices and the per-plan state.
+ * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, hooks) and cuda_ffn_load.c (module
+ * loading, plan set-up) share: the module's kernel indices and the per-plan state (the
+ * configuration words' indices are ffn_config.h's).
  */
 #ifndef TWELL_CUDA_FFN_INT_H
 #define TWELL_CUDA_FFN_INT_H
 
 #include "cuda_ffn.h"
+#include "m_bucket.h"
 
 /* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
 enum {
@@ -21,40 +22,10 @@ enum {
     TW_FN_ROWS,
     TW_FN_COUNT
 };
-/* twell_ffn_cfg[23] of the module, in the template's order. */
-enum {
-    TW_CFG_CN,
-    TW_CFG_GPWA,
-    TW_CFG_GPWB,
-    TW_CFG_DCAPA,
-    TW_CFG_DCAPB,
-    TW_CFG_SMEM_A,
-    TW_CFG_SMEM_B,
-    TW_CFG_SMEM_GU,
-    TW_CFG_SMEM_DOWN,
-    TW_CFG_BW,
-    TW_CFG_NC,
-    TW_CFG_TPC,
-    TW_CFG_PADQ,
-    TW_CFG_GATED,
-    TW_CFG_STAGES,
-    TW_CFG_NWA,
-    TW_CFG_NWB,
-    TW_CFG_PF,
-    TW_CFG_IL,
-    TW_CFG_GT,
-    TW_CFG_GU_BPS,   /* ovf_gu CTAs per SM (grid GU_BPS * SMs) */
-    TW_CFG_GU_THR,   /* ovf_gu threads per CTA */
-    TW_CFG_DOWN_BPS, /* ovf_down CTAs per SM (grid DOWN_BPS * SMs, 256 threads) */
-    TW_CFG_COUNT
-};
+_Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's kernels");
 
-_Static_assert(TW_FN_COUNT == TW_FFN_NFN && TW_CFG_COUNT == TW_FFN_NWORDS,
-               "cuda_ffn.h counts and the module's kernels/words");
-
-/* M buckets (powers of two, tw_tune_m_bucket) and the tiled modules one plan may hold: the
- * default plus distinct tuned configurations (beyond that a bucket keeps the default). */
-#define TW_FFN_BUCKETS 64
+/* The tiled modules one plan may hold: the default plus distinct tuned configurations (beyond
+ * that a bucket keeps the default). */
 #define TW_FFN_MAX_TK 8
 #define TW_SLOTS 16u /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
@@ -68,11 +39,12 @@ struct tw_ffn {
     tw_ffn_tk tk[TW_FFN_MAX_TK];
     size_t ntk;
     tw_ffn_tk *cur;
-    tw_ffn_tk *forced;                  /* tw_cuda_ffn_force */
-    signed char bucket[TW_FFN_BUCKETS]; /* index into tk per M bucket; -1: not resolved yet */
-    int tune_on_first_use;              /* TWELL_TUNE=1 when the plan was created */
-    uint32_t nc_ws;                     /* chunks (NC) the row workspace is laid out for: the
-                                           largest of the modules run so far */
+    tw_ffn_tk *forced;                /* tw_cuda_ffn_force */
+    signed char bucket[TW_M_BUCKETS]; /* index into tk per M bucket (m_bucket.h); -1: not
+                                           resolved yet */
+    int tune_on_first_use;            /* TWELL_TUNE=1 when the plan was created */
+    uint32_t nc_ws;                   /* chunks (NC) the row workspace is laid out for: the
+                                         largest of the modules run so far */
     tw_CUfunction fn[TW_FN_COUNT];
     uint32_t cfg[TW_CFG_COUNT];
     tw_CUmodule gmod; /* ffn_rows, loaded when a call needs it */
@@ -98,6 +70,8 @@ struct tw_ffn {
     int pending;          /* the slots hold copies not read yet */
     twell_stream last_stream;
     const uint32_t *last_flag; /* device flag words of the last tiled chunk (hook) */
+    int captured;              /* a captured call used the workspace: replaced buffers are kept */
+    tw_cuda_keep keep;         /* buffers captured graphs may still use (freed at release) */
 };
 
 /* Makes tk the module the next call runs (copies its functions and configuration words). */

@@ -5,8 +5,8 @@
  */
 #include "cuda_small.h"
 
-#include "cuda_dense.h"
 #include "cuda_gate_pack.h"
+#include "ffn_policy.h"
 #include "jit.h"
 #include "op_plan.h"
 
@@ -31,6 +31,8 @@ struct tw_small {
     int used[2];
     twell_stream last_stream[2];
     int last_ran[2];
+    int captured;      /* a captured call used the workspace: a replaced one goes to keep */
+    tw_cuda_keep keep; /* workspaces captured graphs may still use (freed at release) */
 };
 
 #define TW_TRY(expr)                                                                               \
@@ -125,6 +127,7 @@ void tw_small_release(twell_plan *plan, tw_small *sm) {
     twell_ctx *ctx = plan->ctx;
     tw_small_unload(sm);
     tw_cuda_free(ctx, sm->ws);
+    tw_cuda_keep_release(ctx, &sm->keep);
     tw_cuda_event_destroy(ctx, sm->done[0]);
     tw_cuda_event_destroy(ctx, sm->done[1]);
     free(sm);
@@ -145,10 +148,10 @@ static void tw_small_layout_of(const twell_shape *s, size_t R, tw_small_layout *
     L->bytes = o;
 }
 
-/* Makes the workspace hold M rows: grows it (after the plan's earlier small-path work) and zeroes
- * the arrival counters, which the kernels keep at 0 afterwards. */
-static twell_status tw_small_reserve(twell_plan *plan, tw_small *sm, size_t M,
-                                     twell_stream stream) {
+/* Makes the workspace hold M rows (never while capturing): grows it after the plan's earlier
+ * small-path work and zeroes the arrival counters, which the kernels keep at 0 afterwards. The old
+ * workspace is kept when a captured graph may still use it. */
+static twell_status tw_small_grow(twell_plan *plan, tw_small *sm, size_t M, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     if (M <= sm->rows)
         return TWELL_OK;
@@ -172,7 +175,8 @@ static twell_status tw_small_reserve(twell_plan *plan, tw_small *sm, size_t M,
         tw_cuda_free(ctx, p);
         return st;
     }
-    tw_cuda_free(ctx, sm->ws);
+    tw_cuda_keep_free(ctx, &sm->keep, sm->captured, sm->ws);
+    sm->captured = 0;
     sm->ws = p;
     sm->rows = R;
     sm->bytes = L.bytes;
@@ -183,12 +187,32 @@ static twell_status tw_small_reserve(twell_plan *plan, tw_small *sm, size_t M,
     return TWELL_OK;
 }
 
-/* Reserves M rows for op (0 gate, 1 ffn) and orders the call after the op's previous one when it
- * ran on another stream. Returns 0 to run the other kernels (AUTO, allocation failed), else 1 with
- * *st set. */
-static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, twell_stream stream,
-                          twell_status *st) {
-    *st = tw_small_reserve(plan, sm, M, stream);
+twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M) {
+    if (!sm || !sm->available)
+        return TWELL_OK;
+    size_t auto_rows = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS ? TW_SMALL_GATE_AUTO_M
+                                                                       : TW_POLICY_SMALL_MAX_ROWS;
+    return tw_small_grow(plan, sm, max_M < auto_rows ? max_M : auto_rows, NULL);
+}
+
+/* Prepares op's call (0 gate, 1 ffn) of M rows; need_ws: it uses the workspace. Eager: grows the
+ * workspace and orders the call after the op's previous one on another stream. Capturing:
+ * neither (nothing may be allocated or waited for); a workspace too small is an error the caller
+ * turned away already in AUTO. Returns 0 to run the other kernels (AUTO, allocation failed), else
+ * 1 with *st set. */
+static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, int need_ws,
+                          int capturing, twell_stream stream, twell_status *st) {
+    *st = TWELL_OK;
+    if (capturing) {
+        if (need_ws && M > sm->rows)
+            *st = tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                           "small path: a captured call of %zu rows needs its workspace reserved "
+                           "first (twell_plan_reserve)",
+                           M);
+        return 1;
+    }
+    if (need_ws)
+        *st = tw_small_grow(plan, sm, M, stream);
     if (*st == TWELL_ERR_NO_MEMORY && sm->mode == TW_SMALL_AUTO) {
         tw_log(plan->ctx, TWELL_LOG_WARN,
                "small path: workspace for %zu rows unavailable (%s); using the other kernels", M,
@@ -200,7 +224,12 @@ static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, twel
     return 1;
 }
 
-static twell_status tw_small_end(twell_plan *plan, tw_small *sm, int op, twell_stream stream) {
+static twell_status tw_small_end(twell_plan *plan, tw_small *sm, int op, int capturing,
+                                 twell_stream stream) {
+    if (capturing) { /* the graph holds the workspace from now on */
+        sm->captured = 1;
+        return TWELL_OK;
+    }
     TW_TRY(tw_cuda_event_record(plan->ctx, sm->done[op], stream));
     sm->used[op] = 1;
     sm->last_stream[op] = stream;
@@ -247,14 +276,17 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
         !tw_small_aligned(x, w, NULL, NULL, NULL))
         return 0;
+    int capturing = 0;
+    if (tw_cuda_stream_capturing(ctx, stream, &capturing) != TWELL_OK)
+        return 0; /* the other kernels report the stream's problem */
     if (sm->mode == TW_SMALL_AUTO) {
         /* a variant forced away from the device's default (tests, the bench) keeps its kernel */
         tw_gp_variant v = tw_cuda_gate_pack_variant(tw_op_plan(plan)->gate_pack);
         int sm90 = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
-        if (M > TW_SMALL_GATE_AUTO_M || (sm90 && v != TW_GP_SM90))
+        if (M > TW_SMALL_GATE_AUTO_M || (sm90 && v != TW_GP_SM90) || (capturing && M > sm->rows))
             return 0;
     }
-    if (!tw_small_begin(plan, sm, 0, M, stream, st))
+    if (!tw_small_begin(plan, sm, 0, M, 1, capturing, stream, st))
         return 0;
     sm->last_ran[0] = 1;
     if (*st != TWELL_OK)
@@ -268,52 +300,64 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     size_t blocks = (size_t)(s->N / (16u * (unsigned)g.WN)) * (size_t)g.TB;
     *st = tw_cu_launch_grid(ctx, g.g8 ? sm->gate8 : sm->gate2, blocks, 1, 256, 0, 1u, stream, args);
     if (*st == TWELL_OK)
-        *st = tw_small_end(plan, sm, 0, stream);
+        *st = tw_small_end(plan, sm, 0, capturing, stream);
     return 1;
 }
 
 /* ---- ffn_infer ---- */
 
-int tw_small_ffn_infer(twell_plan *plan, tw_small *sm, size_t M, const void *x,
-                       const uint32_t *packed, const void *wg, const void *wu, const void *wd,
-                       void *y, twell_stream stream, twell_status *st) {
+/* The small inference can take the call (mode aside): available, M in range, aligned, not the
+ * DENSE path, and, while capturing, a workspace reserved for it unless the fused kernel runs. */
+static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                            int capturing) {
+    if (!sm || !sm->available || M > TW_SMALL_MAX_M || !aligned16 || plan->path == TWELL_PATH_DENSE)
+        return 0;
+    int fused = M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
+    return !capturing || fused || M <= sm->rows;
+}
+
+int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                        int capturing) {
+    return sm && sm->mode == TW_SMALL_FORCE && tw_small_ffn_can(plan, sm, M, aligned16, capturing);
+}
+
+int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                    int capturing) {
+    return sm && sm->mode == TW_SMALL_AUTO && plan->path == TWELL_PATH_AUTO &&
+           tw_small_ffn_can(plan, sm, M, aligned16, capturing);
+}
+
+int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
+                     const uint32_t *packed, const void *wg, const void *wu, const void *wd,
+                     void *y, int capturing, twell_stream stream, twell_status *st) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    if (sm)
-        sm->last_ran[1] = 0;
-    if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
-        plan->path == TWELL_PATH_DENSE || (uintptr_t)packed % 4u != 0 ||
-        !tw_small_aligned(x, s->gated ? wg : NULL, wu, wd, y))
-        return 0;
-    if (sm->mode == TW_SMALL_AUTO && (plan->path != TWELL_PATH_AUTO || M > TW_SMALL_FFN_AUTO_M ||
-                                      M >= tw_cuda_dense_min_rows(plan)))
-        return 0;
-    if (!tw_small_begin(plan, sm, 1, M, stream, st))
+    sm->last_ran[1] = 0;
+    int fused = M <= TW_SMALL_FUSED_M && s->K <= TW_SMALL_FUSED_K;
+    if (!tw_small_begin(plan, sm, 1, M, !fused, capturing, stream, st))
         return 0;
     sm->last_ran[1] = 1;
     if (*st != TWELL_OK)
         return 1;
     const void *wp = s->gated ? wg : wu;
     int m = (int)M;
-    if (M <= TW_SMALL_FUSED_M && s->K <= TW_SMALL_FUSED_K) {
+    if (fused) {
         void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
                        (void *)&wd, (void *)&y,      &m};
         *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, 256, s->K * 2u, 1u,
                                 stream, a_f);
+    } else {
+        void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
+                        (void *)&sm->hbuf, (void *)&sm->mask, &m};
+        *st = tw_cu_launch_grid(ctx, sm->up, s->N / 32u, 1, 256, tw_up_smem(M), 1u, stream, a_up);
+        void *a_down[] = {(void *)&packed,   (void *)&wd, (void *)&sm->hbuf,
+                          (void *)&sm->mask, (void *)&y,  &m};
         if (*st == TWELL_OK)
-            *st = tw_small_end(plan, sm, 1, stream);
-        return 1;
+            *st = tw_cu_launch_grid(ctx, sm->down, tw_cdiv(s->K, 256), (unsigned)M, 256, 0, 1u,
+                                    stream, a_down);
     }
-    void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
-                    (void *)&sm->hbuf, (void *)&sm->mask, &m};
-    *st = tw_cu_launch_grid(ctx, sm->up, s->N / 32u, 1, 256, tw_up_smem(M), 1u, stream, a_up);
-    void *a_down[] = {(void *)&packed,   (void *)&wd, (void *)&sm->hbuf,
-                      (void *)&sm->mask, (void *)&y,  &m};
     if (*st == TWELL_OK)
-        *st = tw_cu_launch_grid(ctx, sm->down, tw_cdiv(s->K, 256), (unsigned)M, 256, 0, 1u, stream,
-                                a_down);
-    if (*st == TWELL_OK)
-        *st = tw_small_end(plan, sm, 1, stream);
+        *st = tw_small_end(plan, sm, 1, capturing, stream);
     return 1;
 }
 

@@ -16,9 +16,8 @@ typedef struct tw_small tw_small;
 /* When the path runs (internal hook; tests and the bench force it either way).
  *   AUTO   twell_gate_pack: M ≤ TW_SMALL_GATE_AUTO_M, unless the plan's gate-pack variant was
  *          forced away from the device's default (tw_cuda_plan_gate_pack_select);
- *          twell_ffn_infer: plan path AUTO, M ≤ TW_SMALL_FFN_AUTO_M and M below the dense path's
- *          minimum rows (so AUTO's dense choice, which needs the sparse pre-pass's counts, is
- *          never skipped where it could apply).
+ *          twell_ffn_infer: plan path AUTO and the policy's route SMALL (ffn_policy.h: up to
+ *          TW_POLICY_SMALL_MAX_ROWS rows, where the estimate does not pick DENSE).
  *   OFF    never (the tiled pipeline and the gate-pack kernels of the plan, as before).
  *   FORCE  every call with M ≤ TW_SMALL_MAX_M (twell_ffn_infer: unless the plan path is DENSE).
  * In every mode the path needs sm_80+, K % 32 == 0, x, the weights and y 16-byte aligned, and
@@ -30,44 +29,64 @@ typedef enum tw_small_mode {
 } tw_small_mode;
 
 /* twell_ffn_infer of up to this many rows (and K up to TW_SMALL_FUSED_K) runs one kernel instead
- * of two: each 256-column block of a row computes the h it needs itself (ffn_small.cu.lua). */
+ * of two: each 256-column block of a row computes the h it needs itself (ffn_small.cu.lua); it
+ * needs no workspace. */
 #define TW_SMALL_FUSED_M ((size_t)16)
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
-/* AUTO's limits, measured on an H100 at K = 2048, N = 5632, bf16, 29 active per row
+/* AUTO's gate-pack limit, measured on an H100 at K = 2048, N = 5632, bf16, 29 active per row
  * (BENCHMARKS.md, "Small batches"): the gate-pack kernel here against the sm90 one, 21.5 / 22.7 /
  * 28.0 / 32.7 / 43.4 us against 33.6 / 33.3 / 34.0 / 34.3 / 33.9 at M = 1 / 8 / 16 / 32 / 64
- * (crossover between 32 and 64); the inference kernels against the tiled pipeline, 14.4 / 26.2 /
- * 61.4 / 104.2 us against 54.2 / 86.0 / 92.1 / 104.3 at M = 1 / 64 / 256 / 512 (crossover near
- * 512; 220 against 117 at 1000). */
+ * (crossover between 32 and 64). The inference kernels' limit is the policy's
+ * TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)
-#define TW_SMALL_FFN_AUTO_M ((size_t)256)
 
 /* Prepares the path for plan->shape: renders/compiles (or takes from the cache) and loads both
  * modules where the device and shape allow it (sm_80+, K % 32 == 0); otherwise, or when a module
- * fails to build (logged), the path is only marked unavailable. The workspace is allocated by the
- * first call that runs the path. Only TWELL_ERR_NO_MEMORY fails. Inside tw_cu_enter/leave. *out
- * NULL on failure. */
+ * fails to build (logged), the path is only marked unavailable. The workspace is allocated by
+ * twell_plan_reserve or the first call that needs it. Only TWELL_ERR_NO_MEMORY fails. Inside
+ * tw_cu_enter/leave. *out NULL on failure. */
 twell_status tw_small_init(twell_plan *plan, tw_small **out);
 
-/* Frees everything; the caller has synchronised the device. NULL is a no-op. */
+/* Frees everything (buffers captured graphs used included); the caller has synchronised the
+ * device. NULL is a no-op. */
 void tw_small_release(twell_plan *plan, tw_small *sm);
 
-/* twell_gate_pack / twell_ffn_infer through the small path, when the mode and the call allow it
- * (arguments validated by plan.c; context current). Returns 0 when the call is not for this path
- * (the caller runs its other kernels), else 1 with *st the call's status. The first call of a
- * larger M than the workspace holds allocates it (rows rounded up to a power of two ≥ 64), after
- * waiting for the plan's earlier small-path work; an allocation failure in AUTO mode returns 0
- * (logged: the other kernels are exact too), in FORCE mode 1 with TWELL_ERR_NO_MEMORY. Calls of
- * one op on different streams are ordered through an event (they share the workspace). Steady
- * state: no host synchronisation, allocation or compile; one or two launches and an event record
- * per call. */
+/* twell_plan_reserve's part: the workspace for min(max_M, the rows AUTO sends here) rows (gate
+ * scratch and arrival counters, h and overflow masks: about N·6 bytes a row), when the path is
+ * available. May wait for the plan's earlier small-path work (a larger workspace). Inside
+ * tw_cu_enter/leave. */
+twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M);
+
+/* twell_gate_pack through the small path when the mode and the call allow it (arguments validated
+ * by plan.c; context current). Returns 0 when the call is not for this path (the caller runs its
+ * other kernels), else 1 with *st the call's status. An eager call of more rows than the
+ * workspace holds allocates it (rows rounded up to a power of two ≥ 64) after waiting for the
+ * plan's earlier small-path work; an allocation failure in AUTO mode returns 0 (logged: the other
+ * kernels are exact too), in FORCE mode 1 with TWELL_ERR_NO_MEMORY. Eager calls on different
+ * streams are ordered through an event (they share the scratch). While stream is being captured
+ * the call allocates, records and waits for nothing: with too small a workspace AUTO returns 0,
+ * FORCE fails with TWELL_ERR_INVALID_ARG; buffers a captured call used are kept until release.
+ * Steady state: one launch (and, eager, an event record) per call. */
 int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, const void *w,
                        uint32_t *packed, twell_stream stream, twell_status *st);
-int tw_small_ffn_infer(twell_plan *plan, tw_small *sm, size_t M, const void *x,
-                       const uint32_t *packed, const void *wg, const void *wu, const void *wd,
-                       void *y, twell_stream stream, twell_status *st);
+
+/* twell_ffn_infer's small path (called by the path choice, cuda_dense.c; arguments validated by
+ * plan.c, context current; aligned16: x, the weights and y 16-byte aligned):
+ *   forced: 1 when the mode is FORCE and the path can take the call (then it must run here);
+ *   ok:     1 when the path can take the call in AUTO mode (the policy's small_ok);
+ *   try:    runs it; workspace, streams and capture as for tw_small_gate_pack (the fused kernel,
+ *           up to TW_SMALL_FUSED_M rows, needs no workspace). Returns 0 when it could not run
+ *           (AUTO: workspace unavailable, logged) and the caller runs another path, else 1 with
+ *           *st the status. */
+int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                        int capturing);
+int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                    int capturing);
+int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
+                     const uint32_t *packed, const void *wg, const void *wu, const void *wd,
+                     void *y, int capturing, twell_stream stream, twell_status *st);
 
 /* ---- hooks for tests and the bench (plan on the CUDA backend; 0 / UNSUPPORTED otherwise) ---- */
 

@@ -19,8 +19,9 @@
 #include "cuda_gate_pack.h"
 
 #include "candidates.h"
-#include "gpu_tune.h"
+#include "gate_pack_tuner.h"
 #include "jit.h"
+#include "m_bucket.h"
 #include "tuner.h"
 
 #include <stdint.h>
@@ -30,8 +31,6 @@
 
 /* gridDim.y is limited to 65535: larger M is launched in row chunks. */
 #define TW_GRID_Y_MAX 65535u
-/* M buckets are powers of two, 2^0 .. 2^62 (tw_tune_m_bucket saturates there). */
-#define TW_GP_BUCKETS 64
 /* The default plus distinct tuned configurations one plan may hold; beyond that a bucket keeps
  * the default (a space has few configurations that win anywhere). */
 #define TW_GP_MAX_KERNELS 16
@@ -42,73 +41,10 @@ struct tw_gate_pack {
     int tune_on_first_use;             /* TWELL_TUNE=1 when the plan was created */
     size_t nk;                         /* kernels loaded; k[0] is the default configuration */
     tw_gp_kernel k[TW_GP_MAX_KERNELS]; /* distinct configurations */
-    signed char bucket[TW_GP_BUCKETS]; /* index into k per M bucket; -1: not resolved yet */
+    signed char bucket[TW_M_BUCKETS];  /* index into k per M bucket; -1: not resolved yet */
 };
 
-const char *tw_gp_variant_name(tw_gp_variant v) {
-    switch (v) {
-    case TW_GP_AUTO:
-        return "auto";
-    case TW_GP_SIMT:
-        return "simt";
-    case TW_GP_SM90:
-        return "sm90";
-    }
-    return NULL;
-}
-
-int tw_gp_variant_parse(const char *name) {
-    if (!name)
-        return -1;
-    for (int v = TW_GP_AUTO; v <= TW_GP_SM90; v++)
-        if (!strcmp(name, tw_gp_variant_name((tw_gp_variant)v)))
-            return v;
-    return -1;
-}
-
 /* ---- configurations ---- */
-
-tw_gp_cfg tw_gp_cfg_default(tw_gp_variant v) {
-    tw_gp_cfg c;
-    memset(&c, 0, sizeof c);
-    c.variant = v == TW_GP_SM90 ? TW_GP_SM90 : TW_GP_SIMT;
-    /* The templates' defaults; the tuner's spaces (autotune/spaces.c) declare the same. */
-    c.bm = 32u;
-    c.threads = 256u;
-    c.bk = 64u;
-    c.stages = 3u;
-    c.cluster = 2u;
-    return c;
-}
-
-const char *tw_gp_cfg_kernel(const tw_gp_cfg *c) {
-    return c->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-}
-
-static int tw_gp_u(const tw_tune_config *tc, const char *name, unsigned dflt, unsigned *out) {
-    int64_t v = tw_tune_config_value(tc, name, (int64_t)dflt);
-    if (v < 1 || v > 65535)
-        return -1;
-    *out = (unsigned)v;
-    return 0;
-}
-
-int tw_gp_cfg_from_tune(const struct tw_tune_config *tc, tw_gp_cfg *out) {
-    if (!strcmp(tc->kernel, "gate_pack_simt")) {
-        *out = tw_gp_cfg_default(TW_GP_SIMT);
-        return tw_gp_u(tc, "BM", out->bm, &out->bm) || tw_gp_u(tc, "THREADS", 256u, &out->threads)
-                   ? -1
-                   : 0;
-    }
-    if (!strcmp(tc->kernel, "gate_pack_sm90")) {
-        *out = tw_gp_cfg_default(TW_GP_SM90);
-        return tw_gp_u(tc, "BK", out->bk, &out->bk) || tw_gp_u(tc, "STAGES", 3u, &out->stages) ||
-                       tw_gp_u(tc, "CLUSTER", 2u, &out->cluster)
-                   ? -1
-                   : 0;
-    }
-    return -1;
-}
 
 static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
     if (a->variant != b->variant)
@@ -116,32 +52,6 @@ static int tw_gp_cfg_equal(const tw_gp_cfg *a, const tw_gp_cfg *b) {
     if (a->variant == TW_GP_SM90)
         return a->bk == b->bk && a->stages == b->stages && a->cluster == b->cluster;
     return a->bm == b->bm && a->threads == b->threads;
-}
-
-/* The SIMT template's own rules (gate_pack_simt.cu.lua), so a bad configuration is refused
- * before rendering. */
-static int tw_simt_cfg_check(const tw_gp_cfg *c, const twell_shape *s, char *why, size_t n) {
-    unsigned tile = c->bm * s->T;
-    if (c->bm < 1u || c->bm > 128u || c->threads < 32u || c->threads > 1024u ||
-        c->threads % 32u != 0 || tile % c->threads != 0 || tile / c->threads > 64u) {
-        snprintf(why, n, "BM=%u THREADS=%u is not a configuration of gate_pack_simt for T=%u",
-                 c->bm, c->threads, s->T);
-        return -1;
-    }
-    return 0;
-}
-
-int tw_gp_cfg_check(const tw_gp_cfg *cfg, const twell_shape *s, const tw_cuda *dev, char *why,
-                    size_t n) {
-    char dummy[256];
-    if (!why)
-        why = dummy, n = sizeof dummy;
-    if (cfg->variant == TW_GP_SM90)
-        return tw_sm90_cfg_check(cfg, s, dev, why, n);
-    if (cfg->variant == TW_GP_SIMT)
-        return tw_simt_cfg_check(cfg, s, why, n);
-    snprintf(why, n, "no such gate-pack variant");
-    return -1;
 }
 
 /* ---- loaded kernels ---- */
@@ -152,9 +62,7 @@ twell_status tw_gp_kernel_load_image(twell_ctx *ctx, const twell_shape *s, const
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
     const char *fn = cfg->variant == TW_GP_SM90 ? "twell_gate_pack_sm90" : "twell_gate_pack_simt";
-    twell_status st = tw_cu_module_load(ctx, cubin, &out->mod);
-    if (st == TWELL_OK)
-        st = tw_cu_module_function(ctx, out->mod, fn, &out->fn);
+    twell_status st = tw_cu_module_open(ctx, cubin, &fn, 1, &out->mod, &out->fn);
     if (st == TWELL_OK && cfg->variant == TW_GP_SM90)
         st = tw_sm90_kernel_prepare(ctx, out);
     if (st != TWELL_OK)
@@ -299,26 +207,19 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
     free(gp);
 }
 
-/* Index of M's bucket in gp->bucket: log2 of tw_tune_m_bucket(M), one instruction. */
-static unsigned tw_gp_bucket_index(size_t M) {
-    if (M <= 1)
-        return 0;
-    unsigned b = 64u - (unsigned)__builtin_clzll((unsigned long long)(M - 1));
-    return b < TW_GP_BUCKETS ? b : TW_GP_BUCKETS - 1;
-}
-
 static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
 
 /* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
- * (tw_tune_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+ * (tw_tune_op_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
 static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
     const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-    return tw_tune_winner(plan->ctx, "gate_pack", mine, &plan->shape, M, gp->tune_on_first_use,
-                          tw_gp_variant_name(gp->variant), tw_gp_take, cfg);
+    return tw_tune_op_winner(plan->ctx, &tw_gate_pack_tune_op, mine, &plan->shape, M,
+                             gp->tune_on_first_use, tw_gp_variant_name(gp->variant), tw_gp_take,
+                             cfg);
 }
 
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
-    unsigned b = tw_gp_bucket_index(M);
+    unsigned b = tw_m_bucket_log2(M);
     if (gp->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_gp_cfg want;
@@ -357,11 +258,21 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
 
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
                                       const void *w, uint32_t *packed, twell_stream stream) {
-    unsigned b = tw_gp_bucket_index(M);
-    if (gp->bucket[b] < 0)
-        tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
-    return tw_gp_kernel_launch(plan->ctx, &gp->k[(size_t)gp->bucket[b]], &plan->shape, M, x, w,
-                               packed, stream);
+    unsigned b = tw_m_bucket_log2(M);
+    size_t k = 0; /* the default */
+    if (gp->bucket[b] < 0) {
+        /* resolving may load a module or tune: not while the stream is captured (the bucket then
+         * runs the default, not memoised; twell_plan_reserve resolves buckets beforehand) */
+        int capturing = 0;
+        twell_status st = tw_cuda_stream_capturing(plan->ctx, stream, &capturing);
+        if (st != TWELL_OK)
+            return st;
+        if (!capturing)
+            tw_cuda_gate_pack_prepare(plan, gp, M, NULL);
+    }
+    if (gp->bucket[b] >= 0)
+        k = (size_t)gp->bucket[b];
+    return tw_gp_kernel_launch(plan->ctx, &gp->k[k], &plan->shape, M, x, w, packed, stream);
 }
 
 tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp) {

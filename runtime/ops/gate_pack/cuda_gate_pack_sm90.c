@@ -1,70 +1,16 @@
 /* cuda_gate_pack_sm90.c — Hopper (sm_90a) gate-pack launcher for templates/gate_pack_sm90.cu.lua
  * in any tile configuration (BK, STAGES, CLUSTER): shared memory and grid per configuration, and
- * per launch the two TMA tensor maps and one persistent cluster launch. The interface is in
- * cuda_gate_pack.h; the kernel's design is in the template's header. */
+ * per launch the two TMA tensor maps and one persistent cluster launch (the configurations
+ * themselves: gate_pack_config.c). The interface is in cuda_gate_pack.h; the kernel's design is
+ * in the template's header. */
 #include "cuda_gate_pack.h"
 
 #include <limits.h>
-#include <stdio.h>
 #include <string.h>
 
-/* Fixed by the kernel: CTA tile, threads per CTA. */
-#define TW_SM90_BM 128u
-#define TW_SM90_BN 256u
-#define TW_SM90_THREADS 384u
-/* The epilogue staging buffer: 8 consumer warps x 16 rows x 528-byte rows. */
-#define TW_SM90_STAGING (8u * 16u * 528u)
 /* The kernel can split the tiles of its last partial wave along K through a workspace (about 2%
  * faster at M = 4096), but a workspace owned by the plan would be shared by launches that the
  * caller may run concurrently on different streams, so the launcher passes none (ws = NULL). */
-
-unsigned tw_sm90_smem(const tw_gp_cfg *c) {
-    /* The template's SMEM: 1 KB of alignment slack, the stage ring, the staging buffer,
-     * 2 * (STAGES + 1) mbarriers and two words. */
-    return 1024u + c->stages * (TW_SM90_BM + TW_SM90_BN) * c->bk * 2u + TW_SM90_STAGING +
-           2u * (c->stages + 1u) * 8u + 16u;
-}
-
-static int tw_sm90_shape_ok(const twell_shape *shape, const tw_cuda *dev) {
-    if (!shape || !dev || strcmp(dev->arch, "sm_90a") != 0)
-        return 0;
-    if (shape->K == 0 || shape->K % 64u != 0 || shape->N == 0 || shape->N > 65536u)
-        return 0;
-    if (shape->T != 64u && shape->T != 128u && shape->T != 256u)
-        return 0;
-    if (shape->N % shape->T != 0 || (shape->C != 2u && shape->C != 4u && shape->C != 8u))
-        return 0;
-    return shape->dtype == TWELL_DTYPE_BF16 || shape->dtype == TWELL_DTYPE_FP16;
-}
-
-int tw_sm90_cfg_check(const tw_gp_cfg *c, const twell_shape *s, const tw_cuda *dev, char *why,
-                      size_t n) {
-    char dummy[256];
-    if (!why)
-        why = dummy, n = sizeof dummy;
-    if (!tw_sm90_shape_ok(s, dev)) {
-        snprintf(why, n, "the sm90 kernel does not support K=%u N=%u T=%u C=%u on %s",
-                 s ? s->K : 0u, s ? s->N : 0u, s ? s->T : 0u, s ? s->C : 0u, dev ? dev->arch : "?");
-        return -1;
-    }
-    if ((c->bk != 32u && c->bk != 64u) || s->K % c->bk != 0 || c->stages < 2u || c->stages > 8u ||
-        (c->cluster != 1u && c->cluster != 2u && c->cluster != 4u)) {
-        snprintf(why, n, "BK=%u STAGES=%u CLUSTER=%u is not a configuration of gate_pack_sm90",
-                 c->bk, c->stages, c->cluster);
-        return -1;
-    }
-    if (dev->smem_optin < (int)tw_sm90_smem(c) || dev->sm_count < (int)c->cluster) {
-        snprintf(why, n, "BK=%u STAGES=%u CLUSTER=%u needs %u bytes of shared memory (device: %d)",
-                 c->bk, c->stages, c->cluster, tw_sm90_smem(c), dev->smem_optin);
-        return -1;
-    }
-    return 0;
-}
-
-int tw_sm90_gate_pack_supports(const twell_shape *shape, const tw_cuda *dev) {
-    tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SM90);
-    return tw_sm90_cfg_check(&d, shape, dev, NULL, 0) == 0;
-}
 
 twell_status tw_sm90_kernel_prepare(twell_ctx *ctx, tw_gp_kernel *k) {
     k->smem = tw_sm90_smem(&k->cfg);

@@ -208,16 +208,14 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
         return st;
     tw_tmod m;
     memset(&m, 0, sizeof m);
-    st = tw_cu_module_load(ctx, cubin.data, &m.mod);
-    tw_cubin_free(&cubin);
     m.mma = tw_ct_mma(s, vi);
     t->smem_stage = t->swp * tw_ct_stw(t, s->K);
     int optin = ctx->cuda->smem_optin > 0 ? ctx->cuda->smem_optin : (int)TW_CT_SMEM_DEFAULT;
     m.staged = vi == 0 && t->smem_stage <= (unsigned)optin;
     m.ovf_udt = m.mma && s->T <= 512u; /* train_ffn.cu.lua's OVF_UDT */
     int nfn = m.mma ? (m.ovf_udt ? TF_COUNT : TF_OVF_UDT) : (vi == 0 ? TF_OVF_LIST : TF_FWD_ENT_S);
-    for (int i = 0; i < nfn && st == TWELL_OK; i++)
-        st = tw_cu_module_function(ctx, m.mod, tf_names[i], &m.fn[i]);
+    st = tw_cu_module_open(ctx, cubin.data, tf_names, (size_t)nfn, &m.mod, m.fn);
+    tw_cubin_free(&cubin);
     for (int i = TF_FWD_ENT_S; m.staged && i <= TF_BWD_ENT_S && st == TWELL_OK; i++)
         if (t->smem_stage > TW_CT_SMEM_DEFAULT)
             st = tw_cu_func_set_attribute(ctx, m.fn[i],

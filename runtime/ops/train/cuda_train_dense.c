@@ -105,12 +105,13 @@ static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdens
     return TWELL_OK;
 }
 
+/* Template `name` with parameters p[0..n) as a loaded module and its one kernel `fname`. */
 static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
-                              tw_CUmodule *mod) {
+                              const char *fname, tw_CUmodule *mod, tw_CUfunction *fn) {
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
     TD_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_load(ctx, cubin.data, mod);
+    twell_status st = tw_cu_module_open(ctx, cubin.data, &fname, 1, mod, fn);
     tw_cubin_free(&cubin);
     return st;
 }
@@ -140,14 +141,13 @@ static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
     unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
     p[TD_WG][7].ival = (long long)wgs;
     for (int i = 0; i < 5; i++) {
-        TD_TRY(td_module(ctx, "gemm_sm90", p[i], 9, &d->mod[i]));
-        TD_TRY(tw_cu_module_function(ctx, d->mod[i], "twell_gemm_sm90", &d->fn[i]));
+        TD_TRY(td_module(ctx, "gemm_sm90", p[i], 9, "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
         TD_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
                                         TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)(i == TD_WG ? TD_WG_SMEM(wgs) : TD_SMEM)));
     }
-    TD_TRY(td_module(ctx, "train_dense_aux", NULL, 0, &d->mod[TD_AUX]));
-    return tw_cu_module_function(ctx, d->mod[TD_AUX], "twell_train_dense_stats", &d->fn[TD_AUX]);
+    return td_module(ctx, "train_dense_aux", NULL, 0, "twell_train_dense_stats", &d->mod[TD_AUX],
+                     &d->fn[TD_AUX]);
 }
 
 static void td_unload(tw_tdense *d) {

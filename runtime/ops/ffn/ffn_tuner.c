@@ -1,5 +1,6 @@
 /*
- * gpu_tune_ffn.c — ffn_fused candidates on a CUDA device. Each candidate is compiled on a worker
+ * ffn_tuner.c — the ffn_infer op's part of the tuning engine (ffn_tuner.h): ffn_fused
+ * candidates on a CUDA device. Each candidate is compiled on a worker
  * thread (tw_ffn_cfg_params: the parameters a plan renders, so the cubin is the one a plan later
  * finds in the cache), loaded, and run through ONE real plan (tw_cuda_ffn_force swaps its tiled
  * module), so the timed sequence is the plan's own: pre-pass, list build, overflow kernels,
@@ -9,7 +10,8 @@
  * with the tolerance of tests/test_gpu_ffn_infer.c, and the tiled path (not its fallback) must
  * have produced them.
  */
-#include "gpu_tune_ffn.h"
+#include "ffn_tuner.h"
+
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
 
@@ -32,7 +34,7 @@ typedef struct tw_ffn_slot {
     char err[384];
 } tw_ffn_slot;
 
-struct tw_gpu_ffn {
+typedef struct tw_gpu_ffn {
     tw_gpu_harness h; /* the context, timing resources and first failure */
     twell_shape shape;
     size_t M, P;
@@ -45,7 +47,7 @@ struct tw_gpu_ffn {
     uint32_t *packed;
     float *ref; /* [P, K] reference of the probe rows */
     uint16_t *got;
-};
+} tw_gpu_ffn;
 
 static tw_ffn_slot *tw_fslot(tw_gpu_ffn *t, const tw_tune_config *cfg) {
     return &t->slots[cfg - t->base];
@@ -257,8 +259,12 @@ static void tw_ffn_release(void *user, const tw_tune_config *cfg) {
     memset(slot, 0, sizeof *slot);
 }
 
-twell_status tw_gpu_ffn_create(twell_ctx *ctx, const twell_shape *s, size_t M, tw_gpu_ffn **out,
-                               tw_tune_callbacks *cb) {
+/* ---- the op's driver ---- */
+
+static twell_status tw_ffn_tune_create(twell_ctx *ctx, const tw_tune_space *sp,
+                                       const twell_shape *s, size_t M, void **out,
+                                       tw_tune_callbacks *cb) {
+    (void)sp; /* the op has one space, ffn_fused */
     *out = NULL;
     tw_gpu_ffn *t = calloc(1, sizeof *t);
     if (!t)
@@ -278,7 +284,9 @@ twell_status tw_gpu_ffn_create(twell_ctx *ctx, const twell_shape *s, size_t M, t
     return TWELL_OK;
 }
 
-void tw_gpu_ffn_destroy(tw_gpu_ffn *t, twell_status st) {
+/* Frees the state (its plan, device buffers and any module left loaded). */
+static void tw_ffn_tune_destroy(void *state, twell_status st) {
+    tw_gpu_ffn *t = state;
     if (!t)
         return;
     twell_ctx *ctx = t->h.ctx;
@@ -303,3 +311,24 @@ void tw_gpu_ffn_destroy(tw_gpu_ffn *t, twell_status st) {
     tw_gpu_harness_free(&t->h, st);
     free(t);
 }
+
+/* The launcher's parameters (derived staging capacities included): the plan's cubin. */
+static size_t tw_ffn_tune_params(twell_ctx *ctx, const tw_tune_config *cfg, const twell_shape *s,
+                                 tw_param *out, size_t cap) {
+    tw_ffn_cfg fc;
+    if (cap < TW_FFN_NPARAMS || !ctx || !ctx->cuda || tw_ffn_cfg_from_tune(cfg, &fc) != 0)
+        return 0;
+    return tw_ffn_cfg_params(&fc, s, ctx->cuda, out);
+}
+
+static const tw_tune_space *const tw_ffn_spaces[] = {&tw_ffn_space_fused};
+
+const tw_tune_op tw_ffn_tune_op = {
+    .op = TW_FFN_INFER_OP,
+    .spaces = tw_ffn_spaces,
+    .nspaces = 1,
+    .gate_agnostic = 0,
+    .create = tw_ffn_tune_create,
+    .destroy = tw_ffn_tune_destroy,
+    .params = tw_ffn_tune_params,
+};

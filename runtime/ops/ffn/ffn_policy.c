@@ -1,0 +1,66 @@
+/*
+ * ffn_policy.c — TWELL_PATH_AUTO's choice between the small-batch, tiled and dense paths of
+ * twell_ffn_infer (ffn_policy.h): a pure function of M, the density estimate and what can run.
+ */
+#include "ffn_policy.h"
+
+#include <math.h>
+
+const char *tw_ffn_route_name(tw_ffn_route r) {
+    switch (r) {
+    case TW_ROUTE_SMALL:
+        return "small";
+    case TW_ROUTE_TILED:
+        return "tiled";
+    case TW_ROUTE_DENSE:
+        return "dense";
+    }
+    return NULL;
+}
+
+/* The dense crossover by M (ffn_policy.h's measurements): from `rows` up to the next entry, dense
+ * wins above `density`·N active values per row. Each range takes the value measured inside it
+ * (M = 64, 256, 1000, 4096, 16384); the edges sit between the measured M. */
+static const struct {
+    size_t rows;
+    double density;
+} tw_policy_dense[] = {
+    {TW_POLICY_DENSE_MIN_ROWS, 0.0200},
+    {128, 0.0133},
+    {512, 0.0090},
+    {2048, 0.0166},
+    {8192, 0.0145},
+};
+
+double tw_ffn_policy_dense_threshold(size_t M, uint32_t N) {
+    double density = INFINITY;
+    for (size_t i = 0; i < sizeof tw_policy_dense / sizeof tw_policy_dense[0]; i++)
+        if (M >= tw_policy_dense[i].rows)
+            density = tw_policy_dense[i].density;
+    return density * (double)N;
+}
+
+/* Whether the dense path beats the tiled pipeline for `in` (ffn_policy.h, rule 1). */
+static int tw_policy_wants_dense(const tw_ffn_policy_in *in) {
+    if (!in->dense_ok)
+        return 0;
+    size_t min_rows = in->dense_min_rows > 0 ? in->dense_min_rows : TW_POLICY_DENSE_MIN_ROWS;
+    if (in->M < min_rows)
+        return 0;
+    /* below the smallest dense M (a hook may lower it) the threshold of that M applies */
+    size_t at = in->M < TW_POLICY_DENSE_MIN_ROWS ? TW_POLICY_DENSE_MIN_ROWS : in->M;
+    double thr = in->dense_thr > 0.0 ? in->dense_thr : tw_ffn_policy_dense_threshold(at, in->N);
+    if (thr == 0.0)
+        return 1; /* dense wins at every density here: no estimate needed */
+    if (!(in->est >= 0.0))
+        return 0; /* nothing known yet: the sparse paths are fine at low density */
+    return in->est > (in->was_dense ? TW_POLICY_STAY * thr : thr);
+}
+
+tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
+    if (tw_policy_wants_dense(in))
+        return TW_ROUTE_DENSE;
+    if (in->small_ok && in->M <= TW_POLICY_SMALL_MAX_ROWS)
+        return TW_ROUTE_SMALL;
+    return TW_ROUTE_TILED;
+}

@@ -1,0 +1,162 @@
+/* test_ffn_policy.c — TWELL_PATH_AUTO's route choice for twell_ffn_infer (runtime/ops/ffn/
+ * ffn_policy.c): the decision table over M, the density estimate, what can run and the stay band
+ * after a dense call, the hooks' overrides, and twell_plan_reserve's argument checks on the CPU
+ * backend (no GPU needed).
+ * labels: unit */
+#include "ffn_policy.h"
+#include "twellrt.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define SM TW_ROUTE_SMALL
+#define TI TW_ROUTE_TILED
+#define DE TW_ROUTE_DENSE
+
+static tw_ffn_route route(size_t M, double est, int small_ok, int dense_ok, int was_dense) {
+    tw_ffn_policy_in in;
+    memset(&in, 0, sizeof in);
+    in.M = M, in.N = 5632, in.est = est;
+    in.small_ok = small_ok, in.dense_ok = dense_ok, in.was_dense = was_dense;
+    return tw_ffn_policy(&in);
+}
+
+/* The table at N = 5632 (the issue's shape, where the crossovers were measured), dense path
+ * available, no small-batch path. */
+static void test_ffn_policy_table(void **st) {
+    (void)st;
+    static const struct {
+        size_t M;
+        double est;
+        int was_dense;
+        tw_ffn_route want;
+    } t[] = {
+        /* nothing known yet: the tiled pipeline */
+        {1, -1.0, 0, TI},
+        {4096, -1.0, 0, TI},
+        {65536, -1.0, 0, TI},
+        /* below 32 rows: tiled at any density */
+        {1, 1126.0, 0, TI},
+        {8, 280.0, 0, TI},
+        {31, 1126.0, 1, TI},
+        /* 32..127 rows: dense above 2.0% of N (112.6 per row) */
+        {32, 110.0, 0, TI},
+        {64, 120.0, 0, DE},
+        {64, 280.0, 0, DE},
+        /* 128..511: 1.33% (74.9) */
+        {256, 56.0, 0, TI},
+        {256, 80.0, 0, DE},
+        /* 512..2047: 0.9% (50.7) */
+        {1000, 29.0, 0, TI},
+        {1000, 56.0, 0, DE},
+        /* 2048..8191: 1.66% (93.5) */
+        {4096, 56.0, 0, TI},
+        {4096, 90.0, 0, TI},
+        {4096, 110.0, 0, DE},
+        /* from 8192: 1.45% (81.7) */
+        {16384, 56.0, 0, TI},
+        {16384, 85.0, 0, DE},
+        {65536, 1126.0, 0, DE},
+        /* after a dense call: stays dense down to 0.8 of the threshold */
+        {4096, 80.0, 1, DE},
+        {4096, 70.0, 1, TI},
+        {1000, 45.0, 1, DE},
+        {1000, 35.0, 1, TI},
+        {16384, 29.0, 1, TI},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        tw_ffn_route got = route(t[i].M, t[i].est, 0, 1, t[i].was_dense);
+        if (got != t[i].want)
+            fail_msg("M=%zu est=%.1f was_dense=%d: %s, expected %s", t[i].M, t[i].est,
+                     t[i].was_dense, tw_ffn_route_name(got), tw_ffn_route_name(t[i].want));
+    }
+}
+
+/* What cannot run is never chosen; the small-batch path, when it can run, takes the small M the
+ * tiled pipeline would. */
+static void test_ffn_policy_availability(void **st) {
+    (void)st;
+    assert_int_equal(route(16384, 1126.0, 0, 0, 0), TI); /* no dense path: tiled */
+    assert_int_equal(route(16384, 1126.0, 0, 0, 1), TI);
+    assert_int_equal(route(1, 29.0, 1, 1, 0), SM);
+    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 1, 0), SM);
+    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS + 1, -1.0, 1, 1, 0), TI);
+    assert_int_equal(route(4096, 280.0, 1, 1, 0), DE);
+    /* the small path replaces tiled, not dense: an estimate above the dense crossover keeps dense
+     * from 32 rows; below 32 rows (never dense) and at low density it is small */
+    assert_int_equal(route(64, 29.0, 1, 1, 0), SM);
+    assert_int_equal(route(256, 280.0, 1, 1, 0), DE);
+    assert_int_equal(route(256, 280.0, 1, 0, 0), SM);
+    assert_int_equal(route(8, 1126.0, 1, 1, 1), SM);
+    assert_string_equal(tw_ffn_route_name(SM), "small");
+    assert_string_equal(tw_ffn_route_name(TI), "tiled");
+    assert_string_equal(tw_ffn_route_name(DE), "dense");
+    assert_null(tw_ffn_route_name((tw_ffn_route)7));
+}
+
+/* The threshold function and the hooks' overrides (threshold, smallest dense M). */
+static void test_ffn_policy_threshold_and_overrides(void **st) {
+    (void)st;
+    assert_true(isinf(tw_ffn_policy_dense_threshold(1, 5632)));
+    assert_true(isinf(tw_ffn_policy_dense_threshold(TW_POLICY_DENSE_MIN_ROWS - 1, 5632)));
+    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0166 * 5632) < 1e-9);
+    /* every measured range: a fraction of N between 0.5% and 5% */
+    for (size_t M = TW_POLICY_DENSE_MIN_ROWS; M <= 65536; M *= 2) {
+        double f = tw_ffn_policy_dense_threshold(M, 5632) / 5632.0;
+        assert_true(f > 0.005 && f < 0.05);
+    }
+    /* the crossover is a density: it scales with N */
+    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 11008) / 11008.0 -
+                     tw_ffn_policy_dense_threshold(4096, 5632) / 5632.0) < 1e-12);
+    tw_ffn_policy_in in;
+    memset(&in, 0, sizeof in);
+    in.M = 7, in.N = 5632, in.est = 2.0, in.dense_ok = 1;
+    assert_int_equal(tw_ffn_policy(&in), TI);
+    in.dense_min_rows = 1, in.dense_thr = 0.25; /* test_gpu_ffn_dense's forcing */
+    assert_int_equal(tw_ffn_policy(&in), DE);
+    in.dense_thr = 1e9;
+    assert_int_equal(tw_ffn_policy(&in), TI);
+    in.est = -1.0, in.dense_thr = 0.25; /* an override needs an estimate too */
+    assert_int_equal(tw_ffn_policy(&in), TI);
+}
+
+/* twell_plan_reserve on the CPU backend: arguments checked, nothing else to do. */
+static void test_ffn_policy_reserve_args_cpu(void **st) {
+    (void)st;
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    twell_ctx *ctx = NULL;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    twell_shape s = twell_shape_default(64, 256);
+    twell_plan *plan = NULL;
+    assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
+    assert_int_equal(twell_plan_reserve(NULL, 1, 0.0), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_plan_reserve(plan, 0, 0.0), TWELL_ERR_INVALID_ARG);
+    assert_non_null(strstr(twell_ctx_errmsg(ctx), "max_M"));
+    assert_int_equal(twell_plan_reserve(plan, 1, -0.5), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_plan_reserve(plan, 1, 256.5), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_plan_reserve(plan, 1, NAN), TWELL_ERR_INVALID_ARG);
+    assert_non_null(strstr(twell_ctx_errmsg(ctx), "nnz_per_row"));
+    assert_int_equal(twell_plan_reserve(plan, (size_t)-1, 1.0), TWELL_ERR_INVALID_ARG);
+    assert_int_equal(twell_plan_reserve(plan, 65536, 256.0), TWELL_OK);
+    assert_string_equal(twell_ctx_errmsg(ctx), "");
+    twell_plan_destroy(plan);
+    twell_ctx_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ffn_policy_table),
+        cmocka_unit_test(test_ffn_policy_availability),
+        cmocka_unit_test(test_ffn_policy_threshold_and_overrides),
+        cmocka_unit_test(test_ffn_policy_reserve_args_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
