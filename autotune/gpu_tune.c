@@ -68,15 +68,15 @@ const tw_tune_space *tw_tune_op_pick(const tw_tune_op *op, const tw_tune_problem
     return NULL;
 }
 
-int tw_tune_op_runnable(const tw_tune_op *op, const tw_tune_space *sp) {
+int tw_tune_op_runnable(const twell_ctx *ctx, const tw_tune_op *op, const tw_tune_space *sp) {
     return op && op->create && sp && tw_tune_op_space(op, sp->kernel) == sp &&
-           tw_template_exists(sp->kernel);
+           tw_template_exists(ctx, sp->kernel);
 }
 
-const tw_tune_space *tw_tune_op_pick_runnable(const tw_tune_op *op, const tw_tune_problem *p,
-                                              const tw_tune_device *d) {
+const tw_tune_space *tw_tune_op_pick_runnable(const twell_ctx *ctx, const tw_tune_op *op,
+                                              const tw_tune_problem *p, const tw_tune_device *d) {
     for (size_t i = 0; op && i < op->nspaces; i++)
-        if (tw_supports(op->spaces[i], p, d) && tw_tune_op_runnable(op, op->spaces[i]))
+        if (tw_supports(op->spaces[i], p, d) && tw_tune_op_runnable(ctx, op, op->spaces[i]))
             return op->spaces[i];
     return NULL;
 }
@@ -124,10 +124,10 @@ static twell_status tw_session_open(twell_ctx *ctx, const tw_tune_op *op, const 
     if (kernel) {
         sp = tw_tune_op_space(op, kernel);
         if (sp && (strcmp(sp->op, t->p.op) != 0 || !tw_supports(sp, &t->p, &t->dev) ||
-                   !tw_tune_op_runnable(op, sp)))
+                   !tw_tune_op_runnable(ctx, op, sp)))
             sp = NULL;
     } else {
-        sp = tw_tune_op_pick_runnable(op, &t->p, &t->dev);
+        sp = tw_tune_op_pick_runnable(ctx, op, &t->p, &t->dev);
     }
     if (!sp)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
@@ -210,12 +210,12 @@ int tw_tune_op_winner(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
     if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
         return -1;
     if (st == TWELL_ERR_NOT_FOUND) {
-        const tw_tune_space *sp = tw_tune_op_pick_runnable(op, &p, &dev);
+        const tw_tune_space *sp = tw_tune_op_pick_runnable(ctx, op, &p, &dev);
         if (!tune_now || !sp || strcmp(sp->kernel, kernel) != 0)
             return -1;
         tw_tune_options o = tw_tune_options_default();
         tw_tune_choice ch;
-        tw_log(ctx, TWELL_LOG_INFO, "%s: TWELL_TUNE=1: tuning K=%u N=%u M bucket %zu", p.op,
+        tw_log(ctx, TWELL_LOG_INFO, "%s: tuning on first use: K=%u N=%u M bucket %zu", p.op,
                p.shape.K, p.shape.N, p.M);
         if (tw_tune_op_gpu(ctx, op, NULL, shape, M, &o, 0, &ch) != TWELL_OK) {
             tw_log(ctx, TWELL_LOG_WARN, "%s: tuning failed, using the default: %s", p.op,
@@ -235,4 +235,35 @@ int tw_tune_op_winner(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
         return -1;
     }
     return 0;
+}
+
+twell_status tw_tune_op_ensure(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
+                               const twell_shape *shape, size_t M, int retune) {
+    tw_tune_device dev;
+    twell_status st = tw_tune_device_of(ctx, &dev);
+    if (st != TWELL_OK)
+        return st;
+    tw_tune_problem p;
+    tw_tune_op_problem(op, shape, M, &p);
+    tw_tune_record rec;
+    st = tw_tune_store_load(ctx, &p, &dev, &rec);
+    if (st != TWELL_OK && st != TWELL_ERR_NOT_FOUND)
+        return st;
+    if (st == TWELL_OK && !retune)
+        return TWELL_OK;
+    /* Only where the tuner would pick the plan's kernel, as tw_tune_op_winner: another kernel's
+     * record is not this plan's to write (plans of the usual variant read it), and a plan whose
+     * kernel has no runnable space keeps its default. */
+    const tw_tune_space *sp = tw_tune_op_pick_runnable(ctx, op, &p, &dev);
+    if (!sp || strcmp(sp->kernel, kernel) != 0) {
+        tw_log(ctx, TWELL_LOG_INFO,
+               "%s: nothing to tune for %s at M bucket %zu (the tuner's kernel here is %s)", p.op,
+               kernel, p.M, sp ? sp->kernel : "none");
+        return TWELL_OK;
+    }
+    tw_tune_options o = tw_tune_options_default();
+    tw_tune_choice ch;
+    tw_log(ctx, TWELL_LOG_INFO, "%s: tuning K=%u N=%u M bucket %zu%s", p.op, p.shape.K, p.shape.N,
+           p.M, retune ? " again" : "");
+    return tw_tune_op_gpu(ctx, op, NULL, shape, M, &o, retune, &ch);
 }

@@ -57,13 +57,14 @@ const tw_tune_space *tw_tune_op_pick(const tw_tune_op *op, const tw_tune_problem
                                      const tw_tune_device *d);
 
 /* 1 when this build can launch and verify candidates of sp, one of op's spaces, on a device (op
- * has callbacks and sp's template file is present), else 0. */
-int tw_tune_op_runnable(const tw_tune_op *op, const tw_tune_space *sp);
+ * has callbacks and sp's template file is present in tw_template_dir(ctx); ctx may be NULL: the
+ * process's default directory), else 0. */
+int tw_tune_op_runnable(const twell_ctx *ctx, const tw_tune_op *op, const tw_tune_space *sp);
 
 /* The space op is tuned with on d: the first (in preference order) that supports the problem
- * and is runnable; NULL when there is none. */
-const tw_tune_space *tw_tune_op_pick_runnable(const tw_tune_op *op, const tw_tune_problem *p,
-                                              const tw_tune_device *d);
+ * and is runnable for ctx (may be NULL); NULL when there is none. */
+const tw_tune_space *tw_tune_op_pick_runnable(const twell_ctx *ctx, const tw_tune_op *op,
+                                              const tw_tune_problem *p, const tw_tune_device *d);
 
 /* The configuration of op for (shape, M) on ctx's device: the stored winner when there is one
  * (nothing compiled or timed), else tuned now with the real kernels on synthetic data of the
@@ -98,6 +99,15 @@ twell_status tw_tune_op_exhaustive(twell_ctx *ctx, const tw_tune_op *op, const c
 int tw_tune_op_winner(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
                       const twell_shape *shape, size_t M, int tune_now, const char *plan_what,
                       int (*take)(const tw_tune_config *cfg, void *arg), void *arg);
+
+/* What twell_plan_tune asks of the engine for a plan running `kernel`, one of op's templates:
+ * makes sure (op, shape, M's bucket) has a stored winner on ctx's device. Nothing is timed when
+ * one is stored (retune 0); otherwise, provided the tuner would pick `kernel` for the problem (as
+ * tw_tune_op_winner), it is tuned now (tw_tune_op_gpu; retune: timed again, replaced only by a
+ * challenger at least 3% faster). TWELL_OK also when the tuner would pick another kernel or none:
+ * the plan keeps its default. Errors: those of tw_tune_device_of, the store and tw_tune_op_gpu. */
+twell_status tw_tune_op_ensure(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
+                               const twell_shape *shape, size_t M, int retune);
 
 /* The cubin of cfg (one of op's configurations) for shape on ctx's device (kernel cache hit, or
  * compiled and published): what a plan does with a chosen config. Errors: TWELL_ERR_UNSUPPORTED

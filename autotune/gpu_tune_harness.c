@@ -58,9 +58,7 @@ void tw_gpu_harness_note(tw_gpu_harness *h, const tw_tune_config *cfg, const cha
 twell_status tw_gpu_harness_compile(const tw_gpu_harness *h, const char *kernel,
                                     const tw_param *prm, size_t np, tw_cubin *out, char *err,
                                     size_t errlen) {
-    const twell_ctx *ctx = h->ctx;
-    return tw_jit_cubin_detached(ctx->cache_dir, ctx->opts.cache_max_bytes, kernel, prm, np,
-                                 ctx->cuda->arch, out, err, errlen);
+    return tw_jit_cubin_detached(h->ctx, kernel, prm, np, h->ctx->cuda->arch, out, err, errlen);
 }
 
 twell_status tw_gpu_harness_measure(tw_gpu_harness *h, const tw_tune_config *cfg,

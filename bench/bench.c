@@ -4,8 +4,6 @@
  */
 #include "bench.h"
 #include "cli.h"
-#include "jit.h"
-#include "plan_cuda.h"
 
 #include <errno.h>
 #include <math.h>
@@ -266,6 +264,46 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->date, sizeof r->date, "%s", env->date);
 }
 
+int bench_plan_int(twell_plan *plan, int op) {
+    int v = 0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : 0;
+}
+
+double bench_plan_double(twell_plan *plan, int op) {
+    double v = -1.0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : -1.0;
+}
+
+size_t bench_plan_size(twell_plan *plan, int op) {
+    size_t v = 0;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : 0;
+}
+
+twell_path bench_plan_path(twell_plan *plan, int op) {
+    twell_path v = TWELL_PATH_AUTO;
+    return tw_test_control(op, plan, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+double bench_plan_threshold(twell_plan *plan, size_t M) {
+    double v = -1.0;
+    return tw_test_control(TW_TC_DENSE_THRESHOLD, plan, M, &v) == TWELL_OK ? v : -1.0;
+}
+
+const char *bench_plan_variant(twell_plan *plan) {
+    const char *v = "auto";
+    return tw_test_control(TW_TC_GP_VARIANT, plan, &v) == TWELL_OK && v ? v : "auto";
+}
+
+twell_path bench_state_path(twell_train_state *state, int op) {
+    twell_path v = TWELL_PATH_AUTO;
+    return tw_test_control(op, state, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+unsigned long bench_state_calls(twell_train_state *state, twell_path path) {
+    unsigned long v = 0;
+    return tw_test_control(TW_TC_TD_CALLS, state, (int)path, &v) == TWELL_OK ? v : 0;
+}
+
 size_t bench_max_M(const bench_opts *o) {
     size_t Mmax = 0;
     for (size_t i = 0; i < o->nM; i++)
@@ -288,19 +326,14 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
         fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
         return 1;
     }
-    int want = tw_gp_variant_parse(o->variant);
-    if (!strcmp(o->variant, "small"))
-        want = TW_GP_AUTO;
-    tw_small_mode mode = !strcmp(o->variant, "small") ? TW_SMALL_FORCE
-                         : want != TW_GP_AUTO         ? TW_SMALL_OFF
-                                                      : TW_SMALL_AUTO;
-    if (!strcmp(o->path, "small"))
-        mode = TW_SMALL_FORCE;
-    else if (!strcmp(o->path, "sparse") || !strcmp(o->path, "dense"))
-        mode = TW_SMALL_OFF;
-    (void)tw_cuda_small_set_mode(*plan, mode);
-    if (want != TW_GP_AUTO &&
-        tw_cuda_plan_gate_pack_select(*plan, (tw_gp_variant)want) != TWELL_OK) {
+    const char *smode =
+        !strcmp(o->variant, "small") || !strcmp(o->path, "small") ? "force"
+        : strcmp(o->variant, "auto") != 0 || !strcmp(o->path, "sparse") || !strcmp(o->path, "dense")
+            ? "off"
+            : "auto";
+    (void)tw_test_control(TW_TC_SMALL_SET_MODE, *plan, smode);
+    if (strcmp(o->variant, "auto") != 0 && strcmp(o->variant, "small") != 0 &&
+        tw_test_control(TW_TC_GP_SELECT, *plan, o->variant) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
         twell_plan_destroy(*plan);
         *plan = NULL;

@@ -5,9 +5,7 @@
 #ifndef TWELL_BENCH_H
 #define TWELL_BENCH_H
 
-#include "cuda_driver.h"
-#include "synth.h"
-#include "twellrt.h"
+#include "twellrt_internal.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -120,6 +118,19 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan);
  * Returns NULL after printing on failure. */
 tw_synth_ffn *bench_synth(bench_env *env, const twell_shape *s, size_t M, int gated, size_t di,
                           size_t ni);
+
+/* ---- probes of a plan or training state through tw_test_control (bench/bench.c) ---- */
+/* The value op (one of the probes of test_control.h whose result is an int, double, size_t,
+ * twell_path or variant name) writes for obj; the neutral value when the call fails. */
+int bench_plan_int(twell_plan *plan, int op);
+double bench_plan_double(twell_plan *plan, int op);
+size_t bench_plan_size(twell_plan *plan, int op);
+twell_path bench_plan_path(twell_plan *plan, int op);
+double bench_plan_threshold(twell_plan *plan, size_t M); /* TW_TC_DENSE_THRESHOLD at M rows */
+const char *bench_plan_variant(twell_plan *plan); /* TW_TC_GP_VARIANT: "simt", "sm90", "auto" */
+twell_path bench_state_path(twell_train_state *state, int op);
+/* TW_TC_TD_CALLS: forwards of `path` the state has run. */
+unsigned long bench_state_calls(twell_train_state *state, twell_path path);
 
 /* ---- the dense baselines' elementwise kernels (bench/bench.c) ---- */
 struct tw_param;

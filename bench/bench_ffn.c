@@ -17,11 +17,6 @@
  * whether the tiled pipeline ran or fell back, and its pair slots per row.
  */
 #include "bench.h"
-#include "cpu_ref.h"
-#include "half.h"
-#include "jit.h"
-#include "pack_check.h"
-#include "plan_cuda.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +108,7 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
         return 0;
     }
     uint32_t fl[4];
-    if (tw_cuda_ffn_flags(plan, fl) != TWELL_OK)
+    if (tw_test_control(TW_TC_FFN_FLAGS, plan, fl) != TWELL_OK)
         memset(fl, 0, sizeof fl);
     for (size_t i = 0; i < n; i++)
         if (hy[i] == 0xFFFFu || !isfinite(tw_half_to_f32(s->dtype, hy[i]))) {
@@ -169,36 +164,39 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                     worst = e, worst_row = rows[i];
             }
             double tol = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
-            size_t chunk = M < TW_FFN_CHUNK ? M : TW_FFN_CHUNK;
+            size_t chunk_rows = 0;
+            (void)tw_test_control(TW_TC_FFN_CHUNK_ROWS, &chunk_rows);
+            size_t chunk = M < chunk_rows ? M : chunk_rows;
             r->checked_rows = nr;
             r->max_rel_err = worst;
             ok = worst <= tol;
-            if (tw_cuda_small_last_ffn(plan))
+            if (bench_plan_int(plan, TW_TC_SMALL_LAST_FFN))
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); small-batch "
                          "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
                          worst, worst_row, tol, stats.overflow_tiles,
-                         (double)tw_cuda_small_workspace_bytes(plan) / 1e6);
-            else if (tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE)
+                         (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
+            else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE)
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
                          "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
                          "row-tiles %zu (all M); dense workspace %.0f MB",
-                         worst, worst_row, tol, env->opts->path, tw_cuda_dense_estimate(plan),
-                         tw_cuda_dense_threshold(plan, M), stats.overflow_tiles,
-                         (double)tw_cuda_dense_workspace_bytes(plan) / 1e6);
+                         worst, worst_row, tol, env->opts->path,
+                         bench_plan_double(plan, TW_TC_DENSE_ESTIMATE),
+                         bench_plan_threshold(plan, M), stats.overflow_tiles,
+                         (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
             else
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair "
                          "slots %.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB; "
                          "estimate %.1f/row",
                          worst, worst_row, tol,
-                         !tw_cuda_ffn_tiled(plan) ? "portable row kernel"
-                         : fl[0]                  ? "tiled pipeline FELL BACK to the row kernel"
-                                                  : "tiled pipeline",
+                         !bench_plan_int(plan, TW_TC_FFN_TILED) ? "portable row kernel"
+                         : fl[0] ? "tiled pipeline FELL BACK to the row kernel"
+                                 : "tiled pipeline",
                          (double)fl[1] / (double)chunk, stats.overflow_tiles,
-                         (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6,
-                         tw_cuda_dense_estimate(plan));
+                         (double)bench_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6,
+                         bench_plan_double(plan, TW_TC_DENSE_ESTIMATE));
         }
     }
     free(rows);
@@ -210,15 +208,12 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
 
 /* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense, tiled or rows. */
 static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
-    const char *k = tw_cuda_small_last_ffn(plan)                        ? "small"
-                    : tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE ? "dense"
-                    : tw_cuda_ffn_tiled(plan)                           ? "tiled"
-                                                                        : "rows";
+    const char *k = bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
+                    : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
+                    : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
+                                                                                       : "rows";
     snprintf(out, n, "%s+%s",
-             tw_cuda_small_last_gate(plan)
-                 ? "small"
-                 : tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)),
-             k);
+             bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small" : bench_plan_variant(plan), k);
 }
 
 /* Wd [N, K] -> Wdᵀ [K, N]. */
@@ -280,7 +275,7 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     ours.stream = cs;
     dense.stream = cs;
     twell_status st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_e2e, &ours, &g[0]);
-    twell_path took = tw_cuda_dense_last_path(plan);
+    twell_path took = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
     if (st == TWELL_OK)
         st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_fused, &ours, &g[1]);
     int dense_ok = have_dense;
@@ -351,7 +346,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         return 1;
     twell_path path = bench_path_parse(o->path);
     if (twell_plan_set_path(plan, path) != TWELL_OK ||
-        (path == TWELL_PATH_DENSE && !tw_cuda_dense_available(plan))) {
+        (path == TWELL_PATH_DENSE && !bench_plan_int(plan, TW_TC_DENSE_AVAILABLE))) {
         fprintf(stderr,
                 "twell bench: --path %s: the dense path is not available for this plan "
                 "(sm_90a and K %% 64 == 0 needed)\n",
@@ -429,7 +424,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 }
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
                 bench_ffn_variant(plan, r.variant, sizeof r.variant);
-                twell_path eager_path = tw_cuda_dense_last_path(plan);
+                twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
                 bench_check_report(&r);
                 if (!eager) {
                     if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs,

@@ -11,9 +11,6 @@
  * unwritten or malformed words.
  */
 #include "bench.h"
-#include "cpu_ref.h"
-#include "pack_check.h"
-#include "plan_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,8 +102,9 @@ static int bench_gp_check(bench_env *env, const twell_shape *s, twell_plan *plan
             /* The 1-unit bound holds only for the SIMT kernel, which sums in the reference's
              * order; tensor-core kernels sum in another order, so near-cancelling values may move
              * further while staying inside the fp32 bounds that tiles_bad checks. */
-            ok = c.tiles_bad == 0 && (tw_cuda_plan_gate_pack_variant(plan) != TW_GP_SIMT ||
-                                      tw_cuda_small_last_gate(plan) || c.worst_ulp <= 1);
+            ok = c.tiles_bad == 0 &&
+                 (strcmp(bench_plan_variant(plan), "simt") != 0 ||
+                  bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) || c.worst_ulp <= 1);
             if (c.tiles_bad)
                 snprintf(r->check_note, sizeof r->check_note, "%zu bad row-tiles; first: %s",
                          c.tiles_bad, c.first_bad);
@@ -171,9 +169,8 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
                 bench_record_init(env, &r, "gate_pack", M, o->dist[di], o->nnz[ni]);
                 r.correct = bench_gp_check(env, &s, plan, M, f, dx, dw, dp, host, &r);
                 snprintf(r.variant, sizeof r.variant, "%s",
-                         tw_cuda_small_last_gate(plan)
-                             ? "small"
-                             : tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)));
+                         bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small"
+                                                                     : bench_plan_variant(plan));
                 bench_check_report(&r);
 
                 bench_gp_ours ours = {plan, M, dx, dw, dp};

@@ -32,7 +32,7 @@
  * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (the check
  * state's first forward under AUTO, or DENSE) its contract applies: U, Tm, dU, dP rounded to
  * dtype, so the check allows 1.5e-2 (bf16) / 3e-3 (fp16) for y, 3e-2 / 4e-3 for dx and 1e-2 /
- * 2e-3 for the weight gradients; the support comes from its saved gate (tw_ctd_download_p),
+ * 2e-3 for the weight gradients; the support comes from its saved gate (TW_TC_TD_DOWNLOAD_P),
  * compared as above. dx gets more room: the synthetic data's constant feature (x[:, 0] = 1,
  * Wg[:, 0] = -threshold ≈ -2.6) makes dx[m, 0] = Σ dP·Wg[n, 0] dominate the row, and with few
  * active values per row that signed sum can cancel, amplifying dP's 16-bit rounding (measured
@@ -42,12 +42,6 @@
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
  */
 #include "bench.h"
-#include "cpu_train.h"
-#include "cuda_train.h"
-#include "cuda_train_dense.h"
-#include "half.h"
-#include "jit.h"
-#include "plan_cuda.h"
 #include "train_check.h"
 #include "train_wcheck.h"
 
@@ -283,8 +277,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
                                       NULL)) != TWELL_OK ||
         (st = twell_ffn_backward(gplan, gst, Mc, o->x, o->wg, o->wu, o->wd, o->dy, lambda, o->dx,
                                  o->dwg, o->dwu, o->dwd, NULL)) != TWELL_OK ||
-        (!(gdense = tw_ctd_last_path(gst) == TWELL_PATH_DENSE) &&
-         (st = tw_cuda_train_download(gst, &h)) != TWELL_OK) ||
+        (!(gdense = bench_state_path(gst, TW_TC_TD_LAST_PATH) == TWELL_PATH_DENSE) &&
+         (st = tw_test_control(TW_TC_TRAIN_DOWNLOAD, gst, &h)) != TWELL_OK) ||
         (st = tw_cuda_memcpy_dtoh(ctx, gy, o->y, xk * 2)) != TWELL_OK ||
         (st = tw_cuda_memcpy_dtoh(ctx, gdx, o->dx, xk * 2)) != TWELL_OK ||
         (st = tw_cuda_memcpy_dtoh(ctx, gw, o->dwg, wk * 4)) != TWELL_OK ||
@@ -303,7 +297,7 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         uint32_t *col = NULL;
         uint16_t *pb = NULL;
         size_t nnz = 0;
-        if (pg && ro && (st = tw_ctd_download_p(gst, Mc, pg)) == TWELL_OK) {
+        if (pg && ro && (st = tw_test_control(TW_TC_TD_DOWNLOAD_P, gst, Mc, pg)) == TWELL_OK) {
             for (size_t i = 0; i < Mc * N; i++)
                 nnz += tw_half_to_f32(s->dtype, pg[i]) > 0.0f;
             col = malloc((nnz + 1) * sizeof *col);
@@ -358,7 +352,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     }
     bt_compare(s, &gs.sup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
     double t16 = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
-    int tiled = tw_cuda_train_udt_tiled(gst); /* see the file comment */
+    int tiled = 0; /* see the file comment */
+    (void)tw_test_control(TW_TC_TRAIN_UDT_TILED, gst, &tiled);
     /* the weight gradients against the fp64 model on the neurons whose support agrees */
     tw_train_wcheck wr[2]; /* [0] the GPU, [1] the CPU reference */
     const float *const wp[6] = {gw, gw + wk, gw + 2 * wk, rw, rw + wk, rw + 2 * wk};
@@ -389,7 +384,7 @@ done:
     free(gso), free(gro);
     bt_sup_free(&cs);
     bt_sup_free(&gs);
-    tw_cuda_train_host_free(&h);
+    (void)tw_test_control(TW_TC_TRAIN_HOST_FREE, &h);
     twell_train_state_destroy(gst);
     twell_train_state_destroy(cst);
     twell_plan_destroy(cplan);
@@ -498,14 +493,15 @@ static void bt_fill_dy(twell_dtype dt, uint16_t *dy, size_t n, uint64_t seed) {
 static void bt_profile(bt_ours *o, size_t M, const char *dist, double nnz) {
     char buf[2048];
     for (int legacy = 1; legacy >= 0; legacy--) {
-        if (tw_cuda_train_set_legacy(o->state, legacy) != TWELL_OK ||
-            tw_cuda_train_profile(o->state, 1) != TWELL_OK)
+        if (tw_test_control(TW_TC_TRAIN_SET_LEGACY, o->state, legacy) != TWELL_OK ||
+            tw_test_control(TW_TC_TRAIN_PROFILE, o->state, 1) != TWELL_OK)
             return;
         for (int i = 0; i < 5; i++)
             if (bt_ours_step(o) != TWELL_OK)
                 break;
-        tw_cuda_train_profile_report(o->state, buf, sizeof buf);
-        (void)tw_cuda_train_profile(o->state, 0);
+        size_t len = 0;
+        (void)tw_test_control(TW_TC_TRAIN_PROFILE_REPORT, o->state, buf, sizeof buf, &len);
+        (void)tw_test_control(TW_TC_TRAIN_PROFILE, o->state, 0);
         printf("# breakdown%s M=%zu %s nnz=%g (mean ms per step):\n%s",
                legacy ? " (legacy kernels)" : "", M, dist, nnz, buf);
     }
@@ -528,7 +524,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
         twell_plan_destroy(plan);
         return 1;
     }
-    const char *gpv = tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan));
+    const char *gpv = bench_plan_variant(plan);
 
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction fwd_ew = NULL, bwd_ew = NULL;
@@ -686,12 +682,12 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                                    bt_dense_step, bt_dense_fwd, bt_dense_bwd};
                 void *args[6] = {&ours, &ours, &ours, &dense, &dense, &dense};
                 double med[6] = {0}, mn[6] = {0}, mx[6] = {0};
-                unsigned long nd0 = tw_ctd_calls(state, TWELL_PATH_DENSE);
-                unsigned long ns0 = tw_ctd_calls(state, TWELL_PATH_SPARSE);
+                unsigned long nd0 = bench_state_calls(state, TWELL_PATH_DENSE);
+                unsigned long ns0 = bench_state_calls(state, TWELL_PATH_SPARSE);
                 twell_status st =
                     bench_time_case(env, &r, have_dense ? 6 : 3, fns, args, med, mn, mx);
-                int ran_d = tw_ctd_calls(state, TWELL_PATH_DENSE) > nd0;
-                int ran_s = tw_ctd_calls(state, TWELL_PATH_SPARSE) > ns0;
+                int ran_d = bench_state_calls(state, TWELL_PATH_DENSE) > nd0;
+                int ran_s = bench_state_calls(state, TWELL_PATH_SPARSE) > ns0;
                 snprintf(r.variant, sizeof r.variant, "%s+%s", gpv,
                          ran_d && ran_s ? "mixed"
                          : ran_d        ? "dense"

@@ -3,6 +3,8 @@
  * and processes share it without any lock held while the caller compiles. */
 #include "cache_int.h"
 
+#include "env.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,15 +33,15 @@ static char *tw_concat(const char *a, const char *b) {
 }
 
 char *tw_cache_default_dir(void) {
-    const char *e = getenv("TWELL_CACHE_DIR");
-    if (e && *e)
+    const char *e = tw_env_cache_dir();
+    if (e)
         return tw_concat(e, "");
     /* The XDG base-directory spec says relative values are invalid and must be ignored. */
-    e = getenv("XDG_CACHE_HOME");
+    e = tw_env_xdg_cache_home();
     if (e && e[0] == '/')
         return tw_concat(e, "/twellrt");
-    e = getenv("HOME");
-    if (e && *e)
+    e = tw_env_home();
+    if (e)
         return tw_concat(e, "/.cache/twellrt");
     return NULL;
 }

@@ -277,14 +277,17 @@ void tw_cubin_free(tw_cubin *c) {
     memset(c, 0, sizeof *c);
 }
 
-twell_status tw_jit_cubin_detached(const char *cache_dir, size_t cache_max_bytes, const char *name,
+twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
                                    const tw_param *params, size_t nparams, const char *arch,
                                    tw_cubin *out, char *err, size_t errlen) {
-    twell_ctx_options o = twell_ctx_options_default();
+    /* The parent's options (their strings are the parent's resolved copies), on the CPU backend
+     * with one thread and no log: the log callback belongs to the parent's thread. */
+    twell_ctx_options o = parent->opts;
     o.backend = TWELL_BACKEND_CPU;
+    o.device = 0;
     o.cpu_threads = 1;
-    o.cache_dir = cache_dir;
-    o.cache_max_bytes = cache_max_bytes;
+    o.log = NULL;
+    o.log_user = NULL;
     twell_ctx *w = NULL;
     twell_status st = twell_ctx_create(&o, &w);
     if (st != TWELL_OK) {

@@ -23,12 +23,14 @@ typedef struct tw_param {
 twell_status tw_render(twell_ctx *ctx, const char *name, const tw_param *params, size_t nparams,
                        char **src, size_t *len);
 
-/* The directory templates are read from: $TWELL_TEMPLATE_DIR, else the source tree (during
- * development), else the install location. Borrowed, static. */
-const char *tw_template_dir(void);
+/* The directory ctx reads templates from: its options.template_dir, else $TWELL_TEMPLATE_DIR as
+ * read when ctx was created, else the install location beside the library, else the source tree
+ * it was built from. ctx NULL: the same order, the environment read now. Borrowed: from ctx, or
+ * static. */
+const char *tw_template_dir(const twell_ctx *ctx);
 
-/* 1 when the template `name` (templates/<group>/<name>.cu.lua) exists in tw_template_dir(). */
-int tw_template_exists(const char *name);
+/* 1 when the template `name` (templates/<group>/<name>.cu.lua) exists in tw_template_dir(ctx). */
+int tw_template_exists(const twell_ctx *ctx, const char *name);
 
 /* The names of the templates (*.cu.lua) in dir's groups (and dir itself), sorted, each malloc'd
  * into names[0..] (the caller frees them); at most cap are stored. Returns how many were found
@@ -59,11 +61,12 @@ twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *p
                              size_t nparams, const char *arch, unsigned flags, tw_cubin *out);
 
 /* tw_jit_cubin for a worker thread (contexts are single-threaded): on a context of its own (CPU
- * backend, one thread) whose disk cache is cache_dir with cache_max_bytes (those of the caller's
- * context), so the cubin is also published for later processes. The worker context dies with its
- * message: on failure err (errlen bytes; NULL: not wanted) says why. Errors: those of
- * twell_ctx_create and tw_jit_cubin. */
-twell_status tw_jit_cubin_detached(const char *cache_dir, size_t cache_max_bytes, const char *name,
+ * backend, one thread, no log) with parent's options (its disk cache, template directory and
+ * NVRTC library), so the cubin is also published for later processes. Reads only parent's
+ * options, which never change after creation, so the parent may be in use on another thread; it
+ * must outlive the call. The worker context dies with its message: on failure err (errlen bytes;
+ * NULL: not wanted) says why. Errors: those of twell_ctx_create and tw_jit_cubin. */
+twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
                                    const tw_param *params, size_t nparams, const char *arch,
                                    tw_cubin *out, char *err, size_t errlen);
 

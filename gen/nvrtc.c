@@ -4,6 +4,7 @@
  */
 #include "nvrtc.h"
 
+#include "env.h"
 #include "internal.h"
 
 #include <dlfcn.h>
@@ -27,10 +28,14 @@ typedef nvrtcResult (*tw_nvrtcCompileProgram_fn)(nvrtcProgram, int, const char *
 typedef nvrtcResult (*tw_nvrtcGetSize_fn)(nvrtcProgram, size_t *);
 typedef nvrtcResult (*tw_nvrtcGetBytes_fn)(nvrtcProgram, char *);
 
-/* Loaded once per process; read-only afterwards, so threads share it without locks. */
+/* Loaded once per process (under tw_nv_mutex); read-only once lib is set, so threads share it
+ * without locks. A failed load is remembered for its request (the library asked for, "" for the
+ * search list) and tried again only for another request. */
 static struct {
     void *lib;
     twell_status status;
+    int tried;
+    char request[512]; /* what the last load attempt was asked for ("": the search list) */
     char path[512];
     char why[2048];
     int major, minor;
@@ -47,7 +52,7 @@ static struct {
     tw_nvrtcGetBytes_fn GetProgramLog;
 } tw_nv;
 
-static pthread_once_t tw_nv_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t tw_nv_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 /* Names of the NVRTC status codes we may report (nvrtcGetErrorString gives the same text, but
  * the code number alone is what users search for). */
@@ -115,13 +120,18 @@ static int tw_nv_try(const char *path) {
     return 1;
 }
 
-static void tw_nv_load_once(void) {
-    tw_nv.status = TWELL_ERR_NOT_FOUND;
+/* Loads NVRTC for `want` (a library path or name; NULL: the search list). tw_nv_mutex held. */
+static void tw_nv_load_locked(const char *want) {
     static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
     const size_t nnames = sizeof names / sizeof names[0];
-    const char *only = getenv("TWELL_NVRTC_LIBRARY");
-    if (only && only[0]) {
-        if (tw_nv_try(only))
+    if (tw_nv.lib || (tw_nv.tried && !strcmp(tw_nv.request, want ? want : "")))
+        return; /* loaded, or this request failed already */
+    tw_nv.tried = 1;
+    tw_nv.status = TWELL_ERR_NOT_FOUND;
+    tw_nv.why[0] = '\0';
+    snprintf(tw_nv.request, sizeof tw_nv.request, "%s", want ? want : "");
+    if (want) {
+        if (tw_nv_try(want))
             tw_nv.status = TWELL_OK;
         return;
     }
@@ -130,8 +140,7 @@ static void tw_nv_load_once(void) {
             tw_nv.status = TWELL_OK;
             return;
         }
-    const char *cuda_home = getenv("CUDA_HOME");
-    const char *dirs[] = {cuda_home && cuda_home[0] ? cuda_home : NULL, "/usr/local/cuda"};
+    const char *dirs[] = {tw_env_cuda_home(), "/usr/local/cuda"};
     for (size_t d = 0; d < 2; d++) {
         if (!dirs[d])
             continue;
@@ -147,11 +156,29 @@ static void tw_nv_load_once(void) {
 }
 
 twell_status tw_nvrtc_load(twell_ctx *ctx) {
-    pthread_once(&tw_nv_once, tw_nv_load_once);
-    if (tw_nv.status != TWELL_OK)
-        return tw_error(ctx, tw_nv.status,
-                        "NVRTC not found (install the CUDA toolkit or set CUDA_HOME); tried: %s",
-                        tw_nv.why);
+    /* A context resolved its choice (option, else environment) when created; without one, the
+     * environment is read now. */
+    const char *want = ctx ? ctx->nvrtc_library : tw_env_nvrtc_library();
+    pthread_mutex_lock(&tw_nv_mutex);
+    tw_nv_load_locked(want);
+    twell_status st = tw_nv.status;
+    int other = st == TWELL_OK && want && strcmp(want, tw_nv.request) != 0;
+    char loaded[sizeof tw_nv.path], why[sizeof tw_nv.why];
+    snprintf(loaded, sizeof loaded, "%s", tw_nv.path);
+    snprintf(why, sizeof why, "%s", tw_nv.why);
+    pthread_mutex_unlock(&tw_nv_mutex);
+    if (st != TWELL_OK)
+        return tw_error(ctx, st,
+                        "NVRTC not found (install the CUDA toolkit, set CUDA_HOME, or name the "
+                        "library: options.nvrtc_library / TWELL_NVRTC_LIBRARY); tried: %s",
+                        why);
+    if (other && ctx && !ctx->nvrtc_warned) {
+        ctx->nvrtc_warned = 1;
+        tw_log(ctx, TWELL_LOG_WARN,
+               "NVRTC is loaded once per process: %s is in use, not %s (this context's "
+               "options.nvrtc_library or TWELL_NVRTC_LIBRARY)",
+               loaded, want);
+    }
     return TWELL_OK;
 }
 
@@ -165,12 +192,14 @@ twell_status tw_nvrtc_version(twell_ctx *ctx, int *major, int *minor) {
 }
 
 const char *tw_nvrtc_path(void) {
-    pthread_once(&tw_nv_once, tw_nv_load_once);
-    return tw_nv.path;
+    pthread_mutex_lock(&tw_nv_mutex);
+    const char *p = tw_nv.lib ? tw_nv.path : ""; /* path never changes once lib is set */
+    pthread_mutex_unlock(&tw_nv_mutex);
+    return p;
 }
 
 const char *tw_nvrtc_why_missing(void) {
-    pthread_once(&tw_nv_once, tw_nv_load_once);
+    (void)tw_nvrtc_load(NULL);
     return tw_nv.status == TWELL_OK ? "" : tw_nv.why;
 }
 

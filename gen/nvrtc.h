@@ -9,17 +9,21 @@
 
 #include <stddef.h>
 
-/* Loads NVRTC once per process (thread-safe). Tries $TWELL_NVRTC_LIBRARY alone when set; else
- * libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so from the loader's path, then from
- * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. Errors: TWELL_ERR_NOT_FOUND with a message listing
- * every place tried (ctx may be NULL: no message). */
+/* Loads NVRTC once per process (thread-safe). Tries ctx's NVRTC library alone when it names one
+ * (options.nvrtc_library, else $TWELL_NVRTC_LIBRARY as read at context creation; ctx NULL: the
+ * environment now); else libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so from the loader's path,
+ * then from $CUDA_HOME/lib64 and /usr/local/cuda/lib64. Once loaded it stays: a context naming
+ * another library gets the loaded one and one warning in its log. A failed load is tried again
+ * only for another request. Errors: TWELL_ERR_NOT_FOUND with a message listing every place tried
+ * (ctx may be NULL: no message). */
 twell_status tw_nvrtc_load(twell_ctx *ctx);
 
 /* NVRTC's own version (nvrtcVersion). Errors: those of tw_nvrtc_load. */
 twell_status tw_nvrtc_version(twell_ctx *ctx, int *major, int *minor);
 
 /* The path NVRTC was loaded from ("" before a successful load), or the reason it could not be
- * loaded. Borrowed, static. */
+ * loaded (why_missing first tries tw_nvrtc_load(NULL)). Borrowed, static; the reason may change
+ * when a later load is asked for another library. */
 const char *tw_nvrtc_path(void);
 const char *tw_nvrtc_why_missing(void);
 

@@ -6,6 +6,7 @@
 
 #include "lua_text.h"
 
+#include "env.h"
 #include "internal.h"
 
 #include <dirent.h>
@@ -58,17 +59,20 @@ static void tw_dir_resolve(void) {
                                                   : TWELL_INSTALL_TEMPLATE_DIR);
 }
 
-const char *tw_template_dir(void) {
-    const char *env = getenv("TWELL_TEMPLATE_DIR");
-    if (env && env[0])
+const char *tw_template_dir(const twell_ctx *ctx) {
+    if (ctx && ctx->template_dir)
+        return ctx->template_dir;
+    /* A context resolved the environment when it was created; without one, read it now. */
+    const char *env = ctx ? NULL : tw_env_template_dir();
+    if (env)
         return env;
     pthread_once(&tw_dir_once, tw_dir_resolve);
     return tw_dir_found;
 }
 
-int tw_template_exists(const char *name) {
+int tw_template_exists(const twell_ctx *ctx, const char *name) {
     char path[4096], display[160];
-    return tw_template_locate(tw_template_dir(), name, ".cu.lua", path, sizeof path, display,
+    return tw_template_locate(tw_template_dir(ctx), name, ".cu.lua", path, sizeof path, display,
                               sizeof display);
 }
 
@@ -147,7 +151,7 @@ twell_status tw_render_limited(twell_ctx *ctx, const char *name, const tw_param 
     tw_lua_limits def = {TW_LUA_DEFAULT_MEM_BYTES, TW_LUA_DEFAULT_OUT_BYTES,
                          TW_LUA_DEFAULT_INSTRUCTIONS};
     char *err = NULL;
-    twell_status st = tw_lua_render(tw_template_dir(), name, params, nparams,
+    twell_status st = tw_lua_render(tw_template_dir(ctx), name, params, nparams,
                                     limits ? limits : &def, src, len, &err);
     if (st != TWELL_OK) {
         tw_error(ctx, st, "template %s: %s", name,

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include "cache.h"
+#include "env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,18 +50,32 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
                       "twell_ctx_create: options.device or options.cpu_threads out of range");
         return TWELL_ERR_INVALID_ARG;
     }
+    if ((unsigned)o.tune_on_first_use > TWELL_SWITCH_OFF || (unsigned)o.pdl > TWELL_SWITCH_OFF) {
+        tw_create_log(&o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.tune_on_first_use or options.pdl is not a "
+                      "twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
     twell_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;
     ctx->opts = o;
-    if (o.cache_dir) {
-        ctx->cache_dir = tw_strdup(o.cache_dir);
-        if (!ctx->cache_dir) {
-            free(ctx);
-            return TWELL_ERR_NO_MEMORY;
-        }
+    /* Environment-backed options: the program's value, else the operator's, else built-in. */
+    const char *tdir = o.template_dir ? o.template_dir : tw_env_template_dir();
+    const char *nvrtc = o.nvrtc_library ? o.nvrtc_library : tw_env_nvrtc_library();
+    if ((o.cache_dir && !(ctx->cache_dir = tw_strdup(o.cache_dir))) ||
+        (tdir && !(ctx->template_dir = tw_strdup(tdir))) ||
+        (nvrtc && !(ctx->nvrtc_library = tw_strdup(nvrtc)))) {
+        twell_ctx_destroy(ctx);
+        return TWELL_ERR_NO_MEMORY;
     }
     ctx->opts.cache_dir = ctx->cache_dir;
+    ctx->opts.template_dir = ctx->template_dir;
+    ctx->opts.nvrtc_library = ctx->nvrtc_library;
+    ctx->tune_on_first_use = o.tune_on_first_use == TWELL_SWITCH_DEFAULT
+                                 ? tw_env_tune()
+                                 : o.tune_on_first_use == TWELL_SWITCH_ON;
+    ctx->pdl = o.pdl == TWELL_SWITCH_DEFAULT ? !tw_env_pdl_off() : o.pdl == TWELL_SWITCH_ON;
 
     twell_status st = tw_pool_create(o.cpu_threads, &ctx->pool);
     if (st != TWELL_OK) {
@@ -103,5 +118,7 @@ void twell_ctx_destroy(twell_ctx *ctx) {
     tw_pool_destroy(ctx->pool);
     tw_clear_error(ctx);
     free(ctx->cache_dir);
+    free(ctx->template_dir);
+    free(ctx->nvrtc_library);
     free(ctx);
 }

@@ -133,6 +133,27 @@ twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
     return TWELL_OK;
 }
 
+twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = plan->ctx;
+    if (M == 0)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "twell_plan_tune: M is 0");
+    const unsigned known = TWELL_TUNE_STORED_ONLY | TWELL_TUNE_RETUNE;
+    if ((flags & ~known) != 0 || (flags & (TWELL_TUNE_STORED_ONLY | TWELL_TUNE_RETUNE)) == known)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_plan_tune: flags 0x%x (TWELL_TUNE_STORED_ONLY and "
+                        "TWELL_TUNE_RETUNE exclude each other; no other bits)",
+                        flags);
+    if (ctx->backend == TWELL_BACKEND_CUDA) {
+        twell_status st = tw_cuda_plan_tune(plan, M, flags);
+        if (st != TWELL_OK)
+            return st;
+    }
+    tw_clear_error(ctx);
+    return TWELL_OK;
+}
+
 twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;

@@ -65,34 +65,12 @@ void tw_cuda_plan_release(twell_plan *plan) {
     plan->backend_data = NULL;
 }
 
-twell_status tw_cuda_plan_gate_pack_select(twell_plan *plan, tw_gp_variant v) {
+twell_status tw_cuda_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
     tw_cuda_plan *cp = tw_cplan(plan);
-    if (!cp)
-        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: not a CUDA plan");
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(plan->ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    tw_gate_pack *gp = NULL;
-    st = tw_cuda_synchronize(plan->ctx);
+    twell_status st = tw_cuda_gate_pack_tune(plan, cp->gate_pack, M, flags);
     if (st == TWELL_OK)
-        st = tw_cuda_gate_pack_init(plan, v, &gp);
-    if (st == TWELL_OK) {
-        tw_cuda_gate_pack_release(plan, cp->gate_pack);
-        cp->gate_pack = gp;
-    }
-    tw_cu_leave(plan->ctx, &sc);
+        st = tw_cuda_ffn_tune(plan, M, flags);
     return st;
-}
-
-tw_gp_variant tw_cuda_plan_gate_pack_variant(const twell_plan *plan) {
-    tw_cuda_plan *cp = plan ? tw_cplan(plan) : NULL;
-    return cp ? tw_cuda_gate_pack_variant(cp->gate_pack) : TW_GP_AUTO;
-}
-
-int tw_cuda_plan_gate_pack_modules(const twell_plan *plan) {
-    tw_cuda_plan *cp = plan ? tw_cplan(plan) : NULL;
-    return cp ? tw_cuda_gate_pack_modules_loaded(cp->gate_pack) : 0;
 }
 
 twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {

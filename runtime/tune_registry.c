@@ -56,15 +56,15 @@ const tw_tune_space *tw_tune_space_by_kernel(const char *kernel) {
     return sp;
 }
 
-int tw_tune_kernel_runnable(const char *kernel) {
+int tw_tune_kernel_runnable(const twell_ctx *ctx, const char *kernel) {
     const tw_tune_space *sp;
     const tw_tune_op *o = tw_op_of_kernel(kernel, &sp);
-    return o ? tw_tune_op_runnable(o, sp) : 0;
+    return o ? tw_tune_op_runnable(ctx, o, sp) : 0;
 }
 
-const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,
-                                            const tw_tune_device *d) {
-    return tw_tune_op_pick_runnable(tw_tune_op_find(op), p, d);
+const tw_tune_space *tw_tune_space_runnable(const twell_ctx *ctx, const char *op,
+                                            const tw_tune_problem *p, const tw_tune_device *d) {
+    return tw_tune_op_pick_runnable(ctx, tw_tune_op_find(op), p, d);
 }
 
 /* NULL with the engine's message for a name no op has (after the device check a known op gets

@@ -30,12 +30,12 @@ const tw_tune_space *tw_tune_space_pick(const char *op, const tw_tune_problem *p
 const tw_tune_space *tw_tune_space_by_kernel(const char *kernel);
 
 /* 1 when this build can launch and verify candidates of kernel (an op has callbacks for its space
- * and the template file is present), else 0. */
-int tw_tune_kernel_runnable(const char *kernel);
+ * and the template file is present in tw_template_dir(ctx); ctx may be NULL), else 0. */
+int tw_tune_kernel_runnable(const twell_ctx *ctx, const char *kernel);
 
 /* tw_tune_op_pick_runnable for the op named op; NULL for an unknown op. */
-const tw_tune_space *tw_tune_space_runnable(const char *op, const tw_tune_problem *p,
-                                            const tw_tune_device *d);
+const tw_tune_space *tw_tune_space_runnable(const twell_ctx *ctx, const char *op,
+                                            const tw_tune_problem *p, const tw_tune_device *d);
 
 /* tw_tune_op_gpu / tw_tune_op_exhaustive for the op named op (kernel may be NULL: the first
  * runnable space). An unknown op is TWELL_ERR_UNSUPPORTED ("tuning needs a CUDA device" on a

@@ -96,8 +96,25 @@ typedef enum twell_log_level {
  * library. The library never prints by itself. */
 typedef void (*twell_log_fn)(void *user, twell_log_level level, const char *msg);
 
+/* An on/off option whose default an environment variable may set: DEFAULT (0) takes the variable
+ * named beside the option when it is set, else the built-in default; ON and OFF are the program's
+ * choice and win over the environment. */
+typedef enum twell_switch {
+    TWELL_SWITCH_DEFAULT = 0,
+    TWELL_SWITCH_ON = 1,
+    TWELL_SWITCH_OFF = 2
+} twell_switch;
+
 /* Plain-data options, passed by pointer and copied by twell_ctx_create (strings included); the
- * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default(). */
+ * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default() and
+ * change the fields you need: fields added in later versions go at the end and keep their
+ * defaults.
+ *
+ * Environment: a field left at its default (NULL, 0 or TWELL_SWITCH_DEFAULT) takes the value of
+ * the environment variable named beside it when that is set (so an operator can steer a program
+ * that does not set the field); a field the program sets wins over the environment. The variables
+ * are read once, by twell_ctx_create (the cache directory's when the cache first opens), never
+ * during an op. README's "Environment variables" lists them all. */
 typedef struct twell_ctx_options {
     twell_backend backend;     /* default TWELL_BACKEND_AUTO */
     int device;                /* CUDA device ordinal; default 0 */
@@ -108,9 +125,31 @@ typedef struct twell_ctx_options {
     twell_log_level log_level; /* messages below this level are not delivered; default WARN */
     int cpu_threads;           /* CPU backend worker threads; 0 = one per online core */
     size_t cache_max_bytes;    /* disk cache size cap; 0 = default (1 GiB) */
+    /* Tune on first use (CUDA). OFF (the built-in default): plans only read stored tuning
+     * winners (twell_plan_tune, `twell tune`) and use their default kernels where none is stored.
+     * ON: the first call of a plan for an M bucket with no stored winner tunes that bucket first,
+     * as twell_plan_tune(plan, M, 0) does: that one call blocks for seconds (it compiles and times
+     * candidates and synchronises the device). DEFAULT: ON when $TWELL_TUNE is "1". */
+    twell_switch tune_on_first_use;
+    /* Programmatic dependent launch (CUDA, sm_90 and later): the inference pipeline's kernels may
+     * start while the previous one finishes. Results are identical either way. ON (the built-in
+     * default) uses it where the device and driver allow; OFF launches plainly. DEFAULT: OFF
+     * when $TWELL_PDL is "0". */
+    twell_switch pdl;
+    /* Directory of the kernel templates (templates/<group>/<name>.cu.lua). NULL:
+     * $TWELL_TEMPLATE_DIR, else the installed share/twellrt/templates beside the library, else
+     * the source tree the library was built from. */
+    const char *template_dir;
+    /* The NVRTC library to load (a path or a file name for the loader). NULL:
+     * $TWELL_NVRTC_LIBRARY, else libnvrtc.so.13, .so.12, .so from the loader's path, then from
+     * $CUDA_HOME/lib64 and /usr/local/cuda/lib64. NVRTC is loaded once per process, by the first
+     * context that compiles: a later context that names another library logs a warning and uses
+     * the one loaded. */
+    const char *nvrtc_library;
 } twell_ctx_options;
 
-/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores). */
+/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every
+ * environment-backed field at its default). */
 TWELL_API twell_ctx_options twell_ctx_options_default(void);
 
 /* Creates a context. opts may be NULL (defaults). On success *out is the new context; on failure
@@ -270,6 +309,32 @@ TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
  * TWELL_ERR_INVALID_ARG for an unknown value; whether DENSE can run is checked by the call (see
  * twell_path). */
 TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
+
+/* twell_plan_tune flags: TWELL_TUNE_STORED_ONLY times nothing (it loads the stored winners, else
+ * keeps the defaults); TWELL_TUNE_RETUNE times again where a winner is stored (it is replaced only
+ * by a challenger at least 3% faster). */
+#define TWELL_TUNE_STORED_ONLY 1u
+#define TWELL_TUNE_RETUNE 2u
+
+/* Tunes plan's kernels for M rows and loads the winners (CUDA), so that later calls whose M falls
+ * in the same bucket (the power of two ≥ M) run them with nothing left to look up or compile.
+ * For each op of the plan (gate-pack, then fused inference): the stored winner of (op, shape,
+ * bucket, this GPU and driver) when one is stored; else candidate configurations compiled and
+ * timed now on synthetic sparse data, the fastest stored in the context's cache, where later
+ * plans and other processes find it (`twell tune` does the same ahead of deployment). An op
+ * whose kernel has no tuning space for this shape and device keeps its default configuration.
+ * Plans otherwise only read stored winners (unless the context has options.tune_on_first_use),
+ * so a process that never tunes never pays for it.
+ *
+ * Blocking: with no stored winner the call compiles, times and synchronises the device, seconds
+ * per op (about 6 to 20 s, budget-limited); with stored winners, milliseconds. Call it at
+ * start-up, never while a stream is being captured; twell_plan_reserve then resolves the tuned
+ * kernels of every bucket up to the largest M for capture. flags: 0 (tune what has no winner),
+ * TWELL_TUNE_STORED_ONLY (time nothing: resolve M's bucket from the store now) or
+ * TWELL_TUNE_RETUNE. On the CPU backend there is nothing to tune: TWELL_OK. Errors:
+ * TWELL_ERR_INVALID_ARG (NULL plan, M = 0, unknown flags, both flags), and those of tuning
+ * (compile, CUDA, cache); the plan then runs what it ran before. */
+TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags);
 
 /* Prepares plan for calls of up to max_M rows, so that later calls of twell_gate_pack and
  * twell_ffn_infer with M ≤ max_M load, compile, tune, look up and allocate nothing, and can be

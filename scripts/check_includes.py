@@ -28,12 +28,17 @@ RULES = {
     "train": ["ffn", "gate_pack", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
     "api": [f for f in LIB if f != "api"],
     "verify": ["core"],
-    # programs over the library: the public header, plus the internal headers they document
-    "tools": LIB + ["verify", "bench"],
-    "bench": LIB + ["verify", "tools"],
+    # programs over the library: the public header, the one internal header (INTERNAL), each
+    # other's own headers and the verification library; tests may also include what they test
+    "tools": ["verify", "bench"],
+    "bench": ["verify", "tools"],
     "tests": LIB + ["verify", "bench", "tests"],
     "examples": [],
 }
+# The programs' internal header (runtime/twellrt_internal.h): tools/, bench/ and tests/ may
+# include it; inside the library only the API folder may (it is above every op).
+INTERNAL = "twellrt_internal.h"
+INTERNAL_USERS = {"tools", "bench", "tests", "api"}
 FOLDERS = {  # path prefix -> folder key (longest prefix wins)
     "runtime/core/": "core", "runtime/cpu/": "cpu", "runtime/cuda/": "cuda",
     "runtime/ops/gate_pack/": "gate_pack", "runtime/ops/ffn/": "ffn",
@@ -98,6 +103,12 @@ def main():
                 if not m:
                     continue
                 name = os.path.basename(m.group(1))
+                if name == INTERNAL:
+                    if me not in INTERNAL_USERS:
+                        bad.append(f"{rel}:{lineno}: {me} includes {name}, the programs' "
+                                   f"internal header (allowed in: "
+                                   f"{', '.join(sorted(INTERNAL_USERS))})")
+                    continue
                 if name == PUBLIC or name not in where:
                     continue  # the public header, or a header of the test/tool folder itself
                 them = folder_of(where[name][0])

@@ -711,16 +711,16 @@ static void test_autotune_gpu_glue_without_device(void **state) {
     tw_tune_choice ch;
     assert_int_equal(tw_tune_gpu(ctx, "gate_pack", &sh, 4096, NULL, 0, &ch), TWELL_ERR_UNSUPPORTED);
     /* What this build can launch: the SIMT gate-pack; the others wait for their launchers. */
-    assert_true(tw_tune_kernel_runnable("gate_pack_simt"));
-    assert_false(tw_tune_kernel_runnable("no_such_kernel"));
+    assert_true(tw_tune_kernel_runnable(ctx, "gate_pack_simt"));
+    assert_false(tw_tune_kernel_runnable(ctx, "no_such_kernel"));
     tw_tune_device h200;
     tw_tune_device_preset("h200", &h200);
     tw_tune_problem p = tw_problem("gate_pack", 2048, 5632, 4096);
-    const tw_tune_space *s = tw_tune_space_runnable("gate_pack", &p, &h200);
+    const tw_tune_space *s = tw_tune_space_runnable(ctx, "gate_pack", &p, &h200);
     assert_non_null(s);
-    if (!tw_tune_kernel_runnable("gate_pack_sm90"))
+    if (!tw_tune_kernel_runnable(ctx, "gate_pack_sm90"))
         assert_string_equal(s->kernel, "gate_pack_simt");
-    assert_null(tw_tune_space_runnable("no_such_op", &p, &h200));
+    assert_null(tw_tune_space_runnable(ctx, "no_such_op", &p, &h200));
     twell_ctx_destroy(ctx);
 }
 

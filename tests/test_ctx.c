@@ -102,6 +102,11 @@ static void test_ctx_defaults(void **state) {
     assert_null(o.log);
     assert_int_equal(o.log_level, TWELL_LOG_WARN);
     assert_int_equal(o.cpu_threads, 0);
+    assert_int_equal(o.cache_max_bytes, 0);
+    assert_int_equal(o.tune_on_first_use, TWELL_SWITCH_DEFAULT);
+    assert_int_equal(o.pdl, TWELL_SWITCH_DEFAULT);
+    assert_null(o.template_dir);
+    assert_null(o.nvrtc_library);
     twell_ctx *ctx = NULL;
     assert_int_equal(twell_ctx_create(NULL, &ctx), TWELL_OK); /* NULL options: defaults */
     assert_non_null(ctx);
@@ -175,7 +180,100 @@ static void test_ctx_bad_options(void **state) {
     o.device = -2;
     assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_ERR_INVALID_ARG);
     assert_null(ctx);
-    assert_int_equal(log.count[TWELL_LOG_ERROR], 3);
+    o.device = 0;
+    o.pdl = (twell_switch)3;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_ERR_INVALID_ARG);
+    assert_null(ctx);
+    assert_non_null(strstr(log.last, "options.pdl"));
+    o.pdl = TWELL_SWITCH_DEFAULT;
+    o.tune_on_first_use = (twell_switch)-1;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_ERR_INVALID_ARG);
+    assert_null(ctx);
+    assert_int_equal(log.count[TWELL_LOG_ERROR], 5);
+}
+
+/* The environment-backed options as a context resolves them at creation (internal.h's fields):
+ * a value the program sets wins over the environment, a default field takes the environment's,
+ * and with neither the built-in default applies. Strings are copied; the environment is read
+ * once, at creation. */
+typedef struct {
+    int tune, pdl;
+    const char *tdir, *nvrtc;
+} tc_knobs;
+
+static void tc_expect_knobs(const twell_ctx_options *o, const tc_knobs *want) {
+    twell_ctx *ctx = NULL;
+    assert_int_equal(twell_ctx_create(o, &ctx), TWELL_OK);
+    assert_int_equal(ctx->tune_on_first_use, want->tune);
+    assert_int_equal(ctx->pdl, want->pdl);
+    if (want->tdir)
+        assert_string_equal(ctx->template_dir, want->tdir);
+    else
+        assert_null(ctx->template_dir);
+    if (want->nvrtc)
+        assert_string_equal(ctx->nvrtc_library, want->nvrtc);
+    else
+        assert_null(ctx->nvrtc_library);
+    twell_ctx_destroy(ctx);
+}
+
+static void test_ctx_environment_options(void **state) {
+    (void)state;
+    static const char *vars[] = {"TWELL_TUNE", "TWELL_PDL", "TWELL_TEMPLATE_DIR",
+                                 "TWELL_NVRTC_LIBRARY"};
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    /* neither: built-in defaults (no tuning on first use, PDL wanted, built-in locations) */
+    tc_expect_knobs(&o, &(tc_knobs){0, 1, NULL, NULL});
+    /* the environment fills default fields; values other than "1" / "0" are not switches */
+    setenv("TWELL_TUNE", "1", 1);
+    setenv("TWELL_PDL", "0", 1);
+    setenv("TWELL_TEMPLATE_DIR", "/env/templates", 1);
+    setenv("TWELL_NVRTC_LIBRARY", "/env/libnvrtc.so", 1);
+    tc_expect_knobs(&o, &(tc_knobs){1, 0, "/env/templates", "/env/libnvrtc.so"});
+    setenv("TWELL_TUNE", "yes", 1);
+    setenv("TWELL_PDL", "1", 1);
+    setenv("TWELL_TEMPLATE_DIR", "", 1); /* empty: unset */
+    tc_expect_knobs(&o, &(tc_knobs){0, 1, NULL, "/env/libnvrtc.so"});
+    /* the program's values win over the environment */
+    setenv("TWELL_TUNE", "1", 1);
+    setenv("TWELL_PDL", "0", 1);
+    setenv("TWELL_TEMPLATE_DIR", "/env/templates", 1);
+    char tdir[32] = "/opt/templates", nvrtc[32] = "/opt/libnvrtc.so";
+    o.tune_on_first_use = TWELL_SWITCH_OFF;
+    o.pdl = TWELL_SWITCH_ON;
+    o.template_dir = tdir;
+    o.nvrtc_library = nvrtc;
+    tc_expect_knobs(&o, &(tc_knobs){0, 1, "/opt/templates", "/opt/libnvrtc.so"});
+    o.tune_on_first_use = TWELL_SWITCH_ON;
+    o.pdl = TWELL_SWITCH_OFF;
+    unsetenv("TWELL_TUNE");
+    unsetenv("TWELL_PDL");
+    tc_expect_knobs(&o, &(tc_knobs){1, 0, "/opt/templates", "/opt/libnvrtc.so"});
+    /* copied at creation, environment read once: later changes do not reach the context */
+    twell_ctx *ctx = NULL;
+    o.template_dir = NULL;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    strcpy(nvrtc, "/changed");
+    setenv("TWELL_TEMPLATE_DIR", "/changed", 1);
+    assert_string_equal(ctx->nvrtc_library, "/opt/libnvrtc.so");
+    assert_string_equal(ctx->template_dir, "/env/templates");
+    assert_string_equal(ctx->opts.template_dir, "/env/templates");
+    twell_ctx_destroy(ctx);
+    for (int i = 0; i < 4; i++) {
+        if (saved[i])
+            setenv(vars[i], saved[i], 1);
+        else
+            unsetenv(vars[i]);
+        free(saved[i]);
+    }
 }
 
 /* A failing call leaves a message naming the argument; the next successful call clears it. */
@@ -247,10 +345,15 @@ static void test_ctx_log_levels(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ctx_version),       cmocka_unit_test(test_ctx_status_tables),
-        cmocka_unit_test(test_ctx_cpu_lifecycle), cmocka_unit_test(test_ctx_defaults),
-        cmocka_unit_test(test_ctx_auto_fallback), cmocka_unit_test(test_ctx_bad_options),
-        cmocka_unit_test(test_ctx_errmsg),        cmocka_unit_test(test_ctx_log_levels),
+        cmocka_unit_test(test_ctx_version),
+        cmocka_unit_test(test_ctx_status_tables),
+        cmocka_unit_test(test_ctx_cpu_lifecycle),
+        cmocka_unit_test(test_ctx_defaults),
+        cmocka_unit_test(test_ctx_auto_fallback),
+        cmocka_unit_test(test_ctx_bad_options),
+        cmocka_unit_test(test_ctx_errmsg),
+        cmocka_unit_test(test_ctx_log_levels),
+        cmocka_unit_test(test_ctx_environment_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

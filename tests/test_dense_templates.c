@@ -3,9 +3,9 @@
  * gives it, in every MODE; shapes the kernels cannot take are rejected as unsupported, not as
  * template errors; the expanding code exists only where it is used.
  * labels: unit */
-#include "cuda_dense.h"
 #include "jit.h"
 #include "twellrt.h"
+#include "twellrt_internal.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,9 +57,10 @@ static void test_dense_templates_smem_matches_launcher(void **state) {
         const char *line = strstr(src, "// twell_gemm_sm90 smem=");
         assert_non_null(line);
         assert_int_equal(sscanf(line, "// twell_gemm_sm90 smem=%u", &smem), 1);
-        printf("# MODE=%s: template smem %u, launcher %u\n", modes[i], smem,
-               tw_cuda_dense_gemm_smem());
-        assert_int_equal(smem, tw_cuda_dense_gemm_smem());
+        unsigned launcher = 0;
+        assert_int_equal(tw_test_control(TW_TC_DENSE_GEMM_SMEM, &launcher), TWELL_OK);
+        printf("# MODE=%s: template smem %u, launcher %u\n", modes[i], smem, launcher);
+        assert_int_equal(smem, launcher);
         assert_true(smem <= 232448u);
         /* the gate expansion is compiled in MODE gated only */
         assert_int_equal(strstr(src, "void tw_expand_gate(") != NULL, i == 0);

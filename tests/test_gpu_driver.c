@@ -268,10 +268,10 @@ static void test_gpu_driver_pdl_chain(void **state) {
     if (tw_nvrtc_compile(gd_ctx, gd_chain_src, "pdl_chain.cu", opts, 2, &cubin, &size, NULL) !=
         TWELL_OK)
         fail_msg("tw_nvrtc_compile: %s", twell_ctx_errmsg(gd_ctx));
-    printf("# PDL %s on this device (cc %d.%d, TWELL_PDL=%s)\n",
+    printf("# PDL %s on this device (cc %d.%d, %s by the context's options)\n",
            gd_ctx->cuda->pdl ? "used" : "not used", gd_ctx->cuda->cc_major, gd_ctx->cuda->cc_minor,
-           getenv("TWELL_PDL") ? getenv("TWELL_PDL") : "(unset)");
-    assert_int_equal(gd_ctx->cuda->pdl, tw_cu_pdl_allowed(gd_ctx->cuda->cc_major));
+           gd_ctx->pdl ? "wanted" : "turned off");
+    assert_int_equal(gd_ctx->cuda->pdl, gd_ctx->pdl && tw_cu_pdl_supported(gd_ctx->cuda->cc_major));
     uint32_t *h = malloc(N * 4u), *ref = malloc(N * 4u);
     assert_non_null(h);
     assert_non_null(ref);

@@ -1,5 +1,5 @@
 /* test_gpu_fault.c — device-memory failure loops on the CUDA backend: for each operation the n-th
- * device or page-locked allocation (tw_cuda_fault_inject) fails as CUDA_ERROR_OUT_OF_MEMORY, for
+ * device or page-locked allocation (TW_TC_CUDA_FAULT_INJECT) fails as CUDA_ERROR_OUT_OF_MEMORY, for
  * n = 1, 2, … until the operation succeeds. Each failure must return TWELL_ERR_NO_MEMORY, free
  * every block it took (live-block count back to where it was), write none of the caller's outputs,
  * and leave the plan/state working: the same call, unarmed, then gives the reference bytes. Ops:
@@ -8,10 +8,10 @@
  * overflowing row-tiles. Exits 77 without a device.
  * labels: gpu */
 #include "cuda_driver.h"
-#include "cuda_train_dense.h"
 #include "half.h"
 #include "synth.h"
 #include "twellrt.h"
+#include "twellrt_internal.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -159,19 +159,32 @@ static void gf_reference(const gf_op *op) {
     op->unmake(obj);
 }
 
+/* Device and page-locked blocks allocated and not yet freed. */
+static long gf_live(void) {
+    long n = -1;
+    assert_int_equal(tw_test_control(TW_TC_CUDA_LIVE_ALLOCS, &n), TWELL_OK);
+    return n;
+}
+
+/* Arms the n-th allocation from now to fail (0 disarms). */
+static void gf_inject(long n) {
+    assert_int_equal(tw_test_control(TW_TC_CUDA_FAULT_INJECT, n), TWELL_OK);
+}
+
 static void gf_loop(const gf_op *op) {
     gf_reference(op);
     long failures = 0;
     for (long n = 1; n < 1000; n++) {
         gf_poison_out();
-        long live = tw_cuda_live_allocs();
+        long live = gf_live();
         void *obj;
         gf_make(op, &obj);
-        tw_cuda_fault_inject(n);
+        gf_inject(n);
         twell_status st = op->run(&obj);
         twell_status sst = tw_cuda_synchronize(gf.ctx);
-        tw_cuda_fault_inject(0);
-        int fired = tw_cuda_fault_fired();
+        gf_inject(0);
+        int fired = 0;
+        assert_int_equal(tw_test_control(TW_TC_CUDA_FAULT_FIRED, &fired), TWELL_OK);
         if (sst != TWELL_OK)
             fail_msg("%s: allocation %ld: the device failed: %s", op->name, n,
                      twell_ctx_errmsg(gf.ctx));
@@ -183,7 +196,7 @@ static void gf_loop(const gf_op *op) {
             if (!gf_same(op))
                 fail_msg("%s: result differs from the reference", op->name);
             op->unmake(obj);
-            assert_int_equal(tw_cuda_live_allocs(), live);
+            assert_int_equal(gf_live(), live);
             print_message("%s: %ld device allocation failures injected, each clean\n", op->name,
                           failures);
             return;
@@ -218,9 +231,9 @@ static void gf_loop(const gf_op *op) {
                 fail_msg("%s: after failure %ld the retried call differs", op->name, n);
         }
         op->unmake(obj);
-        if (tw_cuda_live_allocs() != live)
+        if (gf_live() != live)
             fail_msg("%s: allocation %ld failed: %ld device blocks leaked", op->name, n,
-                     tw_cuda_live_allocs() - live);
+                     gf_live() - live);
     }
     fail_msg("%s: still failing after 1000 allocations", op->name);
 }
@@ -292,7 +305,7 @@ static twell_status gf_train(void **obj) {
         st = twell_ffn_forward_train(t->plan, GF_M, gf.x, gf.wg, gf.wu, gf.wd, o + GF_Y,
                                      (float *)(o + GF_ST), t->state, NULL);
     if (st == TWELL_OK) {
-        gf.train_path = tw_ctd_last_path(t->state);
+        (void)tw_test_control(TW_TC_TD_LAST_PATH, t->state, &gf.train_path);
         float *dw = (float *)(o + GF_DW);
         st = twell_ffn_backward(t->plan, t->state, GF_M, gf.x, gf.wg, gf.wu, gf.wd, gf.dy, 1e-3f,
                                 o + GF_DX, dw, dw + GF_W, dw + 2 * GF_W, NULL);

@@ -20,7 +20,6 @@
 #include "ffn_policy.h"
 #include "half.h"
 #include "pack_check.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -36,6 +35,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *fd_ctx;
 
@@ -203,11 +203,11 @@ static void fd_expect(const fd_data *d, const char *path) {
 }
 
 static void fd_expect_path(twell_plan *plan, twell_path want, const char *when) {
-    twell_path got = tw_cuda_dense_last_path(plan);
+    twell_path got = tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH);
     if (got != want)
         fail_msg("%s: the call ran path %d, expected %d (estimate %.1f, threshold %.1f)", when,
-                 (int)got, (int)want, tw_cuda_dense_estimate(plan),
-                 tw_cuda_dense_threshold(plan, 4096));
+                 (int)got, (int)want, tw_tc_plan_double(plan, TW_TC_DENSE_ESTIMATE),
+                 tw_tc_plan_threshold(plan, 4096));
 }
 
 /* A plan for the shape, skipping the test where the dense kernels cannot exist (not sm_90a). */
@@ -219,12 +219,12 @@ static twell_plan *fd_plan(const twell_shape *s) {
         twell_plan_destroy(plan);
         return NULL;
     }
-    if (!tw_cuda_dense_available(plan))
+    if (!tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE))
         fail_msg("the dense path is not available on %s for K=%u N=%u: %s", fd_ctx->cuda->arch,
                  s->K, s->N, twell_ctx_errmsg(fd_ctx));
     /* AUTO's choice between dense and tiled and the counts of its sparse calls are tested here:
      * the small-batch path (which counts nothing) stays out (test_gpu_ffn_small covers it) */
-    FD_OK(tw_cuda_small_set_mode(plan, TW_SMALL_OFF));
+    FD_OK(tw_test_control(TW_TC_SMALL_SET_MODE, plan, "off"));
     return plan;
 }
 
@@ -251,16 +251,16 @@ static void test_gpu_ffn_dense_case(void **state) {
     fd_expect_path(plan, TWELL_PATH_DENSE, "DENSE");
     fd_expect(&d, "dense");
     uint64_t cnt[2];
-    FD_OK(tw_cuda_dense_counts(plan, cnt));
+    FD_OK(tw_test_control(TW_TC_DENSE_COUNTS, plan, cnt));
     printf("#   device counts: %llu active, %llu units recomputed; workspace %.1f MB\n",
            (unsigned long long)cnt[0], (unsigned long long)cnt[1],
-           (double)tw_cuda_dense_workspace_bytes(plan) / 1e6);
+           (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
     assert_int_equal(cnt[0], d.total);
     assert_int_equal(cnt[1], d.ovf_units);
     uint16_t *first = malloc(c->M * s.K * 2u);
     assert_non_null(first);
     memcpy(first, d.got, c->M * s.K * 2u);
-    FD_OK(tw_cuda_dense_poison(plan, FD_POISON_B));
+    FD_OK(tw_test_control(TW_TC_DENSE_POISON, plan, (unsigned)FD_POISON_B));
     fd_run(&d, plan, FD_POISON_B, NULL);
     if (memcmp(first, d.got, c->M * s.K * 2u) != 0) {
         size_t i = 0;
@@ -272,17 +272,17 @@ static void test_gpu_ffn_dense_case(void **state) {
 
     /* AUTO from the counts of the DENSE calls: dense under a low threshold, sparse above */
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
-    FD_OK(tw_cuda_dense_set_min_rows(plan, 1));
-    FD_OK(tw_cuda_dense_set_threshold(plan, 0.25));
+    FD_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)1));
+    FD_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, 0.25));
     fd_run(&d, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_DENSE, "AUTO, threshold 0.25");
     assert_memory_equal(first, d.got, c->M * s.K * 2u);
-    FD_OK(tw_cuda_dense_set_threshold(plan, 1e9));
+    FD_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, 1e9));
     fd_run(&d, plan, FD_POISON_B, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "AUTO, threshold 1e9");
     fd_expect(&d, "auto sparse");
     /* the sparse call's counts come from its own pre-pass (no counting kernel): exact too */
-    FD_OK(tw_cuda_dense_counts(plan, cnt));
+    FD_OK(tw_test_control(TW_TC_DENSE_COUNTS, plan, cnt));
     printf("#   AUTO sparse counts: %llu active, %llu units\n", (unsigned long long)cnt[0],
            (unsigned long long)cnt[1]);
     assert_int_equal(cnt[0], d.total);
@@ -304,7 +304,7 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     fd_data lo, hi;
     fd_prepare(&lo, &s, M, UNI, 6, 21, plan);
     fd_prepare(&hi, &s, M, UNI, 100, 22, plan);
-    double thr = tw_cuda_dense_threshold(plan, M);
+    double thr = tw_tc_plan_threshold(plan, M);
     printf("#   threshold %.2f active per row (default rule); data %.1f and %.1f per row\n", thr,
            (double)lo.total / (double)M, (double)hi.total / (double)M);
     assert_true((double)lo.total / (double)M < TW_POLICY_STAY * thr);
@@ -312,7 +312,7 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     /* call 1: no history, sparse (its first use measures the sparse workspace: may wait) */
     fd_run(&lo, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "call 1");
-    int probes = tw_cuda_ffn_probes(plan);
+    int probes = tw_tc_plan_int(plan, TW_TC_FFN_PROBES);
     struct {
         fd_data *d;
         twell_path want;
@@ -330,22 +330,23 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
         size_t n = M * s.K;
         FD_OK(tw_cuda_memset_d32(fd_ctx, d->dy, 0xFFFFFFFFu, n / 2, NULL));
         FD_OK(tw_cuda_synchronize(fd_ctx));
-        unsigned long waits = tw_cuda_host_waits();
+        unsigned long waits = tw_tc_host_waits();
         FD_OK(twell_ffn_infer(plan, M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, NULL));
-        unsigned long waited = tw_cuda_host_waits() - waits;
+        unsigned long waited = tw_tc_host_waits() - waits;
         FD_OK(tw_cuda_synchronize(fd_ctx));
         FD_OK(tw_cuda_memcpy_dtoh(fd_ctx, d->got, d->dy, n * 2));
         printf("#   %-42s path %s, estimate %.1f, host waits %lu\n", seq[i].what,
-               tw_cuda_dense_last_path(plan) == TWELL_PATH_DENSE ? "dense" : "sparse",
-               tw_cuda_dense_estimate(plan), waited);
+               tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
+                                                                                : "sparse",
+               tw_tc_plan_double(plan, TW_TC_DENSE_ESTIMATE), waited);
         fd_expect_path(plan, seq[i].want, seq[i].what);
         if (waited != 0)
             fail_msg("%s waited for the device %lu times", seq[i].what, waited);
         fd_expect(d, seq[i].want == TWELL_PATH_DENSE ? "auto dense" : "auto sparse");
     }
-    assert_int_equal(tw_cuda_ffn_probes(plan), probes);
-    assert_int_equal(tw_cuda_dense_grow_syncs(plan), 0);
-    assert_int_equal(tw_cuda_dense_calls(plan, TWELL_PATH_DENSE), 3);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), probes);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_DENSE_GROW_SYNCS), 0);
+    assert_int_equal(tw_tc_plan_calls(plan, TWELL_PATH_DENSE), 3);
     /* the caller's choice wins over the counts */
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     fd_run(&hi, plan, FD_POISON_B, NULL);
@@ -379,11 +380,11 @@ static void test_gpu_ffn_dense_chunks(void **state) {
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     fd_run(&d, plan, FD_POISON_A, NULL);
     printf("#   M=%zu N=65536: workspace %.1f MB (H holds one chunk)\n", M,
-           (double)tw_cuda_dense_workspace_bytes(plan) / 1e6);
-    assert_true(tw_cuda_dense_workspace_bytes(plan) < (size_t)(600u << 20));
+           (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
+    assert_true(tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) < (size_t)(600u << 20));
     fd_expect(&d, "chunks");
     uint64_t cnt[2];
-    FD_OK(tw_cuda_dense_counts(plan, cnt));
+    FD_OK(tw_test_control(TW_TC_DENSE_COUNTS, plan, cnt));
     assert_int_equal(cnt[0], d.total);
     fd_release(&d);
     twell_plan_destroy(plan);
@@ -415,10 +416,10 @@ static void test_gpu_ffn_dense_streams(void **state) {
     FD_OK(tw_cuda_memset_d32(fd_ctx, dy2, 0xFFFFFFFFu, bytes / 4, NULL));
     FD_OK(tw_cuda_memset_d32(fd_ctx, d.dy, 0xFFFFFFFFu, bytes / 4, NULL));
     FD_OK(tw_cuda_synchronize(fd_ctx));
-    unsigned long waits = tw_cuda_host_waits();
+    unsigned long waits = tw_tc_host_waits();
     FD_OK(twell_ffn_infer(plan, d.M, d.dx, d.dp, d.dwg, d.dwu, d.dwd, dy2, stream));
     FD_OK(twell_ffn_infer(plan, d.M, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL));
-    assert_int_equal(tw_cuda_host_waits() - waits, 0);
+    assert_int_equal(tw_tc_host_waits() - waits, 0);
     FD_OK(tw_cuda_synchronize(fd_ctx));
     FD_OK(tw_cuda_memcpy_dtoh(fd_ctx, d.got, dy2, bytes));
     assert_memory_equal(first, d.got, bytes);
@@ -428,7 +429,7 @@ static void test_gpu_ffn_dense_streams(void **state) {
     /* fewer rows reuse the workspace */
     FD_OK(twell_ffn_infer(plan, 100, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL));
     FD_OK(tw_cuda_synchronize(fd_ctx));
-    assert_int_equal(tw_cuda_dense_grow_syncs(plan), 0);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_DENSE_GROW_SYNCS), 0);
     tw_cuda_free(fd_ctx, dy2);
     free(first);
     tw_cuda_stream_destroy(fd_ctx, stream);
@@ -476,7 +477,7 @@ static void test_gpu_ffn_dense_errors(void **state) {
 
     twell_shape s80 = twell_shape_default(80, 512);
     FD_OK(twell_plan_create(fd_ctx, &s80, &plan));
-    assert_int_equal(tw_cuda_dense_available(plan), 0);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE), 0);
     fd_prepare(&d, &s80, 100, SKW, 29, 52, plan);
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     st = twell_ffn_infer(plan, 100, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);

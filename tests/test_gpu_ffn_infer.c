@@ -20,7 +20,6 @@
 #include "cuda_ffn.h"
 #include "half.h"
 #include "pack_check.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -36,6 +35,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *fi_ctx;
 
@@ -188,7 +188,7 @@ static void fi_force_xv(fi_data *d, twell_plan *plan, const uint16_t *own,
                         unsigned (*xv)(unsigned)) {
     const twell_shape *s = &d->s;
     tw_ffn_cfg oc;
-    tw_cuda_ffn_prepare(plan, d->M, &oc);
+    FI_OK(tw_test_control(TW_TC_FFN_PREPARE, plan, d->M, &oc));
     unsigned xv0 = oc.xv;
     oc.xv = xv(xv0);
     if (oc.xv == xv0)
@@ -201,11 +201,11 @@ static void fi_force_xv(fi_data *d, twell_plan *plan, const uint16_t *own,
     twell_status st = tw_ffn_tk_load(fi_ctx, s, &oc, NULL, &tk);
     tw_cu_leave(fi_ctx, &sc);
     FI_OK(st);
-    FI_OK(tw_cuda_ffn_force(plan, &tk));
+    FI_OK(tw_test_control(TW_TC_FFN_FORCE, plan, &tk));
     fi_run(d, plan, FI_POISON_B, NULL);
     fi_expect(d, name);
     uint32_t fl[4];
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     assert_int_equal(fl[0], 0);
     size_t bytes = d->M * s->K * 2u;
     if (((xv0 ^ oc.xv) & 4u) == 0u && memcmp(own, d->got, bytes) != 0)
@@ -218,7 +218,7 @@ static void fi_force_xv(fi_data *d, twell_plan *plan, const uint16_t *own,
     free(again);
     if (!same)
         fail_msg("%s: run 2 differs from run 1", name);
-    FI_OK(tw_cuda_ffn_force(plan, NULL));
+    FI_OK(tw_test_control(TW_TC_FFN_FORCE, plan, (tw_ffn_tk *)NULL));
     FI_OK(tw_cu_enter(fi_ctx, &sc));
     tw_ffn_tk_unload(&tk);
     tw_cu_leave(fi_ctx, &sc);
@@ -237,7 +237,7 @@ static unsigned fi_xv_ovf(unsigned xv0) { return xv0 ^ 64u; }
 static void fi_other_gt(fi_data *d, twell_plan *plan, uint16_t *first) {
     const twell_shape *s = &d->s;
     tw_ffn_cfg oc;
-    tw_cuda_ffn_prepare(plan, d->M, &oc);
+    FI_OK(tw_test_control(TW_TC_FFN_PREPARE, plan, d->M, &oc));
     if (oc.gpwa % 2u != 0u || oc.gpwb % 2u != 0u || oc.il != 0u)
         return;
     oc.gt = oc.gt == 16u ? 8u : 16u;
@@ -249,17 +249,17 @@ static void fi_other_gt(fi_data *d, twell_plan *plan, uint16_t *first) {
     twell_status st = tw_ffn_tk_load(fi_ctx, s, &oc, NULL, &tk);
     tw_cu_leave(fi_ctx, &sc);
     FI_OK(st);
-    FI_OK(tw_cuda_ffn_force(plan, &tk));
+    FI_OK(tw_test_control(TW_TC_FFN_FORCE, plan, &tk));
     fi_run(d, plan, FI_POISON_B, NULL);
     fi_expect(d, name);
     uint32_t fl[4];
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     assert_int_equal(fl[0], 0);
     memcpy(first, d->got, d->M * s->K * 2u);
     fi_run(d, plan, FI_POISON_A, NULL);
     if (memcmp(first, d->got, d->M * s->K * 2u) != 0)
         fail_msg("%s: run 2 differs from run 1", name);
-    FI_OK(tw_cuda_ffn_force(plan, NULL));
+    FI_OK(tw_test_control(TW_TC_FFN_FORCE, plan, (tw_ffn_tk *)NULL));
     FI_OK(tw_cu_enter(fi_ctx, &sc));
     tw_ffn_tk_unload(&tk);
     tw_cu_leave(fi_ctx, &sc);
@@ -274,7 +274,7 @@ static void test_gpu_ffn_infer_case(void **state) {
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE)); /* AUTO may switch to the dense path */
     fi_data d;
     fi_prepare(&d, &s, c->M, c->dist, c->nnz, 2000u + c->M + c->K + c->N, plan);
-    int tiled = tw_cuda_ffn_tiled(plan);
+    int tiled = tw_tc_plan_int(plan, TW_TC_FFN_TILED);
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked, %zu "
            "overflowing row-tiles among them; %s\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
@@ -286,18 +286,18 @@ static void test_gpu_ffn_infer_case(void **state) {
         fail_msg("K=%u on %s should get the tiled pipeline", c->K, fi_ctx->cuda->arch);
 
     /* the default path: the first call measures the workspace (one probe), so it is tiled */
-    int modules = tw_cuda_ffn_modules(plan);
+    int modules = tw_tc_plan_int(plan, TW_TC_FFN_MODULES);
     fi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, tiled ? "tiled" : "generic");
     uint32_t fl[4];
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     if (tiled) {
         printf("#   flags: fallback %u, pair slots %u (%.1f per row), overflowing tiles %u; "
                "workspace %.1f MB\n",
                fl[0], fl[1], (double)fl[1] / (double)(c->M < TW_FFN_CHUNK ? c->M : TW_FFN_CHUNK),
-               fl[2], (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+               fl[2], (double)tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6);
         assert_int_equal(fl[0], 0); /* the probe sized the workspace: no fallback */
-        assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+        assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
     }
     /* determinism: a second run gives the same bytes, without a new probe or module */
     uint16_t *first = malloc(c->M * s.K * 2u);
@@ -311,31 +311,31 @@ static void test_gpu_ffn_infer_case(void **state) {
         fail_msg("run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
                  first[i], d.got[i]);
     }
-    assert_int_equal(tw_cuda_ffn_modules(plan), modules);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_MODULES), modules);
     if (tiled) {
-        assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+        assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
         /* the fallback: a workspace far too small sends every chunk to the exact row kernel */
-        FI_OK(tw_cuda_ffn_set_capacity(plan, 16, 1));
+        FI_OK(tw_test_control(TW_TC_FFN_SET_CAPACITY, plan, (size_t)16, (size_t)1));
         fi_run(&d, plan, FI_POISON_A, NULL);
-        FI_OK(tw_cuda_ffn_flags(plan, fl));
+        FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
         if (fl[0] == 0 && fl[1] > 16)
             fail_msg("pair slots %u > capacity 16 but no fallback flagged", fl[1]);
         fi_expect(&d, "fallback");
-        FI_OK(tw_cuda_ffn_set_capacity(plan, 0, 0));
+        FI_OK(tw_test_control(TW_TC_FFN_SET_CAPACITY, plan, (size_t)0, (size_t)0));
         /* the simple row kernel of ffn_fused */
-        FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_ROWS));
+        FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "rows"));
         fi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "rows");
-        FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO));
+        FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto"));
         fi_force_xv(&d, plan, first, fi_xv_other); /* first: still the plan's own output */
         if (d.ovf_tiles > 0)
             fi_force_xv(&d, plan, first, fi_xv_ovf);
         fi_other_gt(&d, plan, first);
     }
-    FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC));
+    FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "generic"));
     fi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, "generic");
-    FI_OK(tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO));
+    FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto"));
     free(first);
     fi_release(&d);
     twell_plan_destroy(plan);
@@ -401,7 +401,7 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    if (!tw_cuda_ffn_tiled(plan)) {
+    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
         twell_plan_destroy(plan);
         skip();
     }
@@ -411,22 +411,22 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     uint32_t fl[4];
     fi_run(&sparse, plan, FI_POISON_A, NULL);
     fi_expect(&sparse, "sparse");
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     assert_int_equal(fl[0], 0);
-    size_t ws = tw_cuda_ffn_workspace_bytes(plan);
+    size_t ws = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
     fi_run(&dense, plan, FI_POISON_A, NULL);
     fi_expect(&dense, "dense 1");
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     printf("#   denser call: fallback flag %u, pair slots %u\n", fl[0], fl[1]);
     assert_int_not_equal(fl[0], 0);
     fi_run(&dense, plan, FI_POISON_B, NULL);
     fi_expect(&dense, "dense 2");
-    FI_OK(tw_cuda_ffn_flags(plan, fl));
+    FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     printf("#   next call: fallback flag %u; workspace %.1f -> %.1f MB\n", fl[0], (double)ws / 1e6,
-           (double)tw_cuda_ffn_workspace_bytes(plan) / 1e6);
+           (double)tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6);
     assert_int_equal(fl[0], 0);
-    assert_true(tw_cuda_ffn_workspace_bytes(plan) > ws);
-    assert_int_equal(tw_cuda_ffn_probes(plan), 1);
+    assert_true(tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) > ws);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
     fi_release(&sparse);
     fi_release(&dense);
     twell_plan_destroy(plan);
@@ -443,7 +443,8 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     fi_prepare(&d, &s, 200, TW_SYNTH_SKEWED, 20, 99, plan);
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     twell_status st;
-    if (tw_cuda_dense_available(plan)) { /* sm_90a: the dense path (test_gpu_ffn_dense.c) */
+    if (tw_tc_plan_int(plan,
+                       TW_TC_DENSE_AVAILABLE)) { /* sm_90a: the dense path (test_gpu_ffn_dense.c) */
         fi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "dense");
     } else {

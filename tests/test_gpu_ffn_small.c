@@ -20,7 +20,6 @@
 #include "cuda_small.h"
 #include "ffn_policy.h"
 #include "pack_check.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -35,6 +34,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *fs_ctx;
 
@@ -132,11 +132,11 @@ static void fs_free(fs_data *d) {
 static void fs_gate_run(fs_data *d, twell_plan *plan, uint32_t poison, twell_stream stream,
                         uint32_t *host) {
     size_t words = twell_packed_words(&d->s, d->M);
-    FS_OK(tw_cuda_small_poison(plan, poison));
+    FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison));
     FS_OK(tw_cuda_memset_d32(fs_ctx, d->dp, poison, words, stream));
     FS_OK(twell_gate_pack(plan, d->M, d->dx, d->s.gated ? d->dwg : d->dwu, d->dp, stream));
     FS_OK(tw_cuda_synchronize(fs_ctx));
-    assert_int_equal(tw_cuda_small_last_gate(plan), 1);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_LAST_GATE), 1);
     FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, host, d->dp, words * 4));
     for (size_t i = 0; i < words; i++)
         if (host[i] == poison)
@@ -212,7 +212,7 @@ static void fs_reference(fs_data *d) {
 static void fs_ffn_run(fs_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
     const twell_shape *s = &d->s;
     size_t n = d->M * s->K;
-    FS_OK(tw_cuda_small_poison(plan, (uint32_t)poison << 16 | poison));
+    FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison << 16 | poison));
     FS_OK(tw_cuda_memset_d32(fs_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
     FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
     FS_OK(tw_cuda_synchronize(fs_ctx));
@@ -229,20 +229,21 @@ static void fs_expect(const fs_data *d, const char *what) {
         fail_msg("%s: row %zu has row-relative error %.3e > %.0e", what, wr, e, tol);
 }
 
-static twell_plan *fs_plan(const twell_shape *s, tw_small_mode mode) {
+/* A plan with the small path in `mode` ("auto", "off", "force"). */
+static twell_plan *fs_plan(const twell_shape *s, const char *mode) {
     twell_plan *plan = NULL;
     FS_OK(twell_plan_create(fs_ctx, s, &plan));
-    FS_OK(tw_cuda_small_set_mode(plan, mode));
+    FS_OK(tw_test_control(TW_TC_SMALL_SET_MODE, plan, mode));
     return plan;
 }
 
 /* The path runs on sm_80+ for K % 32 == 0 (every case here). */
 static int fs_expect_available(twell_plan *plan) {
     if (fs_ctx->cuda->cc_major < 8) {
-        assert_int_equal(tw_cuda_small_available(plan), 0);
+        assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_AVAILABLE), 0);
         return 0;
     }
-    if (!tw_cuda_small_available(plan))
+    if (!tw_tc_plan_int(plan, TW_TC_SMALL_AVAILABLE))
         fail_msg("the small path is not available on %s: %s", fs_ctx->cuda->arch,
                  twell_ctx_errmsg(fs_ctx));
     return 1;
@@ -252,7 +253,7 @@ static void test_gpu_ffn_small_case(void **state) {
     const fs_case *c = *state;
     twell_shape s = twell_shape_default(c->K, c->N);
     s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
-    twell_plan *plan = fs_plan(&s, TW_SMALL_FORCE);
+    twell_plan *plan = fs_plan(&s, "force");
     if (!fs_expect_available(plan)) {
         twell_plan_destroy(plan);
         skip();
@@ -268,13 +269,13 @@ static void test_gpu_ffn_small_case(void **state) {
     fs_reference(&d);
     printf("#   %zu rows of y checked, %zu overflowing row-tiles among them; workspace %zu rows, "
            "%.1f MB\n",
-           d.nrows, d.ovf_tiles, tw_cuda_small_rows(plan),
-           (double)tw_cuda_small_workspace_bytes(plan) / 1e6);
+           d.nrows, d.ovf_tiles, tw_tc_plan_size(plan, TW_TC_SMALL_ROWS),
+           (double)tw_tc_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
     if (c->want_overflow && d.ovf_tiles == 0)
         fail_msg("the case was meant to overflow row-tiles but the checked rows have none");
 
     fs_ffn_run(&d, plan, FS_POISON_A, NULL);
-    assert_int_equal(tw_cuda_small_last_ffn(plan), 1);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN), 1);
     fs_expect(&d, "small");
     size_t yb = c->M * s.K * 2u;
     uint16_t *first = malloc(yb);
@@ -297,9 +298,9 @@ static void test_gpu_ffn_small_case(void **state) {
 /* Runs gate-pack + ffn_infer of d's M rows and reports which of them took the small path. */
 static void fs_which(fs_data *d, twell_plan *plan, int *gate, int *ffn) {
     FS_OK(twell_gate_pack(plan, d->M, d->dx, d->dwg, d->dp, NULL));
-    *gate = tw_cuda_small_last_gate(plan);
+    *gate = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_GATE);
     FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, NULL));
-    *ffn = tw_cuda_small_last_ffn(plan);
+    *ffn = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN);
     FS_OK(tw_cuda_synchronize(fs_ctx));
 }
 
@@ -321,7 +322,7 @@ static void fs_expect_which(fs_data *d, twell_plan *plan, int want_gate, int wan
 static void test_gpu_ffn_small_auto_rule(void **state) {
     (void)state;
     twell_shape s = twell_shape_default(2048, 5632);
-    twell_plan *plan = fs_plan(&s, TW_SMALL_AUTO);
+    twell_plan *plan = fs_plan(&s, "auto");
     if (!fs_expect_available(plan)) {
         twell_plan_destroy(plan);
         skip();
@@ -339,15 +340,15 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
     fs_expect_which(&d, plan, 1, 0, "M=8, path SPARSE (the tiled pipeline)");
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
     /* the policy keeps dense where its estimate says dense beats tiled; small replaces tiled */
-    FS_OK(tw_cuda_dense_set_min_rows(plan, 1));
-    FS_OK(tw_cuda_dense_set_threshold(plan, 0.25));
-    fs_expect_which(&d, plan, 1, !tw_cuda_dense_available(plan),
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)1));
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, (double)0.25));
+    fs_expect_which(&d, plan, 1, !tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE),
                     "M=8, AUTO, dense from 1 row above 0.25");
-    FS_OK(tw_cuda_dense_set_threshold(plan, 0.0));
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, (double)0.0));
     fs_expect_which(&d, plan, 1, 1, "M=8, AUTO, dense from 1 row, default");
-    FS_OK(tw_cuda_dense_set_min_rows(plan, 0));
-    if (tw_cuda_plan_gate_pack_variant(plan) == TW_GP_SM90) {
-        FS_OK(tw_cuda_plan_gate_pack_select(plan, TW_GP_SIMT));
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)0));
+    if (!strcmp(tw_tc_plan_variant(plan), "sm90")) {
+        FS_OK(tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
         fs_expect_which(&d, plan, 0, 1, "M=8, AUTO, gate-pack forced to SIMT");
     }
     fs_free(&d);
@@ -355,7 +356,7 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
     twell_plan_destroy(plan);
 
     /* growth: 1 row, then 700 on the same plan (64 -> 1024 rows), checked on a few rows */
-    plan = fs_plan(&s, TW_SMALL_FORCE);
+    plan = fs_plan(&s, "force");
     size_t Ms[2] = {1, 700};
     for (int i = 0; i < 2; i++) {
         fs_setup(&d, &s, Ms[i], SKW, 29, 70u + (uint64_t)i);
@@ -376,8 +377,9 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
             tw_ffn_infer_ref(fs_ctx->pool, &s, d.nrows, xs, ps, d.f->wg, d.f->wu, d.f->wd, d.ref));
         free(xs), free(ps);
         fs_ffn_run(&d, plan, FS_POISON_A, NULL);
-        printf("#   M=%zu on one plan: workspace %zu rows\n", d.M, tw_cuda_small_rows(plan));
-        assert_true(tw_cuda_small_rows(plan) >= d.M);
+        printf("#   M=%zu on one plan: workspace %zu rows\n", d.M,
+               tw_tc_plan_size(plan, TW_TC_SMALL_ROWS));
+        assert_true(tw_tc_plan_size(plan, TW_TC_SMALL_ROWS) >= d.M);
         fs_expect(&d, "grown");
         fs_free(&d);
     }

@@ -12,7 +12,6 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "pack_check.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -28,6 +27,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *gp_ctx;
 
@@ -88,11 +88,11 @@ static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan 
     assert_non_null(got);
     assert_non_null(again);
     assert_non_null(sub);
-    int modules = tw_cuda_plan_gate_pack_modules(plan);
+    int modules = tw_tc_plan_int(plan, TW_TC_GP_MODULES);
     gp_run(plan, M, dx, dw, dp, words, GP_POISON_A, got);
     gp_run(plan, M, dx, dw, dp, words, GP_POISON_B, again);
     /* a second use loads nothing new */
-    assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), modules);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_GP_MODULES), modules);
     if (memcmp(got, again, words * 4) != 0) {
         size_t i = 0;
         while (got[i] == again[i])
@@ -112,14 +112,14 @@ static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan 
            "%zu tolerated, %zu bad; flips %zu; worst %u ulp vs ref; max_rel_err %.2e; overflow "
            "tiles %zu\n",
            M, s->K, s->N, s->T, s->C, s->dtype == BF ? "bf16" : "fp16", tw_synth_dist_name(c->dist),
-           c->nnz, tw_gp_variant_name(tw_cuda_plan_gate_pack_variant(plan)), r.rows, r.tiles_exact,
-           r.tiles_tolerated, r.tiles_bad, r.flips, r.worst_ulp, r.max_rel_err, r.overflow_tiles);
+           c->nnz, tw_tc_plan_variant(plan), r.rows, r.tiles_exact, r.tiles_tolerated, r.tiles_bad,
+           r.flips, r.worst_ulp, r.max_rel_err, r.overflow_tiles);
     if (r.tiles_bad)
         fail_msg("%zu row-tiles differ beyond fp32 summation order; first: %s", r.tiles_bad,
                  r.first_bad);
     /* Only the SIMT kernel sums in the reference's order; wgmma's order may move near-cancelling
      * values further, within the fp32 bounds already enforced by tiles_bad. */
-    if (tw_cuda_plan_gate_pack_variant(plan) == TW_GP_SIMT && r.worst_ulp > 1)
+    if (!strcmp(tw_tc_plan_variant(plan), "simt") && r.worst_ulp > 1)
         fail_msg("a stored value differs from the reference by %u units (> 1)", r.worst_ulp);
     if (c->want_overflow && r.overflow_tiles == 0)
         fail_msg("the case was meant to overflow row-tiles but the sample has none");
@@ -166,8 +166,8 @@ static void test_gpu_gate_pack_case(void **state) {
     GP_OK(twell_plan_create(gp_ctx, &s, &plan));
     /* every variant this device has for the shape: AUTO's choice, then SIMT if that was not it */
     gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref);
-    if (tw_cuda_plan_gate_pack_variant(plan) != TW_GP_SIMT) {
-        GP_OK(tw_cuda_plan_gate_pack_select(plan, TW_GP_SIMT));
+    if (strcmp(tw_tc_plan_variant(plan), "simt") != 0) {
+        GP_OK(tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
         gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref);
     }
     twell_plan_destroy(plan);

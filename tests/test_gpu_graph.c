@@ -16,7 +16,6 @@
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
 #include "half.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -32,6 +31,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *gr_ctx;
 static twell_stream gr_cs; /* the stream calls are captured on and graphs replayed on */
@@ -141,13 +141,13 @@ static void gr_fetch(gr_bufs *b) {
  * message whether a non-capturable call was the cause. */
 static tw_cuda_graph gr_capture(twell_plan *plan, gr_bufs *b) {
     tw_cuda_graph g = NULL;
-    unsigned long waits = tw_cuda_host_waits();
+    unsigned long waits = tw_tc_host_waits();
     GR_OK(tw_cuda_capture_begin(gr_ctx, gr_cs, GR_CAPTURE_GLOBAL));
     twell_status st = gr_enqueue(plan, b);
     char why[512];
     snprintf(why, sizeof why, "%s", st == TWELL_OK ? "" : twell_ctx_errmsg(gr_ctx));
     twell_status end = tw_cuda_capture_end(gr_ctx, gr_cs, &g);
-    unsigned long waited = tw_cuda_host_waits() - waits;
+    unsigned long waited = tw_tc_host_waits() - waits;
     if (st != TWELL_OK || end != TWELL_OK) {
         char end_msg[512];
         snprintf(end_msg, sizeof end_msg, "%s", end == TWELL_OK ? "" : twell_ctx_errmsg(gr_ctx));
@@ -179,8 +179,8 @@ static void gr_replay(tw_cuda_graph g, gr_bufs *b) {
 
 /* An eager run of b on the path `path` (then the plan's path is restored to `keep`). */
 /* AUTO's sparse route for few rows: the small-batch kernels where the plan has them. */
-static const char *gr_few(const twell_plan *plan) {
-    return tw_cuda_small_available(plan) ? "small" : "tiled";
+static const char *gr_few(twell_plan *plan) {
+    return tw_tc_plan_int(plan, TW_TC_SMALL_AVAILABLE) ? "small" : "tiled";
 }
 
 static void gr_eager(twell_plan *plan, gr_bufs *b, twell_path path, twell_path keep) {
@@ -267,8 +267,8 @@ static void test_gpu_graph_replay(void **state) {
     tw_synth_ffn *fa = gr_data(&s, c->M, UNI, c->nnz, 11), *fb = gr_data(&s, c->M, UNI, c->nnz, 12);
     gr_load(&b, fa);
     tw_cuda_graph g = gr_capture(plan, &b);
-    twell_path took = tw_cuda_dense_last_path(plan);
-    int small = tw_cuda_small_last_ffn(plan);
+    twell_path took = tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH);
+    int small = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN);
     printf("#   M=%zu path %d: captured %s\n", c->M, (int)c->path,
            took == P_DENSE ? "dense"
            : small         ? "sparse (small-batch kernels)"
@@ -322,7 +322,7 @@ static void test_gpu_graph_auto_fixed(void **state) {
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
     GR_OK(twell_plan_reserve(plan, M, 29));
-    assert_string_equal(tw_cuda_dense_route(plan, M), gr_few(plan));
+    assert_string_equal(tw_tc_plan_route(plan, M), gr_few(plan));
     gr_bufs b, big;
     gr_alloc(&b, &s, M);
     gr_alloc(&big, &s, Mbig);
@@ -330,8 +330,8 @@ static void test_gpu_graph_auto_fixed(void **state) {
     gr_load(&b, f);
     gr_load(&big, fbig);
     tw_cuda_graph g = gr_capture(plan, &b);
-    assert_int_equal(tw_cuda_dense_last_path(plan), P_SPARSE);
-    size_t ws = tw_cuda_ffn_workspace_bytes(plan);
+    assert_int_equal(tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH), P_SPARSE);
+    size_t ws = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
     gr_replay(g, &b);
     gr_expect_ref(&b, f, "M=64 replay before eager calls");
     size_t pb = twell_packed_bytes(&s, M), yb = M * s.K * 2u;
@@ -341,7 +341,7 @@ static void test_gpu_graph_auto_fixed(void **state) {
     memcpy(p0, b.packed, pb);
     memcpy(y0, b.y, yb);
     /* replays counted nothing: AUTO still knows only the reserve's estimate */
-    assert_true(tw_cuda_dense_estimate(plan) < 0.0);
+    assert_true(tw_tc_plan_double(plan, TW_TC_DENSE_ESTIMATE) < 0.0);
     /* eager AUTO calls of 4096 dense rows: the sparse workspace grows (a larger chunk), counts
      * arrive, AUTO goes dense; the graph keeps its own buffers */
     for (int i = 0; i < 3; i++) {
@@ -350,19 +350,19 @@ static void test_gpu_graph_auto_fixed(void **state) {
         GR_OK(tw_cuda_stream_synchronize(gr_ctx, gr_cs));
     }
     printf("#   after eager M=4096: estimate %.1f, last path %s, sparse workspace %zu -> %zu B\n",
-           tw_cuda_dense_estimate(plan),
-           tw_cuda_dense_last_path(plan) == P_DENSE ? "dense" : "sparse", ws,
-           tw_cuda_ffn_workspace_bytes(plan));
-    assert_true(tw_cuda_ffn_workspace_bytes(plan) > ws);
-    assert_int_equal(tw_cuda_dense_last_path(plan), P_DENSE);
+           tw_tc_plan_double(plan, TW_TC_DENSE_ESTIMATE),
+           tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH) == P_DENSE ? "dense" : "sparse", ws,
+           tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES));
+    assert_true(tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) > ws);
+    assert_int_equal(tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH), P_DENSE);
     gr_fetch(&big);
     gr_expect_ref(&big, fbig, "eager M=4096 AUTO (dense)");
     gr_replay(g, &b);
     gr_expect_same(&b, p0, y0, "M=64 replay after eager M=4096 calls");
     /* a new capture would now take the measured estimate: dense from 32 rows at 279 per row */
-    assert_string_equal(tw_cuda_dense_route(plan, M), "dense");
-    assert_string_equal(tw_cuda_dense_route(plan, Mbig), "dense");
-    assert_string_equal(tw_cuda_dense_route(plan, 16), gr_few(plan));
+    assert_string_equal(tw_tc_plan_route(plan, M), "dense");
+    assert_string_equal(tw_tc_plan_route(plan, Mbig), "dense");
+    assert_string_equal(tw_tc_plan_route(plan, 16), gr_few(plan));
     tw_cuda_graph_destroy(gr_ctx, g);
     free(p0);
     free(y0);
@@ -401,7 +401,7 @@ static void test_gpu_graph_overflow_beyond_reserve(void **state) {
     for (size_t i = 0; i < 3; i++) {
         gr_load(&b, seq[i].f);
         gr_replay(g, &b);
-        GR_OK(tw_cuda_ffn_flags(plan, fl));
+        GR_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
         printf("#   %-34s flags %u: pairs needed %u, overflowing row-tiles %u, rows %u\n",
                seq[i].what, fl[0], fl[1], fl[2], fl[3]);
         assert_int_equal(fl[0] != 0, seq[i].fallback);

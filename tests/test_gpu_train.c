@@ -46,6 +46,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu_train.h"
+#include "tw_tc.h"
 
 /* The first three are small (the sanitizer runs them). */
 static const gt_case gt_cases[] = {
@@ -273,15 +274,15 @@ static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     gt_out_alloc(&o1, c->M, c->K, c->N);
     gt_out_alloc(&o2, c->M, c->K, c->N);
     if (udt >= 0)
-        GT_OK(tw_cuda_train_set_udt(g.state, udt));
+        GT_OK(tw_test_control(TW_TC_TRAIN_SET_UDT, g.state, udt));
     gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o1);
-    assert_int_equal(tw_cuda_train_last_vec(g.state), c->unaligned ? 1 : 8);
+    assert_int_equal(tw_tc_state_int(g.state, TW_TC_TRAIN_LAST_VEC), c->unaligned ? 1 : 8);
     if (udt == 1 && !c->unaligned)
-        assert_int_equal(tw_cuda_train_udt_tiled(g.state), 1);
+        assert_int_equal(tw_tc_state_int(g.state, TW_TC_TRAIN_UDT_TILED), 1);
     if (udt == 0)
-        assert_int_equal(tw_cuda_train_udt_tiled(g.state), 0);
+        assert_int_equal(tw_tc_state_int(g.state, TW_TC_TRAIN_UDT_TILED), 0);
     tw_cuda_train_host h;
-    GT_OK(tw_cuda_train_download(g.state, &h));
+    GT_OK(tw_test_control(TW_TC_TRAIN_DOWNLOAD, g.state, &h));
     gt_gpu_run(&g, c->lambda, 0x7FC17FC1u, &o2);
 
     /* determinism: bit for bit */
@@ -317,7 +318,7 @@ static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
            (double)h.nnz / (double)c->M, h.spill_total, h.nchunks, (unsigned long long)h.E,
            h.pslots, (unsigned long long)h.E2, (double)twell_train_state_bytes(g.state) / 1e6,
            c->unaligned ? "element" : "vector",
-           tw_cuda_train_udt_tiled(g.state) ? "tiled" : "per entry");
+           tw_tc_state_int(g.state, TW_TC_TRAIN_UDT_TILED) ? "tiled" : "per entry");
     printf("#   support vs CPU: %zu flipped entries, %zu with another gate value (%zu rows, %zu "
            "neurons left out); U bitwise differing %s\n",
            diff, values, rows_out, nrn_out,
@@ -334,7 +335,7 @@ static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     /* results */
     gt_errs e;
     gt_compare(&s, c->M, &o1, &r, row_same, nrn_same, &e);
-    int tiled = tw_cuda_train_udt_tiled(g.state);
+    int tiled = tw_tc_state_int(g.state, TW_TC_TRAIN_UDT_TILED);
     gt_expect_w(&s, &e, tiled);
     if (tiled)
         gt_expect_fp64(&s, &d, &L, c->lambda, &o1, &r, nrn_same);
@@ -354,7 +355,7 @@ static void gt_case_run(const gt_case *c, uint64_t seed, int udt) {
     gt_sup_free(&gs);
     free(gso);
     free(gro);
-    tw_cuda_train_host_free(&h);
+    (void)tw_test_control(TW_TC_TRAIN_HOST_FREE, &h);
     gt_out_free(&o1);
     gt_out_free(&o2);
     gt_out_free(&r);
@@ -466,7 +467,10 @@ int main(int argc, char **argv) {
         ncases = 3;
     struct CMUnitTest tests[2 * (sizeof gt_cases / sizeof gt_cases[0]) + 2];
     static char names[2 * (sizeof gt_cases / sizeof gt_cases[0])][140];
-    g_udt_other = !tw_cuda_train_udt_default();
+    int udt_default = 0;
+    if (tw_test_control(TW_TC_TRAIN_UDT_DEFAULT, &udt_default) != TWELL_OK)
+        return 1;
+    g_udt_other = !udt_default;
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
         snprintf(names[i], sizeof names[i], "test_gpu_train_M%zu_K%u_N%u_T%u_C%u_%s_%s_d%.3f%s%s%s",

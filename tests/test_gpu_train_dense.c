@@ -15,7 +15,6 @@
  * `test_gpu_train_dense small`: the first two cases only (sanitizer). Exits 77 without a device.
  * labels: gpu slow */
 #include "cuda_driver.h"
-#include "cuda_train_dense.h"
 #include "half.h"
 #include "internal.h"
 #include "ref64_train.h"
@@ -33,6 +32,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 static twell_ctx *g_ctx;
 
@@ -249,19 +249,19 @@ static void test_gpu_train_dense_case(void **st) {
     td_gpu_open(&g, &s, &d);
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
     if (c->wg_stages)
-        TD_OK(tw_ctd_set_wgrad_stages(g.state, c->wg_stages));
+        TD_OK(tw_test_control(TW_TC_TD_SET_WGRAD_STAGES, g.state, c->wg_stages));
     td_out_alloc(&o1, c->M, c->K, c->N);
     td_out_alloc(&o2, c->M, c->K, c->N);
     uint32_t poison[2] = {0xFFFFFFFFu, 0x7FC17FC1u};
     td_out *outs[2] = {&o1, &o2};
     for (int run = 0; run < 2; run++) {
         td_poison(&g, poison[run]);
-        unsigned long waits = tw_cuda_host_waits();
+        unsigned long waits = tw_tc_host_waits();
         td_forward(&g);
         td_backward(&g, c->lambda);
         if (run == 1) /* the first run compiles and allocates; the second must not wait */
-            assert_int_equal(tw_cuda_host_waits(), waits);
-        assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_DENSE);
+            assert_int_equal(tw_tc_host_waits(), waits);
+        assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
         td_fetch(&g, poison[run], outs[run]);
     }
     size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
@@ -279,7 +279,7 @@ static void test_gpu_train_dense_case(void **st) {
     /* the saved gate is the CPU's, bit for bit (exact-gate data) */
     uint16_t *pg = malloc(c->M * c->N * 2);
     assert_non_null(pg);
-    TD_OK(tw_ctd_download_p(g.state, c->M, pg));
+    TD_OK(tw_test_control(TW_TC_TD_DOWNLOAD_P, g.state, c->M, pg));
     size_t nnz = 0;
     for (size_t i = 0; i < c->M * c->N; i++)
         nnz += tw_half_to_f32(c->dt, pg[i]) > 0.0f;
@@ -315,7 +315,7 @@ static void test_gpu_train_dense_switching(void **st) {
     void *wdl = td_dev(wk, dl.wd), *dyl = td_dev(xk, dl.dy);
     void *xh = g.x, *wgh = g.wg, *wuh = g.wu, *wdh = g.wd, *dyh = g.dy;
     /* threshold 2% of N = 20.5/row: the low data (4.1/row) sparse, the high (205/row) dense */
-    TD_OK(tw_ctd_set_threshold(g.state, 0.02 * s.N, 1024));
+    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g.state, 0.02 * s.N, (size_t)1024));
     struct {
         twell_path set;  /* plan path for the forward */
         int high;        /* data set */
@@ -337,26 +337,26 @@ static void test_gpu_train_dense_switching(void **st) {
         td_poison(&g, 0xFFFFFFFFu);
         if (i == 1) /* make sure step 0's count has landed: AUTO then reads it, still no wait */
             TD_OK(tw_cuda_synchronize(g_ctx));
-        unsigned long waits = tw_cuda_host_waits();
+        unsigned long waits = tw_tc_host_waits();
         td_forward(&g);
-        twell_path ran = tw_ctd_last_path(g.state);
+        twell_path ran = tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH);
         /* the backward follows the forward whatever the plan says now */
         TD_OK(twell_plan_set_path(g.plan,
                                   ran == TWELL_PATH_DENSE ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE));
         td_backward(&g, 1.0f);
         if (ran == TWELL_PATH_DENSE && i > 0)
-            assert_int_equal(tw_cuda_host_waits(), waits);
+            assert_int_equal(tw_tc_host_waits(), waits);
         printf("# step %zu: path set %d, %s data, ran %s (estimate %.1f/row)\n", i,
                (int)steps[i].set, h ? "high" : "low", ran == TWELL_PATH_DENSE ? "dense" : "sparse",
-               tw_ctd_estimate(g.state));
+               tw_tc_state_double(g.state, TW_TC_TD_ESTIMATE));
         assert_int_equal(ran, steps[i].want);
         td_fetch(&g, 0xFFFFFFFFu, &o);
         char label[64];
         snprintf(label, sizeof label, "step %zu", i);
         td_compare(&s, M, &o, h ? &rh : &rl, ran == TWELL_PATH_DENSE, label);
     }
-    assert_true(tw_ctd_calls(g.state, TWELL_PATH_DENSE) >= 3);
-    assert_true(tw_ctd_calls(g.state, TWELL_PATH_SPARSE) >= 3);
+    assert_true(tw_tc_state_calls(g.state, TWELL_PATH_DENSE) >= 3);
+    assert_true(tw_tc_state_calls(g.state, TWELL_PATH_SPARSE) >= 3);
     g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
     void *lb[] = {xl, wgl, wul, wdl, dyl};
     for (size_t i = 0; i < 5; i++)
@@ -411,7 +411,7 @@ static void test_gpu_train_dense_workspace(void **st) {
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
     td_poison(&g, 0xFFFFFFFFu);
     td_forward(&g);
-    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_SPARSE);
+    assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
     td_backward(&g, 0.5f);
     td_fetch(&g, 0xFFFFFFFFu, &o);
     td_compare(&s, M, &o, &r, 0, "lent workspace too small, AUTO");
@@ -479,10 +479,10 @@ static void test_gpu_train_dense_oom_fallback(void **st) {
     printf("#   SPARSE: %s\n", twell_ctx_errmsg(g_ctx));
     /* AUTO, kept on the sparse path by min_rows: falls back to the dense path */
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
-    TD_OK(tw_ctd_set_threshold(g.state, 0.0, M + 1));
+    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g.state, 0.0, M + 1));
     td_poison(&g, 0xFFFFFFFFu);
     td_forward(&g);
-    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_DENSE);
+    assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
     td_backward(&g, 1.0f);
     td_fetch(&g, 0xFFFFFFFFu, &o);
     for (size_t i = 0; i < nfill; i++)
@@ -521,7 +521,7 @@ static void test_gpu_train_dense_errors(void **st) {
     /* AUTO with unaligned tensors runs sparse and works */
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
     TD_OK(twell_ffn_forward_train(g.plan, 39, g.x, g.wg, g.wu, g.wd, yo, g.stats, g.state, NULL));
-    assert_int_equal(tw_ctd_last_path(g.state), TWELL_PATH_SPARSE);
+    assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
     tw_cuda_free(g_ctx, dxb);
     td_gpu_close(&g);
     tw_t_data_free(&d);

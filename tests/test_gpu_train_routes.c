@@ -21,9 +21,10 @@
 #include <cmocka.h>
 
 #include "tw_gpu_train.h"
+#include "tw_tc.h"
 
 /* The newer kernels (tensor-core overflowing row-tiles, staged per-entry dot products) against
- * the earlier ones (tw_cuda_train_set_legacy) on exact-gate data with heavy rows: every output
+ * the earlier ones (TW_TC_TRAIN_SET_LEGACY) on exact-gate data with heavy rows: every output
  * bitwise equal (the per-entry sums keep the reference order; exact gate values in any order). */
 static void test_gpu_train_legacy_same(void **unused) {
     (void)unused;
@@ -42,12 +43,13 @@ static void test_gpu_train_legacy_same(void **unused) {
         gt_gpu_data(&g, &d, 0);
         gt_out o[2];
         tw_cuda_train_host h[2];
-        GT_OK(tw_cuda_train_set_udt(g.state, 0)); /* tiled U/dT: test_gpu_train_tiled_same */
+        GT_OK(tw_test_control(TW_TC_TRAIN_SET_UDT, g.state,
+                              0)); /* tiled U/dT: test_gpu_train_tiled_same */
         for (int legacy = 0; legacy < 2; legacy++) {
             gt_out_alloc(&o[legacy], c->M, c->K, c->N);
-            GT_OK(tw_cuda_train_set_legacy(g.state, legacy));
+            GT_OK(tw_test_control(TW_TC_TRAIN_SET_LEGACY, g.state, legacy));
             gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[legacy]);
-            GT_OK(tw_cuda_train_download(g.state, &h[legacy]));
+            GT_OK(tw_test_control(TW_TC_TRAIN_DOWNLOAD, g.state, &h[legacy]));
         }
         printf("# legacy vs new M=%zu K=%u N=%u T=%u: nnz %zu, spill %zu\n", c->M, c->K, c->N, c->T,
                h[0].nnz, h[0].spill_total);
@@ -69,7 +71,7 @@ static void test_gpu_train_legacy_same(void **unused) {
         assert_memory_equal(o[0].dwd, o[1].dwd, wk * 4);
         assert_memory_equal(o[0].stats, o[1].stats, 8);
         for (int k = 0; k < 2; k++) {
-            tw_cuda_train_host_free(&h[k]);
+            (void)tw_test_control(TW_TC_TRAIN_HOST_FREE, &h[k]);
             gt_out_free(&o[k]);
         }
         gt_gpu_close(&g);
@@ -102,10 +104,10 @@ static void test_gpu_train_tiled_same(void **unused) {
         tw_cuda_train_host h[2];
         for (int tiled = 0; tiled < 2; tiled++) {
             gt_out_alloc(&o[tiled], c->M, c->K, c->N);
-            GT_OK(tw_cuda_train_set_udt(g.state, tiled));
+            GT_OK(tw_test_control(TW_TC_TRAIN_SET_UDT, g.state, tiled));
             gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &o[tiled]);
-            assert_int_equal(tw_cuda_train_udt_tiled(g.state), tiled);
-            GT_OK(tw_cuda_train_download(g.state, &h[tiled]));
+            assert_int_equal(tw_tc_state_int(g.state, TW_TC_TRAIN_UDT_TILED), tiled);
+            GT_OK(tw_test_control(TW_TC_TRAIN_DOWNLOAD, g.state, &h[tiled]));
         }
         assert_true(h[0].spill_total > 0); /* overflowing row-tiles were exercised */
         assert_int_equal(h[0].nnz, h[1].nnz);
@@ -162,7 +164,7 @@ static void test_gpu_train_tiled_same(void **unused) {
         gt_compare(&s, c->M, &o[1], &o[0], NULL, NULL, &e);
         gt_expect_w(&s, &e, 1); /* weight gradients: the per-entry bounds above and the cases */
         for (int k = 0; k < 2; k++) {
-            tw_cuda_train_host_free(&h[k]);
+            (void)tw_test_control(TW_TC_TRAIN_HOST_FREE, &h[k]);
             gt_out_free(&o[k]);
         }
         gt_gpu_close(&g);

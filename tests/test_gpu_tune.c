@@ -11,8 +11,8 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
+#include "cuda_gate_pack.h"
 #include "pack_check.h"
-#include "plan_cuda.h"
 #include "synth.h"
 #include "tune_registry.h"
 #include "twellrt.h"
@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_tc.h"
 
 #define TU_MARGIN 0.03   /* the bound: tuned within 3% of the exhaustive best */
 #define TU_READY_MS 50.0 /* the bound on a second process's plan-ready time */
@@ -70,9 +71,23 @@ static tw_synth_params tu_synth_params(const twell_shape *s, size_t M, int gated
     return sp;
 }
 
-static tw_gate_pack *tu_gp(twell_plan *plan) {
-    return ((tw_cuda_plan *)plan->backend_data)->gate_pack;
+/* The gate-pack variant plan runs (TW_TC_GP_VARIANT as the enum). */
+static tw_gp_variant tu_variant(twell_plan *plan) {
+    int v = tw_gp_variant_parse(tw_tc_plan_variant(plan));
+    assert_true(v >= 0);
+    return (tw_gp_variant)v;
 }
+
+/* M's bucket resolved as its first call does (if it was not already); its configuration. */
+static void tu_gp_prepare(twell_plan *plan, size_t M, tw_gp_cfg *out) {
+    TW_GPU_OK(tu_ctx, tw_test_control(TW_TC_GP_PREPARE, plan, M, out));
+}
+
+static void tu_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
+    TW_GPU_OK(tu_ctx, tw_test_control(TW_TC_FFN_PREPARE, plan, M, out));
+}
+
+static int tu_int(twell_plan *plan, int op) { return tw_tc_plan_int(plan, op); }
 
 static void tu_canon_gp(const tw_gp_cfg *c, char *buf, size_t n) {
     if (c->variant == TW_GP_SM90)
@@ -112,16 +127,16 @@ static int tu_run_plan(twell_plan *plan, const twell_shape *s, size_t M, uint64_
     TU_OK(tu_ctx, tw_cuda_malloc(tu_ctx, words * 4, &dp));
     TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dp, 0xA5A5A5A5u, words, NULL));
     TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dw, dp, NULL));
-    int modules = tw_cuda_plan_gate_pack_modules(plan);
+    int modules = tu_int(plan, TW_TC_GP_MODULES);
     TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dw, dp, NULL));
-    assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), modules);
+    assert_int_equal(tu_int(plan, TW_TC_GP_MODULES), modules);
     TU_OK(tu_ctx, tw_cuda_synchronize(tu_ctx));
     TU_OK(tu_ctx, tw_cuda_memcpy_dtoh(tu_ctx, got, dp, words * 4));
     for (size_t i = 0; i < nrows; i++)
         memcpy(sub + i * row_words, got + rows[i] * row_words, row_words * 4);
     tw_pack_check r;
     tw_pack_check_rows(s, f->x, w, rows, nrows, ref, sub, &r);
-    tw_gp_variant v = tw_cuda_plan_gate_pack_variant(plan);
+    tw_gp_variant v = tu_variant(plan);
     printf("#   plan (%s) M=%zu: %zu/%zu tiles exact, %zu tolerated, %zu bad, worst %u ulp\n",
            tw_gp_variant_name(v), M, r.tiles_exact, r.tiles, r.tiles_tolerated, r.tiles_bad,
            r.worst_ulp);
@@ -158,11 +173,11 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     TU_OK(tu_ctx, tw_cuda_memset_d32(tu_ctx, dy, 0xFFFFFFFFu, xb / 4u, NULL));
     TU_OK(tu_ctx, twell_gate_pack(plan, M, dx, dg, dp, NULL));
     TU_OK(tu_ctx, twell_ffn_infer(plan, M, dx, dp, dg, du, dd, dy, NULL));
-    int modules = tw_cuda_ffn_modules(plan);
+    int modules = tu_int(plan, TW_TC_FFN_MODULES);
     uint32_t fl[4];
-    TU_OK(tu_ctx, tw_cuda_ffn_flags(plan, fl));
+    TU_OK(tu_ctx, tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     TU_OK(tu_ctx, twell_ffn_infer(plan, M, dx, dp, dg, du, dd, dy, NULL));
-    assert_int_equal(tw_cuda_ffn_modules(plan), modules);
+    assert_int_equal(tu_int(plan, TW_TC_FFN_MODULES), modules);
     TU_OK(tu_ctx, tw_cuda_synchronize(tu_ctx));
     size_t rows[64];
     size_t nrows = tw_pack_sample_rows(M, 64, rows);
@@ -179,7 +194,7 @@ static int tu_run_ffn(twell_plan *plan, const twell_shape *s, size_t M, uint64_t
     size_t wr = 0;
     double worst = tw_gpu_max_row_err(s->dtype, s->K, hy, rows, nrows, ref, &wr);
     tw_ffn_cfg use;
-    tw_cuda_ffn_prepare(plan, M, &use);
+    tu_ffn_prepare(plan, M, &use);
     printf("#   plan ffn M=%zu: CN=%u, %d ffn modules, first call's tiled flag %u, max row-rel "
            "err %.3e (row %zu), tolerance %.0e\n",
            M, use.cn, modules, fl[0], worst, wr, tu_ffn_tol(s->dtype));
@@ -269,20 +284,20 @@ static void test_gpu_tune_ffn_vs_exhaustive(void **state) {
 
     twell_plan *plan = NULL;
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
-    assert_int_equal(tw_cuda_ffn_modules(plan), 1);
+    assert_int_equal(tu_int(plan, TW_TC_FFN_MODULES), 1);
     tw_ffn_cfg want, use, dflt;
     assert_int_equal(tw_ffn_cfg_from_tune(&ch.config, &want), 0);
     assert_int_equal(tw_ffn_cfg_default(&s, tu_ctx->cuda, &dflt), 0);
     int is_default = !memcmp(&want, &dflt, sizeof want);
     int modules = tu_run_ffn(plan, &s, c->M, 41);
-    tw_cuda_ffn_prepare(plan, c->M, &use);
+    tu_ffn_prepare(plan, c->M, &use);
     if (memcmp(&use, &want, sizeof use) != 0)
         fail_msg("the plan uses CN=%u for M=%zu, the stored winner is %s", use.cn, c->M, canon);
     assert_int_equal(modules, is_default ? 1 : 2);
     /* The same bucket, then one without a record (M = 100: the default, nothing loaded). */
     assert_int_equal(tu_run_ffn(plan, &s, 3000, 42), modules);
     assert_int_equal(tu_run_ffn(plan, &s, 100, 43), modules);
-    tw_cuda_ffn_prepare(plan, 100, &use);
+    tu_ffn_prepare(plan, 100, &use);
     assert_true(!memcmp(&use, &dflt, sizeof use));
     /* back to the tuned bucket after the default's: still correct, nothing new loaded */
     assert_int_equal(tu_run_ffn(plan, &s, c->M, 44), modules);
@@ -304,13 +319,13 @@ static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
     double t0 = tu_now_ms();
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
     double plan_ms = tu_now_ms() - t0;
-    assert_int_equal(tw_cuda_plan_gate_pack_modules(plan), 1);
+    assert_int_equal(tu_int(plan, TW_TC_GP_MODULES), 1);
     tw_gp_cfg want, use;
     assert_int_equal(tw_gp_cfg_from_tune(&ch.config, &want), 0);
     tw_gp_cfg dflt = tw_gp_cfg_default(want.variant);
-    assert_int_equal(tw_cuda_plan_gate_pack_variant(plan), want.variant);
+    assert_int_equal(tu_variant(plan), want.variant);
     int modules = tu_run_plan(plan, &s, c->M, 11);
-    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), c->M, &use);
+    tu_gp_prepare(plan, c->M, &use);
     char a[96], b[96];
     tu_canon_gp(&use, a, sizeof a);
     tu_canon_gp(&want, b, sizeof b);
@@ -323,7 +338,7 @@ static void test_gpu_tune_gate_pack_vs_exhaustive(void **state) {
      * default and loads nothing. */
     assert_int_equal(tu_run_plan(plan, &s, 3000, 12), modules);
     assert_int_equal(tu_run_plan(plan, &s, 100, 13), modules);
-    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), 100, &use);
+    tu_gp_prepare(plan, 100, &use);
     assert_true(tu_cfg_same(&use, &dflt));
     twell_plan_destroy(plan);
 }
@@ -360,8 +375,8 @@ static void test_gpu_tune_t64(void **state) {
     tw_ffn_cfg fwant, fuse;
     assert_int_equal(tw_gp_cfg_from_tune(&ch[0].config, &want), 0);
     assert_int_equal(tw_ffn_cfg_from_tune(&ch[1].config, &fwant), 0);
-    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
-    tw_cuda_ffn_prepare(plan, M, &fuse);
+    tu_gp_prepare(plan, M, &use);
+    tu_ffn_prepare(plan, M, &fuse);
     assert_true(tu_cfg_same(&use, &want));
     assert_true(!memcmp(&fuse, &fwant, sizeof fuse));
     twell_plan_destroy(plan);
@@ -425,14 +440,18 @@ static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     twell_plan *plan = NULL;
     t0 = tu_now_ms();
     twell_status st = twell_plan_create(ctx, &s, &plan);
+    if (st == TWELL_OK) /* M's bucket from the store, as `twell tune`'s prewarm does */
+        st = twell_plan_tune(plan, M, TWELL_TUNE_STORED_ONLY);
+    double ready_ms = tu_now_ms() - t0;
+    /* the configurations the buckets resolved to (resolved already: these only read them) */
     tw_gp_cfg use;
     tw_ffn_cfg fuse;
+    memset(&use, 0, sizeof use);
     memset(&fuse, 0, sizeof fuse);
-    if (st == TWELL_OK) {
-        tw_cuda_gate_pack_prepare(plan, ((tw_cuda_plan *)plan->backend_data)->gate_pack, M, &use);
-        tw_cuda_ffn_prepare(plan, M, &fuse);
-    }
-    double ready_ms = tu_now_ms() - t0;
+    if (st == TWELL_OK)
+        st = tw_test_control(TW_TC_GP_PREPARE, plan, M, &use);
+    if (st == TWELL_OK)
+        st = tw_test_control(TW_TC_FFN_PREPARE, plan, M, &fuse);
     if (st != TWELL_OK) {
         printf("second: plan: %s\n", twell_ctx_errmsg(ctx));
         return 1;
@@ -457,7 +476,9 @@ static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     unsigned long long puts = (unsigned long long)(st1.puts - st0.puts);
     unsigned long long misses = (unsigned long long)(st1.misses - st0.misses);
     unsigned long long hits = (unsigned long long)(st1.disk_hits - st0.disk_hits);
-    int modules = tw_cuda_plan_gate_pack_modules(plan), fmodules = tw_cuda_ffn_modules(plan);
+    int modules = 0, fmodules = 0; /* no cmocka in this process: plain calls */
+    (void)tw_test_control(TW_TC_GP_MODULES, plan, &modules);
+    (void)tw_test_control(TW_TC_FFN_MODULES, plan, &fmodules);
     tw_gp_cfg dflt = tw_gp_cfg_default(use.variant);
     tw_ffn_cfg fdflt;
     (void)tw_ffn_cfg_default(&s, ctx->cuda, &fdflt);
@@ -525,18 +546,25 @@ static void test_gpu_tune_second_process(void **state) {
     }
 }
 
-/* TWELL_TUNE=1: a bucket without a record is tuned on its first call (gate-pack, then fused
- * inference), then stored and used. */
+/* options.tune_on_first_use: a bucket without a record is tuned on its first call (gate-pack,
+ * then fused inference), then stored and used. Run on a context of its own with the option (the
+ * same device, so tu_ctx's buffers serve it). */
 static void test_gpu_tune_on_first_use(void **state) {
     (void)state;
     twell_shape s = tu_make_shape(512, 1280);
     s.T = 128;
     s.C = 4;
-    setenv("TWELL_TUNE", "1", 1);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CUDA;
+    o.log = tu_log;
+    o.log_level = TWELL_LOG_WARN;
+    o.tune_on_first_use = TWELL_SWITCH_ON;
+    twell_ctx *first_use = NULL;
+    assert_int_equal(twell_ctx_create(&o, &first_use), TWELL_OK);
+    twell_ctx *saved = tu_ctx;
+    tu_ctx = first_use;
     twell_plan *plan = NULL;
-    twell_status st = twell_plan_create(tu_ctx, &s, &plan);
-    unsetenv("TWELL_TUNE");
-    TU_OK(tu_ctx, st);
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
     tw_tune_device d;
     TU_OK(tu_ctx, tw_tune_device_of(tu_ctx, &d));
     tw_tune_problem p;
@@ -553,8 +581,8 @@ static void test_gpu_tune_on_first_use(void **state) {
     TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
     tw_gp_cfg want, use;
     assert_int_equal(tw_gp_cfg_from_tune(&rec.config, &want), 0);
-    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), 300, &use);
-    if (want.variant == tw_cuda_plan_gate_pack_variant(plan) && !tu_cfg_same(&use, &want))
+    tu_gp_prepare(plan, 300, &use);
+    if (want.variant == tu_variant(plan) && !tu_cfg_same(&use, &want))
         fail_msg("the plan did not take the config it tuned");
     /* fused inference too: its first call of the bucket tunes, stores and uses the winner */
     snprintf(p.op, sizeof p.op, "ffn_infer");
@@ -566,9 +594,79 @@ static void test_gpu_tune_on_first_use(void **state) {
     TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
     tw_ffn_cfg fwant, fuse;
     assert_int_equal(tw_ffn_cfg_from_tune(&rec.config, &fwant), 0);
-    tw_cuda_ffn_prepare(plan, 300, &fuse);
+    tu_ffn_prepare(plan, 300, &fuse);
     if (memcmp(&fwant, &fuse, sizeof fuse) != 0)
         fail_msg("the plan runs CN=%u, it tuned CN=%u", fuse.cn, fwant.cn);
+    twell_plan_destroy(plan);
+    tu_ctx = saved;
+    twell_ctx_destroy(first_use);
+}
+
+/* twell_plan_tune: on a plan of a context without tune-on-first-use, a bucket with no record
+ * keeps the defaults at its first call; the explicit call tunes both ops, stores the winners and
+ * loads them into the plan (a later call of the bucket loads nothing); a second call, and one with
+ * TWELL_TUNE_STORED_ONLY, time nothing. */
+static void test_gpu_tune_plan_tune(void **state) {
+    (void)state;
+    twell_shape s = tu_make_shape(576, 1536);
+    s.T = 128;
+    s.C = 4;
+    const size_t M = 700;
+    twell_plan *plan = NULL;
+    TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tw_tune_device d;
+    TU_OK(tu_ctx, tw_tune_device_of(tu_ctx, &d));
+    tw_tune_problem p;
+    memset(&p, 0, sizeof p);
+    p.shape = s;
+    p.M = tw_tune_m_bucket(M);
+    tw_tune_record rec;
+    static const char *const ops[] = {"gate_pack", "ffn_infer"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(p.op, sizeof p.op, "%s", ops[i]);
+        assert_int_equal(tw_tune_store_load(tu_ctx, &p, &d, &rec), TWELL_ERR_NOT_FOUND);
+    }
+    tw_gp_cfg use, dflt;
+    tw_ffn_cfg fuse;
+    tu_run_plan(plan, &s, M, 61); /* the bucket's first call: defaults, nothing tuned */
+    tu_gp_prepare(plan, M, &use);
+    dflt = tw_gp_cfg_default(use.variant);
+    assert_true(tu_cfg_same(&use, &dflt));
+    snprintf(p.op, sizeof p.op, "gate_pack");
+    assert_int_equal(tw_tune_store_load(tu_ctx, &p, &d, &rec), TWELL_ERR_NOT_FOUND);
+    double t0 = tu_now_ms();
+    TU_OK(tu_ctx, twell_plan_tune(plan, M, 0));
+    printf("# twell_plan_tune K=576 N=1536 M=%zu: %.2f s (both ops tuned)\n", M,
+           (tu_now_ms() - t0) / 1e3);
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(p.op, sizeof p.op, "%s", ops[i]);
+        TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
+        if (i == 0) {
+            tw_gp_cfg want;
+            assert_int_equal(tw_gp_cfg_from_tune(&rec.config, &want), 0);
+            tu_gp_prepare(plan, M, &use);
+            if (want.variant == use.variant && !tu_cfg_same(&use, &want))
+                fail_msg("twell_plan_tune stored a gate-pack winner the plan does not run");
+        } else {
+            tw_ffn_cfg want;
+            assert_int_equal(tw_ffn_cfg_from_tune(&rec.config, &want), 0);
+            tu_ffn_prepare(plan, M, &fuse);
+            if (memcmp(&want, &fuse, sizeof fuse) != 0)
+                fail_msg("twell_plan_tune stored CN=%u, the plan runs CN=%u", want.cn, fuse.cn);
+        }
+    }
+    int gpm = tu_int(plan, TW_TC_GP_MODULES), fm = tu_int(plan, TW_TC_FFN_MODULES);
+    assert_int_equal(tu_run_plan(plan, &s, M, 62), gpm);
+    assert_int_equal(tu_run_ffn(plan, &s, M, 63), fm);
+    /* stored winners: nothing timed, whatever the flags but RETUNE */
+    t0 = tu_now_ms();
+    TU_OK(tu_ctx, twell_plan_tune(plan, M, 0));
+    TU_OK(tu_ctx, twell_plan_tune(plan, M, TWELL_TUNE_STORED_ONLY));
+    double again_ms = tu_now_ms() - t0;
+    printf("# twell_plan_tune again (stored winners, then STORED_ONLY): %.1f ms\n", again_ms);
+    assert_true(again_ms < 1000.0);
+    assert_int_equal(tu_int(plan, TW_TC_GP_MODULES), gpm);
+    assert_int_equal(tu_int(plan, TW_TC_FFN_MODULES), fm);
     twell_plan_destroy(plan);
 }
 
@@ -591,16 +689,16 @@ static void test_gpu_tune_variant_mismatch(void **state) {
     assert_int_equal(simt.variant, TW_GP_SIMT);
     twell_plan *plan = NULL;
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
-    tw_gp_variant v = tw_cuda_plan_gate_pack_variant(plan);
+    tw_gp_variant v = tu_variant(plan);
     tu_run_plan(plan, &s, M, 31);
-    tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+    tu_gp_prepare(plan, M, &use);
     tw_gp_cfg expect = v == TW_GP_SIMT ? simt : tw_gp_cfg_default(v);
     if (!tu_cfg_same(&use, &expect))
         fail_msg("a %s plan uses the wrong config", tw_gp_variant_name(v));
     if (v != TW_GP_SIMT) {
-        TU_OK(tu_ctx, tw_cuda_plan_gate_pack_select(plan, TW_GP_SIMT));
+        TU_OK(tu_ctx, tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
         tu_run_plan(plan, &s, M, 32);
-        tw_cuda_gate_pack_prepare(plan, tu_gp(plan), M, &use);
+        tu_gp_prepare(plan, M, &use);
         if (!tu_cfg_same(&use, &simt))
             fail_msg("the SIMT plan does not use the SIMT winner %s", canon);
     }
@@ -643,6 +741,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_tune_second_process),
         cmocka_unit_test(test_gpu_tune_t64),
         cmocka_unit_test(test_gpu_tune_on_first_use),
+        cmocka_unit_test(test_gpu_tune_plan_tune),
         cmocka_unit_test(test_gpu_tune_variant_mismatch),
     };
     int rc =

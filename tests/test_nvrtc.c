@@ -5,6 +5,7 @@
 #include "jit.h"
 #include "nvrtc.h"
 #include "tw_cpu.h"
+#include "tw_log.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -291,11 +292,11 @@ static void test_nvrtc_error_names_template_line(void **state) {
     tw_assert_contains(msg, "undefined_identifier_on_line_7");
     /* The full log follows, in NVRTC's own format. */
     tw_assert_contains(msg, "\ntemplates/broken_cuda.cu.lua(7): error");
-    /* The same context works afterwards. */
+    /* The same context works afterwards (another fixture of its template directory, which it
+     * read from the environment when it was created). */
     setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
-    tw_param ok[] = {
-        {"K", NULL, 64}, {"N", NULL, 256}, {"T", NULL, 128}, {"C", NULL, 4}, {"dtype", "fp16", 0}};
-    assert_int_equal(tw_jit_cubin(ctx, "gate_pack_simt", ok, 5, "sm_80", &c), TWELL_OK);
+    tw_param ok[] = {{"K", NULL, 64}, {"N", NULL, 256}};
+    assert_int_equal(tw_jit_cubin(ctx, "lines", ok, 2, "sm_80", &c), TWELL_OK);
     assert_string_equal(twell_ctx_errmsg(ctx), "");
     tw_cubin_free(&c);
     assert_null(c.data);
@@ -400,6 +401,49 @@ static void test_nvrtc_cache_miss_then_hit(void **state) {
     tw_rm_dir(dir);
 }
 
+/* tw_jit_cubin_detached compiles on a worker context with the parent's options: its template
+ * directory (not the environment's), its cache (the parent then hits), its NVRTC. */
+static void test_nvrtc_detached_inherits_options(void **state) {
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-detached-XXXXXX", TWELL_TEST_BINARY_DIR);
+    mkdir(TWELL_TEST_BINARY_DIR "/test-cache", 0700);
+    assert_non_null(mkdtemp(dir));
+    setenv("TWELL_TEMPLATE_DIR", "/nonexistent/templates", 1);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.cache_dir = dir;
+    o.template_dir = TW_SRC_TEMPLATES;
+    twell_ctx *parent = NULL;
+    assert_int_equal(twell_ctx_create(&o, &parent), TWELL_OK);
+    twell_ctx *env_only = tw_ctx_in(dir); /* the environment's template directory */
+    setenv("TWELL_TEMPLATE_DIR", TW_SRC_TEMPLATES, 1);
+    tw_param p[] = {{"K", NULL, 256},
+                    {"N", NULL, 1024},
+                    {"T", NULL, 128},
+                    {"C", NULL, 4},
+                    {"dtype", "fp16", 0}};
+    tw_cubin c, d;
+    char err[512] = "";
+    assert_int_equal(
+        tw_jit_cubin_detached(env_only, "gate_pack_simt", p, 5, "sm_80", &c, err, sizeof err),
+        TWELL_ERR_NOT_FOUND);
+    tw_assert_contains(err, "gate_pack_simt");
+    assert_int_equal(
+        tw_jit_cubin_detached(parent, "gate_pack_simt", p, 5, "sm_80", &c, err, sizeof err),
+        TWELL_OK);
+    assert_int_equal(c.cache_hit, 0);
+    assert_int_equal(tw_jit_cubin(parent, "gate_pack_simt", p, 5, "sm_80", &d), TWELL_OK);
+    assert_int_equal(d.cache_hit, 1);
+    assert_string_equal(d.key_hex, c.key_hex);
+    tw_cubin_free(&c);
+    tw_cubin_free(&d);
+    twell_ctx_destroy(env_only);
+    twell_ctx_destroy(parent);
+    tw_rm_dir(dir);
+}
+
 static void test_nvrtc_missing_library(void **state) {
     (void)state;
     char dir[512];
@@ -472,6 +516,75 @@ static void test_nvrtc_prewarmed_cache_without_nvrtc(void **state) {
     tw_rm_dir(dir);
 }
 
+/* A CPU context whose options name nvrtc (NULL: leave it to the environment), logging into log. */
+static twell_ctx *tw_nvrtc_ctx(const char *nvrtc, tw_logbook *log) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.nvrtc_library = nvrtc;
+    o.log = tw_test_log;
+    o.log_user = log;
+    twell_ctx *ctx = NULL;
+    return twell_ctx_create(&o, &ctx) == TWELL_OK ? ctx : NULL;
+}
+
+/* The child of test_nvrtc_library_option: a fresh process (NVRTC is loaded once per process), with
+ * TWELL_NVRTC_LIBRARY naming a library that does not exist. real: the library the parent loaded.
+ * Prints what it saw; exit status 0 when every expectation held. */
+static int tw_nvrtc_option_child(const char *real) {
+    int bad = 0;
+    tw_logbook la, lb, lc;
+    memset(&la, 0, sizeof la), memset(&lb, 0, sizeof lb), memset(&lc, 0, sizeof lc);
+    setenv("TWELL_NVRTC_LIBRARY", "/nonexistent/env/libnvrtc.so", 1);
+    twell_ctx *a = tw_nvrtc_ctx("/nonexistent/option/libnvrtc.so", &la);
+    twell_ctx *b = tw_nvrtc_ctx(NULL, &lb);
+    unsetenv("TWELL_NVRTC_LIBRARY"); /* read at creation: b keeps the environment's choice */
+    twell_ctx *c = tw_nvrtc_ctx(real, &lc);
+    if (!a || !b || !c)
+        return printf("child: no context\n"), 1;
+    /* the option wins over the environment, and only it is tried */
+    twell_status st = tw_nvrtc_load(a);
+    printf("child: option /nonexistent/option: %s: %s\n", twell_status_name(st),
+           twell_ctx_errmsg(a));
+    bad |= st != TWELL_ERR_NOT_FOUND || !strstr(twell_ctx_errmsg(a), "/nonexistent/option/") ||
+           strstr(twell_ctx_errmsg(a), "/nonexistent/env/") != NULL;
+    /* no option: the environment's library as read when the context was created */
+    st = tw_nvrtc_load(b);
+    printf("child: environment /nonexistent/env: %s: %s\n", twell_status_name(st),
+           twell_ctx_errmsg(b));
+    bad |= st != TWELL_ERR_NOT_FOUND || !strstr(twell_ctx_errmsg(b), "/nonexistent/env/");
+    /* a context naming a real library loads it (a failed request does not block another) */
+    st = tw_nvrtc_load(c);
+    printf("child: option %s: %s, loaded %s\n", real, twell_status_name(st), tw_nvrtc_path());
+    bad |= st != TWELL_OK || strcmp(tw_nvrtc_path(), real) != 0 || lc.warns != 0;
+    /* loaded once per process: b now gets it, with one warning that its choice is not used */
+    st = tw_nvrtc_load(b);
+    twell_status st2 = tw_nvrtc_load(b);
+    printf("child: environment context again: %s, %d warning(s): %s\n", twell_status_name(st),
+           lb.warns, lb.last);
+    bad |= st != TWELL_OK || st2 != TWELL_OK || lb.warns != 1 ||
+           !strstr(lb.last, "loaded once per process");
+    twell_ctx_destroy(a), twell_ctx_destroy(b), twell_ctx_destroy(c);
+    return bad;
+}
+
+/* options.nvrtc_library: wins over TWELL_NVRTC_LIBRARY, which a context reads when created;
+ * NVRTC is loaded once per process (run in a child process of this executable). */
+static void test_nvrtc_library_option(void **state) {
+    (void)state;
+    char self[1024], cmd[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    snprintf(cmd, sizeof cmd, "'%s' option-child '%s' 2>&1", self, tw_nvrtc_path());
+    int st;
+    char *out = tw_run(cmd, &st);
+    printf("%s", out);
+    assert_int_equal(st, 0);
+    tw_assert_contains(out, "child: environment context again: TWELL_OK, 1 warning(s)");
+    free(out);
+}
+
 static void test_nvrtc_versions_and_archs(void **state) {
     (void)state;
     int major = 0, minor = -1;
@@ -491,7 +604,9 @@ static void test_nvrtc_versions_and_archs(void **state) {
     assert_string_equal(a, "sm_120");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "option-child"))
+        return tw_nvrtc_option_child(argv[2]);
     if (tw_nvrtc_load(NULL) != TWELL_OK) {
         fprintf(stderr, "test_nvrtc: SKIPPED: NVRTC cannot be loaded: %s\n",
                 tw_nvrtc_why_missing());
@@ -502,6 +617,8 @@ int main(void) {
         cmocka_unit_test(test_nvrtc_error_names_template_line),
         cmocka_unit_test(test_nvrtc_cache_miss_then_hit),
         cmocka_unit_test(test_nvrtc_missing_library),
+        cmocka_unit_test(test_nvrtc_library_option),
+        cmocka_unit_test(test_nvrtc_detached_inherits_options),
         cmocka_unit_test(test_nvrtc_prewarmed_cache_without_nvrtc),
         cmocka_unit_test(test_nvrtc_sweep_all_templates),
     };

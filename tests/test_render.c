@@ -387,17 +387,48 @@ static void test_render_limits(void **state) {
 static void test_render_template_dir(void **state) {
     (void)state;
     tw_use_dir("/some/where");
-    assert_string_equal(tw_template_dir(), "/some/where");
+    assert_string_equal(tw_template_dir(NULL), "/some/where");
     assert_int_equal(unsetenv("TWELL_TEMPLATE_DIR"), 0);
     /* Built in the build tree: no <bindir>/../share/twellrt/templates, so the source tree. */
     char want[PATH_MAX], got[PATH_MAX];
     assert_non_null(realpath(TW_SRC_TEMPLATES, want));
-    assert_non_null(realpath(tw_template_dir(), got));
+    assert_non_null(realpath(tw_template_dir(NULL), got));
     assert_string_equal(got, want);
     twell_ctx *ctx = tw_test_cpu_ctx(1);
     char *src = tw_render_expect(ctx, "gate_pack_simt", tw_shape_params, TW_NSHAPE, TWELL_OK);
     free(src);
     twell_ctx_destroy(ctx);
+    tw_use_dir(TW_SRC_TEMPLATES);
+}
+
+/* options.template_dir wins over TWELL_TEMPLATE_DIR, which a context reads when created. */
+static void test_render_template_dir_option(void **state) {
+    (void)state;
+    tw_use_dir(TW_SRC_TEMPLATES);
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.template_dir = TW_FIXTURES;
+    twell_ctx *fix = NULL, *env = NULL;
+    assert_int_equal(twell_ctx_create(&o, &fix), TWELL_OK);
+    o.template_dir = NULL;
+    assert_int_equal(twell_ctx_create(&o, &env), TWELL_OK);
+    tw_use_dir("/nonexistent"); /* too late for both contexts */
+    assert_string_equal(tw_template_dir(fix), TW_FIXTURES);
+    assert_string_equal(tw_template_dir(env), TW_SRC_TEMPLATES);
+    assert_string_equal(tw_template_dir(NULL), "/nonexistent");
+    assert_true(tw_template_exists(fix, "sandbox"));
+    assert_false(tw_template_exists(env, "sandbox"));
+    assert_true(tw_template_exists(env, "gate_pack_simt"));
+    tw_param prm[] = {{"K", NULL, 3}, {"name", "x", 0}, {"neg", NULL, -1}};
+    char *src = tw_render_expect(fix, "params", prm, 3, TWELL_OK);
+    tw_assert_contains(src, "K=3 name=x");
+    free(src);
+    tw_render_expect(env, "params", prm, 3, TWELL_ERR_NOT_FOUND);
+    src = tw_render_expect(env, "gate_pack_simt", tw_shape_params, TW_NSHAPE, TWELL_OK);
+    free(src);
+    twell_ctx_destroy(fix);
+    twell_ctx_destroy(env);
     tw_use_dir(TW_SRC_TEMPLATES);
 }
 
@@ -412,6 +443,7 @@ int main(void) {
         cmocka_unit_test(test_render_missing_template),
         cmocka_unit_test(test_render_limits),
         cmocka_unit_test(test_render_template_dir),
+        cmocka_unit_test(test_render_template_dir_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -245,6 +245,16 @@ static void test_validate_plan_and_state(void **state) {
     assert_int_equal(twell_train_state_bytes(NULL), 0);
     twell_train_state_destroy(st);
     twell_train_state_destroy(NULL);
+    /* twell_plan_tune: checked arguments; on the CPU backend nothing to tune */
+    assert_int_equal(twell_plan_tune(NULL, 1, 0), TWELL_ERR_INVALID_ARG);
+    TV_EXPECT(t, twell_plan_tune(t->gated, 0, 0), "M is 0");
+    TV_EXPECT(t, twell_plan_tune(t->gated, 64, TWELL_TUNE_STORED_ONLY | TWELL_TUNE_RETUNE),
+              "exclude each other");
+    TV_EXPECT(t, twell_plan_tune(t->gated, 64, 4u), "flags 0x4");
+    assert_int_equal(twell_plan_tune(t->gated, 64, 0), TWELL_OK);
+    assert_string_equal(twell_ctx_errmsg(t->ctx), "");
+    assert_int_equal(twell_plan_tune(t->plain, 3000, TWELL_TUNE_STORED_ONLY), TWELL_OK);
+    assert_int_equal(twell_plan_tune(t->plain, 1, TWELL_TUNE_RETUNE), TWELL_OK);
 }
 
 static void test_validate_forward_train(void **state) {

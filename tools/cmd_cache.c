@@ -1,7 +1,7 @@
 /* cmd_cache.c — `twell cache ls|verify|clear`: inspect, check and empty the kernel cache
  * directory (the same one the library uses: --dir, else $TWELL_CACHE_DIR, else the default). */
-#include "cache.h"
 #include "cli.h"
+#include "twellrt_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,7 @@
 /* cmd_demo.c — `twell demo`: builds a synthetic sparse FFN, runs gate-pack and fused inference,
  * and reports sparsity, time and the error against a plain dense fp64 computation. */
 #include "cli.h"
-#include "cuda_driver.h"
-#include "internal.h"
-#include "synth.h"
-#include "twellrt.h"
+#include "twellrt_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

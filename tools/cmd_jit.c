@@ -1,9 +1,6 @@
 /* cmd_jit.c — `twell render`, `twell compile` and `twell info`: the JIT pipeline by hand. */
-#include "cache.h"
 #include "cli.h"
-#include "internal.h"
-#include "jit.h"
-#include "nvrtc.h"
+#include "twellrt_internal.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -306,7 +303,7 @@ int twell_cmd_info(int argc, char **argv) {
     }
     printf("library:   twellrt %s (version number %d)\n", twell_version(), twell_version_number());
 
-    const char *tdir = tw_template_dir();
+    const char *tdir = tw_template_dir(NULL);
     printf("templates: %s\n", tdir);
     char *names[128];
     size_t n = tw_template_names(tdir, names, 128);

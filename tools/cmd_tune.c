@@ -2,10 +2,7 @@
  * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
-#include "internal.h"
-#include "json.h"
-#include "plan_cuda.h"
-#include "tune_registry.h"
+#include "twellrt_internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -489,7 +486,7 @@ static void tw_plan_row(twell_ctx *ctx, const tw_tune_device *d, const twell_sha
     snprintf(p.op, sizeof p.op, "%s", r->op);
     p.shape = *s;
     p.M = r->bucket;
-    const tw_tune_space *sp = tw_tune_space_runnable(r->op, &p, d);
+    const tw_tune_space *sp = tw_tune_space_runnable(ctx, r->op, &p, d);
     const tw_tune_space *preferred = tw_tune_space_pick(r->op, &p, d);
     if (!sp)
         sp = preferred;
@@ -502,7 +499,7 @@ static void tw_plan_row(twell_ctx *ctx, const tw_tune_device *d, const twell_sha
         return;
     }
     snprintf(r->kernel, sizeof r->kernel, "%s", sp->kernel);
-    r->runnable = tw_tune_kernel_runnable(sp->kernel);
+    r->runnable = tw_tune_kernel_runnable(ctx, sp->kernel);
     tw_tune_config *c = NULL;
     size_t n = 0, di = SIZE_MAX;
     r->st = tw_tune_space_enumerate(sp, &p, d, &c, &n, &di, &r->ch.pruning);
@@ -537,9 +534,7 @@ static double tw_now_s(void) {
  * then finds it cached. */
 typedef struct tw_bg_compile {
     twell_shape shape;
-    char arch[16];
-    char *cache_dir;
-    size_t cache_max_bytes;
+    const twell_ctx *parent; /* only its options are read (they never change) */
     pthread_t th;
     int started;
     twell_status st;
@@ -547,22 +542,14 @@ typedef struct tw_bg_compile {
 
 static void *tw_bg_compile_run(void *arg) {
     tw_bg_compile *b = arg;
-    tw_param prm[TW_FFN_ROWS_NPARAMS];
-    size_t np = tw_ffn_rows_params(&b->shape, prm);
-    tw_cubin cubin;
-    b->st = tw_jit_cubin_detached(b->cache_dir, b->cache_max_bytes, "ffn_rows", prm, np, b->arch,
-                                  &cubin, NULL, 0);
-    if (b->st == TWELL_OK)
-        tw_cubin_free(&cubin);
+    b->st = tw_test_control(TW_TC_FFN_COMPILE_ROWS, b->parent, &b->shape, (char *)NULL, (size_t)0);
     return NULL;
 }
 
 static void tw_bg_compile_start(twell_ctx *ctx, const twell_shape *s, tw_bg_compile *b) {
     memset(b, 0, sizeof b[0]);
     b->shape = *s;
-    snprintf(b->arch, sizeof b->arch, "%s", ctx->cuda->arch);
-    b->cache_dir = ctx->cache_dir;
-    b->cache_max_bytes = ctx->opts.cache_max_bytes;
+    b->parent = ctx;
     b->started = pthread_create(&b->th, NULL, tw_bg_compile_run, b) == 0;
 }
 
@@ -588,17 +575,15 @@ static void tw_prewarm_shape(twell_ctx *ctx, const twell_shape *s, const size_t 
     double t0 = tw_now_s();
     twell_plan *plan = NULL;
     r->st = twell_plan_create(ctx, s, &plan);
+    /* each M's bucket resolved from the store now, as its first call would: nothing is timed */
+    for (size_t i = 0; r->st == TWELL_OK && i < nM; i++)
+        r->st = twell_plan_tune(plan, M[i], TWELL_TUNE_STORED_ONLY);
     if (r->st == TWELL_OK) {
-        tw_cuda_plan *cp = plan->backend_data;
-        for (size_t i = 0; i < nM; i++) {
-            tw_cuda_gate_pack_prepare(plan, cp->gate_pack, M[i], NULL);
-            tw_cuda_ffn_prepare(plan, M[i], NULL);
-        }
         /* a shape the portable kernel cannot run is not an error: plans then never load it */
-        if (tw_cuda_ffn_set_kernel(plan, TW_FFN_GENERIC) == TWELL_OK)
-            (void)tw_cuda_ffn_set_kernel(plan, TW_FFN_AUTO);
-        r->gp_modules = tw_cuda_plan_gate_pack_modules(plan);
-        r->ffn_modules = tw_cuda_ffn_modules(plan);
+        if (tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "generic") == TWELL_OK)
+            (void)tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto");
+        (void)tw_test_control(TW_TC_GP_MODULES, plan, &r->gp_modules);
+        (void)tw_test_control(TW_TC_FFN_MODULES, plan, &r->ffn_modules);
     }
     if (r->st != TWELL_OK)
         snprintf(r->err, sizeof r->err, "%s", twell_ctx_errmsg(ctx));

@@ -22,10 +22,17 @@ typedef struct tw_cache tw_cache; /* cache/cache.c: disk + memory cache */
 typedef struct tw_cuda tw_cuda;   /* runtime/cuda_*.c: CUDA backend state */
 
 struct twell_ctx {
-    twell_ctx_options opts; /* copy; opts.cache_dir points at cache_dir below */
+    twell_ctx_options opts; /* copy; its strings point at the owned copies below */
     twell_backend backend;  /* CPU or CUDA, never AUTO */
-    char *cache_dir;        /* owned, resolved directory */
-    char *errmsg;           /* owned, "" when the last call succeeded */
+    char *cache_dir;        /* owned copy of opts.cache_dir (NULL: resolved when the cache opens) */
+    /* The environment-backed options, resolved by twell_ctx_create (option, else environment,
+     * else built-in): read by the ops, which never look at the environment themselves. */
+    int tune_on_first_use; /* 1: a bucket's first call tunes when no winner is stored */
+    int pdl;               /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
+    char *template_dir;    /* owned; NULL: the built-in location (gen/render.c) */
+    char *nvrtc_library;   /* owned; NULL: the search list (gen/nvrtc.c) */
+    int nvrtc_warned;      /* the "another NVRTC is loaded" warning was logged */
+    char *errmsg;          /* owned, "" when the last call succeeded */
     char device_name[160];
     tw_pool *pool;   /* CPU backend threads (also used for host-side work on CUDA) */
     tw_cache *cache; /* created lazily by tw_ctx_cache() */
@@ -95,6 +102,8 @@ void tw_cuda_close(twell_ctx *ctx);
 int tw_cuda_pointer_kind(twell_ctx *ctx, const void *p);
 twell_status tw_cuda_plan_init(twell_plan *plan);
 void tw_cuda_plan_release(twell_plan *plan);
+/* twell_plan_tune on CUDA (arguments validated): gate-pack, then fused inference. */
+twell_status tw_cuda_plan_tune(twell_plan *plan, size_t M, unsigned flags);
 twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                uint32_t *packed, twell_stream stream);
 twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);

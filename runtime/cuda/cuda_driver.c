@@ -5,8 +5,8 @@
  */
 #include "cuda_driver.h"
 #include "cuda_driver_api.h"
+#include "test_control.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +169,7 @@ twell_status tw_cu_device_open(twell_ctx *ctx, int ordinal, tw_cuda *d) {
         snprintf(d->arch, sizeof d->arch, "sm_90a");
     else
         snprintf(d->arch, sizeof d->arch, "sm_%d%d", d->cc_major, d->cc_minor);
-    d->pdl = tw_cu_pdl_allowed(d->cc_major);
+    d->pdl = ctx->pdl && tw_cu_pdl_supported(d->cc_major);
     TW_CU_TRY(ctx, DevicePrimaryCtxRetain, &d->cu, d->dev);
     return TWELL_OK;
 }
@@ -307,18 +307,7 @@ twell_status tw_cu_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t
     return TWELL_OK;
 }
 
-static pthread_once_t tw_pdl_once = PTHREAD_ONCE_INIT;
-static int tw_pdl_env = 1;
-
-static void tw_pdl_read_env(void) {
-    const char *e = getenv("TWELL_PDL");
-    tw_pdl_env = !(e && e[0] == '0' && e[1] == '\0');
-}
-
-int tw_cu_pdl_allowed(int cc_major) {
-    pthread_once(&tw_pdl_once, tw_pdl_read_env);
-    return tw_pdl_env && cc_major >= 9 && tw_cu.LaunchKernelEx != NULL;
-}
+int tw_cu_pdl_supported(int cc_major) { return cc_major >= 9 && tw_cu.LaunchKernelEx != NULL; }
 
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,
                           twell_stream stream, void **args) {
@@ -413,22 +402,34 @@ static tw_CUdeviceptr tw_dptr(const void *p) { return (tw_CUdeviceptr)(uintptr_t
  * state of an op makes none). */
 static atomic_ulong tw_host_waits;
 
-unsigned long tw_cuda_host_waits(void) { return atomic_load(&tw_host_waits); }
-
+/* Allocation fault injection (TW_TC_CUDA_FAULT_INJECT): the countdown to the allocation that
+ * fails, whether it fired since arming, and the blocks allocated and not yet freed. */
 static atomic_long tw_fault_countdown, tw_live_allocs;
 static atomic_int tw_fault_fired;
 
-void tw_cuda_fault_inject(long n) {
-    if (n > 0) /* arming clears the record; disarming (0) keeps it for tw_cuda_fault_fired */
-        atomic_store(&tw_fault_fired, 0);
-    atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
+twell_status tw_cuda_test_control(int op, va_list ap) {
+    switch (op) {
+    case TW_TC_CUDA_FAULT_INJECT: {
+        long n = va_arg(ap, long);
+        if (n > 0) /* arming clears the record; disarming (0) keeps it for FAULT_FIRED */
+            atomic_store(&tw_fault_fired, 0);
+        atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
+        return TWELL_OK;
+    }
+    case TW_TC_CUDA_FAULT_FIRED:
+        *va_arg(ap, int *) = atomic_load(&tw_fault_fired);
+        return TWELL_OK;
+    case TW_TC_CUDA_LIVE_ALLOCS:
+        *va_arg(ap, long *) = atomic_load(&tw_live_allocs);
+        return TWELL_OK;
+    case TW_TC_CUDA_HOST_WAITS:
+        *va_arg(ap, unsigned long *) = atomic_load(&tw_host_waits);
+        return TWELL_OK;
+    }
+    return TWELL_ERR_INVALID_ARG;
 }
 
-int tw_cuda_fault_fired(void) { return atomic_load(&tw_fault_fired); }
-
-long tw_cuda_live_allocs(void) { return atomic_load(&tw_live_allocs); }
-
-/* 1 when this allocation is the one tw_cuda_fault_inject asked to fail. */
+/* 1 when this allocation is the one TW_TC_CUDA_FAULT_INJECT asked to fail. */
 static int tw_fault_now(void) {
     long v = atomic_load(&tw_fault_countdown);
     while (v > 0 && !atomic_compare_exchange_weak(&tw_fault_countdown, &v, v - 1)) {

@@ -9,6 +9,7 @@
 
 #include "internal.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -173,10 +174,10 @@ typedef struct tw_cu_launch_cfg {
     unsigned pdl;  /* 1: programmatic dependent launch when the device allows it */
 } tw_cu_launch_cfg;
 
-/* Whether programmatic dependent launch is used on a device of compute capability cc_major with
- * this driver: sm_90+, cuLaunchKernelEx present, and the environment does not set TWELL_PDL=0
- * (read once per process). Pure after the first call. */
-int tw_cu_pdl_allowed(int cc_major);
+/* Whether a device of compute capability cc_major can use programmatic dependent launch with
+ * this driver: sm_90+ and cuLaunchKernelEx present (the driver must be loaded). A context uses it
+ * when this holds and its options want it (twell_ctx_options.pdl): tw_cuda.pdl. */
+int tw_cu_pdl_supported(int cc_major);
 
 /* Enqueues fn on stream (NULL: the legacy default stream). args as for cuLaunchKernel: one
  * pointer per kernel parameter, pointing at its value. No host allocation. */
@@ -281,17 +282,8 @@ twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_gr
 twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream);
 void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g); /* NULL is a no-op */
 
-/* How many calls of this process so far blocked the host on device work: tw_cuda_synchronize,
- * tw_cuda_stream_synchronize, tw_cuda_event_synchronize, tw_cuda_event_elapsed and the
- * synchronous tw_cuda_memcpy_dtoh (whether or not they succeeded). Thread-safe. */
-unsigned long tw_cuda_host_waits(void);
-
-/* Test hooks (tests/test_gpu_fault.c): tw_cuda_fault_inject(n) makes the n-th device or
- * page-locked allocation from now fail as CUDA_ERROR_OUT_OF_MEMORY (n = 0 disarms; the countdown
- * is process-wide), tw_cuda_fault_fired says whether that failure happened since the last arming,
- * and tw_cuda_live_allocs counts the device and page-locked blocks allocated and not yet freed. */
-void tw_cuda_fault_inject(long n);
-int tw_cuda_fault_fired(void);
-long tw_cuda_live_allocs(void);
+/* The TW_TC_CUDA_* operations of tw_test_control (test_control.h): allocation fault injection
+ * (tests/test_gpu_fault.c), live allocations, host waits. Process-wide, thread-safe. */
+twell_status tw_cuda_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_DRIVER_H */

@@ -9,10 +9,10 @@
 #include "tw_gpu_train.h"
 
 #include "cuda_driver.h"
-#include "cuda_train.h"
 #include "half.h"
 #include "internal.h"
 #include "train_check.h"
+#include "twellrt_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -82,7 +82,8 @@ void gt_gpu_open(gt_gpu *g, const twell_shape *s, const gt_case *c) {
     GT_OK(twell_plan_create(gt_ctx, s, &g->plan));
     GT_OK(twell_train_state_create(g->plan, &g->state));
     if (c->row_len || c->nrn_len)
-        GT_OK(tw_cuda_train_set_chunk_len(g->state, c->row_len, c->nrn_len));
+        GT_OK(tw_test_control(TW_TC_TRAIN_SET_CHUNK_LEN, g->state, (uint64_t)c->row_len,
+                              (uint64_t)c->nrn_len));
 }
 
 void gt_gpu_data(gt_gpu *g, const tw_t_data *d, int unaligned) {

@@ -11,6 +11,7 @@
 
 #include "jit.h"
 #include "op_plan.h"
+#include "test_control.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -60,8 +61,8 @@ struct tw_dense {
     twell_stream last_stream;
     double est;       /* mean active values per row of the latest counts read; -1 none */
     double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
-    double threshold; /* > 0: set by the hook */
-    size_t min_rows;  /* > 0: set by the hook */
+    double threshold; /* > 0: set through test control (TW_TC_DENSE_SET_THRESHOLD) */
+    size_t min_rows;  /* > 0: set through test control (TW_TC_DENSE_SET_MIN_ROWS) */
     twell_path last;
     int captured;      /* a captured call used the workspace: replaced buffers go to keep */
     tw_cuda_keep keep; /* buffers captured graphs may still use (freed at release) */
@@ -536,34 +537,34 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     return TWELL_OK;
 }
 
-/* ---- hooks ---- */
+/* ---- test control (test_control.h's TW_TC_DENSE_*) ---- */
 
 static tw_dense *tw_plan_dense(const twell_plan *plan) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     return cp ? cp->dense : NULL;
 }
 
-int tw_cuda_dense_available(const twell_plan *plan) {
+static int tw_cuda_dense_available(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->available : 0;
 }
 
-twell_path tw_cuda_dense_last_path(const twell_plan *plan) {
+static twell_path tw_cuda_dense_last_path(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->last : TWELL_PATH_AUTO;
 }
 
-double tw_cuda_dense_estimate(const twell_plan *plan) {
+static double tw_cuda_dense_estimate(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->est : -1.0;
 }
 
-double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
+static double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? tw_dense_thr(d, &plan->shape, M) : -1.0;
 }
 
-const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
+static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? tw_ffn_route_name(
                    tw_dense_route(plan, d, M, d->available,
@@ -571,7 +572,7 @@ const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
              : NULL;
 }
 
-twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
+static twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -580,7 +581,7 @@ twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
     return TWELL_OK;
 }
 
-twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
+static twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -589,7 +590,7 @@ twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
     return TWELL_OK;
 }
 
-twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
+static twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     tw_dense *d = tw_plan_dense(plan);
     out[0] = out[1] = 0;
     if (!d)
@@ -605,12 +606,12 @@ twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
     return tw_cuda_memcpy_dtoh(plan->ctx, out, d->dstats + 2u * d->last_slot, 16u);
 }
 
-int tw_cuda_dense_grow_syncs(const twell_plan *plan) {
+static int tw_cuda_dense_grow_syncs(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? d->grow_syncs : 0;
 }
 
-size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
+static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return 0;
@@ -621,14 +622,14 @@ size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     return b;
 }
 
-unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
+static unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
     const tw_dense *d = tw_plan_dense(plan);
     if (!d || (int)path < 0 || (int)path > 2)
         return 0;
     return d->calls[path];
 }
 
-twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
+static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -644,4 +645,55 @@ twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     return tw_cuda_synchronize(ctx);
 }
 
-unsigned tw_cuda_dense_gemm_smem(void) { return TW_DG_SMEM; }
+static unsigned tw_cuda_dense_gemm_smem(void) { return TW_DG_SMEM; }
+
+twell_status tw_dense_test_control(int op, va_list ap) {
+    if (op == TW_TC_DENSE_GEMM_SMEM) {
+        *va_arg(ap, unsigned *) = tw_cuda_dense_gemm_smem();
+        return TWELL_OK;
+    }
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_DENSE_AVAILABLE:
+        *va_arg(ap, int *) = tw_cuda_dense_available(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_LAST_PATH:
+        *va_arg(ap, twell_path *) = tw_cuda_dense_last_path(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_ESTIMATE:
+        *va_arg(ap, double *) = tw_cuda_dense_estimate(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_THRESHOLD: {
+        size_t M = va_arg(ap, size_t);
+        *va_arg(ap, double *) = tw_cuda_dense_threshold(plan, M);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_ROUTE: {
+        size_t M = va_arg(ap, size_t);
+        *va_arg(ap, const char **) = tw_cuda_dense_route(plan, M);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_SET_THRESHOLD:
+        return tw_cuda_dense_set_threshold(plan, va_arg(ap, double));
+    case TW_TC_DENSE_SET_MIN_ROWS:
+        return tw_cuda_dense_set_min_rows(plan, va_arg(ap, size_t));
+    case TW_TC_DENSE_COUNTS:
+        return tw_cuda_dense_counts(plan, va_arg(ap, uint64_t *));
+    case TW_TC_DENSE_GROW_SYNCS:
+        *va_arg(ap, int *) = tw_cuda_dense_grow_syncs(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_dense_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_DENSE_CALLS: {
+        twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
+        *va_arg(ap, unsigned long *) = tw_cuda_dense_calls(plan, path);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_POISON:
+        return tw_cuda_dense_poison(plan, (uint16_t)va_arg(ap, unsigned));
+    }
+    return TWELL_ERR_INVALID_ARG;
+}

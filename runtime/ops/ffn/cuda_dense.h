@@ -8,6 +8,8 @@
 
 #include "cuda_ffn.h"
 
+#include <stdarg.h>
+
 /* Per-plan state: the three modules, the workspace, the counts read back, the AUTO estimate. */
 typedef struct tw_dense tw_dense;
 
@@ -47,7 +49,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
  * TWELL_ERR_UNSUPPORTED. Calls on different streams are ordered through an event (the workspace
  * is shared); growing the workspace for a larger chunk waits for the previous dense call
- * (counted by tw_cuda_dense_grow_syncs).
+ * (counted by TW_TC_DENSE_GROW_SYNCS).
  *
  * While stream is being captured (tw_cuda_stream_capturing), the call enqueues only kernels and
  * memsets: it reads no counts back and queries, records or waits for no event (the route is
@@ -67,36 +69,8 @@ twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t ma
 /* The estimate AUTO uses until counts have been read back (< 0: none). */
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row);
 
-/* ---- hooks for tests and the bench (plan on the CUDA backend; 0 / -1 / AUTO otherwise) ---- */
-
-/* 1 if the plan has the dense kernels loaded. */
-int tw_cuda_dense_available(const twell_plan *plan);
-/* The path the last twell_ffn_infer call ran (SPARSE or DENSE; AUTO before the first call). */
-twell_path tw_cuda_dense_last_path(const twell_plan *plan);
-/* The mean active values per row AUTO decides from now (-1: nothing read back yet). */
-double tw_cuda_dense_estimate(const twell_plan *plan);
-/* The AUTO threshold at M rows in active values per row (tw_ffn_policy_dense_threshold unless
- * set); set_threshold(plan, v ≤ 0) restores the default. */
-double tw_cuda_dense_threshold(const twell_plan *plan, size_t M);
-twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row);
-/* The route ("tiled", "dense", ...) AUTO would take now for a call of M rows with 16-byte aligned
- * tensors (NULL for a CPU plan). */
-const char *tw_cuda_dense_route(const twell_plan *plan, size_t M);
-/* The smallest M that AUTO runs dense (0: the policy's TW_POLICY_DENSE_MIN_ROWS). */
-twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows);
-/* Synchronises the device and copies the counters of the last call that counted: [0] Σ counts
- * (active values), [1] units whose gate was recomputed (dense calls; 0 for sparse ones). */
-twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]);
-/* Host waits the dense path made to grow its workspace; device bytes of the workspace; dense and
- * sparse calls so far. */
-int tw_cuda_dense_grow_syncs(const twell_plan *plan);
-size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan);
-unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path);
-/* Fills the workspace (H, Wdᵀ; whatever is allocated) with `pattern` after synchronising: a
- * value a call fails to write shows up in y. */
-twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern);
-/* The dynamic shared memory the launcher gives gemm_sm90 (its template prints the same number on
- * the rendered source's first line; a test compares them). */
-unsigned tw_cuda_dense_gemm_smem(void);
+/* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
+ * estimate, threshold and route, counts, workspace probes and poisoning. */
+twell_status tw_dense_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_DENSE_H */

@@ -1,13 +1,17 @@
 /*
  * cuda_ffn.c — twell_ffn_infer on CUDA, launch side: keeps the workspace the tiled pipeline
  * needs, picks the module per M bucket, and enqueues the launch sequence of ffn_fused.cu.lua's
- * header on the caller's stream without synchronising the host in the steady state; test and
- * tuner hooks. Modules are loaded by cuda_ffn_load.c, in configurations ruled by ffn_config.c.
+ * header on the caller's stream without synchronising the host in the steady state; the tuner's
+ * entry points and the test controls. Modules are loaded by cuda_ffn_load.c, in configurations
+ * ruled by ffn_config.c.
  */
 #include "cuda_ffn_int.h"
 
+#include "ffn_tuner.h"
+#include "gpu_tune.h"
 #include "jit.h"
 #include "op_plan.h"
+#include "test_control.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,9 +463,11 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
 }
 
 /* The tiled module calls of M rows run: the forced one, else M's bucket's, resolved on its first
- * call (tw_cuda_ffn_prepare says how) and memoised. A captured call never resolves (that may load
- * a module or tune): an unresolved bucket runs the default, not memoised. Context current. */
-static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int capturing) {
+ * call (tw_cuda_ffn_prepare says how; a bucket without a record is tuned first when tune_now is
+ * set) and memoised. A captured call never resolves (that may load a module or tune): an
+ * unresolved bucket runs the default, not memoised. Context current. */
+static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int capturing,
+                                    int tune_now) {
     if (f->forced)
         return f->forced;
     unsigned b = tw_m_bucket_log2(M);
@@ -470,7 +476,7 @@ static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int c
     if (f->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
         tw_ffn_cfg want;
-        if (tw_ffn_winner(plan, M, f->tune_on_first_use, &want) == 0) {
+        if (tw_ffn_winner(plan, M, tune_now, &want) == 0) {
             size_t have = SIZE_MAX;
             for (size_t i = 0; i < f->ntk && have == SIZE_MAX; i++)
                 if (!memcmp(&f->tk[i].cfg, &want, sizeof want))
@@ -532,7 +538,7 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     if (f->used && stream != f->last_stream && !capturing)
         TW_TRY(tw_cuda_stream_wait_event(ctx, stream, f->done));
     if (k != TW_FFN_GENERIC)
-        tw_ffn_use(f, tw_ffn_module_for(plan, f, M, capturing));
+        tw_ffn_use(f, tw_ffn_module_for(plan, f, M, capturing, f->tune_on_first_use));
     if (k == TW_FFN_AUTO)
         TW_TRY(
             tw_ffn_tiled(plan, f, M, x, packed, wp, wu, wd, y, capturing, stream, stats, counted));
@@ -554,7 +560,7 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
     /* every bucket's module now, so a captured call finds it resolved; the row workspace is laid
      * out for the widest of them */
     for (unsigned b = 0; b <= tw_m_bucket_log2(max_M); b++) {
-        const tw_ffn_tk *tk = tw_ffn_module_for(plan, f, (size_t)1 << b, 0);
+        const tw_ffn_tk *tk = tw_ffn_module_for(plan, f, (size_t)1 << b, 0, f->tune_on_first_use);
         if (tk->words[TW_CFG_NC] > f->nc_ws) {
             f->nc_ws = tk->words[TW_CFG_NC];
             f->rows_cap = 0;
@@ -567,7 +573,7 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
                         "twell_plan_reserve: cannot allocate the sparse workspace for %zu rows",
                         chunk);
     if (f->pinned)
-        return TWELL_OK;                         /* capacities fixed by the test hook */
+        return TWELL_OK; /* capacities fixed through test control (TW_TC_FFN_SET_CAPACITY) */
     double values = nnz_per_row * (double)chunk; /* active values of a chunk */
     uint32_t W = s->T / s->C;
     /* pair slots: every value, plus each list's padding to a multiple of PADQ (≤ 16) with lists
@@ -597,14 +603,14 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
     return TWELL_OK;
 }
 
-/* ---- hooks ---- */
+/* ---- test control (test_control.h's TW_TC_FFN_*; tw_cuda_ffn_force is also the tuner's) ---- */
 
 static tw_ffn *tw_plan_ffn(const twell_plan *plan) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     return cp ? cp->ffn : NULL;
 }
 
-static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
+static twell_status tw_tc_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
     *f = tw_plan_ffn(plan);
     if (!*f)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
@@ -616,10 +622,12 @@ static twell_status tw_hook_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc)
     return st;
 }
 
-twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
+/* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
+ * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
+static twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (k == TW_FFN_ROWS && !f->tiled)
         st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
@@ -632,7 +640,14 @@ twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k) {
     return st;
 }
 
-void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
+/* Resolves the tiled module for M's bucket, as the plan's first call of that bucket does (once per
+ * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
+ * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
+ * at plan creation. When the context has options.tune_on_first_use, a bucket without a record
+ * is tuned first (tw_tune_gpu, 20 s budget, synchronises the device). Never fails: a problem is
+ * logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
+ * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
+static void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
     tw_ffn *f = tw_plan_ffn(plan);
     if (out)
         memset(out, 0, sizeof *out);
@@ -641,16 +656,31 @@ void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
     tw_cu_scope sc;
     if (tw_cu_enter(plan->ctx, &sc) != TWELL_OK)
         return;
-    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M, 0);
+    tw_ffn_tk *tk = tw_ffn_module_for(plan, f, M, 0, f->tune_on_first_use);
     if (out)
         *out = tk->cfg;
     tw_cu_leave(plan->ctx, &sc);
 }
 
+twell_status tw_cuda_ffn_tune(twell_plan *plan, size_t M, unsigned flags) {
+    tw_ffn *f = tw_plan_ffn(plan);
+    if (!f || !f->tiled)
+        return TWELL_OK; /* the portable row kernel has nothing to tune */
+    if (!(flags & TWELL_TUNE_STORED_ONLY))
+        TW_TRY(tw_tune_op_ensure(plan->ctx, &tw_ffn_tune_op, "ffn_fused", &plan->shape, M,
+                                 (flags & TWELL_TUNE_RETUNE) != 0));
+    tw_cu_scope sc;
+    TW_TRY(tw_cu_enter(plan->ctx, &sc));
+    f->bucket[tw_m_bucket_log2(M)] = -1; /* look the record up again: it may be new */
+    (void)tw_ffn_module_for(plan, f, M, 0, 0);
+    tw_cu_leave(plan->ctx, &sc);
+    return TWELL_OK;
+}
+
 twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (!f->tiled)
         st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
@@ -661,10 +691,13 @@ twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
     return st;
 }
 
-twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
+/* Pins the pair and overflow capacities (pair slots; overflowing row-tiles, also used as the
+ * overflowing-row capacity; both 0: back to automatic sizing, keeping the buffers). Reallocates
+ * after synchronising the device. Used to exercise the fallback. */
+static twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap) {
     tw_ffn *f;
     tw_cu_scope sc;
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     f->pending = 0;
     memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
@@ -687,7 +720,7 @@ twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
     tw_ffn *f;
     tw_cu_scope sc;
     memset(out, 0, 16);
-    TW_TRY(tw_hook_enter(plan, &f, &sc));
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
     if (f->last_flag)
         st = tw_cuda_memcpy_dtoh(plan->ctx, out, f->last_flag, 16);
@@ -695,17 +728,20 @@ twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
     return st;
 }
 
-int tw_cuda_ffn_tiled(const twell_plan *plan) {
+/* 1 if the plan has the tiled pipeline; modules loaded so far (default + tuned tiled modules,
+ * + ffn_rows); device bytes of the workspace; calls that synchronised to size it (probes). 0 for
+ * a non-CUDA plan. */
+static int tw_cuda_ffn_tiled(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->tiled : 0;
 }
 
-int tw_cuda_ffn_modules(const twell_plan *plan) {
+static int tw_cuda_ffn_modules(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->modules : 0;
 }
 
-size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
+static size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     if (!f)
         return 0;
@@ -725,7 +761,82 @@ size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
     return total;
 }
 
-int tw_cuda_ffn_probes(const twell_plan *plan) {
+static int tw_cuda_ffn_probes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->probes : 0;
+}
+
+/* The forced kernel's name (test control): -1 when unknown. */
+static int tw_ffn_kernel_parse(const char *name) {
+    for (int k = TW_FFN_AUTO; k <= TW_FFN_GENERIC; k++)
+        if (name && !strcmp(name, tw_ffn_kernel_name((tw_ffn_kernel)k)))
+            return k;
+    return -1;
+}
+
+twell_status tw_ffn_test_control(int op, va_list ap) {
+    if (op == TW_TC_FFN_COMPILE_ROWS) {
+        const twell_ctx *parent = va_arg(ap, const twell_ctx *);
+        const twell_shape *s = va_arg(ap, const twell_shape *);
+        char *err = va_arg(ap, char *);
+        size_t errlen = va_arg(ap, size_t);
+        if (!parent || !parent->cuda || !s)
+            return TWELL_ERR_INVALID_ARG;
+        tw_param prm[TW_FFN_ROWS_NPARAMS];
+        size_t np = tw_ffn_rows_params(s, prm);
+        tw_cubin cubin;
+        twell_status st = tw_jit_cubin_detached(parent, "ffn_rows", prm, np, parent->cuda->arch,
+                                                &cubin, err, errlen);
+        if (st == TWELL_OK)
+            tw_cubin_free(&cubin);
+        return st;
+    }
+    if (op == TW_TC_FFN_CHUNK_ROWS) {
+        *va_arg(ap, size_t *) = TW_FFN_CHUNK;
+        return TWELL_OK;
+    }
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_FFN_PREPARE: {
+        size_t M = va_arg(ap, size_t);
+        tw_ffn_cfg *out = va_arg(ap, tw_ffn_cfg *);
+        if (!tw_plan_ffn(plan))
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: not a CUDA plan");
+        tw_cuda_ffn_prepare(plan, M, out);
+        return TWELL_OK;
+    }
+    case TW_TC_FFN_FORCE:
+        return tw_cuda_ffn_force(plan, va_arg(ap, tw_ffn_tk *));
+    case TW_TC_FFN_SET_KERNEL: {
+        const char *name = va_arg(ap, const char *);
+        int k = tw_ffn_kernel_parse(name);
+        if (k < 0)
+            return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                            "ffn_infer: kernel '%s' is not auto, rows or generic",
+                            name ? name : "(null)");
+        return tw_cuda_ffn_set_kernel(plan, (tw_ffn_kernel)k);
+    }
+    case TW_TC_FFN_SET_CAPACITY: {
+        size_t pair_cap = va_arg(ap, size_t);
+        size_t ovf_cap = va_arg(ap, size_t);
+        return tw_cuda_ffn_set_capacity(plan, pair_cap, ovf_cap);
+    }
+    case TW_TC_FFN_FLAGS:
+        return tw_cuda_ffn_flags(plan, va_arg(ap, uint32_t *));
+    case TW_TC_FFN_TILED:
+        *va_arg(ap, int *) = tw_cuda_ffn_tiled(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_MODULES:
+        *va_arg(ap, int *) = tw_cuda_ffn_modules(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_ffn_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_FFN_PROBES:
+        *va_arg(ap, int *) = tw_cuda_ffn_probes(plan);
+        return TWELL_OK;
+    }
+    return TWELL_ERR_INVALID_ARG;
 }

@@ -10,6 +10,8 @@
 #include "ffn_config.h"
 #include "jit.h"
 
+#include <stdarg.h>
+
 /* Per-plan state: loaded modules, the tile configuration read from the module, the workspace. */
 typedef struct tw_ffn tw_ffn;
 
@@ -99,7 +101,7 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    the AUTO path's estimate; *counted (counted may be NULL) is 1 when it did, 0 when the call
  *    ran a simple kernel instead (the caller then counts itself).
  *  - every tiled kernel is launched with programmatic dependent launch where the device allows it
- *    (tw_cu_launch_cfg.pdl; TWELL_PDL=0 turns it off): see ffn_fused.cu.lua's header.
+ *    (tw_cu_launch_cfg.pdl; twell_ctx_options.pdl turns it off): see ffn_fused.cu.lua's header.
  *  - capturing (stream is being captured into a CUDA graph): only kernels and memsets are
  *    enqueued. No probe, no growth, no flag copies, no event query, record or wait, no module
  *    resolution (an M bucket not resolved yet runs the default module), stats ignored. The
@@ -126,41 +128,27 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
 /* Rows per pipeline run: bounds the workspace and keeps every index inside the kernels' int. */
 #define TW_FFN_CHUNK ((size_t)65536)
 
-/* ---- hooks for tests and the bench (plan on the CUDA backend; TWELL_ERR_UNSUPPORTED else) ---- */
-
-/* Resolves the tiled module for M's bucket, as the plan's first call of that bucket does (once per
- * bucket, then memoised): the stored winner of (ffn_infer, shape, bucket, device) when there is
- * one (its module loaded now; compiled only if the cache lost the cubin), else the default loaded
- * at plan creation. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a
- * record is tuned first (tw_tune_op_gpu, 20 s budget, synchronises the device). Never fails: a
- * problem is logged and the bucket keeps the default. *out (may be NULL) receives the bucket's
- * configuration (zeroed for a plan without the tiled kernels). Enters the context itself. */
-void tw_cuda_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out);
+/* twell_plan_tune's fused-inference part: for a plan with the tiled kernels, unless flags has
+ * TWELL_TUNE_STORED_ONLY, makes sure M's bucket has a stored winner (tw_tune_op_ensure;
+ * TWELL_TUNE_RETUNE times again), then resolves the bucket afresh from the store, as its first
+ * call would. TWELL_OK with nothing done for a plan on the portable row kernel. Errors: those of
+ * tuning; the bucket then keeps what it had. */
+twell_status tw_cuda_ffn_tune(twell_plan *plan, size_t M, unsigned flags);
 
 /* Makes every tiled call of plan run tk (borrowed: it must outlive its use; its probed field is
  * updated), whatever M's bucket; NULL returns to the per-bucket choice. For the tuner, which
- * times its candidates through a plan. Synchronises the device. */
+ * times its candidates through a plan (tests reach it as TW_TC_FFN_FORCE). Synchronises the
+ * device. */
 twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk);
-
-/* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
- * compiles ffn_rows now if the plan does not have it). Synchronises the device. */
-twell_status tw_cuda_ffn_set_kernel(twell_plan *plan, tw_ffn_kernel k);
-
-/* Pins the pair and overflow capacities (pair slots; overflowing row-tiles, also used as the
- * overflowing-row capacity; both 0: back to automatic sizing, keeping the buffers). Reallocates
- * after synchronising the device. Used to exercise the fallback. */
-twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, size_t ovf_cap);
 
 /* Synchronises the device and copies the flag words of the last chunk the tiled pipeline ran:
  * [0] fallback bits (0: tiled result; 1: overflow buffer too small; 2: pair buffer too small),
- * [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All 0 if none ran. */
+ * [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All 0 if none ran. For
+ * the tuner, which checks that a candidate's timed runs took the tiled path (tests reach it as
+ * TW_TC_FFN_FLAGS). TWELL_ERR_UNSUPPORTED for a plan not on CUDA. */
 twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]);
 
-/* 1 if the plan has the tiled pipeline; modules loaded so far; device bytes of the workspace;
- * how many calls synchronised to size it (probes). 0 for a non-CUDA plan. */
-int tw_cuda_ffn_tiled(const twell_plan *plan);
-int tw_cuda_ffn_modules(const twell_plan *plan); /* default + tuned tiled modules, + ffn_rows */
-size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan);
-int tw_cuda_ffn_probes(const twell_plan *plan);
+/* The TW_TC_FFN_* operations of tw_test_control (test_control.h). */
+twell_status tw_ffn_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_FFN_H */

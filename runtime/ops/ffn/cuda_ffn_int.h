@@ -1,5 +1,5 @@
 /*
- * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, hooks) and cuda_ffn_load.c (module
+ * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, test controls) and cuda_ffn_load.c (module
  * loading, plan set-up) share: the module's kernel indices and the per-plan state (the
  * configuration words' indices are ffn_config.h's).
  */
@@ -31,7 +31,7 @@ _Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's k
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
 
 struct tw_ffn {
-    tw_ffn_kernel kernel; /* forced by the hook; AUTO normally */
+    tw_ffn_kernel kernel; /* forced through test control; AUTO normally */
     int tiled;            /* ffn_fused loaded */
     /* Tiled modules: tk[0] the default configuration (loaded at plan creation), then the tuned
      * winners of the M buckets seen so far. fn and cfg are copies of the module the current call
@@ -42,7 +42,7 @@ struct tw_ffn {
     tw_ffn_tk *forced;                /* tw_cuda_ffn_force */
     signed char bucket[TW_M_BUCKETS]; /* index into tk per M bucket (m_bucket.h); -1: not
                                            resolved yet */
-    int tune_on_first_use;            /* TWELL_TUNE=1 when the plan was created */
+    int tune_on_first_use;            /* the context's options.tune_on_first_use */
     uint32_t nc_ws;                   /* chunks (NC) the row workspace is laid out for: the
                                          largest of the modules run so far */
     tw_CUfunction fn[TW_FN_COUNT];
@@ -59,7 +59,7 @@ struct tw_ffn {
     size_t orow_cap; /* rows (their y part) */
     void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
-    int pinned;    /* capacities fixed by the hook: no probe, no growth */
+    int pinned;    /* capacities fixed through test control: no probe, no growth */
     int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
     int probes;
     uint32_t *hflags;     /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
@@ -69,7 +69,7 @@ struct tw_ffn {
     int used;             /* done has been recorded */
     int pending;          /* the slots hold copies not read yet */
     twell_stream last_stream;
-    const uint32_t *last_flag; /* device flag words of the last tiled chunk (hook) */
+    const uint32_t *last_flag; /* device flag words of the last tiled chunk (TW_TC_FFN_FLAGS) */
     int captured;              /* a captured call used the workspace: replaced buffers are kept */
     tw_cuda_keep keep;         /* buffers captured graphs may still use (freed at release) */
 };

@@ -217,8 +217,7 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
     f->NT = plan->shape.N / plan->shape.T;
     f->NSL = plan->shape.K / 64u;
     memset(f->bucket, -1, sizeof f->bucket);
-    const char *tune = getenv("TWELL_TUNE");
-    f->tune_on_first_use = tune && !strcmp(tune, "1");
+    f->tune_on_first_use = ctx->tune_on_first_use;
     twell_status st = tw_cuda_event_create(ctx, &f->done);
     void *hf = NULL;
     if (st == TWELL_OK)

@@ -9,6 +9,7 @@
 #include "ffn_policy.h"
 #include "jit.h"
 #include "op_plan.h"
+#include "test_control.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,4 +419,39 @@ twell_status tw_cuda_small_poison(twell_plan *plan, uint32_t pattern) {
     TW_TRY(tw_cuda_memset_d32(ctx, sm->ws, pattern, L.tcnt / 4u, NULL));
     TW_TRY(tw_cuda_memset_d32(ctx, sm->hbuf, pattern, (L.bytes - L.hbuf) / 4u, NULL));
     return tw_cuda_synchronize(ctx);
+}
+
+twell_status tw_small_test_control(int op, va_list ap) {
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_SMALL_SET_MODE: {
+        const char *m = va_arg(ap, const char *);
+        tw_small_mode mode = !m                    ? (tw_small_mode)-1
+                             : !strcmp(m, "auto")  ? TW_SMALL_AUTO
+                             : !strcmp(m, "off")   ? TW_SMALL_OFF
+                             : !strcmp(m, "force") ? TW_SMALL_FORCE
+                                                   : (tw_small_mode)-1;
+        return tw_cuda_small_set_mode(plan, mode);
+    }
+    case TW_TC_SMALL_AVAILABLE:
+        *va_arg(ap, int *) = tw_cuda_small_available(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_LAST_GATE:
+        *va_arg(ap, int *) = tw_cuda_small_last_gate(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_LAST_FFN:
+        *va_arg(ap, int *) = tw_cuda_small_last_ffn(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_ROWS:
+        *va_arg(ap, size_t *) = tw_cuda_small_rows(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_small_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_POISON:
+        return tw_cuda_small_poison(plan, va_arg(ap, unsigned));
+    }
+    return TWELL_ERR_INVALID_ARG;
 }

@@ -10,6 +10,8 @@
 
 #include "cuda_driver.h"
 
+#include <stdarg.h>
+
 /* Per-plan state: the two modules, the workspace, the mode. */
 typedef struct tw_small tw_small;
 
@@ -103,5 +105,8 @@ size_t tw_cuda_small_workspace_bytes(const twell_plan *plan);
 /* Fills the scratch buffers (not the arrival counters, which must stay 0 between calls) with the
  * 32-bit `pattern` after synchronising: a value a call fails to write shows up in its output. */
 twell_status tw_cuda_small_poison(twell_plan *plan, uint32_t pattern);
+
+/* The TW_TC_SMALL_* operations of tw_test_control (core/test_control.h), over the hooks above. */
+twell_status tw_small_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_SMALL_H */

@@ -47,7 +47,7 @@ static int tw_policy_wants_dense(const tw_ffn_policy_in *in) {
     size_t min_rows = in->dense_min_rows > 0 ? in->dense_min_rows : TW_POLICY_DENSE_MIN_ROWS;
     if (in->M < min_rows)
         return 0;
-    /* below the smallest dense M (a hook may lower it) the threshold of that M applies */
+    /* below the smallest dense M (test control may lower it) the threshold of that M applies */
     size_t at = in->M < TW_POLICY_DENSE_MIN_ROWS ? TW_POLICY_DENSE_MIN_ROWS : in->M;
     double thr = in->dense_thr > 0.0 ? in->dense_thr : tw_ffn_policy_dense_threshold(at, in->N);
     if (thr == 0.0)

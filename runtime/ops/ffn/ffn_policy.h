@@ -29,9 +29,9 @@ typedef struct tw_ffn_policy_in {
     int small_ok;     /* the small-batch path can run this call */
     int dense_ok;     /* the dense path can run this call (sm_90a, K % 64, 16-byte alignment) */
     int was_dense;    /* the plan's previous call ran dense (hysteresis, against flapping) */
-    double dense_thr; /* > 0: replaces the dense threshold at every M (test hook), in active
+    double dense_thr; /* > 0: replaces the dense threshold at every M (test control), in active
                          values per row */
-    size_t dense_min_rows; /* > 0: replaces the smallest M that may run dense (test hook) */
+    size_t dense_min_rows; /* > 0: replaces the smallest M that may run dense (test control) */
 } tw_ffn_policy_in;
 
 /* The route for `in`, in this order:

@@ -11,10 +11,10 @@
  *    then disk) and, when a winner for this plan's variant is stored, loads its module (the
  *    cubin was published by whoever tuned; a lost cubin is recompiled); the choice is memoised
  *    in a per-bucket table, so later calls of that bucket do no lookup, allocation or compile;
- *  - tuning itself happens ahead of time (`twell tune`) or, opt-in, with TWELL_TUNE=1 in the
- *    environment when the plan is created: then a bucket without a record is tuned on its first
- *    call (budget TW_TUNE_DEFAULT_BUDGET_S, synchronising the device). Default off: a library
- *    call that may take seconds must be asked for.
+ *  - tuning itself happens when asked: ahead of time (`twell tune`), by twell_plan_tune (which
+ *    tunes a bucket, then resolves it again), or, opt-in, on a bucket's first call when the
+ *    context has options.tune_on_first_use (budget TW_TUNE_DEFAULT_BUDGET_S, synchronising the
+ *    device). Default off: a library call that may take seconds must be asked for.
  */
 #include "cuda_gate_pack.h"
 
@@ -22,6 +22,8 @@
 #include "gate_pack_tuner.h"
 #include "jit.h"
 #include "m_bucket.h"
+#include "op_plan.h"
+#include "test_control.h"
 #include "tuner.h"
 
 #include <stdint.h>
@@ -38,7 +40,7 @@
 struct tw_gate_pack {
     tw_gp_variant variant;
     int modules_loaded;
-    int tune_on_first_use;             /* TWELL_TUNE=1 when the plan was created */
+    int tune_on_first_use;             /* the context's options.tune_on_first_use */
     size_t nk;                         /* kernels loaded; k[0] is the default configuration */
     tw_gp_kernel k[TW_GP_MAX_KERNELS]; /* distinct configurations */
     signed char bucket[TW_M_BUCKETS];  /* index into k per M bucket; -1: not resolved yet */
@@ -156,8 +158,7 @@ twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gat
     if (!gp)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "gate_pack: out of memory for the plan state");
     memset(gp->bucket, -1, sizeof gp->bucket);
-    const char *tune = getenv("TWELL_TUNE");
-    gp->tune_on_first_use = tune && !strcmp(tune, "1");
+    gp->tune_on_first_use = ctx->tune_on_first_use;
     twell_status st = TWELL_OK;
     int sm90_ok = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
     if (want == TW_GP_SM90 && !sm90_ok) {
@@ -209,16 +210,22 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp) {
 
 static int tw_gp_take(const tw_tune_config *tc, void *cfg) { return tw_gp_cfg_from_tune(tc, cfg); }
 
-/* The stored winner's configuration for M's bucket, tuned first when TWELL_TUNE=1 asked for it
- * (tw_tune_op_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
-static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
-    const char *mine = gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
-    return tw_tune_op_winner(plan->ctx, &tw_gate_pack_tune_op, mine, &plan->shape, M,
-                             gp->tune_on_first_use, tw_gp_variant_name(gp->variant), tw_gp_take,
-                             cfg);
+/* The template of the plan's variant: the kernel whose tuning records it can use. */
+static const char *tw_gp_kernel_of(const tw_gate_pack *gp) {
+    return gp->variant == TW_GP_SM90 ? "gate_pack_sm90" : "gate_pack_simt";
 }
 
-void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+/* The stored winner's configuration for M's bucket, tuned first when tune_now asks
+ * (tw_tune_op_winner). 0 with *cfg set, or -1 (no usable winner: the bucket keeps the default). */
+static int tw_gp_winner(twell_plan *plan, tw_gate_pack *gp, size_t M, int tune_now,
+                        tw_gp_cfg *cfg) {
+    return tw_tune_op_winner(plan->ctx, &tw_gate_pack_tune_op, tw_gp_kernel_of(gp), &plan->shape, M,
+                             tune_now, tw_gp_variant_name(gp->variant), tw_gp_take, cfg);
+}
+
+/* Resolves M's bucket (once; memoised) as tw_cuda_gate_pack_prepare says, tuning a bucket without
+ * a record first when tune_now is set. */
+static void tw_gp_resolve(twell_plan *plan, tw_gate_pack *gp, size_t M, int tune_now) {
     unsigned b = tw_m_bucket_log2(M);
     if (gp->bucket[b] < 0) {
         size_t pick = 0; /* the default unless a usable winner says otherwise */
@@ -227,7 +234,7 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
          * a direct call (tests, warm-up) safe. */
         tw_cu_scope sc;
         int entered = tw_cu_enter(plan->ctx, &sc) == TWELL_OK;
-        if (entered && tw_gp_winner(plan, gp, M, &want) == 0) {
+        if (entered && tw_gp_winner(plan, gp, M, tune_now, &want) == 0) {
             size_t have = SIZE_MAX; /* a kernel of that configuration loaded already */
             for (size_t i = 0; i < gp->nk && have == SIZE_MAX; i++)
                 if (tw_gp_cfg_equal(&gp->k[i].cfg, &want))
@@ -252,8 +259,24 @@ void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_
             tw_cu_leave(plan->ctx, &sc);
         gp->bucket[b] = (signed char)pick;
     }
+}
+
+void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg) {
+    tw_gp_resolve(plan, gp, M, gp->tune_on_first_use);
     if (cfg)
-        *cfg = gp->k[(size_t)gp->bucket[b]].cfg;
+        *cfg = gp->k[(size_t)gp->bucket[tw_m_bucket_log2(M)]].cfg;
+}
+
+twell_status tw_cuda_gate_pack_tune(twell_plan *plan, tw_gate_pack *gp, size_t M, unsigned flags) {
+    if (!(flags & TWELL_TUNE_STORED_ONLY)) {
+        twell_status st = tw_tune_op_ensure(plan->ctx, &tw_gate_pack_tune_op, tw_gp_kernel_of(gp),
+                                            &plan->shape, M, (flags & TWELL_TUNE_RETUNE) != 0);
+        if (st != TWELL_OK)
+            return st;
+    }
+    gp->bucket[tw_m_bucket_log2(M)] = -1; /* look the record up again: it may be new */
+    tw_gp_resolve(plan, gp, M, 0);
+    return TWELL_OK;
 }
 
 twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t M, const void *x,
@@ -280,3 +303,60 @@ tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp) {
 }
 
 int tw_cuda_gate_pack_modules_loaded(const tw_gate_pack *gp) { return gp ? gp->modules_loaded : 0; }
+
+/* ---- test control (test_control.h's TW_TC_GP_*) ---- */
+
+/* Replaces plan's gate-pack with variant v (AUTO: the normal choice); on failure the plan keeps
+ * its kernel. Synchronises the device first: the old module may be in use. */
+static twell_status tw_gp_select(twell_plan *plan, tw_cuda_plan *cp, tw_gp_variant v) {
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    tw_gate_pack *gp = NULL;
+    st = tw_cuda_synchronize(plan->ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_gate_pack_init(plan, v, &gp);
+    if (st == TWELL_OK) {
+        tw_cuda_gate_pack_release(plan, cp->gate_pack);
+        cp->gate_pack = gp;
+    }
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
+twell_status tw_gate_pack_test_control(int op, va_list ap) {
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    tw_cuda_plan *cp = tw_op_plan(plan);
+    tw_gate_pack *gp = cp ? cp->gate_pack : NULL;
+    switch (op) {
+    case TW_TC_GP_SELECT: {
+        const char *name = va_arg(ap, const char *);
+        int v = name ? tw_gp_variant_parse(name) : -1;
+        if (v < 0)
+            return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                            "gate_pack: variant '%s' is not auto, simt or sm90",
+                            name ? name : "(null)");
+        if (!cp)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: not a CUDA plan");
+        return tw_gp_select(plan, cp, (tw_gp_variant)v);
+    }
+    case TW_TC_GP_VARIANT:
+        *va_arg(ap, const char **) = tw_gp_variant_name(tw_cuda_gate_pack_variant(gp));
+        return TWELL_OK;
+    case TW_TC_GP_MODULES:
+        *va_arg(ap, int *) = tw_cuda_gate_pack_modules_loaded(gp);
+        return TWELL_OK;
+    case TW_TC_GP_PREPARE: {
+        size_t M = va_arg(ap, size_t);
+        tw_gp_cfg *cfg = va_arg(ap, tw_gp_cfg *);
+        if (!gp)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: not a CUDA plan");
+        tw_cuda_gate_pack_prepare(plan, gp, M, cfg);
+        return TWELL_OK;
+    }
+    }
+    return TWELL_ERR_INVALID_ARG;
+}

@@ -10,6 +10,8 @@
 #include "cuda_driver.h"
 #include "gate_pack_config.h"
 
+#include <stdarg.h>
+
 /* ---- one loaded kernel of one configuration ---- */
 
 typedef struct tw_gp_kernel {
@@ -46,7 +48,7 @@ typedef struct tw_gate_pack tw_gate_pack;
 /* Picks a variant (want: AUTO or a forced one) and loads its DEFAULT configuration (cache hit or
  * compile): a plan is ready without tuning, and its first calls are never slowed by tuning.
  * Tuned winners are consulted lazily per M bucket by tw_cuda_gate_pack_launch (see
- * cuda_gate_pack.c). Reads TWELL_TUNE once. Must be called inside tw_cu_enter/leave. Forcing
+ * cuda_gate_pack.c). Must be called inside tw_cu_enter/leave. Forcing
  * SM90 on a device or shape it does not support gives TWELL_ERR_UNSUPPORTED. *out NULL on
  * failure. */
 twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gate_pack **out);
@@ -55,11 +57,18 @@ void tw_cuda_gate_pack_release(twell_plan *plan, tw_gate_pack *gp); /* NULL is a
 /* Resolves the kernel for M's bucket (done once per bucket, then memoised): the stored tuning
  * winner for (gate_pack, shape, bucket, this device) when there is one whose kernel is this
  * plan's variant (its module loaded now, compiled only if the cache lost the cubin), else the
- * default. With TWELL_TUNE=1 in the environment at plan creation, a bucket without a record is
- * tuned here first (tw_tune_op_gpu, 20 s budget; it synchronises the device). Never fails: a
- * problem is logged (WARN) and the bucket uses the default. *cfg (may be NULL) receives the
- * configuration chosen. Enters the plan's context itself (when resolving). */
+ * default. When the context has options.tune_on_first_use, a bucket without a record is tuned
+ * here first (tw_tune_op_gpu, 20 s budget; it synchronises the device). Never fails: a problem is
+ * logged (WARN) and the bucket uses the default. *cfg (may be NULL) receives the configuration
+ * chosen. Enters the plan's context itself (when resolving). twell_plan_reserve resolves the
+ * buckets with it; tests reach it as TW_TC_GP_PREPARE. */
 void tw_cuda_gate_pack_prepare(twell_plan *plan, tw_gate_pack *gp, size_t M, tw_gp_cfg *cfg);
+
+/* twell_plan_tune's gate-pack part: unless flags has TWELL_TUNE_STORED_ONLY, makes sure M's
+ * bucket has a stored winner for this plan's variant (tw_tune_op_ensure; TWELL_TUNE_RETUNE times
+ * again), then resolves the bucket afresh from the store, as its first call would. Errors: those
+ * of tuning; the bucket then keeps what it had. */
+twell_status tw_cuda_gate_pack_tune(twell_plan *plan, tw_gate_pack *gp, size_t M, unsigned flags);
 
 /* Enqueues the op on stream (arguments validated by the caller; context current). The first
  * call of an M bucket runs tw_cuda_gate_pack_prepare; later calls of that bucket do no host
@@ -73,6 +82,10 @@ twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t
  * default at init, plus one per distinct tuned configuration met). */
 tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp);
 int tw_cuda_gate_pack_modules_loaded(const tw_gate_pack *gp);
+
+/* The TW_TC_GP_* operations of tw_test_control (test_control.h): the variant in use or forced,
+ * the modules loaded, a bucket's configuration. */
+twell_status tw_gate_pack_test_control(int op, va_list ap);
 
 /* ---------------------------------------------------------------------------------------------
  * The SM90 variant's launcher (cuda_gate_pack_sm90.c), for templates/gate_pack_sm90.cu.lua (its

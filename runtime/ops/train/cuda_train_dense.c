@@ -6,6 +6,7 @@
 #include "cuda_train_dense.h"
 
 #include "jit.h"
+#include "test_control.h"
 #include "train_auto.h"
 
 #include <limits.h>
@@ -521,19 +522,20 @@ size_t tw_ctd_held(const twell_train_state *state) {
     return d ? d->own_bytes + 8u : 0u;
 }
 
-/* ---- hooks ---- */
+/* ---- test control (test_control.h's TW_TC_TD_*) ---- */
 
-twell_path tw_ctd_last_path(const twell_train_state *state) {
+static twell_path tw_ctd_last_path(const twell_train_state *state) {
     const tw_tdense *d = state ? state->dense : NULL;
     return d ? d->last : TWELL_PATH_AUTO;
 }
 
-double tw_ctd_estimate(const twell_train_state *state) {
+static double tw_ctd_estimate(const twell_train_state *state) {
     const tw_tdense *d = state ? state->dense : NULL;
     return d ? d->est : -1.0;
 }
 
-twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, size_t min_rows) {
+static twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row,
+                                         size_t min_rows) {
     tw_tdense *d = NULL;
     TD_TRY(td_create(state->plan->ctx, state, &d));
     d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
@@ -541,19 +543,19 @@ twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, 
     return TWELL_OK;
 }
 
-twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
+static twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
     tw_tdense *d = NULL;
     TD_TRY(td_create(state->plan->ctx, state, &d));
     if (d->loaded || (stages != 0 && (stages < 2 || stages > 4)))
         return tw_error(state->plan->ctx, TWELL_ERR_INVALID_ARG,
-                        "tw_ctd_set_wgrad_stages: %u (2..4, 0 default) must be set before the "
+                        "TW_TC_TD_SET_WGRAD_STAGES: %u (2..4, 0 default) must be set before the "
                         "first dense forward",
                         stages);
     d->wg_stages = stages;
     return TWELL_OK;
 }
 
-twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) {
+static twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) {
     tw_tdense *d = state ? state->dense : NULL;
     if (!d || d->saved_M != M)
         return TWELL_ERR_INVALID_ARG;
@@ -571,9 +573,40 @@ twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) 
     return st;
 }
 
-unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path) {
+static unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path) {
     const tw_tdense *d = state ? state->dense : NULL;
     if (!d || (int)path < 0 || (int)path > 2)
         return 0;
     return d->calls[path];
+}
+
+twell_status tw_td_test_control(int op, va_list ap) {
+    twell_train_state *state = va_arg(ap, twell_train_state *);
+    if (!state)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_TD_LAST_PATH:
+        *va_arg(ap, twell_path *) = tw_ctd_last_path(state);
+        return TWELL_OK;
+    case TW_TC_TD_ESTIMATE:
+        *va_arg(ap, double *) = tw_ctd_estimate(state);
+        return TWELL_OK;
+    case TW_TC_TD_SET_THRESHOLD: {
+        double nnz_per_row = va_arg(ap, double);
+        size_t min_rows = va_arg(ap, size_t);
+        return tw_ctd_set_threshold(state, nnz_per_row, min_rows);
+    }
+    case TW_TC_TD_SET_WGRAD_STAGES:
+        return tw_ctd_set_wgrad_stages(state, va_arg(ap, unsigned));
+    case TW_TC_TD_DOWNLOAD_P: {
+        size_t M = va_arg(ap, size_t);
+        return tw_ctd_download_p(state, M, va_arg(ap, uint16_t *));
+    }
+    case TW_TC_TD_CALLS: {
+        twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
+        *va_arg(ap, unsigned long *) = tw_ctd_calls(state, path);
+        return TWELL_OK;
+    }
+    }
+    return TWELL_ERR_INVALID_ARG;
 }

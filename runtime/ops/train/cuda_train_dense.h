@@ -8,6 +8,8 @@
 
 #include "cuda_driver.h"
 
+#include <stdarg.h>
+
 /* Per-state record of the dense path (state->dense): modules, workspace, the AUTO estimate, and
  * whether the saved forward is dense. */
 typedef struct tw_tdense tw_tdense;
@@ -80,19 +82,8 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
 #define TW_TD_STAY 0.9
 #define TW_TD_MIN_ROWS ((size_t)1024)
 
-/* ---- hooks for tests and the bench ---- */
-/* The path the last forward ran (SPARSE / DENSE; AUTO before any). */
-twell_path tw_ctd_last_path(const twell_train_state *state);
-/* The estimate AUTO decides from (active values per row; -1 none) and its threshold. */
-double tw_ctd_estimate(const twell_train_state *state);
-twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row, size_t min_rows);
-/* Ring depth of the weight-gradient GEMM (2..4; 0 the default, 4); before the first dense
- * forward of the state (the modules are loaded then), else TWELL_ERR_INVALID_ARG. */
-twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages);
-/* The dense saved forward's gate P as [M, N] 16-bit patterns (0 off the support); synchronises.
- * TWELL_ERR_INVALID_ARG when the state holds no dense forward of M rows. */
-twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p);
-/* Forwards run dense and sparse so far. */
-unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path);
+/* The TW_TC_TD_* operations of tw_test_control (test_control.h): the path last run, the AUTO
+ * estimate and threshold, the weight-gradient ring depth, the saved gate, call counts. */
+twell_status tw_td_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_TRAIN_DENSE_H */

@@ -1,15 +1,17 @@
 /*
- * cuda_train_hooks.c — the CUDA training state's test and benchmark hooks (cuda_train.h): forced
- * chunk lengths, the legacy-kernel switch, per-kernel profiling, download of the saved state.
+ * cuda_train_hooks.c — the CUDA training state's test controls (test_control.h's TW_TC_TRAIN_*:
+ * forced chunk lengths, the legacy-kernel switch, per-kernel profiling, download of the saved
+ * state) and the profiling marks the ops record.
  */
 #include "cuda_train.h"
 #include "cuda_train_int.h"
+#include "test_control.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- profiling (tw_cuda_train_profile): off by default, one event per launch group ---- */
+/* ---- profiling (TW_TC_TRAIN_PROFILE): off by default, one event per launch group ---- */
 
 void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream) {
     if (!t->prof || t->npev >= TW_CT_PROF_MAX)
@@ -41,10 +43,10 @@ void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
     t->npev = 0;
 }
 
-/* ---- hooks ---- */
+/* ---- test control (test_control.h's TW_TC_TRAIN_*) ---- */
 
-twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
-                                         uint64_t nrn_len) {
+static twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
+                                                uint64_t nrn_len) {
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
     tw_ctrain *t = NULL;
@@ -56,7 +58,7 @@ twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_
     return TWELL_OK;
 }
 
-twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
+static twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
     tw_ctrain *t = NULL;
@@ -71,7 +73,7 @@ twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
     return TWELL_OK;
 }
 
-size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
+static size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     size_t len = 0;
     if (cap)
@@ -86,7 +88,7 @@ size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, s
     return len < cap ? len : cap;
 }
 
-twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
+static twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
     tw_ctrain *t = NULL;
@@ -96,7 +98,7 @@ twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     return st;
 }
 
-twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
+static twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
     tw_ctrain *t = NULL;
@@ -106,17 +108,19 @@ twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
     return st;
 }
 
-int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
+static int tw_cuda_train_udt_default(void) { return tw_ct_udt_env(); }
 
-int tw_cuda_train_udt_tiled(const twell_train_state *state) {
+static int tw_cuda_train_udt_tiled(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->fwd_tiled != 0 : 0;
 }
 
-int tw_cuda_train_last_vec(const twell_train_state *state) {
+static int tw_cuda_train_last_vec(const twell_train_state *state) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
     return t ? t->last_vec : 0;
 }
+
+static void tw_cuda_train_host_free(tw_cuda_train_host *h);
 
 /* Copies `bytes` of buffer b into a new host array (NULL for 0 bytes is fine: 1 byte). */
 static twell_status tw_ct_fetch(twell_ctx *ctx, const tw_ctrain *t, int b, size_t bytes,
@@ -132,7 +136,7 @@ static twell_status tw_ct_fetch(twell_ctx *ctx, const tw_ctrain *t, int b, size_
     return tw_cuda_memcpy_dtoh(ctx, *out, t->buf[b].p, bytes);
 }
 
-twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *h) {
+static twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host *h) {
     memset(h, 0, sizeof *h);
     const tw_ctrain *t = state ? state->backend_data : NULL;
     if (!t || t->M == 0 || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
@@ -175,7 +179,7 @@ twell_status tw_cuda_train_download(twell_train_state *state, tw_cuda_train_host
     return st;
 }
 
-void tw_cuda_train_host_free(tw_cuda_train_host *h) {
+static void tw_cuda_train_host_free(tw_cuda_train_host *h) {
     if (!h)
         return;
     void *p[] = {h->packed,  h->u_ell,   h->tile_off,  h->spill_off, h->row_off,
@@ -184,4 +188,46 @@ void tw_cuda_train_host_free(tw_cuda_train_host *h) {
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     memset(h, 0, sizeof *h);
+}
+
+twell_status tw_train_test_control(int op, va_list ap) {
+    switch (op) {
+    case TW_TC_TRAIN_HOST_FREE:
+        tw_cuda_train_host_free(va_arg(ap, tw_cuda_train_host *));
+        return TWELL_OK;
+    case TW_TC_TRAIN_UDT_DEFAULT:
+        *va_arg(ap, int *) = tw_cuda_train_udt_default();
+        return TWELL_OK;
+    }
+    twell_train_state *state = va_arg(ap, twell_train_state *);
+    if (!state)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_TRAIN_SET_CHUNK_LEN: {
+        uint64_t row_len = va_arg(ap, uint64_t);
+        uint64_t nrn_len = va_arg(ap, uint64_t);
+        return tw_cuda_train_set_chunk_len(state, row_len, nrn_len);
+    }
+    case TW_TC_TRAIN_DOWNLOAD:
+        return tw_cuda_train_download(state, va_arg(ap, tw_cuda_train_host *));
+    case TW_TC_TRAIN_SET_LEGACY:
+        return tw_cuda_train_set_legacy(state, va_arg(ap, int));
+    case TW_TC_TRAIN_PROFILE:
+        return tw_cuda_train_profile(state, va_arg(ap, int));
+    case TW_TC_TRAIN_PROFILE_REPORT: {
+        char *buf = va_arg(ap, char *);
+        size_t cap = va_arg(ap, size_t);
+        *va_arg(ap, size_t *) = tw_cuda_train_profile_report(state, buf, cap);
+        return TWELL_OK;
+    }
+    case TW_TC_TRAIN_SET_UDT:
+        return tw_cuda_train_set_udt(state, va_arg(ap, int));
+    case TW_TC_TRAIN_UDT_TILED:
+        *va_arg(ap, int *) = tw_cuda_train_udt_tiled(state);
+        return TWELL_OK;
+    case TW_TC_TRAIN_LAST_VEC:
+        *va_arg(ap, int *) = tw_cuda_train_last_vec(state);
+        return TWELL_OK;
+    }
+    return TWELL_ERR_INVALID_ARG;
 }

@@ -100,7 +100,7 @@ typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
-    int legacy; /* hook: SIMT recount and unstaged per-entry kernels (comparisons) */
+    int legacy; /* test control: SIMT recount and unstaged per-entry kernels (comparisons) */
     int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry */
     tw_ctt *tiled;
     int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
@@ -119,7 +119,7 @@ typedef struct tw_ctrain {
     int have_bwd;
     size_t R, B;
     uint64_t E2;
-    /* profiling (hook): an event after each launch group, times summed per label */
+    /* profiling (test control): an event after each launch group, times summed per label */
     int prof, npev, nlab;
     tw_cuda_event pev[TW_CT_PROF_MAX];
     const char *pev_lab[TW_CT_PROF_MAX];

@@ -4,7 +4,7 @@
  * dy·Wd) at the active pairs of the packed gate with weight chunks reused across token groups on
  * tensor cores; train_ffn's twell_train_udt sums the slices and stores each value at its entry's
  * word (u_ell layout). Row-tiles that overflow are not in the lists: the per-entry kernels compute
- * those. Selected by TWELL_TRAIN_UDT=entry|tiled or tw_cuda_train_set_udt.
+ * those. Selected by TWELL_TRAIN_UDT=entry|tiled or TW_TC_TRAIN_SET_UDT.
  */
 #ifndef TWELL_CUDA_TRAIN_TILED_H
 #define TWELL_CUDA_TRAIN_TILED_H

@@ -1,0 +1,34 @@
+/* test_control.c — tw_test_control (twellrt_internal.h): hands an operation to the folder that
+ * owns its range of codes (test_control.h). */
+#include "twellrt_internal.h"
+
+#include "cuda_dense.h"
+#include "cuda_ffn.h"
+#include "cuda_gate_pack.h"
+#include "cuda_small.h"
+#include "cuda_train.h"
+#include "cuda_train_dense.h"
+
+#include <stdarg.h>
+
+twell_status tw_test_control(int op, ...) {
+    va_list ap;
+    va_start(ap, op);
+    twell_status st = TWELL_ERR_INVALID_ARG;
+    if (op >= TW_TC_CUDA_FIRST && op < TW_TC_CUDA_LAST)
+        st = tw_cuda_test_control(op, ap);
+    else if (op >= TW_TC_GP_FIRST && op < TW_TC_GP_LAST)
+        st = tw_gate_pack_test_control(op, ap);
+    else if (op >= TW_TC_FFN_FIRST && op < TW_TC_FFN_LAST)
+        st = tw_ffn_test_control(op, ap);
+    else if (op >= TW_TC_DENSE_FIRST && op < TW_TC_DENSE_LAST)
+        st = tw_dense_test_control(op, ap);
+    else if (op >= TW_TC_SMALL_FIRST && op < TW_TC_SMALL_LAST)
+        st = tw_small_test_control(op, ap);
+    else if (op >= TW_TC_TRAIN_FIRST && op < TW_TC_TRAIN_LAST)
+        st = tw_train_test_control(op, ap);
+    else if (op >= TW_TC_TD_FIRST && op < TW_TC_TD_LAST)
+        st = tw_td_test_control(op, ap);
+    va_end(ap);
+    return st;
+}
