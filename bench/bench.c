@@ -4,6 +4,7 @@
  */
 #include "bench.h"
 #include "cli.h"
+#include "cli_common.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,9 +21,12 @@ static const bench_op bench_ops[] = {
 };
 
 static void bench_usage(FILE *f) {
+    fprintf(f, "usage: twell bench [--op ");
+    for (size_t i = 0; i < sizeof bench_ops / sizeof bench_ops[0]; i++)
+        fprintf(f, "%s%s", i ? "|" : "", bench_ops[i].name);
     fprintf(f,
-            "usage: twell bench [--op gate_pack|ffn_infer] [--M 4096,16384,65536] [--K 2048]\n"
-            "                   [--N 5632]"
+            "] [--M 4096,16384,65536]\n"
+            "                   [--K 2048] [--N 5632]"
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
@@ -33,8 +37,11 @@ static void bench_usage(FILE *f) {
             "Times are medians of CUDA-event timings, the L2 flushed before every run, ours and\n"
             "the baseline interleaved. Writes a table to stdout and the records as JSON to\n"
             "DIR/<op>-<date>.json (default DIR: bench/results). ratio = baseline_ms / ours_ms.\n"
+            "gate_pack: ours = gate-pack into TwELL, baseline = the cuBLAS gate GEMM.\n"
             "ffn_infer: ours = gate-pack + fused inference (and the fused part alone, op\n"
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
+            "train: ours = one training step, forward + backward (records train, train_fwd,\n"
+            "train_bwd), baseline = a dense cuBLAS training step on the same data.\n"
             "--path sets twell_plan_set_path (default auto: the plan picks the small-batch path\n"
             "for few rows, else sparse or dense from the previous call's counts); sparse is the\n"
             "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
@@ -43,47 +50,12 @@ static void bench_usage(FILE *f) {
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
+            "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
+            "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
 }
 
 /* ---- option parsing ---- */
-
-static int bench_parse_size_list(const char *s, size_t *out, size_t *n) {
-    *n = 0;
-    while (*s) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(s, &end, 10);
-        if (end == s || errno || v == 0 || *n == BENCH_MAX_LIST || (*end && *end != ','))
-            return -1;
-        out[(*n)++] = (size_t)v;
-        s = *end ? end + 1 : end;
-    }
-    return *n ? 0 : -1;
-}
-
-static int bench_parse_double_list(const char *s, double *out, size_t *n) {
-    *n = 0;
-    while (*s) {
-        char *end = NULL;
-        double v = strtod(s, &end);
-        if (end == s || !(v > 0.0) || *n == BENCH_MAX_LIST || (*end && *end != ','))
-            return -1;
-        out[(*n)++] = v;
-        s = *end ? end + 1 : end;
-    }
-    return *n ? 0 : -1;
-}
-
-static int bench_parse_u32(const char *s, uint32_t *out) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (end == s || *end || errno || v == 0 || v > 0xffffffffUL)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
 
 static int bench_parse_dists(const char *s, tw_synth_dist *out, size_t *n) {
     char buf[256];
@@ -149,19 +121,21 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         if (!strcmp(key, "--op"))
             o->op = v;
         else if (!strcmp(key, "--M"))
-            bad = bench_parse_size_list(v, o->M, &o->nM);
-        else if (!strcmp(key, "--nnz"))
-            bad = bench_parse_double_list(v, o->nnz, &o->nnnz);
-        else if (!strcmp(key, "--dist"))
+            bad = tw_cli_size_list(v, 1, BENCH_MAX_M, o->M, BENCH_MAX_LIST, &o->nM);
+        else if (!strcmp(key, "--nnz")) {
+            bad = tw_cli_double_list(v, 0.0, 65536.0, o->nnz, BENCH_MAX_LIST, &o->nnnz);
+            for (size_t k = 0; !bad && k < o->nnnz; k++)
+                bad = !(o->nnz[k] > 0.0);
+        } else if (!strcmp(key, "--dist"))
             bad = bench_parse_dists(v, o->dist, &o->ndist);
         else if (!strcmp(key, "--K"))
-            bad = bench_parse_u32(v, &o->K);
+            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->K);
         else if (!strcmp(key, "--N"))
-            bad = bench_parse_u32(v, &o->N);
+            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->N);
         else if (!strcmp(key, "--T"))
-            bad = bench_parse_u32(v, &o->T);
+            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->T);
         else if (!strcmp(key, "--C"))
-            bad = bench_parse_u32(v, &o->C);
+            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->C);
         else if (!strcmp(key, "--dtype")) {
             if (!strcmp(v, "bf16"))
                 o->dtype = TWELL_DTYPE_BF16;
@@ -172,7 +146,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--reps") || !strcmp(key, "--warmup") ||
                    !strcmp(key, "--check-rows")) {
             uint32_t n = 0;
-            bad = bench_parse_u32(v, &n) || n > 100000;
+            bad = tw_cli_u32(v, 1, 100000, &n);
             if (!bad && !strcmp(key, "--reps"))
                 o->reps = (int)n;
             else if (!bad && !strcmp(key, "--warmup"))
@@ -190,8 +164,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
         } else if (!strcmp(key, "--seed")) {
-            uint32_t n = 0;
-            bad = bench_parse_u32(v, &n);
+            uint32_t n = 1;
+            bad = tw_cli_u32(v, 1, UINT32_MAX, &n);
             o->seed = n;
         } else if (!strcmp(key, "--out"))
             o->out_dir = v;
@@ -535,7 +509,10 @@ int twell_cmd_bench(int argc, char **argv) {
         if (!strcmp(o.op, bench_ops[i].name))
             op = &bench_ops[i];
     if (!op) {
-        fprintf(stderr, "twell bench: unknown op '%s' (known: gate_pack, ffn_infer)\n", o.op);
+        fprintf(stderr, "twell bench: unknown op '%s' (known:", o.op);
+        for (size_t i = 0; i < sizeof bench_ops / sizeof bench_ops[0]; i++)
+            fprintf(stderr, " %s", bench_ops[i].name);
+        fprintf(stderr, ")\n");
         return 2;
     }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #define BENCH_MAX_LIST 16
+#define BENCH_MAX_M ((size_t)1 << 40) /* --M bound: far past any GPU's memory, never wraps */
 
 /* Command-line options (lists are comma-separated on the command line). */
 typedef struct bench_opts {

@@ -86,27 +86,43 @@ static const char *tw_errtext(int err, char *buf, size_t n) {
     return strerror_r(err, buf, n);
 }
 
-/* Switches to memory-only; the first call for this cache (and only it) logs one warning. */
-static void tw_degrade(tw_cache *c, int err, const char *what) {
+/* Stops using the directory: for writing only (read_only 1: entries on disk are still served)
+ * or entirely (memory-only). The first call for this cache (and only it) logs one warning. */
+static void tw_degrade_to(tw_cache *c, int read_only, int err, const char *what) {
     pthread_mutex_lock(&c->mu);
     int first = !c->warned;
     c->warned = 1;
-    c->st.memory_only = 1;
-    atomic_store(&c->disk_ok, 0);
+    atomic_store(&c->disk_rw, 0);
+    if (read_only && atomic_load(&c->disk_ok)) {
+        c->st.read_only = 1;
+    } else {
+        read_only = 0;
+        c->st.read_only = 0;
+        c->st.memory_only = 1;
+        atomic_store(&c->disk_ok, 0);
+    }
     pthread_mutex_unlock(&c->mu);
     if (!first || !c->log)
         return;
     char eb[128], msg[TW_PATH_MAX + 256];
     if (c->dir)
-        snprintf(msg, sizeof msg,
-                 "cache: cannot %s cache directory '%s': %s (errno %d); continuing with a "
-                 "memory-only cache",
-                 what, c->dir, tw_errtext(err, eb, sizeof eb), err);
+        snprintf(msg, sizeof msg, "cache: cannot %s cache directory '%s': %s (errno %d); %s", what,
+                 c->dir, tw_errtext(err, eb, sizeof eb), err,
+                 read_only ? "using it read-only: its entries are served, new ones stay in memory"
+                           : "continuing with a memory-only cache");
     else
         snprintf(msg, sizeof msg,
                  "cache: no cache directory (none of TWELL_CACHE_DIR, XDG_CACHE_HOME, HOME is "
                  "set); continuing with a memory-only cache");
     c->log(c->log_user, TWELL_LOG_WARN, msg);
+}
+
+static void tw_degrade(tw_cache *c, int err, const char *what) { tw_degrade_to(c, 0, err, what); }
+
+static int (*tw_access_fn)(const char *path, int mode) = access;
+
+void tw_cache_test_set_access(int (*fn)(const char *path, int mode)) {
+    tw_access_fn = fn ? fn : access;
 }
 
 void tw_cache_join(const tw_cache *c, const char *name, char *out) {
@@ -223,6 +239,7 @@ twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, 
     c->mem_max = TW_DEFAULT_MEM;
     c->disk_estimate = -1;
     atomic_init(&c->disk_ok, 1);
+    atomic_init(&c->disk_rw, 1);
     c->dir = dir ? tw_concat(dir, "") : tw_cache_default_dir();
     if (dir && !c->dir) {
         pthread_mutex_destroy(&c->mu);
@@ -241,8 +258,10 @@ twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, 
         tw_degrade(c, ENAMETOOLONG, "use");
     else if (tw_mkdirs(c->dir) != 0)
         tw_degrade(c, errno, "create");
-    else if (access(c->dir, R_OK | W_OK | X_OK) != 0)
-        tw_degrade(c, errno, "write to");
+    else if (tw_access_fn(c->dir, R_OK | X_OK) != 0)
+        tw_degrade(c, errno, "read");
+    else if (tw_access_fn(c->dir, W_OK) != 0)
+        tw_degrade_to(c, 1, errno, "write to"); /* e.g. a prewarmed cache mounted read-only */
     return TWELL_OK;
 }
 
@@ -258,6 +277,8 @@ void tw_cache_close(tw_cache *c) {
 const char *tw_cache_dir(const tw_cache *c) {
     return c && atomic_load(&c->disk_ok) ? c->dir : NULL;
 }
+
+int tw_cache_writable(const tw_cache *c) { return c && atomic_load(&c->disk_rw); }
 
 size_t tw_cache_max_bytes(const tw_cache *c) { return c ? c->max_bytes : 0; }
 
@@ -302,7 +323,7 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
         memcpy(copy, e->data, e->len);
         size_t n = e->len;
         int64_t now = tw_mono_s();
-        int touch = atomic_load(&c->disk_ok) && now - e->touched >= TW_TOUCH_EVERY_S;
+        int touch = atomic_load(&c->disk_rw) && now - e->touched >= TW_TOUCH_EVERY_S;
         if (touch)
             e->touched = now;
         c->st.mem_hits++;
@@ -328,7 +349,7 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
         char name[TW_NAME_MAX], path[TW_PATH_MAX];
         tw_cache_entry_name(kind, key, name);
         tw_cache_join(c, name, path);
-        st = tw_cache_read_file(path, kind, key, 1, &data, &n, &removed);
+        st = tw_cache_read_file(path, kind, key, atomic_load(&c->disk_rw), &data, &n, &removed);
     }
     void *copy = NULL;
     if (st == TWELL_OK) {
@@ -383,8 +404,9 @@ static int tw_write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
-/* Writes the entry to a private temp file and renames it over the final name. A failure
- * degrades the cache to memory-only (one warning). */
+/* Writes the entry to a private temp file and renames it over the final name. A failure (a
+ * read-only or full file system) stops publishing but keeps serving what the directory holds:
+ * the cache becomes read-only (one warning). */
 static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const void *payload,
                        size_t len) {
     char name[TW_NAME_MAX], path[TW_PATH_MAX], tmp[TW_PATH_MAX];
@@ -398,7 +420,7 @@ static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const
         fd = mkostemp(tmp, O_CLOEXEC);
     }
     if (fd < 0) {
-        tw_degrade(c, errno, "create a file in");
+        tw_degrade_to(c, 1, errno, "create a file in");
         return;
     }
     uint8_t hdr[TW_CACHE_HEADER_BYTES];
@@ -413,10 +435,11 @@ static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const
         err = errno;
     if (err) {
         unlink(tmp);
-        tw_degrade(c, err, "write to");
+        tw_degrade_to(c, 1, err, "write to");
         return;
     }
     pthread_mutex_lock(&c->mu);
+    c->st.published++;
     int scan = c->disk_estimate < 0 || ++c->puts_since_scan >= TW_RESCAN_PUTS;
     if (!scan) {
         c->disk_estimate += (int64_t)(len + TW_CACHE_HEADER_BYTES);
@@ -440,7 +463,7 @@ twell_status tw_cache_put(tw_cache *c, tw_cache_kind kind, const tw_key *key, co
     c->st.puts++;
     tw_mem_insert(c, kind, key, copy, len, tw_mono_s());
     pthread_mutex_unlock(&c->mu);
-    if (atomic_load(&c->disk_ok) && (uint64_t)len <= TW_CACHE_MAX_PAYLOAD)
+    if (atomic_load(&c->disk_rw) && (uint64_t)len <= TW_CACHE_MAX_PAYLOAD)
         tw_publish(c, kind, key, payload ? payload : "", len);
     return TWELL_OK;
 }

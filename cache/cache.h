@@ -47,24 +47,30 @@ typedef enum tw_cache_kind {
 
 /* Opens (creating with mode 0700 if needed) the cache at dir; dir NULL means the default
  * ($TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else $HOME/.cache/twellrt). max_bytes 0 means
- * 1 GiB. A directory that cannot be created or written gives a memory-only cache and one WARN
- * through log (never an error). Errors: TWELL_ERR_NO_MEMORY. */
+ * 1 GiB. A directory that can be read but not written (a prewarmed cache mounted read-only, mode
+ * 0500) is used read-only: its entries are served, new ones stay in memory. One that cannot be
+ * created or read gives a memory-only cache. Either way one WARN goes through log (never an
+ * error). Errors: TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, void *log_user,
                            tw_cache **out);
 void tw_cache_close(tw_cache *c); /* NULL is a no-op */
 
-/* The directory in use, or NULL when memory-only. Borrowed. */
+/* The directory in use (read-only or not), or NULL when memory-only. Borrowed. */
 const char *tw_cache_dir(const tw_cache *c);
 
+/* 1 when new entries are published to the directory; 0 when memory-only or read-only. */
+int tw_cache_writable(const tw_cache *c);
+
 /* Looks key up: memory first, then disk. On a hit *payload is a malloc'd copy the caller frees
- * and *len its size; a disk hit touches the entry's mtime (LRU). A corrupt, truncated or foreign
- * entry is deleted and reported as a miss. Returns TWELL_OK (hit), TWELL_ERR_NOT_FOUND (miss),
- * TWELL_ERR_NO_MEMORY. */
+ * and *len its size; a disk hit touches the entry's mtime (LRU) unless the cache is read-only. A
+ * corrupt, truncated or foreign entry is deleted and reported as a miss. Returns TWELL_OK (hit),
+ * TWELL_ERR_NOT_FOUND (miss), TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, void **payload,
                           size_t *len);
 
-/* Stores payload under key (memory, and disk when usable: temp file + fsync + rename, then
- * eviction by mtime down to the cap). A disk failure degrades to memory with one warning.
+/* Stores payload under key (memory, and disk when writable: temp file + fsync + rename, then
+ * eviction by mtime down to the cap). A failed write (read-only or full file system) makes the
+ * cache read-only with one warning: later puts stay in memory, disk entries are still served.
  * Errors: TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_put(tw_cache *c, tw_cache_kind kind, const tw_key *key, const void *payload,
                           size_t len);
@@ -109,7 +115,9 @@ typedef struct tw_cache_stats {
     uint64_t corrupt_removed; /* bad entry files met by get and deleted */
     uint64_t evicted;         /* entry files deleted to honour the size cap */
     uint64_t mem_entries, mem_bytes;
-    int memory_only; /* 1 once the directory is unusable (or there is none) */
+    uint64_t published; /* puts written to the directory (puts - published stayed in memory) */
+    int memory_only;    /* 1 once the directory is unusable (or there is none) */
+    int read_only;      /* 1 while entries are read from the directory but not written to it */
 } tw_cache_stats;
 void tw_cache_get_stats(tw_cache *c, tw_cache_stats *out);
 
@@ -132,6 +140,11 @@ twell_status tw_cache_list(tw_cache *c, tw_cache_visit_fn fn, void *user);
  * touch mtimes. *n_ok and *n_removed (each may be NULL) receive the counts. Errors as
  * tw_cache_list. */
 twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed);
+
+/* Test hook: the access(2) tw_cache_open checks the directory with (NULL restores access).
+ * Tests run as root, whom mode 0500 does not stop, fake a read-only directory with it. Set it
+ * before opening; not for concurrent use. */
+void tw_cache_test_set_access(int (*fn)(const char *path, int mode));
 
 /* Deletes every entry file and every temp file older than an hour (younger ones may belong to a
  * put in flight), and empties the memory layer. *n_removed (may be NULL) counts entry files.

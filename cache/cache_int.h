@@ -58,8 +58,9 @@ typedef struct tw_mem {
 struct tw_cache {
     pthread_mutex_t mu; /* guards everything below except dir, max_bytes and log */
     char *dir;          /* owned; kept after degrading so messages can name it */
-    atomic_int disk_ok;
-    int warned;
+    atomic_int disk_ok; /* the directory is read: entries on disk are served */
+    atomic_int disk_rw; /* ...and written: new entries are published (implies disk_ok) */
+    int warned;         /* the one warning about the directory has been logged */
     size_t max_bytes;
     twell_log_fn log;
     void *log_user;

@@ -32,7 +32,7 @@ RULES = {
     # other's own headers and the verification library; tests may also include what they test
     "tools": ["verify", "bench"],
     "bench": ["verify", "tools"],
-    "tests": LIB + ["verify", "bench", "tests"],
+    "tests": LIB + ["verify", "bench", "tools", "tests"],  # tools: test_cli checks its parsers
     "examples": [],
 }
 # The programs' internal header (runtime/twellrt_internal.h): tools/, bench/ and tests/ may

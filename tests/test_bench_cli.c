@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
 #include "tw_run.h"
 
 static int bc_run(const char *args, char *out, size_t outlen) {
@@ -34,6 +35,13 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_non_null(strstr(out, "bad value 'sideways' for --path"));
     assert_int_equal(bc_run("--help", out, sizeof out), 0);
     assert_non_null(strstr(out, "--path auto|sparse|dense"));
+    /* every op, train included, in the usage line and described; -1 is not 2^64 - 1 */
+    assert_non_null(strstr(out, "[--op gate_pack|ffn_infer|train]"));
+    assert_non_null(strstr(out, "\ntrain: ours = one training step"));
+    assert_int_equal(bc_run("--op nope", out, sizeof out), 2);
+    assert_non_null(strstr(out, "(known: gate_pack ffn_infer train)"));
+    assert_int_equal(bc_run("--M -1", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value '-1' for --M"));
 }
 
 static void test_bench_cli_tiny_run(void **state) {
@@ -47,6 +55,8 @@ static void test_bench_cli_tiny_run(void **state) {
              dir);
     int rc = bc_run(args, out, sizeof out);
     if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
         /* no GPU here: a clear message, nothing written */
         assert_non_null(strstr(out, "no usable CUDA device"));
         return;

@@ -1,7 +1,7 @@
 /* test_cache.c — the disk cache as a store: hit/miss, the memory layer, the default directory,
- * corrupt entries, memory-only fallback, LRU eviction, stale temp files and the `twell cache`
- * tool. The entry format and concurrent use have their own files (test_cache_entry.c,
- * test_cache_concurrency.c).
+ * corrupt entries, memory-only fallback, a read-only directory, LRU eviction, stale temp files
+ * and the `twell cache` tool. The entry format and concurrent use have their own files
+ * (test_cache_entry.c, test_cache_concurrency.c).
  * labels: unit */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -338,6 +338,95 @@ static void test_cache_unusable_dir_memory_only(void **state) {
     tw_cache_close(c);
 }
 
+/* The directory tw_ro_access denies writing to: what a read-only mount or mode 0500 does to a
+ * user that permissions bind (root is not one). */
+static const char *tw_ro_dir;
+
+static int tw_ro_access(const char *path, int mode) {
+    if ((mode & W_OK) && tw_ro_dir && !strcmp(path, tw_ro_dir)) {
+        errno = EACCES;
+        return -1;
+    }
+    return access(path, mode);
+}
+
+/* A prewarmed cache shipped read-only (directory 0500, files 0400) serves its entries; puts
+ * succeed but stay in memory; one warning says so. */
+static void test_cache_read_only_dir_serves_hits(void **state) {
+    (void)state;
+    char dir[1024], path[1200];
+    tw_case_dir("read_only", dir, sizeof dir);
+    uint8_t a[3000], b[100];
+    tw_fill(a, sizeof a, 21);
+    tw_fill(b, sizeof b, 22);
+    tw_key k1 = tw_test_key(600), k2 = tw_test_key(601), k3 = tw_test_key(602);
+    tw_cache *c = tw_open(dir, 0, NULL);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &k1, a, sizeof a), TWELL_OK);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_TUNING, &k2, b, sizeof b), TWELL_OK);
+    tw_cache_close(c);
+    tw_entry_path(dir, TW_CACHE_CUBIN, &k1, path, sizeof path);
+    assert_int_equal(chmod(path, 0400), 0);
+    tw_entry_path(dir, TW_CACHE_TUNING, &k2, path, sizeof path);
+    assert_int_equal(chmod(path, 0400), 0);
+    assert_int_equal(chmod(dir, 0500), 0);
+    int faked = access(dir, W_OK) == 0;
+    if (faked) {
+        /* Permissions do not stop this user (root, as in CI): the directory check is told the
+         * truth a read-only mount would tell it; everything after the check is the real code. */
+        printf("# running as root: mode 0500 does not deny writes, the access check is faked\n");
+        tw_ro_dir = dir;
+        tw_cache_test_set_access(tw_ro_access);
+    }
+    tw_logbook log = {0};
+    c = tw_open(dir, 0, &log);
+    /* Hits from the directory, as a deployed process with a prewarmed cache needs. */
+    assert_non_null(tw_cache_dir(c));
+    assert_string_equal(tw_cache_dir(c), dir);
+    tw_expect_hit(c, TW_CACHE_CUBIN, &k1, a, sizeof a);
+    tw_expect_hit(c, TW_CACHE_TUNING, &k2, b, sizeof b);
+    assert_int_equal(tw_cache_writable(c), 0);
+    assert_int_equal(log.warns, 1);
+    assert_non_null(strstr(log.last, dir));
+    assert_non_null(strstr(log.last, strerror(EACCES)));
+    assert_non_null(strstr(log.last, "read-only"));
+    /* A put succeeds and serves later gets, but nothing is written to the directory. */
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &k3, b, sizeof b), TWELL_OK);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &k1, b, 10), TWELL_OK);
+    tw_expect_hit(c, TW_CACHE_CUBIN, &k3, b, sizeof b);
+    tw_cache_stats st;
+    tw_cache_get_stats(c, &st);
+    assert_int_equal(st.disk_hits, 2);
+    assert_int_equal(st.puts, 2);
+    assert_int_equal(st.published, 0);
+    assert_int_equal(st.read_only, 1);
+    assert_int_equal(st.memory_only, 0);
+    tw_cache_close(c);
+    assert_int_equal(log.warns, 1); /* one warning, however many puts were skipped */
+    tw_entry_path(dir, TW_CACHE_CUBIN, &k3, path, sizeof path);
+    assert_false(tw_exists(path));
+    int entries, temps;
+    tw_count_files(dir, &entries, &temps);
+    assert_int_equal(entries, 2);
+    assert_int_equal(temps, 0);
+    /* The shipped entry is unchanged: a fresh process still reads the prewarmed payload. */
+    c = tw_open(dir, 0, NULL);
+    tw_expect_hit(c, TW_CACHE_CUBIN, &k1, a, sizeof a);
+    tw_cache_close(c);
+    tw_cache_test_set_access(NULL);
+    tw_ro_dir = NULL;
+    assert_int_equal(chmod(dir, 0700), 0);
+
+    /* Writable again: puts are published. */
+    c = tw_open(dir, 0, NULL);
+    assert_int_equal(tw_cache_writable(c), 1);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &k3, b, sizeof b), TWELL_OK);
+    tw_cache_get_stats(c, &st);
+    assert_int_equal(st.published, 1);
+    assert_int_equal(st.read_only, 0);
+    tw_cache_close(c);
+    assert_true(tw_exists(path));
+}
+
 static uint64_t tw_dir_bytes(const char *dir) {
     uint64_t total = 0;
     DIR *d = opendir(dir);
@@ -493,6 +582,28 @@ static void test_cache_cli(void **state) {
     tw_count_files(dir, &entries, &temps);
     assert_int_equal(entries, 0);
 
+    /* A read-only directory is listed but not cleared (only where permissions bind: root
+     * writes anyway, and the faked access check of test_cache_read_only_dir_serves_hits does
+     * not reach another process). */
+    tw_key kr = tw_test_key(700);
+    c = tw_open(dir, 0, NULL);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &kr, "ro", 2), TWELL_OK);
+    tw_cache_close(c);
+    assert_int_equal(chmod(dir, 0500), 0);
+    if (access(dir, W_OK) == 0) {
+        printf("# running as root: `twell cache clear` of a read-only directory not checked\n");
+    } else {
+        snprintf(cmd, sizeof cmd, "'%s' cache clear --dir '%s' 2>&1", TWELL_TOOL_PATH, dir);
+        rc = tw_test_run(cmd, out, sizeof out);
+        if (rc != 1 || !strstr(out, "read-only here; nothing removed"))
+            fail_msg("clear of a read-only directory: exit %d, output:\n%s", rc, out);
+        snprintf(cmd, sizeof cmd, "'%s' cache ls --dir '%s' 2>&1", TWELL_TOOL_PATH, dir);
+        rc = tw_test_run(cmd, out, sizeof out);
+        if (rc != 0 || !strstr(out, "1 entry"))
+            fail_msg("ls of a read-only directory: exit %d, output:\n%s", rc, out);
+    }
+    assert_int_equal(chmod(dir, 0700), 0);
+
     /* Usage errors and an unusable directory. */
     snprintf(cmd, sizeof cmd, "'%s' cache frobnicate 2>&1", TWELL_TOOL_PATH);
     assert_int_equal(tw_test_run(cmd, out, sizeof out), 2);
@@ -510,6 +621,7 @@ int main(void) {
         cmocka_unit_test(test_cache_default_dir),
         cmocka_unit_test(test_cache_corrupt_entries_are_misses),
         cmocka_unit_test(test_cache_unusable_dir_memory_only),
+        cmocka_unit_test(test_cache_read_only_dir_serves_hits),
         cmocka_unit_test(test_cache_eviction_lru),
         cmocka_unit_test(test_cache_stale_temp_cleanup),
         cmocka_unit_test(test_cache_cli),

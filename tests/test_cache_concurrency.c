@@ -60,7 +60,7 @@ static int tw_full_disk_child(const char *dir) {
         return 13;
     if (log.warns != 1 || !strstr(log.last, strerror(EFBIG)) || !strstr(log.last, dir))
         return 14;
-    if (tw_cache_dir(c) != NULL)
+    if (tw_cache_writable(c) || !tw_cache_dir(c)) /* read-only: no more writes, still reads */
         return 15;
     if (tw_cache_put(c, TW_CACHE_CUBIN, &k3, big, 1000) != TWELL_OK || log.warns != 1)
         return 16;
@@ -73,6 +73,15 @@ static int tw_full_disk_child(const char *dir) {
     if (tw_cache_get(c, TW_CACHE_CUBIN, &k3, &p, &n) != TWELL_OK || n != 1000)
         return 18;
     free(p);
+    /* The entry published before the disk filled is still read from it. */
+    tw_cache_set_memory_limit(c, 0);
+    if (tw_cache_get(c, TW_CACHE_CUBIN, &k1, &p, &n) != TWELL_OK || n != 5 || memcmp(p, "small", 5))
+        return 23;
+    free(p);
+    tw_cache_stats cs;
+    tw_cache_get_stats(c, &cs);
+    if (cs.disk_hits != 1 || cs.published != 1 || !cs.read_only || cs.memory_only)
+        return 24;
     tw_cache_close(c);
 
     /* Several threads meeting the full disk at once still give one warning in all. */
@@ -89,7 +98,7 @@ static int tw_full_disk_child(const char *dir) {
     for (int i = 0; i < 4; i++)
         if (pthread_join(th[i], NULL) != 0 || args[i].st != TWELL_OK)
             return 21;
-    if (log2.warns != 1 || tw_cache_dir(c) != NULL)
+    if (log2.warns != 1 || tw_cache_writable(c))
         return 22;
     tw_cache_close(c);
     return 0;

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
+
 typedef struct {
     int count[4];
     char last[512];
@@ -137,6 +139,8 @@ static void test_ctx_auto_fallback(void **state) {
         twell_ctx_destroy(ctx);
         return;
     }
+    if (tw_gpu_required())
+        fail_msg("TWELL_REQUIRE_GPU=1, but the CUDA context failed: %s", twell_status_name(st));
     assert_int_equal(st, TWELL_ERR_NO_DEVICE);
     assert_null(ctx);
     assert_true(log.count[TWELL_LOG_ERROR] >= 1); /* the reason went to the log */

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "tw_cpu.h"
+#include "tw_gpu.h"
 
 static void test_cuda_errors_status_mapping(void **state) {
     (void)state;
@@ -90,6 +91,8 @@ static void test_cuda_errors_auto_falls_back(void **state) {
         assert_non_null(strstr(twell_ctx_device_name(ctx), "cuda:0 "));
         assert_non_null(strstr(twell_ctx_device_name(ctx), " SMs)"));
     } else {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but no CUDA device is usable (%s)", log.last);
         assert_int_equal(twell_ctx_backend(ctx), TWELL_BACKEND_CPU);
         assert_non_null(strstr(twell_ctx_device_name(ctx), "cpu"));
         /* the reason reaches the log at INFO */

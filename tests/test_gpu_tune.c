@@ -720,9 +720,11 @@ int main(int argc, char **argv) {
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tu_log;
     o.log_level = TWELL_LOG_WARN;
-    if (twell_ctx_create(&o, &tu_ctx) != TWELL_OK) {
-        fprintf(stderr, "test_gpu_tune: SKIPPED, no usable CUDA device\n");
-        return 77;
+    twell_status st = twell_ctx_create(&o, &tu_ctx);
+    if (st != TWELL_OK) {
+        char what[128];
+        snprintf(what, sizeof what, "no usable CUDA device (%s)", twell_status_name(st));
+        tw_gpu_unavailable("test_gpu_tune", what);
     }
     printf("# %s\n", twell_ctx_device_name(tu_ctx));
     /* Start cold: no record and no cubin from an earlier run. */

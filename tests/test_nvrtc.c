@@ -5,9 +5,11 @@
 #include "jit.h"
 #include "nvrtc.h"
 #include "tw_cpu.h"
+#include "tw_gpu.h"
 #include "tw_log.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -585,6 +587,75 @@ static void test_nvrtc_library_option(void **state) {
     free(out);
 }
 
+/* `twell compile` as a prewarm: a cubin it compiled but could not store (no usable directory, a
+ * full one, a read-only one) is an error with the reason on stderr, never a quiet "miss"; a hit
+ * from a read-only prewarmed cache is fine. */
+static void test_nvrtc_compile_unstored_fails(void **state) {
+    (void)state;
+    char dir[512], file[600], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/test-cache/nvrtc-unstored-XXXXXX", TWELL_TEST_BINARY_DIR);
+    assert_non_null(mkdtemp(dir));
+    static const char args[] = "gate_pack_simt --K 64 --N 256 --T 128 --C 2 --dtype bf16 "
+                               "--arch sm_80";
+    int st;
+    /* No usable directory: a path below a regular file can never be created, even by root. */
+    snprintf(file, sizeof file, "%s/plainfile", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "TWELL_CACHE_DIR='%s/sub' '%s' compile %s 2>&1; echo \"exit=$?\"",
+             file, TWELL_TOOL_PATH, args);
+    char *out = tw_run(cmd, &st);
+    tw_assert_contains(out, " miss ");
+    tw_assert_contains(out, "twell compile: cache: cannot create cache directory"); /* the log */
+    tw_assert_contains(out, "NOT stored: no usable cache directory");
+    tw_assert_contains(out, "exit=1");
+    free(out);
+    /* A full directory: writes past 1 KiB fail with EFBIG (SIGXFSZ ignored), as ENOSPC would. */
+    char full[600];
+    snprintf(full, sizeof full, "%s/full", dir);
+    snprintf(cmd, sizeof cmd,
+             "trap '' XFSZ; ulimit -f 2 && TWELL_CACHE_DIR='%s' '%s' compile %s 2>&1; "
+             "echo \"exit=$?\"",
+             full, TWELL_TOOL_PATH, args);
+    out = tw_run(cmd, &st);
+    tw_assert_contains(out, " miss ");
+    tw_assert_contains(out, strerror(EFBIG));
+    tw_assert_contains(out, "NOT stored: the cache directory");
+    tw_assert_contains(out, "exit=1");
+    free(out);
+    /* Read-only: a miss cannot be stored (exit 1), a hit from the prewarmed entry is fine (0).
+     * Only where mode 0500 binds: root writes anyway (the cache's own test fakes that case). */
+    char ro[600];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    snprintf(cmd, sizeof cmd, "TWELL_CACHE_DIR='%s' '%s' compile %s 2>&1; echo \"exit=$?\"", ro,
+             TWELL_TOOL_PATH, args);
+    out = tw_run(cmd, &st);
+    tw_assert_contains(out, "exit=0");
+    free(out);
+    assert_int_equal(chmod(ro, 0500), 0);
+    if (access(ro, W_OK) == 0) {
+        printf("# running as root: `twell compile` into a read-only directory not checked\n");
+    } else {
+        out = tw_run(cmd, &st);
+        tw_assert_contains(out, " hit ");
+        tw_assert_contains(out, "read-only");
+        tw_assert_contains(out, "exit=0");
+        free(out);
+        snprintf(cmd, sizeof cmd,
+                 "TWELL_CACHE_DIR='%s' '%s' compile %s --cold 2>&1; echo \"exit=$?\"", ro,
+                 TWELL_TOOL_PATH, args);
+        out = tw_run(cmd, &st);
+        tw_assert_contains(out, "NOT stored");
+        tw_assert_contains(out, "exit=1");
+        free(out);
+    }
+    assert_int_equal(chmod(ro, 0700), 0);
+    tw_rm_dir(ro);
+    tw_rm_dir(full);
+    tw_rm_dir(dir);
+}
+
 static void test_nvrtc_versions_and_archs(void **state) {
     (void)state;
     int major = 0, minor = -1;
@@ -608,9 +679,9 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "option-child"))
         return tw_nvrtc_option_child(argv[2]);
     if (tw_nvrtc_load(NULL) != TWELL_OK) {
-        fprintf(stderr, "test_nvrtc: SKIPPED: NVRTC cannot be loaded: %s\n",
-                tw_nvrtc_why_missing());
-        return 77;
+        char what[1024];
+        snprintf(what, sizeof what, "NVRTC cannot be loaded: %s", tw_nvrtc_why_missing());
+        tw_gpu_unavailable("test_nvrtc", what); /* a GPU machine must have NVRTC too */
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvrtc_versions_and_archs),
@@ -620,6 +691,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nvrtc_library_option),
         cmocka_unit_test(test_nvrtc_detached_inherits_options),
         cmocka_unit_test(test_nvrtc_prewarmed_cache_without_nvrtc),
+        cmocka_unit_test(test_nvrtc_compile_unstored_fails),
         cmocka_unit_test(test_nvrtc_sweep_all_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

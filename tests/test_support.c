@@ -1,5 +1,6 @@
 /* test_support.c — the shared test helpers that decide pass or fail themselves: the GPU tests'
- * row-error check (on host data, so no device is needed) and the tool runner's exit codes.
+ * row-error check (on host data, so no device is needed), the tool runner's exit codes, and the
+ * GPU fixture's answer to a missing device (skip, or fail where TWELL_REQUIRE_GPU=1).
  * labels: unit */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define TS_K 8
 
@@ -63,10 +67,56 @@ static void test_support_tool_exit_codes(void **state) {
     assert_true(out[0] != '\0');
 }
 
-int main(void) {
+static char ts_self[4096];
+
+/* Runs this executable as the GPU fixture's child (main's "gpu-open") with CUDA_VISIBLE_DEVICES
+ * empty, so no device is usable even on a GPU machine (a CUDA start that fails), and
+ * TWELL_REQUIRE_GPU set to req (NULL: unset). Returns the exit code; out gets stderr. */
+static int ts_gpu_child(const char *req, char *out, size_t n) {
+    char cmd[8192];
+    if (req)
+        snprintf(cmd, sizeof cmd, "CUDA_VISIBLE_DEVICES= TWELL_REQUIRE_GPU='%s' '%s' gpu-open 2>&1",
+                 req, ts_self);
+    else
+        snprintf(cmd, sizeof cmd,
+                 "env -u TWELL_REQUIRE_GPU CUDA_VISIBLE_DEVICES= '%s' gpu-open 2>&1", ts_self);
+    return tw_test_run(cmd, out, n);
+}
+
+/* A gpu test that cannot get a device skips (77) by default, but fails (exit 1, saying why)
+ * where TWELL_REQUIRE_GPU=1 says the machine has a GPU: a broken CUDA start must not pass. */
+static void test_support_gpu_required_fails_without_device(void **state) {
+    (void)state;
+    char out[2048];
+    int rc = ts_gpu_child(NULL, out, sizeof out);
+    if (rc != 77 || !strstr(out, "ts_child: SKIPPED, no usable CUDA device ("))
+        fail_msg("TWELL_REQUIRE_GPU unset: exit %d (want 77):\n%s", rc, out);
+    rc = ts_gpu_child("0", out, sizeof out);
+    if (rc != 77 || !strstr(out, "SKIPPED"))
+        fail_msg("TWELL_REQUIRE_GPU=0: exit %d (want 77):\n%s", rc, out);
+    rc = ts_gpu_child("1", out, sizeof out);
+    if (rc != 1 || !strstr(out, "ts_child: FAILED, no usable CUDA device (") ||
+        !strstr(out, "TWELL_REQUIRE_GPU=1 requires it"))
+        fail_msg("TWELL_REQUIRE_GPU=1: exit %d (want 1, FAILED):\n%s", rc, out);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "gpu-open")) {
+        twell_ctx *ctx = tw_gpu_open_or_skip("ts_child");
+        twell_ctx_destroy(ctx);
+        fprintf(stderr, "ts_child: got a device\n");
+        return 0;
+    }
+    ssize_t n = readlink("/proc/self/exe", ts_self, sizeof ts_self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "test_support: cannot find its own executable\n");
+        return 1;
+    }
+    ts_self[n] = '\0';
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_support_max_row_err),
         cmocka_unit_test(test_support_tool_exit_codes),
+        cmocka_unit_test(test_support_gpu_required_fails_without_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include "json.h"
 #include "tuner.h"
 #include "tw_cpu.h"
+#include "tw_gpu.h"
 #include "tw_run.h"
 
 #include <stdio.h>
@@ -234,6 +235,8 @@ static void test_tune_cli_tune_needs_device(void **state) {
              "--K 64 --N 256 --M 33 --ops gate_pack --budget 5 --quiet --json %s", json);
     int rc = tc_run(args);
     if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell tune found no usable device:\n%s", tc_out);
         if (!strstr(tc_out, "tuning needs a CUDA device"))
             fail_msg("no clear message:\n%s", tc_out);
         assert_int_equal(access(json, F_OK), -1); /* nothing written */

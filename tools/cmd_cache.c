@@ -1,6 +1,7 @@
 /* cmd_cache.c — `twell cache ls|verify|clear`: inspect, check and empty the kernel cache
  * directory (the same one the library uses: --dir, else $TWELL_CACHE_DIR, else the default). */
 #include "cli.h"
+#include "cli_common.h"
 #include "twellrt_internal.h"
 
 #include <stdio.h>
@@ -16,12 +17,6 @@ static void tw_cli_usage(FILE *f) {
                "  --dir DIR       cache directory (default: $TWELL_CACHE_DIR, else\n"
                "                  $XDG_CACHE_HOME/twellrt, else ~/.cache/twellrt)\n"
                "  --max-bytes N   size cap to report against (default 1 GiB, the library's)\n");
-}
-
-static void tw_cli_log(void *user, twell_log_level level, const char *msg) {
-    (void)user;
-    if (level >= TWELL_LOG_WARN)
-        fprintf(stderr, "twell: %s\n", msg);
 }
 
 static const char *tw_human(uint64_t b, char *buf, size_t n) {
@@ -99,9 +94,8 @@ int twell_cmd_cache(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             dir = argv[++i];
         } else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) {
-            char *end;
-            unsigned long long v = strtoull(argv[++i], &end, 10);
-            if (*end || !*argv[i]) {
+            uint64_t v;
+            if (tw_cli_u64(argv[++i], 0, SIZE_MAX, &v) != 0) {
                 fprintf(stderr, "twell cache: --max-bytes wants a byte count, got '%s'\n", argv[i]);
                 return 2;
             }
@@ -122,7 +116,7 @@ int twell_cmd_cache(int argc, char **argv) {
     }
 
     tw_cache *c;
-    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, NULL, &c);
+    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, "twell cache", &c);
     if (st != TWELL_OK) {
         fprintf(stderr, "twell cache: %s\n", twell_status_str(st));
         return 1;
@@ -130,6 +124,13 @@ int twell_cmd_cache(int argc, char **argv) {
     if (!tw_cache_dir(c)) {
         /* The library fell back to memory (the warning above says why): nothing on disk. */
         fprintf(stderr, "twell cache: no usable cache directory\n");
+        tw_cache_close(c);
+        return 1;
+    }
+    if (!strcmp(action, "clear") && !tw_cache_writable(c)) {
+        /* Read-only (the warning above says why): deleting would fail file by file. */
+        fprintf(stderr, "twell cache: clear: %s is read-only here; nothing removed\n",
+                tw_cache_dir(c));
         tw_cache_close(c);
         return 1;
     }

@@ -1,6 +1,7 @@
 /* cmd_demo.c — `twell demo`: builds a synthetic sparse FFN, runs gate-pack and fused inference,
  * and reports sparsity, time and the error against a plain dense fp64 computation. */
 #include "cli.h"
+#include "cli_common.h"
 #include "twellrt_internal.h"
 
 #include <errno.h>
@@ -48,16 +49,12 @@ static double demo_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int demo_u64(const char *opt, const char *s, uint64_t max, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || s[0] == '-' || v > max) {
-        fprintf(stderr, "twell demo: %s expects an integer in [0, %llu], got '%s'\n", opt,
-                (unsigned long long)max, s ? s : "");
+static int demo_u64(const char *opt, const char *s, uint64_t lo, uint64_t max, uint64_t *out) {
+    if (tw_cli_u64(s, lo, max, out) != 0) {
+        fprintf(stderr, "twell demo: %s expects an integer in [%llu, %llu], got '%s'\n", opt,
+                (unsigned long long)lo, (unsigned long long)max, s ? s : "");
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -85,21 +82,17 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
         }
         i++;
         if (!strcmp(a, "--M")) {
-            if (demo_u64(a, v, SIZE_MAX, &u) || u == 0) {
-                fprintf(stderr, "twell demo: --M must be at least 1\n");
+            if (demo_u64(a, v, 1, SIZE_MAX, &u))
                 return -1;
-            }
             o->M = (size_t)u;
         } else if (!strcmp(a, "--K") || !strcmp(a, "--N") || !strcmp(a, "--T") ||
                    !strcmp(a, "--C")) {
-            if (demo_u64(a, v, UINT32_MAX, &u))
+            if (demo_u64(a, v, 1, UINT32_MAX, &u))
                 return -1;
             uint32_t *dst = a[2] == 'K' ? &o->K : a[2] == 'N' ? &o->N : a[2] == 'T' ? &o->T : &o->C;
             *dst = (uint32_t)u;
         } else if (!strcmp(a, "--nnz")) {
-            char *end;
-            o->nnz = strtod(v, &end);
-            if (!*v || *end || !(o->nnz > 0.0)) {
+            if (tw_cli_double(v, 0.0, 65536.0, &o->nnz) != 0 || !(o->nnz > 0.0)) {
                 fprintf(stderr, "twell demo: --nnz expects a positive number, got '%s'\n", v);
                 return -1;
             }
@@ -129,7 +122,7 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
                 return -1;
             }
         } else if (!strcmp(a, "--seed")) {
-            if (demo_u64(a, v, UINT64_MAX, &o->seed))
+            if (demo_u64(a, v, 0, UINT64_MAX, &o->seed))
                 return -1;
         } else {
             fprintf(stderr, "twell demo: unknown option %s (see twell demo --help)\n", a);

@@ -1,8 +1,10 @@
 /* cmd_jit.c — `twell render`, `twell compile` and `twell info`: the JIT pipeline by hand. */
 #include "cli.h"
+#include "cli_common.h"
 #include "twellrt_internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,8 @@ static void tw_usage_compile(FILE *f) {
             "                     [--repeat n] [--cold]\n\n"
             "Renders the template and gets its cubin from the kernel cache, compiling with NVRTC\n"
             "and publishing it on a miss. Prints the cache key, cubin size, time and hit/miss.\n"
+            "Exits 1 when the compiled cubin could not be stored in the cache directory\n"
+            "(read-only, full or unusable: a prewarm that stored nothing).\n"
             "  --arch a     target architecture (default sm_90a)\n"
             "  --repeat n   do it n times, each in a fresh context (so a hit reads the disk),\n"
             "               and print the median time\n"
@@ -59,10 +63,22 @@ static int tw_set_param(tw_args *a, const char *key, const char *val) {
             fprintf(stderr, "twell: parameter %s given twice\n", key);
             return 0;
         }
+    /* The shape's sizes are positive integers; other values are template parameters, passed as
+     * integers when they read as one (a template may accept a negative), else as strings. */
+    uint32_t size;
+    if (strlen(key) == 1 && strchr("KNTC", key[0]) && tw_cli_u32(val, 1, UINT32_MAX, &size) != 0) {
+        fprintf(stderr, "twell: bad value '%s' for --%s (a positive integer)\n", val, key);
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(val, &end, 0);
+    if (val[0] && end && *end == '\0' && errno == ERANGE) {
+        fprintf(stderr, "twell: value '%s' of %s is out of range\n", val, key);
+        return 0;
+    }
     tw_param *p = &a->params[a->nparams++];
     p->key = key;
-    char *end = NULL;
-    long long v = strtoll(val, &end, 0);
     if (val[0] && end && *end == '\0') {
         p->ival = v;
         p->sval = NULL;
@@ -119,8 +135,7 @@ static int tw_parse(int argc, char **argv, tw_args *a, int with_compile) {
         if (!strcmp(opt, "arch")) {
             a->arch = val;
         } else if (!strcmp(opt, "repeat")) {
-            a->repeat = atoi(val);
-            if (a->repeat < 1 || a->repeat > 1000) {
+            if (tw_cli_int(val, 1, 1000, &a->repeat) != 0) {
                 fprintf(stderr, "twell: --repeat must be in 1..1000\n");
                 return 0;
             }
@@ -144,10 +159,14 @@ static int tw_parse(int argc, char **argv, tw_args *a, int with_compile) {
     return 1;
 }
 
-static twell_ctx *tw_cpu_ctx(void) {
+/* A CPU context whose warnings (an unusable cache directory, say) reach stderr as cmd. */
+static twell_ctx *tw_cpu_ctx(const char *cmd) {
     twell_ctx_options o = twell_ctx_options_default();
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
+    o.log = tw_cli_log;
+    o.log_user = (void *)cmd;
+    o.log_level = TWELL_LOG_WARN;
     twell_ctx *ctx = NULL;
     if (twell_ctx_create(&o, &ctx) != TWELL_OK) {
         fprintf(stderr, "twell: cannot create a context\n");
@@ -166,7 +185,7 @@ int twell_cmd_render(int argc, char **argv) {
         tw_usage_render(stdout);
         return 0;
     }
-    twell_ctx *ctx = tw_cpu_ctx();
+    twell_ctx *ctx = tw_cpu_ctx("twell render");
     if (!ctx)
         return 1;
     char *src = NULL;
@@ -221,11 +240,18 @@ int twell_cmd_compile(int argc, char **argv) {
     }
     int rc = 0;
     for (int r = 0; r < a.repeat && rc == 0; r++) {
-        twell_ctx *ctx = tw_cpu_ctx(); /* fresh: its cache's memory layer starts empty */
+        twell_ctx *ctx = tw_cpu_ctx("twell compile"); /* fresh: an empty memory layer */
         if (!ctx) {
             rc = 1;
             break;
         }
+        /* Opened before the work, so its warning (if any) comes first; the stats say later
+         * whether what was compiled reached the directory. */
+        tw_cache *cache = NULL;
+        tw_cache_stats before;
+        memset(&before, 0, sizeof before);
+        if (tw_ctx_cache(ctx, &cache) == TWELL_OK)
+            tw_cache_get_stats(cache, &before);
         char *src = NULL;
         size_t len = 0;
         double t0 = tw_ms_now();
@@ -252,6 +278,9 @@ int twell_cmd_compile(int argc, char **argv) {
             else
                 printf(" (render %.3f ms, NVRTC %.1f ms)\n", render[r], c.compile_ms);
             tw_cubin_free(&c);
+            /* A prewarm that stored nothing must not look like one that did. */
+            if (cache && tw_cli_check_stored("twell compile", cache, &before) != 0)
+                rc = 1;
         }
         twell_ctx_destroy(ctx);
     }
@@ -343,8 +372,8 @@ int twell_cmd_info(int argc, char **argv) {
         size_t files = 0;
         unsigned long long bytes = 0;
         tw_dir_usage(tw_cache_dir(cache), &files, &bytes);
-        printf("cache:     %s (%zu files, %.2f MiB)\n", tw_cache_dir(cache), files,
-               (double)bytes / (1024.0 * 1024.0));
+        printf("cache:     %s (%zu files, %.2f MiB%s)\n", tw_cache_dir(cache), files,
+               (double)bytes / (1024.0 * 1024.0), tw_cache_writable(cache) ? "" : ", read-only");
     } else {
         printf("cache:     memory only (no usable directory)\n");
     }

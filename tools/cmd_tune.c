@@ -2,6 +2,7 @@
  * a model's config.json ahead of deployment, with a progress bar, a summary table and a JSON
  * report; `--dry-run` lists the shapes and pruned candidate counts without a GPU. */
 #include "cli.h"
+#include "cli_common.h"
 #include "twellrt_internal.h"
 
 #include <errno.h>
@@ -49,7 +50,9 @@ static void tw_tune_usage(FILE *f) {
             "                    prune for h200, h100, a100 or l4 instead of the GPU present\n"
             "                    (the default for --dry-run without a GPU is h200)\n"
             "  --quiet           no progress output\n\n"
-            "Exit: 0 ok, 1 a tuning failed, 2 usage or bad input, 3 no usable CUDA device.\n");
+            "Exit: 0 ok, 1 a tuning failed or its results could not be stored in the cache\n"
+            "(read-only, full or unusable directory), 2 usage or bad input, 3 no usable CUDA\n"
+            "device.\n");
 }
 
 typedef struct tw_tune_args {
@@ -73,42 +76,17 @@ static int tw_bad(const char *opt, const char *val) {
 }
 
 static int tw_u32(const char *opt, const char *val, uint32_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(val, &end, 10);
-    if (!val[0] || *end || errno || v == 0 || v > UINT32_MAX || val[0] == '-')
-        return tw_bad(opt, val);
-    *out = (uint32_t)v;
-    return 1;
+    return tw_cli_u32(val, 1, UINT32_MAX, out) == 0 ? 1 : tw_bad(opt, val);
 }
 
 static int tw_int(const char *opt, const char *val, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(val, &end, 10);
-    if (!val[0] || *end || errno || v < lo || v > hi)
-        return tw_bad(opt, val);
-    *out = (int)v;
-    return 1;
+    return tw_cli_int(val, lo, hi, out) == 0 ? 1 : tw_bad(opt, val);
 }
 
 static int tw_list_m(const char *val, tw_tune_args *a) {
-    a->nM = 0;
-    const char *p = val;
-    while (*p) {
-        char *end;
-        errno = 0;
-        if (*p < '0' || *p > '9')
-            return tw_bad("--M", val);
-        unsigned long long v = strtoull(p, &end, 10);
-        if (errno || v == 0 || v > ((size_t)1 << 40) || (*end && *end != ',') || a->nM == TW_MAX_M)
-            return tw_bad("--M", val);
-        a->M[a->nM++] = (size_t)v;
-        p = *end ? end + 1 : end;
-        if (*end == ',' && !*p)
-            return tw_bad("--M", val);
-    }
-    return a->nM ? 1 : tw_bad("--M", val);
+    return tw_cli_size_list(val, 1, (size_t)1 << 40, a->M, TW_MAX_M, &a->nM) == 0
+               ? 1
+               : tw_bad("--M", val);
 }
 
 static int tw_list_ops(const char *val, tw_tune_args *a) {
@@ -217,9 +195,7 @@ static int tw_parse_args(int argc, char **argv, tw_tune_args *a) {
         else if (!strcmp(o, "--ops"))
             ok = tw_list_ops(v, a);
         else if (!strcmp(o, "--budget")) {
-            char *end;
-            a->budget = strtod(v, &end);
-            if (!v[0] || *end || !(a->budget >= 0.0) || a->budget > 1e6)
+            if (tw_cli_double(v, 0.0, 1e6, &a->budget) != 0)
                 ok = tw_bad(o, v);
         } else if (!strcmp(o, "--reps"))
             ok = tw_int(o, v, 1, 100000, &a->reps);
@@ -326,12 +302,6 @@ static void tw_progress_end(tw_progress *p) {
 }
 
 /* ---- the command ---- */
-
-static void tw_quiet_log(void *user, twell_log_level level, const char *msg) {
-    (void)user;
-    if (level >= TWELL_LOG_WARN)
-        fprintf(stderr, "twell: %s\n", msg);
-}
 
 static void tw_print_table(const tw_row *rows, size_t n, int dry) {
     if (dry)
@@ -632,7 +602,8 @@ int twell_cmd_tune(int argc, char **argv) {
     co.backend = a.dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
     co.device = a.device;
     co.cpu_threads = 0;
-    co.log = tw_quiet_log;
+    co.log = tw_cli_log;
+    co.log_user = "twell tune";
     twell_ctx *ctx = NULL;
     twell_status st = twell_ctx_create(&co, &ctx);
     if (st != TWELL_OK && !a.dry_run) {
@@ -696,6 +667,13 @@ int twell_cmd_tune(int argc, char **argv) {
     opt.budget_s = a.budget;
     opt.reps = a.reps;
     opt.threads = a.threads;
+    /* The cache opened now (its warning, if any, comes first); its stats say at the end whether
+     * the records and kernels reached the directory. */
+    tw_cache *cache = NULL;
+    tw_cache_stats before;
+    memset(&before, 0, sizeof before);
+    if (!a.dry_run && tw_ctx_cache(ctx, &cache) == TWELL_OK)
+        tw_cache_get_stats(cache, &before);
     tw_progress prog = {!a.quiet && !a.dry_run, isatty(2), 0, nrows, NULL, 0};
     opt.progress = tw_progress_cb;
     opt.progress_user = &prog;
@@ -739,6 +717,12 @@ int twell_cmd_tune(int argc, char **argv) {
             printf("note: compiling the row kernel alongside tuning failed (%s)\n",
                    twell_status_name(bg.st));
         tw_prewarm_shape(ctx, &shape, a.M, a.nM, &pw);
+        if (pw.st == TWELL_OK && cache && tw_cli_check_stored("twell tune", cache, &before)) {
+            pw.st = TWELL_ERR_IO;
+            snprintf(pw.err, sizeof pw.err,
+                     "tuning records or kernels were not stored in the cache (see above): a "
+                     "deployed process would tune and compile them again");
+        }
         if (pw.st == TWELL_OK)
             printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
                    "(%llu kernels compiled now; %d gate-pack and %d ffn_infer modules); a new "

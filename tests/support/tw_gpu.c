@@ -15,8 +15,23 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static char tw_gpu_why[512];
+
+int tw_gpu_required(void) {
+    const char *e = getenv("TWELL_REQUIRE_GPU");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+_Noreturn void tw_gpu_unavailable(const char *test, const char *what) {
+    if (tw_gpu_required()) {
+        fprintf(stderr, "%s: FAILED, %s; TWELL_REQUIRE_GPU=1 requires it\n", test, what);
+        exit(1);
+    }
+    fprintf(stderr, "%s: SKIPPED, %s\n", test, what);
+    exit(77);
+}
 
 static void tw_gpu_log(void *user, twell_log_level level, const char *msg) {
     (void)level;
@@ -32,9 +47,10 @@ twell_ctx *tw_gpu_open_or_skip(const char *test) {
     twell_ctx *ctx = NULL;
     twell_status st = twell_ctx_create(&o, &ctx);
     if (st != TWELL_OK) {
-        fprintf(stderr, "%s: SKIPPED, no usable CUDA device (%s: %s)\n", test,
-                twell_status_name(st), tw_gpu_why);
-        exit(77);
+        char what[sizeof tw_gpu_why + 64];
+        snprintf(what, sizeof what, "no usable CUDA device (%s: %s)", twell_status_name(st),
+                 tw_gpu_why);
+        tw_gpu_unavailable(test, what);
     }
     return ctx;
 }

@@ -1,4 +1,5 @@
-/* tw_gpu.h — what the GPU tests share: a CUDA context or a clean skip (exit 77), an OK-assert that
+/* tw_gpu.h — what the GPU tests share: a CUDA context or a clean skip (exit 77; a failure where
+ * TWELL_REQUIRE_GPU=1), an OK-assert that
  * prints the context's message, uploads, and the checks of a 16-bit output against reference rows
  * (cmocka must be included first). */
 #ifndef TWELL_TW_GPU_H
@@ -9,8 +10,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* 1 when the environment says this machine has a GPU the tests must use (TWELL_REQUIRE_GPU set
+ * to anything but "" or "0"; scripts/device.sh sets it): a test that finds no usable device
+ * then fails instead of skipping, so a broken CUDA start on a GPU machine cannot pass. */
+int tw_gpu_required(void);
+
+/* Ends a test that cannot run because `what` is missing (e.g. "no usable CUDA device
+ * (NO_DEVICE: ...)"): prints "<test>: SKIPPED, <what>" and exits 77, or under tw_gpu_required()
+ * prints "<test>: FAILED, <what>; TWELL_REQUIRE_GPU=1 requires it" and exits 1. */
+_Noreturn void tw_gpu_unavailable(const char *test, const char *what);
+
 /* A context on the CUDA backend, errors logged into a buffer so a failure can say why; without
- * one, prints "<test>: SKIPPED, no usable CUDA device (<status>: <why>)" to stderr and exits 77. */
+ * one, tw_gpu_unavailable(test, "no usable CUDA device (<status>: <why>)"). */
 twell_ctx *tw_gpu_open_or_skip(const char *test);
 
 /* Fails the current test unless expr returns TWELL_OK: prints expr, the status and ctx's message.

@@ -6,6 +6,7 @@
 
 #include <cmocka.h>
 
+#include "tw_gpu.h"
 #include "tw_gpu_train.h"
 
 #include "cuda_driver.h"
@@ -35,9 +36,9 @@ void gt_open_or_skip(const char *test) {
     o.log_level = TWELL_LOG_ERROR;
     twell_status st = twell_ctx_create(&o, &gt_ctx);
     if (st != TWELL_OK) {
-        fprintf(stderr, "%s: SKIPPED, no usable CUDA device (%s: %s)\n", test,
-                twell_status_name(st), why);
-        exit(77);
+        char what[sizeof why + 64];
+        snprintf(what, sizeof what, "no usable CUDA device (%s: %s)", twell_status_name(st), why);
+        tw_gpu_unavailable(test, what);
     }
     printf("# %s\n", twell_ctx_device_name(gt_ctx));
 }

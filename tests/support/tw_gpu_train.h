@@ -29,8 +29,9 @@ typedef struct {
     int unaligned;             /* tensors at 2-byte (16-bit) / 4-byte (fp32) offsets */
 } gt_case;
 
-/* Creates gt_ctx on the CUDA backend and prints the device; without one, prints
- * "<test>: SKIPPED, no usable CUDA device (<status>: <why>)" and exits 77. */
+/* Creates gt_ctx on the CUDA backend and prints the device; without one,
+ * tw_gpu_unavailable(test, "no usable CUDA device (<status>: <why>)"): exit 77, or a failure
+ * where TWELL_REQUIRE_GPU=1. */
 void gt_open_or_skip(const char *test);
 
 #define GT_OK(expr)                                                                                \
