@@ -1,5 +1,6 @@
-# Two set-up commands for a fresh machine: `make demo` and `make test`.
-# Both install missing Debian packages, configure with CMake, build and run.
+# Set-up commands for a fresh machine: `make demo`, `make test` and `make python`.
+# All install missing Debian packages, configure with CMake, build and run; `make test` and
+# `make python` also create the project's Python environment .venv (PyTorch from PyPI).
 BUILD ?= build
 BUILD_TYPE ?= Release
 PREFIX ?= /usr/local
@@ -8,11 +9,13 @@ CMAKE_FLAGS ?=
 ifneq ($(CI),)
 CMAKE_FLAGS += -DTWELL_WERROR=ON
 endif
+VENV ?= .venv
+CMAKE_FLAGS += -DTWELL_PYTHON=$(abspath $(VENV))/bin/python
 ifneq ($(TWELL_DEPS_PREFIX),)
 CMAKE_FLAGS += -DTWELL_DEPS_PREFIX=$(TWELL_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test demo install asan format-check clean
+.PHONY: all deps configure build test demo install asan format-check clean venv python
 
 all: build
 
@@ -25,8 +28,19 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# The Python package's tests (test_python, test_python_gpu) run in the project's .venv.
+test: venv build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+venv:
+	@sh scripts/venv.sh $(VENV)
+
+# The PyTorch package: installs twellrt (with this build's libtwellrt, its Lua runtime and the
+# templates inside it) into .venv. `pip install ./python` builds the library itself instead.
+python: venv build
+	TWELL_PREBUILT_LIB=$(abspath $(BUILD))/libtwellrt.so $(VENV)/bin/python -m pip install -q \
+	    --no-deps --no-build-isolation --force-reinstall ./python
+	@$(VENV)/bin/python -c "import twellrt; print('twellrt', twellrt.version(), 'installed in $(VENV):', twellrt.library_path())"
 
 demo: build
 	$(BUILD)/twell demo $(DEMO_ARGS)

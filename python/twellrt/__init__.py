@@ -1,0 +1,43 @@
+"""twellrt for PyTorch: sparse (TwELL) feed-forward layers from libtwellrt.
+
+    import twellrt
+    mlp = twellrt.TwELLGatedMLP(2048, 5632, l1_coef=2e-5, device="cuda")
+    twellrt.swap_mlps(hf_llama_model, l1_coef=2e-5)     # ReLU Llama MLPs, weights shared
+
+Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_train (autograd), ffn_train_backward.
+Errors raise twellrt.TwellError (status name + the library's message)."""
+
+from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
+from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
+from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
+from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
+
+__all__ = [
+    "TwellError",
+    "TwellInvalidArgument",
+    "library_path",
+    "version",
+    "live_states",
+    "gate_pack",
+    "ffn_infer",
+    "ffn_train",
+    "ffn_train_backward",
+    "packed_cols",
+    "reserve",
+    "TwELLGatedMLP",
+    "TwELLMLP",
+    "swap_mlps",
+    "TensorParallelGatedMLP",
+    "contiguous_layout",
+    "tensor_parallel_mlps",
+    "balance",
+]
+
+
+def __getattr__(name):
+    # twellrt.balance on first use (imported eagerly, `python -m twellrt.balance` would warn)
+    if name == "balance":
+        import importlib
+
+        return importlib.import_module(".balance", __name__)
+    raise AttributeError(f"module 'twellrt' has no attribute {name!r}")
