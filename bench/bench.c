@@ -29,8 +29,8 @@ static void bench_usage(FILE *f) {
             "                   [--K 2048] [--N 5632]"
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
-            "                   [--variant auto|simt|sm90] [--path auto|sparse|dense]\n"
-            "                   [--mode eager|graph|both]\n"
+            "                   [--variant auto|simt|sm90|small]\n"
+            "                   [--path auto|sparse|dense|small] [--mode eager|graph|both]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -42,8 +42,11 @@ static void bench_usage(FILE *f) {
             "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
             "train: ours = one training step, forward + backward (records train, train_fwd,\n"
             "train_bwd), baseline = a dense cuBLAS training step on the same data.\n"
-            "--path sets twell_plan_set_path (default auto: the plan picks sparse or dense from\n"
-            "the previous call's counts); the record's variant names the path that ran.\n"
+            "--path sets twell_plan_set_path (default auto: the plan picks the small-batch path\n"
+            "for few rows, else sparse or dense from the previous call's counts); sparse is the\n"
+            "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
+            "and inference). --variant small forces the small-batch gate-pack kernel; simt or\n"
+            "sm90 force that kernel (small-batch path off). The record's variant names what ran.\n"
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
@@ -152,13 +155,14 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
                 o->check_rows = n;
         } else if (!strcmp(key, "--variant")) {
             o->variant = v;
-            bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90");
+            bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
         } else if (!strcmp(key, "--mode")) {
             o->mode = v;
             bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
         } else if (!strcmp(key, "--path")) {
             o->path = v;
-            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense");
+            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
+                  strcmp(v, "small");
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 1;
             bad = tw_cli_u32(v, 1, UINT32_MAX, &n);
@@ -296,7 +300,13 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
         fprintf(stderr, "twell bench: twell_plan_create: %s\n", twell_ctx_errmsg(ctx));
         return 1;
     }
-    if (strcmp(o->variant, "auto") != 0 &&
+    const char *smode =
+        !strcmp(o->variant, "small") || !strcmp(o->path, "small") ? "force"
+        : strcmp(o->variant, "auto") != 0 || !strcmp(o->path, "sparse") || !strcmp(o->path, "dense")
+            ? "off"
+            : "auto";
+    (void)tw_test_control(TW_TC_SMALL_SET_MODE, *plan, smode);
+    if (strcmp(o->variant, "auto") != 0 && strcmp(o->variant, "small") != 0 &&
         tw_test_control(TW_TC_GP_SELECT, *plan, o->variant) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));
         twell_plan_destroy(*plan);

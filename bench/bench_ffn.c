@@ -170,7 +170,13 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
             r->checked_rows = nr;
             r->max_rel_err = worst;
             ok = worst <= tol;
-            if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE)
+            if (bench_plan_int(plan, TW_TC_SMALL_LAST_FFN))
+                snprintf(r->check_note, sizeof r->check_note,
+                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); small-batch "
+                         "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
+                         worst, worst_row, tol, stats.overflow_tiles,
+                         (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
+            else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE)
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
                          "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
@@ -200,12 +206,14 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     return ok;
 }
 
-/* "<gate-pack variant>+<what the last twell_ffn_infer ran>": dense, tiled or rows. */
+/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense, tiled or rows. */
 static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
-    const char *k = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
-                    : bench_plan_int(plan, TW_TC_FFN_TILED)                          ? "tiled"
-                                                                                     : "rows";
-    snprintf(out, n, "%s+%s", bench_plan_variant(plan), k);
+    const char *k = bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
+                    : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
+                    : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
+                                                                                       : "rows";
+    snprintf(out, n, "%s+%s",
+             bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small" : bench_plan_variant(plan), k);
 }
 
 /* Wd [N, K] -> Wdᵀ [K, N]. */

@@ -26,6 +26,11 @@ twell_status tw_cuda_plan_init(twell_plan *plan) {
             st = tw_cuda_ffn_init(plan, &cp->ffn);
             if (st == TWELL_OK) {
                 st = tw_cuda_dense_init(plan, &cp->dense);
+                if (st == TWELL_OK) {
+                    st = tw_small_init(plan, &cp->small);
+                    if (st != TWELL_OK)
+                        tw_cuda_dense_release(plan, cp->dense);
+                }
                 if (st != TWELL_OK)
                     tw_cuda_ffn_release(plan, cp->ffn);
             }
@@ -53,6 +58,7 @@ void tw_cuda_plan_release(twell_plan *plan) {
         tw_cuda_gate_pack_release(plan, cp->gate_pack);
         tw_cuda_ffn_release(plan, cp->ffn);
         tw_cuda_dense_release(plan, cp->dense);
+        tw_small_release(plan, cp->small);
         tw_cu_leave(plan->ctx, &sc);
     }
     free(cp);
@@ -83,6 +89,8 @@ twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per
     if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
         st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
     if (st == TWELL_OK)
+        st = tw_small_reserve_rows(plan, cp->small, max_M);
+    if (st == TWELL_OK)
         tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
     tw_cu_leave(plan->ctx, &sc);
     return st;
@@ -97,7 +105,9 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
+    /* few rows: the small-batch gate-pack (cuda_small.c) when its mode and the call allow it */
+    if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
+        st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }
@@ -110,7 +120,8 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    /* the path choice (plan->path, AUTO from earlier counts) and the sparse launch: cuda_dense.c */
+    /* the path choice (plan->path, AUTO's policy: small-batch, tiled or dense) and the launch:
+     * cuda_dense.c */
     st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;

@@ -6,6 +6,7 @@
 #include "cuda_dense.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
+#include "cuda_small.h"
 #include "op_plan.h"
 
 #endif /* TWELL_PLAN_CUDA_H */

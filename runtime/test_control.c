@@ -5,6 +5,7 @@
 #include "cuda_dense.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
+#include "cuda_small.h"
 #include "cuda_train.h"
 #include "cuda_train_dense.h"
 
@@ -22,6 +23,8 @@ twell_status tw_test_control(int op, ...) {
         st = tw_ffn_test_control(op, ap);
     else if (op >= TW_TC_DENSE_FIRST && op < TW_TC_DENSE_LAST)
         st = tw_dense_test_control(op, ap);
+    else if (op >= TW_TC_SMALL_FIRST && op < TW_TC_SMALL_LAST)
+        st = tw_small_test_control(op, ap);
     else if (op >= TW_TC_TRAIN_FIRST && op < TW_TC_TRAIN_LAST)
         st = tw_train_test_control(op, ap);
     else if (op >= TW_TC_TD_FIRST && op < TW_TC_TD_LAST)

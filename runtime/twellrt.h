@@ -272,17 +272,19 @@ typedef void *twell_stream;
  *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
  *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
- *           exceeds the crossover for the call's M, else SPARSE. What the plan knows: the
+ *           exceeds the crossover for the call's M; else, up to 256 rows, the small-batch
+ *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the
  *           counts of the most recent call that have reached the host, else the nnz_per_row
- *           given to twell_plan_reserve, else nothing (then SPARSE). The crossover (where the
+ *           given to twell_plan_reserve, else nothing (then not DENSE). Calls that run the
+ *           small-batch kernels count nothing. The crossover (where the
  *           two paths cross), as a fraction of N active per row: 2.0% from M = 32, 1.33% from
- *           128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below M = 32 always SPARSE;
+ *           128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below M = 32 never DENSE;
  *           after a DENSE call AUTO stays dense down to 0.8 of it (measurements:
  *           runtime/ops/ffn/ffn_policy.h, BENCHMARKS.md). The counts are copied
  *           back asynchronously and read only once they have arrived, so no call waits for the
  *           device in the steady state and the choice follows the data one call later. Where
- *           DENSE cannot run, AUTO is SPARSE. In a captured call the choice is fixed at capture
- *           (see "CUDA graphs").
+ *           DENSE cannot run, AUTO is SPARSE (or small-batch). In a captured call the choice is
+ *           fixed at capture (see "CUDA graphs").
  * Both paths are deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
@@ -344,11 +346,12 @@ TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flag
  * path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of bookkeeping; per list
  * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
  * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
- * 16·K bytes each), and, where the dense path can run and the plan's path is not SPARSE, the
- * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h). Buffers only grow;
- * eager calls with denser data still grow them as before. Data needing more than a captured
- * call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the plan's
- * earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
+ * 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
+ * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h), and, where the
+ * small-batch kernels can run, theirs (about N·6 bytes per row of min(max_M, 256)). Buffers
+ * only grow; eager calls with denser data still grow them as before. Data needing more than a
+ * captured call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the
+ * plan's earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
  * Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0, nnz_per_row not in [0, N]),
  * TWELL_ERR_NO_MEMORY (what was allocated before stays), TWELL_ERR_CUDA. */
 TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
@@ -373,7 +376,9 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
  *     the result is exact (within the stated tolerance) whatever the data; its bytes then differ
  *     at rounding level from the tiled pipeline's. With no sparse workspace reserved at all a
  *     captured call runs that exact kernel throughout (slow; a warning is logged); more rows than
- *     reserved run in chunks of the reserved size. A captured DENSE call needs its workspace
+ *     reserved run in chunks of the reserved size. A captured call that AUTO would send to the
+ *     small-batch kernels with more rows than their reserved workspace runs the tiled pipeline
+ *     (gate-pack: its other kernel) instead. A captured DENSE call needs its workspace
  *     reserved (else TWELL_ERR_INVALID_ARG, nothing enqueued); AUTO then runs sparse. A captured
  *     call with x, a weight or y not 16-byte aligned needs the portable kernel loaded by an
  *     earlier eager call with such tensors (else TWELL_ERR_UNSUPPORTED).
@@ -404,12 +409,19 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
 
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
  * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
- * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). */
+ * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, up to
+ * 32 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
+ * multiple of 32, x and w 16-byte aligned); its workspace is allocated by the plan's first call
+ * of a larger M (up to 1024 rows). */
 TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
- * packing weight), writing y [M, K] of dtype.
+ * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (below
+ * the dense path's minimum rows) run the small-batch kernels: one launch (up to 16 rows) or two
+ * that read each active row of Wu and Wd about once per call for all the rows that use it (sm_80+,
+ * K a multiple of 32, x, the weights and y 16-byte aligned; workspace as for twell_gate_pack);
+ * SPARSE runs the tiled pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */

@@ -78,7 +78,8 @@ static void test_ffn_policy_table(void **st) {
     }
 }
 
-/* What cannot run is never chosen; the small-batch path, when it can run, takes small M first. */
+/* What cannot run is never chosen; the small-batch path, when it can run, takes the small M the
+ * tiled pipeline would. */
 static void test_ffn_policy_availability(void **st) {
     (void)st;
     assert_int_equal(route(16384, 1126.0, 0, 0, 0), TI); /* no dense path: tiled */
@@ -87,6 +88,12 @@ static void test_ffn_policy_availability(void **st) {
     assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 1, 0), SM);
     assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS + 1, -1.0, 1, 1, 0), TI);
     assert_int_equal(route(4096, 280.0, 1, 1, 0), DE);
+    /* the small path replaces tiled, not dense: an estimate above the dense crossover keeps dense
+     * from 32 rows; below 32 rows (never dense) and at low density it is small */
+    assert_int_equal(route(64, 29.0, 1, 1, 0), SM);
+    assert_int_equal(route(256, 280.0, 1, 1, 0), DE);
+    assert_int_equal(route(256, 280.0, 1, 0, 0), SM);
+    assert_int_equal(route(8, 1126.0, 1, 1, 1), SM);
     assert_string_equal(tw_ffn_route_name(SM), "small");
     assert_string_equal(tw_ffn_route_name(TI), "tiled");
     assert_string_equal(tw_ffn_route_name(DE), "dense");

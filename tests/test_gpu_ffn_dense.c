@@ -222,6 +222,9 @@ static twell_plan *fd_plan(const twell_shape *s) {
     if (!tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE))
         fail_msg("the dense path is not available on %s for K=%u N=%u: %s", fd_ctx->cuda->arch,
                  s->K, s->N, twell_ctx_errmsg(fd_ctx));
+    /* AUTO's choice between dense and tiled and the counts of its sparse calls are tested here:
+     * the small-batch path (which counts nothing) stays out (test_gpu_ffn_small covers it) */
+    FD_OK(tw_test_control(TW_TC_SMALL_SET_MODE, plan, "off"));
     return plan;
 }
 

@@ -102,6 +102,21 @@ enum {
     TW_TC_DENSE_GEMM_SMEM,
     TW_TC_DENSE_LAST,
 
+    /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small.c) ---- */
+    TW_TC_SMALL_FIRST = 700,
+    /* (plan, const char *mode): "auto" (the default: AUTO's limits), "off" (never) or "force"
+     * (every call it can take, up to 1024 rows; twell_ffn_infer: unless the path is DENSE) */
+    TW_TC_SMALL_SET_MODE = TW_TC_SMALL_FIRST,
+    TW_TC_SMALL_AVAILABLE,       /* (plan, int *out): the plan has the path's kernels */
+    TW_TC_SMALL_LAST_GATE,       /* (plan, int *out): the last twell_gate_pack ran it */
+    TW_TC_SMALL_LAST_FFN,        /* (plan, int *out): the last twell_ffn_infer ran it */
+    TW_TC_SMALL_ROWS,            /* (plan, size_t *out): rows its workspace holds */
+    TW_TC_SMALL_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of that workspace */
+    /* (plan, unsigned pattern): fills its scratch (not its arrival counters) with the 32-bit
+     * pattern */
+    TW_TC_SMALL_POISON,
+    TW_TC_SMALL_LAST,
+
     /* ---- training, sparse path (runtime/ops/train/cuda_train*.c) ---- */
     TW_TC_TRAIN_FIRST = 500,
     /* (state, uint64_t row_len, uint64_t nrn_len): forced row and neuron chunk lengths

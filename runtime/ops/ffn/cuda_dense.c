@@ -6,6 +6,7 @@
  */
 #include "cuda_dense.h"
 
+#include "cuda_small.h"
 #include "ffn_policy.h"
 
 #include "jit.h"
@@ -412,15 +413,16 @@ twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t ma
 
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per_row; }
 
-/* AUTO's route for a call of M rows (dense_ok: the dense path can run it). */
+/* AUTO's route for a call of M rows (dense_ok, small_ok: the dense path, the small-batch path
+ * can run it). */
 static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
-                                   int dense_ok) {
+                                   int dense_ok, int small_ok) {
     tw_ffn_policy_in in;
     memset(&in, 0, sizeof in);
     in.M = M;
     in.N = plan->shape.N;
     in.est = d->est >= 0.0 ? d->est : d->hint;
-    in.small_ok = 0;
+    in.small_ok = small_ok;
     in.dense_ok = dense_ok;
     in.was_dense = d->last == TWELL_PATH_DENSE;
     in.dense_thr = d->threshold;
@@ -442,6 +444,18 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                   NULL); /* its error */
     int can = d->available && (any & 15u) == 0;
     int dense = 0;
+    tw_small *sm = tw_op_plan(plan)->small;
+    twell_status sst = TWELL_OK;
+    /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows; they count
+     * nothing for AUTO (its estimate comes from larger calls or twell_plan_reserve) */
+    if (tw_small_ffn_forced(plan, sm, M, (any & 15u) == 0, capturing)) {
+        if (tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
+            TW_TRY(sst);
+            d->last = TWELL_PATH_SPARSE;
+            d->calls[d->last]++;
+            return TWELL_OK;
+        }
+    }
     /* While capturing nothing may query an event: the path is fixed from what the host knows. */
     if (!capturing)
         TW_TRY(tw_dense_collect(plan, d));
@@ -456,7 +470,16 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                             "aligned");
         dense = 1;
     } else if (plan->path == TWELL_PATH_AUTO) {
-        dense = tw_dense_route(plan, d, M, can) == TW_ROUTE_DENSE;
+        tw_ffn_route r = tw_dense_route(plan, d, M, can,
+                                        tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing));
+        if (r == TW_ROUTE_SMALL &&
+            tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
+            TW_TRY(sst);
+            d->last = TWELL_PATH_SPARSE;
+            d->calls[d->last]++;
+            return TWELL_OK;
+        }
+        dense = r == TW_ROUTE_DENSE;
     }
     if (dense && capturing && (!d->wdt || d->h_rows == 0)) {
         /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
@@ -543,7 +566,10 @@ static double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
 
 static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_ffn_route_name(tw_dense_route(plan, d, M, d->available)) : NULL;
+    return d ? tw_ffn_route_name(
+                   tw_dense_route(plan, d, M, d->available,
+                                  tw_small_ffn_ok(plan, tw_op_plan(plan)->small, M, 1, 0)))
+             : NULL;
 }
 
 static twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {

@@ -40,20 +40,27 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N) {
     return density * (double)N;
 }
 
-tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
-    if (in->small_ok && in->M <= TW_POLICY_SMALL_MAX_ROWS)
-        return TW_ROUTE_SMALL;
+/* Whether the dense path beats the tiled pipeline for `in` (ffn_policy.h, rule 1). */
+static int tw_policy_wants_dense(const tw_ffn_policy_in *in) {
     if (!in->dense_ok)
-        return TW_ROUTE_TILED;
+        return 0;
     size_t min_rows = in->dense_min_rows > 0 ? in->dense_min_rows : TW_POLICY_DENSE_MIN_ROWS;
     if (in->M < min_rows)
-        return TW_ROUTE_TILED;
+        return 0;
     /* below the smallest dense M (test control may lower it) the threshold of that M applies */
     size_t at = in->M < TW_POLICY_DENSE_MIN_ROWS ? TW_POLICY_DENSE_MIN_ROWS : in->M;
     double thr = in->dense_thr > 0.0 ? in->dense_thr : tw_ffn_policy_dense_threshold(at, in->N);
     if (thr == 0.0)
-        return TW_ROUTE_DENSE; /* dense wins at every density here: no estimate needed */
+        return 1; /* dense wins at every density here: no estimate needed */
     if (!(in->est >= 0.0))
-        return TW_ROUTE_TILED; /* nothing known yet: the path that is fine at low density */
-    return in->est > (in->was_dense ? TW_POLICY_STAY * thr : thr) ? TW_ROUTE_DENSE : TW_ROUTE_TILED;
+        return 0; /* nothing known yet: the sparse paths are fine at low density */
+    return in->est > (in->was_dense ? TW_POLICY_STAY * thr : thr);
+}
+
+tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
+    if (tw_policy_wants_dense(in))
+        return TW_ROUTE_DENSE;
+    if (in->small_ok && in->M <= TW_POLICY_SMALL_MAX_ROWS)
+        return TW_ROUTE_SMALL;
+    return TW_ROUTE_TILED;
 }

@@ -12,7 +12,7 @@
 
 /* The implementations twell_ffn_infer can run on CUDA. */
 typedef enum tw_ffn_route {
-    TW_ROUTE_SMALL = 0, /* the small-batch kernels (decode sizes; not in this tree yet) */
+    TW_ROUTE_SMALL = 0, /* the small-batch kernels (decode sizes, cuda_small.c) */
     TW_ROUTE_TILED = 1, /* the tiled TwELL pipeline (cuda_ffn.c): TWELL_PATH_SPARSE */
     TW_ROUTE_DENSE = 2  /* the dense GEMMs after the gate-pack (cuda_dense.c): TWELL_PATH_DENSE */
 } tw_ffn_route;
@@ -35,11 +35,15 @@ typedef struct tw_ffn_policy_in {
 } tw_ffn_policy_in;
 
 /* The route for `in`, in this order:
- *  1. SMALL when small_ok and M ≤ TW_POLICY_SMALL_MAX_ROWS;
- *  2. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
+ *  1. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
  *     overridden) and the estimate exceeds tw_ffn_policy_dense_threshold(M, N) (TW_POLICY_STAY
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
  *     (dense would win at every density there; no such M in the measured table);
+ *  2. SMALL when small_ok and M ≤ TW_POLICY_SMALL_MAX_ROWS: it replaces the tiled pipeline where
+ *     that one would run (the measured comparison, below); where the estimate says dense beats
+ *     the tiled pipeline, dense stays (small against dense at those densities is not measured,
+ *     and at ~20% active every row-tile overflows and the small path recomputes them on CUDA
+ *     cores);
  *  3. TILED otherwise (it runs everywhere and is exact for any data).
  * Pure; never fails. */
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
@@ -68,8 +72,11 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * 6% faster than dense at M = 64 (0.164 / 0.174 ms); the rule still picks dense there. Re-measure
  * when either path changes. ---- */
 
-/* Largest M the small-batch path takes (when it can run). Placeholder until that path lands:
- * its own crossover against the tiled pipeline sets it. */
+/* Largest M the small-batch path takes (when it can run). Measured on an H100, K = 2048,
+ * N = 5632, bf16, uniform, 29 active per row, medians of 20, L2 flushed (BENCHMARKS.md "Small
+ * batches"), twell_ffn_infer alone, small against tiled: 0.014 / 0.026 / 0.061 / 0.104 ms against
+ * 0.054 / 0.086 / 0.092 / 0.104 at M = 1 / 64 / 256 / 512 (crossover near 512; 0.220 against
+ * 0.117 at 1000); kept at 256, the last M where small clearly wins. */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
 /* Below this M AUTO never runs dense (M = 1 and 8 above: its GEMMs' fixed cost, ~0.12 ms, is

@@ -1,0 +1,457 @@
+/*
+ * cuda_small.c — the small-batch inference path on CUDA (cuda_small.h): when a call takes it,
+ * its launch geometry, and the workspace it shares between calls (gate scratch and arrival
+ * counters for twell_gate_pack, h and overflow masks for twell_ffn_infer).
+ */
+#include "cuda_small.h"
+
+#include "cuda_gate_pack.h"
+#include "ffn_policy.h"
+#include "jit.h"
+#include "op_plan.h"
+#include "test_control.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tw_small {
+    int available;
+    tw_small_mode mode;
+    tw_CUmodule mod_gate, mod_ffn;
+    tw_CUfunction gate2, gate8, up, down, fused;
+    /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
+    void *ws;
+    size_t rows, bytes;
+    uint16_t *gs;   /* [rows, N] rounded activations of the gate kernel */
+    uint32_t *tcnt; /* [rows / 8 + 1, N/T] arrival counters, 0 between calls */
+    float *hbuf;    /* [rows, N] h of the active pairs */
+    uint32_t *mask; /* [rows, N/32] activity of recomputed (overflowing) row-tiles */
+    /* calls of one op on another stream wait for the previous one (shared scratch) */
+    tw_cuda_event done[2]; /* 0: gate-pack, 1: ffn_infer */
+    int used[2];
+    twell_stream last_stream[2];
+    int last_ran[2];
+    int captured;      /* a captured call used the workspace: a replaced one goes to keep */
+    tw_cuda_keep keep; /* workspaces captured graphs may still use (freed at release) */
+};
+
+#define TW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        twell_status st_ = (expr);                                                                 \
+        if (st_ != TWELL_OK)                                                                       \
+            return st_;                                                                            \
+    } while (0)
+
+static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
+static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* The up kernel's dynamic shared memory for M rows (ffn_small.cu.lua, TW_UP_SMEM). */
+static unsigned tw_up_smem(size_t M) { return (unsigned)(((M + 31u) & ~(size_t)31u) * 68u); }
+
+/* ---- modules ---- */
+
+static twell_status tw_small_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
+                                    tw_CUmodule *mod) {
+    tw_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
+    twell_status st = tw_cu_module_load(ctx, cubin.data, mod);
+    tw_cubin_free(&cubin);
+    return st;
+}
+
+static void tw_small_unload(tw_small *sm) {
+    tw_cu_module_unload(sm->mod_gate);
+    tw_cu_module_unload(sm->mod_ffn);
+    sm->mod_gate = sm->mod_ffn = NULL;
+    sm->gate2 = sm->gate8 = sm->up = sm->down = sm->fused = NULL;
+}
+
+static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
+    tw_param p[] = {
+        {"K", NULL, (long long)s->K},
+        {"N", NULL, (long long)s->N},
+        {"T", NULL, (long long)s->T},
+        {"C", NULL, (long long)s->C},
+        {"dtype", dt, 0},
+        {"gated", NULL, (long long)s->gated},
+    };
+    TW_TRY(tw_small_module(ctx, "gate_pack_small", p, 5, &sm->mod_gate));
+    TW_TRY(tw_small_module(ctx, "ffn_small", p, 6, &sm->mod_ffn));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g2", &sm->gate2));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g8", &sm->gate8));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
+    return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    (int)tw_up_smem(TW_SMALL_MAX_M));
+}
+
+twell_status tw_small_init(twell_plan *plan, tw_small **out) {
+    *out = NULL;
+    twell_ctx *ctx = plan->ctx;
+    const tw_cuda *dev = ctx->cuda;
+    tw_small *sm = calloc(1, sizeof *sm);
+    if (!sm)
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "small path: out of memory for the plan state");
+    if (dev->cc_major < 8 || plan->shape.K % 32u != 0 ||
+        dev->smem_optin < (int)tw_up_smem(TW_SMALL_MAX_M)) {
+        *out = sm; /* not for this device or shape: the other kernels serve every M */
+        return TWELL_OK;
+    }
+    twell_status st = tw_small_load(plan, sm);
+    if (st == TWELL_OK)
+        st = tw_cuda_event_create(ctx, &sm->done[0]);
+    if (st == TWELL_OK)
+        st = tw_cuda_event_create(ctx, &sm->done[1]);
+    if (st == TWELL_ERR_NO_MEMORY) {
+        tw_small_release(plan, sm);
+        return st;
+    }
+    if (st != TWELL_OK) { /* not fatal: the other kernels are exact for every M */
+        tw_log(ctx, TWELL_LOG_WARN, "small path unavailable: %s", twell_ctx_errmsg(ctx));
+        tw_small_unload(sm);
+    } else {
+        sm->available = 1;
+    }
+    *out = sm;
+    return TWELL_OK;
+}
+
+void tw_small_release(twell_plan *plan, tw_small *sm) {
+    if (!sm)
+        return;
+    twell_ctx *ctx = plan->ctx;
+    tw_small_unload(sm);
+    tw_cuda_free(ctx, sm->ws);
+    tw_cuda_keep_release(ctx, &sm->keep);
+    tw_cuda_event_destroy(ctx, sm->done[0]);
+    tw_cuda_event_destroy(ctx, sm->done[1]);
+    free(sm);
+}
+
+/* ---- workspace ---- */
+
+typedef struct {
+    size_t gs, tcnt, hbuf, mask, bytes;
+} tw_small_layout;
+
+static void tw_small_layout_of(const twell_shape *s, size_t R, tw_small_layout *L) {
+    size_t N = s->N, o = 0;
+    L->gs = o, o += tw_al(R * N * 2u);
+    L->tcnt = o, o += tw_al((R / 8u + 1u) * (N / s->T) * 4u);
+    L->hbuf = o, o += tw_al(R * N * 4u);
+    L->mask = o, o += tw_al(R * (N / 32u) * 4u);
+    L->bytes = o;
+}
+
+/* Makes the workspace hold M rows (never while capturing): grows it after the plan's earlier
+ * small-path work and zeroes the arrival counters, which the kernels keep at 0 afterwards. The old
+ * workspace is kept when a captured graph may still use it. */
+static twell_status tw_small_grow(twell_plan *plan, tw_small *sm, size_t M, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    if (M <= sm->rows)
+        return TWELL_OK;
+    size_t R = 64;
+    while (R < M)
+        R *= 2;
+    if (R > TW_SMALL_MAX_M)
+        R = TW_SMALL_MAX_M;
+    for (int i = 0; i < 2; i++)
+        if (sm->used[i])
+            TW_TRY(tw_cuda_event_synchronize(ctx, sm->done[i]));
+    tw_small_layout L;
+    tw_small_layout_of(&plan->shape, R, &L);
+    void *p = NULL;
+    TW_TRY(tw_cuda_malloc(ctx, L.bytes, &p));
+    twell_status st =
+        tw_cuda_memset_d32(ctx, (char *)p + L.tcnt, 0u, (L.hbuf - L.tcnt) / 4u, stream);
+    if (st == TWELL_OK) /* the counters must be 0 before any kernel on any stream reads them */
+        st = tw_cuda_stream_synchronize(ctx, stream);
+    if (st != TWELL_OK) {
+        tw_cuda_free(ctx, p);
+        return st;
+    }
+    tw_cuda_keep_free(ctx, &sm->keep, sm->captured, sm->ws);
+    sm->captured = 0;
+    sm->ws = p;
+    sm->rows = R;
+    sm->bytes = L.bytes;
+    sm->gs = (uint16_t *)p;
+    sm->tcnt = (uint32_t *)(void *)((char *)p + L.tcnt);
+    sm->hbuf = (float *)(void *)((char *)p + L.hbuf);
+    sm->mask = (uint32_t *)(void *)((char *)p + L.mask);
+    return TWELL_OK;
+}
+
+twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M) {
+    if (!sm || !sm->available)
+        return TWELL_OK;
+    size_t auto_rows = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS ? TW_SMALL_GATE_AUTO_M
+                                                                       : TW_POLICY_SMALL_MAX_ROWS;
+    return tw_small_grow(plan, sm, max_M < auto_rows ? max_M : auto_rows, NULL);
+}
+
+/* Prepares op's call (0 gate, 1 ffn) of M rows; need_ws: it uses the workspace. Eager: grows the
+ * workspace and orders the call after the op's previous one on another stream. Capturing:
+ * neither (nothing may be allocated or waited for); a workspace too small is an error the caller
+ * turned away already in AUTO. Returns 0 to run the other kernels (AUTO, allocation failed), else
+ * 1 with *st set. */
+static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, int need_ws,
+                          int capturing, twell_stream stream, twell_status *st) {
+    *st = TWELL_OK;
+    if (capturing) {
+        if (need_ws && M > sm->rows)
+            *st = tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
+                           "small path: a captured call of %zu rows needs its workspace reserved "
+                           "first (twell_plan_reserve)",
+                           M);
+        return 1;
+    }
+    if (need_ws)
+        *st = tw_small_grow(plan, sm, M, stream);
+    if (*st == TWELL_ERR_NO_MEMORY && sm->mode == TW_SMALL_AUTO) {
+        tw_log(plan->ctx, TWELL_LOG_WARN,
+               "small path: workspace for %zu rows unavailable (%s); using the other kernels", M,
+               twell_ctx_errmsg(plan->ctx));
+        return 0;
+    }
+    if (*st == TWELL_OK && sm->used[op] && stream != sm->last_stream[op])
+        *st = tw_cuda_stream_wait_event(plan->ctx, stream, sm->done[op]);
+    return 1;
+}
+
+static twell_status tw_small_end(twell_plan *plan, tw_small *sm, int op, int capturing,
+                                 twell_stream stream) {
+    if (capturing) { /* the graph holds the workspace from now on */
+        sm->captured = 1;
+        return TWELL_OK;
+    }
+    TW_TRY(tw_cuda_event_record(plan->ctx, sm->done[op], stream));
+    sm->used[op] = 1;
+    sm->last_stream[op] = stream;
+    return TWELL_OK;
+}
+
+/* 16-byte alignment of every tensor the kernels load as uint4 (and of y, stored so). */
+static int tw_small_aligned(const void *a, const void *b, const void *c, const void *d,
+                            const void *e) {
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e;
+    return (any & 15u) == 0;
+}
+
+/* ---- gate-pack ---- */
+
+/* Launch geometry of the gate kernel for M rows: g8 (blocks of up to 64 rows) or g2 (up to 16),
+ * rows per block MT, token blocks TB, warps along the neurons WN (NB = 16·WN neurons per block;
+ * the other 8/WN warps of a neuron group split K). Few rows: one token block, WN 1 (N/16 blocks,
+ * every SM streams w); more rows: larger WN so each block's rows of x serve more neurons (x
+ * traffic from L2 is N/NB times the rows' bytes). */
+typedef struct {
+    int g8, TB, MT, WN;
+} tw_gate_geom;
+
+static tw_gate_geom tw_gate_geom_of(const twell_shape *s, size_t M) {
+    tw_gate_geom g;
+    if (M <= 16) {
+        g.g8 = 0, g.TB = 1, g.WN = M <= 8 ? 1 : 2;
+    } else {
+        g.g8 = 1, g.TB = (int)tw_cdiv(M, 64);
+        g.WN = M <= 64 ? 2 : 4;
+    }
+    g.MT = (int)((tw_cdiv(M, (size_t)g.TB) + 7u) & ~(size_t)7u);
+    while (16 * g.WN > (int)s->T)
+        g.WN /= 2;
+    return g;
+}
+
+int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, const void *w,
+                       uint32_t *packed, twell_stream stream, twell_status *st) {
+    twell_ctx *ctx = plan->ctx;
+    if (sm)
+        sm->last_ran[0] = 0;
+    if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
+        !tw_small_aligned(x, w, NULL, NULL, NULL))
+        return 0;
+    int capturing = 0;
+    if (tw_cuda_stream_capturing(ctx, stream, &capturing) != TWELL_OK)
+        return 0; /* the other kernels report the stream's problem */
+    if (sm->mode == TW_SMALL_AUTO) {
+        /* a variant forced away from the device's default (tests, the bench) keeps its kernel */
+        tw_gp_variant v = tw_cuda_gate_pack_variant(tw_op_plan(plan)->gate_pack);
+        int sm90 = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
+        if (M > TW_SMALL_GATE_AUTO_M || (sm90 && v != TW_GP_SM90) || (capturing && M > sm->rows))
+            return 0;
+    }
+    if (!tw_small_begin(plan, sm, 0, M, 1, capturing, stream, st))
+        return 0;
+    sm->last_ran[0] = 1;
+    if (*st != TWELL_OK)
+        return 1;
+    const twell_shape *s = &plan->shape;
+    tw_gate_geom g = tw_gate_geom_of(s, M);
+    int m = (int)M;
+    void *args[] = {
+        (void *)&x, (void *)&w, (void *)&packed, (void *)&sm->gs, (void *)&sm->tcnt, &m, &g.TB,
+        &g.MT,      &g.WN};
+    size_t blocks = (size_t)(s->N / (16u * (unsigned)g.WN)) * (size_t)g.TB;
+    *st = tw_cu_launch_grid(ctx, g.g8 ? sm->gate8 : sm->gate2, blocks, 1, 256, 0, 1u, stream, args);
+    if (*st == TWELL_OK)
+        *st = tw_small_end(plan, sm, 0, capturing, stream);
+    return 1;
+}
+
+/* ---- ffn_infer ---- */
+
+/* The small inference can take the call (mode aside): available, M in range, aligned, not the
+ * DENSE path, and, while capturing, a workspace reserved for it unless the fused kernel runs. */
+static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                            int capturing) {
+    if (!sm || !sm->available || M > TW_SMALL_MAX_M || !aligned16 || plan->path == TWELL_PATH_DENSE)
+        return 0;
+    int fused = M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
+    return !capturing || fused || M <= sm->rows;
+}
+
+int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                        int capturing) {
+    return sm && sm->mode == TW_SMALL_FORCE && tw_small_ffn_can(plan, sm, M, aligned16, capturing);
+}
+
+int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
+                    int capturing) {
+    return sm && sm->mode == TW_SMALL_AUTO && plan->path == TWELL_PATH_AUTO &&
+           tw_small_ffn_can(plan, sm, M, aligned16, capturing);
+}
+
+int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
+                     const uint32_t *packed, const void *wg, const void *wu, const void *wd,
+                     void *y, int capturing, twell_stream stream, twell_status *st) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    sm->last_ran[1] = 0;
+    int fused = M <= TW_SMALL_FUSED_M && s->K <= TW_SMALL_FUSED_K;
+    if (!tw_small_begin(plan, sm, 1, M, !fused, capturing, stream, st))
+        return 0;
+    sm->last_ran[1] = 1;
+    if (*st != TWELL_OK)
+        return 1;
+    const void *wp = s->gated ? wg : wu;
+    int m = (int)M;
+    if (fused) {
+        void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
+                       (void *)&wd, (void *)&y,      &m};
+        *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, 256, s->K * 2u, 1u,
+                                stream, a_f);
+    } else {
+        void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
+                        (void *)&sm->hbuf, (void *)&sm->mask, &m};
+        *st = tw_cu_launch_grid(ctx, sm->up, s->N / 32u, 1, 256, tw_up_smem(M), 1u, stream, a_up);
+        void *a_down[] = {(void *)&packed,   (void *)&wd, (void *)&sm->hbuf,
+                          (void *)&sm->mask, (void *)&y,  &m};
+        if (*st == TWELL_OK)
+            *st = tw_cu_launch_grid(ctx, sm->down, tw_cdiv(s->K, 256), (unsigned)M, 256, 0, 1u,
+                                    stream, a_down);
+    }
+    if (*st == TWELL_OK)
+        *st = tw_small_end(plan, sm, 1, capturing, stream);
+    return 1;
+}
+
+/* ---- hooks ---- */
+
+static tw_small *tw_plan_small(const twell_plan *plan) {
+    const tw_cuda_plan *cp = tw_op_plan(plan);
+    return cp ? cp->small : NULL;
+}
+
+twell_status tw_cuda_small_set_mode(twell_plan *plan, tw_small_mode mode) {
+    tw_small *sm = tw_plan_small(plan);
+    if (!sm)
+        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                        "small path: not a CUDA plan");
+    if (mode != TW_SMALL_AUTO && mode != TW_SMALL_OFF && mode != TW_SMALL_FORCE)
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: mode %d unknown", (int)mode);
+    sm->mode = mode;
+    return TWELL_OK;
+}
+
+int tw_cuda_small_available(const twell_plan *plan) {
+    const tw_small *sm = tw_plan_small(plan);
+    return sm ? sm->available : 0;
+}
+
+int tw_cuda_small_last_ffn(const twell_plan *plan) {
+    const tw_small *sm = tw_plan_small(plan);
+    return sm ? sm->last_ran[1] : 0;
+}
+
+int tw_cuda_small_last_gate(const twell_plan *plan) {
+    const tw_small *sm = tw_plan_small(plan);
+    return sm ? sm->last_ran[0] : 0;
+}
+
+size_t tw_cuda_small_rows(const twell_plan *plan) {
+    const tw_small *sm = tw_plan_small(plan);
+    return sm ? sm->rows : 0;
+}
+
+size_t tw_cuda_small_workspace_bytes(const twell_plan *plan) {
+    const tw_small *sm = tw_plan_small(plan);
+    return sm ? sm->bytes : 0;
+}
+
+twell_status tw_cuda_small_poison(twell_plan *plan, uint32_t pattern) {
+    tw_small *sm = tw_plan_small(plan);
+    if (!sm)
+        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                        "small path: not a CUDA plan");
+    twell_ctx *ctx = plan->ctx;
+    TW_TRY(tw_cuda_synchronize(ctx));
+    if (!sm->ws)
+        return TWELL_OK;
+    tw_small_layout L;
+    tw_small_layout_of(&plan->shape, sm->rows, &L);
+    TW_TRY(tw_cuda_memset_d32(ctx, sm->ws, pattern, L.tcnt / 4u, NULL));
+    TW_TRY(tw_cuda_memset_d32(ctx, sm->hbuf, pattern, (L.bytes - L.hbuf) / 4u, NULL));
+    return tw_cuda_synchronize(ctx);
+}
+
+twell_status tw_small_test_control(int op, va_list ap) {
+    twell_plan *plan = va_arg(ap, twell_plan *);
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    switch (op) {
+    case TW_TC_SMALL_SET_MODE: {
+        const char *m = va_arg(ap, const char *);
+        tw_small_mode mode = !m                    ? (tw_small_mode)-1
+                             : !strcmp(m, "auto")  ? TW_SMALL_AUTO
+                             : !strcmp(m, "off")   ? TW_SMALL_OFF
+                             : !strcmp(m, "force") ? TW_SMALL_FORCE
+                                                   : (tw_small_mode)-1;
+        return tw_cuda_small_set_mode(plan, mode);
+    }
+    case TW_TC_SMALL_AVAILABLE:
+        *va_arg(ap, int *) = tw_cuda_small_available(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_LAST_GATE:
+        *va_arg(ap, int *) = tw_cuda_small_last_gate(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_LAST_FFN:
+        *va_arg(ap, int *) = tw_cuda_small_last_ffn(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_ROWS:
+        *va_arg(ap, size_t *) = tw_cuda_small_rows(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_WORKSPACE_BYTES:
+        *va_arg(ap, size_t *) = tw_cuda_small_workspace_bytes(plan);
+        return TWELL_OK;
+    case TW_TC_SMALL_POISON:
+        return tw_cuda_small_poison(plan, va_arg(ap, unsigned));
+    }
+    return TWELL_ERR_INVALID_ARG;
+}

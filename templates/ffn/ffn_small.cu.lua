@@ -1,0 +1,578 @@
+-- ffn_small.cu.lua — twell_ffn_infer for few rows (decode: M from 1 to a few hundred), in two
+-- kernels that read each active weight row once per call for all the rows that use it:
+--   twell_ffn_small_up    neuron-major: h = g ⊙ (x · Wuᵀ) for the active (row, neuron) pairs
+--                         (gated), and the exact recompute of row-tiles that overflow the format
+--   twell_ffn_small_down  row-major: y = Σ h · Wd over each row's active neurons
+-- or, for the fewest rows, in one:
+--   twell_ffn_small_fused the down kernel computing h itself (no scratch, one launch)
+--
+-- Parameters: K (multiple of 32), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1).
+-- ABI (fixed; runtime/ops/ffn/cuda_small.c launches up then down, or fused alone, on one
+-- stream):
+--   twell_ffn_small_up(const unsigned short *x,       // [M, K] dtype, 16-byte aligned
+--                      const unsigned int *packed,    // [M, N/C] TwELL (twell_gate_pack)
+--                      const unsigned short *wp,      // packing weight [N, K]: Wg | Wu
+--                      const unsigned short *wu,      // [N, K] (gated; unused otherwise)
+--                      float *hbuf,                   // [M, N] scratch, any content
+--                      unsigned int *mask,            // [M, N/32] scratch, any content
+--                      int M)
+--     grid = N/32 blocks (block b: neurons [32b, 32b + 32), inside one row-tile column),
+--     block = 256, dynamic shared memory = twell_ffn_small_up_smem(M) (below) bytes.
+--   twell_ffn_small_down(const unsigned int *packed, const unsigned short *wd,
+--                        const float *hbuf, const unsigned int *mask,
+--                        unsigned short *y,           // [M, K] dtype, every element written
+--                        int M)
+--     grid = (ceil(K/256), M), block = 256, no dynamic shared memory.
+--   twell_ffn_small_fused(const unsigned short *x, const unsigned int *packed,
+--                         const unsigned short *wp, const unsigned short *wu,
+--                         const unsigned short *wd, unsigned short *y, int M)
+--     grid = (ceil(K/256), M), block = 256, dynamic shared memory = K · 2 bytes.
+--
+-- Semantics (twell_ffn_infer): a row-tile whose count fits its slots contributes its stored
+-- entries; one that overflows is recomputed: g = round(relu(x · wp_n)) for every column n of the
+-- tile, active iff positive. Gated: h = g · (x · Wu_n) in fp32; non-gated: h = g. y = Σ h · Wd_n
+-- in fp32, rounded once.
+--   up: block b scans the row-tiles of its column t for all M rows into a [32, M] table in
+--   shared memory (the 16-bit gate of each stored entry of its neurons; 0xFFFF, never a stored
+--   value, for every neuron of a row whose row-tile overflows). Its active pairs, enumerated
+--   neuron-major then row-ascending, go round-robin to the 8 warps (pair i to warp i % 8), two
+--   at a time (their loads interleaved). Each dot product is a lane-strided fp32 sum of 16-byte
+--   chunks reduced by a butterfly: deterministic. It writes hbuf[m, n] for the pairs it computes
+--   (gated: every active pair; non-gated: only recomputed ones, the others are the packed
+--   values) and, for each overflowing row-tile, the 32-bit activity mask of its 32 neurons into
+--   mask[m, n/32] (bits OR-ed in shared memory, an integer: deterministic).
+--   down: block (s, m) owns columns [256s, 256s + 256) of row m, lane l the 8 columns 8l..8l+7.
+--   Warp w takes the row-tiles t ≡ w (mod 8), 32 at a time: their count words in one load, their
+--   stored entries flattened by a prefix sum and loaded 32 at a time (so a row costs a few
+--   dependent memory steps, not a few per tile), in (tile, slot) order, then the chunk's
+--   overflowing tiles (mask bits) in tile order; eight weight rows in flight at a time; the 8
+--   warps' sums are then added in warp order. Fixed order everywhere, no atomics on floats:
+--   bitwise reproducible. Each weight row of Wu and Wd is fetched from HBM about once per call
+--   (the rows of a batch that share a neuron find it in L2).
+--   fused: the same walk with x_m in shared memory; gated h = g · (x_m · Wu_n) computed per entry
+--   by each of the row's K/256 blocks (Wu read K/256 times per pair, from L2 after the first), and
+--   overflowing row-tiles recomputed in place (every column's gate, two dot products at a time).
+--   Before the grid dependency wait every kernel touches one line of each 2 MB page of the weights
+--   it gathers (inputs no earlier kernel writes), so their address translation overlaps the
+--   previous kernel.
+--
+-- PROGRAMMATIC DEPENDENT LAUNCH: tw_pdl_enter is the first statement of both kernels (the rule
+-- of ffn_fused.cu.lua).
+
+local common = import "twell_common"
+local S = common.shape()
+if S.K % 32 ~= 0 then
+    unsupported("K=%d: ffn_small needs K %% 32 == 0", S.K)
+end
+local GATED = param("gated", 1)
+check(GATED == 0 or GATED == 1, "gated=%s must be 0 or 1", tostring(GATED))
+local NT = S.N // S.T
+local K8 = S.K // 8 -- 16-byte chunks per row
+local NSL = (S.K + 255) // 256 -- column slices of the down kernel
+
+common.conversions(S.dtype)
+
+cuda [==[
+typedef unsigned int tw_u32;
+#define TW_FULL 0xffffffffu
+#define TW_GATED ${GATED}
+#define TW_OVF_MARK 0xFFFFu
+
+__device__ __forceinline__ void tw_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+]==]
+
+-- Exact widening of the two 16-bit halves of a word (fp16 through the hardware conversion, which
+-- is exact; bf16 by a shift).
+if S.dtype == "bf16" then
+    cuda [==[
+__device__ __forceinline__ float tw_lo(tw_u32 u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float tw_hi(tw_u32 u) { return __uint_as_float(u & 0xffff0000u); }
+]==]
+else
+    cuda [==[
+__device__ __forceinline__ float tw_h2f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ float tw_lo(tw_u32 u) { return tw_h2f((unsigned short)(u & 0xffffu)); }
+__device__ __forceinline__ float tw_hi(tw_u32 u) { return tw_h2f((unsigned short)(u >> 16)); }
+]==]
+end
+
+cuda [==[
+__device__ __forceinline__ float tw_dot8(uint4 a, uint4 b, float s) {
+    s = fmaf(tw_lo(a.x), tw_lo(b.x), s);
+    s = fmaf(tw_hi(a.x), tw_hi(b.x), s);
+    s = fmaf(tw_lo(a.y), tw_lo(b.y), s);
+    s = fmaf(tw_hi(a.y), tw_hi(b.y), s);
+    s = fmaf(tw_lo(a.z), tw_lo(b.z), s);
+    s = fmaf(tw_hi(a.z), tw_hi(b.z), s);
+    s = fmaf(tw_lo(a.w), tw_lo(b.w), s);
+    s = fmaf(tw_hi(a.w), tw_hi(b.w), s);
+    return s;
+}
+
+__device__ __forceinline__ float tw_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(TW_FULL, v, o);
+    return v;
+}
+
+/* Two warp-wide dot products a0·b0 and a1·b1 of K elements (on0/on1 off: skipped, 0), their
+ * loads interleaved; every lane returns both sums. */
+__device__ __forceinline__ void tw_dot2(const unsigned short *a0, const unsigned short *b0,
+                                        bool on0, const unsigned short *a1,
+                                        const unsigned short *b1, bool on1, int lane, float &r0,
+                                        float &r1) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 8
+    for (int i = lane; i < ${K8}; i += 32) {
+        uint4 xa = make_uint4(0u, 0u, 0u, 0u), wa = xa, xb = xa, wb = xa;
+        if (on0) {
+            xa = __ldg((const uint4 *)a0 + i);
+            wa = __ldg((const uint4 *)b0 + i);
+        }
+        if (on1) {
+            xb = __ldg((const uint4 *)a1 + i);
+            wb = __ldg((const uint4 *)b1 + i);
+        }
+        s0 = tw_dot8(xa, wa, s0);
+        s1 = tw_dot8(xb, wb, s1);
+    }
+    r0 = tw_warp_sum(s0);
+    r1 = tw_warp_sum(s1);
+}
+
+/* Warms the address translation (and one line) of every 2 MB page of weight matrix w, [N, K],
+ * pages split over `nparts` blocks: run BEFORE the grid dependency wait (w is an input no earlier
+ * kernel writes), it overlaps the page walks of the weight rows this kernel will gather with the
+ * previous kernel's tail. */
+__device__ __forceinline__ void tw_warm(const unsigned short *w, unsigned part, unsigned nparts) {
+    const unsigned long long pages = ((unsigned long long)${S.N} * ${S.K} * 2ull + 0x1fffffull) >> 21;
+    for (unsigned long long pg = (unsigned long long)threadIdx.x * nparts + part; pg < pages;
+         pg += 256ull * nparts)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w + (pg << 21)));
+}
+
+/* Dynamic shared memory of twell_ffn_small_up for M rows: the [32, Mp] gate table (u16) and the
+ * [Mp] overflow masks (u32), Mp = M rounded up to 32. */
+#define TW_UP_MP(M) (((M) + 31) & ~31)
+#define TW_UP_SMEM(M) (TW_UP_MP(M) * 68)
+
+/* One pending pair of the up kernel. */
+struct tw_pair {
+    int nl, m;
+    unsigned short v; /* stored gate, or TW_OVF_MARK */
+};
+
+/* Computes up to two pairs (p[1] only when two): gate recompute for overflow marks, then h. */
+__device__ __forceinline__ void tw_up_pairs(const tw_pair (&p)[2], bool two,
+                                            const unsigned short *__restrict__ x,
+                                            const unsigned short *__restrict__ wp,
+                                            const unsigned short *__restrict__ wu,
+                                            float *__restrict__ hbuf, tw_u32 *smask, int n0,
+                                            int lane) {
+    const unsigned short *x0 = x + (size_t)p[0].m * ${S.K}, *x1 = x + (size_t)p[1].m * ${S.K};
+    const int n0a = n0 + p[0].nl, n1a = n0 + p[1].nl;
+    unsigned short g0 = p[0].v, g1 = two ? p[1].v : (unsigned short)0;
+    const bool o0 = g0 == TW_OVF_MARK, o1 = g1 == TW_OVF_MARK;
+    if (o0 || o1) { /* the row-tile overflowed: recompute g exactly from the packing weight */
+        float r0, r1;
+        tw_dot2(x0, wp + (size_t)n0a * ${S.K}, o0, x1, wp + (size_t)n1a * ${S.K}, o1, lane, r0,
+                r1);
+        if (o0) {
+            g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
+            if ((g0 & 0x8000u) != 0)
+                g0 = 0; /* never: r0 > 0 rounds to a positive pattern or +0 */
+            if (g0 != 0 && lane == 0)
+                atomicOr(&smask[p[0].m], 1u << p[0].nl);
+        }
+        if (o1) {
+            g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
+            if ((g1 & 0x8000u) != 0)
+                g1 = 0;
+            if (g1 != 0 && lane == 0)
+                atomicOr(&smask[p[1].m], 1u << p[1].nl);
+        }
+    }
+#if TW_GATED
+    const bool u0 = g0 != 0, u1 = g1 != 0;
+    float r0 = 0.0f, r1 = 0.0f;
+    if (u0 || u1)
+        tw_dot2(x0, wu + (size_t)n0a * ${S.K}, u0, x1, wu + (size_t)n1a * ${S.K}, u1, lane, r0,
+                r1);
+    if (lane == 0) {
+        if (u0)
+            hbuf[(size_t)p[0].m * ${S.N} + n0a] = tw_to_f32(g0) * r0;
+        if (u1)
+            hbuf[(size_t)p[1].m * ${S.N} + n1a] = tw_to_f32(g1) * r1;
+    }
+#else
+    if (lane == 0) { /* only recomputed pairs reach hbuf; the others use the packed value */
+        if (o0 && g0 != 0)
+            hbuf[(size_t)p[0].m * ${S.N} + n0a] = tw_to_f32(g0);
+        if (o1 && g1 != 0)
+            hbuf[(size_t)p[1].m * ${S.N} + n1a] = tw_to_f32(g1);
+    }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+twell_ffn_small_up(const unsigned short *__restrict__ x, const tw_u32 *__restrict__ packed,
+                   const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
+                   float *__restrict__ hbuf, tw_u32 *__restrict__ mask, int M) {
+    if (TW_GATED)
+        tw_warm(wu, blockIdx.x, gridDim.x);
+    tw_pdl_enter();
+    extern __shared__ __align__(16) unsigned char tw_smem[];
+    const int Mp = TW_UP_MP(M);
+    unsigned short *gt = (unsigned short *)tw_smem; /* gt[nl * Mp + m] */
+    tw_u32 *smask = (tw_u32 *)(tw_smem + (size_t)Mp * 64);
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int n0 = (int)blockIdx.x * 32, t = n0 / ${S.T};
+
+    for (int i = tid; i < Mp * 16; i += 256)
+        ((tw_u32 *)gt)[i] = 0u;
+    for (int i = tid; i < Mp; i += 256)
+        smask[i] = 0u;
+    __syncthreads();
+    /* the table: one thread per row */
+    for (int m = tid; m < M; m += 256) {
+        const tw_u32 *cell = packed + (size_t)m * ${S.NW} + (size_t)t * ${S.W};
+        const tw_u32 cnt = __ldg(cell);
+        if (cnt > ${S.SLOTS}u) {
+            for (int nl = 0; nl < 32; nl++)
+                gt[nl * Mp + m] = TW_OVF_MARK;
+        } else if (TW_GATED) {
+            for (tw_u32 s = 1; s <= cnt; s++) {
+                const tw_u32 e = __ldg(cell + s);
+                const tw_u32 col = e & 0xffffu;
+                if (col >= (tw_u32)(n0 + 32))
+                    break; /* ascending columns: the rest belong to later blocks */
+                if (col >= (tw_u32)n0)
+                    gt[(col - (tw_u32)n0) * Mp + m] = (unsigned short)(e >> 16);
+            }
+        }
+    }
+    __syncthreads();
+
+    /* active pairs, neuron-major then row-ascending; pair i to warp i % 8, two at a time */
+    tw_pair pend[2]; /* registers: indexed with constants only */
+    pend[0].nl = pend[0].m = pend[1].nl = pend[1].m = 0;
+    pend[0].v = pend[1].v = 0;
+    bool have = false;
+    tw_u32 ord = 0;
+    for (int nl = 0; nl < 32; nl++) {
+        for (int mb = 0; mb < M; mb += 32) {
+            const int m = mb + lane;
+            const unsigned short v = m < M ? gt[nl * Mp + m] : (unsigned short)0;
+            tw_u32 bal = __ballot_sync(TW_FULL, v != 0);
+            while (bal) {
+                const int q = __ffs(bal) - 1;
+                bal &= bal - 1u;
+                const unsigned short vq = (unsigned short)__shfl_sync(TW_FULL, (int)v, q);
+                if ((ord & 7u) == (tw_u32)warp) {
+                    if (!have) {
+                        pend[0].nl = nl, pend[0].m = mb + q, pend[0].v = vq;
+                        have = true;
+                    } else {
+                        pend[1].nl = nl, pend[1].m = mb + q, pend[1].v = vq;
+                        tw_up_pairs(pend, true, x, wp, wu, hbuf, smask, n0, lane);
+                        have = false;
+                    }
+                }
+                ord++;
+            }
+        }
+    }
+    if (have)
+        tw_up_pairs(pend, false, x, wp, wu, hbuf, smask, n0, lane);
+    __syncthreads();
+    /* the masks of this block's 32 neurons in the overflowing row-tiles */
+    for (int m = tid; m < M; m += 256)
+        if (gt[m] == TW_OVF_MARK)
+            mask[(size_t)m * ${S.N // 32} + (size_t)(n0 >> 5)] = smask[m];
+}
+
+/* x_row · b0 and x_row · b1 (on0/on1 off: skipped, 0) with the row in shared memory. */
+__device__ __forceinline__ void tw_dot2s(const uint4 *xs, const unsigned short *b0, bool on0,
+                                         const unsigned short *b1, bool on1, int lane, float &r0,
+                                         float &r1) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 8
+    for (int i = lane; i < ${K8}; i += 32) {
+        const uint4 xv = xs[i];
+        uint4 wa = make_uint4(0u, 0u, 0u, 0u), wb = wa;
+        if (on0)
+            wa = __ldg((const uint4 *)b0 + i);
+        if (on1)
+            wb = __ldg((const uint4 *)b1 + i);
+        s0 = tw_dot8(xv, wa, s0);
+        s1 = tw_dot8(xv, wb, s1);
+    }
+    r0 = tw_warp_sum(s0);
+    r1 = tw_warp_sum(s1);
+}
+
+/* The lane's 8 columns of the weight rows n[q], q < nb (loads only: issued early). */
+__device__ __forceinline__ void tw_wd_load(uint4 (&v)[8], const unsigned short *__restrict__ wd,
+                                           int c0, bool cok, const tw_u32 (&n)[8], int nb) {
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+        v[q] = q < nb && cok ? __ldg((const uint4 *)(wd + (size_t)n[q] * ${S.K} + c0))
+                             : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* acc += h[q] · v[q] for q < nb, in q order. */
+__device__ __forceinline__ void tw_wd_fma(float (&acc)[8], const uint4 (&v)[8], const float (&h)[8],
+                                          int nb) {
+#pragma unroll
+    for (int q = 0; q < 8; q++)
+        if (q < nb) {
+            acc[0] = fmaf(h[q], tw_lo(v[q].x), acc[0]);
+            acc[1] = fmaf(h[q], tw_hi(v[q].x), acc[1]);
+            acc[2] = fmaf(h[q], tw_lo(v[q].y), acc[2]);
+            acc[3] = fmaf(h[q], tw_hi(v[q].y), acc[3]);
+            acc[4] = fmaf(h[q], tw_lo(v[q].z), acc[4]);
+            acc[5] = fmaf(h[q], tw_hi(v[q].z), acc[5]);
+            acc[6] = fmaf(h[q], tw_lo(v[q].w), acc[6]);
+            acc[7] = fmaf(h[q], tw_hi(v[q].w), acc[7]);
+        }
+}
+
+/* Up to 32 entries of one row held lane-parallel (lane j: entry word e = value << 16 | column,
+ * valid for j < nb), in lane order, eight at a time: the weight rows of Wd are loaded first, then
+ * h: FUSED (gated) = g · (x_row · Wu_n) computed here; otherwise from hbuf (from_hbuf) or the
+ * value bits (non-gated stored entries: h = g). */
+template <bool FUSED>
+__device__ __forceinline__ void tw_row_entries(float (&acc)[8], tw_u32 e, bool valid, int nb,
+                                               bool from_hbuf, const float *__restrict__ hrow,
+                                               const uint4 *xs, const unsigned short *__restrict__ wu,
+                                               const unsigned short *__restrict__ wd, int c0,
+                                               bool cok, int lane) {
+    const float hl = from_hbuf && valid ? __ldg(hrow + (e & 0xffffu)) : 0.0f;
+    for (int q0 = 0; q0 < nb; q0 += 8) {
+        const int bn = min(8, nb - q0);
+        tw_u32 nq[8];
+        float hq[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const tw_u32 eq = (tw_u32)__shfl_sync(TW_FULL, (int)e, q0 + q);
+            const float hv = __shfl_sync(TW_FULL, hl, q0 + q);
+            nq[q] = eq & 0xffffu;
+            hq[q] = from_hbuf ? hv : tw_to_f32((unsigned short)(eq >> 16));
+        }
+        uint4 v[8];
+        tw_wd_load(v, wd, c0, cok, nq, bn);
+#if TW_GATED
+        if (FUSED) {
+#pragma unroll
+            for (int q = 0; q < 8; q += 2)
+                if (q < bn) {
+                    float u0, u1;
+                    tw_dot2s(xs, wu + (size_t)nq[q] * ${S.K}, true,
+                             wu + (size_t)nq[q + 1] * ${S.K}, q + 1 < bn, lane, u0, u1);
+                    hq[q] *= u0;
+                    hq[q + 1] *= u1;
+                }
+        }
+#endif
+        tw_wd_fma(acc, v, hq, bn);
+    }
+}
+
+/* Lane j's entry word for the j-th set bit of `bits` (columns col0 + bit), value bits `val` of
+ * that lane's neuron when given (val_lane: the value of neuron col0 + lane); *nb = set bits. */
+__device__ __forceinline__ tw_u32 tw_bits_entry(tw_u32 bits, int col0, tw_u32 val_lane, int lane,
+                                                int *nb) {
+    tw_u32 b = bits;
+    for (int k = 0; k < lane && b; k++)
+        b &= b - 1u;
+    const int src = b ? __ffs(b) - 1 : 0;
+    const tw_u32 val = (tw_u32)__shfl_sync(TW_FULL, (int)val_lane, src);
+    *nb = __popc(bits);
+    return b ? (val << 16) | (tw_u32)(col0 + src) : 0u;
+}
+
+/* Row-tile t of the row overflowed. FUSED: recompute its gate from x_row and the packing weight
+ * (every column, 32 at a time, two dot products at a time), then treat the active columns as
+ * entries. Otherwise: the up kernel's activity masks and h. */
+template <bool FUSED>
+__device__ __forceinline__ void tw_row_overflow(float (&acc)[8], int t, const tw_u32 *__restrict__ mrow,
+                                                const float *__restrict__ hrow, const uint4 *xs,
+                                                const unsigned short *__restrict__ wp,
+                                                const unsigned short *__restrict__ wu,
+                                                const unsigned short *__restrict__ wd, int c0,
+                                                bool cok, int lane) {
+    for (int i = 0; i < ${S.T // 32}; i++) {
+        const int col0 = t * ${S.T} + 32 * i;
+        tw_u32 bits, gval = 0u;
+        if (FUSED) {
+            for (int q = 0; q < 32; q += 2) {
+                float r0, r1;
+                tw_dot2s(xs, wp + (size_t)(col0 + q) * ${S.K}, true,
+                         wp + (size_t)(col0 + q + 1) * ${S.K}, true, lane, r0, r1);
+                const unsigned short g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
+                const unsigned short g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
+                if (lane == q)
+                    gval = g0;
+                if (lane == q + 1)
+                    gval = g1;
+            }
+            bits = __ballot_sync(TW_FULL, gval != 0u && (gval & 0x8000u) == 0u);
+        } else {
+            bits = __ldg(mrow + col0 / 32);
+        }
+        int nb;
+        const tw_u32 e = tw_bits_entry(bits, col0, gval, lane, &nb);
+        tw_row_entries<FUSED>(acc, e, lane < nb, nb, !FUSED, hrow, xs, wu, wd, c0, cok, lane);
+    }
+}
+
+/* Warp `warp` of a row block: the row-tiles t ≡ warp (mod 8), 32 at a time: their count words
+ * loaded together, their stored entries flattened (a prefix sum over the tiles) and loaded 32 at
+ * a time, so a row costs a few dependent memory steps whatever its number of tiles; entries in
+ * (tile, slot) order, then the chunk's overflowing tiles in tile order: a fixed order. */
+template <bool FUSED>
+__device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const tw_u32 *__restrict__ prow,
+                                            const float *__restrict__ hrow,
+                                            const tw_u32 *__restrict__ mrow, const uint4 *xs,
+                                            const unsigned short *__restrict__ wp,
+                                            const unsigned short *__restrict__ wu,
+                                            const unsigned short *__restrict__ wd, int c0, bool cok,
+                                            int warp, int lane) {
+    const int ntw = (${NT} - warp + 7) / 8;
+    for (int i0 = 0; i0 < ntw; i0 += 32) {
+        const int i = i0 + lane;
+        const tw_u32 cnt = i < ntw ? __ldg(prow + (size_t)(warp + 8 * i) * ${S.W}) : 0u;
+        const bool ovf = cnt > ${S.SLOTS}u;
+        int incl = ovf ? 0 : (int)cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(TW_FULL, incl, o);
+            if (lane >= o)
+                incl += v;
+        }
+        const int total = __shfl_sync(TW_FULL, incl, 31);
+        sincl[lane] = incl;
+        __syncwarp();
+        for (int j0 = 0; j0 < total; j0 += 32) {
+            const int j = j0 + lane;
+            tw_u32 e = 0u;
+            if (j < total) {
+                int lo = 0, hi = 31; /* the first tile whose inclusive count exceeds j */
+                while (lo < hi) {
+                    const int mid = (lo + hi) >> 1;
+                    if (sincl[mid] > j)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                const int excl = lo ? sincl[lo - 1] : 0;
+                e = __ldg(prow + (size_t)(warp + 8 * (i0 + lo)) * ${S.W} + 1 + (j - excl));
+            }
+            tw_row_entries<FUSED>(acc, e, j < total, min(32, total - j0), !FUSED && TW_GATED, hrow,
+                                  xs, wu, wd, c0, cok, lane);
+        }
+        __syncwarp(); /* sincl is rewritten by the next chunk */
+        tw_u32 ob = __ballot_sync(TW_FULL, ovf);
+        while (ob) {
+            const int L = __ffs(ob) - 1;
+            ob &= ob - 1u;
+            tw_row_overflow<FUSED>(acc, warp + 8 * (i0 + L), mrow, hrow, xs, wp, wu, wd, c0, cok,
+                                   lane);
+        }
+    }
+}
+
+/* The 8 warps' partial sums of the block's 256 columns, added in warp order, rounded once. */
+__device__ __forceinline__ void tw_row_store(float4 (*red)[32][2], const float (&acc)[8],
+                                             unsigned short *__restrict__ yrow, int c0, bool cok,
+                                             int warp, int lane) {
+    red[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    red[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    __syncthreads();
+    if (warp == 0 && cok) {
+        float s[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s[i] = 0.0f;
+        for (int w2 = 0; w2 < 8; w2++) {
+            const float4 a = red[w2][lane][0], b = red[w2][lane][1];
+            s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w;
+            s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
+        }
+        uint4 o;
+        o.x = (tw_u32)tw_from_f32(s[0]) | (tw_u32)tw_from_f32(s[1]) << 16;
+        o.y = (tw_u32)tw_from_f32(s[2]) | (tw_u32)tw_from_f32(s[3]) << 16;
+        o.z = (tw_u32)tw_from_f32(s[4]) | (tw_u32)tw_from_f32(s[5]) << 16;
+        o.w = (tw_u32)tw_from_f32(s[6]) | (tw_u32)tw_from_f32(s[7]) << 16;
+        *(uint4 *)(yrow + c0) = o;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+twell_ffn_small_down(const tw_u32 *__restrict__ packed, const unsigned short *__restrict__ wd,
+                     const float *__restrict__ hbuf, const tw_u32 *__restrict__ mask,
+                     unsigned short *__restrict__ y, int M) {
+    if (blockIdx.y == 0)
+        tw_warm(wd, blockIdx.x, gridDim.x);
+    tw_pdl_enter();
+    __shared__ float4 red[8][32][2];
+    __shared__ int sincl[8][32];
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int m = (int)blockIdx.y;
+    const int c0 = (int)blockIdx.x * 256 + 8 * lane;
+    const bool cok = c0 < ${S.K};
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        acc[i] = 0.0f;
+    tw_row_walk<false>(acc, sincl[warp], packed + (size_t)m * ${S.NW}, hbuf + (size_t)m * ${S.N},
+                       mask + (size_t)m * ${S.N // 32}, NULL, NULL, NULL, wd, c0, cok, warp, lane);
+    tw_row_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+}
+
+/* Few rows: one kernel, no scratch. Block (s, m): x_m in shared memory, then the down kernel's
+ * walk with h computed in place (gated: g · x_m · Wu_n per entry, each block of the row repeating
+ * it for its 256 columns: K/256 times the Wu reads of the two-kernel path, from L2) and
+ * overflowing row-tiles recomputed in place. Dynamic shared memory: K · 2 bytes. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__restrict__ packed,
+                      const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
+                      const unsigned short *__restrict__ wd, unsigned short *__restrict__ y,
+                      int M) {
+    if (blockIdx.y == 0) {
+        tw_warm(wd, blockIdx.x, gridDim.x);
+        if (TW_GATED)
+            tw_warm(wu, blockIdx.x, gridDim.x);
+    }
+    tw_pdl_enter();
+    extern __shared__ __align__(16) unsigned char tw_smem[];
+    uint4 *xs = (uint4 *)tw_smem;
+    __shared__ float4 red[8][32][2];
+    __shared__ int sincl[8][32];
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int m = (int)blockIdx.y;
+    const int c0 = (int)blockIdx.x * 256 + 8 * lane;
+    const bool cok = c0 < ${S.K};
+    const uint4 *xrow = (const uint4 *)(x + (size_t)m * ${S.K});
+    for (int i = tid; i < ${K8}; i += 256)
+        xs[i] = __ldg(xrow + i);
+    __syncthreads();
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        acc[i] = 0.0f;
+    tw_row_walk<true>(acc, sincl[warp], packed + (size_t)m * ${S.NW}, NULL, NULL, xs, wp, wu, wd,
+                      c0, cok, warp, lane);
+    tw_row_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+}
+]==]

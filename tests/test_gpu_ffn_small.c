@@ -1,0 +1,414 @@
+/* test_gpu_ffn_small.c — the small-batch path (runtime/ops/ffn/cuda_small.c: gate_pack_small, then
+ * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
+ * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
+ * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
+ * row-tiles; and the AUTO rule that picks the path.
+ *
+ * Per case: packed and y are poisoned before each run and so is the path's workspace (its
+ * scratch needs no initialisation; its arrival counters must be back at 0 after every call, which
+ * the second run relies on); the second run goes on a created stream; both runs give the same
+ * bytes (packed and y). The packed output must be well formed and match tw_gate_pack_ref on
+ * sampled rows up to what fp32 summation order allows (pack_check.h); y must match
+ * tw_ffn_infer_ref on the GPU's packed bytes within the tolerance of test_gpu_ffn_infer (row-
+ * relative L2 error ≤ 5e-3 bf16, 1e-3 fp16: the output rounding level; both sides round y once,
+ * the rest is fp32 summation order and, in overflowing row-tiles, the recomputed gate). The worst
+ * error is printed per case. Exits 77 without a device.
+ * `test_gpu_ffn_small small`: the first cases only (compute-sanitizer runs).
+ * labels: gpu */
+#include "cpu_ref.h"
+#include "cuda_driver.h"
+#include "cuda_small.h"
+#include "ffn_policy.h"
+#include "pack_check.h"
+#include "synth.h"
+#include "twellrt.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tw_gpu.h"
+#include "tw_tc.h"
+
+static twell_ctx *fs_ctx;
+
+typedef struct {
+    size_t M;
+    uint32_t K, N, T, C;
+    twell_dtype dtype;
+    int gated;
+    tw_synth_dist dist;
+    double nnz;
+    int want_overflow; /* the checked rows must contain overflowing row-tiles */
+} fs_case;
+
+#define BF TWELL_DTYPE_BF16
+#define FP TWELL_DTYPE_FP16
+#define UNI TW_SYNTH_UNIFORM
+#define SKW TW_SYNTH_SKEWED
+
+/* Eight shapes (every plan compiles all of its op's kernels, so cases share them), each value of
+ * every axis in mixed company; up to TW_SMALL_FUSED_M rows run the one-kernel inference, more the
+ * up and down kernels, both with overflowing row-tiles, gated and not. Skewed data has 10% heavy
+ * rows (~20% of a tile active) and a dense first token every 64 rows: C = 8 tiles (31 slots of
+ * 256, 7 of 64) overflow; C = 2 (127 slots of 256, 63 of 128) needs the dense uniform cases.
+ * K = 96 leaves most lanes of a 256-column slice idle and 3 k32 blocks for 8 warps; N = 11008 is
+ * the 7B-class width (43 tiles). The first four cases are small (sanitizer runs). */
+static const fs_case fs_cases[] = {
+    {7, 96, 512, 256, 4, FP, 1, SKW, 20, 0},       {16, 256, 1024, 64, 8, FP, 1, SKW, 29, 1},
+    {9, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},    {33, 512, 1024, 64, 8, FP, 1, SKW, 29, 1},
+    {2, 512, 1024, 128, 2, BF, 0, SKW, 40, 0},     {33, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},
+    {1, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},    {64, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
+    {255, 2048, 5632, 256, 8, BF, 1, SKW, 29, 1},  {1000, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
+    {1000, 2048, 5632, 256, 8, FP, 0, SKW, 29, 1}, {7, 2048, 5632, 256, 8, FP, 0, UNI, 29, 0},
+    {255, 512, 1024, 64, 8, FP, 1, SKW, 29, 1},    {8, 4096, 11008, 256, 8, BF, 1, UNI, 29, 0},
+    {1000, 512, 1024, 256, 2, FP, 1, UNI, 600, 1}, {64, 512, 1024, 256, 2, FP, 1, SKW, 56, 0},
+    {1000, 96, 512, 256, 4, FP, 1, UNI, 29, 0},
+};
+
+#define FS_GP_SAMPLE 96 /* gate-pack rows compared with tw_gate_pack_ref */
+#define FS_SAMPLE 128   /* y rows checked when M > FS_FULL_M */
+#define FS_OVF_ROWS 16  /* plus up to this many rows with overflowing row-tiles */
+#define FS_FULL_M 255   /* up to this M every row of y is checked */
+#define FS_POISON_A 0xFFFFu
+#define FS_POISON_B 0x7FC1u /* a NaN in both bf16 and fp16 */
+
+#define FS_OK(expr) TW_GPU_OK(fs_ctx, expr)
+
+static double fs_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
+
+typedef struct {
+    twell_shape s;
+    size_t M;
+    tw_synth_ffn *f;
+    void *dx, *dwg, *dwu, *dwd, *dy;
+    uint32_t *dp;
+    uint32_t *packed; /* host copy of the GPU's packed buffer */
+    size_t *rows, nrows, ovf_tiles;
+    uint16_t *ref, *got;
+} fs_data;
+
+/* Synthetic data, uploaded, and device buffers for packed and y. */
+static void fs_setup(fs_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
+                     uint64_t seed) {
+    memset(d, 0, sizeof *d);
+    d->s = *s;
+    d->M = M;
+    tw_synth_params sp = tw_synth_params_default();
+    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = s->gated;
+    sp.nnz = nnz, sp.dist = dist, sp.seed = seed;
+    sp.heavy_frac = 0.1, sp.seq_len = 64;
+    FS_OK(tw_synth_create(fs_ctx->pool, &sp, &d->f));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    d->dx = tw_gpu_upload(fs_ctx, d->f->x, xb);
+    d->dwg = s->gated ? tw_gpu_upload(fs_ctx, d->f->wg, wb) : NULL;
+    d->dwu = tw_gpu_upload(fs_ctx, d->f->wu, wb);
+    d->dwd = tw_gpu_upload(fs_ctx, d->f->wd, wb);
+    void *dp = NULL;
+    FS_OK(tw_cuda_malloc(fs_ctx, xb, &d->dy));
+    FS_OK(tw_cuda_malloc(fs_ctx, twell_packed_bytes(s, M), &dp));
+    d->dp = dp;
+    d->packed = malloc(twell_packed_bytes(s, M));
+    d->got = malloc(xb);
+    d->rows = malloc((M + FS_SAMPLE + FS_OVF_ROWS) * sizeof *d->rows);
+    assert_true(d->packed && d->got && d->rows);
+}
+
+static void fs_free(fs_data *d) {
+    void *b[] = {d->dx, d->dwg, d->dwu, d->dwd, d->dy, d->dp};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        tw_cuda_free(fs_ctx, b[i]);
+    free(d->packed), free(d->got), free(d->rows), free(d->ref);
+    tw_synth_destroy(d->f);
+}
+
+/* One gate-pack into packed poisoned with `poison` (workspace poisoned too), copied to host. */
+static void fs_gate_run(fs_data *d, twell_plan *plan, uint32_t poison, twell_stream stream,
+                        uint32_t *host) {
+    size_t words = twell_packed_words(&d->s, d->M);
+    FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison));
+    FS_OK(tw_cuda_memset_d32(fs_ctx, d->dp, poison, words, stream));
+    FS_OK(twell_gate_pack(plan, d->M, d->dx, d->s.gated ? d->dwg : d->dwu, d->dp, stream));
+    FS_OK(tw_cuda_synchronize(fs_ctx));
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_LAST_GATE), 1);
+    FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, host, d->dp, words * 4));
+    for (size_t i = 0; i < words; i++)
+        if (host[i] == poison)
+            fail_msg("packed word %zu (row %zu) still holds the poison %08x", i, i / (words / d->M),
+                     poison);
+}
+
+/* Gate-pack twice (bitwise equal, well formed), then sampled rows against tw_gate_pack_ref. */
+static void fs_check_gate(fs_data *d, twell_plan *plan, twell_stream stream) {
+    const twell_shape *s = &d->s;
+    size_t M = d->M, words = twell_packed_words(s, M), rw = s->N / s->C;
+    uint32_t *again = malloc(words * 4);
+    assert_non_null(again);
+    fs_gate_run(d, plan, 0xA5A5A5A5u, NULL, d->packed);
+    fs_gate_run(d, plan, 0x5A5A5A5Au, stream, again);
+    if (memcmp(d->packed, again, words * 4) != 0) {
+        size_t i = 0;
+        while (d->packed[i] == again[i])
+            i++;
+        fail_msg("gate-pack run 2 differs from run 1 at word %zu (row %zu): %08x vs %08x", i,
+                 i / rw, d->packed[i], again[i]);
+    }
+    free(again);
+    size_t bad_row = 0;
+    uint32_t bad_tile = 0;
+    if (tw_packed_find_malformed(s, M, d->packed, &bad_row, &bad_tile))
+        fail_msg("malformed row-tile at row %zu tile %u", bad_row, bad_tile);
+    size_t rows[FS_GP_SAMPLE];
+    size_t n = tw_pack_sample_rows(M, FS_GP_SAMPLE, rows);
+    uint16_t *xs = malloc(n * s->K * 2u);
+    uint32_t *ref = malloc(n * rw * 4), *sub = malloc(n * rw * 4);
+    assert_true(xs && ref && sub);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(xs + i * s->K, d->f->x + rows[i] * s->K, s->K * 2u);
+        memcpy(sub + i * rw, d->packed + rows[i] * rw, rw * 4);
+    }
+    const uint16_t *w = tw_synth_pack_weight(d->f);
+    FS_OK(tw_gate_pack_ref(fs_ctx->pool, s, n, xs, w, ref));
+    tw_pack_check r;
+    tw_pack_check_rows(s, d->f->x, w, rows, n, ref, sub, &r);
+    printf("#   gate-pack: %zu rows, tiles %zu exact, %zu tolerated, %zu bad; flips %zu; worst %u "
+           "ulp; max_rel_err %.2e; overflow tiles %zu\n",
+           r.rows, r.tiles_exact, r.tiles_tolerated, r.tiles_bad, r.flips, r.worst_ulp,
+           r.max_rel_err, r.overflow_tiles);
+    if (r.tiles_bad)
+        fail_msg("%zu row-tiles differ beyond fp32 summation order; first: %s", r.tiles_bad,
+                 r.first_bad);
+    free(xs), free(ref), free(sub);
+}
+
+/* The rows of y to check and their reference from the GPU's packed bytes. */
+static void fs_reference(fs_data *d) {
+    const twell_shape *s = &d->s;
+    size_t rw = s->N / s->C, W = s->T / s->C, NT = s->N / s->T;
+    d->nrows = tw_gpu_check_rows(s, d->M, d->packed, FS_FULL_M, FS_SAMPLE, FS_OVF_ROWS, d->rows);
+    uint16_t *xs = malloc(d->nrows * s->K * 2u);
+    uint32_t *ps = malloc(d->nrows * rw * 4);
+    d->ref = malloc(d->nrows * s->K * 2u);
+    assert_true(xs && ps && d->ref);
+    d->ovf_tiles = 0;
+    for (size_t i = 0; i < d->nrows; i++) {
+        memcpy(xs + i * s->K, d->f->x + d->rows[i] * s->K, s->K * 2u);
+        memcpy(ps + i * rw, d->packed + d->rows[i] * rw, rw * 4);
+        for (size_t t = 0; t < NT; t++)
+            d->ovf_tiles += ps[i * rw + t * W] > W - 1;
+    }
+    FS_OK(
+        tw_ffn_infer_ref(fs_ctx->pool, s, d->nrows, xs, ps, d->f->wg, d->f->wu, d->f->wd, d->ref));
+    free(xs), free(ps);
+}
+
+/* One ffn_infer into y poisoned with `poison` (workspace poisoned too), copied to d->got. */
+static void fs_ffn_run(fs_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
+    const twell_shape *s = &d->s;
+    size_t n = d->M * s->K;
+    FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison << 16 | poison));
+    FS_OK(tw_cuda_memset_d32(fs_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
+    FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
+    FS_OK(tw_cuda_synchronize(fs_ctx));
+    FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, d->got, d->dy, n * 2));
+    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
+}
+
+static void fs_expect(const fs_data *d, const char *what) {
+    size_t wr = 0;
+    double e = tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, &wr);
+    double tol = fs_tol(d->s.dtype);
+    printf("#   %-10s max row-rel err %.3e (row %zu), tolerance %.0e\n", what, e, wr, tol);
+    if (!(e <= tol))
+        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", what, wr, e, tol);
+}
+
+/* A plan with the small path in `mode` ("auto", "off", "force"). */
+static twell_plan *fs_plan(const twell_shape *s, const char *mode) {
+    twell_plan *plan = NULL;
+    FS_OK(twell_plan_create(fs_ctx, s, &plan));
+    FS_OK(tw_test_control(TW_TC_SMALL_SET_MODE, plan, mode));
+    return plan;
+}
+
+/* The path runs on sm_80+ for K % 32 == 0 (every case here). */
+static int fs_expect_available(twell_plan *plan) {
+    if (fs_ctx->cuda->cc_major < 8) {
+        assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_AVAILABLE), 0);
+        return 0;
+    }
+    if (!tw_tc_plan_int(plan, TW_TC_SMALL_AVAILABLE))
+        fail_msg("the small path is not available on %s: %s", fs_ctx->cuda->arch,
+                 twell_ctx_errmsg(fs_ctx));
+    return 1;
+}
+
+static void test_gpu_ffn_small_case(void **state) {
+    const fs_case *c = *state;
+    twell_shape s = twell_shape_default(c->K, c->N);
+    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
+    twell_plan *plan = fs_plan(&s, "force");
+    if (!fs_expect_available(plan)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    fs_data d;
+    fs_setup(&d, &s, c->M, c->dist, c->nnz, 5000u + c->M + c->K + c->N + c->C);
+    twell_stream stream = NULL;
+    FS_OK(tw_cuda_stream_create(fs_ctx, &stream));
+    printf("# M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %s %-7s nnz=%g\n", c->M, s.K, s.N, s.T, s.C,
+           s.dtype == BF ? "bf16" : "fp16", s.gated ? "gated" : "non-gated",
+           tw_synth_dist_name(c->dist), c->nnz);
+    fs_check_gate(&d, plan, stream);
+    fs_reference(&d);
+    printf("#   %zu rows of y checked, %zu overflowing row-tiles among them; workspace %zu rows, "
+           "%.1f MB\n",
+           d.nrows, d.ovf_tiles, tw_tc_plan_size(plan, TW_TC_SMALL_ROWS),
+           (double)tw_tc_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
+    if (c->want_overflow && d.ovf_tiles == 0)
+        fail_msg("the case was meant to overflow row-tiles but the checked rows have none");
+
+    fs_ffn_run(&d, plan, FS_POISON_A, NULL);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN), 1);
+    fs_expect(&d, "small");
+    size_t yb = c->M * s.K * 2u;
+    uint16_t *first = malloc(yb);
+    assert_non_null(first);
+    memcpy(first, d.got, yb);
+    fs_ffn_run(&d, plan, FS_POISON_B, stream);
+    if (memcmp(first, d.got, yb) != 0) {
+        size_t i = 0;
+        while (first[i] == d.got[i])
+            i++;
+        fail_msg("run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
+                 first[i], d.got[i]);
+    }
+    free(first);
+    tw_cuda_stream_destroy(fs_ctx, stream);
+    fs_free(&d);
+    twell_plan_destroy(plan);
+}
+
+/* Runs gate-pack + ffn_infer of d's M rows and reports which of them took the small path. */
+static void fs_which(fs_data *d, twell_plan *plan, int *gate, int *ffn) {
+    FS_OK(twell_gate_pack(plan, d->M, d->dx, d->dwg, d->dp, NULL));
+    *gate = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_GATE);
+    FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, NULL));
+    *ffn = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN);
+    FS_OK(tw_cuda_synchronize(fs_ctx));
+}
+
+static void fs_expect_which(fs_data *d, twell_plan *plan, int want_gate, int want_ffn,
+                            const char *when) {
+    int g = -1, f = -1;
+    fs_which(d, plan, &g, &f);
+    printf("#   %-40s gate-pack %s, ffn_infer %s\n", when, g ? "small" : "other",
+           f ? "small" : "other");
+    if (g != want_gate || f != want_ffn)
+        fail_msg("%s: gate-pack ran %s (want %s), ffn_infer %s (want %s)", when,
+                 g ? "small" : "other", want_gate ? "small" : "other", f ? "small" : "other",
+                 want_ffn ? "small" : "other");
+}
+
+/* The AUTO rule (cuda_small.h, ffn_policy.h): by M, by plan path, dense kept where the estimate
+ * picks it, and a forced gate-pack variant; then the workspace growing from 64 rows to 1024 on
+ * one plan. */
+static void test_gpu_ffn_small_auto_rule(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(2048, 5632);
+    twell_plan *plan = fs_plan(&s, "auto");
+    if (!fs_expect_available(plan)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    const size_t big = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS
+                           ? TW_SMALL_GATE_AUTO_M + 1
+                           : TW_POLICY_SMALL_MAX_ROWS + 1;
+    fs_data d, db;
+    fs_setup(&d, &s, 8, UNI, 29, 61);
+    fs_setup(&db, &s, big, UNI, 29, 62);
+    FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
+    fs_expect_which(&d, plan, 1, 1, "M=8, path AUTO");
+    fs_expect_which(&db, plan, 0, 0, "M above both AUTO limits");
+    FS_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    fs_expect_which(&d, plan, 1, 0, "M=8, path SPARSE (the tiled pipeline)");
+    FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
+    /* the policy keeps dense where its estimate says dense beats tiled; small replaces tiled */
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)1));
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, (double)0.25));
+    fs_expect_which(&d, plan, 1, !tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE),
+                    "M=8, AUTO, dense from 1 row above 0.25");
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, (double)0.0));
+    fs_expect_which(&d, plan, 1, 1, "M=8, AUTO, dense from 1 row, default");
+    FS_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)0));
+    if (!strcmp(tw_tc_plan_variant(plan), "sm90")) {
+        FS_OK(tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
+        fs_expect_which(&d, plan, 0, 1, "M=8, AUTO, gate-pack forced to SIMT");
+    }
+    fs_free(&d);
+    fs_free(&db);
+    twell_plan_destroy(plan);
+
+    /* growth: 1 row, then 700 on the same plan (64 -> 1024 rows), checked on a few rows */
+    plan = fs_plan(&s, "force");
+    size_t Ms[2] = {1, 700};
+    for (int i = 0; i < 2; i++) {
+        fs_setup(&d, &s, Ms[i], SKW, 29, 70u + (uint64_t)i);
+        FS_OK(twell_gate_pack(plan, d.M, d.dx, d.dwg, d.dp, NULL));
+        FS_OK(tw_cuda_synchronize(fs_ctx));
+        FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, d.packed, d.dp, twell_packed_bytes(&s, d.M)));
+        d.nrows = tw_pack_sample_rows(d.M, 8, d.rows);
+        size_t rw = s.N / s.C;
+        uint16_t *xs = malloc(d.nrows * s.K * 2u);
+        uint32_t *ps = malloc(d.nrows * rw * 4);
+        d.ref = malloc(d.nrows * s.K * 2u);
+        assert_true(xs && ps && d.ref);
+        for (size_t r = 0; r < d.nrows; r++) {
+            memcpy(xs + r * s.K, d.f->x + d.rows[r] * s.K, s.K * 2u);
+            memcpy(ps + r * rw, d.packed + d.rows[r] * rw, rw * 4);
+        }
+        FS_OK(
+            tw_ffn_infer_ref(fs_ctx->pool, &s, d.nrows, xs, ps, d.f->wg, d.f->wu, d.f->wd, d.ref));
+        free(xs), free(ps);
+        fs_ffn_run(&d, plan, FS_POISON_A, NULL);
+        printf("#   M=%zu on one plan: workspace %zu rows\n", d.M,
+               tw_tc_plan_size(plan, TW_TC_SMALL_ROWS));
+        assert_true(tw_tc_plan_size(plan, TW_TC_SMALL_ROWS) >= d.M);
+        fs_expect(&d, "grown");
+        fs_free(&d);
+    }
+    twell_plan_destroy(plan);
+}
+
+int main(int argc, char **argv) {
+    fs_ctx = tw_gpu_open_or_skip("test_gpu_ffn_small");
+    printf("# %s\n", twell_ctx_device_name(fs_ctx));
+    size_t ncases = sizeof fs_cases / sizeof fs_cases[0];
+    int small = argc > 1 && !strcmp(argv[1], "small");
+    if (small)
+        ncases = 4;
+    struct CMUnitTest tests[sizeof fs_cases / sizeof fs_cases[0] + 1];
+    static char names[sizeof fs_cases / sizeof fs_cases[0]][112];
+    for (size_t i = 0; i < ncases; i++) {
+        const fs_case *c = &fs_cases[i];
+        snprintf(names[i], sizeof names[i], "test_gpu_ffn_small_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s",
+                 c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
+                 c->gated ? "gated" : "plain", tw_synth_dist_name(c->dist));
+        struct CMUnitTest t = {names[i], test_gpu_ffn_small_case, NULL, NULL, (void *)c};
+        tests[i] = t;
+    }
+    size_t n = ncases;
+    if (!small) {
+        struct CMUnitTest t = cmocka_unit_test(test_gpu_ffn_small_auto_rule);
+        tests[n++] = t;
+    }
+    int rc = _cmocka_run_group_tests("test_gpu_ffn_small", tests, n, NULL, NULL);
+    twell_ctx_destroy(fs_ctx);
+    return rc;
+}
