@@ -435,6 +435,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *wu, const void *wd, void *y, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
+    tw_small_ffn_call_begins(tw_op_plan(plan)->small);
     uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
                     (uintptr_t)(s->gated ? wg : NULL);
     int capturing = 0;

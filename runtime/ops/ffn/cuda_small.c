@@ -385,6 +385,11 @@ int tw_cuda_small_available(const twell_plan *plan) {
     return sm ? sm->available : 0;
 }
 
+void tw_small_ffn_call_begins(tw_small *sm) {
+    if (sm)
+        sm->last_ran[1] = 0;
+}
+
 int tw_cuda_small_last_ffn(const twell_plan *plan) {
     const tw_small *sm = tw_plan_small(plan);
     return sm ? sm->last_ran[1] : 0;

@@ -98,6 +98,10 @@ twell_status tw_cuda_small_set_mode(twell_plan *plan, tw_small_mode mode);
 int tw_cuda_small_available(const twell_plan *plan);
 /* 1 when the plan's last twell_ffn_infer (resp. twell_gate_pack) ran the small path. */
 int tw_cuda_small_last_ffn(const twell_plan *plan);
+
+/* Every twell_ffn_infer call starts with this, so tw_cuda_small_last_ffn speaks of the latest call
+ * also when another route ran it (sm may be NULL). */
+void tw_small_ffn_call_begins(tw_small *sm);
 int tw_cuda_small_last_gate(const twell_plan *plan);
 /* Rows the workspace holds now, and its device bytes. */
 size_t tw_cuda_small_rows(const twell_plan *plan);
