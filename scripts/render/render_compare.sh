@@ -15,7 +15,7 @@
 # GENERATOR (a sh script, run from the repository root) as `sh GENERATOR sets TEMPLATE` prints one
 # parameter set per line: the arguments of `twell render TEMPLATE` (no spaces or wildcards inside
 # an argument).
-# Usage: [CUBIN=1] [DIFF=1] bench/dev/render_compare.sh TEMPLATE GENERATOR TWELL_BINARY [REV (default HEAD)]
+# Usage: [CUBIN=1] [DIFF=1] scripts/render/render_compare.sh TEMPLATE GENERATOR TWELL_BINARY [REV (default HEAD)]
 #        [OUTDIR (default /tmp/<TEMPLATE>_render_compare)]
 # Generators: render_sets_ffn_fused.sh, render_sets_train_ffn.sh, render_sets_sm90.sh (one
 # generator for gate_pack_sm90 and gemm_sm90: it takes the template name as its second argument).
