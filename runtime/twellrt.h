@@ -166,8 +166,8 @@ TWELL_API void twell_ctx_destroy(twell_ctx *ctx);
 
 /* The message of the last failed call on ctx (or on a plan/state created from it), naming the
  * layer and raw code, e.g. "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION (6) at
- * templates/gate_pack/gate_pack_sm90.cu.lua:212"; "" when the last call succeeded. Borrowed from ctx: valid until
- * the next call on ctx. ctx NULL gives "no context". */
+ * templates/gate_pack/gate_pack_sm90.cu.lua:212"; "" when the last call succeeded. Borrowed from
+ * ctx: valid until the next call on ctx. ctx NULL gives "no context". */
 TWELL_API const char *twell_ctx_errmsg(const twell_ctx *ctx);
 
 /* The backend ctx actually uses (CPU or CUDA, never AUTO). */
