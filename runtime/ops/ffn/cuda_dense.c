@@ -110,43 +110,30 @@ static void tw_dense_unload(tw_dense *d) {
 static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
-    tw_param up[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", dt, 0},
-        {"MODE", s->gated ? "gated" : "relu", 0},
-        {"STAGES", NULL, (long long)TW_DG_STAGES},
-        {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
-    };
+    tw_param up[TW_SHAPE_NPARAMS + 3];
+    size_t nup = tw_shape_params(s, up);
+    up[nup++] = (tw_param){"MODE", s->gated ? "gated" : "relu", 0};
+    up[nup++] = (tw_param){"STAGES", NULL, (long long)TW_DG_STAGES};
+    up[nup++] = (tw_param){"CLUSTER", NULL, (long long)TW_DG_CLUSTER};
     /* y = H · (Wdᵀ)ᵀ: reduction over the hidden width, K output columns */
     tw_param down[] = {
         {"K", NULL, (long long)s->N},
         {"N", NULL, (long long)s->K},
-        {"dtype", dt, 0},
+        {"dtype", tw_dtype_param(s->dtype), 0},
         {"MODE", "plain", 0},
         {"STAGES", NULL, (long long)TW_DG_STAGES},
         {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
     };
-    tw_param aux[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", dt, 0},
-    };
+    tw_param aux[TW_SHAPE_NPARAMS];
+    size_t naux = tw_shape_params(s, aux);
     static const char *const gemm[] = {"twell_gemm_sm90"};
     static const char *const aux_fns[] = {"twell_dense_count", "twell_dense_expand",
                                           "twell_dense_transpose"};
     tw_CUfunction af[3];
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, sizeof up / sizeof up[0], gemm, 1, &d->mod_up,
-                           &d->up));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1,
                            &d->mod_down, &d->down));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], aux_fns, 3,
-                           &d->mod_aux, af));
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 3, &d->mod_aux, af));
     d->count = af[0], d->expand = af[1], d->transpose = af[2];
     TW_TRY(tw_cu_func_set_attribute(ctx, d->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)TW_DG_SMEM));
