@@ -137,8 +137,7 @@ static void test_render_across_processes(void **state) {
         if (c == 0) { /* and equal to this process's own rendering */
             tw_use_dir(TW_SRC_TEMPLATES);
             twell_ctx *ctx = tw_test_cpu_ctx(1);
-            char *mine =
-                tw_render_expect(ctx, "gate_pack_simt", tw_shape_lit, TW_NSHAPE, TWELL_OK);
+            char *mine = tw_render_expect(ctx, "gate_pack_simt", tw_shape_lit, TW_NSHAPE, TWELL_OK);
             assert_string_equal(out1, mine);
             free(mine);
             twell_ctx_destroy(ctx);
