@@ -161,6 +161,16 @@ enum {
     TW_TC_TD_DOWNLOAD_P,
     /* (state, twell_path path (passed as an int), unsigned long *out): forwards run so far */
     TW_TC_TD_CALLS,
+    /* (state, size_t *out): device bytes of the dense path's own workspace held now (0: none,
+     * released while running sparse, or a lent one in use) */
+    TW_TC_TD_WORKSPACE_BYTES,
+    /* (state, unsigned long *out): times the own workspace was released (cuda_train_dense.h's
+     * TW_TD_RELEASE_FIRST rule, or freed to make room for the sparse state) */
+    TW_TC_TD_RELEASES,
+    /* (state, int reset, size_t *out): the largest twell_train_state_bytes seen after any op
+     * since the state was created or the last reset; reset != 0 then restarts it from what the
+     * state holds now */
+    TW_TC_TD_PEAK_BYTES,
     TW_TC_TD_LAST
 };
 
