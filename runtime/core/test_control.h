@@ -69,6 +69,13 @@ enum {
     TW_TC_FFN_MODULES,         /* (plan, int *out): tiled modules loaded (+ the row kernel) */
     TW_TC_FFN_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of the sparse workspace */
     TW_TC_FFN_PROBES,          /* (plan, int *out): calls that synchronised to size it */
+    /* (plan, uint32_t acc[4], int grows[2]): what the tiled chunks needed, accumulated on the
+     * device since plan creation (synchronises the device): acc[0] chunks that ran the exact
+     * fallback (eager calls and replays), acc[1..3] the most pair slots, overflowing row-tiles
+     * and rows one chunk needed; grows: workspace growths from those needs without a wait, [0]
+     * with the plan's work finished, [1] with calls still in flight (old buffers retired behind
+     * an event). Zeros for a plan not on CUDA. */
+    TW_TC_FFN_NEEDS,
     TW_TC_FFN_CHUNK_ROWS,      /* (size_t *out): rows per pipeline run (no plan) */
     /* (const twell_ctx *parent, const twell_shape *shape, char *err, size_t errlen): compiles
      * the portable row kernel for shape on parent's device into parent's disk cache, from any
