@@ -76,7 +76,7 @@ enum {
      * with the plan's work finished, [1] with calls still in flight (old buffers retired behind
      * an event). Zeros for a plan not on CUDA. */
     TW_TC_FFN_NEEDS,
-    TW_TC_FFN_CHUNK_ROWS,      /* (size_t *out): rows per pipeline run (no plan) */
+    TW_TC_FFN_CHUNK_ROWS, /* (size_t *out): rows per pipeline run (no plan) */
     /* (const twell_ctx *parent, const twell_shape *shape, char *err, size_t errlen): compiles
      * the portable row kernel for shape on parent's device into parent's disk cache, from any
      * thread (a worker context with parent's options: see tw_jit_cubin_detached). */

@@ -471,8 +471,8 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         if (probe)
             TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, f->acc, hflag, capturing,
-                                  stream));
+            TW_TRY(
+                tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, f->acc, hflag, capturing, stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
     }
     f->last_flag = w.flag;

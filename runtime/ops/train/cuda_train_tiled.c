@@ -187,7 +187,7 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     unsigned long long *no_stats = NULL; /* AUTO's count, the needs, the host copy: not here */
     int stats_add = 0;
     uint32_t *no_acc = NULL, *no_hflag = NULL;
-    void *a_scan[] = {&c->bsum,     &m,         &c->bbase,  &c->cnt,   &c->ovf_base,
+    void *a_scan[] = {&c->bsum,      &m,        &c->bbase,   &c->cnt,   &c->ovf_base,
                       &c->item_base, &c->flag,  &c->offsets, &pair_cap, &big,
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
