@@ -320,7 +320,9 @@ static int tw_ffn_short(const tw_ffn *f, const tw_ffn_need *n) {
  * grows what is too small. With the plan's work idle the old buffers are freed at once; with
  * calls in flight they are retired behind an event recorded after those calls (one retirement
  * at a time: while one is pending, growth waits for a later call, whose chunks meanwhile run
- * the exact fallback where they do not fit). */
+ * the exact fallback where they do not fit). Growth is rare (+25% headroom, buffers never
+ * shrink); where the driver's cuMemFree itself waits for the device, that happens once per
+ * growth, never in the steady state. */
 static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
     twell_ctx *ctx = plan->ctx;
     if (f->nretired) {
@@ -355,9 +357,16 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
     f->retiring = 0;
     if (grew)
         f->grows[1]++;
-    if (f->nretired) /* after every call enqueued so far (others wait for done on their stream) */
-        TW_TRY(tw_cuda_event_record(ctx, f->retire, f->last_stream));
-    return TWELL_OK;
+    if (!f->nretired)
+        return TWELL_OK;
+    /* after every call enqueued so far (calls on other streams wait for done on theirs) */
+    twell_status st = tw_cuda_event_record(ctx, f->retire, f->last_stream);
+    if (st != TWELL_OK) { /* no event to wait for: keep them to the plan's release instead */
+        for (int i = 0; i < f->nretired; i++)
+            tw_cuda_keep_free(ctx, &f->keep, 1, f->retired[i]);
+        f->nretired = 0;
+    }
+    return st;
 }
 
 /* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
