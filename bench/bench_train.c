@@ -10,7 +10,9 @@
  *             as one GEMM over the concatenated 2N (the two dx GEMMs in one call);
  *             dWu = dUᵀ·x, dWg = dGᵀ·x, dWd = Hᵀ·dy (3 GEMMs, fp32 out).
  * Its extra activation memory is G, U, H, dH and [dU | dG]: 6·M·N dtype values; ours is the
- * training state (twell_train_state_bytes after forward + backward). Both go into the note.
+ * training state (twell_train_state_bytes): after the first full-M step, after the timed steps
+ * (the steady state: AUTO frees an idle dense workspace once it runs sparse) and the case's peak
+ * after any op (TW_TC_TD_PEAK_BYTES). All go into the note and a "# memory" line on stdout.
  *
  * Check: the first Mc = min(M, 8·check_rows) rows run forward + backward on the GPU (a fresh
  * state) and on the CPU reference; the comparison is support-aware (train_check.h): the sm_90a
@@ -649,6 +651,8 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                         r.max_rel_err = cr.err[t];
                 float st2[2] = {0, 0};
                 char pnote[160] = "";
+                size_t peak = 0; /* this case's peak starts from what the state holds now */
+                (void)tw_test_control(TW_TC_TD_PEAK_BYTES, state, 1, &peak);
                 if (tw_cuda_memset_d32(ctx, bufs[Y], 0xFFFFFFFFu, M * K / 2, NULL) != TWELL_OK ||
                     tw_cuda_memset_d32(ctx, bufs[DX], 0xFFFFFFFFu, M * K / 2, NULL) != TWELL_OK ||
                     tw_cuda_memset_d32(ctx, bufs[DWG], 0xFFFFFFFFu, N * K, NULL) != TWELL_OK ||
@@ -696,6 +700,20 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                                         : "?");
                 if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
                     bt_profile(&ours, M, r.distribution, r.nnz_target);
+                /* memory after the timed steps (AUTO releases an idle dense workspace once it
+                 * runs sparse: cuda_train_dense.h) and the case's peak after any op */
+                size_t steady = twell_train_state_bytes(state);
+                (void)tw_test_control(TW_TC_TD_PEAK_BYTES, state, 0, &peak);
+                len = strlen(r.check_note);
+                snprintf(r.check_note + len, sizeof r.check_note - len,
+                         "; ours after timing %.3f GiB, peak %.3f GiB (state)",
+                         (double)steady / 1073741824.0, (double)peak / 1073741824.0);
+                printf("# memory M=%zu %s nnz=%g (%s): extra (state) after the first step %.3f "
+                       "GiB, after timing %.3f GiB, peak %.3f GiB; dense baseline %.3f GiB\n",
+                       M, r.distribution, r.nnz_target, r.variant,
+                       (double)ours_bytes / 1073741824.0, (double)steady / 1073741824.0,
+                       (double)peak / 1073741824.0, dense_bytes / 1073741824.0);
+                fflush(stdout);
                 bt_emit(env, emit, &r, "train", med, mn, mx, 0, 3, have_dense);
                 bt_emit(env, emit, &r, "train_fwd", med, mn, mx, 1, 4, have_dense);
                 bt_emit(env, emit, &r, "train_bwd", med, mn, mx, 2, 5, have_dense);

@@ -455,7 +455,8 @@ TWELL_API twell_status twell_train_state_create(twell_plan *plan, twell_train_st
 TWELL_API void twell_train_state_destroy(twell_train_state *state);
 
 /* Bytes of backend memory the state holds now (after a forward: the saved activations; on CUDA
- * plus the dense path's own workspace, not counting a workspace the caller lent). */
+ * plus the dense path's own workspace while it has one, not counting a workspace the caller
+ * lent). */
 TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
 
 /* Bytes of backend memory a training step (forward + backward) of M rows with about nnz_per_row
@@ -522,6 +523,14 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
  *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming
  *           both reasons; a dense forward whose workspace cannot be had runs sparse.
+ *   Memory: a state that runs sparse (any path) frees the dense path's own workspace after 4
+ *           consecutive sparse forwards, once the work that used it has finished (checked without
+ *           waiting; else at a later sparse forward), so AUTO's dense first step does not leave
+ *           M·N·10 bytes idle beside the sparse state. Each time a dense forward has to allocate
+ *           it again after such a release, the number of sparse forwards the next release waits
+ *           for doubles (up to 256): data at the switch does not free and allocate every step.
+ *           A sparse forward that cannot allocate frees an idle dense workspace first. A lent
+ *           workspace (twell_train_state_set_workspace) is never freed.
  * Both paths are deterministic: identical inputs give bitwise identical results. Ops are
  * asynchronous on `stream` apart from the synchronisation above. */
 

@@ -340,6 +340,83 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* Issue 14's layers sharing a plan: a sparse and a denser input alternate on one plan with no
+ * host sync between calls, the host far ahead of the device (a queue of memsets keeps it busy),
+ * as a model forward runs. The denser input's need must not be lost when the calls after it
+ * need less: the scans accumulate the largest need on the device (ffn_fused's acc) and the
+ * plan grows from it without waiting. Round 1 may fall back (exact) until then; round 2 (after
+ * one sync) must not fall back at all; no call waits on the host in either round (the first,
+ * probing call is made before); every output matches the CPU reference. Before the fix the
+ * need of the denser calls was overwritten by the sparser calls' before the host read it. */
+#define FI_ALT_CALLS 16
+static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(512, 2048);
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    const size_t M = 3000;
+    fi_data in[2]; /* [0] sparse, [1] denser */
+    fi_prepare(&in[0], &s, M, TW_SYNTH_UNIFORM, 6, 21, plan);
+    fi_prepare(&in[1], &s, M, TW_SYNTH_SKEWED, 40, 22, plan);
+    fi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
+    fi_expect(&in[0], "probe call");
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
+    size_t yb = M * s.K * 2u, ws0 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
+    void *y[FI_ALT_CALLS];
+    for (int i = 0; i < FI_ALT_CALLS; i++)
+        FI_OK(tw_cuda_malloc(fi_ctx, yb, &y[i]));
+    void *busy = NULL;
+    const size_t busy_words = (size_t)64 << 20; /* 256 MB */
+    FI_OK(tw_cuda_malloc(fi_ctx, busy_words * 4u, &busy));
+    uint32_t acc[4];
+    int grows[2];
+    unsigned fallbacks[2];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < FI_ALT_CALLS; i++)
+            FI_OK(tw_cuda_memset_d32(fi_ctx, y[i], 0xFFFFFFFFu, yb / 4u, NULL));
+        for (int b = 0; b < 40; b++) /* milliseconds of device work ahead of the calls */
+            FI_OK(tw_cuda_memset_d32(fi_ctx, busy, (uint32_t)b, busy_words, NULL));
+        unsigned long w0 = tw_tc_host_waits();
+        for (int i = 0; i < FI_ALT_CALLS; i++) { /* denser first, sparser last */
+            const fi_data *d = &in[(i + 1) % 2];
+            FI_OK(twell_ffn_infer(plan, M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, y[i], NULL));
+        }
+        unsigned long waits = tw_tc_host_waits() - w0;
+        FI_OK(tw_test_control(TW_TC_FFN_NEEDS, plan, acc, grows)); /* synchronises */
+        fallbacks[round] = acc[0];
+        printf("#   round %d: %d calls, host waits %lu; fallback chunks so far %u, needs: pair "
+               "slots %u, overflowing row-tiles %u, rows %u; growths idle %d, in flight %d; "
+               "workspace %.1f -> %.1f MB\n",
+               round, FI_ALT_CALLS, waits, acc[0], acc[1], acc[2], acc[3], grows[0], grows[1],
+               (double)ws0 / 1e6, (double)tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6);
+        assert_int_equal(waits, 0);
+        for (int i = 0; i < FI_ALT_CALLS; i++) {
+            fi_data *d = &in[(i + 1) % 2];
+            FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, y[i], yb));
+            tw_gpu_expect_written(s.dtype, d->got, M * s.K, s.K, 0xFFFFu, "y");
+            char what[48];
+            snprintf(what, sizeof what, "round %d call %d", round, i);
+            fi_expect(d, what);
+        }
+    }
+    /* the first denser call of round 1 cannot fit what the probe sized; round 2 fits all */
+    assert_true(fallbacks[0] >= 1);
+    assert_int_equal(fallbacks[1], fallbacks[0]);
+    assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
+    assert_true(tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) > ws0);
+    for (int i = 0; i < FI_ALT_CALLS; i++)
+        tw_cuda_free(fi_ctx, y[i]);
+    tw_cuda_free(fi_ctx, busy);
+    fi_release(&in[0]);
+    fi_release(&in[1]);
+    twell_plan_destroy(plan);
+}
+
 /* TWELL_PATH_DENSE runs on sm_90a, elsewhere it is a clear error (y untouched); SPARSE and AUTO
  * run; tensors off 16-byte alignment go to the portable kernel; an odd address is rejected. */
 static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
@@ -400,7 +477,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 4];
+    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 5];
     static char names[sizeof fi_cases / sizeof fi_cases[0]][112];
     for (size_t i = 0; i < ncases; i++) {
         const fi_case *c = &fi_cases[i];
@@ -412,7 +489,9 @@ int main(int argc, char **argv) {
     }
     size_t n = ncases;
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_ffn_infer_paths_and_alignment);
+    struct CMUnitTest t4 = cmocka_unit_test(test_gpu_ffn_infer_alternating_no_sync);
     tests[n++] = t1;
+    tests[n++] = t4; /* small too: the sanitizers see the accumulated needs and retired buffers */
     if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_ffn_infer_growth_without_probe);
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_ffn_infer_chunks_and_streams);

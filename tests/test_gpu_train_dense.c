@@ -15,6 +15,7 @@
  * `test_gpu_train_dense small`: the first two cases only (sanitizer). Exits 77 without a device.
  * labels: gpu slow */
 #include "cuda_driver.h"
+#include "cuda_train_dense.h"
 #include "half.h"
 #include "internal.h"
 #include "ref64_train.h"
@@ -369,6 +370,117 @@ static void test_gpu_train_dense_switching(void **st) {
     tw_t_data_free(&dh);
 }
 
+static size_t td_ws_bytes(twell_train_state *state) {
+    size_t b = 0;
+    TD_OK(tw_test_control(TW_TC_TD_WORKSPACE_BYTES, state, &b));
+    return b;
+}
+
+static unsigned long td_releases(twell_train_state *state) {
+    unsigned long n = 0;
+    TD_OK(tw_test_control(TW_TC_TD_RELEASES, state, &n));
+    return n;
+}
+
+/* AUTO runs dense, then sparse: the dense workspace stays for TW_TD_RELEASE_FIRST sparse
+ * forwards (hysteresis), is freed at the end of that many, without a host wait beyond the sparse
+ * forward's own; dense again allocates it anew and doubles the count the next release needs.
+ * Every step matches the CPU with its path's tolerance; the peak counts the switching step. */
+static void test_gpu_train_dense_release(void **st) {
+    (void)st;
+    twell_shape s = {256, 1024, 256, 8, BF, 1};
+    size_t M = 1024;
+    tw_t_gen lo = {0.004, 0, 1, 17u}, hi = {0.20, 0, 1, 18u};
+    tw_t_data dl, dh;
+    assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
+    assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
+    td_out rl, rh, o;
+    td_reference(&s, &dl, 1.0f, &rl);
+    td_reference(&s, &dh, 1.0f, &rh);
+    td_out_alloc(&o, M, s.K, s.N);
+    td_gpu g;
+    td_gpu_open(&g, &s, &dh);
+    size_t xk = M * s.K * 2, wk = (size_t)s.N * s.K * 2;
+    void *xl = td_dev(xk, dl.x), *wgl = td_dev(wk, dl.wg), *wul = td_dev(wk, dl.wu);
+    void *wdl = td_dev(wk, dl.wd), *dyl = td_dev(xk, dl.dy);
+    void *xh = g.x, *wgh = g.wg, *wuh = g.wu, *wdh = g.wd, *dyh = g.dy;
+    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g.state, 0.02 * s.N, (size_t)1024));
+    size_t need = tw_ctd_bytes(&s, M);
+    unsigned want_after = TW_TD_RELEASE_FIRST;
+    unsigned long waits_sparse = 0; /* host waits of a sparse step that releases nothing */
+    for (int round = 0; round < 2; round++) {
+        /* a dense step on the high data: AUTO's first forward (round 0); after a release, AUTO
+         * needs the high count first, which a forced sparse step gives at once (round 1) */
+        g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
+        if (round == 1) {
+            TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE));
+            td_poison(&g, 0xFFFFFFFFu);
+            td_forward(&g);
+            td_backward(&g, 1.0f);
+            td_fetch(&g, 0xFFFFFFFFu, &o);
+            td_compare(&s, M, &o, &rh, 0, "high data, forced sparse");
+            assert_int_equal(td_ws_bytes(g.state), 0); /* released, not allocated again */
+        }
+        TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
+        td_poison(&g, 0xFFFFFFFFu);
+        td_forward(&g);
+        assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
+        td_backward(&g, 1.0f);
+        td_fetch(&g, 0xFFFFFFFFu, &o);
+        td_compare(&s, M, &o, &rh, 1, "high data, dense");
+        assert_int_equal(td_ws_bytes(g.state), need);
+        assert_true(twell_train_state_bytes(g.state) >= need);
+        /* low data, sparse: the first step forced (it gives AUTO the low count: the dense
+         * step's count is the high one), then AUTO; the workspace stays until the last */
+        g.x = xl, g.wg = wgl, g.wu = wul, g.wd = wdl, g.dy = dyl;
+        unsigned long rel0 = td_releases(g.state);
+        for (unsigned i = 1; i <= want_after; i++) {
+            TD_OK(twell_plan_set_path(g.plan, i == 1 ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO));
+            td_poison(&g, 0xFFFFFFFFu);
+            unsigned long w0 = tw_tc_host_waits();
+            td_forward(&g);
+            td_backward(&g, 1.0f);
+            unsigned long w = tw_tc_host_waits() - w0;
+            assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
+            size_t held = td_ws_bytes(g.state);
+            printf("# round %d, sparse step %u of %u: dense workspace %zu B, state %zu B, host "
+                   "waits %lu\n",
+                   round, i, want_after, held, twell_train_state_bytes(g.state), w);
+            if (round == 0 && i == 2)
+                waits_sparse = w; /* the buffers grew in step 1; from here one sync per step */
+            if (i < want_after) {
+                assert_int_equal(held, need);
+                assert_int_equal(td_releases(g.state), rel0);
+            } else {
+                assert_int_equal(held, 0);
+                assert_int_equal(td_releases(g.state), rel0 + 1);
+                assert_true(twell_train_state_bytes(g.state) < need);
+                assert_int_equal(w, waits_sparse); /* the release adds no host wait */
+            }
+            td_fetch(&g, 0xFFFFFFFFu, &o);
+            char label[64];
+            snprintf(label, sizeof label, "round %d, sparse step %u", round, i);
+            td_compare(&s, M, &o, &rl, 0, label);
+        }
+        want_after *= 2; /* dense again after a release doubles the hysteresis */
+    }
+    size_t peak = 0;
+    TD_OK(tw_test_control(TW_TC_TD_PEAK_BYTES, g.state, 0, &peak));
+    printf("# peak %zu B (dense workspace %zu B), now %zu B, %lu releases\n", peak, need,
+           twell_train_state_bytes(g.state), td_releases(g.state));
+    assert_true(peak >= need + twell_train_state_bytes(g.state));
+    g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
+    void *lb[] = {xl, wgl, wul, wdl, dyl};
+    for (size_t i = 0; i < 5; i++)
+        tw_cuda_free(g_ctx, lb[i]);
+    td_gpu_close(&g);
+    td_out_free(&o);
+    td_out_free(&rl);
+    td_out_free(&rh);
+    tw_t_data_free(&dl);
+    tw_t_data_free(&dh);
+}
+
 /* A caller-provided workspace: the dense path runs in it without allocating, the state does not
  * count it, too small a buffer gives TWELL_ERR_NO_MEMORY (DENSE) or the sparse path (AUTO). */
 static void test_gpu_train_dense_workspace(void **st) {
@@ -534,7 +646,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 2;
-    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 4];
+    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 5];
     static char names[sizeof td_cases / sizeof td_cases[0]][128];
     for (size_t i = 0; i < ncases; i++) {
         const td_case *c = &td_cases[i];
@@ -551,9 +663,11 @@ int main(int argc, char **argv) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_dense_switching);
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_dense_workspace);
         struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_dense_oom_fallback);
+        struct CMUnitTest t5 = cmocka_unit_test(test_gpu_train_dense_release);
         tests[n++] = t2;
         tests[n++] = t3;
         tests[n++] = t4;
+        tests[n++] = t5;
     }
     int rc = _cmocka_run_group_tests("test_gpu_train_dense", tests, n, NULL, NULL);
     twell_ctx_destroy(g_ctx);

@@ -2,8 +2,11 @@
  * checks, which do not need a device): twell_train_workspace_size gives the sparse state's
  * estimate for every path there, growing with M and the density; twell_train_state_set_workspace
  * is a CUDA-only feature (TWELL_ERR_UNSUPPORTED); bad arguments are rejected with *bytes = 0.
+ * The memory probes (the dense workspace held, its releases, the peak; a plan's accumulated
+ * inference needs) give their neutral values off CUDA.
  * labels: unit */
 #include "twellrt.h"
+#include "twellrt_internal.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -78,10 +81,40 @@ static void test_train_workspace_set_cpu(void **st) {
     twell_ctx_destroy(ctx);
 }
 
+static void test_train_workspace_probes_cpu(void **st) {
+    (void)st;
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
+    twell_shape s = twell_shape_default(64, 256);
+    twell_plan *plan = NULL;
+    twell_train_state *state = NULL;
+    assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
+    assert_int_equal(twell_train_state_create(plan, &state), TWELL_OK);
+    size_t ws = 1, peak = 1;
+    unsigned long rel = 1;
+    assert_int_equal(tw_test_control(TW_TC_TD_WORKSPACE_BYTES, state, &ws), TWELL_OK);
+    assert_int_equal(tw_test_control(TW_TC_TD_RELEASES, state, &rel), TWELL_OK);
+    assert_int_equal(tw_test_control(TW_TC_TD_PEAK_BYTES, state, 1, &peak), TWELL_OK);
+    assert_int_equal(ws, 0);
+    assert_int_equal(rel, 0);
+    assert_int_equal(peak, twell_train_state_bytes(state));
+    assert_int_equal(tw_test_control(TW_TC_TD_PEAK_BYTES, NULL, 0, &peak), TWELL_ERR_INVALID_ARG);
+    uint32_t acc[4] = {1, 1, 1, 1};
+    int grows[2] = {1, 1};
+    assert_int_equal(tw_test_control(TW_TC_FFN_NEEDS, plan, acc, grows), TWELL_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(acc[i], 0);
+    assert_int_equal(grows[0], 0);
+    assert_int_equal(grows[1], 0);
+    twell_train_state_destroy(state);
+    twell_plan_destroy(plan);
+    twell_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_workspace_size_cpu),
         cmocka_unit_test(test_train_workspace_set_cpu),
+        cmocka_unit_test(test_train_workspace_probes_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

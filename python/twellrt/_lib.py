@@ -258,7 +258,10 @@ def context(device) -> Context:
 # workspaces sized to the largest M and density it has run (28 per-layer plans of a 1.5B model
 # held 41 GiB at M = 16384 in one H100 run, on data 5x denser than intended), so a plan per layer
 # multiplies them by the depth of the model. The cost of sharing: the inference path AUTO picks
-# from the plan's previous call, i.e. the previous layer's density (see also ops._warmup_sync).
+# from the plan's previous call, i.e. the previous layer's density. The sparse lists are sized
+# for the densest layer by the library itself: every call accumulates its needs on the device
+# and later calls grow the lists from them without waiting (runtime/ops/ffn/cuda_ffn.c), so a
+# denser layer's needs are not lost when the host runs ahead of the GPU.
 # Training states (one per forward in flight) carry their own AUTO history.
 # --------------------------------------------------------------------------------------------
 
@@ -276,7 +279,6 @@ class Plan:
         self.handle = h
         self.shape = s
         self.path = 0
-        self.warm_calls = 0  # ops.WARMUP_SYNC_CALLS
         self.free_states = []  # training states not owned by a live forward
         self.K, self.N, self.T, self.C = K, N, T, C
         self._finalizer = weakref.finalize(self, Plan._destroy, h.value, self.free_states)

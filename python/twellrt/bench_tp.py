@@ -326,11 +326,6 @@ def model_bench(a, shape, profile, rank, world, dev, clock, dense_done):
         L = min(L, a.model_layers)
     r = {"shape": shape, "profile": profile, "layers": L, "tokens": a.tokens}
     t0 = time.time()
-    # The package waits for the first calls of each plan so the library sizes its lists for every
-    # layer sharing it (twellrt.ops.WARMUP_SYNC_CALLS); the per-layer runs used them up on other
-    # data, so give this model's layers the same start a fresh process would.
-    for plan in list(twellrt._lib._plans.values()):
-        plan.warm_calls = 0
     torch.manual_seed(0)
     model = bm.Model(K, N, L, H, dev)
     init_weights_on(model, 0, dev)

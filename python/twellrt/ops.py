@@ -94,24 +94,6 @@ def packed_cols(K: int, N: int, T: int = 256, C: int = 8) -> int:
     return _shape_words(K, N, T, C, _lib.DTYPE_BF16, True, 1)
 
 
-# The CUDA backend sizes a plan's sparse-inference lists from the first call of each new size and
-# afterwards from the previous call's counts, read only once that call has finished. When the
-# host runs ahead of the GPU (a whole model forward is queued), those counts are rarely seen, so
-# a plan shared by layers of different density keeps the capacity its first (often sparsest)
-# layer needed, and the entries of denser layers that do not fit go to the exact but slow
-# one-warp-per-row kernel: measured on an H100, 95 of a 210 ms 1.5B-model forward. Waiting for
-# the first calls of each plan lets the library see every layer's counts and grow once to fit
-# them all; later calls never wait. (To be fixed in the library: tracking the largest need over
-# calls on the device.)
-WARMUP_SYNC_CALLS = 64
-
-
-def _warmup_sync(plan, x):
-    if plan.warm_calls < WARMUP_SYNC_CALLS and x.is_cuda and not torch.cuda.is_current_stream_capturing():
-        plan.warm_calls += 1
-        torch.cuda.current_stream(x.device).synchronize()
-
-
 def _plan(op, x, N, T, C, gated, path="auto"):
     if path not in _lib.PATHS:
         raise invalid(f"twellrt.{op}: path must be one of {sorted(_lib.PATHS)}, got {path!r}")
@@ -216,7 +198,6 @@ def ffn_infer(
             y.data_ptr(), _stream(x.device),
         )
         ctx.check(st, "twell_ffn_infer")
-    _warmup_sync(plan, x)
     return y
 
 

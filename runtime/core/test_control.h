@@ -69,7 +69,14 @@ enum {
     TW_TC_FFN_MODULES,         /* (plan, int *out): tiled modules loaded (+ the row kernel) */
     TW_TC_FFN_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of the sparse workspace */
     TW_TC_FFN_PROBES,          /* (plan, int *out): calls that synchronised to size it */
-    TW_TC_FFN_CHUNK_ROWS,      /* (size_t *out): rows per pipeline run (no plan) */
+    /* (plan, uint32_t acc[4], int grows[2]): what the tiled chunks needed, accumulated on the
+     * device since plan creation (synchronises the device): acc[0] chunks that ran the exact
+     * fallback (eager calls and replays), acc[1..3] the most pair slots, overflowing row-tiles
+     * and rows one chunk needed; grows: workspace growths from those needs without a wait, [0]
+     * with the plan's work finished, [1] with calls still in flight (old buffers retired behind
+     * an event). Zeros for a plan not on CUDA. */
+    TW_TC_FFN_NEEDS,
+    TW_TC_FFN_CHUNK_ROWS, /* (size_t *out): rows per pipeline run (no plan) */
     /* (const twell_ctx *parent, const twell_shape *shape, char *err, size_t errlen): compiles
      * the portable row kernel for shape on parent's device into parent's disk cache, from any
      * thread (a worker context with parent's options: see tw_jit_cubin_detached). */
@@ -161,6 +168,16 @@ enum {
     TW_TC_TD_DOWNLOAD_P,
     /* (state, twell_path path (passed as an int), unsigned long *out): forwards run so far */
     TW_TC_TD_CALLS,
+    /* (state, size_t *out): device bytes of the dense path's own workspace held now (0: none,
+     * released while running sparse, or a lent one in use) */
+    TW_TC_TD_WORKSPACE_BYTES,
+    /* (state, unsigned long *out): times the own workspace was released (cuda_train_dense.h's
+     * TW_TD_RELEASE_FIRST rule, or freed to make room for the sparse state) */
+    TW_TC_TD_RELEASES,
+    /* (state, int reset, size_t *out): the largest twell_train_state_bytes seen after any op
+     * since the state was created or the last reset; reset != 0 then restarts it from what the
+     * state holds now */
+    TW_TC_TD_PEAK_BYTES,
     TW_TC_TD_LAST
 };
 

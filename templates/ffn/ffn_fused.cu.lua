@@ -58,11 +58,15 @@
 --       u64 at cnt + ((NT + 2) & ~1)
 --   3 twell_ffn_scan      grid 1 x 1024
 --       (bsum, M, bbase, cnt, ovf_base, item_base, flag, offsets, PAIR_CAP, OVF_CAP, OROW_CAP,
---        stats (u64[2] or NULL), stats_add (int), hflag (u32[4] or NULL))
+--        stats (u64[2] or NULL), stats_add (int), acc (u32[4] or NULL), hflag (u32[4] or NULL))
 --       last reader of cnt: zeroes cnt[0 .. NT+4) before it exits. stats != NULL: stats[0] =
 --       (stats_add ? stats[0] : 0) + the active values of these M rows, stats[1] = 0 (the
---       AUTO path's counts, so it needs no counting kernel of its own). hflag != NULL: a copy of
---       flag[0..3] (e.g. mapped page-locked host memory: no copy to enqueue after the call).
+--       AUTO path's counts, so it needs no counting kernel of its own). acc != NULL: the needs
+--       accumulated over every sequence that passed it (device memory the caller zeroes once):
+--       acc[0] += (flag[0] != 0) (sequences that ran the fallback), acc[i] = max(acc[i],
+--       flag[i]) for i = 1..3; one thread updates it, and sequences sharing acc must be ordered
+--       (one stream, or events). hflag != NULL: a copy of acc[0..3] (acc given) or flag[0..3]
+--       (e.g. mapped page-locked host memory: no copy to enqueue after the call).
 --   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
 --       (packed, M, bbase, sizes, offsets, desc, gv, flag)
 --   5 twell_ffn_ovf_gu    grid GU_BPS*SMs x GU_THR, SMEM_GU
@@ -227,7 +231,7 @@ twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned in
                unsigned int *ovf_base, unsigned int *item_base, unsigned int *flag,
                unsigned int *offsets, unsigned int pair_cap, unsigned int ovf_cap,
                unsigned int orow_cap, unsigned long long *stats, int stats_add,
-               unsigned int *hflag) {
+               unsigned int *acc, unsigned int *hflag) {
     tw_pdl_enter();
     tw_k_scan(bsum, ${NC} * ((TW_NG(M) + 7) / 8), bbase, cnt, ${NT}, ${S.T // 64}, ovf_base,
                item_base, flag, offsets + TW_NG(M) * ${NC}, pair_cap, ovf_cap, orow_cap);
@@ -236,9 +240,14 @@ twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned in
         stats[0] = (stats_add ? stats[0] : 0ull) + *TW_CNT_TOTAL(cnt);
         stats[1] = 0ull;
     }
-    if (threadIdx.x == 0 && hflag) { /* flag is final here (thread 0 of the scan wrote it) */
+    if (threadIdx.x == 0 && acc) { /* flag is final here (thread 0 of the scan wrote it) */
+        acc[0] += flag[0] != 0u ? 1u : 0u;
+        for (int i = 1; i < 4; i++)
+            acc[i] = max(acc[i], flag[i]);
+    }
+    if (threadIdx.x == 0 && hflag) {
         for (int i = 0; i < 4; i++)
-            hflag[i] = flag[i];
+            hflag[i] = acc ? acc[i] : flag[i];
     }
     if (threadIdx.x == 0 && (stats || hflag))
         __threadfence_system(); /* either may be host memory */

@@ -124,9 +124,11 @@ static void tw_ffn_ws_of(const twell_plan *plan, const tw_ffn *f, tw_ffn_ws *w) 
     }
 }
 
-/* Replaces *buf by a new device buffer of `bytes` (the old one must be idle; kept rather than
- * freed once a captured graph may use it). On failure keeps the old one, logs a warning and
- * returns 0: chunks that do not fit then run the exact fallback. */
+/* Replaces *buf by a new device buffer of `bytes`. The old one is freed at once when the plan's
+ * work is idle, else (f->retiring: earlier calls may still read it) put on the retired list,
+ * freed once f->retire completes; kept until release instead once a captured graph may use it.
+ * On failure keeps the old one, logs a warning and returns 0: chunks that do not fit then run
+ * the exact fallback. */
 static int tw_ffn_realloc(twell_ctx *ctx, tw_ffn *f, void **buf, size_t bytes, const char *what) {
     void *p = NULL;
     if (tw_cuda_malloc(ctx, bytes, &p) != TWELL_OK) {
@@ -136,7 +138,10 @@ static int tw_ffn_realloc(twell_ctx *ctx, tw_ffn *f, void **buf, size_t bytes, c
                what, bytes, twell_ctx_errmsg(ctx));
         return 0;
     }
-    tw_cuda_keep_free(ctx, &f->keep, f->captured, *buf);
+    if (f->retiring && *buf && !f->captured && f->nretired < 3)
+        f->retired[f->nretired++] = *buf;
+    else /* (a full retired list never happens: kept to the end rather than freed in use) */
+        tw_cuda_keep_free(ctx, &f->keep, f->captured || f->retiring, *buf);
     *buf = p;
     return 1;
 }
@@ -205,11 +210,13 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
  * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
- * stats_add). cnt is memset only while f->cnt_dirty (the scan leaves it zero), and always in a
- * captured call: a graph may be replayed after an eager sequence that stopped half-way. */
+ * stats_add); acc (f->acc or NULL) accumulates the chunk's needs, hflag (or NULL) mirrors acc.
+ * cnt is memset only while f->cnt_dirty (the scan leaves it zero), and always in a captured
+ * call: a graph may be replayed after an eager sequence that stopped half-way. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                    const uint32_t *packed, uint64_t *stats, int stats_add,
-                                   uint32_t *hflag, int capturing, twell_stream stream) {
+                                   uint32_t *acc, uint32_t *hflag, int capturing,
+                                   twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
     unsigned pair_cap = (unsigned)f->pair_cap;
@@ -222,7 +229,7 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
                  stream, a_prep));
     void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
                       &w->item_base, &w->flag, &w->offsets, &pair_cap, &ovf_cap,
-                      &orow_cap,     &stats,   &stats_add,  &hflag};
+                      &orow_cap,     &stats,   &stats_add,  &acc,      &hflag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     f->cnt_dirty = 0;
     return TWELL_OK;
@@ -303,47 +310,86 @@ static int tw_ffn_grow(twell_plan *plan, tw_ffn *f, const tw_ffn_need *n) {
     return grew;
 }
 
-/* Reads the flag copies of the previous call if its event has completed (never waits) and grows
- * the buffers that were too small. The plan's earlier work has then all finished (calls are
- * ordered through the event), so the old buffers can be freed. */
+/* 1 if some capacity is below what `n` needs. */
+static int tw_ffn_short(const tw_ffn *f, const tw_ffn_need *n) {
+    return n->pairs > f->pair_cap || n->ovf > f->ovf_cap || n->orows > f->orow_cap;
+}
+
+/* Frees the retired buffers once the calls that could read them have finished, then reads the
+ * mirror of the accumulated needs (never waits: each word is a lower bound of the device's) and
+ * grows what is too small. With the plan's work idle the old buffers are freed at once; with
+ * calls in flight they are retired behind an event recorded after those calls (one retirement
+ * at a time: while one is pending, growth waits for a later call, whose chunks meanwhile run
+ * the exact fallback where they do not fit). Growth is rare (+25% headroom, buffers never
+ * shrink); where the driver's cuMemFree itself waits for the device, that happens once per
+ * growth, never in the steady state. */
 static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
-    if (!f->pending)
-        return TWELL_OK;
-    int done = 0;
-    TW_TRY(tw_cuda_event_query(plan->ctx, f->done, &done));
-    if (!done)
-        return TWELL_OK;
-    f->pending = 0;
-    tw_ffn_need n = {0, 0, 0};
-    for (unsigned i = 0; i < TW_SLOTS; i++) {
-        tw_ffn_needs(f->hflags + 4 * i, &n);
-        memset(f->hflags + 4 * i, 0, 16);
+    twell_ctx *ctx = plan->ctx;
+    if (f->nretired) {
+        int done = 0;
+        TW_TRY(tw_cuda_event_query(ctx, f->retire, &done));
+        if (done) {
+            for (int i = 0; i < f->nretired; i++)
+                tw_cuda_free(ctx, f->retired[i]);
+            f->nretired = 0;
+        }
     }
-    if (!f->pinned)
-        (void)tw_ffn_grow(plan, f, &n);
-    return TWELL_OK;
+    if (f->pinned)
+        return TWELL_OK;
+    volatile const uint32_t *mirror = f->hflags;
+    uint32_t fl[4] = {mirror[0], mirror[1], mirror[2], mirror[3]};
+    tw_ffn_need n = {0, 0, 0};
+    tw_ffn_needs(fl, &n);
+    if (!tw_ffn_short(f, &n))
+        return TWELL_OK;
+    int idle = !f->used;
+    if (!idle)
+        TW_TRY(tw_cuda_event_query(ctx, f->done, &idle));
+    if (idle) {
+        if (tw_ffn_grow(plan, f, &n))
+            f->grows[0]++;
+        return TWELL_OK;
+    }
+    if (f->nretired)
+        return TWELL_OK;
+    f->retiring = 1;
+    int grew = tw_ffn_grow(plan, f, &n);
+    f->retiring = 0;
+    if (grew)
+        f->grows[1]++;
+    if (!f->nretired)
+        return TWELL_OK;
+    /* after every call enqueued so far (calls on other streams wait for done on theirs) */
+    twell_status st = tw_cuda_event_record(ctx, f->retire, f->last_stream);
+    if (st != TWELL_OK) { /* no event to wait for: keep them to the plan's release instead */
+        for (int i = 0; i < f->nretired; i++)
+            tw_cuda_keep_free(ctx, &f->keep, 1, f->retired[i]);
+        f->nretired = 0;
+    }
+    return st;
 }
 
 /* The first chunk of a new largest size: run the pre-pass, read the exact needs (one host
- * synchronisation), grow, and run the pre-pass again so its flags see the new capacities. */
+ * synchronisation), grow, and run the pre-pass again so its flags see the new capacities (and
+ * only it accumulates into acc: the first pass's fallback bit would count a fallback that does
+ * not happen). */
 static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
                                  const uint32_t *packed, uint64_t *stats, int stats_add,
                                  uint32_t *hflag, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
-    uint32_t *hf = f->hflags + 4 * TW_SLOTS;
+    uint32_t *hf = f->hflags + 4;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, hflag, 0, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, NULL, NULL, 0, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
     tw_ffn_needs(hf, &n);
-    if (!tw_ffn_grow(plan, f, &n))
-        return TWELL_OK;
-    /* a failed allocation keeps the old buffers: the device flag sends what does not fit to the
-     * fallback */
-    tw_ffn_ws_of(plan, f, w);
+    /* the stream is idle up to here; work on other streams was ordered before this call */
+    if (tw_ffn_grow(plan, f, &n)) /* a failed allocation keeps the old buffers: the device flag
+                                     sends what does not fit to the fallback */
+        tw_ffn_ws_of(plan, f, w);
     /* the first pass counted the active values into stats already (capacity-independent) */
-    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, hflag, 0, stream);
+    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, f->acc, hflag, 0, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -427,26 +473,26 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
-        /* the chunk's flag words reach pinned slot c % TW_SLOTS: written by the scan itself when
-         * the slots are mapped, else copied after the chunk (neither in a captured call) */
-        uint32_t *hflag = f->hflags_dev && !capturing ? f->hflags_dev + 4 * (c % TW_SLOTS) : NULL;
+        /* every chunk accumulates its needs into acc (replays of a captured call too); the
+         * scan mirrors acc into the mapped pinned words itself, else the call copies it once
+         * at its end (neither in a captured call) */
+        uint32_t *hflag = f->hflags_dev && !capturing ? f->hflags_dev : NULL;
         if (probe)
             TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, hflag, capturing, stream));
-        TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
-        if (!hflag && !capturing)
             TW_TRY(
-                tw_cuda_memcpy_dtoh_async(ctx, f->hflags + 4 * (c % TW_SLOTS), w.flag, 16, stream));
+                tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, f->acc, hflag, capturing, stream));
+        TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
     }
     f->last_flag = w.flag;
     if (capturing) {
         f->captured = 1; /* the graph holds the workspace from now on */
         return TWELL_OK;
     }
+    if (!f->hflags_dev)
+        TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, f->hflags, f->acc, 16, stream));
     if (probe && chunk > f->cur->probed)
         f->cur->probed = chunk;
-    f->pending = 1;
     return TWELL_OK;
 }
 
@@ -687,8 +733,6 @@ static twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, 
     tw_cu_scope sc;
     TW_TRY(tw_tc_enter(plan, &f, &sc));
     twell_status st = TWELL_OK;
-    f->pending = 0;
-    memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
     if (pair_cap == 0 && ovf_cap == 0) {
         f->pinned = 0;
         for (size_t i = 0; i < f->ntk; i++) /* the next call measures again */
@@ -752,6 +796,20 @@ static size_t tw_cuda_ffn_workspace_bytes(const twell_plan *plan) {
 static int tw_cuda_ffn_probes(const twell_plan *plan) {
     const tw_ffn *f = tw_plan_ffn(plan);
     return f ? f->probes : 0;
+}
+
+/* The accumulated needs (device copy, after a device synchronisation) and the growth counts. */
+static twell_status tw_cuda_ffn_needs(twell_plan *plan, uint32_t acc[4], int grows[2]) {
+    tw_ffn *f;
+    tw_cu_scope sc;
+    memset(acc, 0, 16);
+    grows[0] = grows[1] = 0;
+    TW_TRY(tw_tc_enter(plan, &f, &sc));
+    twell_status st = tw_cuda_memcpy_dtoh(plan->ctx, acc, f->acc, 16);
+    grows[0] = f->grows[0];
+    grows[1] = f->grows[1];
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
 }
 
 /* The forced kernel's name (test control): -1 when unknown. */
@@ -826,6 +884,16 @@ twell_status tw_ffn_test_control(int op, va_list ap) {
     case TW_TC_FFN_PROBES:
         *va_arg(ap, int *) = tw_cuda_ffn_probes(plan);
         return TWELL_OK;
+    case TW_TC_FFN_NEEDS: {
+        uint32_t *acc = va_arg(ap, uint32_t *);
+        int *grows = va_arg(ap, int *);
+        if (!tw_plan_ffn(plan)) { /* probe of a plan not on CUDA: neutral values */
+            memset(acc, 0, 16);
+            grows[0] = grows[1] = 0;
+            return TWELL_OK;
+        }
+        return tw_cuda_ffn_needs(plan, acc, grows);
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }

@@ -80,11 +80,16 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
  *    device flag words to pinned memory, waits for the stream, sizes the pair list and the dense
  *    overflow buffers (row-tiles, rows) from the exact counts (+25%) and re-runs the pre-pass:
  *    one synchronisation per new largest chunk, never in the steady state;
- *  - every call puts each chunk's flag words into pinned memory (the scan writes them there when
- *    the driver maps it, else an asynchronous copy) and records an event; the next call reads them
- * only if that event has completed (cuEventQuery, no wait), and grows the buffers when a call
- * needed more than they held (denser data than the probe; the counts are exact whatever the
- * capacities, so no second probe is needed). A chunk that does not fit runs the exact row kernel
+ *  - every chunk's scan accumulates its needs (exact whatever the capacities) into a device
+ *    record of the largest needs since plan creation and mirrors it to pinned memory (the scan
+ *    writes it there when the driver maps it, else one asynchronous copy per call); each call
+ *    reads the mirror first (no wait: every value is a lower bound of the device's) and grows the
+ *    buffers some chunk needed more than (denser data than the probe, e.g. a denser layer sharing
+ *    the plan; no second probe). Nothing is lost however far the host runs ahead: the need stays
+ *    in the record until a call sees it. With the plan's calls finished (event query) the old
+ *    buffers are freed at once; with calls in flight they are retired behind an event recorded
+ *    after them and freed by a later call once it has completed (one retirement at a time; until
+ *    it completes, growth waits). A chunk that does not fit runs the exact row kernel
  * instead (device-side flag), so every call is correct whatever the capacities; results are bitwise
  * reproducible for a given workspace state (a fallback chunk and a tiled one differ at rounding
  * level).

@@ -27,7 +27,6 @@ _Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's k
 /* The tiled modules one plan may hold: the default plus distinct tuned configurations (beyond
  * that a bucket keeps the default). */
 #define TW_FFN_MAX_TK 8
-#define TW_SLOTS 16u /* pinned flag slots: chunk c of a call writes slot c % TW_SLOTS */
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
 
 struct tw_ffn {
@@ -62,12 +61,25 @@ struct tw_ffn {
     int pinned;    /* capacities fixed through test control: no probe, no growth */
     int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
     int probes;
-    uint32_t *hflags;     /* pinned host memory: [TW_SLOTS + 1][4], the last row is the probe's */
-    uint32_t *hflags_dev; /* its device address: the scan writes the slots itself (NULL: the
-                             driver cannot map it; a copy is enqueued instead) */
+    /* What the data needed, accumulated on the device by every tiled chunk's scan (ffn_fused's
+     * acc): [0] chunks that ran the fallback, [1] the most pair slots, [2] overflowing row-tiles,
+     * [3] overflowing rows any chunk needed. Never reset (buffers never shrink), so a need is
+     * never lost however far the host runs ahead: each eager call reads the host mirror and
+     * grows without waiting (tw_ffn_collect). */
+    uint32_t *acc;        /* device u32[4], zeroed at plan creation */
+    uint32_t *hflags;     /* pinned host memory [2][4]: [0] the mirror of acc (each value is a
+                             lower bound of what acc holds, read at any time), [1] the probe's */
+    uint32_t *hflags_dev; /* its device address: the scan writes the mirror itself (NULL: the
+                             driver cannot map it; a copy is enqueued after each call instead) */
     tw_cuda_event done;   /* recorded after each call's last work */
     int used;             /* done has been recorded */
-    int pending;          /* the slots hold copies not read yet */
+    /* buffers replaced while earlier calls may still read them: freed once `retire`, recorded
+     * after those calls, has completed (checked at each eager call, never waited for) */
+    void *retired[3];
+    int nretired;
+    int retiring; /* set while collect grows with calls in flight */
+    tw_cuda_event retire;
+    int grows[2]; /* growths with the plan's work finished [0], while it was in flight [1] */
     twell_stream last_stream;
     const uint32_t *last_flag; /* device flag words of the last tiled chunk (TW_TC_FFN_FLAGS) */
     int captured;              /* a captured call used the workspace: replaced buffers are kept */

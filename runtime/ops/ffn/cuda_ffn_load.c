@@ -172,13 +172,21 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
     memset(f->bucket, -1, sizeof f->bucket);
     f->tune_on_first_use = ctx->tune_on_first_use;
     twell_status st = tw_cuda_event_create(ctx, &f->done);
-    void *hf = NULL;
     if (st == TWELL_OK)
-        st = tw_cuda_host_alloc(ctx, 16u * (TW_SLOTS + 1u), &hf);
+        st = tw_cuda_event_create(ctx, &f->retire);
+    void *hf = NULL, *acc = NULL;
+    if (st == TWELL_OK)
+        st = tw_cuda_host_alloc(ctx, 32u, &hf);
     f->hflags = hf;
+    if (st == TWELL_OK)
+        st = tw_cuda_malloc(ctx, 16u, &acc);
+    f->acc = acc;
     if (st == TWELL_OK) {
-        memset(f->hflags, 0, 16u * (TW_SLOTS + 1u));
-        void *hd = NULL; /* optional: without it every chunk enqueues a 16-byte copy */
+        memset(f->hflags, 0, 32u);
+        st = tw_cuda_memcpy_htod(ctx, f->acc, f->hflags, 16u); /* acc starts at zero */
+    }
+    if (st == TWELL_OK) {
+        void *hd = NULL; /* optional: without it every call enqueues a 16-byte copy */
         if (tw_cuda_host_device_ptr(ctx, hf, &hd) == TWELL_OK)
             f->hflags_dev = hd;
         st = tw_ffn_load_tiled(plan, f);
@@ -214,7 +222,11 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f) {
     tw_cuda_free(ctx, f->ws_rows);
     tw_cuda_free(ctx, f->ws_ovf);
     tw_cuda_free(ctx, f->ws_pairs);
+    for (int i = 0; i < f->nretired; i++) /* the plan's release synchronised the device */
+        tw_cuda_free(ctx, f->retired[i]);
+    tw_cuda_free(ctx, f->acc);
     tw_cuda_host_free(ctx, f->hflags);
     tw_cuda_event_destroy(ctx, f->done);
+    tw_cuda_event_destroy(ctx, f->retire);
     free(f);
 }

@@ -210,6 +210,12 @@ static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_c
         want = bytes;
         st = tw_cuda_malloc(ctx, want, &p);
     }
+    if (st != TWELL_OK && tw_ctd_trim(state)) { /* the idle dense workspace makes room */
+        tw_log(ctx, TWELL_LOG_INFO,
+               "%s: freed the dense path's idle workspace to make room for the %s", fn,
+               tw_ct_buf_names[b]);
+        st = tw_cuda_malloc(ctx, want, &p);
+    }
     state->bytes = tw_ct_bytes(t);
     if (st != TWELL_OK)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY,
@@ -687,6 +693,8 @@ twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, 
         st = tw_ctd_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
     else
         st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
+    if (st == TWELL_OK)
+        tw_ctd_note_bytes(state);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }

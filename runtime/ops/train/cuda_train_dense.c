@@ -51,6 +51,14 @@ struct tw_tdense {
     void *buf, *pu, *part;
     twell_path last;
     unsigned long calls[3];
+    /* AUTO's release of the own workspace while it runs sparse (tw_ctd_note_sparse) */
+    tw_cuda_event ws_ev;    /* recorded after the last enqueued work that uses the workspace */
+    int ws_ev_set;          /* ws_ev has been recorded */
+    unsigned sparse_run;    /* sparse forwards since the last dense one */
+    unsigned release_after; /* sparse forwards before the release (TW_TD_RELEASE_*) */
+    int released;           /* freed by that rule and not allocated again since */
+    unsigned long releases; /* times it was freed so */
+    size_t peak;            /* high-water mark of twell_train_state_bytes (TW_TC_TD_PEAK_BYTES) */
 };
 
 #define TD_TRY(expr)                                                                               \
@@ -91,7 +99,10 @@ static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdens
         st = tw_cuda_host_alloc(ctx, 8u, &h);
     if (st == TWELL_OK)
         st = tw_cuda_event_create(ctx, &d->ev);
+    if (st == TWELL_OK)
+        st = tw_cuda_event_create(ctx, &d->ws_ev);
     if (st != TWELL_OK) {
+        tw_cuda_event_destroy(ctx, d->ev);
         tw_cuda_free(ctx, d->dcount);
         tw_cuda_host_free(ctx, h);
         free(d);
@@ -99,6 +110,7 @@ static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdens
     }
     d->hcount = h;
     d->est = -1.0;
+    d->release_after = TW_TD_RELEASE_FIRST;
     d->min_rows = TW_TD_MIN_ROWS;
     d->last = TWELL_PATH_AUTO;
     state->dense = d;
@@ -274,6 +286,39 @@ twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, siz
     return st;
 }
 
+void tw_ctd_note_bytes(twell_train_state *state) {
+    tw_tdense *d = td_get(state);
+    size_t b = state->bytes + tw_ctd_held(state);
+    if (d && b > d->peak)
+        d->peak = b;
+}
+
+/* Frees the own workspace if the work that used it has finished (queried, never waited for);
+ * 1 if it was freed. */
+static int td_release(twell_ctx *ctx, tw_tdense *d) {
+    int done = 1;
+    if (d->ws_ev_set && tw_cuda_event_query(ctx, d->ws_ev, &done) != TWELL_OK)
+        done = 0; /* a failing query: keep it (the error shows up at the next sync) */
+    if (!done)
+        return 0;
+    tw_cuda_free(ctx, d->own);
+    d->own = NULL;
+    d->own_bytes = 0;
+    d->buf = d->pu = d->part = NULL;
+    d->ws_ev_set = 0;
+    d->released = 1;
+    d->releases++;
+    return 1;
+}
+
+int tw_ctd_trim(twell_train_state *state) {
+    tw_tdense *d = td_get(state);
+    if (!d || !d->own || state->ws || d->saved_M != 0)
+        return 0;
+    d->ws_ev_set = 0; /* the caller synchronised the device */
+    return td_release(state->plan->ctx, d);
+}
+
 void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
     tw_tdense *d = td_get(state);
     if (!d)
@@ -282,6 +327,12 @@ void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
     d->pending = 0; /* newer than any dense count still in flight */
     d->last = TWELL_PATH_SPARSE;
     d->calls[TWELL_PATH_SPARSE]++;
+    tw_ctd_note_bytes(state); /* before a release: the step held both */
+    if (d->sparse_run < UINT_MAX)
+        d->sparse_run++;
+    /* the saved dense forward is gone (tw_ctd_pick), so nothing reads the workspace any more */
+    if (d->own && !state->ws && d->sparse_run >= d->release_after)
+        (void)td_release(state->plan->ctx, d);
 }
 
 int tw_ctd_saved(const twell_train_state *state, size_t M) {
@@ -290,7 +341,8 @@ int tw_ctd_saved(const twell_train_state *state, size_t M) {
 }
 
 /* Workspace for M rows: the caller's when set (never allocating), else our own, grown after a
- * device synchronisation (earlier steps may still use it). */
+ * device synchronisation (earlier steps may still use it; none when AUTO released it, see
+ * tw_ctd_note_sparse: nothing can use it then). */
 static twell_status td_reserve(twell_plan *plan, twell_train_state *state, tw_tdense *d, size_t M) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
@@ -307,10 +359,17 @@ static twell_status td_reserve(twell_plan *plan, twell_train_state *state, tw_td
         base = state->ws;
     } else {
         if (d->own_bytes < need) {
-            TD_TRY(tw_cuda_synchronize(ctx));
+            if (d->own) /* earlier steps may still use it */
+                TD_TRY(tw_cuda_synchronize(ctx));
             tw_cuda_free(ctx, d->own);
             d->own = NULL;
             d->own_bytes = 0;
+            if (d->released) { /* back to dense after a release: hold it longer next time */
+                d->released = 0;
+                d->release_after = d->release_after >= TW_TD_RELEASE_MAX / 2
+                                       ? TW_TD_RELEASE_MAX
+                                       : 2u * d->release_after;
+            }
             void *p = NULL;
             twell_status st = tw_cuda_malloc(ctx, need, &p);
             if (st != TWELL_OK)
@@ -326,6 +385,17 @@ static twell_status td_reserve(twell_plan *plan, twell_train_state *state, tw_td
     d->buf = base;
     d->pu = base + td_align(M * 3u * s->N * 2u);
     d->part = (char *)d->pu + td_align(M * s->N * 4u);
+    return TWELL_OK;
+}
+
+/* Records ws_ev after the work just enqueued on stream, which used the workspace (only ours
+ * matters: a lent one is never freed here). */
+static twell_status td_mark_used(twell_ctx *ctx, const twell_train_state *state, tw_tdense *d,
+                                 twell_stream stream) {
+    if (state->ws || !d->own)
+        return TWELL_OK;
+    TD_TRY(tw_cuda_event_record(ctx, d->ws_ev, stream));
+    d->ws_ev_set = 1;
     return TWELL_OK;
 }
 
@@ -417,11 +487,14 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     TD_TRY(tw_cu_launch(ctx, d->fn[TD_AUX], &cfg, stream, sargs));
     TD_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hcount, d->dcount, 8u, stream));
     TD_TRY(tw_cuda_event_record(ctx, d->ev, stream));
+    TD_TRY(td_mark_used(ctx, state, d, stream));
     d->pending = 1;
     d->pending_M = M;
     d->saved_M = M;
     d->last = TWELL_PATH_DENSE;
     d->calls[TWELL_PATH_DENSE]++;
+    d->sparse_run = 0;
+    tw_ctd_note_bytes(state);
     return TWELL_OK;
 }
 
@@ -475,7 +548,7 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
         TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     }
-    return TWELL_OK;
+    return td_mark_used(ctx, state, d, stream);
 }
 
 twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
@@ -511,6 +584,7 @@ void tw_ctd_release(twell_train_state *state) {
         tw_cuda_free(ctx, d->dcount);
         tw_cuda_host_free(ctx, d->hcount);
         tw_cuda_event_destroy(ctx, d->ev);
+        tw_cuda_event_destroy(ctx, d->ws_ev);
         tw_cu_leave(ctx, &sc);
     }
     free(d);
@@ -605,6 +679,26 @@ twell_status tw_td_test_control(int op, va_list ap) {
     case TW_TC_TD_CALLS: {
         twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
         *va_arg(ap, unsigned long *) = tw_ctd_calls(state, path);
+        return TWELL_OK;
+    }
+    case TW_TC_TD_WORKSPACE_BYTES: {
+        const tw_tdense *d = state->dense;
+        *va_arg(ap, size_t *) = d ? d->own_bytes : 0u;
+        return TWELL_OK;
+    }
+    case TW_TC_TD_RELEASES: {
+        const tw_tdense *d = state->dense;
+        *va_arg(ap, unsigned long *) = d ? d->releases : 0u;
+        return TWELL_OK;
+    }
+    case TW_TC_TD_PEAK_BYTES: {
+        int reset = va_arg(ap, int);
+        size_t *out = va_arg(ap, size_t *);
+        tw_tdense *d = state->dense;
+        size_t now = twell_train_state_bytes(state);
+        *out = d && d->peak > now ? d->peak : now;
+        if (d && reset)
+            d->peak = now;
         return TWELL_OK;
     }
     }

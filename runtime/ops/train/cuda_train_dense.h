@@ -45,8 +45,17 @@ twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, siz
                                  const void *x, const void *wg, const void *wu, const void *wd,
                                  void *y, float *stats, twell_stream stream);
 
-/* Records a sparse forward's exact L0 (active values per row = nnz / M) for AUTO. */
+/* Records a sparse forward's exact L0 (active values per row = nnz / M) for AUTO, and releases
+ * the dense path's own workspace by the rule of TW_TD_RELEASE_FIRST. Never waits. */
 void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz);
+
+/* Raises the state's high-water mark of twell_train_state_bytes to what it holds now (after
+ * each op; TW_TC_TD_PEAK_BYTES reads it). */
+void tw_ctd_note_bytes(twell_train_state *state);
+
+/* The sparse path could not allocate: frees the dense path's own workspace if it holds no saved
+ * forward (the caller has synchronised the device). 1 if it freed something. */
+int tw_ctd_trim(twell_train_state *state);
 
 /* 1 if the state's saved forward is dense (the backward must then run tw_ctd_backward). */
 int tw_ctd_saved(const twell_train_state *state, size_t M);
@@ -82,8 +91,27 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
 #define TW_TD_STAY 0.9
 #define TW_TD_MIN_ROWS ((size_t)1024)
 
+/* Release of the dense path's own workspace (M·N·10 bytes: 0.86 GiB at M = 16384, N = 5632)
+ * once the state runs sparse. AUTO's first forward of a large M is dense, and the workspace then
+ * sat idle beside the sparse state for the rest of training (session 4, H100: 1.18 GiB held in
+ * AUTO at 29 active per row, 0.32 GiB of it the sparse state). Rule: after release_after
+ * consecutive sparse forwards (TW_TD_RELEASE_FIRST at first) the workspace is freed at the end
+ * of the next sparse forward whose check finds the work that last used it finished (an event
+ * recorded after each dense forward and backward, queried, never waited for: the sparse
+ * forward's own host sync has normally retired that work already). Hysteresis: each time a dense
+ * forward has to allocate it again after such a release, release_after doubles, up to
+ * TW_TD_RELEASE_MAX, so data hovering at the switch (the path hysteresis of TW_TD_STAY notwith-
+ * standing) costs at most one free and one allocation per TW_TD_RELEASE_MAX sparse steps in the
+ * long run. A lent workspace (twell_train_state_set_workspace) is the caller's and never freed.
+ * The peak of a step that switches is the dense workspace plus the sparse state; afterwards only
+ * the sparse state is held. Also, when a sparse buffer cannot be allocated, an idle dense
+ * workspace is freed to make room (tw_ctd_trim). */
+#define TW_TD_RELEASE_FIRST 4u
+#define TW_TD_RELEASE_MAX 256u
+
 /* The TW_TC_TD_* operations of tw_test_control (test_control.h): the path last run, the AUTO
- * estimate and threshold, the weight-gradient ring depth, the saved gate, call counts. */
+ * estimate and threshold, the weight-gradient ring depth, the saved gate, call counts, the own
+ * workspace's bytes and releases, the state's peak bytes. */
 twell_status tw_td_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_TRAIN_DENSE_H */

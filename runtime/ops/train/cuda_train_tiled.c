@@ -184,12 +184,12 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     void *a_prep[] = {(void *)&packed, &m,        &c->cnt,   &c->ovf_rows, &c->ovf_slot,
                       &c->orow_idx,    &c->orows, &c->sizes, &c->bsum};
     TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_PREP], NB, 1, 256, 0, stream, a_prep));
-    unsigned long long *no_stats = NULL; /* AUTO's count and the host flag copy: not used here */
+    unsigned long long *no_stats = NULL; /* AUTO's count, the needs, the host copy: not here */
     int stats_add = 0;
-    uint32_t *no_hflag = NULL;
+    uint32_t *no_acc = NULL, *no_hflag = NULL;
     void *a_scan[] = {&c->bsum,      &m,        &c->bbase,   &c->cnt,   &c->ovf_base,
                       &c->item_base, &c->flag,  &c->offsets, &pair_cap, &big,
-                      &big,          &no_stats, &stats_add,  &no_hflag};
+                      &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
     void *a_build[] = {(void *)&packed, &m,       &c->bbase, &c->sizes,
