@@ -146,6 +146,12 @@ typedef struct twell_ctx_options {
      * context that compiles: a later context that names another library logs a warning and uses
      * the one loaded. */
     const char *nvrtc_library;
+    /* Pointer checks (CUDA): a plan remembers the last 16 distinct device addresses its calls
+     * passed and asks the driver only about new ones (see "Pointer checks" under Inference ops).
+     * ON (the built-in default) remembers; OFF asks the driver about every pointer of every call
+     * (one query per pointer: several microseconds of host time per call). DEFAULT: OFF when
+     * $TWELL_POINTER_CACHE is "0". */
+    twell_switch pointer_cache;
 } twell_ctx_options;
 
 /* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every
