@@ -32,6 +32,7 @@ typedef struct bench_opts {
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
     const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
                             "both" or "host" (host time per call: bench_ffn.c) */
+    int gated;           /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;
@@ -46,6 +47,7 @@ typedef struct bench_record {
     double nnz_target; /* the synthetic data's target active neurons per row */
     double nnz_mean;   /* measured on our output */
     char variant[16];  /* which of our kernels ran */
+    int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */
     double baseline_ms;
