@@ -168,8 +168,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
         } else if (!strcmp(key, "--mode")) {
             o->mode = v;
-            bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both") &&
-                  strcmp(v, "host");
+            bad =
+                strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both") && strcmp(v, "host");
         } else if (!strcmp(key, "--gated")) {
             uint32_t g = 1;
             bad = tw_cli_u32(v, 0, 1, &g);

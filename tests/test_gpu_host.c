@@ -216,8 +216,8 @@ static void test_gpu_host_steady_calls(void **state) {
     uint16_t *ref = malloc(yb);
     size_t *rows = malloc(c->M * sizeof *rows);
     assert_true(ref && rows);
-    TW_GPU_OK(gh_ctx, tw_ffn_infer_ref(gh_ctx->pool, &s, c->M, f->x, on.packed, f->wg, f->wu,
-                                       f->wd, ref));
+    TW_GPU_OK(gh_ctx,
+              tw_ffn_infer_ref(gh_ctx->pool, &s, c->M, f->x, on.packed, f->wg, f->wu, f->wd, ref));
     for (size_t i = 0; i < c->M; i++)
         rows[i] = i;
     size_t wr = 0;
@@ -234,8 +234,8 @@ static void test_gpu_host_steady_calls(void **state) {
     printf("#   %-28s scope %lu; want gate_pack %lu, ffn_infer %lu (sm_90a)\n", c->name, scope,
            gate_want, ffn_want);
     for (int i = 0; i < GH_CALLS; i++) {
-        printf("#   %-28s call %d: gate_pack %lu (off %lu), ffn_infer %lu (off %lu)\n", c->name,
-               i, on.gate[i], off.gate[i], on.ffn[i], off.ffn[i]);
+        printf("#   %-28s call %d: gate_pack %lu (off %lu), ffn_infer %lu (off %lu)\n", c->name, i,
+               on.gate[i], off.gate[i], on.ffn[i], off.ffn[i]);
         assert_int_equal(on.gate[i], on.gate[0]);
         assert_int_equal(on.ffn[i], on.ffn[0]);
         assert_int_equal(off.gate[i], on.gate[i] + 3 * per_ptr);

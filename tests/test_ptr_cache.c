@@ -148,9 +148,12 @@ static void test_ptr_cache_cpu_backend(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ptr_cache_hit_and_miss), cmocka_unit_test(test_ptr_cache_null_never),
-        cmocka_unit_test(test_ptr_cache_lru_keeps_hot), cmocka_unit_test(test_ptr_cache_lru_order),
-        cmocka_unit_test(test_ptr_cache_tick_wrap),     cmocka_unit_test(test_ptr_cache_cpu_backend),
+        cmocka_unit_test(test_ptr_cache_hit_and_miss),
+        cmocka_unit_test(test_ptr_cache_null_never),
+        cmocka_unit_test(test_ptr_cache_lru_keeps_hot),
+        cmocka_unit_test(test_ptr_cache_lru_order),
+        cmocka_unit_test(test_ptr_cache_tick_wrap),
+        cmocka_unit_test(test_ptr_cache_cpu_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

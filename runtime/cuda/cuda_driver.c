@@ -573,7 +573,8 @@ twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, siz
 }
 
 twell_status tw_cuda_memcpy_dtod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    TW_CU_SCOPED(ctx, "cuMemcpyDtoD_v2", r_ = TW_CU(ctx, MemcpyDtoD)(tw_dptr(dst), tw_dptr(src), bytes));
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoD_v2",
+                 r_ = TW_CU(ctx, MemcpyDtoD)(tw_dptr(dst), tw_dptr(src), bytes));
 }
 
 twell_status tw_cuda_memset_d32(twell_ctx *ctx, void *dst, uint32_t value, size_t count,
@@ -595,7 +596,8 @@ twell_status tw_cuda_synchronize(twell_ctx *ctx) {
 
 twell_status tw_cuda_stream_synchronize(twell_ctx *ctx, twell_stream stream) {
     atomic_fetch_add(&tw_host_waits, 1ul);
-    TW_CU_SCOPED(ctx, "cuStreamSynchronize", r_ = TW_CU(ctx, StreamSynchronize)((tw_CUstream)stream));
+    TW_CU_SCOPED(ctx, "cuStreamSynchronize",
+                 r_ = TW_CU(ctx, StreamSynchronize)((tw_CUstream)stream));
 }
 
 twell_status tw_cuda_stream_create(twell_ctx *ctx, twell_stream *out) {
@@ -675,8 +677,8 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r =
-        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : TW_CU(ctx, MemAllocHost)(&p, bytes ? bytes : 1);
+    tw_CUresult r = tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY
+                                   : TW_CU(ctx, MemAllocHost)(&p, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
@@ -738,7 +740,8 @@ twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done) {
 }
 
 twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev) {
-    TW_CU_SCOPED(ctx, "cuStreamWaitEvent", r_ = TW_CU(ctx, StreamWaitEvent)((tw_CUstream)stream, ev, 0u));
+    TW_CU_SCOPED(ctx, "cuStreamWaitEvent",
+                 r_ = TW_CU(ctx, StreamWaitEvent)((tw_CUstream)stream, ev, 0u));
 }
 
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {

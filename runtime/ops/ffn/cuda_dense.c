@@ -57,7 +57,7 @@ struct tw_dense {
     int cnt_pending; /* the last copy has not been read yet */
     tw_cuda_event cnt_done;
     tw_cuda_event cnt_ev; /* recorded after the last counts: cnt_done, done or the sparse path's */
-    tw_cuda_event done; /* after each dense call: workspace reuse across streams */
+    tw_cuda_event done;   /* after each dense call: workspace reuse across streams */
     int used;
     twell_stream last_stream;
     double est;       /* mean active values per row of the latest counts read; -1 none */
@@ -518,8 +518,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, capturing, stream));
         if (capturing) {
             d->captured = 1; /* the graph holds h, flags and wdt from now on */
-        } else { /* tw_dense_run recorded `done` after its last work */
-            d->used = 1;
+        } else {
+            d->used = 1; /* tw_dense_run recorded `done` after its last work */
             d->last_stream = stream;
         }
     } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
