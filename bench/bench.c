@@ -30,7 +30,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
-            "                   [--path auto|sparse|dense|small] [--mode eager|graph|both]\n"
+            "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
             "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
@@ -53,6 +53,12 @@ static void bench_usage(FILE *f) {
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
+            "--mode host (ffn_infer): the calling thread's wall-clock time inside each call\n"
+            "alone (reps x 50 calls, batches of 8 with an untimed synchronisation between, so\n"
+            "no call waits for the GPU; median), ours and the dense baseline, with our driver\n"
+            "calls per call in the note; records ffn_infer_host / ffn_fused_only_host. Use\n"
+            "--M 1 for decode. TWELL_POINTER_CACHE=0 gives the calls without the plan's\n"
+            "pointer cache (every pointer asked of the driver, as before it existed).\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
             "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
@@ -162,7 +168,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
         } else if (!strcmp(key, "--mode")) {
             o->mode = v;
-            bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
+            bad =
+                strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both") && strcmp(v, "host");
         } else if (!strcmp(key, "--gated")) {
             uint32_t g = 1;
             bad = tw_cli_u32(v, 0, 1, &g);

@@ -30,8 +30,8 @@ typedef struct bench_opts {
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
-    const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs) or
-                            "both" */
+    const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
+                            "both" or "host" (host time per call: bench_ffn.c) */
     int gated;           /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
     const char *out_dir;
     uint64_t seed;

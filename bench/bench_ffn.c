@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     twell_plan *plan;
@@ -337,6 +338,103 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     return rc;
 }
 
+/* ---- host mode: what a call costs the calling thread ---- */
+
+static double bench_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static unsigned long bench_driver_calls(twell_ctx *ctx) {
+    unsigned long v = 0;
+    return tw_test_control(TW_TC_CUDA_DRIVER_CALLS, ctx, &v) == TWELL_OK ? v : 0;
+}
+
+static int bench_cmp_ms(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define BENCH_HOST_BATCH 8 /* calls enqueued between two (untimed) synchronisations */
+
+/* Host mode of one case: the wall-clock time the calling thread spends inside each function alone
+ * (ours end to end, ours fused only, the dense cuBLAS FFN), reps·50 calls each, interleaved in
+ * batches of BENCH_HOST_BATCH with the device synchronised between batches (untimed), so the
+ * launch queue never fills and no call waits for the GPU: the time is the host path (argument
+ * checks, driver queries, launches), what bounds eager decode when it exceeds the GPU time.
+ * Medians; min and max too. Also the driver calls per call (the wrappers' count, median), in the
+ * note. Emits ffn_infer_host and ffn_fused_only_host (baseline cublas_ffn_host). */
+static int bench_ffn_host_case(bench_env *env, const bench_record *checked, bench_ffn_ours *ours,
+                               bench_ffn_dense *dense, int have_dense,
+                               void (*emit)(bench_env *, const bench_record *)) {
+    twell_ctx *ctx = env->ctx;
+    const size_t n = have_dense ? 3 : 2, calls = (size_t)env->opts->reps * 50u;
+    bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
+    void *args[3] = {ours, ours, dense};
+    double *t = malloc(3 * calls * sizeof *t), *dc = malloc(2 * calls * sizeof *dc);
+    bench_record r = *checked;
+    twell_status st = t && dc ? TWELL_OK : TWELL_ERR_NO_MEMORY;
+    for (int w = 0; w < env->opts->warmup && st == TWELL_OK; w++)
+        for (size_t i = 0; i < n && st == TWELL_OK; i++)
+            st = fns[i](args[i]);
+    if (st == TWELL_OK)
+        st = tw_cuda_synchronize(ctx);
+    for (size_t c0 = 0; c0 < calls && st == TWELL_OK; c0 += BENCH_HOST_BATCH) {
+        size_t c1 = c0 + BENCH_HOST_BATCH < calls ? c0 + BENCH_HOST_BATCH : calls;
+        for (size_t i = 0; i < n && st == TWELL_OK; i++) {
+            for (size_t c = c0; c < c1 && st == TWELL_OK; c++) {
+                unsigned long d0 = bench_driver_calls(ctx);
+                double t0 = bench_now_ms();
+                st = fns[i](args[i]);
+                t[i * calls + c] = bench_now_ms() - t0;
+                if (i < 2)
+                    dc[i * calls + c] = (double)(bench_driver_calls(ctx) - d0);
+            }
+            if (st == TWELL_OK)
+                st = tw_cuda_synchronize(ctx);
+        }
+    }
+    if (st != TWELL_OK) {
+        r.correct = 0;
+        snprintf(r.check_note, sizeof r.check_note, "host timing failed: %s",
+                 t && dc ? twell_ctx_errmsg(ctx) : "out of host memory");
+        bench_check_report(&r);
+        free(t);
+        free(dc);
+        return 1;
+    }
+    double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0}, dmed[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        qsort(t + i * calls, calls, sizeof *t, bench_cmp_ms);
+        med[i] = t[i * calls + calls / 2];
+        mn[i] = t[i * calls];
+        mx[i] = t[i * calls + calls - 1];
+        if (i < 2) {
+            qsort(dc + i * calls, calls, sizeof *dc, bench_cmp_ms);
+            dmed[i] = dc[i * calls + calls / 2];
+        }
+    }
+    size_t len = strlen(r.check_note);
+    snprintf(r.check_note + len, sizeof r.check_note - len,
+             "; host: %zu calls each, median driver calls %.0f per gate_pack+ffn_infer, %.0f per "
+             "ffn_infer; pointer cache %s",
+             calls, dmed[0], dmed[1], ctx->pointer_cache ? "on" : "off (TWELL_POINTER_CACHE=0)");
+    snprintf(r.op, sizeof r.op, "ffn_infer_host");
+    r.reps = (int)calls;
+    bench_record fused = r;
+    snprintf(fused.op, sizeof fused.op, "ffn_fused_only_host");
+    bench_record_times(env, &r, "cublas_ffn_host", med, mn, mx, 0, 2, have_dense);
+    r.reps = (int)calls;
+    emit(env, &r);
+    bench_record_times(env, &fused, "cublas_ffn_host", med, mn, mx, 1, 2, have_dense);
+    fused.reps = (int)calls;
+    emit(env, &fused);
+    free(t);
+    free(dc);
+    return r.correct ? 0 : 1;
+}
+
 int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
@@ -374,7 +472,9 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
     void *dg = NULL, *du = NULL, *dh = NULL, *dy2 = NULL;
     uint32_t *hp = malloc(words_max * 4);
     uint16_t *hy = malloc(xb), *hy2 = malloc(xb);
-    int eager = strcmp(o->mode, "graph") != 0, graph = strcmp(o->mode, "eager") != 0;
+    int host = !strcmp(o->mode, "host");
+    int eager = strcmp(o->mode, "graph") != 0 && !host;
+    int graph = strcmp(o->mode, "eager") != 0 && !host;
     twell_stream cs = NULL;
     if (graph && tw_cuda_stream_create(ctx, &cs) != TWELL_OK) {
         fprintf(stderr, "twell bench: stream: %s\n", twell_ctx_errmsg(ctx));
@@ -432,6 +532,11 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 bench_ffn_variant(plan, r.variant, sizeof r.variant);
                 twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
                 bench_check_report(&r);
+                if (host) {
+                    if (bench_ffn_host_case(env, &r, &ours, &dense, have_dense, emit) != 0)
+                        rc = 1;
+                    continue;
+                }
                 if (!eager) {
                     if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs,
                                                       hy, hy2, eager_path, emit) != 0)

@@ -56,6 +56,11 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
                       "twell_switch");
         return TWELL_ERR_INVALID_ARG;
     }
+    if ((unsigned)o.pointer_cache > TWELL_SWITCH_OFF) {
+        tw_create_log(&o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.pointer_cache is not a twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
     twell_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;
@@ -76,6 +81,9 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
                                  ? tw_env_tune()
                                  : o.tune_on_first_use == TWELL_SWITCH_ON;
     ctx->pdl = o.pdl == TWELL_SWITCH_DEFAULT ? !tw_env_pdl_off() : o.pdl == TWELL_SWITCH_ON;
+    ctx->pointer_cache = o.pointer_cache == TWELL_SWITCH_DEFAULT
+                             ? !tw_env_pointer_cache_off()
+                             : o.pointer_cache == TWELL_SWITCH_ON;
 
     twell_status st = tw_pool_create(o.cpu_threads, &ctx->pool);
     if (st != TWELL_OK) {

@@ -285,16 +285,30 @@ twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr
 
 /* ---- op argument validation ---- */
 
-/* Validation context of one op call: where messages go and the function name they start with. */
+/* Validation context of one op call: where messages go, the function name they start with, and
+ * the plan's accepted addresses (NULL: ask the driver about every pointer; see tw_check_ptr). */
 typedef struct {
     twell_ctx *ctx;
     const char *fn;
+    tw_ptr_cache *seen;
 } tw_args;
 
-/* NULL check and memory-space check of one tensor pointer. */
+static tw_args tw_args_of(twell_plan *plan, const char *fn) {
+    tw_args a = {plan->ctx, fn, NULL};
+    if (plan->ctx->backend == TWELL_BACKEND_CUDA && plan->ctx->pointer_cache)
+        a.seen = &plan->seen;
+    return a;
+}
+
+/* NULL check and memory-space check of one tensor pointer. On CUDA with the pointer cache on, an
+ * address the plan accepted recently passes without a driver query (twellrt.h, "Pointer checks":
+ * what the check sees of an address changes only when the memory there is freed); only accepted
+ * addresses are remembered, so a rejected one is asked about again on every call. */
 static twell_status tw_check_ptr(const tw_args *a, const void *p, const char *name) {
     if (!p)
         return tw_error(a->ctx, TWELL_ERR_INVALID_ARG, "%s: %s is NULL", a->fn, name);
+    if (a->seen && tw_ptr_cache_hit(a->seen, p))
+        return TWELL_OK;
     int kind = tw_cuda_pointer_kind(a->ctx, p);
     if (a->ctx->backend == TWELL_BACKEND_CPU && kind == 1)
         return tw_error(a->ctx, TWELL_ERR_INVALID_ARG,
@@ -306,6 +320,8 @@ static twell_status tw_check_ptr(const tw_args *a, const void *p, const char *na
                         "%s: %s is host memory but the context uses the CUDA backend (device "
                         "pointers expected)",
                         a->fn, name);
+    if (a->seen)
+        tw_ptr_cache_add(a->seen, p);
     return TWELL_OK;
 }
 
@@ -357,7 +373,7 @@ twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const vo
                              uint32_t *packed, twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
-    tw_args a = {plan->ctx, "twell_gate_pack"};
+    tw_args a = tw_args_of(plan, "twell_gate_pack");
     const twell_shape *s = &plan->shape;
     TW_TRY(tw_check_rows(&a, s, M));
     TW_TRY(tw_check_ptr(&a, x, "x"));
@@ -379,7 +395,7 @@ twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const ui
                              twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
-    tw_args a = {plan->ctx, "twell_ffn_infer"};
+    tw_args a = tw_args_of(plan, "twell_ffn_infer");
     const twell_shape *s = &plan->shape;
     TW_TRY(tw_check_rows(&a, s, M));
     TW_TRY(tw_check_ptr(&a, x, "x"));
@@ -423,7 +439,7 @@ twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x, 
                                      twell_train_state *state, twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
-    tw_args a = {plan->ctx, "twell_ffn_forward_train"};
+    tw_args a = tw_args_of(plan, "twell_ffn_forward_train");
     const twell_shape *s = &plan->shape;
     TW_TRY(tw_check_train(&a, plan, state));
     TW_TRY(tw_check_rows(&a, s, M));
@@ -456,7 +472,7 @@ twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size
                                 twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
-    tw_args a = {plan->ctx, "twell_ffn_backward"};
+    tw_args a = tw_args_of(plan, "twell_ffn_backward");
     const twell_shape *s = &plan->shape;
     TW_TRY(tw_check_train(&a, plan, state));
     TW_TRY(tw_check_rows(&a, s, M));

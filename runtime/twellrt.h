@@ -146,6 +146,12 @@ typedef struct twell_ctx_options {
      * context that compiles: a later context that names another library logs a warning and uses
      * the one loaded. */
     const char *nvrtc_library;
+    /* Pointer checks (CUDA): a plan remembers the last 16 distinct device addresses its calls
+     * passed and asks the driver only about new ones (see "Pointer checks" under Inference ops).
+     * ON (the built-in default) remembers; OFF asks the driver about every pointer of every call
+     * (one query per pointer: several microseconds of host time per call). DEFAULT: OFF when
+     * $TWELL_POINTER_CACHE is "0". */
+    twell_switch pointer_cache;
 } twell_ctx_options;
 
 /* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every
@@ -405,6 +411,22 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
  * plan or pointer, M = 0, a pointer of the wrong memory space where detectable, an output
  * overlapping another tensor),
  * TWELL_ERR_UNSUPPORTED (op not available on this backend/device yet), TWELL_ERR_CUDA.
+ *
+ * Pointer checks (CUDA; also the training ops). Each tensor pointer's memory space is asked of the
+ * driver (one cuPointerGetAttributes): host memory is rejected (TWELL_ERR_INVALID_ARG, "<name> is
+ * host memory ..."), device or managed memory is accepted. The check sees only the address the
+ * pointer holds, never the buffer's size. A plan remembers the last 16 distinct addresses it
+ * accepted (least recently used replaced first) and does not ask again about them, so a steady
+ * stream of calls on the same weights and buffers makes no pointer query at all; a rejected
+ * address is never remembered (asked again on every call). So an address is checked on its first
+ * use by the plan, and again after 16 other addresses have been used since its last use. What the
+ * driver says of an address it has accepted can change only if the memory there is freed: a
+ * pointer into device memory the caller has freed since (the address reused for new device
+ * memory, or left unmapped), or host memory that came to sit at such an address, is then not
+ * detected, and the kernels read or write whatever is there. Detecting it was never promised
+ * ("where detectable"); the driver usually keeps freed device addresses reserved, so host memory
+ * landing there is unlikely. options.pointer_cache = TWELL_SWITCH_OFF (or TWELL_POINTER_CACHE=0)
+ * asks about every pointer of every call, as before the cache. Results never depend on it.
  * ------------------------------------------------------------------------------------------- */
 
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).

@@ -49,6 +49,11 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_non_null(strstr(out, "--gated 0 applies to --op ffn_infer only"));
     assert_int_equal(bc_run("--help", out, sizeof out), 0);
     assert_non_null(strstr(out, "[--gated 1|0]"));
+    /* --mode: host times the calling thread per call */
+    assert_non_null(strstr(out, "[--mode eager|graph|both|host]"));
+    assert_non_null(strstr(out, "--mode host (ffn_infer)"));
+    assert_int_equal(bc_run("--op ffn_infer --mode hostile", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value 'hostile' for --mode"));
 }
 
 /* Reads the JSON file named on the " records in " line of out into json; fails the test if
@@ -96,6 +101,42 @@ static void test_bench_cli_non_gated_run(void **state) {
     assert_null(strstr(json, "\"gated\": true"));
     assert_null(strstr(json, "\"correct\": false"));
     assert_non_null(strstr(out, "ffn_infer(ng)"));
+    printf("%s", out);
+}
+
+/* --mode host at M = 1: records ffn_infer_host and ffn_fused_only_host against the dense
+ * baseline's host time, the check passed first, the driver calls per call in the note. */
+static void test_bench_cli_host_run(void **state) {
+    (void)state;
+    static char out[65536], json[65536];
+    char args[1024];
+    snprintf(args, sizeof args,
+             "--op ffn_infer --mode host --M 1,24 --K 256 --N 1024 --nnz 10 --dist uniform "
+             "--reps 20 --warmup 1 --out %s/test-cache/test_bench_cli/results",
+             TWELL_TEST_BINARY_DIR);
+    int rc = bc_run(args, out, sizeof out);
+    if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
+        assert_non_null(strstr(out, "no usable CUDA device"));
+        return;
+    }
+    if (rc != 0)
+        fail_msg("twell bench exited %d:\n%s", rc, out);
+    bc_records(out, json, sizeof json);
+    const char *keys[] = {"\"op\": \"ffn_infer_host\"",
+                          "\"op\": \"ffn_fused_only_host\"",
+                          "\"baseline\": \"cublas_ffn_host\"",
+                          "\"M\": 1",
+                          "\"M\": 24",
+                          "driver calls",
+                          "\"reps\": 1000",
+                          "\"correct\": true"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strstr(json, keys[i]))
+            fail_msg("records lack %s:\n%s", keys[i], json);
+    assert_null(strstr(json, "\"op\": \"ffn_infer\""));
+    assert_null(strstr(json, "\"correct\": false"));
     printf("%s", out);
 }
 
@@ -152,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_bench_cli_help_and_errors),
         cmocka_unit_test(test_bench_cli_tiny_run),
         cmocka_unit_test(test_bench_cli_non_gated_run),
+        cmocka_unit_test(test_bench_cli_host_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,6 +280,39 @@ static void test_ctx_environment_options(void **state) {
     }
 }
 
+/* options.pointer_cache: ON by default, OFF from TWELL_POINTER_CACHE=0 when the program leaves the
+ * field at DEFAULT, the program's value otherwise; read at creation. */
+static int tc_pointer_cache(twell_switch sw) {
+    twell_ctx_options o = twell_ctx_options_default();
+    o.backend = TWELL_BACKEND_CPU;
+    o.cpu_threads = 1;
+    o.pointer_cache = sw;
+    twell_ctx *ctx = NULL;
+    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    int on = ctx->pointer_cache;
+    twell_ctx_destroy(ctx);
+    return on;
+}
+
+static void test_ctx_pointer_cache_option(void **state) {
+    (void)state;
+    const char *v = getenv("TWELL_POINTER_CACHE");
+    char *saved = v ? strdup(v) : NULL;
+    unsetenv("TWELL_POINTER_CACHE");
+    assert_int_equal(tc_pointer_cache(TWELL_SWITCH_DEFAULT), 1);
+    setenv("TWELL_POINTER_CACHE", "0", 1);
+    assert_int_equal(tc_pointer_cache(TWELL_SWITCH_DEFAULT), 0);
+    assert_int_equal(tc_pointer_cache(TWELL_SWITCH_ON), 1);
+    setenv("TWELL_POINTER_CACHE", "no", 1); /* only "0" turns it off */
+    assert_int_equal(tc_pointer_cache(TWELL_SWITCH_DEFAULT), 1);
+    assert_int_equal(tc_pointer_cache(TWELL_SWITCH_OFF), 0);
+    if (saved)
+        setenv("TWELL_POINTER_CACHE", saved, 1);
+    else
+        unsetenv("TWELL_POINTER_CACHE");
+    free(saved);
+}
+
 /* A failing call leaves a message naming the argument; the next successful call clears it. */
 static void test_ctx_errmsg(void **state) {
     (void)state;
@@ -358,6 +391,7 @@ int main(void) {
         cmocka_unit_test(test_ctx_errmsg),
         cmocka_unit_test(test_ctx_log_levels),
         cmocka_unit_test(test_ctx_environment_options),
+        cmocka_unit_test(test_ctx_pointer_cache_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

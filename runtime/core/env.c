@@ -25,3 +25,8 @@ int tw_env_pdl_off(void) {
     const char *v = tw_env("TWELL_PDL");
     return v && !strcmp(v, "0");
 }
+
+int tw_env_pointer_cache_off(void) {
+    const char *v = tw_env("TWELL_POINTER_CACHE");
+    return v && !strcmp(v, "0");
+}

@@ -19,5 +19,7 @@ const char *tw_env_cuda_home(void);      /* CUDA_HOME: where NVRTC is searched a
 int tw_env_tune(void);
 /* TWELL_PDL: 1 when it is exactly "0" (options.pdl OFF), else 0. */
 int tw_env_pdl_off(void);
+/* TWELL_POINTER_CACHE: 1 when it is exactly "0" (options.pointer_cache OFF), else 0. */
+int tw_env_pointer_cache_off(void);
 
 #endif /* TWELL_ENV_H */

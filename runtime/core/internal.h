@@ -5,6 +5,7 @@
 #ifndef TWELL_INTERNAL_H
 #define TWELL_INTERNAL_H
 
+#include "ptr_cache.h"
 #include "twellrt.h"
 
 #include <stdarg.h>
@@ -29,6 +30,7 @@ struct twell_ctx {
      * else built-in): read by the ops, which never look at the environment themselves. */
     int tune_on_first_use; /* 1: a bucket's first call tunes when no winner is stored */
     int pdl;               /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
+    int pointer_cache;     /* 1: plans remember accepted device addresses (twell_plan.seen) */
     char *template_dir;    /* owned; NULL: the built-in location (gen/render.c) */
     char *nvrtc_library;   /* owned; NULL: the search list (gen/nvrtc.c) */
     int nvrtc_warned;      /* the "another NVRTC is loaded" warning was logged */
@@ -43,6 +45,7 @@ struct twell_plan {
     twell_ctx *ctx;
     twell_shape shape;
     twell_path path;
+    tw_ptr_cache seen;  /* device addresses the ops accepted lately (ctx->pointer_cache) */
     void *backend_data; /* owned by the backend (CUDA: kernels, configs, buffers) */
 };
 

@@ -32,6 +32,14 @@ enum {
     /* (unsigned long *out): calls of this process so far that blocked the host on device work
      * (synchronize, stream/event synchronize, event elapsed, synchronous copies to the host) */
     TW_TC_CUDA_HOST_WAITS,
+    /* (const twell_ctx *ctx, unsigned long *out): driver calls made on ctx so far through the
+     * wrappers (runtime/cuda/cuda_driver.c); 0 for a context not on CUDA. The steady-state cost
+     * of an op's host path is the difference around a call. ctx's threading rule applies. */
+    TW_TC_CUDA_DRIVER_CALLS,
+    /* (const twell_ctx *ctx, const char **names, size_t cap, size_t *n): the names
+     * ("cuEventRecord",
+     * ...) of ctx's last min(cap, 64, calls) driver calls, oldest first, in names[0..*n) */
+    TW_TC_CUDA_DRIVER_TRACE,
     TW_TC_CUDA_LAST,
 
     /* ---- gate-pack (runtime/ops/gate_pack) ---- */

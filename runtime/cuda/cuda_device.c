@@ -45,7 +45,7 @@ int tw_cuda_pointer_kind(twell_ctx *ctx, const void *p) {
     tw_cu_scope sc;
     if (tw_cu_enter(ctx, &sc) != TWELL_OK)
         return -1;
-    twell_status st = tw_cu_pointer_info(NULL, p, &kind, &ordinal);
+    twell_status st = tw_cu_pointer_info(ctx, p, &kind, &ordinal); /* counted, no message */
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK)
         return -1;

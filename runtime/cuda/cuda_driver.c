@@ -110,10 +110,24 @@ twell_status tw_cu_fail(twell_ctx *ctx, const char *call, tw_CUresult r) {
     return tw_error(ctx, tw_cu_status_of(r), "%s: %s (%d)", call, tw_cu_result_name(r), r);
 }
 
+/* Counts one driver call on ctx's device record (tw_cuda.calls and .trace; a ctx that is NULL or
+ * not on CUDA yet counts nothing). */
+static void tw_cu_count(twell_ctx *ctx, const char *name) {
+    if (ctx && ctx->cuda) {
+        tw_cuda *d = ctx->cuda;
+        d->trace[d->calls % TW_CU_TRACE] = name;
+        d->calls++;
+    }
+}
+
+/* The driver entry point `call`, counted on ctx: TW_CU(ctx, EventRecord)(ev, stream). Every call
+ * an op makes on a context goes through this (errors' name lookups and unloads aside). */
+#define TW_CU(ctx, call) (tw_cu_count((ctx), "cu" #call), tw_cu.call)
+
 /* Calls a driver entry point and returns its mapped failure, naming the call. */
 #define TW_CU_TRY(ctx, call, ...)                                                                  \
     do {                                                                                           \
-        tw_CUresult r_ = tw_cu.call(__VA_ARGS__);                                                  \
+        tw_CUresult r_ = TW_CU(ctx, call)(__VA_ARGS__);                                            \
         if (r_ != TW_CUDA_SUCCESS)                                                                 \
             return tw_cu_fail((ctx), "cu" #call, r_);                                              \
     } while (0)
@@ -181,50 +195,91 @@ void tw_cu_device_close(tw_cuda *d) {
     }
 }
 
+/* The device context the innermost scope on this thread made current, and how many scopes of it
+ * are open (tw_cu_scope saves and restores the pair around a scope of another context). */
+static _Thread_local void *tw_in_cu;
+static _Thread_local unsigned tw_in_n;
+
 twell_status tw_cu_enter(twell_ctx *ctx, tw_cu_scope *scope) {
-    scope->pushed = 0;
+    memset(scope, 0, sizeof *scope);
     if (!ctx || !ctx->cuda)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "not a CUDA context");
+    if (tw_in_n > 0 && tw_in_cu == (void *)ctx->cuda->cu) {
+        scope->nested = 1; /* an outer scope made it current and nothing inside changes that */
+        tw_in_n++;
+        return TWELL_OK;
+    }
     tw_CUcontext cur = NULL;
     TW_CU_TRY(ctx, CtxGetCurrent, &cur);
-    if (cur == ctx->cuda->cu)
-        return TWELL_OK;
-    TW_CU_TRY(ctx, CtxPushCurrent, ctx->cuda->cu);
-    scope->pushed = 1;
+    if (cur != ctx->cuda->cu) {
+        TW_CU_TRY(ctx, CtxPushCurrent, ctx->cuda->cu);
+        scope->pushed = 1;
+    }
+    scope->saved_cu = tw_in_cu;
+    scope->saved_n = tw_in_n;
+    tw_in_cu = (void *)ctx->cuda->cu;
+    tw_in_n = 1;
     return TWELL_OK;
 }
 
 void tw_cu_leave(twell_ctx *ctx, tw_cu_scope *scope) {
-    (void)ctx;
+    if (scope->nested) {
+        scope->nested = 0;
+        if (tw_in_n > 0)
+            tw_in_n--;
+        return;
+    }
     if (scope->pushed) {
         tw_CUcontext popped = NULL;
-        tw_cu.CtxPopCurrent(&popped);
+        TW_CU(ctx, CtxPopCurrent)(&popped);
         scope->pushed = 0;
     }
+    tw_in_cu = scope->saved_cu;
+    tw_in_n = scope->saved_n;
+}
+
+/* The memory type, managed flag and ordinal of dp in one cuPointerGetAttributes call; 0 when the
+ * driver lacks it or it fails (the caller then asks attribute by attribute). An address the
+ * driver does not know gets the attributes' null values (memory type 0), not an error. */
+static int tw_cu_pointer_attrs(twell_ctx *ctx, tw_CUdeviceptr dp, unsigned *memtype,
+                               unsigned *managed, int *ord) {
+    if (!tw_cu.PointerGetAttributes)
+        return 0;
+    int attrs[3] = {TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, TW_CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                    TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    void *data[3] = {memtype, managed, ord};
+    return TW_CU(ctx, PointerGetAttributes)(3u, attrs, data, dp) == TW_CUDA_SUCCESS;
 }
 
 twell_status tw_cu_pointer_info(twell_ctx *ctx, const void *p, int *kind, int *ordinal) {
     *kind = -1;
     *ordinal = -1;
     tw_CUdeviceptr dp = (tw_CUdeviceptr)(uintptr_t)p;
-    unsigned memtype = 0;
-    tw_CUresult r = tw_cu.PointerGetAttribute(&memtype, TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp);
-    if (r == TW_CUDA_ERROR_INVALID_VALUE) {
-        /* Under unified addressing, pageable host memory the driver never saw is reported as an
-         * invalid value: it is host memory. */
-        *kind = 0;
+    unsigned memtype = 0, managed = 0;
+    int ord = -1;
+    if (!tw_cu_pointer_attrs(ctx, dp, &memtype, &managed, &ord)) {
+        memtype = managed = 0;
+        ord = -1;
+        tw_CUresult r =
+            TW_CU(ctx, PointerGetAttribute)(&memtype, TW_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp);
+        if (r == TW_CUDA_ERROR_INVALID_VALUE) {
+            /* Under unified addressing, pageable host memory the driver never saw is reported as
+             * an invalid value: it is host memory. */
+            *kind = 0;
+            return TWELL_OK;
+        }
+        if (r != TW_CUDA_SUCCESS)
+            return TWELL_ERR_CUDA;
+        if (TW_CU(ctx, PointerGetAttribute)(&managed, TW_CU_POINTER_ATTRIBUTE_IS_MANAGED, dp) !=
+            TW_CUDA_SUCCESS)
+            managed = 0;
+        if (TW_CU(ctx, PointerGetAttribute)(&ord, TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dp) !=
+            TW_CUDA_SUCCESS)
+            ord = -1;
+    } else if (memtype == 0 && !managed) {
+        *kind = 0; /* unknown to the driver: pageable host memory, as above */
         return TWELL_OK;
     }
-    if (r != TW_CUDA_SUCCESS)
-        return tw_cu_fail(ctx, "cuPointerGetAttribute", r);
-    unsigned managed = 0;
-    if (tw_cu.PointerGetAttribute(&managed, TW_CU_POINTER_ATTRIBUTE_IS_MANAGED, dp) !=
-        TW_CUDA_SUCCESS)
-        managed = 0;
-    int ord = -1;
-    if (tw_cu.PointerGetAttribute(&ord, TW_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dp) !=
-        TW_CUDA_SUCCESS)
-        ord = -1;
     *ordinal = ord;
     if (managed || memtype == TW_CU_MEMORYTYPE_DEVICE || memtype == TW_CU_MEMORYTYPE_UNIFIED)
         *kind = 1;
@@ -249,7 +304,7 @@ void tw_cu_module_unload(tw_CUmodule mod) {
 twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *name,
                                    tw_CUfunction *out) {
     *out = NULL;
-    tw_CUresult r = tw_cu.ModuleGetFunction(out, mod, name);
+    tw_CUresult r = TW_CU(ctx, ModuleGetFunction)(out, mod, name);
     if (r != TW_CUDA_SUCCESS) {
         twell_status st = tw_cu_fail(ctx, "cuModuleGetFunction", r);
         return tw_error(ctx, st, "%s (kernel \"%s\")", twell_ctx_errmsg(ctx), name);
@@ -279,7 +334,7 @@ twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *na
     *dptr = NULL;
     *bytes = 0;
     tw_CUdeviceptr d = 0;
-    tw_CUresult r = tw_cu.ModuleGetGlobal(&d, bytes, mod, name);
+    tw_CUresult r = TW_CU(ctx, ModuleGetGlobal)(&d, bytes, mod, name);
     if (r != TW_CUDA_SUCCESS) {
         *bytes = 0;
         twell_status st = tw_cu_fail(ctx, "cuModuleGetGlobal_v2", r);
@@ -412,6 +467,27 @@ twell_status tw_cuda_test_control(int op, va_list ap) {
     case TW_TC_CUDA_HOST_WAITS:
         *va_arg(ap, unsigned long *) = atomic_load(&tw_host_waits);
         return TWELL_OK;
+    case TW_TC_CUDA_DRIVER_CALLS: {
+        const twell_ctx *ctx = va_arg(ap, const twell_ctx *);
+        *va_arg(ap, unsigned long *) = ctx && ctx->cuda ? ctx->cuda->calls : 0ul;
+        return TWELL_OK;
+    }
+    case TW_TC_CUDA_DRIVER_TRACE: {
+        const twell_ctx *ctx = va_arg(ap, const twell_ctx *);
+        const char **names = va_arg(ap, const char **);
+        size_t cap = va_arg(ap, size_t);
+        size_t *n = va_arg(ap, size_t *);
+        *n = 0;
+        if (!ctx || !ctx->cuda || (cap && !names))
+            return ctx ? TWELL_OK : TWELL_ERR_INVALID_ARG;
+        const tw_cuda *d = ctx->cuda;
+        size_t have = d->calls < TW_CU_TRACE ? (size_t)d->calls : TW_CU_TRACE;
+        size_t take = have < cap ? have : cap;
+        for (size_t i = 0; i < take; i++) /* the newest `take`, oldest first */
+            names[i] = d->trace[(d->calls - take + i) % TW_CU_TRACE];
+        *n = take;
+        return TWELL_OK;
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }
@@ -436,7 +512,7 @@ twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     if (st != TWELL_OK)
         return st;
     tw_CUresult r =
-        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : tw_cu.MemAlloc(&d, bytes ? bytes : 1);
+        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : TW_CU(ctx, MemAlloc)(&d, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAlloc_v2", r);
@@ -453,7 +529,7 @@ void tw_cuda_free(twell_ctx *ctx, void *dptr) {
     tw_cu_scope sc;
     if (tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    if (tw_cu.MemFree(tw_dptr(dptr)) == TW_CUDA_SUCCESS)
+    if (TW_CU(ctx, MemFree)(tw_dptr(dptr)) == TW_CUDA_SUCCESS)
         atomic_fetch_sub(&tw_live_allocs, 1);
     tw_cu_leave(ctx, &sc);
 }
@@ -488,16 +564,17 @@ void tw_cuda_keep_release(twell_ctx *ctx, tw_cuda_keep *keep) {
 }
 
 twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    TW_CU_SCOPED(ctx, "cuMemcpyHtoD_v2", r_ = tw_cu.MemcpyHtoD(tw_dptr(dst), src, bytes));
+    TW_CU_SCOPED(ctx, "cuMemcpyHtoD_v2", r_ = TW_CU(ctx, MemcpyHtoD)(tw_dptr(dst), src, bytes));
 }
 
 twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
     atomic_fetch_add(&tw_host_waits, 1ul);
-    TW_CU_SCOPED(ctx, "cuMemcpyDtoH_v2", r_ = tw_cu.MemcpyDtoH(dst, tw_dptr(src), bytes));
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoH_v2", r_ = TW_CU(ctx, MemcpyDtoH)(dst, tw_dptr(src), bytes));
 }
 
 twell_status tw_cuda_memcpy_dtod(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    TW_CU_SCOPED(ctx, "cuMemcpyDtoD_v2", r_ = tw_cu.MemcpyDtoD(tw_dptr(dst), tw_dptr(src), bytes));
+    TW_CU_SCOPED(ctx, "cuMemcpyDtoD_v2",
+                 r_ = TW_CU(ctx, MemcpyDtoD)(tw_dptr(dst), tw_dptr(src), bytes));
 }
 
 twell_status tw_cuda_memset_d32(twell_ctx *ctx, void *dst, uint32_t value, size_t count,
@@ -514,12 +591,13 @@ twell_status tw_cuda_memset_d8(twell_ctx *ctx, void *dst, uint8_t value, size_t 
 
 twell_status tw_cuda_synchronize(twell_ctx *ctx) {
     atomic_fetch_add(&tw_host_waits, 1ul);
-    TW_CU_SCOPED(ctx, "cuCtxSynchronize", r_ = tw_cu.CtxSynchronize());
+    TW_CU_SCOPED(ctx, "cuCtxSynchronize", r_ = TW_CU(ctx, CtxSynchronize)());
 }
 
 twell_status tw_cuda_stream_synchronize(twell_ctx *ctx, twell_stream stream) {
     atomic_fetch_add(&tw_host_waits, 1ul);
-    TW_CU_SCOPED(ctx, "cuStreamSynchronize", r_ = tw_cu.StreamSynchronize((tw_CUstream)stream));
+    TW_CU_SCOPED(ctx, "cuStreamSynchronize",
+                 r_ = TW_CU(ctx, StreamSynchronize)((tw_CUstream)stream));
 }
 
 twell_status tw_cuda_stream_create(twell_ctx *ctx, twell_stream *out) {
@@ -529,7 +607,7 @@ twell_status tw_cuda_stream_create(twell_ctx *ctx, twell_stream *out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r = tw_cu.StreamCreate(&s, TW_CU_STREAM_NON_BLOCKING);
+    tw_CUresult r = TW_CU(ctx, StreamCreate)(&s, TW_CU_STREAM_NON_BLOCKING);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS)
         return tw_cu_fail(ctx, "cuStreamCreate", r);
@@ -541,13 +619,13 @@ void tw_cuda_stream_destroy(twell_ctx *ctx, twell_stream stream) {
     tw_cu_scope sc;
     if (!stream || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    tw_cu.StreamDestroy((tw_CUstream)stream);
+    TW_CU(ctx, StreamDestroy)((tw_CUstream)stream);
     tw_cu_leave(ctx, &sc);
 }
 
 twell_status tw_cuda_mem_info(twell_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
-    TW_CU_SCOPED(ctx, "cuMemGetInfo_v2", r_ = tw_cu.MemGetInfo(free_bytes, total_bytes));
+    TW_CU_SCOPED(ctx, "cuMemGetInfo_v2", r_ = TW_CU(ctx, MemGetInfo)(free_bytes, total_bytes));
 }
 
 twell_status tw_cuda_event_create(twell_ctx *ctx, tw_cuda_event *out) {
@@ -557,7 +635,7 @@ twell_status tw_cuda_event_create(twell_ctx *ctx, tw_cuda_event *out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r = tw_cu.EventCreate(&e, TW_CU_EVENT_DEFAULT);
+    tw_CUresult r = TW_CU(ctx, EventCreate)(&e, TW_CU_EVENT_DEFAULT);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS)
         return tw_cu_fail(ctx, "cuEventCreate", r);
@@ -569,12 +647,16 @@ void tw_cuda_event_destroy(twell_ctx *ctx, tw_cuda_event ev) {
     tw_cu_scope sc;
     if (!ev || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    tw_cu.EventDestroy(ev);
+    if (ctx->cuda->done_ev == ev)
+        ctx->cuda->done_ev = NULL; /* the handle may come back for another event */
+    TW_CU(ctx, EventDestroy)(ev);
     tw_cu_leave(ctx, &sc);
 }
 
 twell_status tw_cuda_event_record(twell_ctx *ctx, tw_cuda_event ev, twell_stream stream) {
-    TW_CU_SCOPED(ctx, "cuEventRecord", r_ = tw_cu.EventRecord(ev, (tw_CUstream)stream));
+    if (ctx && ctx->cuda && ctx->cuda->done_ev == ev)
+        ctx->cuda->done_ev = NULL; /* pending again (also if the record fails: ask the driver) */
+    TW_CU_SCOPED(ctx, "cuEventRecord", r_ = TW_CU(ctx, EventRecord)(ev, (tw_CUstream)stream));
 }
 
 twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_event end,
@@ -582,9 +664,9 @@ twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_
     *ms = 0.0f;
     atomic_fetch_add(&tw_host_waits, 1ul);
     TW_CU_SCOPED(ctx, "cuEventElapsedTime", {
-        r_ = tw_cu.EventSynchronize(end);
+        r_ = TW_CU(ctx, EventSynchronize)(end);
         if (r_ == TW_CUDA_SUCCESS)
-            r_ = tw_cu.EventElapsedTime(ms, start, end);
+            r_ = TW_CU(ctx, EventElapsedTime)(ms, start, end);
     });
 }
 
@@ -595,8 +677,8 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r =
-        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : tw_cu.MemAllocHost(&p, bytes ? bytes : 1);
+    tw_CUresult r = tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY
+                                   : TW_CU(ctx, MemAllocHost)(&p, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
@@ -617,7 +699,7 @@ twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr) {
     if (st != TWELL_OK)
         return st;
     tw_CUdeviceptr d = 0;
-    tw_CUresult r = tw_cu.MemHostGetDevicePointer(&d, host, 0);
+    tw_CUresult r = TW_CU(ctx, MemHostGetDevicePointer)(&d, host, 0);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS)
         return tw_cu_fail(ctx, "cuMemHostGetDevicePointer_v2", r);
@@ -629,7 +711,7 @@ void tw_cuda_host_free(twell_ctx *ctx, void *p) {
     tw_cu_scope sc;
     if (!p || !ctx || !ctx->cuda || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    if (tw_cu.MemFreeHost(p) == TW_CUDA_SUCCESS)
+    if (TW_CU(ctx, MemFreeHost)(p) == TW_CUDA_SUCCESS)
         atomic_fetch_sub(&tw_live_allocs, 1);
     tw_cu_leave(ctx, &sc);
 }
@@ -637,27 +719,34 @@ void tw_cuda_host_free(twell_ctx *ctx, void *p) {
 twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,
                                        twell_stream stream) {
     TW_CU_SCOPED(ctx, "cuMemcpyDtoHAsync_v2",
-                 r_ = tw_cu.MemcpyDtoHAsync(dst, tw_dptr(src), bytes, (tw_CUstream)stream));
+                 r_ = TW_CU(ctx, MemcpyDtoHAsync)(dst, tw_dptr(src), bytes, (tw_CUstream)stream));
 }
 
 twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done) {
     *done = 0;
+    if (ev && ctx && ctx->cuda && ctx->cuda->done_ev == ev) {
+        *done = 1; /* complete when last asked, not recorded since */
+        return TWELL_OK;
+    }
     TW_CU_SCOPED(ctx, "cuEventQuery", {
-        r_ = tw_cu.EventQuery(ev);
-        if (r_ == TW_CUDA_SUCCESS)
+        r_ = TW_CU(ctx, EventQuery)(ev);
+        if (r_ == TW_CUDA_SUCCESS) {
             *done = 1;
-        else if (r_ == TW_CUDA_ERROR_NOT_READY)
+            ctx->cuda->done_ev = ev;
+        } else if (r_ == TW_CUDA_ERROR_NOT_READY) {
             r_ = TW_CUDA_SUCCESS;
+        }
     });
 }
 
 twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_cuda_event ev) {
-    TW_CU_SCOPED(ctx, "cuStreamWaitEvent", r_ = tw_cu.StreamWaitEvent((tw_CUstream)stream, ev, 0u));
+    TW_CU_SCOPED(ctx, "cuStreamWaitEvent",
+                 r_ = TW_CU(ctx, StreamWaitEvent)((tw_CUstream)stream, ev, 0u));
 }
 
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
     atomic_fetch_add(&tw_host_waits, 1ul);
-    TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = tw_cu.EventSynchronize(ev));
+    TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = TW_CU(ctx, EventSynchronize)(ev));
 }
 
 /* ---- stream capture ---- */
@@ -668,7 +757,7 @@ twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *
         return TWELL_OK; /* a driver without it has no graphs */
     int status = 0;      /* CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated */
     TW_CU_SCOPED(ctx, "cuStreamIsCapturing", {
-        r_ = tw_cu.StreamIsCapturing((tw_CUstream)stream, &status);
+        r_ = TW_CU(ctx, StreamIsCapturing)((tw_CUstream)stream, &status);
         if (r_ == TW_CUDA_SUCCESS)
             *capturing = status != 0;
     });
@@ -686,7 +775,7 @@ twell_status tw_cuda_capture_begin(twell_ctx *ctx, twell_stream stream, int mode
     if (st != TWELL_OK)
         return st;
     TW_CU_SCOPED(ctx, "cuStreamBeginCapture_v2",
-                 r_ = tw_cu.StreamBeginCapture((tw_CUstream)stream, mode));
+                 r_ = TW_CU(ctx, StreamBeginCapture)((tw_CUstream)stream, mode));
 }
 
 twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_graph *out) {
@@ -699,14 +788,14 @@ twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_gr
         return st;
     tw_CUgraph g = NULL;
     tw_CUgraphExec e = NULL;
-    tw_CUresult r = tw_cu.StreamEndCapture((tw_CUstream)stream, &g);
+    tw_CUresult r = TW_CU(ctx, StreamEndCapture)((tw_CUstream)stream, &g);
     const char *call = "cuStreamEndCapture";
     if (r == TW_CUDA_SUCCESS) {
-        r = tw_cu.GraphInstantiate(&e, g, 0ull);
+        r = TW_CU(ctx, GraphInstantiate)(&e, g, 0ull);
         call = "cuGraphInstantiateWithFlags";
     }
     if (g)
-        tw_cu.GraphDestroy(g); /* the executable graph keeps what it needs */
+        TW_CU(ctx, GraphDestroy)(g); /* the executable graph keeps what it needs */
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS)
         return tw_cu_fail(ctx, call, r);
@@ -718,13 +807,13 @@ twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream 
     twell_status st = tw_cuda_graph_api(ctx);
     if (st != TWELL_OK)
         return st;
-    TW_CU_SCOPED(ctx, "cuGraphLaunch", r_ = tw_cu.GraphLaunch(g, (tw_CUstream)stream));
+    TW_CU_SCOPED(ctx, "cuGraphLaunch", r_ = TW_CU(ctx, GraphLaunch)(g, (tw_CUstream)stream));
 }
 
 void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g) {
     tw_cu_scope sc;
     if (!g || !tw_cu.GraphExecDestroy || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
-    tw_cu.GraphExecDestroy(g);
+    TW_CU(ctx, GraphExecDestroy)(g);
     tw_cu_leave(ctx, &sc);
 }

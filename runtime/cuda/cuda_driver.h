@@ -78,6 +78,8 @@ enum { /* CUfunction_attribute values we set or read */
 
 /* ---- the device a context runs on (ctx->cuda) ---- */
 
+#define TW_CU_TRACE 64u /* driver call names a context keeps (tw_cuda.trace) */
+
 struct tw_cuda {
     int ordinal;
     tw_CUdevice dev;
@@ -91,6 +93,15 @@ struct tw_cuda {
     char arch[16]; /* "sm_90a" for CC 9.0, else "sm_XY": the NVRTC/cubin target */
     char name[96]; /* the device's marketing name, e.g. "NVIDIA H200" */
     int pdl;       /* launches asking for it overlap their predecessor (tw_cu_launch_cfg.pdl) */
+    /* Driver calls made through the wrappers on this context (TW_TC_CUDA_DRIVER_CALLS) and the
+     * names of the last TW_CU_TRACE of them, slot (calls - 1) % TW_CU_TRACE the newest
+     * (TW_TC_CUDA_DRIVER_TRACE): the tests' view of an op's host path. The context's threading
+     * rule applies (one thread at a time), so plain counters. */
+    unsigned long calls;
+    const char *trace[TW_CU_TRACE];
+    /* The event tw_cuda_event_query last found complete; it stays complete until it is recorded
+     * again through tw_cuda_event_record (or destroyed), so asking again needs no driver call. */
+    tw_CUevent done_ev;
 };
 
 /* ---- driver loading and error mapping ---- */
@@ -125,15 +136,25 @@ void tw_cu_device_close(tw_cuda *dev);
 twell_status tw_cu_device_count(twell_ctx *ctx, int *count);
 
 /* Makes dev's context current on this thread for the length of a call, restoring the caller's
- * afterwards; no-op when it is current already. Cheap (thread-local driver state only). */
+ * afterwards (cuCtxGetCurrent, and cuCtxPushCurrent / cuCtxPopCurrent when another context or none
+ * is current). Scopes nest: inside a scope of the same device context on this thread (a
+ * thread-local record kept by enter and leave), enter and leave make no driver call at all, so an
+ * op that enters once at its top pays for one check however many wrappers it calls. Every
+ * successful enter must be matched by a leave on the same thread, innermost first. */
 typedef struct tw_cu_scope {
-    int pushed;
+    int pushed;       /* this scope pushed the context: leave pops it */
+    int nested;       /* inside an outer scope of the same context: leave only counts down */
+    void *saved_cu;   /* the thread's record before this scope (restored by leave) */
+    unsigned saved_n; /* its depth */
 } tw_cu_scope;
 twell_status tw_cu_enter(twell_ctx *ctx, tw_cu_scope *scope);
 void tw_cu_leave(twell_ctx *ctx, tw_cu_scope *scope);
 
 /* What the driver knows of address p: *kind 1 device memory (or managed) of device *ordinal,
- * 0 host memory (pageable memory the driver has never seen included), -1 unknown. */
+ * 0 host memory (pageable memory the driver has never seen included), -1 unknown. One
+ * cuPointerGetAttributes call for the memory type, managed flag and ordinal (three
+ * cuPointerGetAttribute calls on a driver without it, or when it fails). Counted on ctx (may be
+ * NULL); records no message (a failure returns TWELL_ERR_CUDA, *kind -1). Context current. */
 twell_status tw_cu_pointer_info(twell_ctx *ctx, const void *p, int *kind, int *ordinal);
 
 /* ---- modules and launches (context must be current: inside tw_cu_enter/leave) ---- */
@@ -248,7 +269,11 @@ twell_status tw_cuda_host_device_ptr(twell_ctx *ctx, void *host, void **dptr);
 twell_status tw_cuda_memcpy_dtoh_async(twell_ctx *ctx, void *dst, const void *src, size_t bytes,
                                        twell_stream stream);
 /* Non-blocking: *done 1 when the work ev captured has completed (or ev was never recorded), 0 when
- * it is still pending (CUDA_ERROR_NOT_READY is not an error here). */
+ * it is still pending (CUDA_ERROR_NOT_READY is not an error here). An event found complete is
+ * remembered (tw_cuda.done_ev) until tw_cuda_event_record records it again or it is destroyed: a
+ * repeated query of it makes no driver call. So only query events that are recorded through
+ * tw_cuda_event_record alone, never into a graph capture that is replayed later (the library's
+ * own events: captured calls record none). */
 twell_status tw_cuda_event_query(twell_ctx *ctx, tw_cuda_event ev, int *done);
 /* Blocks the host until the work ev captured has completed. */
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev);
@@ -279,7 +304,8 @@ twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream 
 void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g); /* NULL is a no-op */
 
 /* The TW_TC_CUDA_* operations of tw_test_control (test_control.h): allocation fault injection
- * (tests/test_gpu_fault.c), live allocations, host waits. Process-wide, thread-safe. */
+ * (tests/test_gpu_fault.c), live allocations, host waits (process-wide, thread-safe), and a
+ * context's driver-call count and trace (its threading rule). */
 twell_status tw_cuda_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_DRIVER_H */

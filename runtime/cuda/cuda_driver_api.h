@@ -79,6 +79,8 @@ typedef struct tw_cu_api {
     tw_CUresult (*MemcpyDtoHAsync)(void *, tw_CUdeviceptr, size_t, tw_CUstream);
     tw_CUresult (*EventQuery)(tw_CUevent);
     tw_CUresult (*StreamWaitEvent)(tw_CUstream, tw_CUevent, unsigned);
+    /* optional (CUDA 7+): several attributes of one address in one call */
+    tw_CUresult (*PointerGetAttributes)(unsigned, int *, void **, tw_CUdeviceptr);
     /* optional: absent from drivers older than CUDA 12 */
     tw_CUresult (*LaunchKernelEx)(const tw_CUlaunchConfig *, tw_CUfunction, void **, void **);
     tw_CUresult (*TensorMapEncodeTiled)(tw_CUtensorMap *, int, uint32_t, void *, const uint64_t *,

@@ -65,6 +65,7 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", NULL, 0),
     TW_SYM(EventQuery, "cuEventQuery", NULL, 0),
     TW_SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL, 0),
+    TW_SYM(PointerGetAttributes, "cuPointerGetAttributes", NULL, 1),
     TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
     TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
     TW_SYM(StreamIsCapturing, "cuStreamIsCapturing", NULL, 1),

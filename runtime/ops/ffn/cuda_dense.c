@@ -56,7 +56,8 @@ struct tw_dense {
     int counted;     /* some call has counted (last_slot valid) */
     int cnt_pending; /* the last copy has not been read yet */
     tw_cuda_event cnt_done;
-    tw_cuda_event done; /* after each dense call: workspace reuse across streams */
+    tw_cuda_event cnt_ev; /* recorded after the last counts: cnt_done, done or the sparse path's */
+    tw_cuda_event done;   /* after each dense call: workspace reuse across streams */
     int used;
     twell_stream last_stream;
     double est;       /* mean active values per row of the latest counts read; -1 none */
@@ -294,14 +295,21 @@ static twell_status tw_dense_count_begin(twell_plan *plan, tw_dense *d, twell_st
 }
 
 /* The slot's counts to pinned memory (in_host: the kernels wrote them there already); the next
- * calls read them once the event says they have landed. */
+ * calls read them once event ev says they have landed. ev is recorded here on stream, unless
+ * recorded is set: then the caller recorded it on stream after the counts' last write already.
+ * Any later record of ev comes later in stream order (or on another stream that waited for it),
+ * so its completion still says the counts have landed. */
 static twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned slot, size_t M,
-                                       int in_host, twell_stream stream) {
+                                       int in_host, twell_stream stream, tw_cuda_event ev,
+                                       int recorded) {
     twell_ctx *ctx = plan->ctx;
+    d->cnt_pending = 0; /* until ev is recorded after this slot's counts */
     if (!in_host)
         TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hstats + 2u * slot, d->dstats + 2u * slot, 16u,
                                          stream));
-    TW_TRY(tw_cuda_event_record(ctx, d->cnt_done, stream));
+    if (!recorded)
+        TW_TRY(tw_cuda_event_record(ctx, ev, stream));
+    d->cnt_ev = ev;
     d->slot_rows[slot] = M;
     d->last_slot = slot;
     d->last_in_host = in_host;
@@ -315,7 +323,7 @@ static twell_status tw_dense_collect(twell_plan *plan, tw_dense *d) {
     if (!d->cnt_pending)
         return TWELL_OK;
     int done = 0;
-    TW_TRY(tw_cuda_event_query(plan->ctx, d->cnt_done, &done));
+    TW_TRY(tw_cuda_event_query(plan->ctx, d->cnt_ev, &done));
     if (!done)
         return TWELL_OK;
     d->cnt_pending = 0;
@@ -388,8 +396,9 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
                              stream));
     }
-    /* a captured call's counts are not read back: the host may never see a graph's replays */
-    return capturing ? TWELL_OK : tw_dense_count_end(plan, d, slot, M, 0, stream);
+    /* a captured call's counts are not read back: the host may never see a graph's replays.
+     * Eager: `done` (workspace reuse across streams) marks the end of the call, counts included */
+    return capturing ? TWELL_OK : tw_dense_count_end(plan, d, slot, M, 0, stream, d->done, 0);
 }
 
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
@@ -497,8 +506,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         if (capturing) {
             d->captured = 1; /* the graph holds h, flags and wdt from now on */
         } else {
-            TW_TRY(tw_cuda_event_record(ctx, d->done, stream));
-            d->used = 1;
+            d->used = 1; /* tw_dense_run recorded `done` after its last work */
             d->last_stream = stream;
         }
     } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
@@ -515,7 +523,11 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                 TW_TRY(tw_dense_count(plan, d, m, packed + r0 * (s->N / s->C), NULL, slot, stream));
             }
         }
-        TW_TRY(tw_dense_count_end(plan, d, slot, M, counted && d->hstats_dev, stream));
+        /* counted into mapped memory: the event tw_cuda_ffn_launch recorded after the pipeline
+         * marks the counts too; else the counting kernels or the copy come after it */
+        int in_host = counted && d->hstats_dev;
+        TW_TRY(tw_dense_count_end(plan, d, slot, M, in_host, stream,
+                                  in_host ? tw_cuda_ffn_done_event(f) : d->cnt_done, in_host));
     } else {
         TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL));

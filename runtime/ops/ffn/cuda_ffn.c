@@ -586,6 +586,8 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
     return TWELL_OK;
 }
 
+tw_cuda_event tw_cuda_ffn_done_event(const tw_ffn *f) { return f->done; }
+
 twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;

@@ -117,6 +117,11 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
                                 const void *wd, void *y, twell_stream stream, int capturing,
                                 uint64_t *stats, int *counted);
 
+/* The event an eager tw_cuda_ffn_launch records on its stream after its last work: once it has
+ * completed, that call (stats included) has finished. The dense path's count read-back uses it
+ * instead of recording an event of its own at the same point (one record and one query fewer). */
+tw_cuda_event tw_cuda_ffn_done_event(const tw_ffn *f);
+
 /* twell_plan_reserve's part: resolves the tiled module of every M bucket up to max_M (as their
  * first calls would) and sizes the workspace for chunks of min(max_M, TW_FFN_CHUNK) rows with
  * nnz_per_row mean active values per row: pair slots for all of them plus the lists' padding,

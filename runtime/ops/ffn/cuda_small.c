@@ -271,16 +271,18 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
         !tw_small_aligned(x, w, NULL, NULL, NULL))
         return 0;
-    int capturing = 0;
-    if (tw_cuda_stream_capturing(ctx, stream, &capturing) != TWELL_OK)
-        return 0; /* the other kernels report the stream's problem */
     if (sm->mode == TW_SMALL_AUTO) {
         /* a variant forced away from the device's default (tests, the bench) keeps its kernel */
         tw_gp_variant v = tw_cuda_gate_pack_variant(tw_op_plan(plan)->gate_pack);
         int sm90 = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
-        if (M > TW_SMALL_GATE_AUTO_M || (sm90 && v != TW_GP_SM90) || (capturing && M > sm->rows))
-            return 0;
+        if (M > TW_SMALL_GATE_AUTO_M || (sm90 && v != TW_GP_SM90))
+            return 0; /* decided without asking the driver whether the stream is captured */
     }
+    int capturing = 0;
+    if (tw_cuda_stream_capturing(ctx, stream, &capturing) != TWELL_OK)
+        return 0; /* the other kernels report the stream's problem */
+    if (sm->mode == TW_SMALL_AUTO && capturing && M > sm->rows)
+        return 0;
     if (!tw_small_begin(plan, sm, 0, M, 1, capturing, stream, st))
         return 0;
     sm->last_ran[0] = 1;
