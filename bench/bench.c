@@ -31,6 +31,7 @@ static void bench_usage(FILE *f) {
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both]\n"
+            "                   [--dense-split auto|legacy|U,D]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -50,6 +51,11 @@ static void bench_usage(FILE *f) {
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
+            "--dense-split (ffn_infer, dense path): auto = the policy's split-K of the up and\n"
+            "down GEMMs; U,D forces the split factors (1 = unsplit; clamped to the k-blocks);\n"
+            "legacy = the earlier down GEMM (Wd transposed every call, no split). A dense\n"
+            "record's variant ends in the splits used, e.g. sm90+dense3x8 (dense: unsplit,\n"
+            "dense-T: legacy) and its check note says so.\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
             "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
@@ -82,6 +88,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->dense_split = "auto";
     o->mode = "eager";
     o->out_dir = "bench/results";
     o->seed = 1;
@@ -163,6 +170,20 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
+        } else if (!strcmp(key, "--dense-split")) {
+            o->dense_split = v;
+            o->dense_split_up = o->dense_split_down = 0;
+            if (strcmp(v, "auto") && strcmp(v, "legacy")) {
+                char *end = NULL;
+                unsigned long up = strtoul(v, &end, 10), down = 0;
+                bad = end == v || *end != ',' || up < 1 || up > 1024;
+                if (!bad) {
+                    const char *d2 = end + 1;
+                    down = strtoul(d2, &end, 10);
+                    bad = end == d2 || *end != '\0' || down < 1 || down > 1024;
+                }
+                o->dense_split_up = (unsigned)up, o->dense_split_down = (unsigned)down;
+            }
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 1;
             bad = tw_cli_u32(v, 1, UINT32_MAX, &n);

@@ -128,8 +128,8 @@ static void test_dense_templates_split_and_tb_match_launcher(void **state) {
         long long K, N, tb;
     } v[] = {{"gated", 2048, 5632, 0}, {"relu", 2048, 5632, 0}, {"plain", 5632, 2048, 1}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-        twell_status st = td_render_ex("gemm_sm90", v[i].K, v[i].N, 256, v[i].mode, v[i].tb, 1, 4,
-                                       &src);
+        twell_status st =
+            td_render_ex("gemm_sm90", v[i].K, v[i].N, 256, v[i].mode, v[i].tb, 1, 4, &src);
         if (st != TWELL_OK)
             fail_msg("render gemm_sm90 MODE=%s SPLIT=1: %s", v[i].mode, twell_ctx_errmsg(td_ctx));
         unsigned smem = td_smem_of(src);

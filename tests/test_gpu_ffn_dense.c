@@ -325,8 +325,7 @@ static void fd_split_variant(fd_data *d, twell_plan *plan, const char *what, uns
     printf("#   %-26s split up %u, down %u; workspace %.1f MB\n", what, sp[0], sp[1],
            (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
     if (sp[0] != want[0] || sp[1] != want[1])
-        fail_msg("%s: split up %u, down %u; expected %u, %u", what, sp[0], sp[1], want[0],
-                 want[1]);
+        fail_msg("%s: split up %u, down %u; expected %u, %u", what, sp[0], sp[1], want[0], want[1]);
     fd_expect(d, what);
     uint16_t *first = malloc(bytes);
     assert_non_null(first);

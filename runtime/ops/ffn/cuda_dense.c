@@ -36,7 +36,8 @@
  * equal the template's SMEM for STAGES = TW_DG_SPLIT_STAGES, SPLIT = 1). */
 #define TW_DG_SPLIT_STAGES 4u
 #define TW_DG_SPLIT_SMEM                                                                           \
-    (1024u + TW_DG_SPLIT_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u + 2u * TW_DG_SPLIT_STAGES * 8u)
+    (1024u + TW_DG_SPLIT_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u +                          \
+     2u * TW_DG_SPLIT_STAGES * 8u)
 #define TW_DENSE_SLOTS 16u                   /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_H_BYTES ((size_t)512 << 20) /* H workspace bound: rows are chunked to fit */
 
@@ -164,9 +165,9 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
         {"dtype", dt, 0},
     };
     static const char *const gemm[] = {"twell_gemm_sm90"};
-    static const char *const aux_fns[] = {
-        "twell_dense_count",        "twell_dense_expand",       "twell_dense_transpose",
-        "twell_dense_reduce_plain", "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
+    static const char *const aux_fns[] = {"twell_dense_count",        "twell_dense_expand",
+                                          "twell_dense_transpose",    "twell_dense_reduce_plain",
+                                          "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
     tw_CUfunction af[6];
     const size_t nup = sizeof up / sizeof up[0], ndown = sizeof down / sizeof down[0];
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
@@ -189,8 +190,9 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
                 {d->up_split, TW_DG_SPLIT_SMEM},
                 {d->down_split, TW_DG_SPLIT_SMEM}};
     for (size_t i = 0; i < sizeof attr / sizeof attr[0]; i++)
-        TW_TRY(tw_cu_func_set_attribute(
-            ctx, attr[i].fn, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attr[i].smem));
+        TW_TRY(tw_cu_func_set_attribute(ctx, attr[i].fn,
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        (int)attr[i].smem));
     return TWELL_OK;
 }
 
@@ -211,8 +213,8 @@ static twell_status tw_dense_load_legacy(twell_plan *plan, tw_dense *d) {
     static const char *const gemm[] = {"twell_gemm_sm90"};
     tw_CUmodule mod = NULL;
     tw_CUfunction fn = NULL;
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1, &mod,
-                           &fn));
+    TW_TRY(
+        tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1, &mod, &fn));
     twell_status st = tw_cu_func_set_attribute(
         ctx, fn, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TW_DG_SMEM);
     if (st != TWELL_OK) {
@@ -380,8 +382,8 @@ static twell_status tw_dense_gemm(twell_plan *plan, tw_dense *d, tw_CUfunction f
 /* The split-K GEMM (SPLIT = 1): nsplit slices of the reduction as fp32 partials into d->part
  * (the caller has checked they fit and reduces them next). */
 static twell_status tw_dense_gemm_split(twell_plan *plan, tw_dense *d, tw_CUfunction fn, size_t m,
-                                        uint32_t kred, uint32_t ncols, const void *a,
-                                        const void *b, const void *g, int tb, unsigned nsplit,
+                                        uint32_t kred, uint32_t ncols, const void *a, const void *b,
+                                        const void *g, int tb, unsigned nsplit,
                                         const uint32_t *flags, twell_stream stream) {
     tw_CUtensorMap maps[3];
     TW_TRY(tw_dense_maps(plan, m, kred, ncols, a, b, g, tb, maps));
@@ -389,8 +391,8 @@ static twell_status tw_dense_gemm_split(twell_plan *plan, tw_dense *d, tw_CUfunc
     float *part = d->part;
     void *args[] = {(void *)&maps[0], (void *)&maps[1], (void *)&maps[2], (void *)&part,
                     (void *)&flags,   (void *)&mi,      (void *)&ns};
-    return tw_dense_launch(plan, d, fn, TW_DG_SPLIT_SMEM,
-                           tw_dense_gemm_units(m, ncols) * nsplit, args, stream);
+    return tw_dense_launch(plan, d, fn, TW_DG_SPLIT_SMEM, tw_dense_gemm_units(m, ncols) * nsplit,
+                           args, stream);
 }
 
 /* One of dense_aux's split-K reductions over m rows x ncols columns (grid-stride, a warp per row
@@ -469,7 +471,8 @@ static void tw_dense_splits(const twell_plan *plan, const tw_dense *d, size_t m,
     const unsigned kb[2] = {s->K / TW_DG_BK, s->N / TW_DG_BK};
     const size_t units[2] = {tw_dense_gemm_units(m, s->N), tw_dense_gemm_units(m, s->K)};
     for (int i = 0; i < 2; i++) {
-        unsigned v = d->force[i] ? d->force[i] : tw_ffn_dense_split(units[i], kb[i], d->max_clusters);
+        unsigned v =
+            d->force[i] ? d->force[i] : tw_ffn_dense_split(units[i], kb[i], d->max_clusters);
         sp[i] = d->legacy || v < 1u ? 1u : v > kb[i] ? kb[i] : v;
     }
 }
@@ -609,8 +612,8 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
             void *a_r[] = {&d->part, &mi, &ns_down, &yc};
             TW_TRY(tw_dense_reduce(plan, d->red_plain, m, s->K, a_r, stream));
         } else {
-            TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, wd, NULL, 1, yc, NULL,
-                                 NULL, stream));
+            TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, wd, NULL, 1, yc, NULL, NULL,
+                                 stream));
         }
         d->last_sp[0] = sp[0], d->last_sp[1] = sp[1];
     }
