@@ -32,6 +32,7 @@ static void bench_usage(FILE *f) {
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both]\n"
             "                   [--dense-split auto|legacy|U,D]\n"
+            "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -40,7 +41,9 @@ static void bench_usage(FILE *f) {
             "DIR/<op>-<date>.json (default DIR: bench/results). ratio = baseline_ms / ours_ms.\n"
             "gate_pack: ours = gate-pack into TwELL, baseline = the cuBLAS gate GEMM.\n"
             "ffn_infer: ours = gate-pack + fused inference (and the fused part alone, op\n"
-            "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated.\n"
+            "ffn_fused_only), baseline = dense cuBLAS FFN (gate, up, relu(g)*u, down), gated;\n"
+            "with --gated 0 a non-gated block (wu carries the sparsity, y = relu(x*Wu^T)*Wd)\n"
+            "against cuBLAS's up GEMM, relu, down GEMM. Records say \"gated\": true|false.\n"
             "train: ours = one training step, forward + backward (records train, train_fwd,\n"
             "train_bwd), baseline = a dense cuBLAS training step on the same data.\n"
             "--path sets twell_plan_set_path (default auto: the plan picks the small-batch path\n"
@@ -90,6 +93,7 @@ static void bench_opts_default(bench_opts *o) {
     o->path = "auto";
     o->dense_split = "auto";
     o->mode = "eager";
+    o->gated = 1;
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -166,6 +170,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--mode")) {
             o->mode = v;
             bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both");
+        } else if (!strcmp(key, "--gated")) {
+            uint32_t g = 1;
+            bad = tw_cli_u32(v, 0, 1, &g);
+            o->gated = (int)g;
         } else if (!strcmp(key, "--path")) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
@@ -212,6 +220,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             fprintf(stderr, "twell bench: --nnz %g exceeds N = %u\n", o->nnz[i], o->N);
             return 2;
         }
+    if (!o->gated && strcmp(o->op, "ffn_infer") != 0) {
+        fprintf(stderr, "twell bench: --gated 0 applies to --op ffn_infer only\n");
+        return 2;
+    }
     if (o->reps < 20)
         fprintf(stderr, "twell bench: note: --reps %d is below the 20 the protocol asks for\n",
                 o->reps);
@@ -253,6 +265,7 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     r->M = M, r->K = o->K, r->N = o->N, r->T = o->T, r->C = o->C;
     snprintf(r->distribution, sizeof r->distribution, "%s", tw_synth_dist_name(dist));
     r->nnz_target = nnz;
+    r->gated = o->gated;
     r->baseline_ms = r->ratio = -1.0;
     snprintf(r->gpu, sizeof r->gpu, "%s", env->gpu);
     snprintf(r->commit, sizeof r->commit, "%s", env->commit);
@@ -450,6 +463,7 @@ static int bench_write_json(const bench_out *o) {
         bench_json_num(f, "nnz_target", r->nnz_target, 0);
         bench_json_num(f, "nnz_mean", r->nnz_mean, 0);
         bench_json_str(f, "variant", r->variant);
+        fprintf(f, "    \"gated\": %s,\n", r->gated ? "true" : "false");
         bench_json_num(f, "ours_ms", r->ours_ms, 0);
         bench_json_num(f, "ours_min_ms", r->ours_min_ms, 0);
         bench_json_num(f, "ours_max_ms", r->ours_max_ms, 0);
@@ -487,10 +501,12 @@ static void bench_emit(bench_env *env, const bench_record *r) {
     o->recs[o->n++] = *r;
     if (!r->correct)
         o->failed = 1;
+    char op[48]; /* a non-gated block's records say so in the table too */
+    snprintf(op, sizeof op, "%s%s", r->op, r->gated ? "" : "(ng)");
     printf("%-9s %-5s %6zu %5u %5u %3u %u %-7s %6.1f %7.1f %-5s %9.4f %9.4f %6.3f %6.3f %9.2e %s\n",
-           r->op, r->dtype, r->M, r->K, r->N, r->T, r->C, r->distribution, r->nnz_target,
-           r->nnz_mean, r->variant, r->ours_ms, r->baseline_ms, r->ratio,
-           r->ratio > 0 ? 1.0 / r->ratio : -1.0, r->max_rel_err, r->correct ? "ok" : "FAILED");
+           op, r->dtype, r->M, r->K, r->N, r->T, r->C, r->distribution, r->nnz_target, r->nnz_mean,
+           r->variant, r->ours_ms, r->baseline_ms, r->ratio, r->ratio > 0 ? 1.0 / r->ratio : -1.0,
+           r->max_rel_err, r->correct ? "ok" : "FAILED");
     fflush(stdout);
     /* rewritten after every case so an interrupted run keeps what it measured */
     if (bench_write_json(o) != 0) {

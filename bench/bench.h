@@ -36,6 +36,7 @@ typedef struct bench_opts {
     unsigned dense_split_up, dense_split_down; /* parsed "U,D" (0 0 otherwise) */
     const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs) or
                          "both" */
+    int gated;        /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;
@@ -50,6 +51,7 @@ typedef struct bench_record {
     double nnz_target; /* the synthetic data's target active neurons per row */
     double nnz_mean;   /* measured on our output */
     char variant[16];  /* which of our kernels ran */
+    int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */
     double baseline_ms;

@@ -6,7 +6,9 @@
  * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
  * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);
  * the record's variant says which ran ("sm90+dense", "sm90+dense3x8": the dense path with its
- * split-K factors, up x down, "sm90+tiled", ...); --dense-split forces them.
+ * split-K factors, up x down, "sm90+tiled", ...); --dense-split forces them. --gated 0 benchmarks
+ * a non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
+ * GEMM, h = relu(u), down GEMM).
  *
  * The dense down GEMM reads Wd transposed, [K, N] (what nn.Linear stores for a down projection),
  * so all three GEMMs are the fast "TN" cuBLAS form.
@@ -27,7 +29,7 @@
 typedef struct {
     twell_plan *plan;
     size_t M;
-    const void *x, *wg, *wu, *wd;
+    const void *x, *wg, *wu, *wd; /* wg NULL: non-gated block */
     uint32_t *packed;
     void *y;
     twell_stream stream; /* NULL: the default stream; else the one a graph is captured on */
@@ -36,7 +38,7 @@ typedef struct {
 typedef struct {
     bench_env *env;
     size_t M;
-    const void *x, *wg, *wu, *wdt;
+    const void *x, *wg, *wu, *wdt; /* wg NULL: non-gated block (no gate GEMM) */
     void *g, *u, *h, *y;
     tw_CUfunction ew;
     twell_stream stream; /* of the elementwise kernel; cuBLAS's is set on its handle */
@@ -44,7 +46,9 @@ typedef struct {
 
 static twell_status bench_ffn_run_e2e(void *arg) {
     bench_ffn_ours *a = arg;
-    twell_status st = twell_gate_pack(a->plan, a->M, a->x, a->wg, a->packed, a->stream);
+    /* the gate-pack packs relu(x·Wᵀ) of the weight carrying the sparsity: Wg, or Wu non-gated */
+    twell_status st =
+        twell_gate_pack(a->plan, a->M, a->x, a->wg ? a->wg : a->wu, a->packed, a->stream);
     if (st == TWELL_OK)
         st = twell_ffn_infer(a->plan, a->M, a->x, a->packed, a->wg, a->wu, a->wd, a->y, a->stream);
     return st;
@@ -61,8 +65,8 @@ static twell_status bench_ffn_run_dense(void *arg) {
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
     char err[256];
-    if (bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->N, o->K, a->x, a->wg, a->g, err,
-                             sizeof err) != 0 ||
+    if ((a->wg && bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->N, o->K, a->x, a->wg,
+                                       a->g, err, sizeof err) != 0) ||
         bench_cublas_gemm_nt(ctx, env->cublas, o->dtype, a->M, o->N, o->K, a->x, a->wu, a->u, err,
                              sizeof err) != 0) {
         fprintf(stderr, "twell bench: %s\n", err);
@@ -83,10 +87,10 @@ static twell_status bench_ffn_run_dense(void *arg) {
 }
 
 /* The dense baseline's elementwise kernel, compiled through the JIT like our own. */
-static twell_status bench_ffn_load_ew(twell_ctx *ctx, twell_dtype dt, tw_CUmodule *mod,
+static twell_status bench_ffn_load_ew(twell_ctx *ctx, twell_dtype dt, int gated, tw_CUmodule *mod,
                                       tw_CUfunction *fn) {
     tw_param params[] = {{"dtype", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
-                         {"gated", NULL, 1}};
+                         {"gated", NULL, gated ? 1 : 0}};
     static const char *const names[] = {"twell_dense_ew"};
     return bench_ew_load(ctx, "ffn_dense_ew", params, 2, 1, names, mod, fn);
 }
@@ -369,7 +373,8 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
     int rc = 0;
     size_t Mmax = bench_max_M(o);
     twell_shape s = twell_shape_default(o->K, o->N);
-    s.T = o->T, s.C = o->C, s.dtype = o->dtype; /* gated, as in the table */
+    s.T = o->T, s.C = o->C, s.dtype = o->dtype;
+    s.gated = o->gated; /* gated unless --gated 0 */
 
     twell_plan *plan = NULL;
     if (bench_plan_open(env, &s, &plan) != 0)
@@ -399,7 +404,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction ew = NULL;
     int have_dense = env->cublas != NULL;
-    if (have_dense && bench_ffn_load_ew(ctx, s.dtype, &ew_mod, &ew) != TWELL_OK) {
+    if (have_dense && bench_ffn_load_ew(ctx, s.dtype, s.gated, &ew_mod, &ew) != TWELL_OK) {
         fprintf(stderr, "twell bench: dense baseline kernel: %s\n", twell_ctx_errmsg(ctx));
         have_dense = 0;
     }
@@ -433,14 +438,14 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
 
     for (size_t di = 0; di < o->ndist; di++) {
         for (size_t ni = 0; ni < o->nnnz; ni++) {
-            tw_synth_ffn *f = bench_synth(env, &s, Mmax, 1, di, ni);
+            tw_synth_ffn *f = bench_synth(env, &s, Mmax, s.gated, di, ni);
             if (!f) {
                 rc = 1;
                 goto done;
             }
             uint16_t *wdt = have_dense ? bench_transpose(f->wd, s.N, s.K) : NULL;
             if ((have_dense && !wdt) || tw_cuda_memcpy_htod(ctx, dx, f->x, xb) != TWELL_OK ||
-                tw_cuda_memcpy_htod(ctx, dwg, f->wg, wb) != TWELL_OK ||
+                (s.gated && tw_cuda_memcpy_htod(ctx, dwg, f->wg, wb) != TWELL_OK) ||
                 tw_cuda_memcpy_htod(ctx, dwu, f->wu, wb) != TWELL_OK ||
                 tw_cuda_memcpy_htod(ctx, dwd, f->wd, wb) != TWELL_OK ||
                 (have_dense && tw_cuda_memcpy_htod(ctx, dwdt, wdt, wb) != TWELL_OK)) {
@@ -455,8 +460,9 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 size_t M = o->M[mi];
                 bench_record r;
                 bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
-                bench_ffn_ours ours = {plan, M, dx, dwg, dwu, dwd, dp, dy, NULL};
-                bench_ffn_dense dense = {env, M, dx, dwg, dwu, dwdt, dg, du, dh, dy2, ew, NULL};
+                const void *wg = s.gated ? dwg : NULL;
+                bench_ffn_ours ours = {plan, M, dx, wg, dwu, dwd, dp, dy, NULL};
+                bench_ffn_dense dense = {env, M, dx, wg, dwu, dwdt, dg, du, dh, dy2, ew, NULL};
                 /* graph mode: everything sized and resolved before the eager calls, as a server
                  * would before capturing */
                 if (graph && twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {

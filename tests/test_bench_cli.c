@@ -53,6 +53,61 @@ static void test_bench_cli_help_and_errors(void **state) {
         assert_int_equal(bc_run(args, out, sizeof out), 2);
         assert_non_null(strstr(out, want));
     }
+    /* --gated: 1 or 0, and 0 only where a non-gated block exists (ffn_infer) */
+    assert_int_equal(bc_run("--op ffn_infer --gated 2", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value '2' for --gated"));
+    assert_int_equal(bc_run("--op train --gated 0", out, sizeof out), 2);
+    assert_non_null(strstr(out, "--gated 0 applies to --op ffn_infer only"));
+    assert_int_equal(bc_run("--help", out, sizeof out), 0);
+    assert_non_null(strstr(out, "[--gated 1|0]"));
+}
+
+/* Reads the JSON file named on the " records in " line of out into json; fails the test if
+ * there is none. */
+static void bc_records(const char *out, char *json, size_t cap) {
+    const char *rec = strstr(out, " records in ");
+    assert_non_null(rec);
+    char path[1024];
+    assert_int_equal(sscanf(rec + strlen(" records in "), "%1023s", path), 1);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(json, 1, cap - 1, f);
+    json[n] = '\0';
+    fclose(f);
+}
+
+/* A non-gated ffn_infer run: checked against the CPU reference, records say "gated": false. */
+static void test_bench_cli_non_gated_run(void **state) {
+    (void)state;
+    static char out[65536], json[65536];
+    char args[1024];
+    snprintf(args, sizeof args,
+             "--op ffn_infer --gated 0 --M 33,300 --K 256 --N 1024 --nnz 10 --dist uniform,skewed "
+             "--reps 20 --warmup 1 --out %s/test-cache/test_bench_cli/results",
+             TWELL_TEST_BINARY_DIR);
+    int rc = bc_run(args, out, sizeof out);
+    if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
+        assert_non_null(strstr(out, "no usable CUDA device"));
+        return;
+    }
+    if (rc != 0)
+        fail_msg("twell bench exited %d:\n%s", rc, out);
+    bc_records(out, json, sizeof json);
+    const char *keys[] = {"\"op\": \"ffn_infer\"",
+                          "\"op\": \"ffn_fused_only\"",
+                          "\"gated\": false",
+                          "\"M\": 300",
+                          "\"baseline\": \"cublas_ffn\"",
+                          "\"correct\": true"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strstr(json, keys[i]))
+            fail_msg("records lack %s:\n%s", keys[i], json);
+    assert_null(strstr(json, "\"gated\": true"));
+    assert_null(strstr(json, "\"correct\": false"));
+    assert_non_null(strstr(out, "ffn_infer(ng)"));
+    printf("%s", out);
 }
 
 static void test_bench_cli_tiny_run(void **state) {
@@ -74,17 +129,10 @@ static void test_bench_cli_tiny_run(void **state) {
     }
     if (rc != 0)
         fail_msg("twell bench exited %d:\n%s", rc, out);
-    const char *rec = strstr(out, " records in ");
-    assert_non_null(rec);
-    char path[1024];
-    assert_int_equal(sscanf(rec + strlen(" records in "), "%1023s", path), 1);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
     static char json[65536];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = '\0';
-    fclose(f);
+    bc_records(out, json, sizeof json);
     const char *keys[] = {"\"op\": \"gate_pack\"",
+                          "\"gated\": true",
                           "\"dtype\": \"bf16\"",
                           "\"M\": 33",
                           "\"M\": 100",
@@ -105,7 +153,7 @@ static void test_bench_cli_tiny_run(void **state) {
                           "\"correct\": true"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (!strstr(json, keys[i]))
-            fail_msg("%s lacks %s:\n%s", path, keys[i], json);
+            fail_msg("records lack %s:\n%s", keys[i], json);
     assert_null(strstr(json, "\"correct\": false"));
     printf("%s", out);
 }
@@ -114,6 +162,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_cli_help_and_errors),
         cmocka_unit_test(test_bench_cli_tiny_run),
+        cmocka_unit_test(test_bench_cli_non_gated_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
