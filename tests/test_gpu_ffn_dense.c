@@ -322,7 +322,7 @@ static void fd_split_variant(fd_data *d, twell_plan *plan, const char *what, uns
     fd_expect_path(plan, TWELL_PATH_DENSE, what);
     unsigned sp[2] = {0, 0};
     FD_OK(tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp));
-    printf("#   %-26s split up %u, down %u; workspace %.1f MB\n", what, sp[0], sp[1],
+    printf("#   M=%zu %-24s split up %u, down %u; workspace %.1f MB\n", d->M, what, sp[0], sp[1],
            (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
     if (sp[0] != want[0] || sp[1] != want[1])
         fail_msg("%s: split up %u, down %u; expected %u, %u", what, sp[0], sp[1], want[0], want[1]);
@@ -385,7 +385,8 @@ static void test_gpu_ffn_dense_split_case(void **state) {
     size_t diff = 0;
     for (size_t i = 0; i < c->M * s.K; i++)
         diff += unsplit[i] != d.got[i];
-    printf("#   legacy vs TB = 1, both unsplit: %zu of %zu values differ\n", diff, c->M * s.K);
+    printf("#   M=%zu legacy vs TB = 1, both unsplit: %zu of %zu values differ\n", c->M, diff,
+           c->M * s.K);
     FD_OK(tw_test_control(TW_TC_DENSE_SET_LEGACY, plan, 0));
     FD_OK(tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, 0u, 0u));
     free(unsplit);

@@ -16,10 +16,11 @@ typedef struct tw_dense tw_dense;
 /* Prepares the dense path ONCE for plan->shape: on sm_90a with K % 64 == 0 it renders/compiles (or
  * takes from the cache) and loads gemm_sm90 four times (the up projection: MODE gated or relu; the
  * down projection: MODE plain with K and N swapped, Wd read MN-major; each also as its split-K
- * variant) and dense_aux, and allocates the pinned count slots. Elsewhere, or when a module fails to build (a warning is logged), the path is only marked
- * unavailable: AUTO then always runs sparse and DENSE reports TWELL_ERR_UNSUPPORTED with the
- * reason. Only TWELL_ERR_NO_MEMORY fails. The workspace is allocated at the first dense call.
- * Inside tw_cu_enter/leave. *out NULL on failure. */
+ * variant) and dense_aux, and allocates the pinned count slots. Elsewhere, or when a module fails
+ * to build (a warning is logged), the path is only marked unavailable: AUTO then always runs sparse
+ * and DENSE reports TWELL_ERR_UNSUPPORTED with the reason. Only TWELL_ERR_NO_MEMORY fails. The
+ * workspace is allocated at the first dense call. Inside tw_cu_enter/leave. *out NULL on failure.
+ */
 twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. */
