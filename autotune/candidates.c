@@ -168,16 +168,12 @@ int tw_tune_config_cmp(const tw_tune_config *a, const tw_tune_config *b) {
 
 size_t tw_tune_config_params(const tw_tune_config *c, const twell_shape *s, tw_param *out,
                              size_t cap) {
-    if (cap < 5 + c->n)
+    if (cap < TW_SHAPE_NPARAMS + c->n)
         return 0;
-    out[0] = (tw_param){"K", NULL, (long long)s->K};
-    out[1] = (tw_param){"N", NULL, (long long)s->N};
-    out[2] = (tw_param){"T", NULL, (long long)s->T};
-    out[3] = (tw_param){"C", NULL, (long long)s->C};
-    out[4] = (tw_param){"dtype", s->dtype == TWELL_DTYPE_FP16 ? "fp16" : "bf16", 0};
+    size_t n = tw_shape_params(s, out);
     for (size_t i = 0; i < c->n; i++)
-        out[5 + i] = (tw_param){c->p[i].name, NULL, (long long)c->p[i].value};
-    return 5 + c->n;
+        out[n++] = (tw_param){c->p[i].name, NULL, (long long)c->p[i].value};
+    return n;
 }
 
 /* ---- devices ---- */

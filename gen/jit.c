@@ -301,3 +301,14 @@ twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
     twell_ctx_destroy(w);
     return st;
 }
+
+const char *tw_dtype_param(twell_dtype dt) { return dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16"; }
+
+size_t tw_shape_params(const twell_shape *s, tw_param out[TW_SHAPE_NPARAMS]) {
+    out[0] = (tw_param){"K", NULL, (long long)s->K};
+    out[1] = (tw_param){"N", NULL, (long long)s->N};
+    out[2] = (tw_param){"T", NULL, (long long)s->T};
+    out[3] = (tw_param){"C", NULL, (long long)s->C};
+    out[4] = (tw_param){"dtype", tw_dtype_param(s->dtype), 0};
+    return TW_SHAPE_NPARAMS;
+}

@@ -17,6 +17,16 @@ typedef struct tw_param {
     long long ival;   /* used when sval is NULL */
 } tw_param;
 
+/* The name the templates' `dtype` parameter gives dt: "bf16" for TWELL_DTYPE_BF16, else "fp16".
+ * Static string. */
+const char *tw_dtype_param(twell_dtype dt);
+
+/* The shape's part of a template's parameters, the first five of every launcher's and tuner's
+ * list, in this order: K, N, T, C (integers) and dtype (tw_dtype_param, a static string). Writes
+ * out[0..TW_SHAPE_NPARAMS) and returns TW_SHAPE_NPARAMS. Pure. */
+#define TW_SHAPE_NPARAMS 5
+size_t tw_shape_params(const twell_shape *s, tw_param out[TW_SHAPE_NPARAMS]);
+
 /* Renders templates/<name>.cu.lua with params into CUDA C source (malloc'd, NUL-terminated,
  * caller frees). Deterministic byte for byte. Errors: TWELL_ERR_NOT_FOUND (no such template),
  * TWELL_ERR_TEMPLATE (Lua error; the message names template file and line). */

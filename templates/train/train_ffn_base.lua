@@ -1,6 +1,7 @@
 -- train_ffn_base.lua — module of train_ffn.cu.lua: the kernels' shared definitions (integer
 -- types, the 16-bit activation, grid-stride warp indices), the VEC-specific group loads and
--- stores, a token row into shared fp32 and the reference dot product (runtime/cpu_ref.h's order).
+-- stores, a token row into shared fp32, the reference dot product (runtime/cpu_ref.h's order)
+-- and the row-chunk frame of the y and dx kernels (D.chunk_sum_open / D.chunk_sum_close).
 return function(D)
     local S, VEC, NT, G = D.S, D.VEC, D.NT, D.G
     cuda [==[
@@ -115,4 +116,45 @@ __device__ __forceinline__ float tw_dot_ref(const float *xs, const tw_u16 *__res
 }
 
 ]==]
+
+    -- The frame twell_train_fwd_y and twell_train_bwd_dx share (after their signatures): a warp
+    -- per (row chunk, K slice of 32·VEC elements), items slice-major. After chunk_sum_open the
+    -- caller emits the body of the loop over the chunk's entries in batches of 32 (entry
+    -- e = b + lane, its neuron nl), summing into acc[VEC] for group g of row m; chunk_sum_close
+    -- ends the loop and the kernel, storing acc into row m of out (the name of the kernel's
+    -- output: the row's only chunk) or into the chunk's partial slot.
+    function D.chunk_sum_open()
+        local NS, VEC = D.NS, D.VEC
+        cuda [==[
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long nch = (long long)chunk_off[M], items = nch * ${NS};
+    /* slice-major: the warps in flight share a K slice, whose rows stay in L2 */
+    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
+        const long long c = it % nch;
+        const long long g = (it / nch) * 32 + lane;
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        float acc[${VEC}];
+#pragma unroll
+        for (int q = 0; q < ${VEC}; q++)
+            acc[q] = 0.0f;
+        for (tw_u64 b = e0; b < e1; b += 32ull) {
+            const tw_u64 e = b + (tw_u64)lane;
+            const tw_u32 nl = e < e1 ? e_col[e] : 0u;
+]==]
+    end
+    function D.chunk_sum_close(out)
+        local S, G = D.S, D.G
+        cuda [==[
+        }
+        if (g < ${G}) {
+            if (chunk_off[m + 1] - chunk_off[m] == 1ull)
+                tw_sth(${out} + m * ${S.K}, g, acc);
+            else
+                tw_stf(partial + (long long)(pslot_off[m] + j) * ${S.K}, g, acc);
+        }
+    }
+}
+]==]
+    end
 end

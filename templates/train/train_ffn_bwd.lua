@@ -51,21 +51,9 @@ twell_train_bwd_dx(const tw_u16 *__restrict__ wu, const tw_u16 *__restrict__ wg,
                    const tw_u64 *__restrict__ chunk_off, const tw_u64 *__restrict__ pslot_off,
                    const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u16 *__restrict__ dx,
                    float *__restrict__ partial, long long M) {
-    const int lane = (int)(threadIdx.x & 31u);
-    const long long nch = (long long)chunk_off[M], items = nch * ${NS};
-    /* slice-major: the warps in flight share a K slice, whose rows stay in L2 */
-    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
-        const long long c = it % nch;
-        const long long g = (it / nch) * 32 + lane;
-        tw_u64 j, e0, e1;
-        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
-        float acc[${VEC}];
-#pragma unroll
-        for (int q = 0; q < ${VEC}; q++)
-            acc[q] = 0.0f;
-        for (tw_u64 b = e0; b < e1; b += 32ull) {
-            const tw_u64 e = b + (tw_u64)lane;
-            const tw_u32 nl = e < e1 ? e_col[e] : 0u;
+]==]
+    D.chunk_sum_open()
+    cuda [==[
             const float ul = e < e1 ? e_du[e] : 0.0f, pl = e < e1 ? e_dp[e] : 0.0f;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
             for (int q0 = 0; q0 < nb; q0 += ${LB2}) {
@@ -94,15 +82,9 @@ twell_train_bwd_dx(const tw_u16 *__restrict__ wu, const tw_u16 *__restrict__ wg,
                     }
                 }
             }
-        }
-        if (g < ${G}) {
-            if (chunk_off[m + 1] - chunk_off[m] == 1ull)
-                tw_sth(dx + m * ${S.K}, g, acc);
-            else
-                tw_stf(partial + (long long)(pslot_off[m] + j) * ${S.K}, g, acc);
-        }
-    }
-}
+]==]
+    D.chunk_sum_close("dx")
+    cuda [==[
 
 /* Per row block b (rows [b·R, b·R + R)): hist[n·B + b] = its entries of neuron n (integer
  * atomics: the counts are exact whatever the order). hist must be zero. */

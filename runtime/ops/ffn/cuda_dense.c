@@ -133,53 +133,42 @@ static void tw_dense_unload(tw_dense *d) {
 static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
-    tw_param up[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", dt, 0},
-        {"MODE", s->gated ? "gated" : "relu", 0},
-        {"STAGES", NULL, (long long)TW_DG_STAGES},
-        {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
-        {"SPLIT", NULL, 0},
-    };
+    tw_param up[TW_SHAPE_NPARAMS + 4];
+    size_t nup = tw_shape_params(s, up);
+    up[nup++] = (tw_param){"MODE", s->gated ? "gated" : "relu", 0};
+    const size_t up_stages = nup;
+    up[nup++] = (tw_param){"STAGES", NULL, (long long)TW_DG_STAGES};
+    up[nup++] = (tw_param){"CLUSTER", NULL, (long long)TW_DG_CLUSTER};
+    up[nup++] = (tw_param){"SPLIT", NULL, 0};
     /* y = H · Wd: reduction over the hidden width, K output columns; Wd [N, K] read MN-major
      * (TB = 1), so no transposed copy */
     tw_param down[] = {
         {"K", NULL, (long long)s->N},
         {"N", NULL, (long long)s->K},
-        {"dtype", dt, 0},
+        {"dtype", tw_dtype_param(s->dtype), 0},
         {"MODE", "plain", 0},
         {"STAGES", NULL, (long long)TW_DG_STAGES},
         {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
         {"TB", NULL, 1},
         {"SPLIT", NULL, 0},
     };
-    tw_param aux[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", dt, 0},
-    };
+    const size_t ndown = sizeof down / sizeof down[0];
+    tw_param aux[TW_SHAPE_NPARAMS];
+    size_t naux = tw_shape_params(s, aux);
     static const char *const gemm[] = {"twell_gemm_sm90"};
     static const char *const aux_fns[] = {"twell_dense_count",        "twell_dense_expand",
                                           "twell_dense_transpose",    "twell_dense_reduce_plain",
                                           "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
     tw_CUfunction af[6];
-    const size_t nup = sizeof up / sizeof up[0], ndown = sizeof down / sizeof down[0];
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down, &d->down));
     /* the split-K variants: no staging buffer, a deeper ring */
-    up[6].ival = down[4].ival = (long long)TW_DG_SPLIT_STAGES;
+    up[up_stages].ival = down[4].ival = (long long)TW_DG_SPLIT_STAGES;
     up[nup - 1].ival = down[ndown - 1].ival = 1;
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up_split, &d->up_split));
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down_split,
                            &d->down_split));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, sizeof aux / sizeof aux[0], aux_fns, 6,
-                           &d->mod_aux, af));
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 6, &d->mod_aux, af));
     d->count = af[0], d->expand = af[1], d->transpose = af[2];
     d->red_plain = af[3], d->red_gated = af[4], d->red_relu = af[5];
     const struct {
@@ -205,7 +194,7 @@ static twell_status tw_dense_load_legacy(twell_plan *plan, tw_dense *d) {
     tw_param down[] = {
         {"K", NULL, (long long)s->N},
         {"N", NULL, (long long)s->K},
-        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
+        {"dtype", tw_dtype_param(s->dtype), 0},
         {"MODE", "plain", 0},
         {"STAGES", NULL, (long long)TW_DG_STAGES},
         {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},

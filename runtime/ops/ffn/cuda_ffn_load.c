@@ -17,16 +17,9 @@ static const char *const tw_fn_names[TW_FN_COUNT] = {
     "twell_ffn_reduce", "twell_ffn_phase_b",  "twell_ffn_rows"};
 
 size_t tw_ffn_rows_params(const twell_shape *s, tw_param out[TW_FFN_ROWS_NPARAMS]) {
-    const tw_param p[TW_FFN_ROWS_NPARAMS] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
-        {"gated", NULL, (long long)s->gated},
-    };
-    memcpy(out, p, sizeof p);
-    return TW_FFN_ROWS_NPARAMS;
+    size_t n = tw_shape_params(s, out);
+    out[n++] = (tw_param){"gated", NULL, (long long)s->gated};
+    return n;
 }
 
 twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f) {

@@ -71,17 +71,11 @@ static void tw_small_unload(tw_small *sm) {
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
-    tw_param p[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", dt, 0},
-        {"gated", NULL, (long long)s->gated},
-    };
-    TW_TRY(tw_small_module(ctx, "gate_pack_small", p, 5, &sm->mod_gate));
-    TW_TRY(tw_small_module(ctx, "ffn_small", p, 6, &sm->mod_ffn));
+    tw_param p[TW_SHAPE_NPARAMS + 1]; /* gate_pack_small takes the shape; ffn_small, also gated */
+    size_t n = tw_shape_params(s, p);
+    p[n] = (tw_param){"gated", NULL, (long long)s->gated};
+    TW_TRY(tw_small_module(ctx, "gate_pack_small", p, n, &sm->mod_gate));
+    TW_TRY(tw_small_module(ctx, "ffn_small", p, n + 1, &sm->mod_ffn));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g2", &sm->gate2));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g8", &sm->gate8));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));

@@ -187,12 +187,7 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
     uint32_t want[TW_FFN_NWORDS];
     if (tw_ffn_cfg_resolve(c, s, dev, want, NULL, 0) != 0)
         return 0;
-    const tw_param p[TW_FFN_NPARAMS] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
+    const tw_param p[TW_FFN_NPARAMS - TW_SHAPE_NPARAMS] = {
         {"gated", NULL, (long long)s->gated},
         {"CN", NULL, (long long)want[TW_CFG_CN]},
         {"GPWA", NULL, (long long)want[TW_CFG_GPWA]},
@@ -203,6 +198,6 @@ size_t tw_ffn_cfg_params(const tw_ffn_cfg *c, const twell_shape *s, const tw_cud
         {"NWB", NULL, (long long)want[TW_CFG_NWB]},
         {"PF", NULL, (long long)want[TW_CFG_PF]},
     };
-    memcpy(out, p, sizeof p);
+    memcpy(out + tw_shape_params(s, out), p, sizeof p);
     return TW_FFN_NPARAMS;
 }

@@ -78,27 +78,18 @@ twell_status tw_gp_kernel_load(twell_ctx *ctx, const twell_shape *s, const tw_gp
     char why[192];
     if (tw_gp_cfg_check(cfg, s, ctx->cuda, why, sizeof why) != 0)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "gate_pack: %s", why);
-    tw_param params[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
-        {"BM", NULL, (long long)cfg->bm},
-        {"THREADS", NULL, (long long)cfg->threads},
-        {"BK", NULL, (long long)cfg->bk},
-        {"STAGES", NULL, (long long)cfg->stages},
-        {"CLUSTER", NULL, (long long)cfg->cluster},
-    };
     /* Only the variant's own parameters: the rendered source (hence the cache key) is the one
      * the tuner compiled for the same configuration. */
-    tw_param use[8];
-    size_t np = 0;
-    for (size_t i = 0; i < 5; i++)
-        use[np++] = params[i];
-    for (size_t i = cfg->variant == TW_GP_SM90 ? 7 : 5; i < (cfg->variant == TW_GP_SM90 ? 10 : 7);
-         i++)
-        use[np++] = params[i];
+    tw_param use[TW_SHAPE_NPARAMS + 3];
+    size_t np = tw_shape_params(s, use);
+    if (cfg->variant == TW_GP_SM90) {
+        use[np++] = (tw_param){"BK", NULL, (long long)cfg->bk};
+        use[np++] = (tw_param){"STAGES", NULL, (long long)cfg->stages};
+        use[np++] = (tw_param){"CLUSTER", NULL, (long long)cfg->cluster};
+    } else {
+        use[np++] = (tw_param){"BM", NULL, (long long)cfg->bm};
+        use[np++] = (tw_param){"THREADS", NULL, (long long)cfg->threads};
+    }
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
     twell_status st = tw_jit_cubin(ctx, tw_gp_cfg_kernel(cfg), use, np, ctx->cuda->arch, &cubin);

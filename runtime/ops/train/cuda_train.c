@@ -146,19 +146,13 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
                             "block, more than this device's %d",
                             s->K, s->K * 4u + s->T * 2u, ctx->cuda->smem_optin);
     }
-    tw_param params[] = {
-        {"K", NULL, (long long)s->K},
-        {"N", NULL, (long long)s->N},
-        {"T", NULL, (long long)s->T},
-        {"C", NULL, (long long)s->C},
-        {"dtype", s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", 0},
-        {"VEC", NULL, vi == 0 ? 8 : 1},
-        {"WPB", NULL, (long long)t->wpb},
-    };
+    tw_param params[TW_SHAPE_NPARAMS + 2];
+    size_t np = tw_shape_params(s, params);
+    params[np++] = (tw_param){"VEC", NULL, vi == 0 ? 8 : 1};
+    params[np++] = (tw_param){"WPB", NULL, (long long)t->wpb};
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    twell_status st = tw_jit_cubin(ctx, "train_ffn", params, sizeof params / sizeof params[0],
-                                   ctx->cuda->arch, &cubin);
+    twell_status st = tw_jit_cubin(ctx, "train_ffn", params, np, ctx->cuda->arch, &cubin);
     if (st != TWELL_OK)
         return st;
     tw_tmod m;

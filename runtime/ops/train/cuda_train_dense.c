@@ -121,7 +121,7 @@ static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *
 static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    const char *dt = s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16";
+    const char *dt = tw_dtype_param(s->dtype);
     long long K = s->K, N = s->N;
 #define TD_P(k, n, mode, ta, tb, ldo)                                                              \
     {                                                                                              \
