@@ -31,6 +31,7 @@ static void bench_usage(FILE *f) {
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
+            "                   [--dense-split auto|legacy|U,D]\n"
             "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
@@ -59,6 +60,11 @@ static void bench_usage(FILE *f) {
             "calls per call in the note; records ffn_infer_host / ffn_fused_only_host. Use\n"
             "--M 1 for decode. TWELL_POINTER_CACHE=0 gives the calls without the plan's\n"
             "pointer cache (every pointer asked of the driver, as before it existed).\n"
+            "--dense-split (ffn_infer, dense path): auto = the policy's split-K of the up and\n"
+            "down GEMMs; U,D forces the split factors (1 = unsplit; clamped to the k-blocks);\n"
+            "legacy = the earlier down GEMM (Wd transposed every call, no split). A dense\n"
+            "record's variant ends in the splits used, e.g. sm90+dense3x8 (dense: unsplit,\n"
+            "dense-T: legacy) and its check note says so.\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
             "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
@@ -91,6 +97,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->dense_split = "auto";
     o->mode = "eager";
     o->gated = 1;
     o->out_dir = "bench/results";
@@ -178,6 +185,20 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
+        } else if (!strcmp(key, "--dense-split")) {
+            o->dense_split = v;
+            o->dense_split_up = o->dense_split_down = 0;
+            if (strcmp(v, "auto") && strcmp(v, "legacy")) {
+                char *end = NULL;
+                unsigned long up = strtoul(v, &end, 10), down = 0;
+                bad = end == v || *end != ',' || up < 1 || up > 1024;
+                if (!bad) {
+                    const char *d2 = end + 1;
+                    down = strtoul(d2, &end, 10);
+                    bad = end == d2 || *end != '\0' || down < 1 || down > 1024;
+                }
+                o->dense_split_up = (unsigned)up, o->dense_split_down = (unsigned)down;
+            }
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 1;
             bad = tw_cli_u32(v, 1, UINT32_MAX, &n);

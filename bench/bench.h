@@ -30,9 +30,13 @@ typedef struct bench_opts {
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
-    const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
-                            "both" or "host" (host time per call: bench_ffn.c) */
-    int gated;           /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
+    /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K), "legacy" (Wd transposed
+     * every call, no split) or "U,D" (split factors of the up and down GEMMs; 1 unsplit) */
+    const char *dense_split;
+    unsigned dense_split_up, dense_split_down; /* parsed "U,D" (0 0 otherwise) */
+    const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
+                         "both" or "host" (host time per call: bench_ffn.c) */
+    int gated;        /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;

@@ -5,8 +5,9 @@
  * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
  * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
  * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);
- * the record's variant says which ran ("sm90+dense", "sm90+tiled", ...). --gated 0 benchmarks a
- * non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
+ * the record's variant says which ran ("sm90+dense", "sm90+dense3x8": the dense path with its
+ * split-K factors, up x down, "sm90+tiled", ...); --dense-split forces them. --gated 0 benchmarks
+ * a non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
  * GEMM, h = relu(u), down GEMM).
  *
  * The dense down GEMM reads Wd transposed, [K, N] (what nn.Linear stores for a down projection),
@@ -181,16 +182,22 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                          "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
                          worst, worst_row, tol, stats.overflow_tiles,
                          (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
-            else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE)
+            else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE) {
+                unsigned sp[2] = {0, 0};
+                (void)tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp);
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
-                         "(plan path %s, estimate %.1f/row, AUTO threshold %.1f); overflowing "
-                         "row-tiles %zu (all M); dense workspace %.0f MB",
+                         "(plan path %s, estimate %.1f/row, AUTO threshold %.1f; %s, split-K up "
+                         "%u, down %u (--dense-split %s)); overflowing row-tiles %zu (all M); "
+                         "dense workspace %.0f MB",
                          worst, worst_row, tol, env->opts->path,
                          bench_plan_double(plan, TW_TC_DENSE_ESTIMATE),
-                         bench_plan_threshold(plan, M), stats.overflow_tiles,
+                         bench_plan_threshold(plan, M),
+                         !strcmp(env->opts->dense_split, "legacy") ? "Wd transposed per call"
+                                                                   : "Wd read MN-major",
+                         sp[0], sp[1], env->opts->dense_split, stats.overflow_tiles,
                          (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
-            else
+            } else
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair "
                          "slots %.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB; "
@@ -211,14 +218,37 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     return ok;
 }
 
-/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense, tiled or rows. */
-static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
+/* The dense path's split-K factors of the last dense call: "dense" (unsplit), "dense-T" (legacy:
+ * Wd transposed), "dense<up>x<down>". */
+static void bench_ffn_dense_name(twell_plan *plan, int legacy, char *out, size_t n) {
+    unsigned sp[2] = {0, 0};
+    (void)tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp);
+    if (legacy)
+        snprintf(out, n, "dense-T");
+    else if (sp[0] > 1 || sp[1] > 1)
+        snprintf(out, n, "dense%ux%u", sp[0], sp[1]);
+    else
+        snprintf(out, n, "dense");
+}
+
+/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense (with its splits),
+ * tiled or rows; cut to n - 1 characters. */
+static void bench_ffn_variant(twell_plan *plan, int legacy, char *out, size_t n) {
+    char dense[32], buf[64];
+    bench_ffn_dense_name(plan, legacy, dense, sizeof dense);
     const char *k = bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
-                    : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
+                    : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? dense
                     : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
                                                                                        : "rows";
-    snprintf(out, n, "%s+%s",
-             bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small" : bench_plan_variant(plan), k);
+    const char *g =
+        bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small" : bench_plan_variant(plan);
+    snprintf(buf, sizeof buf, "%.15s+%.31s", g, k);
+    size_t len = strlen(buf);
+    if (n == 0)
+        return;
+    len = len < n - 1 ? len : n - 1;
+    memcpy(out, buf, len);
+    out[len] = '\0';
 }
 
 /* Wd [N, K] -> Wdᵀ [K, N]. */
@@ -458,6 +488,17 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         return 1;
     }
 
+    int legacy = !strcmp(o->dense_split, "legacy");
+    if (bench_plan_int(plan, TW_TC_DENSE_AVAILABLE) &&
+        (legacy ? tw_test_control(TW_TC_DENSE_SET_LEGACY, plan, 1)
+                : tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, o->dense_split_up,
+                                  o->dense_split_down)) != TWELL_OK) {
+        fprintf(stderr, "twell bench: --dense-split %s: %s\n", o->dense_split,
+                twell_ctx_errmsg(ctx));
+        twell_plan_destroy(plan);
+        return 1;
+    }
+
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction ew = NULL;
     int have_dense = env->cublas != NULL;
@@ -529,7 +570,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                     rc = 1;
                 }
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
-                bench_ffn_variant(plan, r.variant, sizeof r.variant);
+                bench_ffn_variant(plan, legacy, r.variant, sizeof r.variant);
                 twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
                 bench_check_report(&r);
                 if (host) {
@@ -549,7 +590,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
                 (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
                 char after[16];
-                bench_ffn_variant(plan, after, sizeof after);
+                bench_ffn_variant(plan, legacy, after, sizeof after);
                 if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
                     size_t len = strlen(r.check_note);
                     snprintf(r.check_note + len, sizeof r.check_note - len,

@@ -1,7 +1,7 @@
 /* test_ffn_policy.c — TWELL_PATH_AUTO's route choice for twell_ffn_infer (runtime/ops/ffn/
  * ffn_policy.c): the decision table over M, the density estimate, what can run and the stay band
- * after a dense call, the hooks' overrides, and twell_plan_reserve's argument checks on the CPU
- * backend (no GPU needed).
+ * after a dense call, the hooks' overrides, the dense GEMMs' split-K factor, and
+ * twell_plan_reserve's argument checks on the CPU backend (no GPU needed).
  * labels: unit */
 #include "ffn_policy.h"
 #include "twellrt.h"
@@ -151,8 +151,57 @@ static void test_ffn_policy_reserve_args_cpu(void **st) {
     twell_ctx_destroy(ctx);
 }
 
+/* The split-K rule of the dense GEMMs on an H100 (132 SMs: 66 clusters of 2) at K = 2048,
+ * N = 5632: the down GEMM has K/256 = 8 column tiles per 256 rows and 5632/64 = 88 k-blocks, the
+ * up GEMM 22 tiles and 32 k-blocks. One wave at most, slices of ≥ 4 k-blocks, ≤ 16 slices. */
+static void test_ffn_policy_dense_split(void **st) {
+    (void)st;
+    static const struct {
+        size_t units;
+        unsigned kblocks, clusters, want;
+    } t[] = {
+        /* M ≤ 256 (one row of units): down 8 tiles -> 8 slices (64 items), up 22 -> 3 (66) */
+        {8, 88, 66, 8},
+        {22, 32, 66, 3},
+        /* M ≤ 512: down 16 -> 4; up 44 -> 1 (more than half the clusters busy) */
+        {16, 88, 66, 4},
+        {44, 32, 66, 1},
+        /* M ≤ 1024: down 32 -> 2; up 88 -> 1 */
+        {32, 88, 66, 2},
+        {88, 32, 66, 1},
+        /* M ≤ 2048: down 64 -> 1 */
+        {64, 88, 66, 1},
+        {34, 88, 66, 1},
+        {33, 88, 66, 2},
+        /* one tile: capped by 16 slices, and by k-blocks / 4 */
+        {1, 88, 66, 16},
+        {1, 32, 66, 8},
+        {1, 8, 66, 2},
+        {1, 7, 66, 1}, /* 7 / 4 = 1 slice: no split */
+        {2, 2048, 132, 16},
+        /* degenerate inputs */
+        {0, 88, 66, 1},
+        {8, 88, 0, 1},
+        {8, 0, 66, 1},
+        {66, 88, 66, 1},
+        {1000, 88, 66, 1},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        unsigned got = tw_ffn_dense_split(t[i].units, t[i].kblocks, t[i].clusters);
+        if (got != t[i].want)
+            fail_msg("units %zu, k-blocks %u, clusters %u: split %u, expected %u", t[i].units,
+                     t[i].kblocks, t[i].clusters, got, t[i].want);
+        /* never more items than clusters, never an empty slice */
+        if (got > 1) {
+            assert_true(t[i].units * got <= t[i].clusters);
+            assert_true(got * TW_POLICY_SPLIT_MIN_KB <= t[i].kblocks);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ffn_policy_dense_split),
         cmocka_unit_test(test_ffn_policy_table),
         cmocka_unit_test(test_ffn_policy_availability),
         cmocka_unit_test(test_ffn_policy_threshold_and_overrides),

@@ -48,6 +48,11 @@ static const tw_sweep_row tw_sweep_rows[] = {
     {"gemm_sm90", NULL, TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=relu", TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=plain", TW_SWEEP_SMALL, {NULL}},
+    /* ... and the variants cuda_dense.c renders: Wd read MN-major, the split-K GEMMs */
+    {"gemm_sm90", "MODE=plain TB=1", TW_SWEEP_SMALL, {NULL}},
+    {"gemm_sm90", "SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
+    {"gemm_sm90", "MODE=relu SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
+    {"gemm_sm90", "MODE=plain TB=1 SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     {"dense_aux", NULL, TW_SWEEP_SMALL, {NULL}},
 };
 

@@ -6,7 +6,9 @@
 -- Parameters: K (reduction length, a multiple of 64), N (output columns, a multiple of 64),
 --             dtype ("bf16" | "fp16"), MODE ("gated" | "relu" | "plain", default "gated"),
 --             T, C (TwELL tile and compression of `packed`; MODE gated only; defaults 256, 8),
---             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2).
+--             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2),
+--             SPLIT (0 | 1, default 0; MODE gated, relu, plain: split-K partials, below),
+--             TB (MODE plain and the training modes: B MN-major, below).
 -- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0 else +0):
 --   gated  the up projection with the gate applied: out = round(g ⊙ (x·Wuᵀ)), A = x, B = Wu,
 --          G = Wg. g is the TwELL gate `packed` (same rows as A) expanded in shared memory by the
@@ -15,7 +17,18 @@
 --          itself (a second pass over K with B = G).
 --   relu   out = tw_act(A·Bᵀ), computed only for units whose flags word is non-zero (the others
 --          are left untouched: the caller wrote them from the packed activation).
---   plain  out = round(A·Bᵀ) (the down projection: A = H, B = Wdᵀ).
+--   plain  out = round(A·Bᵀ) (the down projection: A = H; B = Wd read MN-major with TB = 1,
+--          the way the training mode mm reads it: map_b over Wd [N_red, N_out] row-major, dims
+--          {N_out, N_red}, box {64, 64}; with TB = 0 B is a transposed copy Wdᵀ, K-major).
+-- SPLIT = 1 (split-K, for grids far smaller than the device): the reduction's KB k-blocks are cut
+--   into nsplit slices (runtime; slice s = k-blocks [s·KB/nsplit, (s+1)·KB/nsplit), each at least
+--   one k-block: the kernel clamps nsplit to 1..KB and the caller must pass the clamped value to
+--   the reduction). A work item is (unit, slice), item w = unit·nsplit + slice. No epilogue: each
+--   pass stores its fp32 accumulators straight from the fragments to
+--   part[((plane·nsplit + slice)·M + row)·N + col] (rows < M), plane 0 the product A·Bᵀ, plane 1
+--   (MODE gated, flagged units only) the gate's x·Gᵀ. The passes per unit are MODE's (gated: 2
+--   for a flagged unit, relu: 0 for an unflagged one). The caller sums the slices in order and
+--   applies MODE's epilogue (dense_aux.cu.lua's twell_dense_reduce_*). No staging buffer.
 -- Training modes (runtime/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
 -- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
 -- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
@@ -48,6 +61,9 @@
 --       void *out0, void *out1, void *out2, const unsigned int *aux, float *part, float scal,
 --       int M, int kred_blocks, int bsplit, int nseg)
 --       maps: K-major operands as above; TA / TB operands box {64, 64} over dims {rows, red}
+--   SPLIT = 1:
+--   extern "C" __global__ void twell_gemm_sm90(map_a, map_b, map_g, float *part,
+--       const unsigned int *flags, int M, int nsplit)  // maps as MODE's; part 8-byte aligned
 --   block = 384 threads, cluster = (CLUSTER, 1, 1), grid = a multiple of CLUSTER persistent CTAs
 --   (at most one per SM), dynamic shared memory = SMEM below (printed as
 --   "// twell_gemm_sm90 smem=<bytes>" on the first line; the launcher computes the same formula).
@@ -72,6 +88,7 @@ local CLUSTER = param("CLUSTER", 2)
 local TA = param("TA", 0)
 local TB = param("TB", 0)
 local LDO = param("LDO", 0)
+local SPLIT = param("SPLIT", 0)
 for _, kv in ipairs({ { "K", K }, { "N", N } }) do
     check(math.type(kv[2]) == "integer" and kv[2] > 0, "%s must be a positive integer, got %s",
         kv[1], tostring(kv[2]))
@@ -82,7 +99,10 @@ check(MODE == "gated" or MODE == "relu" or MODE == "plain" or TRAIN,
     "MODE=%s must be gated, relu, plain, fwd, dt, mm or wgrad", tostring(MODE))
 check((TA == 0 or TA == 1) and (TB == 0 or TB == 1), "TA=%s, TB=%s must be 0 or 1",
     tostring(TA), tostring(TB))
-check(TRAIN or (TA == 0 and TB == 0 and LDO == 0), "TA, TB and LDO apply to training modes only")
+check(TRAIN or (TA == 0 and LDO == 0), "TA and LDO apply to training modes only")
+check(TRAIN or TB == 0 or MODE == "plain", "TB applies to MODE plain and the training modes only")
+check(SPLIT == 0 or SPLIT == 1, "SPLIT=%s must be 0 or 1", tostring(SPLIT))
+check(SPLIT == 0 or not TRAIN, "SPLIT applies to MODE gated, relu and plain only")
 check(math.type(LDO) == "integer" and LDO >= 0, "LDO=%s must be a non-negative integer",
     tostring(LDO))
 if LDO == 0 then
@@ -110,7 +130,8 @@ end
 
 local BM, BN, BK, THREADS = 128, 256, 64, 384
 local ROWB = 528 -- staging row pitch: 512 B + 16 B (conflict-free fragment access and row reads)
-local STG_BYTES = MODE == "wgrad" and 0 or BM * ROWB -- wgrad stores from the fragments
+-- wgrad and the split-K partials are stored from the fragments: no staging buffer
+local STG_BYTES = (MODE == "wgrad" or SPLIT == 1) and 0 or BM * ROWB
 local PFB = param("PFB", 16) -- MODE dt: column groups of (P, U) words loaded at once
 local A_BYTES, B_BYTES = BM * BK * 2, BN * BK * 2
 local SMEM = 1024 + STAGES * (A_BYTES + B_BYTES) + STG_BYTES + 2 * STAGES * 8
@@ -136,11 +157,12 @@ local sm90 = import "sm90_tma"
 sm90.helpers({ -- types, tensor map, mbarriers, cluster, TMA, wgmma (shared with gate_pack)
     DT = DT, SBO = SBO, SWZ = 1, TA = TA, TB = TB,
     after_types = function()
-        local MODE_ID, TA, TB = MODE_ID, TA, TB -- locals of this function: `cuda` sees them
+        local MODE_ID, TA, TB, SPLIT = MODE_ID, TA, TB, SPLIT -- locals: `cuda` sees them
         cuda [==[
 #define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain, 3 fwd, 4 dt, 5 mm, 6 wgrad */
 #define TW_TA ${TA}
 #define TW_TB ${TB}
+#define TW_SPLIT ${SPLIT}
 
 ]==]
     end,
@@ -247,7 +269,7 @@ static __device__ __forceinline__ void tw_store_slab(tw_u32 slab, tw_u16 *__rest
 }
 ]==]
 
-if GATED then
+if GATED and SPLIT == 0 then
     cuda [==[
 /* Expands the gate rows [m0, m0+128) x columns [n0, n0+256) of `packed` into the staging buffer
  * (dtype values, 0 where inactive). Run by warp pw (0..2) of the 3 expanding warps: it owns rows
@@ -312,11 +334,19 @@ end
 
 cuda [==[
 extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
-#if TW_MODE < 3
+#if TW_SPLIT
+    twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
+                    const __grid_constant__ tw_tmap map_g, float *__restrict__ part,
+                    const tw_u32 *__restrict__ flags, int M, int nsplit) {
+    constexpr int KB = ${K} / ${BK};
+    /* slices of the reduction: 1..KB, so that every slice holds at least one k-block */
+    const int NSPL = nsplit < 1 ? 1 : (nsplit > KB ? KB : nsplit);
+#elif TW_MODE < 3
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, tw_u16 *__restrict__ out,
                     const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ flags, int M) {
     constexpr int KB = ${K} / ${BK};
+    constexpr int NSPL = 1;
 #else
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, void *out0, void *out1, void *out2,
@@ -331,6 +361,7 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     tw_u16 *__restrict__ out = (tw_u16 *)out0;
     (void)out1, (void)out2, (void)aux, (void)part, (void)scal, (void)kred_blocks, (void)bsplit;
     (void)nseg, (void)out;
+    constexpr int NSPL = 1;
 #endif
     constexpr int NB = (${N} + ${BN} - 1) / ${BN};
     constexpr tw_u32 A_BYTES = ${A_BYTES}, B_BYTES = ${B_BYTES};
@@ -339,7 +370,10 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
 sm90.smem() -- shared memory base, A / B rings, staging buffer
 cuda [==[
     const tw_u32 sBar = sStg + ${STG_BYTES}; /* full[STAGES], empty[STAGES] */
-    (void)packed, (void)flags, (void)map_g;
+#if !TW_SPLIT
+    (void)packed;
+#endif
+    (void)flags, (void)map_g;
 
 ]==]
 sm90.start({}) -- thread ids, cluster ids, barrier init and cluster sync
@@ -348,6 +382,7 @@ cuda [==[
     const int MB = (M + ${BM} - 1) / ${BM};
     const int MP = (MB + CLUSTER - 1) / CLUSTER;
     const int U = MP * NB;
+    const int ITEMS = U * NSPL; /* (unit, slice) pairs; NSPL = 1 without SPLIT */
     /* passes over K of unit u: gated 1 (2 when its gate must be recomputed), relu 0 or 1, fwd 2
      * (the gate, then the up projection), the others 1 */
 #if TW_MODE == 0
@@ -363,18 +398,24 @@ cuda [==[
 #define TW_UNIT_COORDS(u)                                                                          \
     const int nb = (u) % NB, mp = (u) / NB;                                                        \
     const int m0 = (mp * CLUSTER + (int)rank) * ${BM}, n0 = nb * ${BN}
+    /* item w: unit u, slice sl of k-blocks [kb0, kb1) (the whole reduction without SPLIT) */
+#define TW_ITEM(w)                                                                                 \
+    const int u = (w) / NSPL, sl = (w) - u * NSPL;                                                 \
+    const int kb0 = sl * KB / NSPL, kb1 = (sl + 1) * KB / NSPL;                                    \
+    (void)sl
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;");
         if (tid == 0) {
             int stage = 0;
             tw_u32 phase = 0;
-            for (int u = cid; u < U; u += ncl) {
+            for (int wi = cid; wi < ITEMS; wi += ncl) {
+                TW_ITEM(wi);
                 const int np = TW_PASSES(u);
                 TW_UNIT_COORDS(u);
                 (void)mp;
                 for (int p = 0; p < np; ++p) {
-                    for (int kb = 0; kb < KB; ++kb) {
+                    for (int kb = kb0; kb < kb1; ++kb) {
                         /* B operand and its k-block: the same on both CTAs of a cluster */
 #if TW_MODE == 3
                         const tw_tmap *mb = p == 0 ? &map_g : &map_b;
@@ -428,7 +469,7 @@ cuda [==[
                 }
             }
         }
-#if TW_MODE == 0
+#if TW_MODE == 0 && !TW_SPLIT
         else if (warp >= 1) {
             /* expanders: the gate of each unit whose gate is not recomputed, once the consumers
              * have stored the previous unit out of the staging buffer */
@@ -451,13 +492,15 @@ cuda [==[
         /* this thread's accumulator pair (j, h) lives at frag + h*8 rows + 16j bytes: rows
          * lane/4 (+8), columns 8j + 2(lane%4) (+1) of the warp's 16 x 256 block */
         const tw_u32 frag = slab + (tw_u32)((lane >> 2) * ${ROWB} + 4 * (lane & 3));
+        (void)frag; /* unused where the fragments are stored directly (wgrad, SPLIT) */
         float d[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i)
             d[i] = 0.f;
         int stage = 0;
         tw_u32 phase = 0;
-        for (int u = cid; u < U; u += ncl) {
+        for (int wi = cid; wi < ITEMS; wi += ncl) {
+            TW_ITEM(wi);
             const int np = TW_PASSES(u);
             if (np == 0)
                 continue;
@@ -465,7 +508,7 @@ cuda [==[
             (void)mp;
             for (int p = 0; p < np; ++p) {
                 int prev = 0;
-                for (int kb = 0; kb < KB; ++kb) {
+                for (int kb = kb0; kb < kb1; ++kb) {
                     tw_mbar_wait(sBar + 8 * stage, phase);
                     tw_wg_fence();
 #if TW_TA
@@ -481,9 +524,9 @@ cuda [==[
 #pragma unroll
                     for (int kk = 0; kk < ${BK} / 16; ++kk)
                         tw_wgmma(d, da + (tw_u64)(${ADV_A} * kk), db + (tw_u64)(${ADV_B} * kk),
-                                 (kb > 0 || kk > 0) ? 1u : 0u);
+                                 (kb > kb0 || kk > 0) ? 1u : 0u);
                     tw_wg_commit();
-                    if (kb > 0) {
+                    if (kb > kb0) {
                         tw_wg_wait<1>(); /* the previous k-block's group is done: free its stage */
                         if (lane == 0) {
                             if (CLUSTER == 1)
@@ -508,6 +551,28 @@ cuda [==[
                         for (int c = 0; c < CLUSTER; ++c)
                             tw_mbar_arrive_cluster(sBar + 8 * (STAGES + prev), (tw_u32)c);
                 }
+#if TW_SPLIT
+                /* this pass's fp32 partial sums straight from the fragments (a quad stores 32
+                 * contiguous bytes of one row): plane 1 the gate pass of a flagged unit */
+                {
+                    const int plane = (np == 2 && p == 0) ? 1 : 0;
+                    float *pp = part + (long long)(plane * NSPL + sl) * M * ${N};
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+                        if (row < M) {
+                            float *o = pp + (long long)row * ${N};
+#pragma unroll
+                            for (int j = 0; j < 32; ++j) {
+                                const int col = n0 + 8 * j + 2 * (lane & 3);
+                                if (col < ${N})
+                                    *(float2 *)(o + col) =
+                                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                            }
+                        }
+                    }
+                }
+#else
 #if TW_MODE == 0
                 if (p == 0) /* the expanders are done with the buffer (or left it to us) */
                     tw_bar_sync(1);
@@ -522,8 +587,11 @@ cuda [==[
                                      tw_act2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
                 }
 #endif
+#endif /* TW_SPLIT */
             }
-#if TW_MODE == 6
+#if TW_SPLIT
+            /* no epilogue: the caller reduces the slices (stored per pass above) */
+#elif TW_MODE == 6
             /* fp32 weight gradients straight from the fragments: a quad stores 32 contiguous
              * bytes of one row */
 #pragma unroll
@@ -635,13 +703,14 @@ cuda [==[
             }
 #endif
 #endif
-#if TW_MODE == 0
+#if TW_MODE == 0 && !TW_SPLIT
             if (u + ncl < U) /* the expanders may fill the buffer for our next unit */
                 tw_bar_arrive(2);
 #endif
         }
     }
 #undef TW_UNIT_COORDS
+#undef TW_ITEM
 #undef TW_PASSES
     __syncwarp();
     if (CLUSTER > 1)

@@ -1,8 +1,9 @@
 /*
  * cuda_dense.c — the dense path of twell_ffn_infer on Hopper (two tensor-core GEMMs after the
- * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua) and the dispatch of a
- * call: AUTO's choice (ffn_policy.h) from counts read back asynchronously, and what changes while
- * the caller's stream is being captured into a CUDA graph (cuda_dense.h).
+ * caller's gate-pack, from templates/gemm_sm90.cu.lua and dense_aux.cu.lua, each split along its
+ * reduction when the grid would leave most SMs idle) and the dispatch of a call: AUTO's choice
+ * (ffn_policy.h) from counts read back asynchronously, and what changes while the caller's stream
+ * is being captured into a CUDA graph (cuda_dense.h).
  */
 #include "cuda_dense.h"
 
@@ -31,21 +32,37 @@
     (1024u + TW_DG_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u + TW_DG_BM * 528u +              \
      2u * TW_DG_STAGES * 8u)
 #define TW_DG_UNIT_ROWS (TW_DG_BM * TW_DG_CLUSTER)
+/* The split-K GEMMs (SPLIT = 1) have no staging buffer: a deeper ring in the same budget (must
+ * equal the template's SMEM for STAGES = TW_DG_SPLIT_STAGES, SPLIT = 1). */
+#define TW_DG_SPLIT_STAGES 4u
+#define TW_DG_SPLIT_SMEM                                                                           \
+    (1024u + TW_DG_SPLIT_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u +                          \
+     2u * TW_DG_SPLIT_STAGES * 8u)
 #define TW_DENSE_SLOTS 16u                   /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_H_BYTES ((size_t)512 << 20) /* H workspace bound: rows are chunked to fit */
 
 struct tw_dense {
     int available; /* the three modules are loaded */
     char why[320]; /* why not, for TWELL_PATH_DENSE's error */
-    tw_CUmodule mod_up, mod_down, mod_aux;
-    tw_CUfunction up, down, count, expand, transpose;
+    tw_CUmodule mod_up, mod_down, mod_aux, mod_up_split, mod_down_split;
+    tw_CUfunction up, down, count, expand, transpose, up_split, down_split;
+    tw_CUfunction red_plain, red_gated, red_relu; /* split-K reductions (dense_aux) */
+    /* the earlier down GEMM (Wdᵀ K-major, TB = 0), loaded by TW_TC_DENSE_SET_LEGACY only */
+    tw_CUmodule mod_down_tr;
+    tw_CUfunction down_tr;
+    int legacy;            /* TW_TC_DENSE_SET_LEGACY: transpose Wd every call, never split */
+    unsigned force[2];     /* TW_TC_DENSE_SET_SPLIT: [up, down] split factors, 0 = the policy's */
+    unsigned last_sp[2];   /* split factors of the last dense call's last chunk (0: none yet) */
     unsigned max_clusters; /* one CTA per SM */
     size_t chunk_rows;     /* rows per pass of the pipeline (bounds H) */
     /* workspace, allocated at the first dense call */
     void *h; /* [h_rows, N] dtype */
     size_t h_rows;
     uint32_t *flags; /* one word per unit of a chunk */
-    void *wdt;       /* [K, N] dtype: Wd transposed, rewritten every call */
+    void *wdt;       /* [K, N] dtype: Wd transposed, rewritten every call (legacy only) */
+    float *part;     /* split-K partial sums: part_bytes ≥ tw_dense_part_bound(part_rows) */
+    size_t part_bytes;
+    size_t part_rows; /* rows part was checked for under the current splits (0: recheck) */
     /* counts: device [SLOTS][2] u64 (Σ counts, recomputed units), pinned copies */
     uint64_t *dstats, *hstats;
     uint64_t *hstats_dev; /* hstats' device address (NULL: not mappable): sparse calls' pre-pass
@@ -80,6 +97,7 @@ struct tw_dense {
 
 static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
+static size_t tw_max_rows(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Units (cluster tiles) of a chunk of m rows: the flag words the GEMMs index. */
 static size_t tw_dense_units(const twell_shape *s, size_t m) {
@@ -104,19 +122,76 @@ static void tw_dense_unload(tw_dense *d) {
     tw_cu_module_unload(d->mod_up);
     tw_cu_module_unload(d->mod_down);
     tw_cu_module_unload(d->mod_aux);
-    d->mod_up = d->mod_down = d->mod_aux = NULL;
-    d->up = d->down = d->count = d->expand = d->transpose = NULL;
+    tw_cu_module_unload(d->mod_up_split);
+    tw_cu_module_unload(d->mod_down_split);
+    tw_cu_module_unload(d->mod_down_tr);
+    d->mod_up = d->mod_down = d->mod_aux = d->mod_up_split = d->mod_down_split = NULL;
+    d->mod_down_tr = NULL;
+    d->up = d->down = d->count = d->expand = d->transpose = d->up_split = d->down_split = NULL;
+    d->red_plain = d->red_gated = d->red_relu = d->down_tr = NULL;
 }
 
 static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    tw_param up[TW_SHAPE_NPARAMS + 3];
+    tw_param up[TW_SHAPE_NPARAMS + 4];
     size_t nup = tw_shape_params(s, up);
     up[nup++] = (tw_param){"MODE", s->gated ? "gated" : "relu", 0};
+    const size_t up_stages = nup;
     up[nup++] = (tw_param){"STAGES", NULL, (long long)TW_DG_STAGES};
     up[nup++] = (tw_param){"CLUSTER", NULL, (long long)TW_DG_CLUSTER};
-    /* y = H · (Wdᵀ)ᵀ: reduction over the hidden width, K output columns */
+    up[nup++] = (tw_param){"SPLIT", NULL, 0};
+    /* y = H · Wd: reduction over the hidden width, K output columns; Wd [N, K] read MN-major
+     * (TB = 1), so no transposed copy */
+    tw_param down[] = {
+        {"K", NULL, (long long)s->N},
+        {"N", NULL, (long long)s->K},
+        {"dtype", tw_dtype_param(s->dtype), 0},
+        {"MODE", "plain", 0},
+        {"STAGES", NULL, (long long)TW_DG_STAGES},
+        {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
+        {"TB", NULL, 1},
+        {"SPLIT", NULL, 0},
+    };
+    const size_t ndown = sizeof down / sizeof down[0];
+    tw_param aux[TW_SHAPE_NPARAMS];
+    size_t naux = tw_shape_params(s, aux);
+    static const char *const gemm[] = {"twell_gemm_sm90"};
+    static const char *const aux_fns[] = {"twell_dense_count",        "twell_dense_expand",
+                                          "twell_dense_transpose",    "twell_dense_reduce_plain",
+                                          "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
+    tw_CUfunction af[6];
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down, &d->down));
+    /* the split-K variants: no staging buffer, a deeper ring */
+    up[up_stages].ival = down[4].ival = (long long)TW_DG_SPLIT_STAGES;
+    up[nup - 1].ival = down[ndown - 1].ival = 1;
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up_split, &d->up_split));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down_split,
+                           &d->down_split));
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 6, &d->mod_aux, af));
+    d->count = af[0], d->expand = af[1], d->transpose = af[2];
+    d->red_plain = af[3], d->red_gated = af[4], d->red_relu = af[5];
+    const struct {
+        tw_CUfunction fn;
+        unsigned smem;
+    } attr[] = {{d->up, TW_DG_SMEM},
+                {d->down, TW_DG_SMEM},
+                {d->up_split, TW_DG_SPLIT_SMEM},
+                {d->down_split, TW_DG_SPLIT_SMEM}};
+    for (size_t i = 0; i < sizeof attr / sizeof attr[0]; i++)
+        TW_TRY(tw_cu_func_set_attribute(ctx, attr[i].fn,
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        (int)attr[i].smem));
+    return TWELL_OK;
+}
+
+/* The earlier down GEMM (MODE plain, TB = 0: Wdᵀ K-major), for TW_TC_DENSE_SET_LEGACY. */
+static twell_status tw_dense_load_legacy(twell_plan *plan, tw_dense *d) {
+    if (d->down_tr)
+        return TWELL_OK;
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
     tw_param down[] = {
         {"K", NULL, (long long)s->N},
         {"N", NULL, (long long)s->K},
@@ -125,21 +200,20 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
         {"STAGES", NULL, (long long)TW_DG_STAGES},
         {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
     };
-    tw_param aux[TW_SHAPE_NPARAMS];
-    size_t naux = tw_shape_params(s, aux);
     static const char *const gemm[] = {"twell_gemm_sm90"};
-    static const char *const aux_fns[] = {"twell_dense_count", "twell_dense_expand",
-                                          "twell_dense_transpose"};
-    tw_CUfunction af[3];
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1,
-                           &d->mod_down, &d->down));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 3, &d->mod_aux, af));
-    d->count = af[0], d->expand = af[1], d->transpose = af[2];
-    TW_TRY(tw_cu_func_set_attribute(ctx, d->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)TW_DG_SMEM));
-    return tw_cu_func_set_attribute(
-        ctx, d->down, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TW_DG_SMEM);
+    tw_CUmodule mod = NULL;
+    tw_CUfunction fn = NULL;
+    TW_TRY(
+        tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1, &mod, &fn));
+    twell_status st = tw_cu_func_set_attribute(
+        ctx, fn, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TW_DG_SMEM);
+    if (st != TWELL_OK) {
+        tw_cu_module_unload(mod);
+        return st;
+    }
+    d->mod_down_tr = mod;
+    d->down_tr = fn;
+    return TWELL_OK;
 }
 
 twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
@@ -209,6 +283,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
     tw_cuda_free(ctx, d->h);
     tw_cuda_free(ctx, d->flags);
     tw_cuda_free(ctx, d->wdt);
+    tw_cuda_free(ctx, d->part);
     tw_cuda_free(ctx, d->dstats);
     tw_cuda_host_free(ctx, d->hstats);
     tw_cuda_event_destroy(ctx, d->cnt_done);
@@ -240,20 +315,35 @@ static twell_status tw_dense_map(twell_ctx *ctx, tw_CUtensorMap *map, twell_dtyp
                                   TW_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-/* out[m, ncols] = epilogue(a[m, kred] · b[ncols, kred]ᵀ) with gemm_sm90's ABI. */
-static twell_status tw_dense_gemm(twell_plan *plan, tw_dense *d, tw_CUfunction fn, size_t m,
-                                  uint32_t kred, uint32_t ncols, const void *a, const void *b,
-                                  const void *g, void *out, const uint32_t *packed,
-                                  const uint32_t *flags, twell_stream stream) {
+/* The TMA maps of a GEMM over a reduction of kred: [0] A [m, kred] (box 64 x 128); [1] B and
+ * [2] G [ncols, kred] K-major (box 64 x 256/CLUSTER: the part of the tile each CTA multicasts),
+ * or with tb B = Wd [kred, ncols] row-major read MN-major (box 64 x 64, four per 256 columns, as
+ * the training mode mm reads it; [2] is then a copy of [1], unused). */
+static twell_status tw_dense_maps(twell_plan *plan, size_t m, uint32_t kred, uint32_t ncols,
+                                  const void *a, const void *b, const void *g, int tb,
+                                  tw_CUtensorMap maps[3]) {
     twell_ctx *ctx = plan->ctx;
     twell_dtype dt = plan->shape.dtype;
-    tw_CUtensorMap ma, mb, mg;
+    TW_TRY(tw_dense_map(ctx, &maps[0], dt, a, m, kred, TW_DG_BM));
+    if (tb) {
+        TW_TRY(tw_dense_map(ctx, &maps[1], dt, b, kred, ncols, TW_DG_BK));
+        maps[2] = maps[1];
+        return TWELL_OK;
+    }
     const uint32_t brows = TW_DG_BN / TW_DG_CLUSTER;
-    TW_TRY(tw_dense_map(ctx, &ma, dt, a, m, kred, TW_DG_BM));
-    TW_TRY(tw_dense_map(ctx, &mb, dt, b, ncols, kred, brows));
-    TW_TRY(tw_dense_map(ctx, &mg, dt, g ? g : b, ncols, kred, brows));
-    const size_t units = tw_cdiv(tw_cdiv(m, TW_DG_BM), TW_DG_CLUSTER) * tw_cdiv(ncols, TW_DG_BN);
-    const size_t clusters = tw_min(units, d->max_clusters);
+    TW_TRY(tw_dense_map(ctx, &maps[1], dt, b, ncols, kred, brows));
+    return tw_dense_map(ctx, &maps[2], dt, g ? g : b, ncols, kred, brows);
+}
+
+/* Units (cluster tiles) of a GEMM of m rows and ncols output columns. */
+static size_t tw_dense_gemm_units(size_t m, uint32_t ncols) {
+    return tw_cdiv(tw_cdiv(m, TW_DG_BM), TW_DG_CLUSTER) * tw_cdiv(ncols, TW_DG_BN);
+}
+
+/* gemm_sm90 fn on min(items, one per cluster slot) persistent clusters with its arguments. */
+static twell_status tw_dense_launch(twell_plan *plan, tw_dense *d, tw_CUfunction fn, unsigned smem,
+                                    size_t items, void **args, twell_stream stream) {
+    const size_t clusters = tw_min(items ? items : 1u, d->max_clusters);
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = (unsigned)clusters * TW_DG_CLUSTER;
@@ -262,11 +352,46 @@ static twell_status tw_dense_gemm(twell_plan *plan, tw_dense *d, tw_CUfunction f
     cfg.block[1] = cfg.block[2] = 1u;
     cfg.cluster[0] = TW_DG_CLUSTER;
     cfg.cluster[1] = cfg.cluster[2] = 1u;
-    cfg.smem = TW_DG_SMEM;
+    cfg.smem = smem;
+    return tw_cu_launch(plan->ctx, fn, &cfg, stream, args);
+}
+
+/* out[m, ncols] = epilogue(a[m, kred] · B) with gemm_sm90's inference ABI (B as tw_dense_maps). */
+static twell_status tw_dense_gemm(twell_plan *plan, tw_dense *d, tw_CUfunction fn, size_t m,
+                                  uint32_t kred, uint32_t ncols, const void *a, const void *b,
+                                  const void *g, int tb, void *out, const uint32_t *packed,
+                                  const uint32_t *flags, twell_stream stream) {
+    tw_CUtensorMap maps[3];
+    TW_TRY(tw_dense_maps(plan, m, kred, ncols, a, b, g, tb, maps));
     int mi = (int)m;
-    void *args[] = {(void *)&ma,     (void *)&mb,    (void *)&mg, (void *)&out,
-                    (void *)&packed, (void *)&flags, (void *)&mi};
-    return tw_cu_launch(ctx, fn, &cfg, stream, args);
+    void *args[] = {(void *)&maps[0], (void *)&maps[1], (void *)&maps[2], (void *)&out,
+                    (void *)&packed,  (void *)&flags,   (void *)&mi};
+    return tw_dense_launch(plan, d, fn, TW_DG_SMEM, tw_dense_gemm_units(m, ncols), args, stream);
+}
+
+/* The split-K GEMM (SPLIT = 1): nsplit slices of the reduction as fp32 partials into d->part
+ * (the caller has checked they fit and reduces them next). */
+static twell_status tw_dense_gemm_split(twell_plan *plan, tw_dense *d, tw_CUfunction fn, size_t m,
+                                        uint32_t kred, uint32_t ncols, const void *a, const void *b,
+                                        const void *g, int tb, unsigned nsplit,
+                                        const uint32_t *flags, twell_stream stream) {
+    tw_CUtensorMap maps[3];
+    TW_TRY(tw_dense_maps(plan, m, kred, ncols, a, b, g, tb, maps));
+    int mi = (int)m, ns = (int)nsplit;
+    float *part = d->part;
+    void *args[] = {(void *)&maps[0], (void *)&maps[1], (void *)&maps[2], (void *)&part,
+                    (void *)&flags,   (void *)&mi,      (void *)&ns};
+    return tw_dense_launch(plan, d, fn, TW_DG_SPLIT_SMEM, tw_dense_gemm_units(m, ncols) * nsplit,
+                           args, stream);
+}
+
+/* One of dense_aux's split-K reductions over m rows x ncols columns (grid-stride, a warp per row
+ * x 256 columns). */
+static twell_status tw_dense_reduce(twell_plan *plan, tw_CUfunction fn, size_t m, uint32_t ncols,
+                                    void **args, twell_stream stream) {
+    size_t sms = (size_t)plan->ctx->cuda->sm_count;
+    size_t items = m * tw_cdiv(ncols, 256);
+    return tw_go(plan->ctx, fn, tw_min(tw_cdiv(items, 8), 16 * sms), 1, stream, args);
 }
 
 /* Counts m rows of packed into slot `slot` (and flags the units to recompute when flags is not
@@ -335,36 +460,99 @@ static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
     return d->threshold > 0.0 ? d->threshold : tw_ffn_policy_dense_threshold(M, s->N);
 }
 
-/* Workspace for chunks of R rows: H, the unit flags and Wdᵀ. A larger H waits for the previous
- * dense call first (it may still read the old one). On failure the old buffers are kept. */
+/* Split factors of a chunk of m rows, sp[0] the up GEMM (reduction K), sp[1] the down GEMM
+ * (reduction N): the override, else tw_ffn_dense_split; 1 in legacy mode; at most the GEMM's
+ * k-blocks (every slice holds at least one). */
+static void tw_dense_splits(const twell_plan *plan, const tw_dense *d, size_t m, unsigned sp[2]) {
+    const twell_shape *s = &plan->shape;
+    const unsigned kb[2] = {s->K / TW_DG_BK, s->N / TW_DG_BK};
+    const size_t units[2] = {tw_dense_gemm_units(m, s->N), tw_dense_gemm_units(m, s->K)};
+    for (int i = 0; i < 2; i++) {
+        unsigned v =
+            d->force[i] ? d->force[i] : tw_ffn_dense_split(units[i], kb[i], d->max_clusters);
+        sp[i] = d->legacy || v < 1u ? 1u : v > kb[i] ? kb[i] : v;
+    }
+}
+
+/* Bytes of partial sums GEMM i (0 up, 1 down) needs for m rows split nsplit ways (0 unsplit):
+ * nsplit slices of [m, cols] fp32, two planes for the gated up GEMM (the recomputed gate). */
+static size_t tw_dense_part_need(const twell_shape *s, int i, unsigned nsplit, size_t m) {
+    if (nsplit < 2u)
+        return 0;
+    size_t cols = i == 0 ? s->N : s->K, planes = i == 0 && s->gated ? 2u : 1u;
+    return (size_t)nsplit * planes * m * cols * sizeof(float);
+}
+
+/* The partial workspace every chunk of at most R rows fits in: the splits depend on m only
+ * through its rows of units (256 rows each), so the largest m of each such row count is tried. */
+static size_t tw_dense_part_bound(const twell_plan *plan, const tw_dense *d, size_t R) {
+    size_t need = 0;
+    for (size_t mp = 1; mp <= tw_cdiv(R, TW_DG_UNIT_ROWS); mp++) {
+        size_t m = tw_min(R, mp * TW_DG_UNIT_ROWS);
+        unsigned sp[2];
+        tw_dense_splits(plan, d, m, sp);
+        for (int i = 0; i < 2; i++) {
+            size_t b = tw_dense_part_need(&plan->shape, i, sp[i], m);
+            need = b > need ? b : need;
+        }
+    }
+    return need;
+}
+
+/* Workspace for chunks of R rows: H, the unit flags, the split-K partials (for the splits the
+ * current settings give) and, in legacy mode, Wdᵀ. Growing H or the partials waits for the
+ * previous dense call first (it may still read the old ones). On failure the old buffers are
+ * kept. */
 static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    if (!d->wdt)
+    if (d->legacy && !d->wdt)
         TW_TRY(tw_cuda_malloc(ctx, (size_t)s->N * s->K * 2u, &d->wdt));
-    if (R <= d->h_rows)
+    /* chunks hold up to max(R, h_rows) rows (H never shrinks) */
+    size_t rows = tw_max_rows(R, d->h_rows);
+    size_t pb = d->part_rows == rows ? d->part_bytes : tw_dense_part_bound(plan, d, rows);
+    int grow_h = R > d->h_rows, grow_p = pb > d->part_bytes;
+    if (!grow_h && !grow_p) {
+        d->part_rows = rows;
         return TWELL_OK;
+    }
     if (d->used) {
         TW_TRY(tw_cuda_event_synchronize(ctx, d->done));
         d->grow_syncs++;
     }
-    void *h = NULL, *fl = NULL;
-    twell_status st = tw_cuda_malloc(ctx, R * s->N * 2u, &h);
-    if (st == TWELL_OK)
-        st = tw_cuda_malloc(ctx, tw_dense_units(s, R) * 4u, &fl);
+    void *h = NULL, *fl = NULL, *pt = NULL;
+    twell_status st = TWELL_OK;
+    if (grow_h) {
+        st = tw_cuda_malloc(ctx, R * s->N * 2u, &h);
+        if (st == TWELL_OK)
+            st = tw_cuda_malloc(ctx, tw_dense_units(s, R) * 4u, &fl);
+    }
+    if (st == TWELL_OK && grow_p)
+        st = tw_cuda_malloc(ctx, pb, &pt);
     if (st != TWELL_OK) {
         tw_cuda_free(ctx, h);
+        tw_cuda_free(ctx, fl);
         return st;
     }
-    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->h);
-    tw_cuda_keep_free(ctx, &d->keep, d->captured, d->flags);
-    d->h = h;
-    d->flags = fl;
-    d->h_rows = R;
+    if (grow_h) {
+        tw_cuda_keep_free(ctx, &d->keep, d->captured, d->h);
+        tw_cuda_keep_free(ctx, &d->keep, d->captured, d->flags);
+        d->h = h;
+        d->flags = fl;
+        d->h_rows = R;
+    }
+    if (grow_p) {
+        tw_cuda_keep_free(ctx, &d->keep, d->captured, d->part);
+        d->part = pt;
+        d->part_bytes = pb;
+    }
+    d->part_rows = rows;
     return TWELL_OK;
 }
 
-/* The dense pipeline for M rows (workspace reserved, stream ordered). */
+/* The dense pipeline for M rows (workspace reserved, stream ordered). Per chunk of rows: count
+ * (and flag the units to recompute), the up GEMM into H, the down GEMM into y; a GEMM split
+ * S > 1 ways writes fp32 partials and a reduction kernel applies its epilogue. */
 static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const void *x,
                                  const uint32_t *packed, const void *wg, const void *wu,
                                  const void *wd, void *y, int capturing, twell_stream stream) {
@@ -373,28 +561,58 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     size_t sms = (size_t)ctx->cuda->sm_count;
     unsigned slot;
     TW_TRY(tw_dense_count_begin(plan, d, stream, &slot));
-    void *a_tr[] = {(void *)&wd, &d->wdt};
-    TW_TRY(tw_go(ctx, d->transpose, s->K / 64u, s->N / 64u, stream, a_tr));
+    if (d->legacy) {
+        void *a_tr[] = {(void *)&wd, &d->wdt};
+        TW_TRY(tw_go(ctx, d->transpose, s->K / 64u, s->N / 64u, stream, a_tr));
+    }
     for (size_t r0 = 0; r0 < M; r0 += d->h_rows) {
         size_t m = tw_min(M - r0, d->h_rows);
         const void *xc = (const char *)x + r0 * s->K * 2u;
         const uint32_t *pc = packed + r0 * (s->N / s->C);
         void *yc = (char *)y + r0 * s->K * 2u;
+        int mi = (int)m, unit_rows = (int)TW_DG_UNIT_ROWS;
+        unsigned sp[2];
+        tw_dense_splits(plan, d, m, sp);
+        /* partials that do not fit (a captured call after the override grew them): unsplit,
+         * exact */
+        for (int i = 0; i < 2; i++)
+            if (tw_dense_part_need(s, i, sp[i], m) > d->part_bytes)
+                sp[i] = 1u;
+        int ns_up = (int)sp[0], ns_down = (int)sp[1];
         TW_TRY(tw_cuda_memset_d32(ctx, d->flags, 0u, tw_dense_units(s, m), stream));
         TW_TRY(tw_dense_count(plan, d, m, pc, d->flags, slot, stream));
-        if (s->gated) {
-            TW_TRY(tw_dense_gemm(plan, d, d->up, m, s->K, s->N, xc, wu, wg, d->h, pc, d->flags,
-                                 stream));
-        } else {
-            int mi = (int)m;
+        if (!s->gated) {
             void *a_ex[] = {(void *)&pc, &mi, &d->h};
             TW_TRY(tw_go(ctx, d->expand, tw_min(tw_cdiv(m * tw_cdiv(s->N, 256), 8), 16 * sms), 1,
                          stream, a_ex));
-            TW_TRY(tw_dense_gemm(plan, d, d->up, m, s->K, s->N, xc, wu, NULL, d->h, NULL, d->flags,
+        }
+        if (sp[0] > 1u) {
+            TW_TRY(tw_dense_gemm_split(plan, d, d->up_split, m, s->K, s->N, xc, wu,
+                                       s->gated ? wg : NULL, 0, sp[0], d->flags, stream));
+            if (s->gated) {
+                void *a_r[] = {&d->part, &mi, &ns_up, &unit_rows, &d->flags, (void *)&pc, &d->h};
+                TW_TRY(tw_dense_reduce(plan, d->red_gated, m, s->N, a_r, stream));
+            } else {
+                void *a_r[] = {&d->part, &mi, &ns_up, &unit_rows, &d->flags, &d->h};
+                TW_TRY(tw_dense_reduce(plan, d->red_relu, m, s->N, a_r, stream));
+            }
+        } else {
+            TW_TRY(tw_dense_gemm(plan, d, d->up, m, s->K, s->N, xc, wu, s->gated ? wg : NULL, 0,
+                                 d->h, s->gated ? pc : NULL, d->flags, stream));
+        }
+        if (d->legacy) {
+            TW_TRY(tw_dense_gemm(plan, d, d->down_tr, m, s->N, s->K, d->h, d->wdt, NULL, 0, yc,
+                                 NULL, NULL, stream));
+        } else if (sp[1] > 1u) {
+            TW_TRY(tw_dense_gemm_split(plan, d, d->down_split, m, s->N, s->K, d->h, wd, NULL, 1,
+                                       sp[1], NULL, stream));
+            void *a_r[] = {&d->part, &mi, &ns_down, &yc};
+            TW_TRY(tw_dense_reduce(plan, d->red_plain, m, s->K, a_r, stream));
+        } else {
+            TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, wd, NULL, 1, yc, NULL, NULL,
                                  stream));
         }
-        TW_TRY(tw_dense_gemm(plan, d, d->down, m, s->N, s->K, d->h, d->wdt, NULL, yc, NULL, NULL,
-                             stream));
+        d->last_sp[0] = sp[0], d->last_sp[1] = sp[1];
     }
     /* a captured call's counts are not read back: the host may never see a graph's replays.
      * Eager: `done` (workspace reuse across streams) marks the end of the call, counts included */
@@ -478,7 +696,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         }
         dense = r == TW_ROUTE_DENSE;
     }
-    if (dense && capturing && (!d->wdt || d->h_rows == 0)) {
+    if (dense && capturing && (d->h_rows == 0 || (d->legacy && !d->wdt))) {
         /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
          * (or an earlier eager dense call) */
         if (plan->path == TWELL_PATH_DENSE)
@@ -504,7 +722,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
             TW_TRY(tw_cuda_stream_wait_event(ctx, stream, d->done));
         TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, capturing, stream));
         if (capturing) {
-            d->captured = 1; /* the graph holds h, flags and wdt from now on */
+            d->captured = 1; /* the graph holds h, flags, part and wdt from now on */
         } else {
             d->used = 1; /* tw_dense_run recorded `done` after its last work */
             d->last_stream = stream;
@@ -616,7 +834,7 @@ static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     if (!d)
         return 0;
     const twell_shape *s = &plan->shape;
-    size_t b = d->wdt ? (size_t)s->N * s->K * 2u : 0u;
+    size_t b = (d->wdt ? (size_t)s->N * s->K * 2u : 0u) + d->part_bytes;
     if (d->h)
         b += d->h_rows * s->N * 2u + tw_dense_units(s, d->h_rows) * 4u;
     return b;
@@ -642,14 +860,49 @@ static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
         TW_TRY(tw_cuda_memset_d32(ctx, d->h, v, d->h_rows * s->N / 2u, NULL));
     if (d->wdt)
         TW_TRY(tw_cuda_memset_d32(ctx, d->wdt, v, (size_t)s->N * s->K / 2u, NULL));
+    if (d->part) /* the 32-bit pattern v is a NaN as a float when pattern is a 16-bit NaN */
+        TW_TRY(tw_cuda_memset_d32(ctx, d->part, v, d->part_bytes / 4u, NULL));
     return tw_cuda_synchronize(ctx);
 }
 
-static unsigned tw_cuda_dense_gemm_smem(void) { return TW_DG_SMEM; }
+static twell_status tw_cuda_dense_set_split(twell_plan *plan, unsigned up, unsigned down) {
+    tw_dense *d = tw_plan_dense(plan);
+    if (!d)
+        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: not a CUDA plan");
+    d->force[0] = up;
+    d->force[1] = down;
+    d->part_rows = 0; /* the next dense call (or reserve) checks the partial workspace again */
+    return TWELL_OK;
+}
+
+static twell_status tw_cuda_dense_set_legacy(twell_plan *plan, int on) {
+    tw_dense *d = tw_plan_dense(plan);
+    if (!d)
+        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: not a CUDA plan");
+    if (on && !d->available)
+        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
+                        "ffn_infer: the dense path is not available: %s", d->why);
+    if (on) {
+        tw_cu_scope sc;
+        TW_TRY(tw_cu_enter(plan->ctx, &sc));
+        twell_status st = tw_dense_load_legacy(plan, d);
+        tw_cu_leave(plan->ctx, &sc);
+        TW_TRY(st);
+    }
+    d->legacy = on != 0;
+    d->part_rows = 0;
+    return TWELL_OK;
+}
 
 twell_status tw_dense_test_control(int op, va_list ap) {
     if (op == TW_TC_DENSE_GEMM_SMEM) {
-        *va_arg(ap, unsigned *) = tw_cuda_dense_gemm_smem();
+        *va_arg(ap, unsigned *) = TW_DG_SMEM;
+        return TWELL_OK;
+    }
+    if (op == TW_TC_DENSE_SPLIT_GEMM_SMEM) {
+        *va_arg(ap, unsigned *) = TW_DG_SPLIT_SMEM;
         return TWELL_OK;
     }
     twell_plan *plan = va_arg(ap, twell_plan *);
@@ -694,6 +947,19 @@ twell_status tw_dense_test_control(int op, va_list ap) {
     }
     case TW_TC_DENSE_POISON:
         return tw_cuda_dense_poison(plan, (uint16_t)va_arg(ap, unsigned));
+    case TW_TC_DENSE_SET_SPLIT: {
+        unsigned up = va_arg(ap, unsigned);
+        return tw_cuda_dense_set_split(plan, up, va_arg(ap, unsigned));
+    }
+    case TW_TC_DENSE_SET_LEGACY:
+        return tw_cuda_dense_set_legacy(plan, va_arg(ap, int));
+    case TW_TC_DENSE_LAST_SPLIT: {
+        unsigned *out = va_arg(ap, unsigned *);
+        const tw_dense *d = tw_plan_dense(plan);
+        out[0] = d ? d->last_sp[0] : 0u;
+        out[1] = d ? d->last_sp[1] : 0u;
+        return TWELL_OK;
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }

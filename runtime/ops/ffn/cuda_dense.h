@@ -14,12 +14,13 @@
 typedef struct tw_dense tw_dense;
 
 /* Prepares the dense path ONCE for plan->shape: on sm_90a with K % 64 == 0 it renders/compiles (or
- * takes from the cache) and loads gemm_sm90 twice (the up projection: MODE gated or relu; the down
- * projection: MODE plain with K and N swapped) and dense_aux, and allocates the pinned count
- * slots. Elsewhere, or when a module fails to build (a warning is logged), the path is only marked
- * unavailable: AUTO then always runs sparse and DENSE reports TWELL_ERR_UNSUPPORTED with the
- * reason. Only TWELL_ERR_NO_MEMORY fails. The workspace is allocated at the first dense call.
- * Inside tw_cu_enter/leave. *out NULL on failure. */
+ * takes from the cache) and loads gemm_sm90 four times (the up projection: MODE gated or relu; the
+ * down projection: MODE plain with K and N swapped, Wd read MN-major; each also as its split-K
+ * variant) and dense_aux, and allocates the pinned count slots. Elsewhere, or when a module fails
+ * to build (a warning is logged), the path is only marked unavailable: AUTO then always runs sparse
+ * and DENSE reports TWELL_ERR_UNSUPPORTED with the reason. Only TWELL_ERR_NO_MEMORY fails. The
+ * workspace is allocated at the first dense call. Inside tw_cu_enter/leave. *out NULL on failure.
+ */
 twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. */
@@ -35,8 +36,14 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  *   gated: H = round(g ⊙ x·Wuᵀ) in one GEMM, g expanded from packed inside the GEMM (units with
  *          an overflowing row-tile recompute g = act(x·Wgᵀ) on tensor cores first);
  *   non-gated: H expanded from packed, then the flagged units recomputed as act(x·Wuᵀ);
- *   y = H · Wd through Wdᵀ, transposed into the workspace once per call.
- * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three.
+ *   y = H · Wd, Wd [N, K] read as it is (MN-major operand of the GEMM; no transposed copy).
+ * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three. A GEMM
+ * whose grid would leave most of the device idle (few rows: at most half the clusters busy) is
+ * split along its reduction into S slices of whole 64-wide k-blocks (tw_ffn_dense_split; test
+ * control may force S): fp32 partials into the workspace, then a reduction kernel sums them in
+ * slice order and applies the epilogue (the gate, the activation, the rounding), so results stay
+ * bitwise reproducible for a given S. TW_TC_DENSE_SET_LEGACY selects the earlier down GEMM (Wd
+ * transposed into the workspace every call, no split) for comparisons.
  *
  * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
  * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
@@ -63,7 +70,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
 /* twell_plan_reserve's part: the dense workspace (H for min(max_M, a chunk) rows, the unit
- * flags, Wdᵀ) when the dense path is available (nothing otherwise). May wait for the previous
+ * flags, the split-K partials for every row count up to that, Wdᵀ in legacy mode) when the dense
+ * path is available (nothing otherwise). May wait for the previous
  * dense call (a larger H). Inside tw_cu_enter/leave. */
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);
 /* The estimate AUTO uses until counts have been read back (< 0: none). */

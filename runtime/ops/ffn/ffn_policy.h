@@ -86,4 +86,26 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
 
+/* ---- split-K of the dense path's GEMMs (cuda_dense.c) ----
+ * A dense GEMM of `units` cluster tiles (128·CLUSTER rows x 256 columns each) keeps only `units`
+ * of the device's clusters busy: at decode sizes the down GEMM (K/256 tiles, 8 at K = 2048) and
+ * the up GEMM (N/256, 22 at N = 5632) leave most SMs idle while one cluster streams its whole
+ * weight column block (session 4, H100: the dense path ~0.15 ms flat from M = 1 to 256 where
+ * cuBLAS's three GEMMs take ~0.05 ms). Splitting the reduction into S slices of whole 64-wide
+ * k-blocks runs units·S work items, fp32 partials reduced in slice order by a second kernel.
+ * The rule below is not measured yet (no device in the session that wrote it): it only fills one
+ * wave. Re-measure with `twell bench --op ffn_infer --path dense` and the TW_TC_DENSE_SET_SPLIT
+ * override. */
+
+/* Fewest k-blocks a slice may hold (each slice refills the TMA ring: 3-4 stages). */
+#define TW_POLICY_SPLIT_MIN_KB 4u
+/* Most slices (bounds the partial workspace and the reduction's reads). */
+#define TW_POLICY_SPLIT_MAX 16u
+
+/* Slices S ≥ 1 for a GEMM of `units` tiles over `kblocks` k-blocks on a device that runs
+ * `clusters` clusters at once: the largest S with units·S ≤ clusters (so S > 1 only where at
+ * least half the clusters would idle), at most kblocks / TW_POLICY_SPLIT_MIN_KB and
+ * TW_POLICY_SPLIT_MAX; 1 for zero units or clusters. Pure; never fails. */
+unsigned tw_ffn_dense_split(size_t units, unsigned kblocks, unsigned clusters);
+
 #endif /* TWELL_FFN_POLICY_H */
