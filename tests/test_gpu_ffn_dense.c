@@ -113,14 +113,22 @@ static twell_plan *fd_plan(const twell_shape *s) {
     return plan;
 }
 
-static void test_gpu_ffn_dense_case(void **state) {
-    const gi_case *c = *state;
+/* Case c's plan (the test skips where the dense kernels cannot exist) and its data, the seed
+ * seed0 + M + K + N. */
+static twell_plan *fd_case_open(const gi_case *c, uint64_t seed0, gi_data *d) {
     twell_shape s = gi_shape(c);
     twell_plan *plan = fd_plan(&s);
     if (!plan)
         skip();
+    fd_prepare(d, &s, c->M, c->dist, c->nnz, seed0 + c->M + c->K + c->N, plan);
+    return plan;
+}
+
+static void test_gpu_ffn_dense_case(void **state) {
+    const gi_case *c = *state;
     gi_data d;
-    fd_prepare(&d, &s, c->M, c->dist, c->nnz, 3000u + c->M + c->K + c->N, plan);
+    twell_plan *plan = fd_case_open(c, 3000u, &d);
+    const twell_shape s = d.s;
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked; %.1f active "
            "per row, %zu overflowing row-tiles in %llu units\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
@@ -199,12 +207,9 @@ static unsigned fd_clamp(unsigned v, unsigned kblocks) { return v > kblocks ? kb
 
 static void test_gpu_ffn_dense_split_case(void **state) {
     const gi_case *c = *state;
-    twell_shape s = gi_shape(c);
-    twell_plan *plan = fd_plan(&s);
-    if (!plan)
-        skip();
     gi_data d;
-    fd_prepare(&d, &s, c->M, c->dist, c->nnz, 5000u + c->M + c->K + c->N, plan);
+    twell_plan *plan = fd_case_open(c, 5000u, &d);
+    const twell_shape s = d.s;
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked; %zu "
            "overflowing row-tiles in %llu units\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
