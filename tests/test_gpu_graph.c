@@ -181,7 +181,7 @@ static void gr_eager(twell_plan *plan, gr_bufs *b, twell_path path, twell_path k
 /* y of b against the CPU reference on b's packed bytes, every row; also every value written. */
 static void gr_expect_ref(const gr_bufs *b, const tw_synth_ffn *f, const char *what) {
     const twell_shape *s = &b->s;
-    tw_gpu_expect_written(s->dtype, b->y, b->M, s->K, GR_POISON, what);
+    tw_gpu_expect_written(s->dtype, b->y, b->M * s->K, s->K, GR_POISON, what);
     size_t wr = 0;
     double e = gi_all_rows_err(gr_ctx, s, b->M, f, b->packed, b->y, &wr);
     printf("#   %-44s max row-rel err %.3e (row %zu)\n", what, e, wr);

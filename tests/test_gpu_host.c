@@ -210,7 +210,7 @@ static void test_gpu_host_steady_calls(void **state) {
     if (memcmp(on.y, off.y, yb) != 0)
         fail_msg("%s: y differs with the pointer cache off", c->name);
     /* y against the CPU reference on the same packed bytes, every row */
-    tw_gpu_expect_written(s.dtype, on.y, c->M, s.K, GH_POISON, "y");
+    tw_gpu_expect_written(s.dtype, on.y, c->M * s.K, s.K, GH_POISON, "y");
     size_t wr = 0;
     double e = gi_all_rows_err(gh_ctx, &s, c->M, f, on.packed, on.y, &wr);
     printf("#   %-28s max row-rel err %.3e (row %zu)\n", c->name, e, wr);
