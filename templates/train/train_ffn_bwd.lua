@@ -119,7 +119,8 @@ twell_train_scatter(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict
     }
 }
 
-/* dWu, dWg, dWd of one (neuron chunk, K slice): tokens ascending. Chunk 0 writes the outputs,
+/* dWu, dWg, dWd of one (neuron chunk, K slice): tokens ascending. Chunk 0 writes the outputs
+ * (acc: adds its sum to what they hold, the heavy-row block's dense gradients, one rounding),
  * chunk j ≥ 1 its partial slot. */
 extern "C" __global__ void __launch_bounds__(256)
 twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
@@ -128,7 +129,8 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                const float *__restrict__ e_dp, const float *__restrict__ e_tm,
                const tw_u64 *__restrict__ nchunk_off, const tw_u64 *__restrict__ nslot_off,
                const tw_u32 *__restrict__ nchunk_nrn, tw_u64 E2, float *__restrict__ dwg,
-               float *__restrict__ dwu, float *__restrict__ dwd, float *__restrict__ npart) {
+               float *__restrict__ dwu, float *__restrict__ dwd, float *__restrict__ npart,
+               int acc) {
     const int lane = (int)(threadIdx.x & 31u);
     const long long nch = (long long)nchunk_off[${S.N}], items = nch * ${NS};
     /* slice-major: the warps in flight share a K slice of x and dy (M·2·32·VEC·2 bytes, L2) */
@@ -185,6 +187,18 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
         }
         if (g < ${G}) {
             if (j == 0) {
+                if (acc) { /* heavy block + this chunk, then the partials in chunk order */
+                    float hu[${VEC}], hg[${VEC}], hd[${VEC}];
+                    tw_ldf(dwu + n * ${S.K}, g, hu);
+                    tw_ldf(dwg + n * ${S.K}, g, hg);
+                    tw_ldf(dwd + n * ${S.K}, g, hd);
+#pragma unroll
+                    for (int v = 0; v < ${VEC}; v++) {
+                        gu[v] = __fadd_rn(hu[v], gu[v]);
+                        gg[v] = __fadd_rn(hg[v], gg[v]);
+                        gd[v] = __fadd_rn(hd[v], gd[v]);
+                    }
+                }
                 tw_stf(dwu + n * ${S.K}, g, gu);
                 tw_stf(dwg + n * ${S.K}, g, gg);
                 tw_stf(dwd + n * ${S.K}, g, gd);

@@ -7,6 +7,7 @@
 #include "cuda_train_int.h"
 
 #include "cuda_train_dense.h"
+#include "cuda_train_heavy.h"
 #include "jit.h"
 #include "train_layout.h"
 
@@ -51,7 +52,8 @@ const char *const tw_ct_buf_names[TB_COUNT] = {
     "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
     "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
     "neuron slots", "chunk neurons",  "neuron partials", "overflow counts", "entry dT",
-    "spill dT"};
+    "spill dT",     "heavy flags",    "heavy rows",      "heavy x",         "heavy y",
+    "heavy dy",     "heavy workspace"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -187,7 +189,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
 
 /* Makes buf hold at least `bytes`. Growing frees the old buffer, so the device is synchronised
  * first (earlier work may still read it). Contents are not kept. */
-static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
+twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
                                   size_t bytes, const char *fn, int *synced) {
     tw_dbuf *d = &t->buf[b];
     if (bytes == 0)
@@ -230,7 +232,7 @@ static twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_c
 
 /* ---- launches ---- */
 
-static unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block) {
+unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block) {
     uint64_t b = (warp_items + warps_per_block - 1) / warps_per_block;
     uint64_t cap = (uint64_t)ctx->cuda->sm_count * 16u;
     if (b > cap)
@@ -238,7 +240,7 @@ static unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t
     return b ? (unsigned)b : 1u;
 }
 
-static twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
+twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
                                   unsigned block, unsigned smem, twell_stream stream, void **args) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -314,6 +316,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     tw_ctrain *t = NULL;
     TW_CT_TRY(tw_ct_get(ctx, state, &t));
     t->M = 0; /* the earlier forward is gone from here on */
+    t->nh = 0;
+    t->hnnz = 0;
     t->have_bwd = 0;
     t->fwd_tiled = 0;
     if (M > 0xffffffffu)
@@ -358,6 +362,10 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
         tw_ct_mark(ctx, t, "gate_pack", stream);
     }
+    /* heavy rows (the knob on): listed for the dense block route and emptied in packed, so
+     * every kernel below sees them as rows without entries */
+    int heavy = 0;
+    TW_CT_TRY(tw_cth_classify(plan, state, t, M, packed, tot, vi, &synced, &heavy, stream));
     /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
      * tile over the listed rows, or one warp per row-tile in the reference order */
     uint32_t ovf_gx = 0;
@@ -394,7 +402,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
     /* 4. the one host read: totals size the spill, the entry arrays and the chunks */
-    TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, 6u * sizeof(uint64_t), stream));
+    TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, (heavy ? 8u : 6u) * sizeof(uint64_t),
+                                        stream));
     TW_CT_TRY(tw_cuda_event_record(ctx, t->ev, stream));
     TW_CT_TRY(tw_cuda_event_synchronize(ctx, t->ev));
     tw_ct_mark(ctx, t, "host_sync", stream);
@@ -418,6 +427,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_TM, nnz * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PARTIAL, pslots * s->K * 4u, fn, &synced));
 
+    if (heavy) /* their x gathered, the dense forward GEMMs on the block */
+        TW_CT_TRY(tw_cth_forward(plan, state, t, M, x, wg, wu, wd, &synced, stream));
     void *u_ell = t->buf[TB_U_ELL].p, *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
     void *chunk_row = t->buf[TB_CHUNK_ROW].p, *chunk_l1 = t->buf[TB_CHUNK_L1].p;
     void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
@@ -486,10 +497,12 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
                             stream, args));
     }
-    if (stats) {
+    if (stats && t->nh == 0) {
         void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
     }
+    /* the heavy block's y into its rows (the sparse y left them zero), stats of both parts */
+    TW_CT_TRY(tw_cth_finish_forward(plan, t, M, y, stats, stream));
     t->M = M, t->nnz = nnz, t->spill = spill, t->nchunks = nchunks, t->pslots = pslots, t->E = E;
     tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
@@ -518,7 +531,9 @@ twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, co
     if (st == TWELL_OK && !dense) {
         st = tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
         if (st == TWELL_OK)
-            tw_ctd_note_sparse(state, M, ((tw_ctrain *)state->backend_data)->nnz);
+            tw_ctd_note_sparse(state, M,
+                               ((tw_ctrain *)state->backend_data)->nnz +
+                                   ((tw_ctrain *)state->backend_data)->hnnz);
         else if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
             st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
     }
@@ -588,8 +603,18 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     unsigned rthreads = 32u * t->wpb;
 
+    if (t->nh && vi != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "%s: the saved forward ran its heavy rows on the dense GEMMs, whose "
+                        "backward needs every tensor 16-byte aligned",
+                        fn);
     t->npev = 0;
     tw_ct_mark(ctx, t, "start", stream);
+    /* 0. heavy rows: the dense backward GEMMs on the block; the weight gradients stored here,
+     * the sparse kernel adds its sums (acc) */
+    TW_CT_TRY(tw_cth_backward(plan, state, t, M, wg, wu, wd, dy, l1c, dwg, dwu, dwd, &synced,
+                              stream));
+    int acc = t->nh != 0;
     /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
      * entries of non-overflowing row-tiles) */
     const uint32_t *pre = NULL;
@@ -637,6 +662,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
                             stream, args));
     }
+    TW_CT_TRY(tw_cth_finish_backward(plan, t, dx, stream)); /* the heavy block's dx */
     /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
     TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist, stream));
     tw_ct_mark(ctx, t, "memset_hist", stream);
@@ -666,7 +692,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     {
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
-                        &dwg,       &dwu,        &dwd,        &npart};
+                        &dwg,       &dwu,        &dwd,        &npart,     &acc};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
                             stream, args));
     }
@@ -713,6 +739,7 @@ void tw_cuda_train_release(twell_train_state *state) {
         for (int i = 0; i < 2; i++)
             tw_cu_module_unload(t->mods[i].mod);
         tw_ctt_release(ctx, t->tiled);
+        tw_cu_module_unload(t->hmod);
         tw_cuda_event_destroy(ctx, t->ev);
         for (int i = 0; i < TW_CT_PROF_MAX; i++)
             if (t->pev[i])

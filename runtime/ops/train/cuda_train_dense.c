@@ -448,13 +448,35 @@ static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
     return tw_cu_launch(ctx, fn, &cfg, stream, args);
 }
 
+/* The forward's two GEMMs on M rows: Tm (columns [2N, 3N) of buf), the (P, U) pairs into pu and
+ * the stats partials into part; y = Tm·Wd. */
+static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d,
+                                 size_t M, const void *x, const void *wg, const void *wu,
+                                 const void *wd, void *y, void *buf, void *pu, void *part,
+                                 twell_stream stream) {
+    twell_dtype dt = s->dtype;
+    size_t N = s->N, K = s->K;
+    char *tm = (char *)buf + 2u * N * 2u; /* columns [2N, 3N) */
+    tw_CUtensorMap ma, mb, mg;
+    /* 1. Tm, the saved (P, U) pairs and the stats partials */
+    TD_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
+    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
+    td_args a = {tm, NULL, NULL, pu, part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
+    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
+    TD_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
+    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
+    a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
+    TD_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    return TWELL_OK;
+}
+
 twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
                             const void *wg, const void *wu, const void *wd, void *y, float *stats,
                             twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    twell_dtype dt = s->dtype;
-    size_t N = s->N, K = s->K;
     tw_tdense *d = NULL;
     TD_TRY(td_create(ctx, state, &d));
     TD_TRY(td_prepare(plan, d, 1));
@@ -462,19 +484,7 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: %s", d->why);
     d->saved_M = 0;
     TD_TRY(td_reserve(plan, state, d, M));
-    char *tm = (char *)d->buf + 2u * N * 2u; /* columns [2N, 3N) */
-    tw_CUtensorMap ma, mb, mg;
-    /* 1. Tm, the saved (P, U) pairs and the stats partials */
-    TD_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
-    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
-    td_args a = {tm, NULL, NULL, d->pu, d->part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
-    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
-    /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
-    TD_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
-    a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TD_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    TD_TRY(td_fwd_gemms(ctx, s, d, M, x, wg, wu, wd, y, d->buf, d->pu, d->part, stream));
     /* 3. stats (fixed order) and the count for AUTO, copied back without a wait */
     long long np = (long long)(td_units(s, M) * TD_CLUSTER * 8u), Ml = (long long)M;
     void *part = d->part, *cnt = d->dcount;
@@ -498,27 +508,20 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     return TWELL_OK;
 }
 
-twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                             const void *wg, const void *wu, const void *wd, const void *dy,
-                             float lambda, void *dx, float *dwg, float *dwu, float *dwd,
-                             twell_stream stream) {
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
+/* The backward's GEMMs on M rows (l1c = λ / the step's M): dU, dP into columns [0, 2N) of buf
+ * from dy·Wdᵀ and the saved pairs pu; dx = [dU dP]·[Wu; Wg]; the three weight gradients stored. */
+static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d,
+                                 size_t M, const void *x, const void *wg, const void *wu,
+                                 const void *wd, const void *dy, float l1c, void *dx, float *dwg,
+                                 float *dwu, float *dwd, char *buf, void *pu,
+                                 twell_stream stream) {
     twell_dtype dt = s->dtype;
     size_t N = s->N, K = s->K;
-    tw_tdense *d = state->dense;
-    const void *p[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
-    if (!td_aligned(p, 9))
-        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "twell_ffn_backward: the saved forward ran the dense path, which needs "
-                        "every tensor 16-byte aligned");
-    char *buf = d->buf;
     tw_CUtensorMap ma, mb, mg;
     /* 1. dT = dy·Wdᵀ (+ the L1 term) → dU, dP in columns [0, N), [N, 2N) */
     TD_TRY(td_map(ctx, &ma, dt, dy, M, K, K, TD_BM));
     TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
-    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
-    td_args a = {buf, buf + N * 2u, NULL, d->pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
+    td_args a = {buf, buf + N * 2u, NULL, pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
     TD_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
     /* 2. dx = [dU dP]·[Wu; Wg] */
     TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
@@ -548,7 +551,83 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
         TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     }
+    return TWELL_OK;
+}
+
+twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                             const void *wg, const void *wu, const void *wd, const void *dy,
+                             float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                             twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    tw_tdense *d = state->dense;
+    const void *p[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
+    if (!td_aligned(p, 9))
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "twell_ffn_backward: the saved forward ran the dense path, which needs "
+                        "every tensor 16-byte aligned");
+    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
+    TD_TRY(td_bwd_gemms(ctx, s, d, M, x, wg, wu, wd, dy, l1c, dx, dwg, dwu, dwd, d->buf, d->pu,
+                        stream));
     return td_mark_used(ctx, state, d, stream);
+}
+
+/* ---- the GEMMs on a block of rows (the sparse path's heavy rows, cuda_train_heavy.c) ---- */
+
+twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available) {
+    tw_tdense *d = NULL;
+    *available = 0;
+    TD_TRY(td_create(plan->ctx, state, &d));
+    TD_TRY(td_prepare(plan, d, 0));
+    *available = d->available;
+    return TWELL_OK;
+}
+
+/* The block workspace's parts: buf [Mb, 3N] 16-bit at 0, pu [Mb, N] u32, part [units·16][2]. */
+static void td_block_parts(const twell_shape *s, size_t Mb, void *ws, char **buf, void **pu,
+                           void **part) {
+    *buf = ws;
+    *pu = (char *)ws + td_align(Mb * 3u * s->N * 2u);
+    *part = (char *)*pu + td_align(Mb * s->N * 4u);
+}
+
+long long tw_ctd_block_npart(const twell_shape *s, size_t Mb) {
+    return (long long)(td_units(s, Mb) * TD_CLUSTER * 8u);
+}
+
+void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws) {
+    char *buf;
+    void *pu, *part;
+    td_block_parts(s, Mb, ws, &buf, &pu, &part);
+    return part;
+}
+
+twell_status tw_ctd_block_forward(twell_plan *plan, twell_train_state *state, size_t Mb,
+                                  const void *xb, const void *wg, const void *wu, const void *wd,
+                                  void *yb, void *ws, twell_stream stream) {
+    tw_tdense *d = state->dense;
+    if (!d || !d->available || Mb == 0 || Mb > (size_t)INT_MAX)
+        return tw_error(plan->ctx, TWELL_ERR_INTERNAL,
+                        "twell_ffn_forward_train: the dense block GEMMs are not prepared");
+    char *buf;
+    void *pu, *part;
+    td_block_parts(&plan->shape, Mb, ws, &buf, &pu, &part);
+    return td_fwd_gemms(plan->ctx, &plan->shape, d, Mb, xb, wg, wu, wd, yb, buf, pu, part, stream);
+}
+
+twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, size_t Mb,
+                                   const void *xb, const void *wg, const void *wu, const void *wd,
+                                   const void *dyb, float l1c, void *dxb, float *dwg, float *dwu,
+                                   float *dwd, void *ws, twell_stream stream) {
+    tw_tdense *d = state->dense;
+    if (!d || !d->available || Mb == 0 || Mb > (size_t)INT_MAX)
+        return tw_error(plan->ctx, TWELL_ERR_INTERNAL,
+                        "twell_ffn_backward: the dense block GEMMs are not prepared");
+    char *buf;
+    void *pu, *part;
+    td_block_parts(&plan->shape, Mb, ws, &buf, &pu, &part);
+    return td_bwd_gemms(plan->ctx, &plan->shape, d, Mb, xb, wg, wu, wd, dyb, l1c, dxb, dwg, dwu,
+                        dwd, buf, pu, stream);
 }
 
 twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {

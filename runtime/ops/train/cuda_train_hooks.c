@@ -88,6 +88,16 @@ static size_t tw_cuda_train_profile_report(const twell_train_state *state, char 
     return len < cap ? len : cap;
 }
 
+static twell_status tw_cuda_train_set_heavy(twell_train_state *state, long long thr) {
+    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
+        return TWELL_ERR_INVALID_ARG;
+    tw_ctrain *t = NULL;
+    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    if (st == TWELL_OK)
+        t->heavy = thr;
+    return st;
+}
+
 static twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
@@ -223,6 +233,16 @@ twell_status tw_train_test_control(int op, va_list ap) {
     case TW_TC_TRAIN_LAST_VEC:
         *va_arg(ap, int *) = tw_cuda_train_last_vec(state);
         return TWELL_OK;
+    case TW_TC_TRAIN_SET_HEAVY:
+        return tw_cuda_train_set_heavy(state, va_arg(ap, long long));
+    case TW_TC_TRAIN_HEAVY_ROWS: {
+        const tw_ctrain *t = state->backend_data;
+        size_t *rows = va_arg(ap, size_t *);
+        uint64_t *nnz = va_arg(ap, uint64_t *);
+        *rows = t && t->M ? t->nh : 0u;
+        *nnz = t && t->M ? t->hnnz : 0u;
+        return TWELL_OK;
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }

@@ -78,6 +78,12 @@ enum {
     TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
     TB_DT_ELL,     /* f32 [M·N/C]: dy·Wd of the entry in the same word (tiled dT) */
     TB_DT_SPILL,   /* f32 [spill]: dy·Wd of the spill entries (tiled dT) */
+    TB_H_FLAG,     /* u32 [M]: heavy rows' counts, 0 for the others (cuda_train_heavy.c) */
+    TB_H_IDX,      /* u32 [M]: the heavy rows, ascending */
+    TB_H_X,        /* 16-bit [nh, K]: their x */
+    TB_H_Y,        /* 16-bit [nh, K]: their y (forward), dx (backward) */
+    TB_H_DY,       /* 16-bit [nh, K]: their dy */
+    TB_H_WS,       /* the dense GEMMs' workspace for nh rows (tw_ctd_bytes) */
     TB_COUNT
 };
 
@@ -88,6 +94,9 @@ typedef struct {
     int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
     int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
 } tw_tmod;
+
+/* The heavy-row route's kernels (templates/train/train_heavy.cu.lua), by index. */
+enum { TH_FLAG, TH_LIST, TH_ROWS, TH_STATS, TH_COUNT };
 
 typedef struct {
     void *p;
@@ -111,6 +120,14 @@ typedef struct tw_ctrain {
     tw_cuda_event ev;
     int last_vec;
     uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
+    /* heavy rows by dense row block (cuda_train_heavy.c): the knob (0: off, the default; > 0:
+     * rows with more active values than this; < 0: the cost model's threshold), its module,
+     * and the saved forward's heavy rows (nh of them, hnnz active values; 0: none) */
+    long long heavy;
+    tw_CUmodule hmod;
+    tw_CUfunction hfn[TH_COUNT];
+    size_t nh;
+    uint64_t hnnz;
     /* the saved forward (M = 0: none) */
     size_t M, nnz, spill, nchunks, pslots;
     uint64_t E;
@@ -128,6 +145,16 @@ typedef struct tw_ctrain {
 } tw_ctrain;
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
+
+/* Makes buffer b hold at least `bytes` (grows after a device synchronisation, *synced set; the
+ * contents are not kept). */
+twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
+                           size_t bytes, const char *fn, int *synced);
+/* Grid of a grid-stride kernel for warp_items warp items at warps_per_block (capped). */
+unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block);
+/* Launch on a (grid, gy) grid of `block` threads. */
+twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
+                           unsigned block, unsigned smem, twell_stream stream, void **args);
 
 /* The backend state of `state`, created (with its pinned totals and event) on first use. */
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out);

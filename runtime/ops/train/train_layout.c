@@ -100,3 +100,33 @@ void tw_tl_transpose_blocked(size_t M, uint32_t N, const uint64_t *row_off, cons
             }
     }
 }
+
+uint32_t tw_tl_heavy_threshold(uint32_t N) {
+    double t = TW_TL_HEAVY_BLOCK * TW_TL_HEAVY_DENSE_PS / TW_TL_HEAVY_ENTRY_PS * (double)N;
+    uint32_t thr = (uint32_t)t + 1u; /* ceil for a non-integer t; "count > thr" is strict */
+    if (thr < TW_TL_HEAVY_MIN)
+        thr = TW_TL_HEAVY_MIN;
+    return thr < N ? thr : N; /* thr = N: no row can be heavy */
+}
+
+void tw_tl_heavy_rows(const twell_shape *s, size_t M, uint32_t *packed, uint32_t thr, int zero,
+                      uint32_t *idx, size_t *nh, uint64_t *hnnz) {
+    uint32_t W = s->T / s->C, NT = s->N / s->T, NW = s->N / s->C;
+    size_t n = 0;
+    uint64_t sum = 0;
+    for (size_t m = 0; m < M; m++) {
+        uint32_t *row = packed + m * NW, c = 0;
+        for (uint32_t t = 0; t < NT; t++)
+            c += row[(size_t)t * W];
+        if (c <= thr)
+            continue;
+        if (idx)
+            idx[n] = (uint32_t)m;
+        n++;
+        sum += c;
+        if (zero)
+            memset(row, 0, (size_t)NW * sizeof *row);
+    }
+    *nh = n;
+    *hnnz = sum;
+}

@@ -52,4 +52,31 @@ void tw_tl_transpose_blocked(size_t M, uint32_t N, const uint64_t *row_off, cons
                              size_t R, size_t B, uint32_t *hist, uint64_t *col_off,
                              uint32_t *col_row, uint32_t *col_ent);
 
+/* Heavy rows (the sparse path's dense row-block route, cuda_train_heavy.c). Cost model per row
+ * of a step (forward + backward), K cancelling out:
+ *   dense  ≈ TW_TL_HEAVY_BLOCK · TW_TL_HEAVY_DENSE_PS · K · N   (seven K·N GEMM rows' worth)
+ *   sparse ≈ TW_TL_HEAVY_ENTRY_PS · K · count                  (per active entry: U, y, dT, dx,
+ *                                                                dW gathers of weight/token rows)
+ * so a row is cheaper dense once count > (BLOCK · DENSE_PS / ENTRY_PS) · N. The constants are
+ * session 4's H100 measurements at K = 2048, N = 5632, M = 16384, bf16 (twell bench --op train):
+ * DENSE_PS the cuBLAS step per row and K·N (4.632 ms / (16384·2048·5632) = 0.0245 ps), ENTRY_PS
+ * the sparse step's marginal cost per entry and K between 29 and 56 active per row ((4.54 −
+ * 2.995) ms / (16384 · 26.8 · 2048) = 1.72 ps); BLOCK (an estimate, not measured) the block
+ * GEMMs' efficiency loss at a few hundred rows and the gather/scatter. At N = 5632: 121 active
+ * per row (2.1% of N; the skewed set's heavy rows hold ~900–1600, its other rows ~29). Never
+ * below TW_TL_HEAVY_MIN (short rows are one chunk of the per-entry route) nor above N.
+ * Re-measure with twell bench --op train --dist skewed and TWELL_TRAIN_HEAVY (bench_train.c). */
+#define TW_TL_HEAVY_DENSE_PS 0.0245
+#define TW_TL_HEAVY_ENTRY_PS 1.72
+#define TW_TL_HEAVY_BLOCK 1.5
+#define TW_TL_HEAVY_MIN 64u
+uint32_t tw_tl_heavy_threshold(uint32_t N);
+
+/* The device's heavy-row classification (train_heavy.cu.lua's flag + list kernels) on a packed
+ * gate: a row is heavy when the sum of its row-tile counts exceeds thr; idx[0..*nh) receives the
+ * heavy rows ascending, *hnnz their counts' sum; with zero != 0 their packed words are zeroed
+ * (what the sparse route then sees). idx may be NULL. */
+void tw_tl_heavy_rows(const twell_shape *s, size_t M, uint32_t *packed, uint32_t thr, int zero,
+                      uint32_t *idx, size_t *nh, uint64_t *hnnz);
+
 #endif /* TWELL_TRAIN_LAYOUT_H */

@@ -1,0 +1,53 @@
+/*
+ * cuda_train_heavy.h — the sparse training path's heavy-row route: rows with more active values
+ * than a threshold (the first tokens of sequences, a few dense rows) run the dense training GEMMs
+ * (cuda_train_dense.c's block API) on a contiguous block of them instead of the per-entry
+ * kernels, whose cost grows with the count (a 4 KB weight or token row gathered per entry and
+ * pass). Off by default (TW_TC_TRAIN_SET_HEAVY turns it on); docs/DESIGN.md §6.
+ *
+ * Forward (inside tw_ct_forward):
+ *   tw_cth_classify  right after the gate-pack: flags the rows whose count exceeds the threshold,
+ *                    zeroes their packed words (every sparse kernel then sees an empty row: no
+ *                    entries, no overflow, zero y and dx rows, no weight-gradient terms, so
+ *                    nothing is counted twice), lists them ascending, their number and count
+ *                    sum to tot[6], tot[7] (read by the forward's one host synchronisation);
+ *   tw_cth_forward   after that synchronisation (t->nh known): the block's x gathered, the
+ *                    dense forward GEMMs (its Tm, (P, U) pairs and stats partials kept in the
+ *                    state for the backward), its y into a block;
+ *   tw_cth_finish_forward  after the sparse y: the block's y scattered to its rows, the stats
+ *                    of both parts (L0 from the gate-pack counts, so exact).
+ * Backward (inside tw_ct_backward; no host synchronisation):
+ *   tw_cth_backward  before the sparse kernels: dy gathered, the dense backward GEMMs (l1c of
+ *                    the whole step), the three weight gradients STORED; the sparse weight-
+ *                    gradient kernel then adds its sums to them (acc = 1), in a fixed order;
+ *   tw_cth_finish_backward  after the sparse dx: the block's dx scattered.
+ * Tolerance: the heavy rows' y, dx and the weight gradients' heavy terms carry the dense path's
+ * rounding (U, Tm, dU, dP rounded to dtype before the GEMMs that read them): docs/DESIGN.md §7's
+ * dense-path bounds. Deterministic: ordered lists, fixed-order sums, no floating-point atomics.
+ */
+#ifndef TWELL_CUDA_TRAIN_HEAVY_H
+#define TWELL_CUDA_TRAIN_HEAVY_H
+
+#include "cuda_train_int.h"
+
+/* The threshold the knob t->heavy gives for this shape (0: the route is off). */
+uint32_t tw_cth_threshold(const tw_ctrain *t, const twell_shape *s);
+
+/* *on = 1 if the route ran (it needs the knob on, vi == 0 (16-byte aligned tensors, the tensor-
+ * core recount), the dense GEMMs available on this device, M < 2^31). */
+twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
+                             void *packed, uint64_t *tot, int vi, int *synced, int *on,
+                             twell_stream stream);
+twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
+                            const void *x, const void *wg, const void *wu, const void *wd,
+                            int *synced, twell_stream stream);
+twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, void *y,
+                                   float *stats, twell_stream stream);
+twell_status tw_cth_backward(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
+                             const void *wg, const void *wu, const void *wd, const void *dy,
+                             float l1c, float *dwg, float *dwu, float *dwd, int *synced,
+                             twell_stream stream);
+twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx,
+                                    twell_stream stream);
+
+#endif /* TWELL_CUDA_TRAIN_HEAVY_H */

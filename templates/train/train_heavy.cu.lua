@@ -1,0 +1,148 @@
+-- train_heavy.cu.lua — the heavy-row route of the sparse training path (runtime/ops/train/
+-- cuda_train_heavy.c, docs/DESIGN.md §6): rows whose active count exceeds a threshold (the first
+-- tokens of sequences, a few dense rows) leave the per-entry route and run the dense training
+-- GEMMs (gemm_sm90.cu.lua's fwd/mm/dt/wgrad modes) on a contiguous block of them.
+--   twell_train_heavy_flag   256 threads, warp per row (grid-stride): count = Σ of the row's
+--                            row-tile counts (word 0 of each, the gate-pack's exact counts);
+--                            heavy (count > thr): flag[m] = count and the row's packed words
+--                            zeroed, so every later sparse kernel sees an empty row (its y, dx
+--                            rows zero, no entries, no overflow); else flag[m] = 0.
+--   twell_train_heavy_list   1 block of 1024: the heavy rows in ascending order (ballots and
+--                            warp prefix counts, no atomics): idx[0..nh), tot[0] = nh,
+--                            tot[1] = Σ their counts (integers: any order gives the same sum).
+--   twell_train_heavy_rows   256 threads, grid-stride over 16-byte units: gather (dst row i =
+--                            src row idx[i]) or scatter (dst row idx[i] = src row i) of K
+--                            16-bit values a row. Tensors 16-byte aligned.
+--   twell_train_heavy_stats  1 block of 256: L0 = (sparse nnz + heavy nnz) / M, L1 = (Σ chunk
+--                            L1 + Σ the dense block's per-warp |Tm| partials) / M, each sum a
+--                            fixed tree in double (bitwise reproducible).
+--
+-- Parameters: K, N, T, C, dtype (the shape; dtype does not change the code).
+-- ABI:
+--   twell_train_heavy_flag(unsigned *packed, long long M, unsigned thr, unsigned *flag)
+--   twell_train_heavy_list(const unsigned *flag, long long M, unsigned *idx,
+--                          unsigned long long *tot)
+--   twell_train_heavy_rows(const uint4 *src, uint4 *dst, const unsigned *idx, long long nh,
+--                          int scatter)
+--   twell_train_heavy_stats(const double *chunk_l1, const unsigned long long *chunk_off,
+--                           const unsigned long long *row_off, long long M,
+--                           const unsigned long long *htot, const float *hpart, long long hn,
+--                           float *stats)
+
+local common = import "twell_common"
+local S = common.shape()
+local NT = S.N // S.T
+
+cuda [==[
+typedef unsigned long long tw_u64;
+typedef unsigned int tw_u32;
+#define TW_FULL 0xffffffffu
+
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_heavy_flag(tw_u32 *__restrict__ packed, long long M, tw_u32 thr,
+                       tw_u32 *__restrict__ flag) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
+        tw_u32 *row = packed + m * ${S.NW};
+        tw_u32 c = 0;
+        for (int t = lane; t < ${NT}; t += 32)
+            c += row[t * ${S.W}];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            c += __shfl_xor_sync(TW_FULL, c, o);
+        /* every lane has read its counts before the shuffles: the writes below race with none */
+        const bool heavy = c > thr;
+        if (lane == 0)
+            flag[m] = heavy ? c : 0u;
+        if (heavy)
+            for (int w = lane; w < ${S.NW}; w += 32)
+                row[w] = 0u;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__restrict__ idx,
+                       tw_u64 *__restrict__ tot) {
+    __shared__ tw_u32 s_w[32];
+    __shared__ tw_u64 s_c[32];
+    const int tid = (int)threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    tw_u64 base = 0, mine = 0; /* base: the same in every thread */
+    for (long long m0 = 0; m0 < M; m0 += 1024) {
+        const long long m = m0 + tid;
+        const tw_u32 f = m < M ? flag[m] : 0u;
+        const tw_u32 b = __ballot_sync(TW_FULL, f != 0u);
+        if (lane == 0)
+            s_w[wid] = (tw_u32)__popc(b);
+        __syncthreads();
+        tw_u32 before = 0, all = 0;
+        for (int w = 0; w < 32; w++) {
+            const tw_u32 v = s_w[w];
+            before += w < wid ? v : 0u;
+            all += v;
+        }
+        if (f != 0u) {
+            idx[base + before + (tw_u32)__popc(b & ((1u << lane) - 1u))] = (tw_u32)m;
+            mine += f;
+        }
+        base += all;
+        __syncthreads(); /* s_w is rewritten by the next round */
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mine += __shfl_xor_sync(TW_FULL, mine, o);
+    if (lane == 0)
+        s_c[wid] = mine;
+    __syncthreads();
+    if (tid == 0) {
+        tw_u64 s = 0;
+        for (int w = 0; w < 32; w++)
+            s += s_c[w];
+        tot[0] = base;
+        tot[1] = s;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_heavy_rows(const uint4 *__restrict__ src, uint4 *__restrict__ dst,
+                       const tw_u32 *__restrict__ idx, long long nh, int scatter) {
+    const long long U = ${S.K // 8}, n = nh * U;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const long long r = i / U, u = i - r * U, m = (long long)idx[r];
+        if (scatter)
+            dst[m * U + u] = src[r * U + u];
+        else
+            dst[r * U + u] = src[m * U + u];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+twell_train_heavy_stats(const double *__restrict__ chunk_l1, const tw_u64 *__restrict__ chunk_off,
+                        const tw_u64 *__restrict__ row_off, long long M,
+                        const tw_u64 *__restrict__ htot, const float *__restrict__ hpart,
+                        long long hn, float *__restrict__ stats) {
+    __shared__ double sh[256], hh[256];
+    const tw_u64 n = chunk_off[M], t = threadIdx.x;
+    double s = 0.0, h = 0.0;
+    for (tw_u64 c = n * t / 256ull; c < n * (t + 1ull) / 256ull; c++)
+        s += chunk_l1[c];
+    const tw_u64 hnu = (tw_u64)hn;
+    for (tw_u64 c = hnu * t / 256ull; c < hnu * (t + 1ull) / 256ull; c++)
+        h += (double)hpart[2ull * c];
+    sh[t] = s;
+    hh[t] = h;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if ((int)t < w) {
+            sh[t] += sh[t + w];
+            hh[t] += hh[t + w];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        stats[0] = (float)((double)(row_off[M] + htot[1]) / (double)M);
+        stats[1] = (float)((sh[0] + hh[0]) / (double)M);
+    }
+}
+]==]
