@@ -2,7 +2,8 @@
  * test_train_layout.c — the host mirrors of the CUDA training layout (train_layout.h) against the
  * CPU reference's own steps (cpu_train.h): the row-tile scan that sizes the spill, the blocked
  * counting-sort transpose for many row-block shapes, the chunking bounds the CUDA backend sizes
- * its buffers with, and the support comparison of train_check.h.
+ * its buffers with, the heavy-row threshold (cost model) and classification, and the support
+ * comparison of train_check.h.
  * labels: unit
  */
 #include <setjmp.h>
@@ -195,6 +196,93 @@ static void test_train_layout_chunks(void **state) {
     }
 }
 
+/* ---- heavy rows: the cost model's threshold and the classification ---- */
+
+static void test_train_layout_heavy_threshold(void **state) {
+    (void)state;
+    /* N = 5632: the model's crossover, 1.5·0.0245/1.72·5632 = 120.3 → rows over 120 */
+    assert_int_equal(tw_tl_heavy_threshold(5632), 120);
+    uint32_t prev = 0;
+    for (uint32_t N = 64; N <= 65536; N += 64) {
+        uint32_t thr = tw_tl_heavy_threshold(N);
+        assert_true(thr >= prev); /* monotone in N */
+        prev = thr;
+        assert_true(thr <= N);
+        assert_true(thr >= (N < TW_TL_HEAVY_MIN ? N : TW_TL_HEAVY_MIN));
+        if (thr > TW_TL_HEAVY_MIN && thr < N) {
+            /* a row over the threshold costs the per-entry route more than the dense block;
+             * one at the threshold no more */
+            double dense = TW_TL_HEAVY_BLOCK * TW_TL_HEAVY_DENSE_PS * (double)N;
+            assert_true(TW_TL_HEAVY_ENTRY_PS * (double)(thr + 1u) > dense);
+            assert_true(TW_TL_HEAVY_ENTRY_PS * (double)thr <= dense);
+        }
+    }
+    assert_int_equal(tw_tl_heavy_threshold(256), TW_TL_HEAVY_MIN); /* the floor */
+    assert_int_equal(tw_tl_heavy_threshold(64), 64);                /* = N: none heavy */
+}
+
+static void check_heavy_rows(size_t M, uint32_t K, uint32_t N, uint32_t T, uint32_t C,
+                             uint32_t thr, uint64_t seed) {
+    twell_shape s = {K, N, T, C, TWELL_DTYPE_BF16, 1};
+    tw_t_gen g = {0.03, 1, 1, seed};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, s.dtype, M, K, N, &g), 0);
+    size_t words = M * (N / C), tiles = M * (N / T);
+    uint32_t *packed = malloc(words * 4), *zeroed = malloc(words * 4), *idx = malloc(M * 4);
+    size_t *so = malloc((tiles + 1) * sizeof *so), *ro = malloc((M + 1) * sizeof *ro);
+    assert_true(packed && zeroed && idx && so && ro);
+    assert_int_equal(tw_gate_pack_ref(NULL, &s, M, d.x, d.wg, packed), TWELL_OK);
+    size_t nnz;
+    (void)tw_train_spill_layout(&s, M, packed, so, ro, &nnz); /* row counts, independently */
+    memcpy(zeroed, packed, words * 4);
+    size_t nh = 0, nh2 = 0;
+    uint64_t hnnz = 0, hnnz2 = 0;
+    tw_tl_heavy_rows(&s, M, zeroed, thr, 1, idx, &nh, &hnnz);
+    size_t want = 0;
+    uint64_t want_nnz = 0;
+    for (size_t m = 0; m < M; m++) {
+        size_t cnt = ro[m + 1] - ro[m];
+        int heavy = cnt > thr;
+        if (heavy) {
+            assert_true(want < nh);
+            assert_int_equal(idx[want], m); /* ascending */
+            want++;
+            want_nnz += cnt;
+        }
+        for (size_t w = 0; w < N / C; w++) /* heavy rows emptied, the others untouched */
+            assert_int_equal(zeroed[m * (N / C) + w], heavy ? 0u : packed[m * (N / C) + w]);
+    }
+    assert_int_equal(nh, want);
+    assert_int_equal(hnnz, want_nnz);
+    /* what the sparse route then sees: the other rows' entries only */
+    size_t nnz_rest;
+    (void)tw_train_spill_layout(&s, M, zeroed, so, ro, &nnz_rest);
+    assert_int_equal(nnz_rest + hnnz, nnz);
+    /* without zeroing: the same rows, packed untouched; NULL idx allowed */
+    memcpy(zeroed, packed, words * 4);
+    tw_tl_heavy_rows(&s, M, zeroed, thr, 0, NULL, &nh2, &hnnz2);
+    assert_int_equal(nh2, nh);
+    assert_int_equal(hnnz2, hnnz);
+    assert_memory_equal(zeroed, packed, words * 4);
+    /* a threshold of N: none */
+    tw_tl_heavy_rows(&s, M, zeroed, N, 1, idx, &nh2, &hnnz2);
+    assert_int_equal(nh2, 0);
+    assert_int_equal(hnnz2, 0);
+    assert_memory_equal(zeroed, packed, words * 4);
+    printf("# heavy rows M=%zu N=%u T=%u C=%u thr %u: %zu rows, %llu of %zu active values\n", M,
+           N, T, C, thr, nh, (unsigned long long)hnnz, nnz);
+    assert_true(nh > 0 && nh < M); /* the data has both kinds */
+    free(packed), free(zeroed), free(idx), free(so), free(ro);
+    tw_t_data_free(&d);
+}
+
+static void test_train_layout_heavy_rows(void **state) {
+    (void)state;
+    check_heavy_rows(1025, 64, 1024, 256, 8, 256, 3);
+    check_heavy_rows(77, 32, 320, 64, 2, 224, 4);
+    check_heavy_rows(40, 16, 256, 128, 4, 100, 5);
+}
+
 /* ---- support comparison ---- */
 
 static void test_train_layout_support_diff(void **state) {
@@ -232,6 +320,8 @@ int main(void) {
         cmocka_unit_test(test_train_layout_transpose_matches_cpu),
         cmocka_unit_test(test_train_layout_row_blocks),
         cmocka_unit_test(test_train_layout_chunks),
+        cmocka_unit_test(test_train_layout_heavy_threshold),
+        cmocka_unit_test(test_train_layout_heavy_rows),
         cmocka_unit_test(test_train_layout_support_diff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -103,7 +103,7 @@ void tw_tl_transpose_blocked(size_t M, uint32_t N, const uint64_t *row_off, cons
 
 uint32_t tw_tl_heavy_threshold(uint32_t N) {
     double t = TW_TL_HEAVY_BLOCK * TW_TL_HEAVY_DENSE_PS / TW_TL_HEAVY_ENTRY_PS * (double)N;
-    uint32_t thr = (uint32_t)t + 1u; /* ceil for a non-integer t; "count > thr" is strict */
+    uint32_t thr = (uint32_t)t; /* count > thr ⇔ count > t for an integer count */
     if (thr < TW_TL_HEAVY_MIN)
         thr = TW_TL_HEAVY_MIN;
     return thr < N ? thr : N; /* thr = N: no row can be heavy */

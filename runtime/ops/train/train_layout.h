@@ -62,14 +62,16 @@ void tw_tl_transpose_blocked(size_t M, uint32_t N, const uint64_t *row_off, cons
  * DENSE_PS the cuBLAS step per row and K·N (4.632 ms / (16384·2048·5632) = 0.0245 ps), ENTRY_PS
  * the sparse step's marginal cost per entry and K between 29 and 56 active per row ((4.54 −
  * 2.995) ms / (16384 · 26.8 · 2048) = 1.72 ps); BLOCK (an estimate, not measured) the block
- * GEMMs' efficiency loss at a few hundred rows and the gather/scatter. At N = 5632: 121 active
- * per row (2.1% of N; the skewed set's heavy rows hold ~900–1600, its other rows ~29). Never
+ * GEMMs' efficiency loss at a few hundred rows and the gather/scatter. At N = 5632: over 120
+ * active per row (2.1% of N; the skewed set's heavy rows hold ~900–1600, its other rows ~29). Never
  * below TW_TL_HEAVY_MIN (short rows are one chunk of the per-entry route) nor above N.
  * Re-measure with twell bench --op train --dist skewed and TWELL_TRAIN_HEAVY (bench_train.c). */
 #define TW_TL_HEAVY_DENSE_PS 0.0245
 #define TW_TL_HEAVY_ENTRY_PS 1.72
 #define TW_TL_HEAVY_BLOCK 1.5
 #define TW_TL_HEAVY_MIN 64u
+/* floor((BLOCK · DENSE_PS / ENTRY_PS) · N) clamped to [TW_TL_HEAVY_MIN, N]: rows with more
+ * active values than this are heavy. */
 uint32_t tw_tl_heavy_threshold(uint32_t N);
 
 /* The device's heavy-row classification (train_heavy.cu.lua's flag + list kernels) on a packed
