@@ -43,6 +43,12 @@
  * rounds the same intermediates and more, is 2.6e-2 away from ours on those data).
  * The record's variant is
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
+ *
+ * TWELL_TRAIN_HEAVY=<rows over this many active values | -1 for the library's cost model> turns
+ * on the sparse path's heavy-row route (runtime/ops/train/cuda_train_heavy.h, off by default) in
+ * the timed and the check states (variant "+heavy"). Where it ran, the heavy rows carry the dense
+ * path's rounding, so the check applies the dense tolerances above to every output, on a support
+ * that takes the heavy rows' from the CPU (the sparse state holds them empty).
  */
 #include "bench.h"
 #include "train_check.h"
@@ -232,6 +238,49 @@ static void bt_compare(const twell_shape *s, const tw_train_support *gsup,
             tw_train_err_f(gw + t * wk, rw + t * wk, N, s->K, nrn_same, NULL, NULL, NULL);
 }
 
+/* TWELL_TRAIN_HEAVY: the sparse path's heavy-row route (test control TW_TC_TRAIN_SET_HEAVY) on
+ * the timed and the check states: a row count threshold, or a negative value for the library's
+ * cost model; unset or 0: off (the default). */
+static long long bt_heavy_knob(void) {
+    const char *e = getenv("TWELL_TRAIN_HEAVY");
+    return e && *e ? strtoll(e, NULL, 10) : 0;
+}
+
+/* The support the check compares when the heavy-row route ran: the GPU's rows, except the heavy
+ * ones (empty in the sparse state: the dense block computed them from its own gate, not saved),
+ * which take the CPU's row. Counts those rows into *heavy. 0, or -1 out of host memory. */
+static int bt_sup_heavy(bt_sup *out, const tw_train_support *g, const tw_train_support *c,
+                        uint32_t thr, size_t *heavy) {
+    size_t M = g->M, nnz = 0;
+    *heavy = 0;
+    memset(out, 0, sizeof *out);
+    for (size_t m = 0; m < M; m++) {
+        uint64_t gn = g->row_off[m + 1] - g->row_off[m], cn = c->row_off[m + 1] - c->row_off[m];
+        nnz += (size_t)(gn == 0 && cn > thr ? cn : gn);
+    }
+    out->row_off = malloc((M + 1) * sizeof *out->row_off);
+    out->col = malloc((nnz + 1) * sizeof *out->col);
+    out->pbits = malloc((nnz + 1) * sizeof *out->pbits);
+    if (!out->row_off || !out->col || !out->pbits)
+        return -1;
+    size_t e = 0;
+    for (size_t m = 0; m < M; m++) {
+        uint64_t gn = g->row_off[m + 1] - g->row_off[m], cn = c->row_off[m + 1] - c->row_off[m];
+        int h = gn == 0 && cn > thr;
+        const tw_train_support *src = h ? c : g;
+        uint64_t b = src->row_off[m], n = h ? cn : gn;
+        out->row_off[m] = e;
+        memcpy(out->col + e, src->col + b, (size_t)n * sizeof *out->col);
+        memcpy(out->pbits + e, src->pbits + b, (size_t)n * sizeof *out->pbits);
+        e += (size_t)n;
+        *heavy += (size_t)h;
+    }
+    out->row_off[M] = e;
+    out->sup.M = M, out->sup.row_off = out->row_off, out->sup.col = out->col;
+    out->sup.pbits = out->pbits;
+    return 0;
+}
+
 /* The first Mc rows on both backends (see the file comment). Returns 1 when within tolerance;
  * the note says what was measured or what failed. */
 static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
@@ -275,7 +324,9 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         goto done;
     }
     /* the GPU on the same rows, a fresh state, outputs in the full-size buffers */
+    long long hk = bt_heavy_knob();
     if ((st = twell_train_state_create(gplan, &gst)) != TWELL_OK ||
+        (hk && (st = tw_test_control(TW_TC_TRAIN_SET_HEAVY, gst, hk)) != TWELL_OK) ||
         (st = twell_ffn_forward_train(gplan, Mc, o->x, o->wg, o->wu, o->wd, o->y, NULL, gst,
                                       NULL)) != TWELL_OK ||
         (st = twell_ffn_backward(gplan, gst, Mc, o->x, o->wg, o->wu, o->wd, o->dy, lambda, o->dx,
@@ -351,6 +402,35 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     gsv.row_off = gro;
     if (bt_sup_make(&cs, s, cst->backend_data) || bt_sup_make(&gs, s, &gsv)) {
         snprintf(note, notelen, "out of host memory for the check");
+        goto done;
+    }
+    size_t hrows = 0;
+    uint64_t hnnz = 0;
+    uint32_t hthr = 0;
+    if (tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, gst, &hrows, &hnnz, &hthr) == TWELL_OK &&
+        hrows > 0) { /* heavy rows ran dense by block: the dense path's tolerances */
+        bt_sup hs;
+        size_t found = 0;
+        if (bt_sup_heavy(&hs, &gs.sup, &cs.sup, hthr, &found)) {
+            bt_sup_free(&hs);
+            snprintf(note, notelen, "out of host memory for the check");
+            goto done;
+        }
+        bt_compare(s, &hs.sup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
+        bt_sup_free(&hs);
+        double d16 = s->dtype == TWELL_DTYPE_BF16 ? 1.5e-2 : 3e-3;
+        double dxt = s->dtype == TWELL_DTYPE_BF16 ? 3e-2 : 4e-3;
+        double d32 = s->dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
+        ok = found == hrows && res->rows_out * 100 <= Mc && res->err[0] <= d16 &&
+             res->err[1] <= dxt && res->err[2] <= d32 && res->err[3] <= d32 && res->err[4] <= d32;
+        snprintf(note, notelen,
+                 "CPU check (heavy rows dense by block: %zu of %zu rows over %u active, %zu "
+                 "found empty in the sparse state; their gate taken as the CPU's), first %zu "
+                 "rows: row-rel y %.1e (tol %.1e) dx %.1e (tol %.1e) dWg %.1e dWu %.1e dWd %.1e "
+                 "(tol %.1e); gate vs CPU: %zu flips, %zu values (%zu rows, %zu neurons out)",
+                 hrows, Mc, hthr, found, Mc, res->err[0], d16, res->err[1], dxt, res->err[2],
+                 res->err[3], res->err[4], d32, res->diff, res->values, res->rows_out,
+                 res->nrn_out);
         goto done;
     }
     bt_compare(s, &gs.sup, &cs.sup, row_same, nrn_same, gy, ry, gdx, rdx, gw, rw, res);
@@ -572,7 +652,9 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
     size_t sizes[NBUF] = {xb, wb, wb, wb, 2 * wb, xb,     xb, xb, 2 * wb, 2 * wb, 2 * wb,
                           16, hb, hb, hb, hb,     2 * hb, xb, xb, 2 * wb, 2 * wb, 2 * wb};
     uint16_t *hdy = malloc(xb), *wuwg = malloc(2 * wb);
-    if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK) {
+    if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK ||
+        (bt_heavy_knob() && tw_test_control(TW_TC_TRAIN_SET_HEAVY, state, bt_heavy_knob()) !=
+                                TWELL_OK)) {
         fprintf(stderr, "twell bench: out of memory\n");
         rc = 1;
         goto done;
@@ -693,11 +775,12 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                     bench_time_case(env, &r, have_dense ? 6 : 3, fns, args, med, mn, mx);
                 int ran_d = bench_state_calls(state, TWELL_PATH_DENSE) > nd0;
                 int ran_s = bench_state_calls(state, TWELL_PATH_SPARSE) > ns0;
-                snprintf(r.variant, sizeof r.variant, "%s+%s", gpv,
+                snprintf(r.variant, sizeof r.variant, "%s+%s%s", gpv,
                          ran_d && ran_s ? "mixed"
                          : ran_d        ? "dense"
                          : ran_s        ? "sparse"
-                                        : "?");
+                                        : "?",
+                         bt_heavy_knob() ? "+heavy" : "");
                 if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
                     bt_profile(&ours, M, r.distribution, r.nnz_target);
                 /* memory after the timed steps (AUTO releases an idle dense workspace once it

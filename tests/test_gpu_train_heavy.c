@@ -85,6 +85,7 @@ static void test_gpu_train_heavy_case(void **st) {
     }
     gt_gpu g;
     gt_gpu_open(&g, &s, c);
+    GT_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE)); /* AUTO would run M ≥ 1024 dense */
     gt_gpu_data(&g, &d, 0);
     /* the route off: the per-entry overflow route, its packed gate */
     gt_out off, on[2];
@@ -95,9 +96,11 @@ static void test_gpu_train_heavy_case(void **st) {
     GT_OK(tw_test_control(TW_TC_TRAIN_DOWNLOAD, g.state, &h_off));
     size_t nh0 = 1;
     uint64_t hnnz0 = 1;
-    GT_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, g.state, &nh0, &hnnz0));
+    uint32_t thr0 = 1;
+    GT_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, g.state, &nh0, &hnnz0, &thr0));
     assert_int_equal(nh0, 0);
     assert_int_equal(hnnz0, 0);
+    assert_int_equal(thr0, 0);
     /* the route on, twice */
     GT_OK(tw_test_control(TW_TC_TRAIN_SET_HEAVY, g.state, hc->thr));
     uint32_t poison[2] = {0xFFFFFFFFu, 0x7FC17FC1u};
@@ -108,7 +111,8 @@ static void test_gpu_train_heavy_case(void **st) {
     th_same(&on[0], &on[1], c->M, c->K, c->N);
     size_t nh = 0;
     uint64_t hnnz = 0;
-    GT_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, g.state, &nh, &hnnz));
+    uint32_t ran_thr = 0;
+    GT_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, g.state, &nh, &hnnz, &ran_thr));
     GT_OK(tw_test_control(TW_TC_TRAIN_DOWNLOAD, g.state, &h_on));
     /* the host mirror on the route-off packed gate */
     uint32_t thr = hc->thr > 0 ? (uint32_t)hc->thr : tw_tl_heavy_threshold(c->N);
@@ -131,8 +135,10 @@ static void test_gpu_train_heavy_case(void **st) {
            (unsigned long long)want_nnz, hopper ? "sm_90a" : "no dense GEMMs: route stays off");
     if (!hopper) {
         assert_int_equal(nh, 0);
+        assert_int_equal(ran_thr, 0);
         th_same(&on[0], &off, c->M, c->K, c->N);
     } else {
+        assert_int_equal(ran_thr, thr);
         assert_int_equal(nh, want_nh);
         assert_int_equal(hnnz, want_nnz);
         assert_memory_equal(h_on.packed, mirror, words * 4);

@@ -181,8 +181,9 @@ enum {
      * model's threshold (tw_tl_heavy_threshold). Runs only where the dense GEMMs can (sm_90a,
      * K % 64 == 0, 16-byte aligned tensors) */
     TW_TC_TRAIN_SET_HEAVY,
-    /* (state, size_t *rows, uint64_t *nnz): the saved forward's heavy rows and their active
-     * values (0, 0: none, or the route off) */
+    /* (state, size_t *rows, uint64_t *nnz, uint32_t *thr): the saved forward's heavy rows,
+     * their active values and the threshold it classified with (0, 0, 0: the route did not run;
+     * 0, 0, thr: it ran and found none) */
     TW_TC_TRAIN_HEAVY_ROWS,
     TW_TC_TRAIN_LAST,
 

@@ -318,6 +318,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     t->M = 0; /* the earlier forward is gone from here on */
     t->nh = 0;
     t->hnnz = 0;
+    t->hthr = 0;
     t->have_bwd = 0;
     t->fwd_tiled = 0;
     if (M > 0xffffffffu)

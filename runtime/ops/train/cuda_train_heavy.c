@@ -67,6 +67,7 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
     *on = 0;
     t->nh = 0;
     t->hnnz = 0;
+    t->hthr = 0;
     uint32_t thr = tw_cth_threshold(t, &plan->shape);
     if (thr == 0 || vi != 0 || M > (size_t)INT_MAX)
         return TWELL_OK;
@@ -90,6 +91,7 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
         TH_TRY(tw_ct_launch2(ctx, t->hfn[TH_LIST], 1, 1, 1024, 0, stream, args));
     }
     tw_ct_mark(ctx, t, "heavy_list", stream);
+    t->hthr = thr;
     *on = 1;
     return TWELL_OK;
 }

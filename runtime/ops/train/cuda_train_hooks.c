@@ -239,8 +239,10 @@ twell_status tw_train_test_control(int op, va_list ap) {
         const tw_ctrain *t = state->backend_data;
         size_t *rows = va_arg(ap, size_t *);
         uint64_t *nnz = va_arg(ap, uint64_t *);
+        uint32_t *thr = va_arg(ap, uint32_t *);
         *rows = t && t->M ? t->nh : 0u;
         *nnz = t && t->M ? t->hnnz : 0u;
+        *thr = t && t->M ? t->hthr : 0u;
         return TWELL_OK;
     }
     }

@@ -128,6 +128,7 @@ typedef struct tw_ctrain {
     tw_CUfunction hfn[TH_COUNT];
     size_t nh;
     uint64_t hnnz;
+    uint32_t hthr; /* the threshold the saved forward classified with (0: the route did not run) */
     /* the saved forward (M = 0: none) */
     size_t M, nnz, spill, nchunks, pslots;
     uint64_t E;
