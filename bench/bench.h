@@ -50,7 +50,7 @@ typedef struct bench_record {
     char distribution[16];
     double nnz_target; /* the synthetic data's target active neurons per row */
     double nnz_mean;   /* measured on our output */
-    char variant[16];  /* which of our kernels ran */
+    char variant[32];  /* which of our kernels ran */
     int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */

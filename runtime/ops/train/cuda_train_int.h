@@ -103,7 +103,7 @@ typedef struct {
     size_t cap; /* bytes */
 } tw_dbuf;
 
-#define TW_CT_PROF_MAX 40
+#define TW_CT_PROF_MAX 48
 
 typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
