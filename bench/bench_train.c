@@ -653,8 +653,8 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                           16, hb, hb, hb, hb,     2 * hb, xb, xb, 2 * wb, 2 * wb, 2 * wb};
     uint16_t *hdy = malloc(xb), *wuwg = malloc(2 * wb);
     if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK ||
-        (bt_heavy_knob() && tw_test_control(TW_TC_TRAIN_SET_HEAVY, state, bt_heavy_knob()) !=
-                                TWELL_OK)) {
+        (bt_heavy_knob() &&
+         tw_test_control(TW_TC_TRAIN_SET_HEAVY, state, bt_heavy_knob()) != TWELL_OK)) {
         fprintf(stderr, "twell bench: out of memory\n");
         rc = 1;
         goto done;

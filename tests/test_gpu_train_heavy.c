@@ -79,8 +79,7 @@ static void test_gpu_train_heavy_case(void **st) {
         assert_int_equal(tw_t_lib_open(&L, &s, 0), 0);
         gt_out_alloc(&r, c->M, c->K, c->N);
         assert_int_equal(tw_t_lib_forward(&L, &d, r.y, r.stats), TWELL_OK);
-        assert_int_equal(tw_t_lib_backward(&L, &d, c->lambda, r.dx, r.dwg, r.dwu, r.dwd),
-                         TWELL_OK);
+        assert_int_equal(tw_t_lib_backward(&L, &d, c->lambda, r.dx, r.dwg, r.dwu, r.dwd), TWELL_OK);
         tw_t_lib_close(&L);
     }
     gt_gpu g;

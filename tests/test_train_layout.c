@@ -218,11 +218,11 @@ static void test_train_layout_heavy_threshold(void **state) {
         }
     }
     assert_int_equal(tw_tl_heavy_threshold(256), TW_TL_HEAVY_MIN); /* the floor */
-    assert_int_equal(tw_tl_heavy_threshold(64), 64);                /* = N: none heavy */
+    assert_int_equal(tw_tl_heavy_threshold(64), 64);               /* = N: none heavy */
 }
 
-static void check_heavy_rows(size_t M, uint32_t K, uint32_t N, uint32_t T, uint32_t C,
-                             uint32_t thr, uint64_t seed) {
+static void check_heavy_rows(size_t M, uint32_t K, uint32_t N, uint32_t T, uint32_t C, uint32_t thr,
+                             uint64_t seed) {
     twell_shape s = {K, N, T, C, TWELL_DTYPE_BF16, 1};
     tw_t_gen g = {0.03, 1, 1, seed};
     tw_t_data d;
@@ -269,8 +269,8 @@ static void check_heavy_rows(size_t M, uint32_t K, uint32_t N, uint32_t T, uint3
     assert_int_equal(nh2, 0);
     assert_int_equal(hnnz2, 0);
     assert_memory_equal(zeroed, packed, words * 4);
-    printf("# heavy rows M=%zu N=%u T=%u C=%u thr %u: %zu rows, %llu of %zu active values\n", M,
-           N, T, C, thr, nh, (unsigned long long)hnnz, nnz);
+    printf("# heavy rows M=%zu N=%u T=%u C=%u thr %u: %zu rows, %llu of %zu active values\n", M, N,
+           T, C, thr, nh, (unsigned long long)hnnz, nnz);
     assert_true(nh > 0 && nh < M); /* the data has both kinds */
     free(packed), free(zeroed), free(idx), free(so), free(ro);
     tw_t_data_free(&d);

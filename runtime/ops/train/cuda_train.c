@@ -190,7 +190,7 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
 /* Makes buf hold at least `bytes`. Growing frees the old buffer, so the device is synchronised
  * first (earlier work may still read it). Contents are not kept. */
 twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
-                                  size_t bytes, const char *fn, int *synced) {
+                           size_t bytes, const char *fn, int *synced) {
     tw_dbuf *d = &t->buf[b];
     if (bytes == 0)
         bytes = 16;
@@ -241,7 +241,7 @@ unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_
 }
 
 twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
-                                  unsigned block, unsigned smem, twell_stream stream, void **args) {
+                           unsigned block, unsigned smem, twell_stream stream, void **args) {
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.grid[0] = grid, cfg.grid[1] = gy, cfg.grid[2] = 1;
@@ -403,8 +403,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
     /* 4. the one host read: totals size the spill, the entry arrays and the chunks */
-    TW_CT_TRY(tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, (heavy ? 8u : 6u) * sizeof(uint64_t),
-                                        stream));
+    TW_CT_TRY(
+        tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, (heavy ? 8u : 6u) * sizeof(uint64_t), stream));
     TW_CT_TRY(tw_cuda_event_record(ctx, t->ev, stream));
     TW_CT_TRY(tw_cuda_event_synchronize(ctx, t->ev));
     tw_ct_mark(ctx, t, "host_sync", stream);
@@ -613,8 +613,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     tw_ct_mark(ctx, t, "start", stream);
     /* 0. heavy rows: the dense backward GEMMs on the block; the weight gradients stored here,
      * the sparse kernel adds its sums (acc) */
-    TW_CT_TRY(tw_cth_backward(plan, state, t, M, wg, wu, wd, dy, l1c, dwg, dwu, dwd, &synced,
-                              stream));
+    TW_CT_TRY(
+        tw_cth_backward(plan, state, t, M, wg, wu, wd, dy, l1c, dwg, dwu, dwd, &synced, stream));
     int acc = t->nh != 0;
     /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
      * entries of non-overflowing row-tiles) */

@@ -450,10 +450,9 @@ static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
 
 /* The forward's two GEMMs on M rows: Tm (columns [2N, 3N) of buf), the (P, U) pairs into pu and
  * the stats partials into part; y = Tm·Wd. */
-static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d,
-                                 size_t M, const void *x, const void *wg, const void *wu,
-                                 const void *wd, void *y, void *buf, void *pu, void *part,
-                                 twell_stream stream) {
+static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d, size_t M,
+                                 const void *x, const void *wg, const void *wu, const void *wd,
+                                 void *y, void *buf, void *pu, void *part, twell_stream stream) {
     twell_dtype dt = s->dtype;
     size_t N = s->N, K = s->K;
     char *tm = (char *)buf + 2u * N * 2u; /* columns [2N, 3N) */
@@ -510,11 +509,10 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
 
 /* The backward's GEMMs on M rows (l1c = λ / the step's M): dU, dP into columns [0, 2N) of buf
  * from dy·Wdᵀ and the saved pairs pu; dx = [dU dP]·[Wu; Wg]; the three weight gradients stored. */
-static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d,
-                                 size_t M, const void *x, const void *wg, const void *wu,
-                                 const void *wd, const void *dy, float l1c, void *dx, float *dwg,
-                                 float *dwu, float *dwd, char *buf, void *pu,
-                                 twell_stream stream) {
+static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d, size_t M,
+                                 const void *x, const void *wg, const void *wu, const void *wd,
+                                 const void *dy, float l1c, void *dx, float *dwg, float *dwu,
+                                 float *dwd, char *buf, void *pu, twell_stream stream) {
     twell_dtype dt = s->dtype;
     size_t N = s->N, K = s->K;
     tw_CUtensorMap ma, mb, mg;

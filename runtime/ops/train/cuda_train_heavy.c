@@ -13,8 +13,7 @@
 #include <string.h>
 
 static const char *const th_names[TH_COUNT] = {"twell_train_heavy_flag", "twell_train_heavy_list",
-                                               "twell_train_heavy_rows",
-                                               "twell_train_heavy_stats"};
+                                               "twell_train_heavy_rows", "twell_train_heavy_stats"};
 
 #define TH_TRY(expr)                                                                               \
     do {                                                                                           \
@@ -83,8 +82,8 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
     long long Ml = (long long)M;
     {
         void *args[] = {&packed, &Ml, &thr, &flag};
-        TH_TRY(tw_ct_launch2(ctx, t->hfn[TH_FLAG], tw_ct_blocks(ctx, M, 8u), 1, 256, 0, stream,
-                             args));
+        TH_TRY(
+            tw_ct_launch2(ctx, t->hfn[TH_FLAG], tw_ct_blocks(ctx, M, 8u), 1, 256, 0, stream, args));
     }
     {
         void *args[] = {&flag, &Ml, &idx, &htot};
@@ -129,8 +128,8 @@ twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrai
     return TWELL_OK;
 }
 
-twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, void *y,
-                                   float *stats, twell_stream stream) {
+twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, void *y, float *stats,
+                                   twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     if (t->nh == 0)
@@ -170,8 +169,7 @@ twell_status tw_cth_backward(twell_plan *plan, twell_train_state *state, tw_ctra
     return TWELL_OK;
 }
 
-twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx,
-                                    twell_stream stream) {
+twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx, twell_stream stream) {
     if (t->nh == 0)
         return TWELL_OK;
     TH_TRY(th_rows(plan->ctx, t, &plan->shape, t->buf[TB_H_Y].p, dx, t->nh, 1, stream));

@@ -41,13 +41,12 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
 twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
                             const void *x, const void *wg, const void *wu, const void *wd,
                             int *synced, twell_stream stream);
-twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, void *y,
-                                   float *stats, twell_stream stream);
+twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, void *y, float *stats,
+                                   twell_stream stream);
 twell_status tw_cth_backward(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
                              const void *wg, const void *wu, const void *wd, const void *dy,
                              float l1c, float *dwg, float *dwu, float *dwd, int *synced,
                              twell_stream stream);
-twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx,
-                                    twell_stream stream);
+twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx, twell_stream stream);
 
 #endif /* TWELL_CUDA_TRAIN_HEAVY_H */
