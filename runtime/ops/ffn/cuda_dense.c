@@ -494,18 +494,29 @@ static void tw_dense_resolve_call(twell_plan *plan, tw_dense *d, size_t M, int t
         tw_dense_resolve(plan, d, M % d->chunk_rows, tune_now);
 }
 
-/* The partial workspace every chunk of at most R rows fits in: the splits depend on m only
- * through its rows of units (256 rows each), so the largest m of each such row count is tried. */
+/* Bytes of partials a chunk of m rows needs under the current settings. */
+static size_t tw_dense_part_at(const twell_plan *plan, const tw_dense *d, size_t m) {
+    unsigned sp[2];
+    tw_dense_splits(plan, d, m, sp);
+    size_t a = tw_dense_part_need(&plan->shape, TW_DENSE_UP, sp[0], m);
+    size_t b = tw_dense_part_need(&plan->shape, TW_DENSE_DOWN, sp[1], m);
+    return a > b ? a : b;
+}
+
+/* The partial workspace every chunk of at most R rows fits in. The factors are constant between
+ * consecutive unit-row boundaries (multiples of 256 rows: the rule's units) and M-bucket
+ * boundaries (powers of two: tuned winners), and a fixed factor's need grows with m, so the
+ * largest m of each such interval is tried: the multiples of 256 and the powers of two below
+ * 256, each capped at R. */
 static size_t tw_dense_part_bound(const twell_plan *plan, const tw_dense *d, size_t R) {
     size_t need = 0;
     for (size_t mp = 1; mp <= tw_cdiv(R, TW_DG_UNIT_ROWS); mp++) {
-        size_t m = tw_min(R, mp * TW_DG_UNIT_ROWS);
-        unsigned sp[2];
-        tw_dense_splits(plan, d, m, sp);
-        for (int i = 0; i < 2; i++) {
-            size_t b = tw_dense_part_need(&plan->shape, i, sp[i], m);
-            need = b > need ? b : need;
-        }
+        size_t b = tw_dense_part_at(plan, d, tw_min(R, mp * TW_DG_UNIT_ROWS));
+        need = b > need ? b : need;
+    }
+    for (size_t m = 1; m < TW_DG_UNIT_ROWS && m < R; m *= 2) {
+        size_t b = tw_dense_part_at(plan, d, m);
+        need = b > need ? b : need;
     }
     return need;
 }
