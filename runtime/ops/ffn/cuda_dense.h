@@ -45,7 +45,10 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * into the workspace, then a reduction kernel sums them in slice order and applies the epilogue
  * (the gate, the activation, the rounding), so results stay bitwise reproducible for a given S.
  * TW_TC_DENSE_SET_LEGACY selects the earlier down GEMM (Wd transposed into the workspace every
- * call, no split) for comparisons.
+ * call, no split) for comparisons. An eager dense call first resolves its chunks' M buckets (once
+ * each, memoised: the stored ffn_dense winner, tuned first when the context has
+ * options.tune_on_first_use); a captured call resolves nothing (a bucket left unresolved runs the
+ * rule: twell_plan_reserve resolves them beforehand).
  *
  * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
  * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
@@ -71,7 +74,9 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* twell_plan_reserve's part: the dense workspace (H for min(max_M, a chunk) rows, the unit
+/* twell_plan_reserve's part: resolves the split factors of every M bucket a chunk of up to
+ * max_M rows falls in (stored ffn_dense winners; tuned first with options.tune_on_first_use), so
+ * a captured call runs them, then the dense workspace (H for min(max_M, a chunk) rows, the unit
  * flags, the split-K partials for every row count up to that, Wdᵀ in legacy mode) when the dense
  * path is available (nothing otherwise). May wait for the previous
  * dense call (a larger H). Inside tw_cu_enter/leave. */
