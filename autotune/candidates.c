@@ -227,6 +227,26 @@ void tw_tune_space_default(const tw_tune_space *s, tw_tune_config *out) {
         (void)tw_tune_config_set(out, s->axes[i].name, s->defaults[i]);
 }
 
+static int tw_axis_has(const tw_tune_axis *a, int64_t v);
+
+int tw_tune_space_default_for(const tw_tune_space *s, const tw_tune_problem *p,
+                              const tw_tune_device *d, tw_tune_config *out) {
+    tw_tune_space_default(s, out);
+    if (!s->default_for)
+        return 0;
+    int64_t v[TW_TUNE_MAX_PARAMS];
+    size_t n = s->naxes < TW_TUNE_MAX_PARAMS ? s->naxes : TW_TUNE_MAX_PARAMS;
+    for (size_t i = 0; i < n; i++)
+        v[i] = s->defaults[i];
+    s->default_for(p, d, v);
+    for (size_t i = 0; i < n; i++)
+        if (!tw_axis_has(&s->axes[i], v[i]))
+            return -1;
+    for (size_t i = 0; i < n && i < out->n; i++)
+        out->p[i].value = v[i];
+    return 0;
+}
+
 size_t tw_tune_space_size(const tw_tune_space *s) {
     size_t total = s->naxes ? 1 : 0;
     for (size_t i = 0; i < s->naxes; i++) {
@@ -310,10 +330,12 @@ twell_status tw_tune_space_enumerate(const tw_tune_space *s, const tw_tune_probl
     for (size_t a = 0; a < s->naxes; a++)
         if (!tw_axis_has(&s->axes[a], s->defaults[a]))
             return TWELL_ERR_INVALID_ARG;
-    tw_tune_config def;
+    tw_tune_config def, want;
     tw_tune_space_default(s, &def);
     if (def.n != s->naxes) /* a bad or repeated axis name */
         return TWELL_ERR_INVALID_ARG;
+    /* the default to find among the kept: the problem's own, when it is on the axes */
+    int have_want = tw_tune_space_default_for(s, p, d, &want) == 0;
 
     tw_tune_config *kept = NULL;
     size_t nkept = 0, cap = 0, idx[TW_TUNE_MAX_PARAMS] = {0};
@@ -337,7 +359,7 @@ twell_status tw_tune_space_enumerate(const tw_tune_space *s, const tw_tune_probl
                 kept = m;
                 cap = ncap;
             }
-            if (default_index && tw_tune_config_equal(&c, &def))
+            if (default_index && have_want && tw_tune_config_equal(&c, &want))
                 *default_index = nkept;
             kept[nkept++] = c;
         }

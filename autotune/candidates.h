@@ -147,10 +147,20 @@ typedef struct tw_tune_space {
     int (*threads)(const tw_tune_problem *p, const tw_tune_config *c);
     int (*regs_per_thread)(const tw_tune_problem *p, const tw_tune_config *c);
     int (*cluster)(const tw_tune_problem *p, const tw_tune_config *c);
+    /* The untuned config of this problem on this device, when it depends on them: one value per
+     * axis into values[0..naxes). A value not on its axis means no default is timed for the
+     * problem (tw_tune_space_enumerate's *default_index is SIZE_MAX). NULL: defaults[]. */
+    void (*default_for)(const tw_tune_problem *p, const tw_tune_device *d, int64_t *values);
 } tw_tune_space;
 
 /* The space's untuned configuration (its defaults, in axis order). */
 void tw_tune_space_default(const tw_tune_space *s, tw_tune_config *out);
+
+/* The untuned configuration for p on d: default_for's values when the space has it, else its
+ * defaults. 0, or -1 when a value default_for gives is not on its axis (*out then holds the
+ * defaults). */
+int tw_tune_space_default_for(const tw_tune_space *s, const tw_tune_problem *p,
+                              const tw_tune_device *d, tw_tune_config *out);
 
 /* Number of configs in the unpruned product (0 for an empty axis; saturates at SIZE_MAX). */
 size_t tw_tune_space_size(const tw_tune_space *s);
@@ -172,10 +182,11 @@ typedef struct tw_prune_stats {
 
 /* Generates the product of the axes (the first axis varies slowest), prunes it, and returns the
  * kept configs in generation order (*out malloc'd, caller frees; NULL when none is kept).
- * *default_index (may be NULL) is the index of the space's default among them, or SIZE_MAX when
- * the default was pruned. stats may be NULL. Errors: TWELL_ERR_INVALID_ARG (a space with no or
- * too many axes, an empty axis, more than TW_TUNE_MAX_SPACE configs, a default not in its axis),
- * TWELL_ERR_NO_MEMORY; outputs NULL/0 on failure. */
+ * *default_index (may be NULL) is the index of the problem's default (tw_tune_space_default_for)
+ * among them, or SIZE_MAX when the default was pruned or is not on the axes. stats may be NULL.
+ * Errors: TWELL_ERR_INVALID_ARG (a space with no or too many axes, an empty axis, more than
+ * TW_TUNE_MAX_SPACE configs, a default not in its axis), TWELL_ERR_NO_MEMORY; outputs NULL/0 on
+ * failure. */
 twell_status tw_tune_space_enumerate(const tw_tune_space *s, const tw_tune_problem *p,
                                      const tw_tune_device *d, tw_tune_config **out, size_t *n,
                                      size_t *default_index, tw_prune_stats *stats);

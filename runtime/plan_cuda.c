@@ -70,6 +70,8 @@ twell_status tw_cuda_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
     twell_status st = tw_cuda_gate_pack_tune(plan, cp->gate_pack, M, flags);
     if (st == TWELL_OK)
         st = tw_cuda_ffn_tune(plan, M, flags);
+    if (st == TWELL_OK)
+        st = tw_cuda_dense_tune(plan, cp->dense, M, flags);
     return st;
 }
 

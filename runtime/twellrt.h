@@ -324,9 +324,10 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 
 /* Tunes plan's kernels for M rows and loads the winners (CUDA), so that later calls whose M falls
  * in the same bucket (the power of two ≥ M) run them with nothing left to look up or compile.
- * For each op of the plan (gate-pack, then fused inference): the stored winner of (op, shape,
- * bucket, this GPU and driver) when one is stored; else candidate configurations compiled and
- * timed now on synthetic sparse data, the fastest stored in the context's cache, where later
+ * For each op of the plan (gate-pack, fused inference, then the dense path's split-K factors
+ * where that path can run and the plan's path is not TWELL_PATH_SPARSE): the stored winner of (op,
+ * shape, bucket, this GPU and driver) when one is stored; else candidate configurations compiled
+ * and timed now on synthetic sparse data, the fastest stored in the context's cache, where later
  * plans and other processes find it (`twell tune` does the same ahead of deployment). An op
  * whose kernel has no tuning space for this shape and device keeps its default configuration.
  * Plans otherwise only read stored winners (unless the context has options.tune_on_first_use),

@@ -34,7 +34,8 @@ static void tw_tune_usage(FILE *f) {
             "  --non-gated       non-gated FFN (h = relu(x Wu^T))\n"
             "  --M list          row counts, comma-separated (default 1,256,4096,16384); each is\n"
             "                    tuned for its power-of-two bucket\n"
-            "  --ops list        ops to tune (default gate_pack,ffn_infer)\n"
+            "  --ops list        ops to tune (default gate_pack,ffn_infer,ffn_dense; ffn_dense:\n"
+            "                    the dense path's split-K factors, sm_90a only)\n"
             "Tuning:\n"
             "  --budget s        seconds per shape before no new candidates are timed\n"
             "                    (default 20; 0: no limit)\n"
@@ -531,8 +532,9 @@ static void tw_bg_compile_join(tw_bg_compile *b) {
 
 /* Loads what a deployed process's plans of shape s load, compiling whatever the cache lacks: a
  * plan (its default kernels: gate-pack, fused inference, the dense path), the stored winners of
- * each M's bucket for gate-pack and fused inference (as the plan's first call of that bucket
- * does), and the portable row kernel a call with unaligned tensors falls back to. */
+ * each M's bucket for gate-pack, fused inference and the dense path's split factors (as the
+ * plan's first call of that bucket does), and the portable row kernel a call with unaligned
+ * tensors falls back to. */
 static void tw_prewarm_shape(twell_ctx *ctx, const twell_shape *s, const size_t *M, size_t nM,
                              tw_prewarm *r) {
     memset(r, 0, sizeof *r);

@@ -129,6 +129,10 @@ enum {
     /* (plan, unsigned out[2]): the split factors [up, down] of the last dense call's last chunk
      * of rows (1: unsplit); {0, 0} before any dense call */
     TW_TC_DENSE_LAST_SPLIT,
+    /* (plan, size_t M, unsigned out[2]): resolves the M bucket of a chunk of M rows as a dense
+     * call does (the stored ffn_dense winner, tuned first with tune_on_first_use) and gives the
+     * factors [up, down] that chunk runs now; {0, 0} when the plan has no dense path */
+    TW_TC_DENSE_PREPARE,
     TW_TC_DENSE_LAST,
 
     /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small.c) ---- */

@@ -8,9 +8,12 @@
 #include "cuda_dense.h"
 
 #include "cuda_small.h"
+#include "dense_split.h"
+#include "dense_tuner.h"
 #include "ffn_policy.h"
 
 #include "jit.h"
+#include "m_bucket.h"
 #include "op_plan.h"
 #include "test_control.h"
 
@@ -19,25 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tile configuration rendered into gemm_sm90 (its STAGES and CLUSTER) and fixed by the kernel. */
-#define TW_DG_STAGES 3u
-#define TW_DG_CLUSTER 2u
-#define TW_DG_BM 128u
-#define TW_DG_BN 256u
-#define TW_DG_BK 64u
-#define TW_DG_THREADS 384u
-/* Dynamic shared memory; must equal SMEM in the template (its first line prints it): 1 KB of
- * alignment slack, the stage ring, the 128-row staging buffer (528-byte rows), the mbarriers. */
-#define TW_DG_SMEM                                                                                 \
-    (1024u + TW_DG_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u + TW_DG_BM * 528u +              \
-     2u * TW_DG_STAGES * 8u)
-#define TW_DG_UNIT_ROWS (TW_DG_BM * TW_DG_CLUSTER)
-/* The split-K GEMMs (SPLIT = 1) have no staging buffer: a deeper ring in the same budget (must
- * equal the template's SMEM for STAGES = TW_DG_SPLIT_STAGES, SPLIT = 1). */
-#define TW_DG_SPLIT_STAGES 4u
-#define TW_DG_SPLIT_SMEM                                                                           \
-    (1024u + TW_DG_SPLIT_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u +                          \
-     2u * TW_DG_SPLIT_STAGES * 8u)
 #define TW_DENSE_SLOTS 16u                   /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_H_BYTES ((size_t)512 << 20) /* H workspace bound: rows are chunked to fit */
 
@@ -50,11 +34,15 @@ struct tw_dense {
     /* the earlier down GEMM (Wdᵀ K-major, TB = 0), loaded by TW_TC_DENSE_SET_LEGACY only */
     tw_CUmodule mod_down_tr;
     tw_CUfunction down_tr;
-    int legacy;            /* TW_TC_DENSE_SET_LEGACY: transpose Wd every call, never split */
-    unsigned force[2];     /* TW_TC_DENSE_SET_SPLIT: [up, down] split factors, 0 = the policy's */
-    unsigned last_sp[2];   /* split factors of the last dense call's last chunk (0: none yet) */
-    unsigned max_clusters; /* one CTA per SM */
-    size_t chunk_rows;     /* rows per pass of the pipeline (bounds H) */
+    int legacy;          /* TW_TC_DENSE_SET_LEGACY: transpose Wd every call, never split */
+    unsigned force[2];   /* TW_TC_DENSE_SET_SPLIT: [up, down] split factors, 0 = the policy's */
+    unsigned last_sp[2]; /* split factors of the last dense call's last chunk (0: none yet) */
+    /* per M bucket: -1 unresolved, 0 no usable tuned winner (the rule), 1 tuned[b] */
+    signed char tuned_state[TW_M_BUCKETS];
+    unsigned char tuned[TW_M_BUCKETS][2]; /* the bucket's stored winner [up, down] */
+    int tune_on_first_use;                /* the context's options.tune_on_first_use */
+    unsigned max_clusters;                /* one CTA per SM */
+    size_t chunk_rows;                    /* rows per pass of the pipeline (bounds H) */
     /* workspace, allocated at the first dense call */
     void *h; /* [h_rows, N] dtype */
     size_t h_rows;
@@ -131,29 +119,36 @@ static void tw_dense_unload(tw_dense *d) {
     d->red_plain = d->red_gated = d->red_relu = d->down_tr = NULL;
 }
 
+size_t tw_dense_gemm_params(const twell_shape *s, int g, int split,
+                            tw_param out[TW_DENSE_GEMM_NPARAMS]) {
+    size_t n = 0;
+    if (g == TW_DENSE_UP) {
+        n = tw_shape_params(s, out);
+        out[n++] = (tw_param){"MODE", s->gated ? "gated" : "relu", 0};
+    } else {
+        /* y = H · Wd: reduction over the hidden width, K output columns; Wd [N, K] read MN-major
+         * (TB = 1), so no transposed copy */
+        out[n++] = (tw_param){"K", NULL, (long long)s->N};
+        out[n++] = (tw_param){"N", NULL, (long long)s->K};
+        out[n++] = (tw_param){"dtype", tw_dtype_param(s->dtype), 0};
+        out[n++] = (tw_param){"MODE", "plain", 0};
+    }
+    /* the split-K variants: no staging buffer, a deeper ring */
+    out[n++] = (tw_param){"STAGES", NULL, (long long)(split ? TW_DG_SPLIT_STAGES : TW_DG_STAGES)};
+    out[n++] = (tw_param){"CLUSTER", NULL, (long long)TW_DG_CLUSTER};
+    if (g == TW_DENSE_DOWN)
+        out[n++] = (tw_param){"TB", NULL, 1};
+    out[n++] = (tw_param){"SPLIT", NULL, split ? 1 : 0};
+    return n;
+}
+
 static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    tw_param up[TW_SHAPE_NPARAMS + 4];
-    size_t nup = tw_shape_params(s, up);
-    up[nup++] = (tw_param){"MODE", s->gated ? "gated" : "relu", 0};
-    const size_t up_stages = nup;
-    up[nup++] = (tw_param){"STAGES", NULL, (long long)TW_DG_STAGES};
-    up[nup++] = (tw_param){"CLUSTER", NULL, (long long)TW_DG_CLUSTER};
-    up[nup++] = (tw_param){"SPLIT", NULL, 0};
-    /* y = H · Wd: reduction over the hidden width, K output columns; Wd [N, K] read MN-major
-     * (TB = 1), so no transposed copy */
-    tw_param down[] = {
-        {"K", NULL, (long long)s->N},
-        {"N", NULL, (long long)s->K},
-        {"dtype", tw_dtype_param(s->dtype), 0},
-        {"MODE", "plain", 0},
-        {"STAGES", NULL, (long long)TW_DG_STAGES},
-        {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
-        {"TB", NULL, 1},
-        {"SPLIT", NULL, 0},
-    };
-    const size_t ndown = sizeof down / sizeof down[0];
+    tw_param prm[4][TW_DENSE_GEMM_NPARAMS];
+    size_t np[4];
+    for (int i = 0; i < 4; i++)
+        np[i] = tw_dense_gemm_params(s, i & 1 ? TW_DENSE_DOWN : TW_DENSE_UP, i >= 2, prm[i]);
     tw_param aux[TW_SHAPE_NPARAMS];
     size_t naux = tw_shape_params(s, aux);
     static const char *const gemm[] = {"twell_gemm_sm90"};
@@ -161,13 +156,11 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
                                           "twell_dense_transpose",    "twell_dense_reduce_plain",
                                           "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
     tw_CUfunction af[6];
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up, &d->up));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down, &d->down));
-    /* the split-K variants: no staging buffer, a deeper ring */
-    up[up_stages].ival = down[4].ival = (long long)TW_DG_SPLIT_STAGES;
-    up[nup - 1].ival = down[ndown - 1].ival = 1;
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", up, nup, gemm, 1, &d->mod_up_split, &d->up_split));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &d->mod_down_split,
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[0], np[0], gemm, 1, &d->mod_up, &d->up));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[1], np[1], gemm, 1, &d->mod_down, &d->down));
+    TW_TRY(
+        tw_dense_module(ctx, "gemm_sm90", prm[2], np[2], gemm, 1, &d->mod_up_split, &d->up_split));
+    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[3], np[3], gemm, 1, &d->mod_down_split,
                            &d->down_split));
     TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 6, &d->mod_aux, af));
     d->count = af[0], d->expand = af[1], d->transpose = af[2];
@@ -227,6 +220,8 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out) {
     d->est = -1.0;
     d->hint = -1.0;
     d->last = TWELL_PATH_AUTO;
+    memset(d->tuned_state, -1, sizeof d->tuned_state);
+    d->tune_on_first_use = ctx->tune_on_first_use;
     size_t rows = TW_DENSE_H_BYTES / (2u * (size_t)s->N) / TW_DG_UNIT_ROWS * TW_DG_UNIT_ROWS;
     d->chunk_rows = rows < TW_DG_UNIT_ROWS ? TW_DG_UNIT_ROWS : rows > 65536u ? 65536u : rows;
     if (strcmp(dev->arch, "sm_90a") != 0) {
@@ -333,11 +328,6 @@ static twell_status tw_dense_maps(twell_plan *plan, size_t m, uint32_t kred, uin
     const uint32_t brows = TW_DG_BN / TW_DG_CLUSTER;
     TW_TRY(tw_dense_map(ctx, &maps[1], dt, b, ncols, kred, brows));
     return tw_dense_map(ctx, &maps[2], dt, g ? g : b, ncols, kred, brows);
-}
-
-/* Units (cluster tiles) of a GEMM of m rows and ncols output columns. */
-static size_t tw_dense_gemm_units(size_t m, uint32_t ncols) {
-    return tw_cdiv(tw_cdiv(m, TW_DG_BM), TW_DG_CLUSTER) * tw_cdiv(ncols, TW_DG_BN);
 }
 
 /* gemm_sm90 fn on min(items, one per cluster slot) persistent clusters with its arguments. */
@@ -461,40 +451,72 @@ static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
 }
 
 /* Split factors of a chunk of m rows, sp[0] the up GEMM (reduction K), sp[1] the down GEMM
- * (reduction N): the override, else tw_ffn_dense_split; 1 in legacy mode; at most the GEMM's
- * k-blocks (every slice holds at least one). */
+ * (reduction N): tw_dense_split_choose with the override, the chunk's bucket's tuned winner when
+ * resolved (tw_dense_resolve), else the rule. */
 static void tw_dense_splits(const twell_plan *plan, const tw_dense *d, size_t m, unsigned sp[2]) {
-    const twell_shape *s = &plan->shape;
-    const unsigned kb[2] = {s->K / TW_DG_BK, s->N / TW_DG_BK};
-    const size_t units[2] = {tw_dense_gemm_units(m, s->N), tw_dense_gemm_units(m, s->K)};
-    for (int i = 0; i < 2; i++) {
-        unsigned v =
-            d->force[i] ? d->force[i] : tw_ffn_dense_split(units[i], kb[i], d->max_clusters);
-        sp[i] = d->legacy || v < 1u ? 1u : v > kb[i] ? kb[i] : v;
+    unsigned b = tw_m_bucket_log2(m);
+    const unsigned tuned[2] = {d->tuned[b][0], d->tuned[b][1]};
+    tw_dense_split_choose(&plan->shape, m, d->max_clusters, d->force,
+                          d->tuned_state[b] == 1 ? tuned : NULL, d->legacy, sp);
+}
+
+/* The stored winner of (ffn_dense, shape, bucket) as split factors this plan can run. */
+static int tw_dense_take(const tw_tune_config *cfg, void *arg) {
+    return tw_dense_cfg_from_tune(cfg, arg);
+}
+
+/* Resolves the M bucket of a chunk of m rows (once, then memoised): the stored winner of
+ * (ffn_dense, shape, bucket, device) when one is stored and valid (tw_tune_op_winner), tuned
+ * first when tune_now is set and none is; else the rule. Skipped (the bucket stays unresolved)
+ * while test control fixes both factors or selects the legacy GEMMs: the tuner's own plans force
+ * their candidates, so resolving there would tune from inside a tuning. A newly taken winner
+ * makes the next reserve check the partial workspace again. Never fails; context current. */
+static void tw_dense_resolve(twell_plan *plan, tw_dense *d, size_t m, int tune_now) {
+    unsigned b = tw_m_bucket_log2(m);
+    if (d->tuned_state[b] >= 0 || (d->force[0] && d->force[1]) || d->legacy)
+        return;
+    unsigned sp[2] = {0, 0};
+    int got = tw_tune_op_winner(plan->ctx, &tw_dense_tune_op, TW_DENSE_KERNEL, &plan->shape, m,
+                                tune_now, "", tw_dense_take, sp) == 0;
+    d->tuned_state[b] = (signed char)got;
+    if (got) {
+        d->tuned[b][0] = (unsigned char)sp[0];
+        d->tuned[b][1] = (unsigned char)sp[1];
+        d->part_rows = 0;
     }
 }
 
-/* Bytes of partial sums GEMM i (0 up, 1 down) needs for m rows split nsplit ways (0 unsplit):
- * nsplit slices of [m, cols] fp32, two planes for the gated up GEMM (the recomputed gate). */
-static size_t tw_dense_part_need(const twell_shape *s, int i, unsigned nsplit, size_t m) {
-    if (nsplit < 2u)
-        return 0;
-    size_t cols = i == 0 ? s->N : s->K, planes = i == 0 && s->gated ? 2u : 1u;
-    return (size_t)nsplit * planes * m * cols * sizeof(float);
+/* Resolves the buckets of the chunks a call of M rows runs (tw_dense_run: one chunk of M rows up
+ * to chunk_rows, else chunks of chunk_rows and the remainder). */
+static void tw_dense_resolve_call(twell_plan *plan, tw_dense *d, size_t M, int tune_now) {
+    tw_dense_resolve(plan, d, tw_min(M, d->chunk_rows), tune_now);
+    if (M > d->chunk_rows && M % d->chunk_rows)
+        tw_dense_resolve(plan, d, M % d->chunk_rows, tune_now);
 }
 
-/* The partial workspace every chunk of at most R rows fits in: the splits depend on m only
- * through its rows of units (256 rows each), so the largest m of each such row count is tried. */
+/* Bytes of partials a chunk of m rows needs under the current settings. */
+static size_t tw_dense_part_at(const twell_plan *plan, const tw_dense *d, size_t m) {
+    unsigned sp[2];
+    tw_dense_splits(plan, d, m, sp);
+    size_t a = tw_dense_part_need(&plan->shape, TW_DENSE_UP, sp[0], m);
+    size_t b = tw_dense_part_need(&plan->shape, TW_DENSE_DOWN, sp[1], m);
+    return a > b ? a : b;
+}
+
+/* The partial workspace every chunk of at most R rows fits in. The factors are constant between
+ * consecutive unit-row boundaries (multiples of 256 rows: the rule's units) and M-bucket
+ * boundaries (powers of two: tuned winners), and a fixed factor's need grows with m, so the
+ * largest m of each such interval is tried: the multiples of 256 and the powers of two below
+ * 256, each capped at R. */
 static size_t tw_dense_part_bound(const twell_plan *plan, const tw_dense *d, size_t R) {
     size_t need = 0;
     for (size_t mp = 1; mp <= tw_cdiv(R, TW_DG_UNIT_ROWS); mp++) {
-        size_t m = tw_min(R, mp * TW_DG_UNIT_ROWS);
-        unsigned sp[2];
-        tw_dense_splits(plan, d, m, sp);
-        for (int i = 0; i < 2; i++) {
-            size_t b = tw_dense_part_need(&plan->shape, i, sp[i], m);
-            need = b > need ? b : need;
-        }
+        size_t b = tw_dense_part_at(plan, d, tw_min(R, mp * TW_DG_UNIT_ROWS));
+        need = b > need ? b : need;
+    }
+    for (size_t m = 1; m < TW_DG_UNIT_ROWS && m < R; m *= 2) {
+        size_t b = tw_dense_part_at(plan, d, m);
+        need = b > need ? b : need;
     }
     return need;
 }
@@ -622,7 +644,35 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
     if (!d->available)
         return TWELL_OK;
-    return tw_dense_reserve(plan, d, tw_min(max_M, d->chunk_rows));
+    /* every bucket a chunk of a call of up to max_M rows can fall in (bucket b holds m in
+     * (2^(b-1), 2^b]), so a captured call finds its splits resolved and its partials sized */
+    size_t R = tw_min(max_M, d->chunk_rows);
+    for (size_t m = 1;; m *= 2) {
+        tw_dense_resolve(plan, d, tw_min(m, R), d->tune_on_first_use);
+        if (m >= R)
+            break;
+    }
+    return tw_dense_reserve(plan, d, R);
+}
+
+twell_status tw_cuda_dense_tune(twell_plan *plan, tw_dense *d, size_t M, unsigned flags) {
+    if (!d || !d->available || plan->path == TWELL_PATH_SPARSE)
+        return TWELL_OK; /* no dense path to tune, or the plan never runs it */
+    if (!(flags & TWELL_TUNE_STORED_ONLY))
+        TW_TRY(tw_tune_op_ensure(plan->ctx, &tw_dense_tune_op, TW_DENSE_KERNEL, &plan->shape, M,
+                                 (flags & TWELL_TUNE_RETUNE) != 0));
+    tw_cu_scope sc;
+    TW_TRY(tw_cu_enter(plan->ctx, &sc));
+    /* look the records up again: they may be new */
+    unsigned b = tw_m_bucket_log2(tw_min(M, d->chunk_rows));
+    d->tuned_state[b] = -1;
+    tw_dense_resolve(plan, d, tw_min(M, d->chunk_rows), 0);
+    if (M > d->chunk_rows && M % d->chunk_rows) {
+        d->tuned_state[tw_m_bucket_log2(M % d->chunk_rows)] = -1;
+        tw_dense_resolve(plan, d, M % d->chunk_rows, 0);
+    }
+    tw_cu_leave(plan->ctx, &sc);
+    return TWELL_OK;
 }
 
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per_row; }
@@ -707,6 +757,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                "ffn_infer: captured call: the dense workspace is not reserved; running sparse");
         dense = 0;
     } else if (dense && !capturing) {
+        /* the chunks' buckets: their tuned split factors (may tune with tune_on_first_use) */
+        tw_dense_resolve_call(plan, d, M, d->tune_on_first_use);
         twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows));
         if (st != TWELL_OK && plan->path == TWELL_PATH_DENSE)
             return st;
@@ -894,6 +946,24 @@ static twell_status tw_cuda_dense_set_legacy(twell_plan *plan, int on) {
     return TWELL_OK;
 }
 
+/* Resolves the bucket of a chunk of min(M, chunk) rows as a dense call does (once per bucket)
+ * and gives the factors that chunk runs; {0, 0} without the dense path. */
+static twell_status tw_cuda_dense_prepare(twell_plan *plan, size_t M, unsigned out[2]) {
+    tw_dense *d = tw_plan_dense(plan);
+    out[0] = out[1] = 0u;
+    if (!d)
+        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: not a CUDA plan");
+    if (!d->available || M == 0)
+        return TWELL_OK;
+    tw_cu_scope sc;
+    TW_TRY(tw_cu_enter(plan->ctx, &sc));
+    size_t m = tw_min(M, d->chunk_rows);
+    tw_dense_resolve(plan, d, m, d->tune_on_first_use);
+    tw_cu_leave(plan->ctx, &sc);
+    tw_dense_splits(plan, d, m, out);
+    return TWELL_OK;
+}
+
 twell_status tw_dense_test_control(int op, va_list ap) {
     if (op == TW_TC_DENSE_GEMM_SMEM) {
         *va_arg(ap, unsigned *) = TW_DG_SMEM;
@@ -951,13 +1021,45 @@ twell_status tw_dense_test_control(int op, va_list ap) {
     }
     case TW_TC_DENSE_SET_LEGACY:
         return tw_cuda_dense_set_legacy(plan, va_arg(ap, int));
-    case TW_TC_DENSE_LAST_SPLIT: {
+    case TW_TC_DENSE_PREPARE: {
+        size_t M = va_arg(ap, size_t);
         unsigned *out = va_arg(ap, unsigned *);
-        const tw_dense *d = tw_plan_dense(plan);
-        out[0] = d ? d->last_sp[0] : 0u;
-        out[1] = d ? d->last_sp[1] : 0u;
+        return tw_cuda_dense_prepare(plan, M, out);
+    }
+    case TW_TC_DENSE_LAST_SPLIT:
+        tw_cuda_dense_last_split(plan, va_arg(ap, unsigned *));
         return TWELL_OK;
     }
-    }
     return TWELL_ERR_INVALID_ARG;
+}
+
+/* ---- the tuner's hooks (dense_tuner.c) ---- */
+
+int tw_cuda_dense_usable(const twell_plan *plan, const char **why) {
+    const tw_dense *d = tw_plan_dense(plan);
+    if (why)
+        *why = d ? d->why : "not a CUDA plan";
+    return d ? d->available : 0;
+}
+
+void tw_cuda_dense_last_split(const twell_plan *plan, unsigned out[2]) {
+    const tw_dense *d = tw_plan_dense(plan);
+    out[0] = d ? d->last_sp[0] : 0u;
+    out[1] = d ? d->last_sp[1] : 0u;
+}
+
+twell_status tw_cuda_dense_tune_force(twell_plan *plan, unsigned up, unsigned down, size_t M) {
+    tw_dense *d = tw_plan_dense(plan);
+    if (!d)
+        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: not a CUDA plan");
+    d->force[0] = up;
+    d->force[1] = down;
+    d->part_rows = 0;
+    if (!d->available || M == 0)
+        return TWELL_OK;
+    tw_cu_scope sc;
+    TW_TRY(tw_cu_enter(plan->ctx, &sc));
+    twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows));
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
 }

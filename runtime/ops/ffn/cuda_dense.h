@@ -7,6 +7,7 @@
 #define TWELL_CUDA_DENSE_H
 
 #include "cuda_ffn.h"
+#include "jit.h"
 
 #include <stdarg.h>
 
@@ -39,11 +40,15 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  *   y = H · Wd, Wd [N, K] read as it is (MN-major operand of the GEMM; no transposed copy).
  * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three. A GEMM
  * whose grid would leave most of the device idle (few rows: at most half the clusters busy) is
- * split along its reduction into S slices of whole 64-wide k-blocks (tw_ffn_dense_split; test
- * control may force S): fp32 partials into the workspace, then a reduction kernel sums them in
- * slice order and applies the epilogue (the gate, the activation, the rounding), so results stay
- * bitwise reproducible for a given S. TW_TC_DENSE_SET_LEGACY selects the earlier down GEMM (Wd
- * transposed into the workspace every call, no split) for comparisons.
+ * split along its reduction into S slices of whole 64-wide k-blocks (dense_split.h: test
+ * control's S, else the chunk's M bucket's tuned winner, else tw_ffn_dense_split): fp32 partials
+ * into the workspace, then a reduction kernel sums them in slice order and applies the epilogue
+ * (the gate, the activation, the rounding), so results stay bitwise reproducible for a given S.
+ * TW_TC_DENSE_SET_LEGACY selects the earlier down GEMM (Wd transposed into the workspace every
+ * call, no split) for comparisons. An eager dense call first resolves its chunks' M buckets (once
+ * each, memoised: the stored ffn_dense winner, tuned first when the context has
+ * options.tune_on_first_use); a captured call resolves nothing (a bucket left unresolved runs the
+ * rule: twell_plan_reserve resolves them beforehand).
  *
  * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
  * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
@@ -69,13 +74,39 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* twell_plan_reserve's part: the dense workspace (H for min(max_M, a chunk) rows, the unit
+/* twell_plan_reserve's part: resolves the split factors of every M bucket a chunk of up to
+ * max_M rows falls in (stored ffn_dense winners; tuned first with options.tune_on_first_use), so
+ * a captured call runs them, then the dense workspace (H for min(max_M, a chunk) rows, the unit
  * flags, the split-K partials for every row count up to that, Wdᵀ in legacy mode) when the dense
  * path is available (nothing otherwise). May wait for the previous
  * dense call (a larger H). Inside tw_cu_enter/leave. */
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);
 /* The estimate AUTO uses until counts have been read back (< 0: none). */
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row);
+
+/* twell_plan_tune's dense part: for a plan whose dense path is available and whose path is not
+ * SPARSE, unless flags has TWELL_TUNE_STORED_ONLY, makes sure the M bucket of a chunk of M rows
+ * has a stored winner of ffn_dense (tw_tune_op_ensure; TWELL_TUNE_RETUNE times again), then looks
+ * the record up again for this plan (the chunks of a call of M rows then run it). TWELL_OK and
+ * nothing done otherwise. Errors: those of tuning. */
+twell_status tw_cuda_dense_tune(twell_plan *plan, tw_dense *d, size_t M, unsigned flags);
+
+/* The template parameters of gemm_sm90 the dense path loads for GEMM g (TW_DENSE_UP or
+ * TW_DENSE_DOWN, dense_split.h) of shape s, unsplit or split-K (split): what plans render, so the
+ * tuner's cubin is theirs. Returns the count (≤ TW_DENSE_GEMM_NPARAMS). */
+#define TW_DENSE_GEMM_NPARAMS (TW_SHAPE_NPARAMS + 4)
+size_t tw_dense_gemm_params(const twell_shape *s, int g, int split,
+                            tw_param out[TW_DENSE_GEMM_NPARAMS]);
+
+/* The tuner's hooks (dense_tuner.c). tw_cuda_dense_usable: 1 when plan's dense path can run
+ * (*why, may be NULL: why not, borrowed from the plan). tw_cuda_dense_tune_force: every later
+ * dense call of plan runs split factors {up, down} (as TW_TC_DENSE_SET_SPLIT; 0: the bucket's
+ * choice) and the workspace for calls of up to M rows is reserved now (may wait for the previous
+ * dense call), so a timed call allocates nothing. Enters the context itself. */
+int tw_cuda_dense_usable(const twell_plan *plan, const char **why);
+/* The factors [up, down] of plan's last dense call's last chunk ({0, 0} before any). */
+void tw_cuda_dense_last_split(const twell_plan *plan, unsigned out[2]);
+twell_status tw_cuda_dense_tune_force(twell_plan *plan, unsigned up, unsigned down, size_t M);
 
 /* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
  * estimate, threshold and route, counts, workspace probes and poisoning. */

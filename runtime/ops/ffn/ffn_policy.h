@@ -94,8 +94,9 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * cuBLAS's three GEMMs take ~0.05 ms). Splitting the reduction into S slices of whole 64-wide
  * k-blocks runs units·S work items, fp32 partials reduced in slice order by a second kernel.
  * The rule below is not measured yet (no device in the session that wrote it): it only fills one
- * wave. Re-measure with `twell bench --op ffn_infer --path dense` and the TW_TC_DENSE_SET_SPLIT
- * override. */
+ * wave. It is the fallback: the factors are tuned per M bucket (op ffn_dense, dense_space.c) and a
+ * stored winner replaces it (dense_split.h). Re-measure with `twell bench --op ffn_infer --path
+ * dense` and the TW_TC_DENSE_SET_SPLIT override. */
 
 /* Fewest k-blocks a slice may hold (each slice refills the TMA ring: 3-4 stages). */
 #define TW_POLICY_SPLIT_MIN_KB 4u

@@ -1,0 +1,78 @@
+/*
+ * dense_split.h — the dense path's GEMM geometry and its split-K rule, written once: which split
+ * factors a dense GEMM may run (the launcher, cuda_dense.c, and the tuner's space, dense_space.c,
+ * both ask tw_dense_split_check), the partial workspace they need, and how a call's factors are
+ * chosen (test control, else the bucket's tuned winner, else tw_ffn_dense_split). Pure: no CUDA.
+ */
+#ifndef TWELL_DENSE_SPLIT_H
+#define TWELL_DENSE_SPLIT_H
+
+#include "twellrt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Tile configuration rendered into gemm_sm90 (its STAGES and CLUSTER) and fixed by the kernel. */
+#define TW_DG_STAGES 3u
+#define TW_DG_CLUSTER 2u
+#define TW_DG_BM 128u
+#define TW_DG_BN 256u
+#define TW_DG_BK 64u
+#define TW_DG_THREADS 384u
+/* Dynamic shared memory; must equal SMEM in the template (its first line prints it): 1 KB of
+ * alignment slack, the stage ring, the 128-row staging buffer (528-byte rows), the mbarriers. */
+#define TW_DG_SMEM                                                                                 \
+    (1024u + TW_DG_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u + TW_DG_BM * 528u +              \
+     2u * TW_DG_STAGES * 8u)
+#define TW_DG_UNIT_ROWS (TW_DG_BM * TW_DG_CLUSTER)
+/* The split-K GEMMs (SPLIT = 1) have no staging buffer: a deeper ring in the same budget (must
+ * equal the template's SMEM for STAGES = TW_DG_SPLIT_STAGES, SPLIT = 1). */
+#define TW_DG_SPLIT_STAGES 4u
+#define TW_DG_SPLIT_SMEM                                                                           \
+    (1024u + TW_DG_SPLIT_STAGES * (TW_DG_BM + TW_DG_BN) * TW_DG_BK * 2u +                          \
+     2u * TW_DG_SPLIT_STAGES * 8u)
+
+/* The two GEMMs of the dense path: up (reduction K, N output columns; two partial planes when
+ * gated: the recomputed gate) and down (reduction N, K output columns). */
+enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
+
+/* Most bytes of fp32 partials one split GEMM may write for a tuned or rule-chosen split: the
+ * partials are written once and read once by the reduction, so at 128 MiB (~80 µs of HBM
+ * traffic on an H100) a split already costs more than the GEMMs it would rebalance at the sizes
+ * where splitting pays (session 4, H100: the whole dense call takes 0.15 ms at M ≤ 256); it also
+ * bounds the workspace a stored record can ask for. Test control (TW_TC_DENSE_SET_SPLIT) is
+ * exempt: it only clamps to the k-blocks. */
+#define TW_DENSE_SPLIT_PART_MAX ((size_t)128 << 20)
+
+/* Units (cluster tiles, 256 rows x 256 columns) of a GEMM of m rows and ncols output columns. */
+size_t tw_dense_gemm_units(size_t m, uint32_t ncols);
+
+/* 64-wide k-blocks of GEMM g's reduction for shape s. */
+unsigned tw_dense_kblocks(const twell_shape *s, int g);
+
+/* Bytes of fp32 partials GEMM g needs for m rows split nsplit ways (0 when nsplit < 2). */
+size_t tw_dense_part_need(const twell_shape *s, int g, unsigned nsplit, size_t m);
+
+/* Whether GEMM g of shape s may run split nsplit ways for chunks of up to m rows: 0 when
+ * 1 ≤ nsplit ≤ TW_POLICY_SPLIT_MAX, every slice holds at least one k-block (nsplit ≤
+ * tw_dense_kblocks) and the partials fit TW_DENSE_SPLIT_PART_MAX; else non-zero with the reason
+ * in why (may be NULL). Pure. */
+int tw_dense_split_check(const twell_shape *s, int g, unsigned nsplit, size_t m, char *why,
+                         size_t n);
+
+/* The pure rule's factors for a chunk of m rows on a device running `clusters` clusters at once:
+ * tw_ffn_dense_split per GEMM (always valid by tw_dense_split_check). */
+void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsigned sp[2]);
+
+/* A call's factors for a chunk of m rows, in this order:
+ *  - legacy: {1, 1};
+ *  - per GEMM, force[g] > 0 (test control): it, clamped to 1..k-blocks (no workspace bound);
+ *  - tuned (the chunk's M bucket has a stored winner; NULL: none) when tw_dense_split_check
+ *    accepts both its factors for m;
+ *  - else the rule (tw_dense_split_rule).
+ * Pure; never fails. */
+void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
+                           const unsigned force[2], const unsigned *tuned, int legacy,
+                           unsigned sp[2]);
+
+#endif /* TWELL_DENSE_SPLIT_H */
