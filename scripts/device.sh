@@ -32,10 +32,11 @@ run_tests() {
         grep -E "M=|cuda:|simt|sm90|FAIL" | head -80 >"$OUT/gpu_cases.log" || true
 }
 # Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack,
-# test_gpu_ffn_infer, test_gpu_train and test_gpu_train_dense take `small`; test_gpu_fault (its
-# loops are small) runs whole, memcheck only. SAN_TESTS="t1 t2" picks a subset.
+# test_gpu_ffn_infer, test_gpu_train, test_gpu_train_dense and test_gpu_train_heavy take `small`;
+# test_gpu_fault (its loops are small) runs whole, memcheck only. SAN_TESTS="t1 t2" picks a subset.
 run_sanitize() {
-    for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense test_gpu_train test_gpu_train_dense test_gpu_fault}; do
+    for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense \
+        test_gpu_train test_gpu_train_dense test_gpu_train_heavy test_gpu_fault}; do
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
         arg=""; [ $t != test_gpu_driver ] && [ $t != test_gpu_fault ] && arg=small
         tools="memcheck racecheck"; [ $t = test_gpu_driver ] || [ $t = test_gpu_fault ] && tools=memcheck
@@ -43,7 +44,7 @@ run_sanitize() {
         # test_gpu_train's CPU reference asks the driver about host pointers (INVALID_VALUE by
         # design): report memory errors only, not API return codes
         api=explicit
-        case $t in test_gpu_driver | test_gpu_train | test_gpu_train_dense) api=no ;; esac
+        case $t in test_gpu_driver | test_gpu_train | test_gpu_train_dense | test_gpu_train_heavy) api=no ;; esac
         for tool in $tools; do
             log="$OUT/san_${t}_$tool.log"
             if (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/san TWELL_TEMPLATE_DIR=$PWD/../templates \
