@@ -45,8 +45,8 @@ static void test_small_gate_smem(void **st) {
         tw_sgate_kernel k;
         int rows;
         unsigned smem;
-    } t[] = {{TW_SGK_G2, 16, 0},       {TW_SGK_G2U2, 16, 0},       {TW_SGK_G8, 64, 0},
-             {TW_SGK_X8, 64, 40960u},  {TW_SGK_X16, 128, 81920u}, {TW_SGK_X32, 256, 163840u}};
+    } t[] = {{TW_SGK_G2, 16, 0},      {TW_SGK_G2U2, 16, 0},      {TW_SGK_G8, 64, 0},
+             {TW_SGK_X8, 64, 40960u}, {TW_SGK_X16, 128, 81920u}, {TW_SGK_X32, 256, 163840u}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         assert_int_equal(tw_sgate_max_rows(t[i].k), t[i].rows);
         assert_int_equal(tw_sgate_smem(t[i].k), t[i].smem);
@@ -77,8 +77,8 @@ static void test_small_gate_contract(void **st) {
                     int x = g.kernel >= TW_SGK_X8 && g.kernel <= TW_SGK_X32;
                     char what[96];
                     snprintf(what, sizeof what, "%s T=%u M=%zu optin=%d: %s TB=%d MT=%d WN=%d",
-                             sg_choices[ci], Ts[ti], M, sg_optin[d],
-                             tw_sgate_kernel_name(g.kernel), g.TB, g.MT, g.WN);
+                             sg_choices[ci], Ts[ti], M, sg_optin[d], tw_sgate_kernel_name(g.kernel),
+                             g.TB, g.MT, g.WN);
                     int ok = rows > 0 && g.MT % 8 == 0 && g.MT >= 8 && g.MT <= rows &&
                              (size_t)g.TB * (size_t)g.MT >= M &&
                              (size_t)(g.TB - 1) * (size_t)g.MT < M && g.WN >= 1 && g.WN <= 8 &&
@@ -115,9 +115,7 @@ static void test_small_gate_auto(void **st) {
             assert_int_equal(g.WN, 2);
             assert_int_equal(g.TB, 1);
         } else if (M <= 256) {
-            assert_int_equal(g.kernel, M <= 64    ? TW_SGK_X8
-                                       : M <= 128 ? TW_SGK_X16
-                                                  : TW_SGK_X32);
+            assert_int_equal(g.kernel, M <= 64 ? TW_SGK_X8 : M <= 128 ? TW_SGK_X16 : TW_SGK_X32);
             assert_int_equal(g.TB, 1);
             assert_int_equal(g.WN, M <= 64 ? 2 : 4);
         } else {

@@ -83,14 +83,14 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     TW_TRY(tw_small_module(ctx, "ffn_small", p, n + 1, &sm->mod_ffn));
     for (int k = 0; k < TW_SGK_COUNT; k++) {
         char fn[64];
-        snprintf(fn, sizeof fn, "twell_gate_pack_small_%s", tw_sgate_kernel_name((tw_sgate_kernel)k));
+        snprintf(fn, sizeof fn, "twell_gate_pack_small_%s",
+                 tw_sgate_kernel_name((tw_sgate_kernel)k));
         TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, fn, &sm->gate[k]));
         /* the x kernels' shared memory where the device has it (tw_sgate_geom_of picks no other) */
         unsigned smem = tw_sgate_smem((tw_sgate_kernel)k);
         if (smem > 0 && smem + TW_SGATE_STATIC_SMEM_X <= (unsigned)ctx->cuda->smem_optin)
-            TW_TRY(tw_cu_func_set_attribute(ctx, sm->gate[k],
-                                            TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            (int)smem));
+            TW_TRY(tw_cu_func_set_attribute(
+                ctx, sm->gate[k], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
     }
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));

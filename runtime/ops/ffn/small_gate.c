@@ -12,8 +12,8 @@ int tw_sgate_choice_parse(const char *name, tw_sgate_choice *out) {
     static const struct {
         const char *name;
         tw_sgate_choice c;
-    } t[] = {{"auto", TW_SGC_AUTO}, {"g2", TW_SGC_G2},   {"g2u2", TW_SGC_G2U2}, {"g8", TW_SGC_G8},
-             {"x", TW_SGC_X},       {"x8", TW_SGC_X8},   {"x16", TW_SGC_X16},   {"x32", TW_SGC_X32}};
+    } t[] = {{"auto", TW_SGC_AUTO}, {"g2", TW_SGC_G2}, {"g2u2", TW_SGC_G2U2}, {"g8", TW_SGC_G8},
+             {"x", TW_SGC_X},       {"x8", TW_SGC_X8}, {"x16", TW_SGC_X16},   {"x32", TW_SGC_X32}};
     if (!name)
         return -1;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
