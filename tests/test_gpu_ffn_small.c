@@ -2,7 +2,9 @@
  * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
  * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
  * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
- * row-tiles; and the AUTO rule that picks the path.
+ * row-tiles; the gate-pack kernels forced by name (TW_TC_SMALL_SET_GATE: the x-staged x8/x16/x32
+ * at M = 33..256, g2u2, g8), gate-pack alone, every row against the reference; and the AUTO rule
+ * that picks the path.
  *
  * Per case: packed and y are poisoned before each run and so is the path's workspace (its
  * scratch needs no initialisation; its arrival counters must be back at 0 after every call, which

@@ -1,19 +1,25 @@
 -- gate_pack_small.cu.lua — gate-pack for few rows (decode: M from 1 to a few hundred):
 -- packed = TwELL(relu(x · wᵀ)) where the op is bound by reading w from HBM, not by arithmetic.
 -- Every SM streams its share of w exactly once per token block, straight from global memory
--- into mma.sync fragments (no shared-memory staging); the rows of x ride along from L1/L2.
+-- into mma.sync fragments (no shared-memory staging of w). The g kernels read the rows of x from
+-- L1/L2 in every warp; the x kernels stage them in shared memory (below).
 --
 -- Parameters: K (multiple of 32), N, T, C, dtype (see twellrt.h).
 -- ABI (fixed; runtime/ops/ffn/cuda_small.c launches it):
---   extern "C" __global__ void twell_gate_pack_small_g<NGMAX>(   NGMAX = 2 or 8
+--   extern "C" __global__ void twell_gate_pack_small_<name>(   name = g2, g2u2 (NGMAX 2),
+--                                                              g8 (NGMAX 8), x8, x16, x32 (NGMAX 8/16/32)
 --       const unsigned short *x,   // [M, K] dtype, 16-byte aligned
 --       const unsigned short *w,   // [N, K] dtype, 16-byte aligned
 --       unsigned int *packed,      // [M, N/C]: every word written
 --       unsigned short *gs,        // [M, N] scratch: the rounded activations (any content)
 --       unsigned int *tcnt,        // [TB, N/T] arrival counters: 0 before the call, 0 after
 --       int M, int TB, int MT, int WN)
---   grid = (N / (16·WN)) · TB blocks, block = 256 threads (8 warps), no dynamic shared memory.
---   WN ∈ {1, 2, 4, 8} with 16·WN ≤ T; MT a multiple of 8 with 8 ≤ MT ≤ 8·NGMAX and TB·MT ≥ M.
+--   grid = (N / (16·WN)) · TB blocks, block = 256 threads (8 warps).
+--   g kernels: no dynamic shared memory, WN ∈ {1, 2, 4, 8} with 16·WN ≤ T.
+--   x kernels: dynamic shared memory 5120·NGMAX bytes (over 48 KB: the launcher raises the
+--   function's limit), WN ∈ {2, 4}.
+--   MT a multiple of 8 with 8 ≤ MT ≤ 8·NGMAX, TB·MT ≥ M and no token block empty.
+--   runtime/ops/ffn/small_gate.c picks the kernel and geometry.
 --
 -- Work split. Block b owns token block tb = b % TB (rows [tb·MT, tb·MT + MT) ∩ [0, M)) and
 -- neuron block nb = b / TB (NB = 16·WN neurons; token blocks of one neuron block are neighbours
@@ -39,6 +45,19 @@
 -- bytes depend only on the sums, which depend only on the inputs: bitwise reproducible.
 -- Memory order: writers store gs, __threadfence, barrier, then one atomicAdd; the last block
 -- reads gs with ld.global.cg (L2) after its own fence.
+--
+-- x kernels (M from 33 to 256, where the g kernels move too much x: each warp re-reads its rows
+-- of x per k32 block from L1/L2, and each token block of 64 rows re-reads w from L2). The block's
+-- rows of x (8·ng of them, zero-filled beyond M) come into shared memory by cp.async.cg, a stage
+-- of 4 k32 blocks (128 k) at a time, two stages: stage s + 1 is issued right after the barrier
+-- that opens stage s (every warp is then done with stage s − 1, whose buffer it reuses), so x
+-- leaves L2 once per block and one barrier a stage suffices. Warp (wn, ks) takes k32 blocks
+-- ks + i·KS of each stage (KS = 8/WN ∈ {4, 2} divides 4) and loads their weights one stage ahead
+-- into registers. Lanes read x in the g kernels' k permutation (lane (g, p): 16 bytes at
+-- elements 8p.. of token row g), which ldmatrix cannot deliver (it hands a lane 2 adjacent
+-- elements of a row), so plain 16-byte shared loads; a row stride of 20 pieces (320 bytes,
+-- 64 mod 128) puts the 8 lanes of each quarter-warp on 8 distinct 16-byte bank groups. After the
+-- K loop the same shared memory holds the warps' partial sums for the fixed-order K reduction.
 --
 -- PROGRAMMATIC DEPENDENT LAUNCH: tw_pdl_enter is the first statement (the rule of
 -- ffn_fused.cu.lua): the launcher may start this kernel while the stream's previous one runs.
