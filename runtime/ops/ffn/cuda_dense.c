@@ -790,20 +790,24 @@ static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
              : NULL;
 }
 
+/* A test-control knob's dense state: TWELL_ERR_UNSUPPORTED when plan is not a CUDA plan. */
+static twell_status tw_dense_knob(twell_plan *plan, tw_dense **d) {
+    *d = tw_plan_dense(plan);
+    return *d ? TWELL_OK
+              : tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
+                         "ffn_infer: not a CUDA plan");
+}
+
 static twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
-    tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
+    tw_dense *d;
+    TW_TRY(tw_dense_knob(plan, &d));
     d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
     return TWELL_OK;
 }
 
 static twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
-    tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
+    tw_dense *d;
+    TW_TRY(tw_dense_knob(plan, &d));
     d->min_rows = rows;
     return TWELL_OK;
 }
@@ -848,10 +852,8 @@ static unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path
 }
 
 static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
-    tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
+    tw_dense *d;
+    TW_TRY(tw_dense_knob(plan, &d));
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     uint32_t v = (uint32_t)pattern << 16 | pattern;
@@ -866,10 +868,8 @@ static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
 }
 
 static twell_status tw_cuda_dense_set_split(twell_plan *plan, unsigned up, unsigned down) {
-    tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
+    tw_dense *d;
+    TW_TRY(tw_dense_knob(plan, &d));
     d->force[0] = up;
     d->force[1] = down;
     d->part_rows = 0; /* the next dense call (or reserve) checks the partial workspace again */
@@ -877,10 +877,8 @@ static twell_status tw_cuda_dense_set_split(twell_plan *plan, unsigned up, unsig
 }
 
 static twell_status tw_cuda_dense_set_legacy(twell_plan *plan, int on) {
-    tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
+    tw_dense *d;
+    TW_TRY(tw_dense_knob(plan, &d));
     if (on && !d->available)
         return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
                         "ffn_infer: the dense path is not available: %s", d->why);
