@@ -30,7 +30,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
-            "                   [--small-gate auto|x|g2|g2u2|g8|x8|x16|x32]\n"
+            "                   [--small-gate auto|x|g2|g2u2|g8|x8|x16|x32[:WN]]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
             "                   [--dense-split auto|legacy|U,D]\n"
             "                   [--gated 1|0]\n"
@@ -55,7 +55,8 @@ static void bench_usage(FILE *f) {
             "--small-gate picks the small-batch gate-pack kernel (where that path runs): auto by\n"
             "M (g2 to 16 rows, g8 to 32, x8/x16/x32 to 256), x the x-staged kernel by M, or one\n"
             "kernel by name (more token blocks where M exceeds its rows); g2u2 is g2 with two\n"
-            "k32 blocks in flight and 4 blocks per SM. Records then say e.g. small-x16.\n"
+            "k32 blocks in flight and 4 blocks per SM. :WN forces 16*WN neurons a block (1, 2,\n"
+            "4, 8; the x kernels take 2 or 4; else the rule's). Records say e.g. small-x16.\n"
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
@@ -194,9 +195,14 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--small-gate")) {
             static const char *const k[] = {"auto", "x", "g2", "g2u2", "g8", "x8", "x16", "x32"};
             o->small_gate = v;
+            size_t len = strcspn(v, ":");
             bad = 1;
             for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
-                bad = bad && strcmp(v, k[j]) != 0;
+                bad = bad && !(strlen(k[j]) == len && !strncmp(v, k[j], len));
+            /* ":WN", the neuron groups a block: 1, 2, 4 or 8 */
+            if (v[len] == ':')
+                bad = bad || strlen(v + len) != 2 || !strchr("1248", v[len + 1]) ||
+                      v[len + 1] == '\0';
         } else if (!strcmp(key, "--dense-split")) {
             o->dense_split = v;
             o->dense_split_up = o->dense_split_down = 0;

@@ -109,6 +109,9 @@ static const fs_gate_case fs_gate_cases[] = {
     FS_GX(255),
     FS_GX(256),
     {"x8", 255, 512, 1024, 64, 8, BF, SKW, 29, 1},
+    {"x8:4", 64, 160, 1024, 128, 8, FP, SKW, 29, 1},
+    {"x32:2", 200, 96, 1024, 256, 4, BF, UNI, 400, 1},
+    {"x16:4", 48, 512, 1024, 64, 2, FP, UNI, 600, 1},
     {"x16", 255, 160, 1024, 128, 2, FP, UNI, 600, 1},
     {"x32", 33, 96, 1024, 128, 4, BF, UNI, 400, 1},
     {"x", 256, 2048, 5632, 256, 8, BF, SKW, 29, 1},
@@ -358,8 +361,9 @@ static void test_gpu_ffn_small_gate(void **state) {
     }
     FS_OK(tw_test_control(TW_TC_SMALL_SET_GATE, plan, c->gate));
     tw_sgate_choice choice = TW_SGC_AUTO;
-    assert_int_equal(tw_sgate_choice_parse(c->gate, &choice), 0);
-    tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, choice, fs_ctx->cuda->smem_optin);
+    int wn = 0;
+    assert_int_equal(tw_sgate_spec_parse(c->gate, &choice, &wn), 0);
+    tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, choice, wn, fs_ctx->cuda->smem_optin);
     fs_data d;
     fs_setup(&d, &s, c->M, c->dist, c->nnz, 7000u + c->M + c->K + c->N + c->C);
     twell_stream stream = NULL;
@@ -369,6 +373,8 @@ static void test_gpu_ffn_small_gate(void **state) {
            c->gate, c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
            tw_synth_dist_name(c->dist), c->nnz, tw_sgate_kernel_name(g.kernel), g.TB, g.MT, g.WN,
            g.smem);
+    if (wn > 0)
+        assert_int_equal(g.WN, wn);
     size_t ovf = fs_check_gate(&d, plan, stream, 256);
     const char *ran = NULL;
     FS_OK(tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &ran));

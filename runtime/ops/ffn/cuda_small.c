@@ -22,6 +22,7 @@ struct tw_small {
     tw_CUmodule mod_gate, mod_ffn;
     tw_CUfunction gate[TW_SGK_COUNT], up, down, fused;
     tw_sgate_choice gate_choice; /* TW_TC_SMALL_SET_GATE (default AUTO: by M) */
+    int gate_wn;                 /* its forced WN, 0: the rule's */
     int last_gate_kernel;        /* tw_sgate_kernel of the last small gate-pack, -1 before */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
     void *ws;
@@ -283,7 +284,8 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     const twell_shape *s = &plan->shape;
     /* the kernel and geometry for M rows (small_gate.h): x from L1/L2 up to 32 rows, staged in
      * shared memory above, unless test control named one */
-    tw_sgate_geom g = tw_sgate_geom_of(s->T, M, sm->gate_choice, ctx->cuda->smem_optin);
+    tw_sgate_geom g =
+        tw_sgate_geom_of(s->T, M, sm->gate_choice, sm->gate_wn, ctx->cuda->smem_optin);
     int m = (int)M;
     void *args[] = {
         (void *)&x, (void *)&w, (void *)&packed, (void *)&sm->gs, (void *)&sm->tcnt, &m, &g.TB,
@@ -452,12 +454,14 @@ twell_status tw_small_test_control(int op, va_list ap) {
         tw_small *sm = tw_plan_small(plan);
         const char *name = va_arg(ap, const char *);
         tw_sgate_choice c = TW_SGC_AUTO;
+        int wn = 0;
         if (!sm)
             return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
-        if (tw_sgate_choice_parse(name, &c) != 0)
+        if (tw_sgate_spec_parse(name, &c, &wn) != 0)
             return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: gate kernel %s unknown",
                             name ? name : "(null)");
         sm->gate_choice = c;
+        sm->gate_wn = wn;
         return TWELL_OK;
     }
     case TW_TC_SMALL_LAST_GATE_KERNEL: {

@@ -24,6 +24,32 @@ int tw_sgate_choice_parse(const char *name, tw_sgate_choice *out) {
     return -1;
 }
 
+int tw_sgate_spec_parse(const char *spec, tw_sgate_choice *choice, int *wn) {
+    char name[16];
+    if (!spec)
+        return -1;
+    size_t len = strcspn(spec, ":");
+    if (len >= sizeof name)
+        return -1;
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    int w = 0;
+    if (spec[len] == ':') {
+        const char *v = spec + len + 1;
+        if (v[0] < '1' || v[0] > '8' || v[1] != '\0')
+            return -1;
+        w = v[0] - '0';
+        if (w != 1 && w != 2 && w != 4 && w != 8)
+            return -1;
+    }
+    tw_sgate_choice c;
+    if (tw_sgate_choice_parse(name, &c) != 0)
+        return -1;
+    *choice = c;
+    *wn = w;
+    return 0;
+}
+
 const char *tw_sgate_kernel_name(tw_sgate_kernel k) {
     return (unsigned)k < TW_SGK_COUNT ? tw_sgate_names[k] : NULL;
 }
@@ -45,7 +71,8 @@ static tw_sgate_kernel tw_sgate_x_of(size_t M) {
     return M <= 64 ? TW_SGK_X8 : M <= 128 ? TW_SGK_X16 : TW_SGK_X32;
 }
 
-tw_sgate_geom tw_sgate_geom_of(uint32_t T, size_t M, tw_sgate_choice choice, int smem_optin) {
+tw_sgate_geom tw_sgate_geom_of(uint32_t T, size_t M, tw_sgate_choice choice, int wn,
+                               int smem_optin) {
     static const tw_sgate_kernel named[] = {
         [TW_SGC_G2] = TW_SGK_G2,   [TW_SGC_G2U2] = TW_SGK_G2U2, [TW_SGC_G8] = TW_SGK_G8,
         [TW_SGC_X8] = TW_SGK_X8,   [TW_SGC_X16] = TW_SGK_X16,   [TW_SGC_X32] = TW_SGK_X32,
@@ -76,6 +103,9 @@ tw_sgate_geom tw_sgate_geom_of(uint32_t T, size_t M, tw_sgate_choice choice, int
         g.WN = M <= 64 ? 2 : 4;
     while (16u * (unsigned)g.WN > T && g.WN > 1)
         g.WN /= 2;
+    int wn_ok = tw_sgate_is_x(k) ? wn == 2 || wn == 4 : wn == 1 || wn == 2 || wn == 4 || wn == 8;
+    if (wn_ok && T % (16u * (unsigned)wn) == 0)
+        g.WN = wn;
     g.smem = tw_sgate_smem(k);
     return g;
 }

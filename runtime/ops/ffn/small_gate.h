@@ -44,6 +44,10 @@ typedef enum tw_sgate_choice {
 /* "auto", "g2", "g2u2", "g8", "x", "x8", "x16", "x32" → *out; -1 (out untouched) otherwise. */
 int tw_sgate_choice_parse(const char *name, tw_sgate_choice *out);
 
+/* A choice with an optional forced WN: "<choice>" (*wn = 0: the rule's) or "<choice>:<wn>" with
+ * wn 1, 2, 4 or 8. 0, or -1 with the outputs untouched. */
+int tw_sgate_spec_parse(const char *spec, tw_sgate_choice *choice, int *wn);
+
 /* "g2", "g2u2", "g8", "x8", "x16", "x32"; NULL for another value. The kernel's symbol is
  * "twell_gate_pack_small_" followed by it. */
 const char *tw_sgate_kernel_name(tw_sgate_kernel k);
@@ -67,10 +71,13 @@ typedef struct tw_sgate_geom {
 } tw_sgate_geom;
 
 /* The launch for M ≥ 1 rows at tile width T (64, 128 or 256) on a device allowing smem_optin bytes
- * of shared memory a block. AUTO: G2 up to 16 rows (WN 1 up to 8 rows, else 2), G8 up to 32, the
- * x kernel of the fewest rows that holds M up to 256 (X8 to 64, X16 to 128, X32 above; WN 2 up to
- * 64 rows, else 4), G8 above 256. An x kernel that needs more shared memory than the device allows
- * is replaced by the next smaller one with more token blocks (X8 by G8). Pure; never fails. */
-tw_sgate_geom tw_sgate_geom_of(uint32_t T, size_t M, tw_sgate_choice choice, int smem_optin);
+ * of shared memory a block; wn > 0 replaces the rule's WN where the kernel takes it (x kernels 2
+ * or 4, the others 1 to 8; 16·wn dividing T), else the rule's stays. AUTO: G2 up to 16 rows (WN 1
+ * up to 8 rows, else 2), G8 up to 32, the x kernel of the fewest rows that holds M up to 256 (X8 to
+ * 64, X16 to 128, X32 above; WN 2 up to 64 rows, else 4), G8 above 256. An x kernel that needs more
+ * shared memory than the device allows is replaced by the next smaller one with more token blocks
+ * (X8 by G8). Pure; never fails. */
+tw_sgate_geom tw_sgate_geom_of(uint32_t T, size_t M, tw_sgate_choice choice, int wn,
+                               int smem_optin);
 
 #endif /* TWELL_SMALL_GATE_H */
