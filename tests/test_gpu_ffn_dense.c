@@ -18,16 +18,12 @@
  * output rounding; the worst error is printed per case.
  * `test_gpu_ffn_dense small`: the first cases only (compute-sanitizer runs).
  * labels: gpu slow */
-#include "cpu_ref.h"
 #include "cuda_dense.h"
 #include "cuda_driver.h"
 #include "ffn_policy.h"
-#include "half.h"
-#include "pack_check.h"
 #include "synth.h"
 #include "twellrt.h"
 
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,29 +35,15 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_gpu_infer.h"
 #include "tw_tc.h"
 
 static twell_ctx *fd_ctx;
 
-typedef struct {
-    size_t M;
-    uint32_t K, N, T, C;
-    twell_dtype dtype;
-    int gated;
-    tw_synth_dist dist;
-    double nnz;
-    int want_overflow; /* the data must contain overflowing row-tiles (recomputed units) */
-} fd_case;
-
-#define BF TWELL_DTYPE_BF16
-#define FP TWELL_DTYPE_FP16
-#define UNI TW_SYNTH_UNIFORM
-#define SKW TW_SYNTH_SKEWED
-
 /* Each value of every axis appears in mixed company; the first three are small (sanitizer). Skewed
  * data has 10% heavy rows (~20% of a tile active) and a dense first token every 64 rows; C = 2 at
  * N = 256 with 200 active per row overflows every row-tile (every unit recomputes its gate). */
-static const fd_case fd_cases[] = {
+static const gi_case fd_cases[] = {
     {7, 64, 256, 256, 8, BF, 1, UNI, 20, 0},        {7, 64, 256, 64, 2, FP, 0, SKW, 20, 0},
     {333, 512, 1024, 128, 4, BF, 1, SKW, 50, 1},    {1, 512, 5632, 256, 8, FP, 1, UNI, 110, 0},
     {1000, 2048, 5632, 256, 8, BF, 1, UNI, 110, 0}, {4096, 2048, 5632, 256, 8, BF, 1, SKW, 280, 1},
@@ -75,7 +57,7 @@ static const fd_case fd_cases[] = {
  * overflowing row-tiles (recomputed gates: the gated reduction's plane 1, the relu reduction's
  * flagged units) in the skewed ones, K = 64 (one k-block: the up GEMM cannot split) and odd
  * split counts over k-blocks they do not divide. */
-static const fd_case fd_split_cases[] = {
+static const gi_case fd_split_cases[] = {
     {1, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},     {1, 512, 1024, 256, 8, FP, 0, UNI, 29, 0},
     {7, 2048, 5632, 256, 8, FP, 0, SKW, 56, 0},     {7, 64, 256, 64, 2, BF, 1, SKW, 20, 0},
     {64, 2048, 5632, 256, 8, BF, 1, SKW, 110, 1},   {255, 512, 1024, 128, 4, FP, 1, SKW, 50, 1},
@@ -86,137 +68,24 @@ static const fd_case fd_split_cases[] = {
 #define FD_SAMPLE 96   /* evenly spread rows checked when M is large */
 #define FD_OVF_ROWS 16 /* plus up to this many rows with overflowing row-tiles */
 #define FD_FULL_M 1000 /* up to this M every row is checked */
-#define FD_EXTRA 8     /* rows a test adds (chunk boundaries) */
 #define FD_POISON_A 0xFFFFu
 #define FD_POISON_B 0x7FC1u /* a NaN in both bf16 and fp16 */
 
 #define FD_OK(expr) TW_GPU_OK(fd_ctx, expr)
 
-static double fd_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
-
 static int fd_sm90(void) { return !strcmp(fd_ctx->cuda->arch, "sm_90a"); }
-
-/* Everything one case needs on both sides. */
-typedef struct {
-    twell_shape s;
-    size_t M;
-    tw_synth_ffn *f;
-    void *dx, *dwg, *dwu, *dwd, *dy;
-    uint32_t *dp;
-    uint32_t *packed; /* host copy of the GPU's packed buffer */
-    size_t rows[FD_SAMPLE + FD_OVF_ROWS + FD_FULL_M + FD_EXTRA];
-    size_t nrows;
-    uint64_t total;     /* Σ counts over all rows */
-    uint64_t ovf_units; /* distinct units (256 rows x 256 columns) with an overflowing row-tile */
-    size_t ovf_tiles;   /* overflowing row-tiles in all rows */
-    uint16_t *ref;      /* [nrows, K] reference rows */
-    uint16_t *got;      /* [M, K] host copy of y */
-} fd_data;
-
-/* The reference rows of d->rows[from..nrows). */
-static void fd_reference(fd_data *d, size_t from) {
-    const twell_shape *s = &d->s;
-    size_t n = d->nrows - from, row_words = s->N / s->C;
-    uint16_t *xs = malloc(n * s->K * 2u + 2);
-    uint32_t *ps = malloc(n * row_words * 4 + 4);
-    uint16_t *ref = realloc(d->ref, d->nrows * s->K * 2u + 2);
-    assert_true(xs && ps && ref);
-    d->ref = ref;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(xs + i * s->K, d->f->x + d->rows[from + i] * s->K, s->K * 2u);
-        memcpy(ps + i * row_words, d->packed + d->rows[from + i] * row_words, row_words * 4);
-    }
-    FD_OK(tw_ffn_infer_ref(fd_ctx->pool, s, n, xs, ps, d->f->wg, d->f->wu, d->f->wd,
-                           d->ref + from * s->K));
-    free(xs);
-    free(ps);
-}
 
 /* Synthetic data, uploaded; gate-pack on the GPU with `plan`; host counts; the checked rows (all
  * of them up to FD_FULL_M, else a spread sample plus overflowing rows) and their reference. */
-static void fd_prepare(fd_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
+static void fd_prepare(gi_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
                        uint64_t seed, twell_plan *plan) {
-    memset(d, 0, sizeof *d);
-    d->s = *s;
-    d->M = M;
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = s->gated;
-    sp.nnz = nnz, sp.dist = dist, sp.seed = seed;
-    sp.heavy_frac = 0.1, sp.seq_len = 64;
-    FD_OK(tw_synth_create(fd_ctx->pool, &sp, &d->f));
-    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, words = twell_packed_words(s, M);
-    d->dx = tw_gpu_upload(fd_ctx, d->f->x, xb);
-    d->dwg = s->gated ? tw_gpu_upload(fd_ctx, d->f->wg, wb) : NULL;
-    d->dwu = tw_gpu_upload(fd_ctx, d->f->wu, wb);
-    d->dwd = tw_gpu_upload(fd_ctx, d->f->wd, wb);
-    FD_OK(tw_cuda_malloc(fd_ctx, xb, &d->dy));
-    void *dp = NULL;
-    FD_OK(tw_cuda_malloc(fd_ctx, words * 4, &dp));
-    d->dp = dp;
-    FD_OK(twell_gate_pack(plan, M, d->dx, s->gated ? d->dwg : d->dwu, d->dp, NULL));
-    FD_OK(tw_cuda_synchronize(fd_ctx));
-    d->packed = malloc(words * 4);
-    d->got = malloc(xb);
-    assert_true(d->packed && d->got);
-    FD_OK(tw_cuda_memcpy_dtoh(fd_ctx, d->packed, d->dp, words * 4));
-
-    size_t row_words = s->N / s->C, W = s->T / s->C, NT = s->N / s->T, NB = (s->N + 255) / 256;
-    size_t units = (M + 255) / 256 * NB;
-    unsigned char *seen = calloc(units, 1);
-    assert_non_null(seen);
-    for (size_t m = 0; m < M; m++)
-        for (size_t t = 0; t < NT; t++) {
-            uint32_t c = d->packed[m * row_words + t * W];
-            d->total += c;
-            if (c > W - 1) {
-                size_t u = m / 256 * NB + t * s->T / 256;
-                d->ovf_tiles++;
-                d->ovf_units += !seen[u];
-                seen[u] = 1;
-            }
-        }
-    free(seen);
-    d->nrows = tw_gpu_check_rows(s, M, d->packed, FD_FULL_M, FD_SAMPLE, FD_OVF_ROWS, d->rows);
-    fd_reference(d, 0);
+    gi_setup(d, fd_ctx, s, M, dist, nnz, seed);
+    gi_gate_pack(d, plan);
+    gi_count(d);
+    gi_check_rows(d, FD_FULL_M, FD_SAMPLE, FD_OVF_ROWS);
 }
 
-static void fd_release(fd_data *d) {
-    tw_cuda_free(fd_ctx, d->dx);
-    tw_cuda_free(fd_ctx, d->dwg);
-    tw_cuda_free(fd_ctx, d->dwu);
-    tw_cuda_free(fd_ctx, d->dwd);
-    tw_cuda_free(fd_ctx, d->dy);
-    tw_cuda_free(fd_ctx, d->dp);
-    free(d->packed);
-    free(d->got);
-    free(d->ref);
-    tw_synth_destroy(d->f);
-}
-
-/* Largest row-relative L2 error of the checked rows of d->got; *worst_row gets its row. */
-static double fd_max_err(const fd_data *d, size_t *worst_row) {
-    return tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, worst_row);
-}
-
-/* Poisons y, one call on `stream` (the host wait counter must not move during the call itself),
- * then waits and copies y to d->got: every element written and finite. */
-static void fd_run(fd_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
-    const twell_shape *s = &d->s;
-    size_t n = d->M * s->K;
-    FD_OK(tw_cuda_memset_d32(fd_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
-    FD_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
-    FD_OK(tw_cuda_synchronize(fd_ctx));
-    FD_OK(tw_cuda_memcpy_dtoh(fd_ctx, d->got, d->dy, n * 2));
-    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
-}
-
-static void fd_expect(const fd_data *d, const char *path) {
-    size_t wr;
-    double e = fd_max_err(d, &wr), tol = fd_tol(d->s.dtype);
-    printf("#   %-12s max row-rel err %.3e (row %zu), tolerance %.0e\n", path, e, wr, tol);
-    if (!(e <= tol))
-        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", path, wr, e, tol);
-}
+static void fd_expect(const gi_data *d, const char *path) { gi_expect(d, 12, path); }
 
 static void fd_expect_path(twell_plan *plan, twell_path want, const char *when) {
     twell_path got = tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH);
@@ -244,15 +113,22 @@ static twell_plan *fd_plan(const twell_shape *s) {
     return plan;
 }
 
-static void test_gpu_ffn_dense_case(void **state) {
-    const fd_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
-    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
+/* Case c's plan (the test skips where the dense kernels cannot exist) and its data, the seed
+ * seed0 + M + K + N. */
+static twell_plan *fd_case_open(const gi_case *c, uint64_t seed0, gi_data *d) {
+    twell_shape s = gi_shape(c);
     twell_plan *plan = fd_plan(&s);
     if (!plan)
         skip();
-    fd_data d;
-    fd_prepare(&d, &s, c->M, c->dist, c->nnz, 3000u + c->M + c->K + c->N, plan);
+    fd_prepare(d, &s, c->M, c->dist, c->nnz, seed0 + c->M + c->K + c->N, plan);
+    return plan;
+}
+
+static void test_gpu_ffn_dense_case(void **state) {
+    const gi_case *c = *state;
+    gi_data d;
+    twell_plan *plan = fd_case_open(c, 3000u, &d);
+    const twell_shape s = d.s;
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked; %.1f active "
            "per row, %zu overflowing row-tiles in %llu units\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
@@ -263,7 +139,7 @@ static void test_gpu_ffn_dense_case(void **state) {
 
     /* DENSE: y and the workspace poisoned (the second run finds an allocated workspace) */
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
-    fd_run(&d, plan, FD_POISON_A, NULL);
+    gi_run(&d, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_DENSE, "DENSE");
     fd_expect(&d, "dense");
     uint64_t cnt[2];
@@ -273,28 +149,20 @@ static void test_gpu_ffn_dense_case(void **state) {
            (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
     assert_int_equal(cnt[0], d.total);
     assert_int_equal(cnt[1], d.ovf_units);
-    uint16_t *first = malloc(c->M * s.K * 2u);
-    assert_non_null(first);
-    memcpy(first, d.got, c->M * s.K * 2u);
+    uint16_t *first = gi_keep_y(&d);
     FD_OK(tw_test_control(TW_TC_DENSE_POISON, plan, (unsigned)FD_POISON_B));
-    fd_run(&d, plan, FD_POISON_B, NULL);
-    if (memcmp(first, d.got, c->M * s.K * 2u) != 0) {
-        size_t i = 0;
-        while (first[i] == d.got[i])
-            i++;
-        fail_msg("dense run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
-                 first[i], d.got[i]);
-    }
+    gi_run(&d, plan, FD_POISON_B, NULL);
+    gi_expect_same_y(first, d.got, c->M * s.K, s.K, "dense ");
 
     /* AUTO from the counts of the DENSE calls: dense under a low threshold, sparse above */
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
     FD_OK(tw_test_control(TW_TC_DENSE_SET_MIN_ROWS, plan, (size_t)1));
     FD_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, 0.25));
-    fd_run(&d, plan, FD_POISON_A, NULL);
+    gi_run(&d, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_DENSE, "AUTO, threshold 0.25");
     assert_memory_equal(first, d.got, c->M * s.K * 2u);
     FD_OK(tw_test_control(TW_TC_DENSE_SET_THRESHOLD, plan, 1e9));
-    fd_run(&d, plan, FD_POISON_B, NULL);
+    gi_run(&d, plan, FD_POISON_B, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "AUTO, threshold 1e9");
     fd_expect(&d, "auto sparse");
     /* the sparse call's counts come from its own pre-pass (no counting kernel): exact too */
@@ -304,7 +172,7 @@ static void test_gpu_ffn_dense_case(void **state) {
     assert_int_equal(cnt[0], d.total);
     assert_int_equal(cnt[1], 0);
     free(first);
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -312,13 +180,12 @@ static void test_gpu_ffn_dense_case(void **state) {
  * GEMM), two runs with the workspace and y poisoned differently, each against the reference,
  * bitwise equal to each other; the split the call reports equals the expected one. Returns the
  * output in d->got. */
-static void fd_split_variant(fd_data *d, twell_plan *plan, const char *what, unsigned up,
+static void fd_split_variant(gi_data *d, twell_plan *plan, const char *what, unsigned up,
                              unsigned down, int legacy, const unsigned want[2]) {
     const twell_shape *s = &d->s;
-    size_t bytes = d->M * s->K * 2u;
     FD_OK(tw_test_control(TW_TC_DENSE_SET_LEGACY, plan, legacy));
     FD_OK(tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, up, down));
-    fd_run(d, plan, FD_POISON_A, NULL);
+    gi_run(d, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_DENSE, what);
     unsigned sp[2] = {0, 0};
     FD_OK(tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp));
@@ -327,32 +194,22 @@ static void fd_split_variant(fd_data *d, twell_plan *plan, const char *what, uns
     if (sp[0] != want[0] || sp[1] != want[1])
         fail_msg("%s: split up %u, down %u; expected %u, %u", what, sp[0], sp[1], want[0], want[1]);
     fd_expect(d, what);
-    uint16_t *first = malloc(bytes);
-    assert_non_null(first);
-    memcpy(first, d->got, bytes);
+    uint16_t *first = gi_keep_y(d);
     FD_OK(tw_test_control(TW_TC_DENSE_POISON, plan, (unsigned)FD_POISON_B));
-    fd_run(d, plan, FD_POISON_B, NULL);
-    if (memcmp(first, d->got, bytes) != 0) {
-        size_t i = 0;
-        while (first[i] == d->got[i])
-            i++;
-        fail_msg("%s: run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", what, i / s->K,
-                 i % s->K, first[i], d->got[i]);
-    }
+    gi_run(d, plan, FD_POISON_B, NULL);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", what);
+    gi_expect_same_y(first, d->got, d->M * s->K, s->K, prefix);
     free(first);
 }
 
 static unsigned fd_clamp(unsigned v, unsigned kblocks) { return v > kblocks ? kblocks : v; }
 
 static void test_gpu_ffn_dense_split_case(void **state) {
-    const fd_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
-    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
-    twell_plan *plan = fd_plan(&s);
-    if (!plan)
-        skip();
-    fd_data d;
-    fd_prepare(&d, &s, c->M, c->dist, c->nnz, 5000u + c->M + c->K + c->N, plan);
+    const gi_case *c = *state;
+    gi_data d;
+    twell_plan *plan = fd_case_open(c, 5000u, &d);
+    const twell_shape s = d.s;
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked; %zu "
            "overflowing row-tiles in %llu units\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
@@ -390,7 +247,7 @@ static void test_gpu_ffn_dense_split_case(void **state) {
     FD_OK(tw_test_control(TW_TC_DENSE_SET_LEGACY, plan, 0));
     FD_OK(tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, 0u, 0u));
     free(unsplit);
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -403,7 +260,7 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     if (!plan)
         skip();
     const size_t M = 4096;
-    fd_data lo, hi;
+    gi_data lo, hi;
     fd_prepare(&lo, &s, M, UNI, 6, 21, plan);
     fd_prepare(&hi, &s, M, UNI, 100, 22, plan);
     double thr = tw_tc_plan_threshold(plan, M);
@@ -412,11 +269,11 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     assert_true((double)lo.total / (double)M < TW_POLICY_STAY * thr);
     assert_true((double)hi.total / (double)M > thr);
     /* call 1: no history, sparse (its first use measures the sparse workspace: may wait) */
-    fd_run(&lo, plan, FD_POISON_A, NULL);
+    gi_run(&lo, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "call 1");
     int probes = tw_tc_plan_int(plan, TW_TC_FFN_PROBES);
     struct {
-        fd_data *d;
+        gi_data *d;
         twell_path want;
         const char *what;
     } seq[] = {
@@ -428,7 +285,7 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
         {&lo, TWELL_PATH_SPARSE, "call 7 (decided from call 6)"},
     };
     for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
-        fd_data *d = seq[i].d;
+        gi_data *d = seq[i].d;
         size_t n = M * s.K;
         FD_OK(tw_cuda_memset_d32(fd_ctx, d->dy, 0xFFFFFFFFu, n / 2, NULL));
         FD_OK(tw_cuda_synchronize(fd_ctx));
@@ -451,15 +308,15 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
     assert_int_equal(tw_tc_plan_calls(plan, TWELL_PATH_DENSE), 3);
     /* the caller's choice wins over the counts */
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    fd_run(&hi, plan, FD_POISON_B, NULL);
+    gi_run(&hi, plan, FD_POISON_B, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "SPARSE on dense data");
     fd_expect(&hi, "forced sparse");
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
-    fd_run(&lo, plan, FD_POISON_B, NULL);
+    gi_run(&lo, plan, FD_POISON_B, NULL);
     fd_expect_path(plan, TWELL_PATH_DENSE, "DENSE on sparse data");
     fd_expect(&lo, "forced dense");
-    fd_release(&lo);
-    fd_release(&hi);
+    gi_free(&lo);
+    gi_free(&hi);
     twell_plan_destroy(plan);
 }
 
@@ -472,15 +329,15 @@ static void test_gpu_ffn_dense_chunks(void **state) {
     if (!plan)
         skip();
     const size_t M = 4096 + 777;
-    fd_data d;
+    gi_data d;
     fd_prepare(&d, &s, M, UNI, 100, 31, plan);
     size_t extra[] = {4095, 4096, 4097};
     size_t from = d.nrows;
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-        d.rows[d.nrows++] = extra[i];
-    fd_reference(&d, from);
+        gi_add_row(&d, extra[i]);
+    gi_reference(&d, from);
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
-    fd_run(&d, plan, FD_POISON_A, NULL);
+    gi_run(&d, plan, FD_POISON_A, NULL);
     printf("#   M=%zu N=65536: workspace %.1f MB (H holds one chunk)\n", M,
            (double)tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
     assert_true(tw_tc_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) < (size_t)(600u << 20));
@@ -488,7 +345,7 @@ static void test_gpu_ffn_dense_chunks(void **state) {
     uint64_t cnt[2];
     FD_OK(tw_test_control(TW_TC_DENSE_COUNTS, plan, cnt));
     assert_int_equal(cnt[0], d.total);
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -502,18 +359,16 @@ static void test_gpu_ffn_dense_streams(void **state) {
     twell_plan *plan = fd_plan(&s);
     if (!plan)
         skip();
-    fd_data d;
+    gi_data d;
     fd_prepare(&d, &s, 3000, SKW, 40, 41, plan);
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     twell_stream stream = NULL;
     FD_OK(tw_cuda_stream_create(fd_ctx, &stream));
-    fd_run(&d, plan, FD_POISON_A, stream);
+    gi_run(&d, plan, FD_POISON_A, stream);
     fd_expect(&d, "stream");
     size_t bytes = d.M * s.K * 2u;
-    uint16_t *first = malloc(bytes);
+    uint16_t *first = gi_keep_y(&d);
     void *dy2 = NULL;
-    assert_non_null(first);
-    memcpy(first, d.got, bytes);
     FD_OK(tw_cuda_malloc(fd_ctx, bytes, &dy2));
     FD_OK(tw_cuda_memset_d32(fd_ctx, dy2, 0xFFFFFFFFu, bytes / 4, NULL));
     FD_OK(tw_cuda_memset_d32(fd_ctx, d.dy, 0xFFFFFFFFu, bytes / 4, NULL));
@@ -535,7 +390,7 @@ static void test_gpu_ffn_dense_streams(void **state) {
     tw_cuda_free(fd_ctx, dy2);
     free(first);
     tw_cuda_stream_destroy(fd_ctx, stream);
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -547,7 +402,7 @@ static void test_gpu_ffn_dense_errors(void **state) {
     twell_plan *plan = fd_plan(&s);
     if (!plan)
         skip();
-    fd_data d;
+    gi_data d;
     fd_prepare(&d, &s, 200, SKW, 20, 51, plan);
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     size_t xb = 200 * s.K * 2u;
@@ -569,12 +424,12 @@ static void test_gpu_ffn_dense_errors(void **state) {
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
     void *keep = d.dx;
     d.dx = (char *)bx + 2;
-    fd_run(&d, plan, FD_POISON_A, NULL);
+    gi_run(&d, plan, FD_POISON_A, NULL);
     fd_expect_path(plan, TWELL_PATH_SPARSE, "AUTO, unaligned x");
     fd_expect(&d, "unaligned");
     d.dx = keep;
     tw_cuda_free(fd_ctx, bx);
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 
     twell_shape s80 = twell_shape_default(80, 512);
@@ -587,9 +442,9 @@ static void test_gpu_ffn_dense_errors(void **state) {
     printf("#   DENSE, K=80: %s\n", twell_ctx_errmsg(fd_ctx));
     assert_non_null(strstr(twell_ctx_errmsg(fd_ctx), "TWELL_PATH_DENSE"));
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
-    fd_run(&d, plan, FD_POISON_B, NULL);
+    gi_run(&d, plan, FD_POISON_B, NULL);
     fd_expect(&d, "K=80 auto");
-    fd_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -603,27 +458,12 @@ int main(int argc, char **argv) {
         ncases = 3, nsplit = 2;
     struct CMUnitTest tests[sizeof fd_cases / sizeof fd_cases[0] +
                             sizeof fd_split_cases / sizeof fd_split_cases[0] + 4];
-    static char names[sizeof fd_cases / sizeof fd_cases[0]][112];
-    static char split_names[sizeof fd_split_cases / sizeof fd_split_cases[0]][120];
-    for (size_t i = 0; i < ncases; i++) {
-        const fd_case *c = &fd_cases[i];
-        snprintf(names[i], sizeof names[i], "test_gpu_ffn_dense_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s",
-                 c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
-                 c->gated ? "gated" : "plain", tw_synth_dist_name(c->dist));
-        struct CMUnitTest t = {names[i], test_gpu_ffn_dense_case, NULL, NULL, (void *)c};
-        tests[i] = t;
-    }
-    size_t n = ncases;
-    for (size_t i = 0; i < nsplit; i++) {
-        const fd_case *c = &fd_split_cases[i];
-        snprintf(split_names[i], sizeof split_names[i],
-                 "test_gpu_ffn_dense_split_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s", c->M, c->K, c->N, c->T,
-                 c->C, c->dtype == BF ? "bf16" : "fp16", c->gated ? "gated" : "plain",
-                 tw_synth_dist_name(c->dist));
-        struct CMUnitTest t = {split_names[i], test_gpu_ffn_dense_split_case, NULL, NULL,
-                               (void *)c};
-        tests[n++] = t;
-    }
+    static char names[sizeof fd_cases / sizeof fd_cases[0]][GI_NAME];
+    static char split_names[sizeof fd_split_cases / sizeof fd_split_cases[0]][GI_NAME];
+    size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_dense", fd_cases, ncases,
+                             test_gpu_ffn_dense_case);
+    n = gi_case_tests(tests, n, split_names, "test_gpu_ffn_dense_split", fd_split_cases, nsplit,
+                      test_gpu_ffn_dense_split_case);
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_ffn_dense_errors);
     tests[n++] = t1;
     if (!small) {

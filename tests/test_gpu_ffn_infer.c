@@ -12,15 +12,11 @@
  * fp32 summation order. The worst error is printed per case and path.
  * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs).
  * labels: gpu slow */
-#include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
-#include "half.h"
-#include "pack_check.h"
 #include "synth.h"
 #include "twellrt.h"
 
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,31 +28,17 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_gpu_infer.h"
 #include "tw_tc.h"
 
 static twell_ctx *fi_ctx;
-
-typedef struct {
-    size_t M;
-    uint32_t K, N, T, C;
-    twell_dtype dtype;
-    int gated;
-    tw_synth_dist dist;
-    double nnz;
-    int want_overflow; /* the checked rows must contain overflowing row-tiles */
-} fi_case;
-
-#define BF TWELL_DTYPE_BF16
-#define FP TWELL_DTYPE_FP16
-#define UNI TW_SYNTH_UNIFORM
-#define SKW TW_SYNTH_SKEWED
 
 /* Pruned cross product: each value of every axis appears, in mixed company. Skewed data has 10%
  * heavy rows (~20% of a tile active) and a dense first token every 64 rows, so C = 8 tiles
  * (31 slots of 256, 7 of 64) and C = 4 at T = 128 overflow; C = 2 (127 slots) needs the dense
  * uniform case. K = 80 and 48 are not multiples of 64: the portable row kernel serves them. The
  * first three cases are small (the sanitizer runs them). */
-static const fi_case fi_cases[] = {
+static const gi_case fi_cases[] = {
     {1, 64, 256, 256, 8, BF, 1, UNI, 8, 0},        {128, 512, 5632, 64, 8, FP, 1, SKW, 29, 1},
     {7, 512, 1024, 256, 2, BF, 0, UNI, 600, 1},    {128, 2048, 5632, 256, 8, BF, 1, SKW, 29, 1},
     {1000, 2048, 5632, 256, 8, FP, 1, UNI, 29, 0}, {4096, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},
@@ -75,131 +57,40 @@ static const fi_case fi_cases[] = {
 
 #define FI_OK(expr) TW_GPU_OK(fi_ctx, expr)
 
-static double fi_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
-
-/* Everything one case needs on both sides. */
-typedef struct {
-    twell_shape s;
-    size_t M;
-    tw_synth_ffn *f;
-    void *dx, *dwg, *dwu, *dwd, *dy;
-    uint32_t *dp;
-    uint32_t *packed; /* host copy of the GPU's packed buffer */
-    size_t rows[FI_SAMPLE + FI_OVF_ROWS + FI_FULL_M];
-    size_t nrows;
-    size_t ovf_tiles; /* overflowing row-tiles among the checked rows */
-    uint16_t *ref;    /* [nrows, K] reference rows */
-    uint16_t *got;    /* [M, K] host copy of y */
-} fi_data;
-
 /* Synthetic data, uploaded; gate-pack on the GPU with `plan`; the checked rows and their
  * reference computed from the GPU's packed bytes. */
-static void fi_prepare(fi_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
+static void fi_prepare(gi_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
                        uint64_t seed, twell_plan *plan) {
-    memset(d, 0, sizeof *d);
-    d->s = *s;
-    d->M = M;
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = s->gated;
-    sp.nnz = nnz, sp.dist = dist, sp.seed = seed;
-    sp.heavy_frac = 0.1, sp.seq_len = 64; /* heavy and first-token rows even at small M */
-    FI_OK(tw_synth_create(fi_ctx->pool, &sp, &d->f));
-    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u, words = twell_packed_words(s, M);
-    d->dx = tw_gpu_upload(fi_ctx, d->f->x, xb);
-    d->dwg = s->gated ? tw_gpu_upload(fi_ctx, d->f->wg, wb) : NULL;
-    d->dwu = tw_gpu_upload(fi_ctx, d->f->wu, wb);
-    d->dwd = tw_gpu_upload(fi_ctx, d->f->wd, wb);
-    FI_OK(tw_cuda_malloc(fi_ctx, xb, &d->dy));
-    void *dp = NULL;
-    FI_OK(tw_cuda_malloc(fi_ctx, words * 4, &dp));
-    d->dp = dp;
-    FI_OK(twell_gate_pack(plan, M, d->dx, s->gated ? d->dwg : d->dwu, d->dp, NULL));
-    FI_OK(tw_cuda_synchronize(fi_ctx));
-    d->packed = malloc(words * 4);
-    d->got = malloc(xb);
-    assert_true(d->packed && d->got);
-    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->packed, d->dp, words * 4));
-
-    /* rows: all of them for small M, else a spread sample plus rows that overflow */
-    size_t row_words = s->N / s->C, W = s->T / s->C, NT = s->N / s->T;
-    d->nrows = tw_gpu_check_rows(s, M, d->packed, FI_FULL_M, FI_SAMPLE, FI_OVF_ROWS, d->rows);
-    uint16_t *xs = malloc(d->nrows * s->K * 2u);
-    uint32_t *ps = malloc(d->nrows * row_words * 4);
-    d->ref = malloc(d->nrows * s->K * 2u);
-    assert_true(xs && ps && d->ref);
-    for (size_t i = 0; i < d->nrows; i++) {
-        memcpy(xs + i * s->K, d->f->x + d->rows[i] * s->K, s->K * 2u);
-        memcpy(ps + i * row_words, d->packed + d->rows[i] * row_words, row_words * 4);
-        for (size_t t = 0; t < NT; t++)
-            d->ovf_tiles += ps[i * row_words + t * W] > W - 1;
-    }
-    FI_OK(
-        tw_ffn_infer_ref(fi_ctx->pool, s, d->nrows, xs, ps, d->f->wg, d->f->wu, d->f->wd, d->ref));
-    free(xs);
-    free(ps);
-}
-
-static void fi_release(fi_data *d) {
-    tw_cuda_free(fi_ctx, d->dx);
-    tw_cuda_free(fi_ctx, d->dwg);
-    tw_cuda_free(fi_ctx, d->dwu);
-    tw_cuda_free(fi_ctx, d->dwd);
-    tw_cuda_free(fi_ctx, d->dy);
-    tw_cuda_free(fi_ctx, d->dp);
-    free(d->packed);
-    free(d->got);
-    free(d->ref);
-    tw_synth_destroy(d->f);
-}
-
-/* Largest row-relative L2 error of the checked rows of d->got; *worst_row gets its row. */
-static double fi_max_err(const fi_data *d, size_t *worst_row) {
-    return tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, worst_row);
-}
-
-/* One run into y poisoned with `poison` (then copied to d->got): every element written, finite. */
-static void fi_run(fi_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
-    const twell_shape *s = &d->s;
-    size_t n = d->M * s->K; /* even: K is a multiple of 16 */
-    FI_OK(tw_cuda_memset_d32(fi_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
-    FI_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
-    FI_OK(tw_cuda_synchronize(fi_ctx));
-    FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, d->dy, n * 2));
-    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
+    gi_setup(d, fi_ctx, s, M, dist, nnz, seed);
+    gi_gate_pack(d, plan);
+    gi_check_rows(d, FI_FULL_M, FI_SAMPLE, FI_OVF_ROWS);
 }
 
 /* The checked rows of d->got against the reference, within the dtype's tolerance. */
-static void fi_expect(const fi_data *d, const char *path) {
-    size_t wr;
-    double e = fi_max_err(d, &wr), tol = fi_tol(d->s.dtype);
-    printf("#   %-9s max row-rel err %.3e (row %zu), tolerance %.0e\n", path, e, wr, tol);
-    if (!(e <= tol))
-        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", path, wr, e, tol);
-}
+static void fi_expect(const gi_data *d, const char *path) { gi_expect(d, 9, path); }
 
 static void test_gpu_ffn_infer_case(void **state) {
-    const fi_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
-    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
+    const gi_case *c = *state;
+    twell_shape s = gi_shape(c);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE)); /* AUTO may switch to the dense path */
-    fi_data d;
+    gi_data d;
     fi_prepare(&d, &s, c->M, c->dist, c->nnz, 2000u + c->M + c->K + c->N, plan);
     int tiled = tw_tc_plan_int(plan, TW_TC_FFN_TILED);
     printf("# M=%-5zu K=%-4u N=%-4u T=%u C=%u %s %s %-7s nnz=%-4g: %zu rows checked, %zu "
            "overflowing row-tiles among them; %s\n",
            c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
            s.gated ? "gated" : "non-gated", tw_synth_dist_name(c->dist), c->nnz, d.nrows,
-           d.ovf_tiles, tiled ? "tiled pipeline" : "portable row kernel");
-    if (c->want_overflow && d.ovf_tiles == 0)
+           d.ovf_checked, tiled ? "tiled pipeline" : "portable row kernel");
+    if (c->want_overflow && d.ovf_checked == 0)
         fail_msg("the case was meant to overflow row-tiles but the checked rows have none");
     if (c->K % 64 == 0 && fi_ctx->cuda->cc_major >= 8 && !tiled)
         fail_msg("K=%u on %s should get the tiled pipeline", c->K, fi_ctx->cuda->arch);
 
     /* the default path: the first call measures the workspace (one probe), so it is tiled */
     int modules = tw_tc_plan_int(plan, TW_TC_FFN_MODULES);
-    fi_run(&d, plan, FI_POISON_A, NULL);
+    gi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, tiled ? "tiled" : "generic");
     uint32_t fl[4];
     FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
@@ -212,23 +103,15 @@ static void test_gpu_ffn_infer_case(void **state) {
         assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
     }
     /* determinism: a second run gives the same bytes, without a new probe or module */
-    uint16_t *first = malloc(c->M * s.K * 2u);
-    assert_non_null(first);
-    memcpy(first, d.got, c->M * s.K * 2u);
-    fi_run(&d, plan, FI_POISON_B, NULL);
-    if (memcmp(first, d.got, c->M * s.K * 2u) != 0) {
-        size_t i = 0;
-        while (first[i] == d.got[i])
-            i++;
-        fail_msg("run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
-                 first[i], d.got[i]);
-    }
+    uint16_t *first = gi_keep_y(&d);
+    gi_run(&d, plan, FI_POISON_B, NULL);
+    gi_expect_same_y(first, d.got, c->M * s.K, s.K, "");
     assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_MODULES), modules);
     if (tiled) {
         assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
         /* the fallback: a workspace far too small sends every chunk to the exact row kernel */
         FI_OK(tw_test_control(TW_TC_FFN_SET_CAPACITY, plan, (size_t)16, (size_t)1));
-        fi_run(&d, plan, FI_POISON_A, NULL);
+        gi_run(&d, plan, FI_POISON_A, NULL);
         FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
         if (fl[0] == 0 && fl[1] > 16)
             fail_msg("pair slots %u > capacity 16 but no fallback flagged", fl[1]);
@@ -236,16 +119,16 @@ static void test_gpu_ffn_infer_case(void **state) {
         FI_OK(tw_test_control(TW_TC_FFN_SET_CAPACITY, plan, (size_t)0, (size_t)0));
         /* the simple row kernel of ffn_fused */
         FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "rows"));
-        fi_run(&d, plan, FI_POISON_B, NULL);
+        gi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "rows");
         FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto"));
     }
     FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "generic"));
-    fi_run(&d, plan, FI_POISON_A, NULL);
+    gi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, "generic");
     FI_OK(tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto"));
     free(first);
-    fi_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -258,28 +141,20 @@ static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    fi_data d;
+    gi_data d;
     fi_prepare(&d, &s, M, TW_SYNTH_SKEWED, 12, 4242, plan);
     size_t extra[] = {TW_FFN_CHUNK - 1, TW_FFN_CHUNK, 2 * TW_FFN_CHUNK - 1, 2 * TW_FFN_CHUNK};
-    /* the reference for the boundary rows */
+    /* the reference for the boundary rows, one row at a time */
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        const uint32_t rw = s.N / s.C;
-        uint16_t *r = realloc(d.ref, (d.nrows + 1) * s.K * 2u);
-        assert_non_null(r);
-        d.ref = r;
-        FI_OK(tw_ffn_infer_ref(fi_ctx->pool, &s, 1, d.f->x + extra[i] * s.K,
-                               d.packed + extra[i] * rw, d.f->wg, d.f->wu, d.f->wd,
-                               d.ref + d.nrows * s.K));
-        d.rows[d.nrows++] = extra[i];
+        gi_add_row(&d, extra[i]);
+        gi_reference(&d, d.nrows - 1);
     }
     twell_stream stream = NULL;
     FI_OK(tw_cuda_stream_create(fi_ctx, &stream));
-    fi_run(&d, plan, FI_POISON_A, stream);
+    gi_run(&d, plan, FI_POISON_A, stream);
     fi_expect(&d, "stream");
-    uint16_t *first = malloc(M * s.K * 2u);
+    uint16_t *first = gi_keep_y(&d);
     void *dy2 = NULL;
-    assert_non_null(first);
-    memcpy(first, d.got, M * s.K * 2u);
     /* back to back on two streams, no host wait between: the second call must wait for the
      * first (they share the workspace) */
     FI_OK(tw_cuda_malloc(fi_ctx, M * s.K * 2u, &dy2));
@@ -297,7 +172,7 @@ static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
     tw_cuda_free(fi_ctx, dy2);
     free(first);
     tw_cuda_stream_destroy(fi_ctx, stream);
-    fi_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -313,21 +188,21 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
         twell_plan_destroy(plan);
         skip();
     }
-    fi_data sparse, dense;
+    gi_data sparse, dense;
     fi_prepare(&sparse, &s, 3000, TW_SYNTH_UNIFORM, 6, 11, plan);
     fi_prepare(&dense, &s, 3000, TW_SYNTH_UNIFORM, 40, 12, plan);
     uint32_t fl[4];
-    fi_run(&sparse, plan, FI_POISON_A, NULL);
+    gi_run(&sparse, plan, FI_POISON_A, NULL);
     fi_expect(&sparse, "sparse");
     FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     assert_int_equal(fl[0], 0);
     size_t ws = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
-    fi_run(&dense, plan, FI_POISON_A, NULL);
+    gi_run(&dense, plan, FI_POISON_A, NULL);
     fi_expect(&dense, "dense 1");
     FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     printf("#   denser call: fallback flag %u, pair slots %u\n", fl[0], fl[1]);
     assert_int_not_equal(fl[0], 0);
-    fi_run(&dense, plan, FI_POISON_B, NULL);
+    gi_run(&dense, plan, FI_POISON_B, NULL);
     fi_expect(&dense, "dense 2");
     FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
     printf("#   next call: fallback flag %u; workspace %.1f -> %.1f MB\n", fl[0], (double)ws / 1e6,
@@ -335,8 +210,8 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     assert_int_equal(fl[0], 0);
     assert_true(tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) > ws);
     assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
-    fi_release(&sparse);
-    fi_release(&dense);
+    gi_free(&sparse);
+    gi_free(&dense);
     twell_plan_destroy(plan);
 }
 
@@ -360,10 +235,10 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
         skip();
     }
     const size_t M = 3000;
-    fi_data in[2]; /* [0] sparse, [1] denser */
+    gi_data in[2]; /* [0] sparse, [1] denser */
     fi_prepare(&in[0], &s, M, TW_SYNTH_UNIFORM, 6, 21, plan);
     fi_prepare(&in[1], &s, M, TW_SYNTH_SKEWED, 40, 22, plan);
-    fi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
+    gi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
     fi_expect(&in[0], "probe call");
     assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
     size_t yb = M * s.K * 2u, ws0 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
@@ -383,7 +258,7 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
             FI_OK(tw_cuda_memset_d32(fi_ctx, busy, (uint32_t)b, busy_words, NULL));
         unsigned long w0 = tw_tc_host_waits();
         for (int i = 0; i < FI_ALT_CALLS; i++) { /* denser first, sparser last */
-            const fi_data *d = &in[(i + 1) % 2];
+            const gi_data *d = &in[(i + 1) % 2];
             FI_OK(twell_ffn_infer(plan, M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, y[i], NULL));
         }
         unsigned long waits = tw_tc_host_waits() - w0;
@@ -396,7 +271,7 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
                (double)ws0 / 1e6, (double)tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6);
         assert_int_equal(waits, 0);
         for (int i = 0; i < FI_ALT_CALLS; i++) {
-            fi_data *d = &in[(i + 1) % 2];
+            gi_data *d = &in[(i + 1) % 2];
             FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, y[i], yb));
             tw_gpu_expect_written(s.dtype, d->got, M * s.K, s.K, 0xFFFFu, "y");
             char what[48];
@@ -412,8 +287,8 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
     for (int i = 0; i < FI_ALT_CALLS; i++)
         tw_cuda_free(fi_ctx, y[i]);
     tw_cuda_free(fi_ctx, busy);
-    fi_release(&in[0]);
-    fi_release(&in[1]);
+    gi_free(&in[0]);
+    gi_free(&in[1]);
     twell_plan_destroy(plan);
 }
 
@@ -424,13 +299,13 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     twell_shape s = twell_shape_default(256, 1024);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
-    fi_data d;
+    gi_data d;
     fi_prepare(&d, &s, 200, TW_SYNTH_SKEWED, 20, 99, plan);
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));
     twell_status st;
     if (tw_tc_plan_int(plan,
                        TW_TC_DENSE_AVAILABLE)) { /* sm_90a: the dense path (test_gpu_ffn_dense.c) */
-        fi_run(&d, plan, FI_POISON_B, NULL);
+        gi_run(&d, plan, FI_POISON_B, NULL);
         fi_expect(&d, "dense");
     } else {
         FI_OK(tw_cuda_memset_d32(fi_ctx, d.dy, 0x12341234u, 200 * s.K / 2, NULL));
@@ -445,10 +320,10 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
                 fail_msg("y[%zu] was written by a call that failed", i);
     }
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    fi_run(&d, plan, FI_POISON_A, NULL);
+    gi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, "sparse");
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
-    fi_run(&d, plan, FI_POISON_B, NULL);
+    gi_run(&d, plan, FI_POISON_B, NULL);
     fi_expect(&d, "auto");
 
     /* x 2 bytes and y 4 bytes past a 256-byte boundary (y stays 4-byte aligned for the poison) */
@@ -459,14 +334,14 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     FI_OK(tw_cuda_memcpy_htod(fi_ctx, (char *)bx + 2, d.f->x, xb));
     void *keep_x = d.dx, *keep_y = d.dy;
     d.dx = (char *)bx + 2, d.dy = (char *)by + 4;
-    fi_run(&d, plan, FI_POISON_A, NULL);
+    gi_run(&d, plan, FI_POISON_A, NULL);
     fi_expect(&d, "unaligned");
     st = twell_ffn_infer(plan, 200, (char *)bx + 1, d.dp, d.dwg, d.dwu, d.dwd, d.dy, NULL);
     assert_int_equal(st, TWELL_ERR_INVALID_ARG);
     d.dx = keep_x, d.dy = keep_y;
     tw_cuda_free(fi_ctx, bx);
     tw_cuda_free(fi_ctx, by);
-    fi_release(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -478,16 +353,9 @@ int main(int argc, char **argv) {
     if (small)
         ncases = 3;
     struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 5];
-    static char names[sizeof fi_cases / sizeof fi_cases[0]][112];
-    for (size_t i = 0; i < ncases; i++) {
-        const fi_case *c = &fi_cases[i];
-        snprintf(names[i], sizeof names[i], "test_gpu_ffn_infer_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s",
-                 c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
-                 c->gated ? "gated" : "plain", tw_synth_dist_name(c->dist));
-        struct CMUnitTest t = {names[i], test_gpu_ffn_infer_case, NULL, NULL, (void *)c};
-        tests[i] = t;
-    }
-    size_t n = ncases;
+    static char names[sizeof fi_cases / sizeof fi_cases[0]][GI_NAME];
+    size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_infer", fi_cases, ncases,
+                             test_gpu_ffn_infer_case);
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_ffn_infer_paths_and_alignment);
     struct CMUnitTest t4 = cmocka_unit_test(test_gpu_ffn_infer_alternating_no_sync);
     tests[n++] = t1;

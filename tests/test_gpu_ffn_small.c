@@ -37,24 +37,10 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_gpu_infer.h"
 #include "tw_tc.h"
 
 static twell_ctx *fs_ctx;
-
-typedef struct {
-    size_t M;
-    uint32_t K, N, T, C;
-    twell_dtype dtype;
-    int gated;
-    tw_synth_dist dist;
-    double nnz;
-    int want_overflow; /* the checked rows must contain overflowing row-tiles */
-} fs_case;
-
-#define BF TWELL_DTYPE_BF16
-#define FP TWELL_DTYPE_FP16
-#define UNI TW_SYNTH_UNIFORM
-#define SKW TW_SYNTH_SKEWED
 
 /* Eight shapes (every plan compiles all of its op's kernels, so cases share them), each value of
  * every axis in mixed company; up to TW_SMALL_FUSED_M rows run the one-kernel inference, more the
@@ -63,7 +49,7 @@ typedef struct {
  * 256, 7 of 64) overflow; C = 2 (127 slots of 256, 63 of 128) needs the dense uniform cases.
  * K = 96 leaves most lanes of a 256-column slice idle and 3 k32 blocks for 8 warps; N = 11008 is
  * the 7B-class width (43 tiles). The first four cases are small (sanitizer runs). */
-static const fs_case fs_cases[] = {
+static const gi_case fs_cases[] = {
     {7, 96, 512, 256, 4, FP, 1, SKW, 20, 0},       {16, 256, 1024, 64, 8, FP, 1, SKW, 29, 1},
     {9, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},    {33, 512, 1024, 64, 8, FP, 1, SKW, 29, 1},
     {2, 512, 1024, 128, 2, BF, 0, SKW, 40, 0},     {33, 512, 1024, 128, 2, BF, 0, UNI, 600, 1},
@@ -133,55 +119,8 @@ static const fs_gate_case fs_gate_cases[] = {
 
 #define FS_OK(expr) TW_GPU_OK(fs_ctx, expr)
 
-static double fs_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
-
-typedef struct {
-    twell_shape s;
-    size_t M;
-    tw_synth_ffn *f;
-    void *dx, *dwg, *dwu, *dwd, *dy;
-    uint32_t *dp;
-    uint32_t *packed; /* host copy of the GPU's packed buffer */
-    size_t *rows, nrows, ovf_tiles;
-    uint16_t *ref, *got;
-} fs_data;
-
-/* Synthetic data, uploaded, and device buffers for packed and y. */
-static void fs_setup(fs_data *d, const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
-                     uint64_t seed) {
-    memset(d, 0, sizeof *d);
-    d->s = *s;
-    d->M = M;
-    tw_synth_params sp = tw_synth_params_default();
-    sp.M = M, sp.K = s->K, sp.N = s->N, sp.dtype = s->dtype, sp.gated = s->gated;
-    sp.nnz = nnz, sp.dist = dist, sp.seed = seed;
-    sp.heavy_frac = 0.1, sp.seq_len = 64;
-    FS_OK(tw_synth_create(fs_ctx->pool, &sp, &d->f));
-    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
-    d->dx = tw_gpu_upload(fs_ctx, d->f->x, xb);
-    d->dwg = s->gated ? tw_gpu_upload(fs_ctx, d->f->wg, wb) : NULL;
-    d->dwu = tw_gpu_upload(fs_ctx, d->f->wu, wb);
-    d->dwd = tw_gpu_upload(fs_ctx, d->f->wd, wb);
-    void *dp = NULL;
-    FS_OK(tw_cuda_malloc(fs_ctx, xb, &d->dy));
-    FS_OK(tw_cuda_malloc(fs_ctx, twell_packed_bytes(s, M), &dp));
-    d->dp = dp;
-    d->packed = malloc(twell_packed_bytes(s, M));
-    d->got = malloc(xb);
-    d->rows = malloc((M + FS_SAMPLE + FS_OVF_ROWS) * sizeof *d->rows);
-    assert_true(d->packed && d->got && d->rows);
-}
-
-static void fs_free(fs_data *d) {
-    void *b[] = {d->dx, d->dwg, d->dwu, d->dwd, d->dy, d->dp};
-    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
-        tw_cuda_free(fs_ctx, b[i]);
-    free(d->packed), free(d->got), free(d->rows), free(d->ref);
-    tw_synth_destroy(d->f);
-}
-
 /* One gate-pack into packed poisoned with `poison` (workspace poisoned too), copied to host. */
-static void fs_gate_run(fs_data *d, twell_plan *plan, uint32_t poison, twell_stream stream,
+static void fs_gate_run(gi_data *d, twell_plan *plan, uint32_t poison, twell_stream stream,
                         uint32_t *host) {
     size_t words = twell_packed_words(&d->s, d->M);
     FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison));
@@ -198,7 +137,7 @@ static void fs_gate_run(fs_data *d, twell_plan *plan, uint32_t poison, twell_str
 
 /* Gate-pack twice (bitwise equal, well formed), then about `sample` rows (all up to that many)
  * against tw_gate_pack_ref; returns the overflowing row-tiles among them. */
-static size_t fs_check_gate(fs_data *d, twell_plan *plan, twell_stream stream, size_t sample) {
+static size_t fs_check_gate(gi_data *d, twell_plan *plan, twell_stream stream, size_t sample) {
     const twell_shape *s = &d->s;
     size_t M = d->M, words = twell_packed_words(s, M), rw = s->N / s->C;
     uint32_t *again = malloc(words * 4);
@@ -242,47 +181,13 @@ static size_t fs_check_gate(fs_data *d, twell_plan *plan, twell_stream stream, s
     return r.overflow_tiles;
 }
 
-/* The rows of y to check and their reference from the GPU's packed bytes. */
-static void fs_reference(fs_data *d) {
-    const twell_shape *s = &d->s;
-    size_t rw = s->N / s->C, W = s->T / s->C, NT = s->N / s->T;
-    d->nrows = tw_gpu_check_rows(s, d->M, d->packed, FS_FULL_M, FS_SAMPLE, FS_OVF_ROWS, d->rows);
-    uint16_t *xs = malloc(d->nrows * s->K * 2u);
-    uint32_t *ps = malloc(d->nrows * rw * 4);
-    d->ref = malloc(d->nrows * s->K * 2u);
-    assert_true(xs && ps && d->ref);
-    d->ovf_tiles = 0;
-    for (size_t i = 0; i < d->nrows; i++) {
-        memcpy(xs + i * s->K, d->f->x + d->rows[i] * s->K, s->K * 2u);
-        memcpy(ps + i * rw, d->packed + d->rows[i] * rw, rw * 4);
-        for (size_t t = 0; t < NT; t++)
-            d->ovf_tiles += ps[i * rw + t * W] > W - 1;
-    }
-    FS_OK(
-        tw_ffn_infer_ref(fs_ctx->pool, s, d->nrows, xs, ps, d->f->wg, d->f->wu, d->f->wd, d->ref));
-    free(xs), free(ps);
-}
-
 /* One ffn_infer into y poisoned with `poison` (workspace poisoned too), copied to d->got. */
-static void fs_ffn_run(fs_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
-    const twell_shape *s = &d->s;
-    size_t n = d->M * s->K;
+static void fs_ffn_run(gi_data *d, twell_plan *plan, uint16_t poison, twell_stream stream) {
     FS_OK(tw_test_control(TW_TC_SMALL_POISON, plan, (unsigned)poison << 16 | poison));
-    FS_OK(tw_cuda_memset_d32(fs_ctx, d->dy, (uint32_t)poison << 16 | poison, n / 2, stream));
-    FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, stream));
-    FS_OK(tw_cuda_synchronize(fs_ctx));
-    FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, d->got, d->dy, n * 2));
-    tw_gpu_expect_written(s->dtype, d->got, n, s->K, poison, "y");
+    gi_run(d, plan, poison, stream);
 }
 
-static void fs_expect(const fs_data *d, const char *what) {
-    size_t wr = 0;
-    double e = tw_gpu_max_row_err(d->s.dtype, d->s.K, d->got, d->rows, d->nrows, d->ref, &wr);
-    double tol = fs_tol(d->s.dtype);
-    printf("#   %-10s max row-rel err %.3e (row %zu), tolerance %.0e\n", what, e, wr, tol);
-    if (!(e <= tol))
-        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", what, wr, e, tol);
-}
+static void fs_expect(const gi_data *d, const char *what) { gi_expect(d, 10, what); }
 
 /* A plan with the small path in `mode` ("auto", "off", "force"). */
 static twell_plan *fs_plan(const twell_shape *s, const char *mode) {
@@ -305,48 +210,38 @@ static int fs_expect_available(twell_plan *plan) {
 }
 
 static void test_gpu_ffn_small_case(void **state) {
-    const fs_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
-    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
+    const gi_case *c = *state;
+    twell_shape s = gi_shape(c);
     twell_plan *plan = fs_plan(&s, "force");
     if (!fs_expect_available(plan)) {
         twell_plan_destroy(plan);
         skip();
     }
-    fs_data d;
-    fs_setup(&d, &s, c->M, c->dist, c->nnz, 5000u + c->M + c->K + c->N + c->C);
+    gi_data d;
+    gi_setup(&d, fs_ctx, &s, c->M, c->dist, c->nnz, 5000u + c->M + c->K + c->N + c->C);
     twell_stream stream = NULL;
     FS_OK(tw_cuda_stream_create(fs_ctx, &stream));
     printf("# M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %s %-7s nnz=%g\n", c->M, s.K, s.N, s.T, s.C,
            s.dtype == BF ? "bf16" : "fp16", s.gated ? "gated" : "non-gated",
            tw_synth_dist_name(c->dist), c->nnz);
     fs_check_gate(&d, plan, stream, FS_GP_SAMPLE);
-    fs_reference(&d);
+    gi_check_rows(&d, FS_FULL_M, FS_SAMPLE, FS_OVF_ROWS);
     printf("#   %zu rows of y checked, %zu overflowing row-tiles among them; workspace %zu rows, "
            "%.1f MB\n",
-           d.nrows, d.ovf_tiles, tw_tc_plan_size(plan, TW_TC_SMALL_ROWS),
+           d.nrows, d.ovf_checked, tw_tc_plan_size(plan, TW_TC_SMALL_ROWS),
            (double)tw_tc_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
-    if (c->want_overflow && d.ovf_tiles == 0)
+    if (c->want_overflow && d.ovf_checked == 0)
         fail_msg("the case was meant to overflow row-tiles but the checked rows have none");
 
     fs_ffn_run(&d, plan, FS_POISON_A, NULL);
     assert_int_equal(tw_tc_plan_int(plan, TW_TC_SMALL_LAST_FFN), 1);
     fs_expect(&d, "small");
-    size_t yb = c->M * s.K * 2u;
-    uint16_t *first = malloc(yb);
-    assert_non_null(first);
-    memcpy(first, d.got, yb);
+    uint16_t *first = gi_keep_y(&d);
     fs_ffn_run(&d, plan, FS_POISON_B, stream);
-    if (memcmp(first, d.got, yb) != 0) {
-        size_t i = 0;
-        while (first[i] == d.got[i])
-            i++;
-        fail_msg("run 2 differs from run 1 at y[%zu][%zu]: %04x vs %04x", i / s.K, i % s.K,
-                 first[i], d.got[i]);
-    }
+    gi_expect_same_y(first, d.got, c->M * s.K, s.K, "");
     free(first);
     tw_cuda_stream_destroy(fs_ctx, stream);
-    fs_free(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
@@ -364,8 +259,8 @@ static void test_gpu_ffn_small_gate(void **state) {
     int wn = 0;
     assert_int_equal(tw_sgate_spec_parse(c->gate, &choice, &wn), 0);
     tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, choice, wn, fs_ctx->cuda->smem_optin);
-    fs_data d;
-    fs_setup(&d, &s, c->M, c->dist, c->nnz, 7000u + c->M + c->K + c->N + c->C);
+    gi_data d;
+    gi_setup(&d, fs_ctx, &s, c->M, c->dist, c->nnz, 7000u + c->M + c->K + c->N + c->C);
     twell_stream stream = NULL;
     FS_OK(tw_cuda_stream_create(fs_ctx, &stream));
     printf("# gate %s: M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %-7s nnz=%g -> %s TB=%d MT=%d WN=%d "
@@ -386,12 +281,12 @@ static void test_gpu_ffn_small_gate(void **state) {
     if (c->want_overflow && ovf == 0)
         fail_msg("the case was meant to overflow row-tiles but has none");
     tw_cuda_stream_destroy(fs_ctx, stream);
-    fs_free(&d);
+    gi_free(&d);
     twell_plan_destroy(plan);
 }
 
 /* Runs gate-pack + ffn_infer of d's M rows and reports which of them took the small path. */
-static void fs_which(fs_data *d, twell_plan *plan, int *gate, int *ffn) {
+static void fs_which(gi_data *d, twell_plan *plan, int *gate, int *ffn) {
     FS_OK(twell_gate_pack(plan, d->M, d->dx, d->dwg, d->dp, NULL));
     *gate = tw_tc_plan_int(plan, TW_TC_SMALL_LAST_GATE);
     FS_OK(twell_ffn_infer(plan, d->M, d->dx, d->dp, d->dwg, d->dwu, d->dwd, d->dy, NULL));
@@ -399,7 +294,7 @@ static void fs_which(fs_data *d, twell_plan *plan, int *gate, int *ffn) {
     FS_OK(tw_cuda_synchronize(fs_ctx));
 }
 
-static void fs_expect_which(fs_data *d, twell_plan *plan, int want_gate, int want_ffn,
+static void fs_expect_which(gi_data *d, twell_plan *plan, int want_gate, int want_ffn,
                             const char *when) {
     int g = -1, f = -1;
     fs_which(d, plan, &g, &f);
@@ -425,9 +320,9 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
     const size_t big = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS
                            ? TW_SMALL_GATE_AUTO_M + 1
                            : TW_POLICY_SMALL_MAX_ROWS + 1;
-    fs_data d, db;
-    fs_setup(&d, &s, 8, UNI, 29, 61);
-    fs_setup(&db, &s, big, UNI, 29, 62);
+    gi_data d, db;
+    gi_setup(&d, fs_ctx, &s, 8, UNI, 29, 61);
+    gi_setup(&db, fs_ctx, &s, big, UNI, 29, 62);
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
     fs_expect_which(&d, plan, 1, 1, "M=8, path AUTO");
     fs_expect_which(&db, plan, 0, 0, "M above both AUTO limits");
@@ -446,37 +341,24 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
         FS_OK(tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
         fs_expect_which(&d, plan, 0, 1, "M=8, AUTO, gate-pack forced to SIMT");
     }
-    fs_free(&d);
-    fs_free(&db);
+    gi_free(&d);
+    gi_free(&db);
     twell_plan_destroy(plan);
 
     /* growth: 1 row, then 700 on the same plan (64 -> 1024 rows), checked on a few rows */
     plan = fs_plan(&s, "force");
     size_t Ms[2] = {1, 700};
     for (int i = 0; i < 2; i++) {
-        fs_setup(&d, &s, Ms[i], SKW, 29, 70u + (uint64_t)i);
-        FS_OK(twell_gate_pack(plan, d.M, d.dx, d.dwg, d.dp, NULL));
-        FS_OK(tw_cuda_synchronize(fs_ctx));
-        FS_OK(tw_cuda_memcpy_dtoh(fs_ctx, d.packed, d.dp, twell_packed_bytes(&s, d.M)));
+        gi_setup(&d, fs_ctx, &s, Ms[i], SKW, 29, 70u + (uint64_t)i);
+        gi_gate_pack(&d, plan);
         d.nrows = tw_pack_sample_rows(d.M, 8, d.rows);
-        size_t rw = s.N / s.C;
-        uint16_t *xs = malloc(d.nrows * s.K * 2u);
-        uint32_t *ps = malloc(d.nrows * rw * 4);
-        d.ref = malloc(d.nrows * s.K * 2u);
-        assert_true(xs && ps && d.ref);
-        for (size_t r = 0; r < d.nrows; r++) {
-            memcpy(xs + r * s.K, d.f->x + d.rows[r] * s.K, s.K * 2u);
-            memcpy(ps + r * rw, d.packed + d.rows[r] * rw, rw * 4);
-        }
-        FS_OK(
-            tw_ffn_infer_ref(fs_ctx->pool, &s, d.nrows, xs, ps, d.f->wg, d.f->wu, d.f->wd, d.ref));
-        free(xs), free(ps);
+        gi_reference(&d, 0);
         fs_ffn_run(&d, plan, FS_POISON_A, NULL);
         printf("#   M=%zu on one plan: workspace %zu rows\n", d.M,
                tw_tc_plan_size(plan, TW_TC_SMALL_ROWS));
         assert_true(tw_tc_plan_size(plan, TW_TC_SMALL_ROWS) >= d.M);
         fs_expect(&d, "grown");
-        fs_free(&d);
+        gi_free(&d);
     }
     twell_plan_destroy(plan);
 }
@@ -492,16 +374,9 @@ int main(int argc, char **argv) {
     enum { FS_NC = sizeof fs_cases / sizeof fs_cases[0] };
     enum { FS_NG = sizeof fs_gate_cases / sizeof fs_gate_cases[0] };
     struct CMUnitTest tests[FS_NC + FS_NG + 1];
-    static char names[FS_NC + FS_NG][112];
-    for (size_t i = 0; i < ncases; i++) {
-        const fs_case *c = &fs_cases[i];
-        snprintf(names[i], sizeof names[i], "test_gpu_ffn_small_M%zu_K%u_N%u_T%u_C%u_%s_%s_%s",
-                 c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
-                 c->gated ? "gated" : "plain", tw_synth_dist_name(c->dist));
-        struct CMUnitTest t = {names[i], test_gpu_ffn_small_case, NULL, NULL, (void *)c};
-        tests[i] = t;
-    }
-    size_t n = ncases;
+    static char names[FS_NC + FS_NG][GI_NAME];
+    size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_small", fs_cases, ncases,
+                             test_gpu_ffn_small_case);
     for (size_t i = 0; i < ngate; i++) {
         const fs_gate_case *c = &fs_gate_cases[i];
         snprintf(names[n], sizeof names[n], "test_gpu_ffn_small_gate_%s_M%zu_K%u_N%u_T%u_C%u_%s_%s",

@@ -11,11 +11,9 @@
  * argument errors. Exits 77 without a device.
  * `test_gpu_graph small`: the first cases only (compute-sanitizer runs).
  * labels: gpu */
-#include "cpu_ref.h"
 #include "cuda_dense.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
-#include "half.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -31,6 +29,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_gpu_infer.h"
 #include "tw_tc.h"
 
 static twell_ctx *gr_ctx;
@@ -41,17 +40,11 @@ static twell_stream gr_cs; /* the stream calls are captured on and graphs replay
 #define GR_CAPTURE_GLOBAL 0
 #define GR_CAPTURE_RELAXED 2
 
-#define BF TWELL_DTYPE_BF16
-#define FP TWELL_DTYPE_FP16
-#define UNI TW_SYNTH_UNIFORM
-#define SKW TW_SYNTH_SKEWED
 #define P_AUTO TWELL_PATH_AUTO
 #define P_SPARSE TWELL_PATH_SPARSE
 #define P_DENSE TWELL_PATH_DENSE
 
 static int gr_sm90(void) { return !strcmp(gr_ctx->cuda->arch, "sm_90a"); }
-
-static double gr_tol(twell_dtype dt) { return dt == BF ? 5e-3 : 1e-3; }
 
 /* Device buffers of one plan's calls, and what the last run left in them (host copies). */
 typedef struct {
@@ -65,13 +58,7 @@ typedef struct {
 
 static tw_synth_ffn *gr_data(const twell_shape *s, size_t M, tw_synth_dist dist, double nnz,
                              uint64_t seed) {
-    tw_synth_params p = tw_synth_params_default();
-    p.M = M, p.K = s->K, p.N = s->N, p.dtype = s->dtype, p.gated = s->gated;
-    p.nnz = nnz, p.dist = dist, p.seed = seed;
-    p.heavy_frac = 0.1, p.seq_len = 64;
-    tw_synth_ffn *f = NULL;
-    GR_OK(tw_synth_create(gr_ctx->pool, &p, &f));
-    return f;
+    return gi_synth(gr_ctx, s, M, dist, nnz, seed);
 }
 
 static void gr_alloc(gr_bufs *b, const twell_shape *s, size_t M) {
@@ -194,20 +181,12 @@ static void gr_eager(twell_plan *plan, gr_bufs *b, twell_path path, twell_path k
 /* y of b against the CPU reference on b's packed bytes, every row; also every value written. */
 static void gr_expect_ref(const gr_bufs *b, const tw_synth_ffn *f, const char *what) {
     const twell_shape *s = &b->s;
-    tw_gpu_expect_written(s->dtype, b->y, b->M, s->K, GR_POISON, what);
-    uint16_t *ref = malloc(b->M * s->K * 2u);
-    size_t *rows = malloc(b->M * sizeof *rows);
-    assert_true(ref && rows);
-    GR_OK(tw_ffn_infer_ref(gr_ctx->pool, s, b->M, f->x, b->packed, f->wg, f->wu, f->wd, ref));
-    for (size_t i = 0; i < b->M; i++)
-        rows[i] = i;
+    tw_gpu_expect_written(s->dtype, b->y, b->M * s->K, s->K, GR_POISON, what);
     size_t wr = 0;
-    double e = tw_gpu_max_row_err(s->dtype, s->K, b->y, rows, b->M, ref, &wr);
+    double e = gi_all_rows_err(gr_ctx, s, b->M, f, b->packed, b->y, &wr);
     printf("#   %-44s max row-rel err %.3e (row %zu)\n", what, e, wr);
-    if (!(e <= gr_tol(s->dtype)))
-        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", what, wr, e, gr_tol(s->dtype));
-    free(ref);
-    free(rows);
+    if (!(e <= gi_tol(s->dtype)))
+        fail_msg("%s: row %zu has row-relative error %.3e > %.0e", what, wr, e, gi_tol(s->dtype));
 }
 
 /* The bytes of a and b's last runs are identical. */
