@@ -30,6 +30,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
+            "                   [--small-gate auto|x|g2|g2u2|g8|x8|x16|x32[:WN]]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
             "                   [--dense-split auto|legacy|U,D]\n"
             "                   [--gated 1|0]\n"
@@ -51,6 +52,11 @@ static void bench_usage(FILE *f) {
             "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
             "and inference). --variant small forces the small-batch gate-pack kernel; simt or\n"
             "sm90 force that kernel (small-batch path off). The record's variant names what ran.\n"
+            "--small-gate picks the small-batch gate-pack kernel (where that path runs): auto by\n"
+            "M (g2 to 16 rows, g8 to 32, x8/x16/x32 to 256), x the x-staged kernel by M, or one\n"
+            "kernel by name (more token blocks where M exceeds its rows); g2u2 is g2 with two\n"
+            "k32 blocks in flight and 4 blocks per SM. :WN forces 16*WN neurons a block (1, 2,\n"
+            "4, 8; the x kernels take 2 or 4; else the rule's). Records say e.g. small-x16.\n"
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
@@ -99,6 +105,7 @@ static void bench_opts_default(bench_opts *o) {
     o->check_rows = 128;
     o->variant = "auto";
     o->path = "auto";
+    o->small_gate = "auto";
     o->dense_split = "auto";
     o->mode = "eager";
     o->gated = 1;
@@ -187,6 +194,17 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
+        } else if (!strcmp(key, "--small-gate")) {
+            static const char *const k[] = {"auto", "x", "g2", "g2u2", "g8", "x8", "x16", "x32"};
+            o->small_gate = v;
+            size_t len = strcspn(v, ":");
+            bad = 1;
+            for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
+                bad = bad && !(strlen(k[j]) == len && !strncmp(v, k[j], len));
+            /* ":WN", the neuron groups a block: 1, 2, 4 or 8 */
+            if (v[len] == ':')
+                bad = bad || strlen(v + len) != 2 || !strchr("1248", v[len + 1]) ||
+                      v[len + 1] == '\0';
         } else if (!strcmp(key, "--dense-split")) {
             o->dense_split = v;
             o->dense_split_up = o->dense_split_down = 0;
@@ -311,6 +329,15 @@ const char *bench_plan_variant(twell_plan *plan) {
     return tw_test_control(TW_TC_GP_VARIANT, plan, &v) == TWELL_OK && v ? v : "auto";
 }
 
+void bench_gate_name(twell_plan *plan, char *out, size_t n) {
+    const char *k = NULL;
+    if (bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) &&
+        tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &k) == TWELL_OK && k && *k)
+        snprintf(out, n, "small-%s", k);
+    else
+        snprintf(out, n, "%s", bench_plan_variant(plan));
+}
+
 twell_path bench_state_path(twell_train_state *state, int op) {
     twell_path v = TWELL_PATH_AUTO;
     return tw_test_control(op, state, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
@@ -349,6 +376,13 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
             ? "off"
             : "auto";
     (void)tw_test_control(TW_TC_SMALL_SET_MODE, *plan, smode);
+    if (strcmp(o->small_gate, "auto") != 0 &&
+        tw_test_control(TW_TC_SMALL_SET_GATE, *plan, o->small_gate) != TWELL_OK) {
+        fprintf(stderr, "twell bench: small gate %s: %s\n", o->small_gate, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(*plan);
+        *plan = NULL;
+        return 1;
+    }
     if (strcmp(o->variant, "auto") != 0 && strcmp(o->variant, "small") != 0 &&
         tw_test_control(TW_TC_GP_SELECT, *plan, o->variant) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));

@@ -30,6 +30,9 @@ typedef struct bench_opts {
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
+    /* the small path's gate-pack kernel (TW_TC_SMALL_SET_GATE): "auto", "x", "g2", "g2u2", "g8",
+     * "x8", "x16", "x32" */
+    const char *small_gate;
     /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K), "legacy" (Wd transposed
      * every call, no split) or "U,D" (split factors of the up and down GEMMs; 1 unsplit) */
     const char *dense_split;
@@ -50,7 +53,7 @@ typedef struct bench_record {
     char distribution[16];
     double nnz_target; /* the synthetic data's target active neurons per row */
     double nnz_mean;   /* measured on our output */
-    char variant[32];  /* which of our kernels ran */
+    char variant[24];  /* which of our kernels ran */
     int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */
@@ -135,6 +138,9 @@ size_t bench_plan_size(twell_plan *plan, int op);
 twell_path bench_plan_path(twell_plan *plan, int op);
 double bench_plan_threshold(twell_plan *plan, size_t M); /* TW_TC_DENSE_THRESHOLD at M rows */
 const char *bench_plan_variant(twell_plan *plan); /* TW_TC_GP_VARIANT: "simt", "sm90", "auto" */
+/* The gate-pack kernel of the plan's last twell_gate_pack: "small-<kernel>" (e.g. "small-x16")
+ * when the small path ran it, else bench_plan_variant. */
+void bench_gate_name(twell_plan *plan, char *out, size_t n);
 twell_path bench_state_path(twell_train_state *state, int op);
 /* TW_TC_TD_CALLS: forwards of `path` the state has run. */
 unsigned long bench_state_calls(twell_train_state *state, twell_path path);

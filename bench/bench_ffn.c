@@ -240,9 +240,9 @@ static void bench_ffn_variant(twell_plan *plan, int legacy, char *out, size_t n)
                     : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? dense
                     : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
                                                                                        : "rows";
-    const char *g =
-        bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small" : bench_plan_variant(plan);
-    snprintf(buf, sizeof buf, "%.15s+%.31s", g, k);
+    char g[24];
+    bench_gate_name(plan, g, sizeof g);
+    snprintf(buf, sizeof buf, "%.23s+%.31s", g, k);
     size_t len = strlen(buf);
     if (n == 0)
         return;
@@ -589,7 +589,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 void *args[3] = {&ours, &ours, &dense};
                 double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
                 (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
-                char after[16];
+                char after[sizeof r.variant];
                 bench_ffn_variant(plan, legacy, after, sizeof after);
                 if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
                     size_t len = strlen(r.check_note);

@@ -168,9 +168,7 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
                 bench_record r;
                 bench_record_init(env, &r, "gate_pack", M, o->dist[di], o->nnz[ni]);
                 r.correct = bench_gp_check(env, &s, plan, M, f, dx, dw, dp, host, &r);
-                snprintf(r.variant, sizeof r.variant, "%s",
-                         bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) ? "small"
-                                                                     : bench_plan_variant(plan));
+                bench_gate_name(plan, r.variant, sizeof r.variant);
                 bench_check_report(&r);
 
                 bench_gp_ours ours = {plan, M, dx, dw, dp};

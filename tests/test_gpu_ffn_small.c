@@ -2,7 +2,9 @@
  * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
  * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
  * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
- * row-tiles; and the AUTO rule that picks the path.
+ * row-tiles; the gate-pack kernels forced by name (TW_TC_SMALL_SET_GATE: the x-staged x8/x16/x32
+ * at M = 33..256, g2u2, g8), gate-pack alone, every row against the reference; and the AUTO rule
+ * that picks the path.
  *
  * Per case: packed and y are poisoned before each run and so is the path's workspace (its
  * scratch needs no initialisation; its arrival counters must be back at 0 after every call, which
@@ -20,6 +22,7 @@
 #include "cuda_small.h"
 #include "ffn_policy.h"
 #include "pack_check.h"
+#include "small_gate.h"
 #include "synth.h"
 #include "twellrt.h"
 
@@ -58,6 +61,55 @@ static const gi_case fs_cases[] = {
     {1000, 96, 512, 256, 4, FP, 1, UNI, 29, 0},
 };
 
+/* The gate-pack kernels forced by name (TW_TC_SMALL_SET_GATE), gate-pack alone, every row
+ * compared with tw_gate_pack_ref: "x" (the x-staged kernel by M: x8 to 64 rows, x16 to 128, x32
+ * to 256) at M = 33, 64, 100, 255, 256, every C, both dtypes, each overflowing row-tiles (C = 2
+ * and 4 on dense uniform data, C = 8 on skewed rows); K = 96 and 160 leave a last stage of
+ * 3 and 1 of its 4 k32 blocks; then each x kernel with more token blocks than one, the real
+ * shape, g2u2 (session 4's in-flight setting) and g8 over several token blocks. The first two
+ * run in the small (sanitizer) set. */
+typedef struct {
+    const char *gate;
+    size_t M;
+    uint32_t K, N, T, C;
+    twell_dtype dtype;
+    tw_synth_dist dist;
+    double nnz;
+    int want_overflow;
+} fs_gate_case;
+
+/* "x" at M rows, K, T, C, data: bf16 and fp16 */
+#define FS_GX2(M, K, T, C, DIST, NNZ)                                                              \
+    {"x", M, K, 1024, T, C, BF, DIST, NNZ, 1}, { "x", M, K, 1024, T, C, FP, DIST, NNZ, 1 }
+/* every C at M rows */
+#define FS_GX(M)                                                                                   \
+    FS_GX2(M, 160, 128, 2, UNI, 600), FS_GX2(M, 96, 128, 4, UNI, 400),                             \
+        FS_GX2(M, 512, 64, 8, SKW, 29)
+
+static const fs_gate_case fs_gate_cases[] = {
+    {"x", 33, 96, 512, 128, 4, FP, UNI, 200, 1},
+    {"x16", 100, 160, 512, 64, 8, BF, SKW, 29, 1},
+    FS_GX(33),
+    FS_GX(64),
+    FS_GX(100),
+    FS_GX(255),
+    FS_GX(256),
+    {"x8", 255, 512, 1024, 64, 8, BF, SKW, 29, 1},
+    {"x8:4", 64, 160, 1024, 128, 8, FP, SKW, 29, 1},
+    {"x32:2", 200, 96, 1024, 256, 4, BF, UNI, 400, 1},
+    {"x16:4", 48, 512, 1024, 64, 2, FP, UNI, 600, 1},
+    {"x16", 255, 160, 1024, 128, 2, FP, UNI, 600, 1},
+    {"x32", 33, 96, 1024, 128, 4, BF, UNI, 400, 1},
+    {"x", 256, 2048, 5632, 256, 8, BF, SKW, 29, 1},
+    {"x", 64, 2048, 5632, 256, 8, FP, SKW, 29, 1},
+    {"g2u2", 1, 2048, 5632, 256, 8, BF, UNI, 29, 0},
+    {"g2u2", 16, 512, 1024, 64, 8, FP, SKW, 29, 1},
+    {"g2u2", 100, 160, 1024, 128, 2, BF, UNI, 600, 1},
+    {"g8", 100, 96, 1024, 128, 4, FP, UNI, 400, 1},
+    {"auto", 256, 512, 1024, 64, 8, FP, SKW, 29, 1},
+};
+#define FS_GATE_SMALL 2 /* of fs_gate_cases in the small set */
+
 #define FS_GP_SAMPLE 96 /* gate-pack rows compared with tw_gate_pack_ref */
 #define FS_SAMPLE 128   /* y rows checked when M > FS_FULL_M */
 #define FS_OVF_ROWS 16  /* plus up to this many rows with overflowing row-tiles */
@@ -83,8 +135,9 @@ static void fs_gate_run(gi_data *d, twell_plan *plan, uint32_t poison, twell_str
                      poison);
 }
 
-/* Gate-pack twice (bitwise equal, well formed), then sampled rows against tw_gate_pack_ref. */
-static void fs_check_gate(gi_data *d, twell_plan *plan, twell_stream stream) {
+/* Gate-pack twice (bitwise equal, well formed), then about `sample` rows (all up to that many)
+ * against tw_gate_pack_ref; returns the overflowing row-tiles among them. */
+static size_t fs_check_gate(gi_data *d, twell_plan *plan, twell_stream stream, size_t sample) {
     const twell_shape *s = &d->s;
     size_t M = d->M, words = twell_packed_words(s, M), rw = s->N / s->C;
     uint32_t *again = malloc(words * 4);
@@ -103,8 +156,9 @@ static void fs_check_gate(gi_data *d, twell_plan *plan, twell_stream stream) {
     uint32_t bad_tile = 0;
     if (tw_packed_find_malformed(s, M, d->packed, &bad_row, &bad_tile))
         fail_msg("malformed row-tile at row %zu tile %u", bad_row, bad_tile);
-    size_t rows[FS_GP_SAMPLE];
-    size_t n = tw_pack_sample_rows(M, FS_GP_SAMPLE, rows);
+    size_t *rows = malloc(sample * sizeof *rows);
+    assert_non_null(rows);
+    size_t n = tw_pack_sample_rows(M, sample, rows);
     uint16_t *xs = malloc(n * s->K * 2u);
     uint32_t *ref = malloc(n * rw * 4), *sub = malloc(n * rw * 4);
     assert_true(xs && ref && sub);
@@ -123,7 +177,8 @@ static void fs_check_gate(gi_data *d, twell_plan *plan, twell_stream stream) {
     if (r.tiles_bad)
         fail_msg("%zu row-tiles differ beyond fp32 summation order; first: %s", r.tiles_bad,
                  r.first_bad);
-    free(xs), free(ref), free(sub);
+    free(xs), free(ref), free(sub), free(rows);
+    return r.overflow_tiles;
 }
 
 /* One ffn_infer into y poisoned with `poison` (workspace poisoned too), copied to d->got. */
@@ -169,7 +224,7 @@ static void test_gpu_ffn_small_case(void **state) {
     printf("# M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %s %-7s nnz=%g\n", c->M, s.K, s.N, s.T, s.C,
            s.dtype == BF ? "bf16" : "fp16", s.gated ? "gated" : "non-gated",
            tw_synth_dist_name(c->dist), c->nnz);
-    fs_check_gate(&d, plan, stream);
+    fs_check_gate(&d, plan, stream, FS_GP_SAMPLE);
     gi_check_rows(&d, FS_FULL_M, FS_SAMPLE, FS_OVF_ROWS);
     printf("#   %zu rows of y checked, %zu overflowing row-tiles among them; workspace %zu rows, "
            "%.1f MB\n",
@@ -185,6 +240,46 @@ static void test_gpu_ffn_small_case(void **state) {
     fs_ffn_run(&d, plan, FS_POISON_B, stream);
     gi_expect_same_y(first, d.got, c->M * s.K, s.K, "");
     free(first);
+    tw_cuda_stream_destroy(fs_ctx, stream);
+    gi_free(&d);
+    twell_plan_destroy(plan);
+}
+
+static void test_gpu_ffn_small_gate(void **state) {
+    const fs_gate_case *c = *state;
+    twell_shape s = twell_shape_default(c->K, c->N);
+    s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = 1;
+    twell_plan *plan = fs_plan(&s, "force");
+    if (!fs_expect_available(plan)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    FS_OK(tw_test_control(TW_TC_SMALL_SET_GATE, plan, c->gate));
+    tw_sgate_choice choice = TW_SGC_AUTO;
+    int wn = 0;
+    assert_int_equal(tw_sgate_spec_parse(c->gate, &choice, &wn), 0);
+    tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, choice, wn, fs_ctx->cuda->smem_optin);
+    gi_data d;
+    gi_setup(&d, fs_ctx, &s, c->M, c->dist, c->nnz, 7000u + c->M + c->K + c->N + c->C);
+    twell_stream stream = NULL;
+    FS_OK(tw_cuda_stream_create(fs_ctx, &stream));
+    printf("# gate %s: M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %-7s nnz=%g -> %s TB=%d MT=%d WN=%d "
+           "smem=%u\n",
+           c->gate, c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
+           tw_synth_dist_name(c->dist), c->nnz, tw_sgate_kernel_name(g.kernel), g.TB, g.MT, g.WN,
+           g.smem);
+    if (wn > 0)
+        assert_int_equal(g.WN, wn);
+    size_t ovf = fs_check_gate(&d, plan, stream, 256);
+    const char *ran = NULL;
+    FS_OK(tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &ran));
+    assert_non_null(ran);
+    assert_string_equal(ran, tw_sgate_kernel_name(g.kernel));
+    if (c->gate[0] == 'x' && ran[0] != 'x')
+        fail_msg("gate %s ran %s: the device's shared memory (%d bytes a block) holds no x kernel",
+                 c->gate, ran, fs_ctx->cuda->smem_optin);
+    if (c->want_overflow && ovf == 0)
+        fail_msg("the case was meant to overflow row-tiles but has none");
     tw_cuda_stream_destroy(fs_ctx, stream);
     gi_free(&d);
     twell_plan_destroy(plan);
@@ -272,13 +367,24 @@ int main(int argc, char **argv) {
     fs_ctx = tw_gpu_open_or_skip("test_gpu_ffn_small");
     printf("# %s\n", twell_ctx_device_name(fs_ctx));
     size_t ncases = sizeof fs_cases / sizeof fs_cases[0];
+    size_t ngate = sizeof fs_gate_cases / sizeof fs_gate_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
-        ncases = 4;
-    struct CMUnitTest tests[sizeof fs_cases / sizeof fs_cases[0] + 1];
-    static char names[sizeof fs_cases / sizeof fs_cases[0]][GI_NAME];
+        ncases = 4, ngate = FS_GATE_SMALL;
+    enum { FS_NC = sizeof fs_cases / sizeof fs_cases[0] };
+    enum { FS_NG = sizeof fs_gate_cases / sizeof fs_gate_cases[0] };
+    struct CMUnitTest tests[FS_NC + FS_NG + 1];
+    static char names[FS_NC + FS_NG][GI_NAME];
     size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_small", fs_cases, ncases,
                              test_gpu_ffn_small_case);
+    for (size_t i = 0; i < ngate; i++) {
+        const fs_gate_case *c = &fs_gate_cases[i];
+        snprintf(names[n], sizeof names[n], "test_gpu_ffn_small_gate_%s_M%zu_K%u_N%u_T%u_C%u_%s_%s",
+                 c->gate, c->M, c->K, c->N, c->T, c->C, c->dtype == BF ? "bf16" : "fp16",
+                 tw_synth_dist_name(c->dist));
+        struct CMUnitTest t = {names[n], test_gpu_ffn_small_gate, NULL, NULL, (void *)c};
+        tests[n++] = t;
+    }
     if (!small) {
         struct CMUnitTest t = cmocka_unit_test(test_gpu_ffn_small_auto_rule);
         tests[n++] = t;

@@ -9,6 +9,7 @@
 #include "ffn_policy.h"
 #include "jit.h"
 #include "op_plan.h"
+#include "small_gate.h"
 #include "test_control.h"
 
 #include <stdio.h>
@@ -19,7 +20,10 @@ struct tw_small {
     int available;
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
-    tw_CUfunction gate2, gate8, up, down, fused;
+    tw_CUfunction gate[TW_SGK_COUNT], up, down, fused;
+    tw_sgate_choice gate_choice; /* TW_TC_SMALL_SET_GATE (default AUTO: by M) */
+    int gate_wn;                 /* its forced WN, 0: the rule's */
+    int last_gate_kernel;        /* tw_sgate_kernel of the last small gate-pack, -1 before */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
     void *ws;
     size_t rows, bytes;
@@ -65,7 +69,9 @@ static void tw_small_unload(tw_small *sm) {
     tw_cu_module_unload(sm->mod_gate);
     tw_cu_module_unload(sm->mod_ffn);
     sm->mod_gate = sm->mod_ffn = NULL;
-    sm->gate2 = sm->gate8 = sm->up = sm->down = sm->fused = NULL;
+    for (int k = 0; k < TW_SGK_COUNT; k++)
+        sm->gate[k] = NULL;
+    sm->up = sm->down = sm->fused = NULL;
 }
 
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
@@ -76,8 +82,17 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     p[n] = (tw_param){"gated", NULL, (long long)s->gated};
     TW_TRY(tw_small_module(ctx, "gate_pack_small", p, n, &sm->mod_gate));
     TW_TRY(tw_small_module(ctx, "ffn_small", p, n + 1, &sm->mod_ffn));
-    TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g2", &sm->gate2));
-    TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_g8", &sm->gate8));
+    for (int k = 0; k < TW_SGK_COUNT; k++) {
+        char fn[64];
+        snprintf(fn, sizeof fn, "twell_gate_pack_small_%s",
+                 tw_sgate_kernel_name((tw_sgate_kernel)k));
+        TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, fn, &sm->gate[k]));
+        /* the x kernels' shared memory where the device has it (tw_sgate_geom_of picks no other) */
+        unsigned smem = tw_sgate_smem((tw_sgate_kernel)k);
+        if (smem > 0 && smem + TW_SGATE_STATIC_SMEM_X <= (unsigned)ctx->cuda->smem_optin)
+            TW_TRY(tw_cu_func_set_attribute(
+                ctx, sm->gate[k], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+    }
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
@@ -92,6 +107,7 @@ twell_status tw_small_init(twell_plan *plan, tw_small **out) {
     tw_small *sm = calloc(1, sizeof *sm);
     if (!sm)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "small path: out of memory for the plan state");
+    sm->last_gate_kernel = -1;
     if (dev->cc_major < 8 || plan->shape.K % 32u != 0 ||
         dev->smem_optin < (int)tw_up_smem(TW_SMALL_MAX_M)) {
         *out = sm; /* not for this device or shape: the other kernels serve every M */
@@ -240,34 +256,11 @@ static int tw_small_aligned(const void *a, const void *b, const void *c, const v
 
 /* ---- gate-pack ---- */
 
-/* Launch geometry of the gate kernel for M rows: g8 (blocks of up to 64 rows) or g2 (up to 16),
- * rows per block MT, token blocks TB, warps along the neurons WN (NB = 16·WN neurons per block;
- * the other 8/WN warps of a neuron group split K). Few rows: one token block, WN 1 (N/16 blocks,
- * every SM streams w); more rows: larger WN so each block's rows of x serve more neurons (x
- * traffic from L2 is N/NB times the rows' bytes). */
-typedef struct {
-    int g8, TB, MT, WN;
-} tw_gate_geom;
-
-static tw_gate_geom tw_gate_geom_of(const twell_shape *s, size_t M) {
-    tw_gate_geom g;
-    if (M <= 16) {
-        g.g8 = 0, g.TB = 1, g.WN = M <= 8 ? 1 : 2;
-    } else {
-        g.g8 = 1, g.TB = (int)tw_cdiv(M, 64);
-        g.WN = M <= 64 ? 2 : 4;
-    }
-    g.MT = (int)((tw_cdiv(M, (size_t)g.TB) + 7u) & ~(size_t)7u);
-    while (16 * g.WN > (int)s->T)
-        g.WN /= 2;
-    return g;
-}
-
 int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, const void *w,
                        uint32_t *packed, twell_stream stream, twell_status *st) {
     twell_ctx *ctx = plan->ctx;
     if (sm)
-        sm->last_ran[0] = 0;
+        sm->last_ran[0] = 0, sm->last_gate_kernel = -1;
     if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
         !tw_small_aligned(x, w, NULL, NULL, NULL))
         return 0;
@@ -289,13 +282,17 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     if (*st != TWELL_OK)
         return 1;
     const twell_shape *s = &plan->shape;
-    tw_gate_geom g = tw_gate_geom_of(s, M);
+    /* the kernel and geometry for M rows (small_gate.h): x from L1/L2 up to 32 rows, staged in
+     * shared memory above, unless test control named one */
+    tw_sgate_geom g =
+        tw_sgate_geom_of(s->T, M, sm->gate_choice, sm->gate_wn, ctx->cuda->smem_optin);
     int m = (int)M;
     void *args[] = {
         (void *)&x, (void *)&w, (void *)&packed, (void *)&sm->gs, (void *)&sm->tcnt, &m, &g.TB,
         &g.MT,      &g.WN};
     size_t blocks = (size_t)(s->N / (16u * (unsigned)g.WN)) * (size_t)g.TB;
-    *st = tw_cu_launch_grid(ctx, g.g8 ? sm->gate8 : sm->gate2, blocks, 1, 256, 0, 1u, stream, args);
+    sm->last_gate_kernel = (int)g.kernel;
+    *st = tw_cu_launch_grid(ctx, sm->gate[g.kernel], blocks, 1, 256, g.smem, 1u, stream, args);
     if (*st == TWELL_OK)
         *st = tw_small_end(plan, sm, 0, capturing, stream);
     return 1;
@@ -453,6 +450,28 @@ twell_status tw_small_test_control(int op, va_list ap) {
         return TWELL_OK;
     case TW_TC_SMALL_POISON:
         return tw_cuda_small_poison(plan, va_arg(ap, unsigned));
+    case TW_TC_SMALL_SET_GATE: {
+        tw_small *sm = tw_plan_small(plan);
+        const char *name = va_arg(ap, const char *);
+        tw_sgate_choice c = TW_SGC_AUTO;
+        int wn = 0;
+        if (!sm)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
+        if (tw_sgate_spec_parse(name, &c, &wn) != 0)
+            return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: gate kernel %s unknown",
+                            name ? name : "(null)");
+        sm->gate_choice = c;
+        sm->gate_wn = wn;
+        return TWELL_OK;
+    }
+    case TW_TC_SMALL_LAST_GATE_KERNEL: {
+        const tw_small *sm = tw_plan_small(plan);
+        const char **out = va_arg(ap, const char **);
+        *out = sm && sm->last_gate_kernel >= 0
+                   ? tw_sgate_kernel_name((tw_sgate_kernel)sm->last_gate_kernel)
+                   : "";
+        return TWELL_OK;
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }

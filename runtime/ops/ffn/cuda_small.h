@@ -37,9 +37,10 @@ typedef enum tw_small_mode {
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
-/* AUTO's gate-pack limit, measured on an H100 at K = 2048, N = 5632, bf16, 29 active per row
- * (BENCHMARKS.md, "Small batches"): the gate-pack kernel here against the sm90 one, 21.5 / 22.7 /
- * 28.0 / 32.7 / 43.4 us against 33.6 / 33.3 / 34.0 / 34.3 / 33.9 at M = 1 / 8 / 16 / 32 / 64
+/* AUTO's gate-pack limit (the kernels up to it: small_gate.h; the x-staged kernels above it run
+ * only when forced, until measured), measured on an H100 at K = 2048, N = 5632, bf16, 29 active per
+ * row (BENCHMARKS.md, "Small batches"): the gate-pack kernel here against the sm90 one, 21.5 / 22.7
+ * / 28.0 / 32.7 / 43.4 us against 33.6 / 33.3 / 34.0 / 34.3 / 33.9 at M = 1 / 8 / 16 / 32 / 64
  * (crossover between 32 and 64). The inference kernels' limit is the policy's
  * TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)
