@@ -807,7 +807,11 @@ static twell_status tw_cuda_ffn_needs(twell_plan *plan, uint32_t acc[4], int gro
     memset(acc, 0, 16);
     grows[0] = grows[1] = 0;
     TW_TRY(tw_tc_enter(plan, &f, &sc));
-    twell_status st = tw_cuda_memcpy_dtoh(plan->ctx, acc, f->acc, 16);
+    /* the device first: cuMemcpyDtoH orders only against the legacy stream's work, and the
+     * plan's calls may run on a non-blocking stream */
+    twell_status st = tw_cuda_synchronize(plan->ctx);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(plan->ctx, acc, f->acc, 16);
     grows[0] = f->grows[0];
     grows[1] = f->grows[1];
     tw_cu_leave(plan->ctx, &sc);
