@@ -323,7 +323,7 @@ static int tw_ffn_short(const tw_ffn *f, const tw_ffn_need *n) {
  * the exact fallback where they do not fit). Growth is rare (+25% headroom, buffers never
  * shrink); where the driver's cuMemFree itself waits for the device, that happens once per
  * growth, never in the steady state. */
-static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
+static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     if (f->nretired) {
         int done = 0;
@@ -359,8 +359,9 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f) {
         f->grows[1]++;
     if (!f->nretired)
         return TWELL_OK;
-    /* after every call enqueued so far (calls on other streams wait for done on theirs) */
-    twell_status st = tw_cuda_event_record(ctx, f->retire, f->last_stream);
+    /* after every call enqueued so far: this call's stream, which waited for done where the
+     * last call ran on another (not that stream itself: the caller may have destroyed it) */
+    twell_status st = tw_cuda_event_record(ctx, f->retire, stream);
     if (st != TWELL_OK) { /* no event to wait for: keep them to the plan's release instead */
         for (int i = 0; i < f->nretired; i++)
             tw_cuda_keep_free(ctx, &f->keep, 1, f->retired[i]);
@@ -458,7 +459,7 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         chunk = tw_min(chunk, f->rows_cap);
         stats = NULL; /* a graph's counts never reach the host */
     } else {
-        TW_TRY(tw_ffn_collect(plan, f));
+        TW_TRY(tw_ffn_collect(plan, f, stream));
         TW_TRY(tw_ffn_reserve_rows(plan, f, chunk));
         if (f->rows_cap < chunk || !f->ws_ovf || !f->ws_pairs) /* allocation failed: warned */
             return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
