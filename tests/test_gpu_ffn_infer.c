@@ -4,7 +4,8 @@
  * skewed data with overflowing row-tiles), for every kernel path: the tiled pipeline, its
  * device-side fallback (workspace too small), the simple row kernel and the portable one. Also:
  * bitwise determinism, poisoned outputs fully overwritten, growth of the workspace without a
- * probe, several chunks on a stream, alignment, and the path switch. Exits 77 without a device.
+ * probe and with calls in flight, several chunks on a stream, alignment, and the path switch.
+ * Exits 77 without a device.
  *
  * Tolerance: the largest row-relative L2 error ‖y − y_ref‖₂ / ‖y_ref‖₂ over the checked rows is
  * at most 5e-3 (bf16) or 1e-3 (fp16): the output rounding level the development harness measured
@@ -292,6 +293,92 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* Growth with calls in flight (tw_ffn_collect's retirement path): a denser call A on a created
+ * stream, milliseconds of device work and a sparse call A2 queued behind it on that stream; once
+ * A has finished (its need is in the mirror) the stream is destroyed (legal: its work still
+ * runs) and a denser call B on the default stream grows the workspace while A2 is in flight,
+ * without a host wait: the old buffers are retired behind an event on B's stream (not on the
+ * destroyed one: a dangling handle) and freed by a later call. Every output matches the CPU
+ * reference; a denser call after that runs no fallback chunk. */
+static void test_gpu_ffn_infer_grow_in_flight(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(512, 2048);
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    const size_t M = 3000;
+    gi_data in[2]; /* [0] sparse, [1] denser */
+    fi_prepare(&in[0], &s, M, TW_SYNTH_UNIFORM, 6, 31, plan);
+    fi_prepare(&in[1], &s, M, TW_SYNTH_SKEWED, 40, 32, plan);
+    gi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
+    fi_expect(&in[0], "probe call");
+    size_t yb = M * s.K * 2u, ws0 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
+    void *y[5];
+    for (int i = 0; i < 5; i++) {
+        FI_OK(tw_cuda_malloc(fi_ctx, yb, &y[i]));
+        FI_OK(tw_cuda_memset_d32(fi_ctx, y[i], 0xFFFFFFFFu, yb / 4u, NULL));
+    }
+    void *busy = NULL;
+    const size_t busy_words = (size_t)64 << 20; /* 256 MB */
+    FI_OK(tw_cuda_malloc(fi_ctx, busy_words * 4u, &busy));
+    twell_stream side = NULL;
+    tw_cuda_event ev = NULL;
+    FI_OK(tw_cuda_stream_create(fi_ctx, &side));
+    FI_OK(tw_cuda_event_create(fi_ctx, &ev));
+    FI_OK(tw_cuda_synchronize(fi_ctx));
+    const gi_data *dn = &in[1], *sp = &in[0];
+    /* A (denser) on side, then the busy work and A2 (sparse) behind it */
+    FI_OK(twell_ffn_infer(plan, M, dn->dx, dn->dp, dn->dwg, dn->dwu, dn->dwd, y[0], side));
+    FI_OK(tw_cuda_event_record(fi_ctx, ev, side));
+    for (int b = 0; b < 40; b++)
+        FI_OK(tw_cuda_memset_d32(fi_ctx, busy, (uint32_t)b, busy_words, side));
+    FI_OK(twell_ffn_infer(plan, M, sp->dx, sp->dp, sp->dwg, sp->dwu, sp->dwd, y[1], side));
+    FI_OK(tw_cuda_event_synchronize(fi_ctx, ev)); /* A finished: its need is in the mirror */
+    tw_cuda_stream_destroy(fi_ctx, side);
+    uint32_t acc[4];
+    int grows[2];
+    /* B (denser, default stream) grows while A2 is in flight; C (sparse) comes after it */
+    unsigned long w0 = tw_tc_host_waits();
+    FI_OK(twell_ffn_infer(plan, M, dn->dx, dn->dp, dn->dwg, dn->dwu, dn->dwd, y[2], NULL));
+    unsigned long waits = tw_tc_host_waits() - w0;
+    FI_OK(twell_ffn_infer(plan, M, sp->dx, sp->dp, sp->dwg, sp->dwu, sp->dwd, y[3], NULL));
+    FI_OK(tw_test_control(TW_TC_FFN_NEEDS, plan, acc, grows)); /* synchronises */
+    unsigned fallbacks = acc[0];
+    size_t ws1 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
+    printf("#   grown in flight: host waits %lu; fallback chunks %u; needs: pair slots %u, "
+           "overflowing row-tiles %u, rows %u; growths idle %d, in flight %d; workspace %.1f -> "
+           "%.1f MB\n",
+           waits, acc[0], acc[1], acc[2], acc[3], grows[0], grows[1], (double)ws0 / 1e6,
+           (double)ws1 / 1e6);
+    assert_int_equal(waits, 0);
+    assert_true(fallbacks >= 1); /* A did not fit what the probe sized */
+    assert_true(grows[1] >= 1);
+    assert_true(ws1 > ws0);
+    /* D (denser, the device idle; its call frees the retired buffers): no fallback any more */
+    FI_OK(twell_ffn_infer(plan, M, dn->dx, dn->dp, dn->dwg, dn->dwu, dn->dwd, y[4], NULL));
+    FI_OK(tw_test_control(TW_TC_FFN_NEEDS, plan, acc, grows));
+    assert_int_equal(acc[0], fallbacks);
+    static const char *const what[5] = {"A denser, side stream", "A2 sparse, in flight",
+                                        "B denser, grown in flight", "C sparse", "D denser"};
+    for (int i = 0; i < 5; i++) {
+        gi_data *d = &in[i == 1 || i == 3 ? 0 : 1];
+        FI_OK(tw_cuda_memcpy_dtoh(fi_ctx, d->got, y[i], yb));
+        tw_gpu_expect_written(s.dtype, d->got, M * s.K, s.K, 0xFFFFu, "y");
+        fi_expect(d, what[i]);
+    }
+    tw_cuda_event_destroy(fi_ctx, ev);
+    for (int i = 0; i < 5; i++)
+        tw_cuda_free(fi_ctx, y[i]);
+    tw_cuda_free(fi_ctx, busy);
+    gi_free(&in[0]);
+    gi_free(&in[1]);
+    twell_plan_destroy(plan);
+}
+
 /* TWELL_PATH_DENSE runs on sm_90a, elsewhere it is a clear error (y untouched); SPARSE and AUTO
  * run; tensors off 16-byte alignment go to the portable kernel; an odd address is rejected. */
 static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
@@ -352,14 +439,16 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 5];
+    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 6];
     static char names[sizeof fi_cases / sizeof fi_cases[0]][GI_NAME];
     size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_infer", fi_cases, ncases,
                              test_gpu_ffn_infer_case);
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_ffn_infer_paths_and_alignment);
     struct CMUnitTest t4 = cmocka_unit_test(test_gpu_ffn_infer_alternating_no_sync);
+    struct CMUnitTest t5 = cmocka_unit_test(test_gpu_ffn_infer_grow_in_flight);
     tests[n++] = t1;
     tests[n++] = t4; /* small too: the sanitizers see the accumulated needs and retired buffers */
+    tests[n++] = t5;
     if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_ffn_infer_growth_without_probe);
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_ffn_infer_chunks_and_streams);
