@@ -7,10 +7,10 @@
  * workspace poisoned, row chunks, two streams, AUTO switching both ways within one call of the data
  * changing with no host wait in any call, and the errors of DENSE where it cannot run. The
  * split-K variants (fd_split_cases: M ∈ {1, 7, 64, 255, 1000, 4096}, gated and non-gated, both
- * dtypes): the policy's split, forced unsplit, forced uneven and maximal splits (clamped to the
- * k-blocks, down to one k-block per slice) and the legacy down GEMM (Wd transposed every call),
- * each against the reference and bitwise repeatable with the workspace poisoned between runs.
- * Exits 77 without a device.
+ * dtypes, K and N multiples of 256 or not): the policy's split, forced unsplit, forced uneven and
+ * maximal splits (clamped to the k-blocks, down to one k-block per slice) and the legacy down GEMM
+ * (Wd transposed every call), each against the reference and bitwise repeatable with the workspace
+ * poisoned between runs. Exits 77 without a device.
  *
  * Tolerance: largest row-relative L2 error ‖y − y_ref‖₂ / ‖y_ref‖₂ over the checked rows ≤ 5e-3
  * (bf16) or 1e-3 (fp16), as for the sparse path: the dense path rounds h to dtype before the down
@@ -56,13 +56,21 @@ static const gi_case fd_cases[] = {
 /* The split-K cases: every M of the brief once or twice, each (gated, dtype) pair more than once,
  * overflowing row-tiles (recomputed gates: the gated reduction's plane 1, the relu reduction's
  * flagged units) in the skewed ones, K = 64 (one k-block: the up GEMM cannot split) and odd
- * split counts over k-blocks they do not divide. */
+ * split counts over k-blocks they do not divide. The third and the last two have K and N not
+ * multiples of 256 (576 = 2·256 + 64, 320 = 256 + 64): each GEMM's last column unit is 64 wide (the
+ * up GEMM's B rows and the MN-major Wd boxes partly or wholly outside the tensor, the reductions'
+ * last 256-column block partial, the gate expanded from a 64-column segment), reductions of 5 and 9
+ * k-blocks (the policy splits 9 in 2, forced 3 / 5 gives uneven slices, 16 is clamped to one
+ * k-block per slice), recomputed units in the tail (M = 7 and 1000) and none (M = 255: the
+ * packed gate on the tail unit). The first three run under the sanitizers (`small`). */
 static const gi_case fd_split_cases[] = {
-    {1, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},     {1, 512, 1024, 256, 8, FP, 0, UNI, 29, 0},
-    {7, 2048, 5632, 256, 8, FP, 0, SKW, 56, 0},     {7, 64, 256, 64, 2, BF, 1, SKW, 20, 0},
-    {64, 2048, 5632, 256, 8, BF, 1, SKW, 110, 1},   {255, 512, 1024, 128, 4, FP, 1, SKW, 50, 1},
-    {255, 1024, 2048, 256, 8, BF, 0, SKW, 60, 1},   {1000, 2048, 5632, 256, 8, FP, 1, UNI, 56, 0},
-    {4096, 1024, 2048, 256, 8, BF, 0, SKW, 100, 1}, {4096, 512, 1024, 256, 2, FP, 1, SKW, 100, 1},
+    {1, 2048, 5632, 256, 8, BF, 1, UNI, 29, 0},    {1, 512, 1024, 256, 8, FP, 0, UNI, 29, 0},
+    {7, 576, 576, 64, 4, BF, 1, UNI, 150, 1},      {7, 2048, 5632, 256, 8, FP, 0, SKW, 56, 0},
+    {7, 64, 256, 64, 2, BF, 1, SKW, 20, 0},        {64, 2048, 5632, 256, 8, BF, 1, SKW, 110, 1},
+    {255, 512, 1024, 128, 4, FP, 1, SKW, 50, 1},   {255, 1024, 2048, 256, 8, BF, 0, SKW, 60, 1},
+    {1000, 2048, 5632, 256, 8, FP, 1, UNI, 56, 0}, {4096, 1024, 2048, 256, 8, BF, 0, SKW, 100, 1},
+    {4096, 512, 1024, 256, 2, FP, 1, SKW, 100, 1}, {255, 320, 320, 64, 4, FP, 1, UNI, 20, 0},
+    {1000, 576, 320, 64, 4, FP, 0, UNI, 80, 1},
 };
 
 #define FD_SAMPLE 96   /* evenly spread rows checked when M is large */
@@ -455,7 +463,7 @@ int main(int argc, char **argv) {
     size_t nsplit = sizeof fd_split_cases / sizeof fd_split_cases[0];
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
-        ncases = 3, nsplit = 2;
+        ncases = 3, nsplit = 3;
     struct CMUnitTest tests[sizeof fd_cases / sizeof fd_cases[0] +
                             sizeof fd_split_cases / sizeof fd_split_cases[0] + 4];
     static char names[sizeof fd_cases / sizeof fd_cases[0]][GI_NAME];
