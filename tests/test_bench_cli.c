@@ -51,75 +51,69 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_non_null(strstr(out, "[--gated 1|0]"));
 }
 
-/* Reads the JSON file named on the " records in " line of out into json; fails the test if
- * there is none. */
-static void bc_records(const char *out, char *json, size_t cap) {
+/* Runs `twell bench ARGS --warmup 1 --out <test results dir>` on the GPU. Without a device (exit
+ * 3): the clear message, nothing written, and 0 (unless TWELL_REQUIRE_GPU=1: then the test fails).
+ * Else the run must exit 0, its JSON records (the file named on the " records in " line) must
+ * hold every string of keys[0..nkeys) and none of absent[0..nabsent), and no record may have
+ * failed its check: returns 1 with the table in out. */
+static int bc_device_run(const char *args, char *out, size_t outlen, const char *const *keys,
+                         size_t nkeys, const char *const *absent, size_t nabsent) {
+    static char json[65536];
+    char a[1536];
+    snprintf(a, sizeof a, "%s --warmup 1 --out %s/test-cache/test_bench_cli/results", args,
+             TWELL_TEST_BINARY_DIR);
+    int rc = bc_run(a, out, outlen);
+    if (rc == 3) {
+        if (tw_gpu_required())
+            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
+        assert_non_null(strstr(out, "no usable CUDA device"));
+        return 0;
+    }
+    if (rc != 0)
+        fail_msg("twell bench %s exited %d:\n%s", args, rc, out);
     const char *rec = strstr(out, " records in ");
     assert_non_null(rec);
     char path[1024];
     assert_int_equal(sscanf(rec + strlen(" records in "), "%1023s", path), 1);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
-    size_t n = fread(json, 1, cap - 1, f);
+    size_t n = fread(json, 1, sizeof json - 1, f);
     json[n] = '\0';
     fclose(f);
+    for (size_t i = 0; i < nkeys; i++)
+        if (!strstr(json, keys[i]))
+            fail_msg("%s lacks %s:\n%s", path, keys[i], json);
+    for (size_t i = 0; i < nabsent; i++)
+        if (strstr(json, absent[i]))
+            fail_msg("%s has %s:\n%s", path, absent[i], json);
+    assert_null(strstr(json, "\"correct\": false"));
+    printf("%s", out);
+    return 1;
 }
+
+#define BC_N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* A non-gated ffn_infer run: checked against the CPU reference, records say "gated": false. */
 static void test_bench_cli_non_gated_run(void **state) {
     (void)state;
-    static char out[65536], json[65536];
-    char args[1024];
-    snprintf(args, sizeof args,
-             "--op ffn_infer --gated 0 --M 33,300 --K 256 --N 1024 --nnz 10 --dist uniform,skewed "
-             "--reps 20 --warmup 1 --out %s/test-cache/test_bench_cli/results",
-             TWELL_TEST_BINARY_DIR);
-    int rc = bc_run(args, out, sizeof out);
-    if (rc == 3) {
-        if (tw_gpu_required())
-            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
-        assert_non_null(strstr(out, "no usable CUDA device"));
-        return;
-    }
-    if (rc != 0)
-        fail_msg("twell bench exited %d:\n%s", rc, out);
-    bc_records(out, json, sizeof json);
+    static char out[65536];
     const char *keys[] = {"\"op\": \"ffn_infer\"",
                           "\"op\": \"ffn_fused_only\"",
                           "\"gated\": false",
                           "\"M\": 300",
                           "\"baseline\": \"cublas_ffn\"",
                           "\"correct\": true"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (!strstr(json, keys[i]))
-            fail_msg("records lack %s:\n%s", keys[i], json);
-    assert_null(strstr(json, "\"gated\": true"));
-    assert_null(strstr(json, "\"correct\": false"));
-    assert_non_null(strstr(out, "ffn_infer(ng)"));
-    printf("%s", out);
+    const char *absent[] = {"\"gated\": true"};
+    if (bc_device_run("--op ffn_infer --gated 0 --M 33,300 --K 256 --N 1024 --nnz 10 "
+                      "--dist uniform,skewed --reps 20",
+                      out, sizeof out, keys, BC_N(keys), absent, BC_N(absent)))
+        assert_non_null(strstr(out, "ffn_infer(ng)"));
 }
 
+/* The default op (gate_pack) on a tiny shape: every field of the record schema is written. */
 static void test_bench_cli_tiny_run(void **state) {
     (void)state;
     static char out[65536];
-    char dir[512], args[1024];
-    snprintf(dir, sizeof dir, "%s/test-cache/test_bench_cli/results", TWELL_TEST_BINARY_DIR);
-    snprintf(args, sizeof args,
-             "--M 33,100 --K 64 --N 512 --nnz 10 --dist uniform,skewed --reps 20 --warmup 1 "
-             "--out %s",
-             dir);
-    int rc = bc_run(args, out, sizeof out);
-    if (rc == 3) {
-        if (tw_gpu_required())
-            fail_msg("TWELL_REQUIRE_GPU=1, but twell bench found no usable device:\n%s", out);
-        /* no GPU here: a clear message, nothing written */
-        assert_non_null(strstr(out, "no usable CUDA device"));
-        return;
-    }
-    if (rc != 0)
-        fail_msg("twell bench exited %d:\n%s", rc, out);
-    static char json[65536];
-    bc_records(out, json, sizeof json);
     const char *keys[] = {"\"op\": \"gate_pack\"",
                           "\"gated\": true",
                           "\"dtype\": \"bf16\"",
@@ -140,11 +134,8 @@ static void test_bench_cli_tiny_run(void **state) {
                           "\"commit\"",
                           "\"date\"",
                           "\"correct\": true"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (!strstr(json, keys[i]))
-            fail_msg("records lack %s:\n%s", keys[i], json);
-    assert_null(strstr(json, "\"correct\": false"));
-    printf("%s", out);
+    (void)bc_device_run("--M 33,100 --K 64 --N 512 --nnz 10 --dist uniform,skewed --reps 20", out,
+                        sizeof out, keys, BC_N(keys), NULL, 0);
 }
 
 int main(void) {
