@@ -360,13 +360,6 @@ static twell_status tw_check_alias(const tw_args *a, const tw_range *r, size_t n
     return TWELL_OK;
 }
 
-#define TW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status tw_st_ = (expr);                                                              \
-        if (tw_st_ != TWELL_OK)                                                                    \
-            return tw_st_;                                                                         \
-    } while (0)
-
 /* ---- ops ---- */
 
 twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,

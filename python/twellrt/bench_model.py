@@ -189,15 +189,27 @@ def init_weights(model, seed):
 
 
 @torch.no_grad()
-def calibrate(model, targets, ids, seed):
+def calibrate(model, targets, ids, seed, probs=None):
     """Sets column 0 of every gate_proj (the per-neuron threshold), layer by layer, from the
-    ratios r_n measured on `ids` run through the already calibrated layers below."""
+    ratios r_n measured on `ids` run through the already calibrated layers below. probs(i, N,
+    target) gives layer i's firing probabilities (a CPU tensor [N], summing to about target);
+    default: 30% dead neurons, the others log-normal (DEAD_FRAC)."""
     g = torch.Generator().manual_seed(seed + 1)
+
+    def lognormal(i, N, target):
+        perm = torch.randperm(N, generator=g)
+        live = perm[int(DEAD_FRAC * N):]
+        p = torch.zeros(N)
+        w = torch.exp(torch.randn(live.numel(), generator=g))
+        p[live] = (w / w.sum() * target).clamp(max=0.3)
+        return p
+
+    probs = probs or lognormal
     cos, sin = model.rope_tables(ids.shape[1], ids.device)
     h = model.embed_tokens(ids)
     body = torch.ones_like(ids, dtype=torch.bool)
     body[:, 0] = False
-    for lyr, target in zip(model.layers, targets):
+    for i, (lyr, target) in enumerate(zip(model.layers, targets)):
         h = h + lyr.self_attn(lyr.input_layernorm(h), cos, sin)
         wg = lyr.mlp.gate_proj.weight
         N = wg.shape[0]
@@ -208,13 +220,7 @@ def calibrate(model, targets, ids, seed):
         r_all = (hr.flatten(0, 1) @ wg.float().T) / (gam[0] * h.float()[..., 0].reshape(-1, 1))
         r = r_all[body.flatten()]
         Mc = r.shape[0]
-        # firing probabilities: 30% dead, the others log-normal, summing to the target
-        perm = torch.randperm(N, generator=g)
-        live = perm[int(DEAD_FRAC * N):]
-        p = torch.zeros(N)
-        w = torch.exp(torch.randn(live.numel(), generator=g))
-        p[live] = (w / w.sum() * target).clamp(max=0.3)
-        p = p.to(r.device)
+        p = probs(i, N, target).float().to(r.device)  # firing probabilities, summing to target
         srt = r.sort(dim=0, descending=True).values  # [Mc, N]
         kk = (p * Mc).round().long().clamp(0, Mc - 1)  # samples above the threshold
         idx = torch.arange(N, device=r.device)

@@ -285,35 +285,14 @@ def init_weights_on(model, seed, dev):
         lyr.mlp.down_proj.weight[0].zero_()
 
 
-@torch.no_grad()
 def calibrate_profile(model, targets, ids, seed, profile):
     """bench_model.calibrate with each layer's firing probabilities drawn from
     twellrt.activity.firing_probs(profile) instead of its own log-normal."""
+    from . import bench_model as bm
     from .activity import firing_probs
 
-    cos, sin = model.rope_tables(ids.shape[1], ids.device)
-    h = model.embed_tokens(ids)
-    body = torch.ones_like(ids, dtype=torch.bool)
-    body[:, 0] = False
-    for i, (lyr, target) in enumerate(zip(model.layers, targets)):
-        h = h + lyr.self_attn(lyr.input_layernorm(h), cos, sin)
-        wg = lyr.mlp.gate_proj.weight
-        N = wg.shape[0]
-        gam = lyr.post_attention_layernorm.weight.float()
-        hr = h.float() * gam
-        hr[..., 0] = 0
-        r_all = (hr.flatten(0, 1) @ wg.float().T) / (gam[0] * h.float()[..., 0].reshape(-1, 1))
-        r = r_all[body.flatten()]
-        Mc = r.shape[0]
-        p = firing_probs(N, target, profile, seed + 101 * i).float().to(r.device)
-        srt = r.sort(dim=0, descending=True).values
-        kk = (p * Mc).round().long().clamp(0, Mc - 1)
-        idx = torch.arange(N, device=r.device)
-        thr = 0.5 * (srt[(kk - 1).clamp(min=0), idx] + srt[kk, idx])
-        thr = torch.where(kk >= 1, thr, srt[0] + 1e-3 * srt[0].abs())
-        thr = torch.where(p == 0, r_all.max(0).values.abs() * 4 + 1.0, thr)
-        wg[:, 0] = (-thr).to(wg.dtype)
-        h = h + lyr.mlp(lyr.post_attention_layernorm(h))
+    bm.calibrate(model, targets, ids, seed,
+                 probs=lambda i, N, target: firing_probs(N, target, profile, seed + 101 * i))
 
 
 def model_bench(a, shape, profile, rank, world, dev, clock, dense_done):

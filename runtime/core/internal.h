@@ -64,6 +64,15 @@ struct twell_train_state {
 twell_status tw_error(twell_ctx *ctx, twell_status status, const char *fmt, ...) TW_PRINTF(3, 4);
 twell_status tw_verror(twell_ctx *ctx, twell_status status, const char *fmt, va_list ap);
 
+/* Returns from the enclosing function (which returns twell_status) with expr's status unless it
+ * is TWELL_OK. */
+#define TW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        twell_status tw_try_st_ = (expr);                                                          \
+        if (tw_try_st_ != TWELL_OK)                                                                \
+            return tw_try_st_;                                                                     \
+    } while (0)
+
 /* Clears ctx's last error ("" message). */
 void tw_clear_error(twell_ctx *ctx);
 

@@ -76,13 +76,6 @@ struct tw_dense {
     unsigned long calls[3]; /* by twell_path */
 };
 
-#define TW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t tw_max_rows(size_t a, size_t b) { return a > b ? a : b; }

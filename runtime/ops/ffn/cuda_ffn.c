@@ -201,13 +201,6 @@ static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigne
 static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
-#define TW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
  * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when
  * stats_add); acc (f->acc or NULL) accumulates the chunk's needs, hflag (or NULL) mirrors acc.

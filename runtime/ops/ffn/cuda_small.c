@@ -40,13 +40,6 @@ struct tw_small {
     tw_cuda_keep keep; /* workspaces captured graphs may still use (freed at release) */
 };
 
-#define TW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
 static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 

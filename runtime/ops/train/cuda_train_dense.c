@@ -61,13 +61,6 @@ struct tw_tdense {
     size_t peak;            /* high-water mark of twell_train_state_bytes (TW_TC_TD_PEAK_BYTES) */
 };
 
-#define TD_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 static size_t td_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
 
@@ -123,7 +116,7 @@ static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *
                               const char *fname, tw_CUmodule *mod, tw_CUfunction *fn) {
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    TD_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
+    TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
     twell_status st = tw_cu_module_open(ctx, cubin.data, &fname, 1, mod, fn);
     tw_cubin_free(&cubin);
     return st;
@@ -154,8 +147,8 @@ static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
     unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
     p[TD_WG][7].ival = (long long)wgs;
     for (int i = 0; i < 5; i++) {
-        TD_TRY(td_module(ctx, "gemm_sm90", p[i], 9, "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
-        TD_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
+        TW_TRY(td_module(ctx, "gemm_sm90", p[i], 9, "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
+        TW_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
                                         TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)(i == TD_WG ? TD_WG_SMEM(wgs) : TD_SMEM)));
     }
@@ -218,7 +211,7 @@ static twell_status td_collect(twell_ctx *ctx, tw_tdense *d) {
     if (!d->pending)
         return TWELL_OK;
     int done = 0;
-    TD_TRY(tw_cuda_event_query(ctx, d->ev, &done));
+    TW_TRY(tw_cuda_event_query(ctx, d->ev, &done));
     if (done) {
         d->pending = 0;
         d->est = (double)*d->hcount / (double)d->pending_M;
@@ -232,16 +225,16 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
     twell_ctx *ctx = plan->ctx;
     *dense = 0;
     tw_tdense *d = NULL;
-    TD_TRY(td_create(ctx, state, &d));
+    TW_TRY(td_create(ctx, state, &d));
     d->saved_M = 0; /* the forward about to run replaces the saved one, whatever its path */
-    TD_TRY(td_collect(ctx, d));
+    TW_TRY(td_collect(ctx, d));
     if (plan->path == TWELL_PATH_SPARSE)
         return TWELL_OK;
     const void *p[] = {x, wg, wu, wd, y};
     int forced = plan->path == TWELL_PATH_DENSE;
     if (!forced && M < d->min_rows)
         return TWELL_OK; /* AUTO runs sparse: no need to build the dense kernels for it */
-    TD_TRY(td_prepare(plan, d, forced));
+    TW_TRY(td_prepare(plan, d, forced));
     int can = d->available && td_aligned(p, 5) && M <= (size_t)INT_MAX;
     if (forced) {
         if (!d->available)
@@ -360,7 +353,7 @@ static twell_status td_reserve(twell_plan *plan, twell_train_state *state, tw_td
     } else {
         if (d->own_bytes < need) {
             if (d->own) /* earlier steps may still use it */
-                TD_TRY(tw_cuda_synchronize(ctx));
+                TW_TRY(tw_cuda_synchronize(ctx));
             tw_cuda_free(ctx, d->own);
             d->own = NULL;
             d->own_bytes = 0;
@@ -394,7 +387,7 @@ static twell_status td_mark_used(twell_ctx *ctx, const twell_train_state *state,
                                  twell_stream stream) {
     if (state->ws || !d->own)
         return TWELL_OK;
-    TD_TRY(tw_cuda_event_record(ctx, d->ws_ev, stream));
+    TW_TRY(tw_cuda_event_record(ctx, d->ws_ev, stream));
     d->ws_ev_set = 1;
     return TWELL_OK;
 }
@@ -458,16 +451,16 @@ static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     char *tm = (char *)buf + 2u * N * 2u; /* columns [2N, 3N) */
     tw_CUtensorMap ma, mb, mg;
     /* 1. Tm, the saved (P, U) pairs and the stats partials */
-    TD_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
-    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
+    TW_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
+    TW_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
+    TW_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
     td_args a = {tm, NULL, NULL, pu, part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
-    TD_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    TW_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
     /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
-    TD_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
+    TW_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
+    TW_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
     a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TD_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    TW_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
     return TWELL_OK;
 }
 
@@ -477,13 +470,13 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     tw_tdense *d = NULL;
-    TD_TRY(td_create(ctx, state, &d));
-    TD_TRY(td_prepare(plan, d, 1));
+    TW_TRY(td_create(ctx, state, &d));
+    TW_TRY(td_prepare(plan, d, 1));
     if (!d->available)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: %s", d->why);
     d->saved_M = 0;
-    TD_TRY(td_reserve(plan, state, d, M));
-    TD_TRY(td_fwd_gemms(ctx, s, d, M, x, wg, wu, wd, y, d->buf, d->pu, d->part, stream));
+    TW_TRY(td_reserve(plan, state, d, M));
+    TW_TRY(td_fwd_gemms(ctx, s, d, M, x, wg, wu, wd, y, d->buf, d->pu, d->part, stream));
     /* 3. stats (fixed order) and the count for AUTO, copied back without a wait */
     long long np = (long long)(td_units(s, M) * TD_CLUSTER * 8u), Ml = (long long)M;
     void *part = d->part, *cnt = d->dcount;
@@ -493,10 +486,10 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     cfg.grid[0] = cfg.grid[1] = cfg.grid[2] = 1u;
     cfg.block[0] = 1024u;
     cfg.block[1] = cfg.block[2] = 1u;
-    TD_TRY(tw_cu_launch(ctx, d->fn[TD_AUX], &cfg, stream, sargs));
-    TD_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hcount, d->dcount, 8u, stream));
-    TD_TRY(tw_cuda_event_record(ctx, d->ev, stream));
-    TD_TRY(td_mark_used(ctx, state, d, stream));
+    TW_TRY(tw_cu_launch(ctx, d->fn[TD_AUX], &cfg, stream, sargs));
+    TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, d->hcount, d->dcount, 8u, stream));
+    TW_TRY(tw_cuda_event_record(ctx, d->ev, stream));
+    TW_TRY(td_mark_used(ctx, state, d, stream));
     d->pending = 1;
     d->pending_M = M;
     d->saved_M = M;
@@ -517,36 +510,36 @@ static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     size_t N = s->N, K = s->K;
     tw_CUtensorMap ma, mb, mg;
     /* 1. dT = dy·Wdᵀ (+ the L1 term) → dU, dP in columns [0, N), [N, 2N) */
-    TD_TRY(td_map(ctx, &ma, dt, dy, M, K, K, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
+    TW_TRY(td_map(ctx, &ma, dt, dy, M, K, K, TD_BM));
+    TW_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
     td_args a = {buf, buf + N * 2u, NULL, pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
-    TD_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    TW_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
     /* 2. dx = [dU dP]·[Wu; Wg] */
-    TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
-    TD_TRY(td_map(ctx, &mb, dt, wu, N, K, K, 64u));
-    TD_TRY(td_map(ctx, &mg, dt, wg, N, K, K, 64u));
+    TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
+    TW_TRY(td_map(ctx, &mb, dt, wu, N, K, K, 64u));
+    TW_TRY(td_map(ctx, &mg, dt, wg, N, K, K, 64u));
     a = (td_args){dx, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TD_TRY(td_gemm(ctx, d->fn[TD_DX], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    TW_TRY(td_gemm(ctx, d->fn[TD_DX], TD_SMEM, &ma, &mb, &mg, &a, stream));
     /* 3. [dWu; dWg; dWd] = [dU dP Tm]ᵀ · [x; x; dy]: everything MN-major, reduction over M. One
      * launch when the dy rows start on a cluster boundary (2N % 256 == 0), else two. */
     int kbl = (int)td_cdiv(M, 64u);
-    TD_TRY(td_map(ctx, &mb, dt, x, M, K, K, 64u));
-    TD_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
+    TW_TRY(td_map(ctx, &mb, dt, x, M, K, K, 64u));
+    TW_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
     if ((2u * N) % (TD_BM * TD_CLUSTER) == 0) {
-        TD_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
+        TW_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,       0.0f,
                       (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     } else {
-        TD_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
+        TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,       0.0f,
                       (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
-        TD_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
+        TW_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
         a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K};
-        TD_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
+        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     }
     return TWELL_OK;
@@ -565,7 +558,7 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
                         "twell_ffn_backward: the saved forward ran the dense path, which needs "
                         "every tensor 16-byte aligned");
     float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
-    TD_TRY(td_bwd_gemms(ctx, s, d, M, x, wg, wu, wd, dy, l1c, dx, dwg, dwu, dwd, d->buf, d->pu,
+    TW_TRY(td_bwd_gemms(ctx, s, d, M, x, wg, wu, wd, dy, l1c, dx, dwg, dwu, dwd, d->buf, d->pu,
                         stream));
     return td_mark_used(ctx, state, d, stream);
 }
@@ -575,8 +568,8 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
 twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available) {
     tw_tdense *d = NULL;
     *available = 0;
-    TD_TRY(td_create(plan->ctx, state, &d));
-    TD_TRY(td_prepare(plan, d, 0));
+    TW_TRY(td_create(plan->ctx, state, &d));
+    TW_TRY(td_prepare(plan, d, 0));
     *available = d->available;
     return TWELL_OK;
 }
@@ -631,7 +624,7 @@ twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, s
 twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
     twell_ctx *ctx = state->plan->ctx;
     tw_cu_scope sc;
-    TD_TRY(tw_cu_enter(ctx, &sc));
+    TW_TRY(tw_cu_enter(ctx, &sc));
     twell_status st = tw_cuda_synchronize(ctx); /* work in flight may use either buffer */
     if (st == TWELL_OK) {
         tw_tdense *d = state->dense;
@@ -688,7 +681,7 @@ static double tw_ctd_estimate(const twell_train_state *state) {
 static twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row,
                                          size_t min_rows) {
     tw_tdense *d = NULL;
-    TD_TRY(td_create(state->plan->ctx, state, &d));
+    TW_TRY(td_create(state->plan->ctx, state, &d));
     d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
     d->min_rows = min_rows;
     return TWELL_OK;
@@ -696,7 +689,7 @@ static twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_pe
 
 static twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
     tw_tdense *d = NULL;
-    TD_TRY(td_create(state->plan->ctx, state, &d));
+    TW_TRY(td_create(state->plan->ctx, state, &d));
     if (d->loaded || (stages != 0 && (stages < 2 || stages > 4)))
         return tw_error(state->plan->ctx, TWELL_ERR_INVALID_ARG,
                         "TW_TC_TD_SET_WGRAD_STAGES: %u (2..4, 0 default) must be set before the "

@@ -104,13 +104,6 @@ static twell_status tw_ctt_go(twell_ctx *ctx, tw_CUfunction fn, size_t gx, unsig
     return tw_cu_launch_grid(ctx, fn, gx, gy, block, smem, 0u, stream, args);
 }
 
-#define TW_CTT_TRY(expr)                                                                           \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 twell_status tw_ctt_phase_a(twell_plan *plan, tw_ctt *c, size_t M, const void *a, const void *w,
                             twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
@@ -162,11 +155,11 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                               M, M,      NL,     NL + 1, NBC,    NBC};
     for (int i = 0; i < 12; i++)
         o[i] = b, b += tw_al(4u * words[i]);
-    TW_CTT_TRY(tw_ctt_grow(ctx, &c->ws, &c->ws_bytes, b));
+    TW_TRY(tw_ctt_grow(ctx, &c->ws, &c->ws_bytes, b));
     size_t nsl = plan->shape.K / 64u;
     size_t pg = tw_al(4u * (P + 64u)), pp = pg + tw_al(2u * (P + 64u));
     size_t pbytes = pp + tw_al(4u * nsl * P);
-    TW_CTT_TRY(tw_ctt_grow(ctx, &c->pairs, &c->pairs_bytes, pbytes));
+    TW_TRY(tw_ctt_grow(ctx, &c->pairs, &c->pairs_bytes, pbytes));
     uint32_t **pw[12] = {&c->flag,     &c->cnt,      &c->ovf_base, &c->item_base,
                          &c->ovf_rows, &c->ovf_slot, &c->orow_idx, &c->orows,
                          &c->sizes,    &c->offsets,  &c->bsum,     &c->bbase};
@@ -180,22 +173,21 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     /* launch contract steps 1-4 (overflow capacities unbounded: those row-tiles are ours) */
     int m = (int)M;
     unsigned pair_cap = (unsigned)P, big = 0xffffffffu;
-    TW_CTT_TRY(tw_cuda_memset_d32(ctx, c->cnt, 0u, NT + 4u, stream));
+    TW_TRY(tw_cuda_memset_d32(ctx, c->cnt, 0u, NT + 4u, stream));
     void *a_prep[] = {(void *)&packed, &m,        &c->cnt,   &c->ovf_rows, &c->ovf_slot,
                       &c->orow_idx,    &c->orows, &c->sizes, &c->bsum};
-    TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_PREP], NB, 1, 256, 0, stream, a_prep));
+    TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_PREP], NB, 1, 256, 0, stream, a_prep));
     unsigned long long *no_stats = NULL; /* AUTO's count, the needs, the host copy: not here */
     int stats_add = 0;
     uint32_t *no_acc = NULL, *no_hflag = NULL;
     void *a_scan[] = {&c->bsum,      &m,        &c->bbase,   &c->cnt,   &c->ovf_base,
                       &c->item_base, &c->flag,  &c->offsets, &pair_cap, &big,
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
-    TW_CTT_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
+    TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
     void *a_build[] = {(void *)&packed, &m,       &c->bbase, &c->sizes,
                        &c->offsets,     &c->desc, &c->gv,    &c->flag};
-    TW_CTT_TRY(
-        tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
+    TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     c->lists_M = M;
     *pre = c->flag;
     return TWELL_OK;
