@@ -30,7 +30,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
-            "                   [--small-gate auto|x|g2|g2u2|g8|x8|x16|x32[:WN]]\n"
+            "                   [--small-gate auto|g2u2[:WN]]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
             "                   [--dense-split auto|legacy|U,D]\n"
             "                   [--gated 1|0]\n"
@@ -52,11 +52,10 @@ static void bench_usage(FILE *f) {
             "tiled pipeline (small-batch path off); small forces the small-batch path (gate-pack\n"
             "and inference). --variant small forces the small-batch gate-pack kernel; simt or\n"
             "sm90 force that kernel (small-batch path off). The record's variant names what ran.\n"
-            "--small-gate picks the small-batch gate-pack kernel (where that path runs): auto by\n"
-            "M (g2 to 16 rows, g8 to 32, x8/x16/x32 to 256), x the x-staged kernel by M, or one\n"
-            "kernel by name (more token blocks where M exceeds its rows); g2u2 is g2 with two\n"
-            "k32 blocks in flight and 4 blocks per SM. :WN forces 16*WN neurons a block (1, 2,\n"
-            "4, 8; the x kernels take 2 or 4; else the rule's). Records say e.g. small-x16.\n"
+            "--small-gate names the small-batch gate-pack kernel (where that path runs): auto or\n"
+            "g2u2, the one kernel (16 rows a block, more token blocks for more rows). :WN forces\n"
+            "16*WN neurons a block (1, 2, 4, 8, where T allows it; else the rule's: 1 up to 8\n"
+            "rows a block, else 2). Records say small-g2u2.\n"
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
@@ -195,7 +194,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
         } else if (!strcmp(key, "--small-gate")) {
-            static const char *const k[] = {"auto", "x", "g2", "g2u2", "g8", "x8", "x16", "x32"};
+            static const char *const k[] = {"auto", "g2u2"};
             o->small_gate = v;
             size_t len = strcspn(v, ":");
             bad = 1;

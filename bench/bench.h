@@ -30,8 +30,8 @@ typedef struct bench_opts {
     size_t check_rows;   /* rows of each case compared with the CPU reference */
     const char *variant; /* kernel variant to force ("auto", "simt", "sm90") */
     const char *path;    /* ffn_infer: twell_plan_set_path ("auto", "sparse", "dense") */
-    /* the small path's gate-pack kernel (TW_TC_SMALL_SET_GATE): "auto", "x", "g2", "g2u2", "g8",
-     * "x8", "x16", "x32" */
+    /* the small path's gate-pack kernel (TW_TC_SMALL_SET_GATE): "auto" or "g2u2", optionally
+     * ":WN" */
     const char *small_gate;
     /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K), "legacy" (Wd transposed
      * every call, no split) or "U,D" (split factors of the up and down GEMMs; 1 unsplit) */
@@ -138,7 +138,7 @@ size_t bench_plan_size(twell_plan *plan, int op);
 twell_path bench_plan_path(twell_plan *plan, int op);
 double bench_plan_threshold(twell_plan *plan, size_t M); /* TW_TC_DENSE_THRESHOLD at M rows */
 const char *bench_plan_variant(twell_plan *plan); /* TW_TC_GP_VARIANT: "simt", "sm90", "auto" */
-/* The gate-pack kernel of the plan's last twell_gate_pack: "small-<kernel>" (e.g. "small-x16")
+/* The gate-pack kernel of the plan's last twell_gate_pack: "small-<kernel>" (e.g. "small-g2u2")
  * when the small path ran it, else bench_plan_variant. */
 void bench_gate_name(twell_plan *plan, char *out, size_t n);
 twell_path bench_state_path(twell_train_state *state, int op);

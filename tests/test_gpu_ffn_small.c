@@ -2,9 +2,9 @@
  * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
  * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
  * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
- * row-tiles; the gate-pack kernels forced by name (TW_TC_SMALL_SET_GATE: the x-staged x8/x16/x32
- * at M = 33..256, g2u2, g8), gate-pack alone, every row against the reference; and the AUTO rule
- * that picks the path.
+ * row-tiles; the gate-pack kernel forced by name (TW_TC_SMALL_SET_GATE: g2u2 with each WN, one
+ * to 63 token blocks), gate-pack alone, every row against the reference; and the AUTO rule that
+ * picks the path.
  *
  * Per case: packed and y are poisoned before each run and so is the path's workspace (its
  * scratch needs no initialisation; its arrival counters must be back at 0 after every call, which
@@ -61,13 +61,13 @@ static const gi_case fs_cases[] = {
     {1000, 96, 512, 256, 4, FP, 1, UNI, 29, 0},
 };
 
-/* The gate-pack kernels forced by name (TW_TC_SMALL_SET_GATE), gate-pack alone, every row
- * compared with tw_gate_pack_ref: "x" (the x-staged kernel by M: x8 to 64 rows, x16 to 128, x32
- * to 256) at M = 33, 64, 100, 255, 256, every C, both dtypes, each overflowing row-tiles (C = 2
- * and 4 on dense uniform data, C = 8 on skewed rows); K = 96 and 160 leave a last stage of
- * 3 and 1 of its 4 k32 blocks; then each x kernel with more token blocks than one, the real
- * shape, g2u2 (session 4's in-flight setting) and g8 over several token blocks. The first two
- * run in the small (sanitizer) set. */
+/* The gate-pack kernel forced by name (TW_TC_SMALL_SET_GATE: "g2u2", "auto" or with a forced WN),
+ * gate-pack alone, every row compared with tw_gate_pack_ref: every C at M = 8, 16 (one token
+ * block), 32, 64, 255 (2 to 16 token blocks), both dtypes, each overflowing row-tiles (C = 2 and 4
+ * on dense uniform data, C = 8 on skewed rows); K = 96 and 160 leave 3 and 5 k32 blocks for the
+ * warps that split K; then each forced WN (8 where T = 256 takes it, the rule's where T = 64
+ * does not), the real shape, and 1000 rows (63 token blocks: FORCE beyond AUTO's limits). The
+ * first two run in the small (sanitizer) set. */
 typedef struct {
     const char *gate;
     size_t M;
@@ -78,34 +78,30 @@ typedef struct {
     int want_overflow;
 } fs_gate_case;
 
-/* "x" at M rows, K, T, C, data: bf16 and fp16 */
-#define FS_GX2(M, K, T, C, DIST, NNZ)                                                              \
-    {"x", M, K, 1024, T, C, BF, DIST, NNZ, 1}, { "x", M, K, 1024, T, C, FP, DIST, NNZ, 1 }
+/* "g2u2" at M rows, K, T, C, data: bf16 and fp16 */
+#define FS_G2(M, K, T, C, DIST, NNZ)                                                               \
+    {"g2u2", M, K, 1024, T, C, BF, DIST, NNZ, 1}, { "g2u2", M, K, 1024, T, C, FP, DIST, NNZ, 1 }
 /* every C at M rows */
-#define FS_GX(M)                                                                                   \
-    FS_GX2(M, 160, 128, 2, UNI, 600), FS_GX2(M, 96, 128, 4, UNI, 400),                             \
-        FS_GX2(M, 512, 64, 8, SKW, 29)
+#define FS_G(M)                                                                                    \
+    FS_G2(M, 160, 128, 2, UNI, 600), FS_G2(M, 96, 128, 4, UNI, 400), FS_G2(M, 512, 64, 8, SKW, 29)
 
 static const fs_gate_case fs_gate_cases[] = {
-    {"x", 33, 96, 512, 128, 4, FP, UNI, 200, 1},
-    {"x16", 100, 160, 512, 64, 8, BF, SKW, 29, 1},
-    FS_GX(33),
-    FS_GX(64),
-    FS_GX(100),
-    FS_GX(255),
-    FS_GX(256),
-    {"x8", 255, 512, 1024, 64, 8, BF, SKW, 29, 1},
-    {"x8:4", 64, 160, 1024, 128, 8, FP, SKW, 29, 1},
-    {"x32:2", 200, 96, 1024, 256, 4, BF, UNI, 400, 1},
-    {"x16:4", 48, 512, 1024, 64, 2, FP, UNI, 600, 1},
-    {"x16", 255, 160, 1024, 128, 2, FP, UNI, 600, 1},
-    {"x32", 33, 96, 1024, 128, 4, BF, UNI, 400, 1},
-    {"x", 256, 2048, 5632, 256, 8, BF, SKW, 29, 1},
-    {"x", 64, 2048, 5632, 256, 8, FP, SKW, 29, 1},
+    {"g2u2", 33, 96, 512, 128, 4, FP, UNI, 200, 1},
+    {"g2u2:4", 100, 160, 512, 64, 8, BF, SKW, 29, 1},
+    FS_G(8),
+    FS_G(16),
+    FS_G(32),
+    FS_G(64),
+    FS_G(255),
+    {"g2u2:1", 16, 512, 1024, 64, 8, BF, SKW, 29, 1},
+    {"g2u2:2", 1, 160, 1024, 64, 8, FP, SKW, 29, 1},
+    {"g2u2:8", 256, 96, 1024, 256, 4, BF, UNI, 400, 1},
+    {"g2u2:8", 64, 512, 1024, 64, 2, FP, UNI, 600, 1},
+    {"auto:4", 48, 512, 1024, 64, 2, FP, UNI, 600, 1},
+    {"auto", 256, 2048, 5632, 256, 8, BF, SKW, 29, 1},
+    {"auto", 64, 2048, 5632, 256, 8, FP, SKW, 29, 1},
     {"g2u2", 1, 2048, 5632, 256, 8, BF, UNI, 29, 0},
-    {"g2u2", 16, 512, 1024, 64, 8, FP, SKW, 29, 1},
-    {"g2u2", 100, 160, 1024, 128, 2, BF, UNI, 600, 1},
-    {"g8", 100, 96, 1024, 128, 4, FP, UNI, 400, 1},
+    {"g2u2", 1000, 160, 1024, 128, 2, BF, UNI, 600, 1},
     {"auto", 256, 512, 1024, 64, 8, FP, SKW, 29, 1},
 };
 #define FS_GATE_SMALL 2 /* of fs_gate_cases in the small set */
@@ -255,29 +251,23 @@ static void test_gpu_ffn_small_gate(void **state) {
         skip();
     }
     FS_OK(tw_test_control(TW_TC_SMALL_SET_GATE, plan, c->gate));
-    tw_sgate_choice choice = TW_SGC_AUTO;
     int wn = 0;
-    assert_int_equal(tw_sgate_spec_parse(c->gate, &choice, &wn), 0);
-    tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, choice, wn, fs_ctx->cuda->smem_optin);
+    assert_int_equal(tw_sgate_spec_parse(c->gate, &wn), 0);
+    tw_sgate_geom g = tw_sgate_geom_of(s.T, c->M, wn);
     gi_data d;
     gi_setup(&d, fs_ctx, &s, c->M, c->dist, c->nnz, 7000u + c->M + c->K + c->N + c->C);
     twell_stream stream = NULL;
     FS_OK(tw_cuda_stream_create(fs_ctx, &stream));
-    printf("# gate %s: M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %-7s nnz=%g -> %s TB=%d MT=%d WN=%d "
-           "smem=%u\n",
+    printf("# gate %s: M=%-4zu K=%-4u N=%-5u T=%u C=%u %s %-7s nnz=%g -> TB=%d MT=%d WN=%d\n",
            c->gate, c->M, s.K, s.N, s.T, s.C, s.dtype == BF ? "bf16" : "fp16",
-           tw_synth_dist_name(c->dist), c->nnz, tw_sgate_kernel_name(g.kernel), g.TB, g.MT, g.WN,
-           g.smem);
-    if (wn > 0)
+           tw_synth_dist_name(c->dist), c->nnz, g.TB, g.MT, g.WN);
+    if (wn > 0 && s.T % (16u * (unsigned)wn) == 0)
         assert_int_equal(g.WN, wn);
     size_t ovf = fs_check_gate(&d, plan, stream, 256);
     const char *ran = NULL;
     FS_OK(tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &ran));
     assert_non_null(ran);
-    assert_string_equal(ran, tw_sgate_kernel_name(g.kernel));
-    if (c->gate[0] == 'x' && ran[0] != 'x')
-        fail_msg("gate %s ran %s: the device's shared memory (%d bytes a block) holds no x kernel",
-                 c->gate, ran, fs_ctx->cuda->smem_optin);
+    assert_string_equal(ran, TW_SGATE_KERNEL);
     if (c->want_overflow && ovf == 0)
         fail_msg("the case was meant to overflow row-tiles but has none");
     tw_cuda_stream_destroy(fs_ctx, stream);

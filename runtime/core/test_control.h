@@ -149,13 +149,11 @@ enum {
      * pattern */
     TW_TC_SMALL_POISON,
     /* (plan, const char *kernel): the gate-pack kernel of later small-path calls (small_gate.h):
-     * "auto" (the default: by M), "x" (the x-staged kernel by M), or one kernel: "g2", "g2u2",
-     * "g8", "x8", "x16", "x32" (more token blocks where M exceeds its rows; an x kernel the
-     * device's shared memory cannot hold steps down to a smaller one); ":<wn>" after it forces
-     * the neuron groups a block (1, 2, 4, 8; where the kernel and T take it) */
+     * "auto" (the default) or "g2u2", the one kernel; ":<wn>" after it forces the neuron groups a
+     * block (1, 2, 4, 8; where T takes it) */
     TW_TC_SMALL_SET_GATE,
-    /* (plan, const char **out): the kernel the last twell_gate_pack ran on the small path ("g2",
-     * ..., "x32"), "" when it ran elsewhere */
+    /* (plan, const char **out): the kernel the last twell_gate_pack ran on the small path
+     * ("g2u2"), "" when it ran elsewhere */
     TW_TC_SMALL_LAST_GATE_KERNEL,
     TW_TC_SMALL_LAST,
 

@@ -12,7 +12,6 @@
 #include "small_gate.h"
 #include "test_control.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,10 +19,9 @@ struct tw_small {
     int available;
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
-    tw_CUfunction gate[TW_SGK_COUNT], up, down, fused;
-    tw_sgate_choice gate_choice; /* TW_TC_SMALL_SET_GATE (default AUTO: by M) */
-    int gate_wn;                 /* its forced WN, 0: the rule's */
-    int last_gate_kernel;        /* tw_sgate_kernel of the last small gate-pack, -1 before */
+    tw_CUfunction gate, up, down, fused;
+    int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
+    int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
     void *ws;
     size_t rows, bytes;
@@ -62,9 +60,7 @@ static void tw_small_unload(tw_small *sm) {
     tw_cu_module_unload(sm->mod_gate);
     tw_cu_module_unload(sm->mod_ffn);
     sm->mod_gate = sm->mod_ffn = NULL;
-    for (int k = 0; k < TW_SGK_COUNT; k++)
-        sm->gate[k] = NULL;
-    sm->up = sm->down = sm->fused = NULL;
+    sm->gate = sm->up = sm->down = sm->fused = NULL;
 }
 
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
@@ -75,17 +71,8 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     p[n] = (tw_param){"gated", NULL, (long long)s->gated};
     TW_TRY(tw_small_module(ctx, "gate_pack_small", p, n, &sm->mod_gate));
     TW_TRY(tw_small_module(ctx, "ffn_small", p, n + 1, &sm->mod_ffn));
-    for (int k = 0; k < TW_SGK_COUNT; k++) {
-        char fn[64];
-        snprintf(fn, sizeof fn, "twell_gate_pack_small_%s",
-                 tw_sgate_kernel_name((tw_sgate_kernel)k));
-        TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, fn, &sm->gate[k]));
-        /* the x kernels' shared memory where the device has it (tw_sgate_geom_of picks no other) */
-        unsigned smem = tw_sgate_smem((tw_sgate_kernel)k);
-        if (smem > 0 && smem + TW_SGATE_STATIC_SMEM_X <= (unsigned)ctx->cuda->smem_optin)
-            TW_TRY(tw_cu_func_set_attribute(
-                ctx, sm->gate[k], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
-    }
+    TW_TRY(tw_cu_module_function(ctx, sm->mod_gate, "twell_gate_pack_small_" TW_SGATE_KERNEL,
+                                 &sm->gate));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
@@ -100,7 +87,6 @@ twell_status tw_small_init(twell_plan *plan, tw_small **out) {
     tw_small *sm = calloc(1, sizeof *sm);
     if (!sm)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "small path: out of memory for the plan state");
-    sm->last_gate_kernel = -1;
     if (dev->cc_major < 8 || plan->shape.K % 32u != 0 ||
         dev->smem_optin < (int)tw_up_smem(TW_SMALL_MAX_M)) {
         *out = sm; /* not for this device or shape: the other kernels serve every M */
@@ -253,7 +239,7 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
                        uint32_t *packed, twell_stream stream, twell_status *st) {
     twell_ctx *ctx = plan->ctx;
     if (sm)
-        sm->last_ran[0] = 0, sm->last_gate_kernel = -1;
+        sm->last_ran[0] = 0, sm->gate_launched = 0;
     if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
         !tw_small_aligned(x, w, NULL, NULL, NULL))
         return 0;
@@ -275,17 +261,16 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     if (*st != TWELL_OK)
         return 1;
     const twell_shape *s = &plan->shape;
-    /* the kernel and geometry for M rows (small_gate.h): x from L1/L2 up to 32 rows, staged in
-     * shared memory above, unless test control named one */
-    tw_sgate_geom g =
-        tw_sgate_geom_of(s->T, M, sm->gate_choice, sm->gate_wn, ctx->cuda->smem_optin);
+    /* the geometry for M rows (small_gate.h): one token block up to 16 rows, more above (the
+     * rows FORCE sends here beyond AUTO's limit included) */
+    tw_sgate_geom g = tw_sgate_geom_of(s->T, M, sm->gate_wn);
     int m = (int)M;
     void *args[] = {
         (void *)&x, (void *)&w, (void *)&packed, (void *)&sm->gs, (void *)&sm->tcnt, &m, &g.TB,
         &g.MT,      &g.WN};
     size_t blocks = (size_t)(s->N / (16u * (unsigned)g.WN)) * (size_t)g.TB;
-    sm->last_gate_kernel = (int)g.kernel;
-    *st = tw_cu_launch_grid(ctx, sm->gate[g.kernel], blocks, 1, 256, g.smem, 1u, stream, args);
+    sm->gate_launched = 1;
+    *st = tw_cu_launch_grid(ctx, sm->gate, blocks, 1, 256, 0, 1u, stream, args);
     if (*st == TWELL_OK)
         *st = tw_small_end(plan, sm, 0, capturing, stream);
     return 1;
@@ -446,23 +431,19 @@ twell_status tw_small_test_control(int op, va_list ap) {
     case TW_TC_SMALL_SET_GATE: {
         tw_small *sm = tw_plan_small(plan);
         const char *name = va_arg(ap, const char *);
-        tw_sgate_choice c = TW_SGC_AUTO;
         int wn = 0;
         if (!sm)
             return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
-        if (tw_sgate_spec_parse(name, &c, &wn) != 0)
+        if (tw_sgate_spec_parse(name, &wn) != 0)
             return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: gate kernel %s unknown",
                             name ? name : "(null)");
-        sm->gate_choice = c;
         sm->gate_wn = wn;
         return TWELL_OK;
     }
     case TW_TC_SMALL_LAST_GATE_KERNEL: {
         const tw_small *sm = tw_plan_small(plan);
         const char **out = va_arg(ap, const char **);
-        *out = sm && sm->last_gate_kernel >= 0
-                   ? tw_sgate_kernel_name((tw_sgate_kernel)sm->last_gate_kernel)
-                   : "";
+        *out = sm && sm->gate_launched ? TW_SGATE_KERNEL : "";
         return TWELL_OK;
     }
     }

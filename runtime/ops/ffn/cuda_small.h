@@ -1,9 +1,9 @@
 /*
  * cuda_small.h — the small-batch (decode) inference path on CUDA: twell_gate_pack and
  * twell_ffn_infer for a few rows (M from 1 to a few hundred), where the layer is bound by reading
- * the weights from HBM. Two or three launches in all (templates/gate_pack_small.cu.lua, then
- * templates/ffn_small.cu.lua's fused kernel, or its up and down kernels), each weight row read
- * about once per call.
+ * the weights from HBM. Two or three launches in all (templates/gate_pack/gate_pack_small.cu.lua,
+ * then templates/ffn/ffn_small.cu.lua's fused kernel, or its up and down kernels), each weight row
+ * read about once per call.
  */
 #ifndef TWELL_CUDA_SMALL_H
 #define TWELL_CUDA_SMALL_H
@@ -37,11 +37,13 @@ typedef enum tw_small_mode {
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
-/* AUTO's gate-pack limit (the kernels up to it: small_gate.h; the x-staged kernels above it run
- * only when forced, until measured), measured on an H100 at K = 2048, N = 5632, bf16, 29 active per
- * row (BENCHMARKS.md, "Small batches"): the gate-pack kernel here against the sm90 one, 21.5 / 22.7
- * / 28.0 / 32.7 / 43.4 us against 33.6 / 33.3 / 34.0 / 34.3 / 33.9 at M = 1 / 8 / 16 / 32 / 64
- * (crossover between 32 and 64). The inference kernels' limit is the policy's
+/* AUTO's gate-pack limit: the small gate kernel (g2u2, small_gate.h) up to it, the plan's own
+ * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). Measured
+ * on an H100, 2026-11-26, bf16, K = 2048, N = 5632, 29 active per row, medians, L2 flushed
+ * (`twell bench --op gate_pack --variant small --small-gate g2u2 --M 1,8,32,64,128,256`, and
+ * --variant sm90): g2u2 19.5 / 21.2 / 27.8 / 39.7 / 54.4 / 93.2 us at M = 1 / 8 / 32 / 64 / 128 /
+ * 256; the sm90 kernel flat, 29.0 / 29.7 / 31.1 us at M = 8 / 64 / 256 (crossover between 32 and
+ * 64; cuBLAS's gate GEMM ~16 us at every M). The inference kernels' limit is the policy's
  * TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)
 
