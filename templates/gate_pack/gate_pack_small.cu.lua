@@ -191,11 +191,12 @@ twell_gate_pack_small_g2u2(const unsigned short *__restrict__ x,
     /* Sum the K-split partials in ks order (fixed: bitwise reproducible) and round them into gs.
      * item = (wn, j, lane) of the fragment layout: c0, c1 = (neuron g, tokens 2p, 2p+1),
      * c2, c3 = (neuron g + 8, same tokens) */
+    const float4 *rf = &red[0][0][0];
     for (int it = tid; it < WN * ng * 32; it += 256) {
         const int iw = it / (ng * 32), j = (it / 32) % ng, ln = it & 31;
-        float4 s = red[iw][j][ln];
+        float4 s = rf[(iw * ${NG} + j) * 32 + ln];
         for (int k2 = 1; k2 < KS; k2++) {
-            const float4 v = red[k2 * WN + iw][j][ln];
+            const float4 v = rf[((k2 * WN + iw) * ${NG} + j) * 32 + ln];
             s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
         }
         const int n = n0 + 16 * iw + (ln >> 2), m = m0 + 8 * j + 2 * (ln & 3);
