@@ -136,7 +136,7 @@ static void gh_run_case(twell_ctx *ctx, const gh_case *c, const tw_synth_ffn *f,
     TW_GPU_OK(ctx, twell_plan_create(ctx, &s, &plan));
     TW_GPU_OK(ctx, twell_plan_set_path(plan, c->path));
     TW_GPU_OK(ctx, tw_test_control(TW_TC_SMALL_SET_MODE, plan, c->small));
-    /* both dense GEMMs split (one reduction launch each), whatever the rule or a tuned winner says */
+    /* both dense GEMMs split (one reduction launch each), whatever the rule or a tuned winner */
     TW_GPU_OK(ctx, tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, 3u, 8u));
     size_t M = c->M, xb = M * s.K * 2u, wb = (size_t)s.N * s.K * 2u;
     size_t pb = twell_packed_bytes(&s, M);
