@@ -76,9 +76,11 @@ typedef struct {
     uint16_t *y, *dx;
     float *dwg, *dwu, *dwd;
     float stats[2];
+    double *w64[3], *s64[3]; /* fp64 dWg, dWu, dWd and their scales (td_reference w64), or NULL */
 } td_out;
 
 static void td_out_alloc(td_out *o, size_t M, uint32_t K, uint32_t N) {
+    memset(o, 0, sizeof *o);
     o->y = malloc(M * K * 2);
     o->dx = malloc(M * K * 2);
     o->dwg = malloc((size_t)N * K * 4);
@@ -93,14 +95,41 @@ static void td_out_free(td_out *o) {
     free(o->dwg);
     free(o->dwu);
     free(o->dwd);
+    for (int t = 0; t < 3; t++)
+        free(o->w64[t]), free(o->s64[t]);
 }
 
-static void td_reference(const twell_shape *s, const tw_t_data *d, float lambda, td_out *r) {
+/* The CPU library's results; w64: also the fp64 weight gradients on the CPU's gate values and
+ * their magnitude scales (ref64_train.h), for sparse steps on the tiled U/dT route. */
+static void td_reference(const twell_shape *s, const tw_t_data *d, float lambda, int w64,
+                         td_out *r) {
     tw_t_lib L;
     assert_int_equal(tw_t_lib_open(&L, s, 0), 0);
     td_out_alloc(r, d->M, s->K, s->N);
     assert_int_equal(tw_t_lib_forward(&L, d, r->y, r->stats), TWELL_OK);
     assert_int_equal(tw_t_lib_backward(&L, d, lambda, r->dx, r->dwg, r->dwu, r->dwd), TWELL_OK);
+    if (w64) {
+        size_t M = d->M, K = s->K, N = s->N, xk = M * K, wk = N * K;
+        double *x = tw_t_to_f64(s->dtype, d->x, xk), *wg = tw_t_to_f64(s->dtype, d->wg, wk);
+        double *wu = tw_t_to_f64(s->dtype, d->wu, wk), *wd = tw_t_to_f64(s->dtype, d->wd, wk);
+        double *dy = tw_t_to_f64(s->dtype, d->dy, xk), *p = tw_t_lib_dense_p(&L);
+        double *dx = malloc(xk * 8), *sy = malloc(xk * 8), *sdx = malloc(xk * 8);
+        for (int t = 0; t < 3; t++)
+            r->w64[t] = malloc(wk * 8), r->s64[t] = malloc(wk * 8);
+        assert_true(x && wg && wu && wd && dy && p && dx && sy && sdx && r->w64[0] && r->w64[1] &&
+                    r->w64[2] && r->s64[0] && r->s64[1] && r->s64[2]);
+        tw_t_ref f;
+        assert_int_equal(tw_t_ref_forward(&f, M, (uint32_t)K, (uint32_t)N, x, wg, wu, wd,
+                                          TW_T_P_ROUND, s->dtype, p),
+                         0);
+        tw_t_ref_backward(&f, x, wg, wu, wd, dy, (double)lambda, dx, r->w64[0], r->w64[1],
+                          r->w64[2]);
+        assert_int_equal(tw_t_ref_scales(&f, x, wg, wu, wd, dy, (double)lambda, sy, sdx, r->s64[0],
+                                         r->s64[1], r->s64[2]),
+                         0);
+        tw_t_ref_free(&f);
+        free(x), free(wg), free(wu), free(wd), free(dy), free(p), free(dx), free(sy), free(sdx);
+    }
     tw_t_lib_close(&L);
 }
 
@@ -198,11 +227,26 @@ static void td_fetch(td_gpu *g, uint32_t poison, td_out *o) {
         fail_msg("stats never written");
 }
 
-/* Compares o against the reference r with the tolerances of `dense` (the header) or of the
- * sparse path (test_gpu_train's: 5e-3 / 1e-3 and 1e-5; L1 1e-6). */
-static void td_compare(const twell_shape *s, size_t M, const td_out *o, const td_out *r, int dense,
+/* td_compare's modes: the dense path's tolerances (the header), or the sparse path's
+ * (test_gpu_train's: 5e-3 / 1e-3, L1 1e-6; weight gradients 1e-5 row-relative against the CPU
+ * on the per-entry route, which keeps the CPU's order, or on the tiled U/dT route, whose dT and
+ * U sum in another fp32 order, 2e-5 of the magnitude scale against fp64, as test_gpu_train's
+ * gt_expect_fp64: a neuron with one token and a cancelling dT (dy·Wd against the L1 term) is
+ * ill-conditioned for a row-relative bound, the CPU reference itself 6e-5 from fp64). */
+enum { TD_SPARSE = 0, TD_DENSE = 1, TD_SPARSE_TILED = 2 };
+
+/* The mode of the state's last step (its backward follows its forward's path). */
+static int td_mode(twell_train_state *state) {
+    if (tw_tc_state_path(state, TW_TC_TD_LAST_PATH) == TWELL_PATH_DENSE)
+        return TD_DENSE;
+    return tw_tc_state_int(state, TW_TC_TRAIN_UDT_TILED) ? TD_SPARSE_TILED : TD_SPARSE;
+}
+
+/* Compares o against the reference r in `mode` (TD_SPARSE_TILED needs r from td_reference with
+ * w64). */
+static void td_compare(const twell_shape *s, size_t M, const td_out *o, const td_out *r, int mode,
                        const char *label) {
-    int bf = s->dtype == BF;
+    int bf = s->dtype == BF, dense = mode == TD_DENSE, w64 = mode == TD_SPARSE_TILED;
     double t16 = dense ? (bf ? 1.5e-2 : 3e-3) : (bf ? 5e-3 : 1e-3);
     double t32 = dense ? (bf ? 1e-2 : 2e-3) : 1e-5;
     double tl1 = dense ? (bf ? 4e-3 : 1e-3) : 1e-6;
@@ -223,7 +267,25 @@ static void td_compare(const twell_shape *s, size_t M, const td_out *o, const td
     for (int t = 0; t < 5; t++) {
         char what[96];
         snprintf(what, sizeof what, "%s: %s row %zu", label, names[t], at[t]);
-        TD_LE(e[t], t < 2 ? t16 : t32, what);
+        if (t < 2 || !w64)
+            TD_LE(e[t], t < 2 ? t16 : t32, what);
+    }
+    if (w64) {
+        assert_true(r->w64[0] && r->s64[0]);
+        const float *gw[3] = {o->dwg, o->dwu, o->dwd};
+        size_t wk = (size_t)s->N * s->K;
+        for (int t = 0; t < 3; t++) {
+            double *g = tw_t_f32_to_f64(gw[t], wk);
+            assert_non_null(g);
+            size_t i = 0;
+            double es = tw_t_err_scaled(g, r->w64[t], r->s64[t], wk, 0, 0, &i);
+            free(g);
+            char what[96];
+            snprintf(what, sizeof what, "%s: %s vs fp64 (scaled), neuron %zu", label, names[2 + t],
+                     i / s->K);
+            printf("#     %s %.2e (tol 2e-05)\n", what, es);
+            TD_LE(es, 2e-5, what);
+        }
     }
     if (o->stats[0] != r->stats[0])
         fail_msg("%s: L0 = %.9g, CPU %.9g", label, (double)o->stats[0], (double)r->stats[0]);
@@ -245,7 +307,7 @@ static void test_gpu_train_dense_case(void **st) {
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
     td_out r, o1, o2;
-    td_reference(&s, &d, c->lambda, &r);
+    td_reference(&s, &d, c->lambda, 0, &r);
     td_gpu g;
     td_gpu_open(&g, &s, &d);
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
@@ -286,7 +348,7 @@ static void test_gpu_train_dense_case(void **st) {
         nnz += tw_half_to_f32(c->dt, pg[i]) > 0.0f;
     free(pg);
     assert_true(fabs((double)nnz / (double)c->M - (double)r.stats[0]) < 1e-3);
-    td_compare(&s, c->M, &o1, &r, 1, "dense");
+    td_compare(&s, c->M, &o1, &r, TD_DENSE, "dense");
     td_out_free(&o1);
     td_out_free(&o2);
     td_out_free(&r);
@@ -306,8 +368,8 @@ static void test_gpu_train_dense_switching(void **st) {
     assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
     assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
     td_out rl, rh, o;
-    td_reference(&s, &dl, 1.0f, &rl);
-    td_reference(&s, &dh, 1.0f, &rh);
+    td_reference(&s, &dl, 1.0f, 1, &rl);
+    td_reference(&s, &dh, 1.0f, 1, &rh);
     td_out_alloc(&o, M, s.K, s.N);
     td_gpu g;
     td_gpu_open(&g, &s, &dh);
@@ -354,7 +416,7 @@ static void test_gpu_train_dense_switching(void **st) {
         td_fetch(&g, 0xFFFFFFFFu, &o);
         char label[64];
         snprintf(label, sizeof label, "step %zu", i);
-        td_compare(&s, M, &o, h ? &rh : &rl, ran == TWELL_PATH_DENSE, label);
+        td_compare(&s, M, &o, h ? &rh : &rl, td_mode(g.state), label);
     }
     assert_true(tw_tc_state_calls(g.state, TWELL_PATH_DENSE) >= 3);
     assert_true(tw_tc_state_calls(g.state, TWELL_PATH_SPARSE) >= 3);
@@ -395,8 +457,8 @@ static void test_gpu_train_dense_release(void **st) {
     assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
     assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
     td_out rl, rh, o;
-    td_reference(&s, &dl, 1.0f, &rl);
-    td_reference(&s, &dh, 1.0f, &rh);
+    td_reference(&s, &dl, 1.0f, 1, &rl);
+    td_reference(&s, &dh, 1.0f, 1, &rh);
     td_out_alloc(&o, M, s.K, s.N);
     td_gpu g;
     td_gpu_open(&g, &s, &dh);
@@ -418,7 +480,7 @@ static void test_gpu_train_dense_release(void **st) {
             td_forward(&g);
             td_backward(&g, 1.0f);
             td_fetch(&g, 0xFFFFFFFFu, &o);
-            td_compare(&s, M, &o, &rh, 0, "high data, forced sparse");
+            td_compare(&s, M, &o, &rh, td_mode(g.state), "high data, forced sparse");
             assert_int_equal(td_ws_bytes(g.state), 0); /* released, not allocated again */
         }
         TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
@@ -427,7 +489,7 @@ static void test_gpu_train_dense_release(void **st) {
         assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
         td_backward(&g, 1.0f);
         td_fetch(&g, 0xFFFFFFFFu, &o);
-        td_compare(&s, M, &o, &rh, 1, "high data, dense");
+        td_compare(&s, M, &o, &rh, TD_DENSE, "high data, dense");
         assert_int_equal(td_ws_bytes(g.state), need);
         assert_true(twell_train_state_bytes(g.state) >= need);
         /* low data, sparse: the first step forced (it gives AUTO the low count: the dense
@@ -460,7 +522,7 @@ static void test_gpu_train_dense_release(void **st) {
             td_fetch(&g, 0xFFFFFFFFu, &o);
             char label[64];
             snprintf(label, sizeof label, "round %d, sparse step %u", round, i);
-            td_compare(&s, M, &o, &rl, 0, label);
+            td_compare(&s, M, &o, &rl, td_mode(g.state), label);
         }
         want_after *= 2; /* dense again after a release doubles the hysteresis */
     }
@@ -491,7 +553,7 @@ static void test_gpu_train_dense_workspace(void **st) {
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, FP, M, s.K, s.N, &gen), 0);
     td_out r, o;
-    td_reference(&s, &d, 0.5f, &r);
+    td_reference(&s, &d, 0.5f, 1, &r);
     td_out_alloc(&o, M, s.K, s.N);
     td_gpu g;
     td_gpu_open(&g, &s, &d);
@@ -511,7 +573,7 @@ static void test_gpu_train_dense_workspace(void **st) {
     td_forward(&g);
     td_backward(&g, 0.5f);
     td_fetch(&g, 0xFFFFFFFFu, &o);
-    td_compare(&s, M, &o, &r, 1, "lent workspace");
+    td_compare(&s, M, &o, &r, TD_DENSE, "lent workspace");
     assert_true(twell_train_state_bytes(g.state) < 4096u); /* the lent buffer is not ours */
     /* too small: DENSE fails cleanly, AUTO runs sparse */
     TD_OK(twell_train_state_set_workspace(g.state, ws, need - 256u));
@@ -526,14 +588,14 @@ static void test_gpu_train_dense_workspace(void **st) {
     assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
     td_backward(&g, 0.5f);
     td_fetch(&g, 0xFFFFFFFFu, &o);
-    td_compare(&s, M, &o, &r, 0, "lent workspace too small, AUTO");
+    td_compare(&s, M, &o, &r, td_mode(g.state), "lent workspace too small, AUTO");
     /* detached: the state allocates its own again */
     TD_OK(twell_train_state_set_workspace(g.state, NULL, 0));
     TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_DENSE));
     td_forward(&g);
     td_backward(&g, 0.5f);
     td_fetch(&g, 0xFFFFFFFFu, &o);
-    td_compare(&s, M, &o, &r, 1, "own workspace again");
+    td_compare(&s, M, &o, &r, TD_DENSE, "own workspace again");
     assert_true(twell_train_state_bytes(g.state) >= need);
     /* errors */
     assert_int_equal(twell_train_state_set_workspace(g.state, (char *)ws + 16, need - 16),
@@ -561,7 +623,7 @@ static void test_gpu_train_dense_oom_fallback(void **st) {
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, BF, M, s.K, s.N, &gen), 0);
     td_out r, o;
-    td_reference(&s, &d, 1.0f, &r);
+    td_reference(&s, &d, 1.0f, 0, &r);
     td_out_alloc(&o, M, s.K, s.N);
     td_gpu g;
     td_gpu_open(&g, &s, &d);
@@ -599,7 +661,7 @@ static void test_gpu_train_dense_oom_fallback(void **st) {
     td_fetch(&g, 0xFFFFFFFFu, &o);
     for (size_t i = 0; i < nfill; i++)
         tw_cuda_free(g_ctx, fill[i]);
-    td_compare(&s, M, &o, &r, 1, "sparse out of memory, AUTO fell back to dense");
+    td_compare(&s, M, &o, &r, TD_DENSE, "sparse out of memory, AUTO fell back to dense");
     td_gpu_close(&g);
     tw_cuda_free(g_ctx, ws);
     td_out_free(&o);
