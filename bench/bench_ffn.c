@@ -563,9 +563,10 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 const void *wg = s.gated ? dwg : NULL;
                 bench_ffn_ours ours = {plan, M, dx, wg, dwu, dwd, dp, dy, NULL};
                 bench_ffn_dense dense = {env, M, dx, wg, dwu, dwdt, dg, du, dh, dy2, ew, NULL};
-                /* graph mode: everything sized and resolved before the eager calls, as a server
-                 * would before capturing */
-                if (graph && twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {
+                /* everything sized and resolved before the first call, as a server would (and
+                 * must before capturing): the workspace for M, AUTO's estimate the data's density
+                 * until counts of its own calls replace it (decode-size calls count nothing) */
+                if (twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {
                     fprintf(stderr, "twell bench: twell_plan_reserve: %s\n", twell_ctx_errmsg(ctx));
                     rc = 1;
                 }

@@ -41,33 +41,39 @@ static void test_ffn_policy_table(void **st) {
         {1, -1.0, 0, TI},
         {4096, -1.0, 0, TI},
         {65536, -1.0, 0, TI},
-        /* below 32 rows: tiled at any density */
-        {1, 1126.0, 0, TI},
-        {8, 280.0, 0, TI},
-        {31, 1126.0, 1, TI},
-        /* 32..127 rows: dense above 2.0% of N (112.6 per row) */
-        {32, 110.0, 0, TI},
-        {64, 120.0, 0, DE},
+        /* 1..47 rows: dense above 6.0% of N (337.9 per row) */
+        {1, 280.0, 0, TI},
+        {1, 563.0, 0, DE},
+        {8, 1126.0, 0, DE},
+        {31, 300.0, 1, DE}, /* stays: above 0.8 x 337.9 */
+        {31, 250.0, 1, TI},
+        /* 48..159: 4.3% (242.2) */
+        {64, 110.0, 0, TI},
         {64, 280.0, 0, DE},
-        /* 128..511: 1.33% (74.9) */
+        /* 160..383: 1.6% (90.1) */
         {256, 56.0, 0, TI},
-        {256, 80.0, 0, DE},
-        /* 512..2047: 0.9% (50.7) */
+        {256, 110.0, 0, DE},
+        /* 384..723: 0.21% (11.8) */
+        {512, 10.0, 0, TI},
+        {512, 29.0, 0, DE},
+        /* 724..1447: 0.6% (33.8) */
         {1000, 29.0, 0, TI},
         {1000, 56.0, 0, DE},
-        /* 2048..8191: 1.66% (93.5) */
+        /* 1448..2895: 0.85% (47.9) */
+        {2048, 29.0, 0, TI},
+        {2048, 56.0, 0, DE},
+        /* 2896..8191: 1.39% (78.3) */
         {4096, 56.0, 0, TI},
-        {4096, 90.0, 0, TI},
         {4096, 110.0, 0, DE},
-        /* from 8192: 1.45% (81.7) */
+        /* from 8192: 1.31% (73.8) */
         {16384, 56.0, 0, TI},
         {16384, 85.0, 0, DE},
         {65536, 1126.0, 0, DE},
         /* after a dense call: stays dense down to 0.8 of the threshold */
-        {4096, 80.0, 1, DE},
-        {4096, 70.0, 1, TI},
-        {1000, 45.0, 1, DE},
-        {1000, 35.0, 1, TI},
+        {4096, 70.0, 1, DE},
+        {4096, 60.0, 1, TI},
+        {1000, 30.0, 1, DE},
+        {1000, 25.0, 1, TI},
         {16384, 29.0, 1, TI},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -88,12 +94,14 @@ static void test_ffn_policy_availability(void **st) {
     assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 1, 0), SM);
     assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS + 1, -1.0, 1, 1, 0), TI);
     assert_int_equal(route(4096, 280.0, 1, 1, 0), DE);
-    /* the small path replaces tiled, not dense: an estimate above the dense crossover keeps dense
-     * from 32 rows; below 32 rows (never dense) and at low density it is small */
+    /* the small path replaces tiled, not dense: an estimate above the dense crossover keeps
+     * dense; at low density, or with no dense path, it is small */
     assert_int_equal(route(64, 29.0, 1, 1, 0), SM);
     assert_int_equal(route(256, 280.0, 1, 1, 0), DE);
     assert_int_equal(route(256, 280.0, 1, 0, 0), SM);
-    assert_int_equal(route(8, 1126.0, 1, 1, 1), SM);
+    assert_int_equal(route(8, 1126.0, 1, 1, 1), DE);
+    assert_int_equal(route(8, 280.0, 1, 1, 0), SM);
+    assert_int_equal(route(8, 1126.0, 1, 0, 0), SM);
     assert_string_equal(tw_ffn_route_name(SM), "small");
     assert_string_equal(tw_ffn_route_name(TI), "tiled");
     assert_string_equal(tw_ffn_route_name(DE), "dense");
@@ -103,13 +111,13 @@ static void test_ffn_policy_availability(void **st) {
 /* The threshold function and the hooks' overrides (threshold, smallest dense M). */
 static void test_ffn_policy_threshold_and_overrides(void **st) {
     (void)st;
-    assert_true(isinf(tw_ffn_policy_dense_threshold(1, 5632)));
-    assert_true(isinf(tw_ffn_policy_dense_threshold(TW_POLICY_DENSE_MIN_ROWS - 1, 5632)));
-    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0166 * 5632) < 1e-9);
-    /* every measured range: a fraction of N between 0.5% and 5% */
+    assert_true(isinf(tw_ffn_policy_dense_threshold(0, 5632)));
+    assert_true(fabs(tw_ffn_policy_dense_threshold(1, 5632) - 0.06 * 5632) < 1e-9);
+    assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0139 * 5632) < 1e-9);
+    /* every measured range: a fraction of N between 0.1% and 10% */
     for (size_t M = TW_POLICY_DENSE_MIN_ROWS; M <= 65536; M *= 2) {
         double f = tw_ffn_policy_dense_threshold(M, 5632) / 5632.0;
-        assert_true(f > 0.005 && f < 0.05);
+        assert_true(f > 0.001 && f < 0.1);
     }
     /* the crossover is a density: it scales with N */
     assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 11008) / 11008.0 -
@@ -118,6 +126,10 @@ static void test_ffn_policy_threshold_and_overrides(void **st) {
     memset(&in, 0, sizeof in);
     in.M = 7, in.N = 5632, in.est = 2.0, in.dense_ok = 1;
     assert_int_equal(tw_ffn_policy(&in), TI);
+    in.dense_min_rows = 8; /* below the smallest dense M: never dense */
+    in.est = 1126.0;
+    assert_int_equal(tw_ffn_policy(&in), TI);
+    in.est = 2.0;
     in.dense_min_rows = 1, in.dense_thr = 0.25; /* test_gpu_ffn_dense's forcing */
     assert_int_equal(tw_ffn_policy(&in), DE);
     in.dense_thr = 1e9;

@@ -215,8 +215,8 @@ typedef struct {
 } gr_case;
 
 /* The first two are small (sanitizer). AUTO's route is ffn_policy's for M and the reserve's
- * estimate (at N = 5632 the dense crossover is 2.0% of N from 32 rows, 1.33% from 128, 1.66%
- * from 2048): the tiled pipeline at 29 per row, dense at 280 from 32 rows. */
+ * estimate (the dense crossover 6.0% of N up to 47 rows, 1.6% at 256, 1.39% at 4096): the sparse
+ * routes at 29 per row (10 at N = 1024), dense at 280 from 160 rows. */
 static const gr_case gr_cases[] = {
     {1, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_DENSE, 29, 29, P_DENSE},

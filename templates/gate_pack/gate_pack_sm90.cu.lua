@@ -402,20 +402,13 @@ cuda [==[
             bool have = true;
             if (w.S > 1) {
                 /* split-K part: publish the fp32 partial; the last part to arrive sums all parts
-                 * in part order (deterministic) and packs. Nobody waits on another CTA. A warp
-                 * whose 16 rows all lie at or past M (decode sizes: most of the tile) neither
-                 * stores nor sums its partials: every thread reads back only its own words, and
-                 * rows past M are never packed (tw_pack_rows skips them). */
-                const bool live = m0 + cw * 64 + wq * 16 < M; /* warp-uniform */
+                 * in part order (deterministic) and packs. Nobody waits on another CTA. */
                 const int slot = (w.tail * w.S + w.split) * CLUSTER + (int)rank;
                 /* layout [slot][i][consumer thread][4]: coalesced 16-byte stores */
                 float *mine = ws + (long long)slot * 32768 + 4 * ct;
-                if (live) {
 #pragma unroll
-                    for (int i = 0; i < 32; ++i)
-                        tw_st_cg4(mine + i * 1024, d[4 * i], d[4 * i + 1], d[4 * i + 2],
-                                  d[4 * i + 3]);
-                }
+                for (int i = 0; i < 32; ++i)
+                    tw_st_cg4(mine + i * 1024, d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
                 __threadfence();
                 asm volatile("bar.sync 1, 256;" ::: "memory");
                 tw_u32 *c = ctr + w.tail * CLUSTER + (int)rank;
@@ -426,9 +419,9 @@ cuda [==[
                 }
                 asm volatile("bar.sync 1, 256;" ::: "memory");
                 have = *last_ptr != 0;
-                if (have && ct == 0)
-                    *c = 0u; /* every part has arrived: reset for the next launch */
-                if (have && live) {
+                if (have) {
+                    if (ct == 0)
+                        *c = 0u; /* every part has arrived: reset for the next launch */
                     const int slot0 = (w.tail * w.S) * CLUSTER + (int)rank;
                     const float *part0 = ws + (long long)slot0 * 32768 + 4 * ct;
 #pragma unroll

@@ -40,37 +40,42 @@ typedef struct tw_ffn_policy_in {
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
  *     (dense would win at every density there; no such M in the measured table);
  *  2. SMALL when small_ok and M ≤ TW_POLICY_SMALL_MAX_ROWS: it replaces the tiled pipeline where
- *     that one would run (the measured comparison, below); where the estimate says dense beats
- *     the tiled pipeline, dense stays (small against dense at those densities is not measured,
- *     and at ~20% active every row-tile overflows and the small path recomputes them on CUDA
- *     cores);
+ *     that one would run (the measured comparison, below); the dense thresholds up to 256 rows
+ *     were measured against the small path (at ~6% active and more its row-tiles overflow and
+ *     are recomputed on CUDA cores);
  *  3. TILED otherwise (it runs everywhere and is exact for any data).
  * Pure; never fails. */
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
 
-/* The mean active values per row above which the dense path beats the tiled pipeline at M rows
- * of hidden width N: a fraction of N per range of M, from the table below (+inf below
- * TW_POLICY_DENSE_MIN_ROWS). */
+/* The mean active values per row above which the dense path beats the sparse route AUTO would
+ * take at M rows of hidden width N (small to TW_POLICY_SMALL_MAX_ROWS, else tiled): a fraction of
+ * N per range of M, from the table below (+inf below TW_POLICY_DENSE_MIN_ROWS). */
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 
 /* ---- crossovers ----
- * Measured on an H100 (80GB HBM3, 132 SMs, driver 580.159.04), 2026-11-26, bf16, K = 2048,
- * N = 5632, uniform data, medians of 10, L2 flushed, each path forced in one run:
- *   twell bench --op ffn_infer --path sparse|dense --M 1,8,64,256,1000,4096,16384
- *               --nnz 29,56,110,280,1126 --dist uniform --mode both --reps 10
- * (bench/results/ffn_infer-2026-11-26T152709.json sparse, …T152714.json dense; BENCHMARKS.md
- * "Every batch size"). Gate-pack + ffn_infer, ms, tiled / dense at 29, 56, 110, 280 active per row:
- *   M = 1, 8   tiled 0.081-0.109, dense 0.149-0.153: tiled at every density (also 1126)
- *   M = 64     tiled 0.119 0.131 0.157 0.235, dense 0.151-0.154: cross ~110 per row (2.0%)
- *   M = 256    tiled 0.124 0.140 0.174 0.352, dense 0.152-0.155: cross ~75 (1.33%)
- *   M = 1000   tiled 0.168 0.210 0.284 0.804, dense 0.199-0.202: cross ~51 (0.9%)
- *   M = 4096   tiled 0.308 0.366 0.491 1.210, dense 0.450-0.462: cross ~94 (1.66%)
- *   M = 16384  tiled 1.084 1.343 1.805 4.785, dense 1.557-1.592: cross ~82 (1.45%)
- * (crossovers interpolated linearly between the two densities that bracket them). The dense cost
- * hardly depends on the density; the tiled one grows with active values x K. At 1126 per row
- * (20%) every row-tile overflows and the tiled pipeline recomputes them on tensor cores: it is then
- * 6% faster than dense at M = 64 (0.164 / 0.174 ms); the rule still picks dense there. Re-measure
- * when either path changes. ---- */
+ * Measured on an H100 (80GB HBM3, 132 SMs, driver 580.159.04), 2026-11-26 (session 6, the dense
+ * path with split-K and the TB = 1 down GEMM), bf16, K = 2048, N = 5632, uniform data, medians of
+ * 10-20, L2 flushed, each route forced in one run (bench/results/ffn_infer-2026-11-26T1958*.json;
+ * BENCHMARKS.md "Every batch size"):
+ *   twell bench --op ffn_infer --path small  --M 1,8,32,64,128,256,512,1000 --nnz 29,110,280,1126
+ *   twell bench --op ffn_infer --path sparse --M 64,128,256,512,1000,2048,4096 --nnz 29,56,110,280
+ *   twell bench --op ffn_infer --path dense  --M 1,8,32,...,16384 --nnz 29
+ *   twell bench --op ffn_infer --path auto   --M 1,...,4096 --nnz 56,110,280,563,1126
+ * Gate-pack + ffn_infer, ms, the sparse route AUTO takes there (small to 256 rows, else tiled)
+ * against dense, at the active values per row given:
+ *   M = 1, 8, 32  small 0.069-0.073 at 280, 0.29-0.36 at 563 (row-tiles overflow and are
+ *                 recomputed on CUDA cores); dense 0.083-0.086: cross ~340 per row (6.0%)
+ *   M = 64        small 0.057 0.070 0.093 at 31, 114, 284; dense 0.087: cross ~240 (4.3%)
+ *   M = 256       small 0.089 0.103 0.127 at 30, 57, 111; dense 0.114: cross ~90 (1.6%)
+ *   M = 512       tiled 0.136 0.165 at 29, 56; dense 0.118: cross ~12 (0.21%)
+ *   M = 1000      tiled 0.167 0.207 at 29, 56; dense 0.175: cross ~34 (0.6%)
+ *   M = 2048      tiled 0.196 0.239 at 29, 56; dense 0.227: cross ~48 (0.85%)
+ *   M = 4096      tiled 0.305 0.368 at 29, 56; dense 0.420: cross ~78 (1.39%)
+ *   M = 16384     tiled 1.071 at 29 (+0.0096 per active value a row, session 4's 29 -> 56);
+ *                 dense 1.499: cross ~74 (1.31%)
+ * (crossovers interpolated linearly between the two densities that bracket them, or extrapolated
+ * with the slope of the two measured). The dense cost hardly depends on the density; the sparse
+ * ones grow with active values x K. Re-measure when a path changes. ---- */
 
 /* Largest M the small-batch path takes (when it can run). Measured on an H100, K = 2048,
  * N = 5632, bf16, uniform, 29 active per row, medians of 20, L2 flushed (BENCHMARKS.md "Small
@@ -79,9 +84,9 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * 0.117 at 1000); kept at 256, the last M where small clearly wins. */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
-/* Below this M AUTO never runs dense (M = 1 and 8 above: its GEMMs' fixed cost, ~0.12 ms, is
- * above the tiled pipeline's at every density). */
-#define TW_POLICY_DENSE_MIN_ROWS ((size_t)32)
+/* The smallest M AUTO may run dense: 1 (the split-K dense path at M = 1 to 32, 0.083-0.086 ms,
+ * beats the small path once its row-tiles overflow, above ~6% active: table above). */
+#define TW_POLICY_DENSE_MIN_ROWS ((size_t)1)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
