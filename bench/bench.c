@@ -32,7 +32,7 @@ static void bench_usage(FILE *f) {
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--small-gate auto|g2u2[:WN]]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
-            "                   [--dense-split auto|legacy|U,D]\n"
+            "                   [--dense-split auto|U,D]\n"
             "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
@@ -70,10 +70,9 @@ static void bench_usage(FILE *f) {
             "--dense-split (ffn_infer, dense path): auto = the split-K of the up and down\n"
             "GEMMs a plan runs (the M bucket's stored ffn_dense winner, `twell tune --ops\n"
             "ffn_dense`, else the policy's rule); U,D forces the split factors (1 = unsplit;\n"
-            "clamped to the k-blocks);\n"
-            "legacy = the earlier down GEMM (Wd transposed every call, no split). A dense\n"
-            "record's variant ends in the splits used, e.g. sm90+dense3x8 (dense: unsplit,\n"
-            "dense-T: legacy) and its check note says so.\n"
+            "clamped to the k-blocks). A dense record's variant ends in the splits used, e.g.\n"
+            "sm90+dense3x8 (dense: unsplit) and its check note says so. (legacy, the earlier\n"
+            "down GEMM over Wd transposed every call, was removed: it lost at every M.)\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
             "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
@@ -209,7 +208,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(key, "--dense-split")) {
             o->dense_split = v;
             o->dense_split_up = o->dense_split_down = 0;
-            if (strcmp(v, "auto") && strcmp(v, "legacy")) {
+            if (strcmp(v, "auto")) {
                 char *end = NULL;
                 unsigned long up = strtoul(v, &end, 10), down = 0;
                 bad = end == v || *end != ',' || up < 1 || up > 1024;

@@ -33,8 +33,8 @@ typedef struct bench_opts {
     /* the small path's gate-pack kernel (TW_TC_SMALL_SET_GATE): "auto" or "g2u2", optionally
      * ":WN" */
     const char *small_gate;
-    /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K), "legacy" (Wd transposed
-     * every call, no split) or "U,D" (split factors of the up and down GEMMs; 1 unsplit) */
+    /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K) or "U,D" (split factors
+     * of the up and down GEMMs; 1 unsplit) */
     const char *dense_split;
     unsigned dense_split_up, dense_split_down; /* parsed "U,D" (0 0 otherwise) */
     const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),

@@ -192,10 +192,8 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                          "dense workspace %.0f MB",
                          worst, worst_row, tol, env->opts->path,
                          bench_plan_double(plan, TW_TC_DENSE_ESTIMATE),
-                         bench_plan_threshold(plan, M),
-                         !strcmp(env->opts->dense_split, "legacy") ? "Wd transposed per call"
-                                                                   : "Wd read MN-major",
-                         sp[0], sp[1], env->opts->dense_split, stats.overflow_tiles,
+                         bench_plan_threshold(plan, M), "Wd read MN-major", sp[0], sp[1],
+                         env->opts->dense_split, stats.overflow_tiles,
                          (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
             } else
                 snprintf(r->check_note, sizeof r->check_note,
@@ -218,14 +216,12 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     return ok;
 }
 
-/* The dense path's split-K factors of the last dense call: "dense" (unsplit), "dense-T" (legacy:
- * Wd transposed), "dense<up>x<down>". */
-static void bench_ffn_dense_name(twell_plan *plan, int legacy, char *out, size_t n) {
+/* The dense path's split-K factors of the last dense call: "dense" (unsplit), "dense<up>x<down>".
+ */
+static void bench_ffn_dense_name(twell_plan *plan, char *out, size_t n) {
     unsigned sp[2] = {0, 0};
     (void)tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp);
-    if (legacy)
-        snprintf(out, n, "dense-T");
-    else if (sp[0] > 1 || sp[1] > 1)
+    if (sp[0] > 1 || sp[1] > 1)
         snprintf(out, n, "dense%ux%u", sp[0], sp[1]);
     else
         snprintf(out, n, "dense");
@@ -233,9 +229,9 @@ static void bench_ffn_dense_name(twell_plan *plan, int legacy, char *out, size_t
 
 /* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense (with its splits),
  * tiled or rows; cut to n - 1 characters. */
-static void bench_ffn_variant(twell_plan *plan, int legacy, char *out, size_t n) {
+static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
     char dense[32], buf[64];
-    bench_ffn_dense_name(plan, legacy, dense, sizeof dense);
+    bench_ffn_dense_name(plan, dense, sizeof dense);
     const char *k = bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
                     : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? dense
                     : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
@@ -488,11 +484,9 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         return 1;
     }
 
-    int legacy = !strcmp(o->dense_split, "legacy");
     if (bench_plan_int(plan, TW_TC_DENSE_AVAILABLE) &&
-        (legacy ? tw_test_control(TW_TC_DENSE_SET_LEGACY, plan, 1)
-                : tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, o->dense_split_up,
-                                  o->dense_split_down)) != TWELL_OK) {
+        tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, o->dense_split_up, o->dense_split_down) !=
+            TWELL_OK) {
         fprintf(stderr, "twell bench: --dense-split %s: %s\n", o->dense_split,
                 twell_ctx_errmsg(ctx));
         twell_plan_destroy(plan);
@@ -571,7 +565,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                     rc = 1;
                 }
                 r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
-                bench_ffn_variant(plan, legacy, r.variant, sizeof r.variant);
+                bench_ffn_variant(plan, r.variant, sizeof r.variant);
                 twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
                 bench_check_report(&r);
                 if (host) {
@@ -591,7 +585,7 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
                 (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
                 char after[sizeof r.variant];
-                bench_ffn_variant(plan, legacy, after, sizeof after);
+                bench_ffn_variant(plan, after, sizeof after);
                 if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
                     size_t len = strlen(r.check_note);
                     snprintf(r.check_note + len, sizeof r.check_note - len,

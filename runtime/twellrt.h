@@ -275,7 +275,8 @@ typedef void *twell_stream;
  *           differ by one dtype rounding of each h (row-relative L2 error against the CPU
  *           reference within 5e-3 in bf16 and 1e-3 in fp16, the sparse path's tolerances;
  *           largest on rows with very few active values; measured errors in BENCHMARKS.md).
- *           Device workspace: h for min(M, a row chunk) rows and Wdᵀ, allocated at the first
+ *           Device workspace: h for min(M, a row chunk) rows and the split-K partials
+ *           (Wd is read as stored, never copied), allocated at the first
  *           dense call and grown (after waiting for the previous dense call) when M grows.
  *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
  *           exceeds the crossover for the call's M; else, up to 256 rows, the small-batch
@@ -354,7 +355,7 @@ TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flag
  * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
  * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
  * 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
- * dense path's (N·K·2 bytes for Wdᵀ plus min(max_M, a chunk)·N·2 for h), and, where the
+ * dense path's (min(max_M, a chunk)·N·2 bytes for h plus the split-K partials), and, where the
  * small-batch kernels can run, theirs (about N·6 bytes per row of min(max_M, 256)). Buffers
  * only grow; eager calls with denser data still grow them as before. Data needing more than a
  * captured call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the

@@ -56,9 +56,11 @@ static twell_status td_render_ex(const char *name, long long K, long long N, lon
     return tw_render(td_ctx, name, p, n, src, &len);
 }
 
+/* td_render_ex with the defaults, but MODE plain with TB = 1 (the only B layout it takes). */
 static twell_status td_render(const char *name, long long K, long long N, long long T,
                               const char *mode, char **src) {
-    return td_render_ex(name, K, N, T, mode, -1, -1, -1, src);
+    long long tb = mode && !strcmp(mode, "plain") ? 1 : -1;
+    return td_render_ex(name, K, N, T, mode, tb, -1, -1, src);
 }
 
 /* The smem the first line of a gemm_sm90 source declares. */
@@ -149,8 +151,12 @@ static void test_dense_templates_split_and_tb_match_launcher(void **state) {
     assert_int_equal(td_render_ex("gemm_sm90", 2048, 5632, 256, "fwd", -1, 1, -1, &src),
                      TWELL_ERR_TEMPLATE);
     assert_non_null(strstr(twell_ctx_errmsg(td_ctx), "SPLIT"));
-    assert_int_equal(td_render_ex("gemm_sm90", 2048, 5632, 256, "plain", -1, 2, -1, &src),
+    assert_int_equal(td_render_ex("gemm_sm90", 2048, 5632, 256, "plain", 1, 2, -1, &src),
                      TWELL_ERR_TEMPLATE);
+    /* the down GEMM over a transposed copy of Wd (plain, TB = 0) was removed */
+    assert_int_equal(td_render_ex("gemm_sm90", 5632, 2048, 256, "plain", 0, 0, -1, &src),
+                     TWELL_ERR_TEMPLATE);
+    assert_non_null(strstr(twell_ctx_errmsg(td_ctx), "TB"));
     /* the reductions live in dense_aux beside the counting and expansion */
     assert_int_equal(td_render("dense_aux", 2048, 5632, 256, NULL, &src), TWELL_OK);
     assert_non_null(strstr(src, "twell_dense_reduce_plain("));

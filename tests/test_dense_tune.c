@@ -185,8 +185,8 @@ static void test_dense_tune_space_enumeration(void **state) {
     assert_false(tw_tune_space_accepts(s, &p, &h100, &other));
 }
 
-/* The factors a dense call runs: legacy, then test control (clamped to the k-blocks only), then
- * a valid tuned winner, then the rule. */
+/* The factors a dense call runs: test control (clamped to the k-blocks only), then a valid tuned
+ * winner, then the rule. */
 static void test_dense_tune_choice_falls_back_to_rule(void **state) {
     (void)state;
     twell_shape s = twell_shape_default(2048, 5632);
@@ -195,7 +195,7 @@ static void test_dense_tune_choice_falls_back_to_rule(void **state) {
     for (size_t m = 1; m <= 8192; m = m * 3 + 1) {
         tw_dense_split_rule(&s, m, clusters, rule);
         /* no record: the rule, exactly tw_ffn_dense_split of the GEMMs' units */
-        tw_dense_split_choose(&s, m, clusters, none, NULL, 0, sp);
+        tw_dense_split_choose(&s, m, clusters, none, NULL, sp);
         assert_int_equal(sp[0], rule[0]);
         assert_int_equal(sp[1], rule[1]);
         size_t mp = (m + 255) / 256;
@@ -203,33 +203,29 @@ static void test_dense_tune_choice_falls_back_to_rule(void **state) {
         assert_int_equal(rule[1], tw_ffn_dense_split(mp * 8, 88, clusters));
         /* a valid record wins */
         const unsigned rec[2] = {1, 2};
-        tw_dense_split_choose(&s, m, clusters, none, rec, 0, sp);
+        tw_dense_split_choose(&s, m, clusters, none, rec, sp);
         assert_int_equal(sp[0], 1);
         assert_int_equal(sp[1], 2);
         /* one invalid factor (17 slices; or more partials than the bound at m): the rule */
         const unsigned bad[2] = {17, 2};
-        tw_dense_split_choose(&s, m, clusters, none, bad, 0, sp);
+        tw_dense_split_choose(&s, m, clusters, none, bad, sp);
         assert_int_equal(sp[0], rule[0]);
         assert_int_equal(sp[1], rule[1]);
         const unsigned big[2] = {16, 16};
         int fits = dt_valid(&s, 1, 16, m) && dt_valid(&s, 0, 16, m);
-        tw_dense_split_choose(&s, m, clusters, none, big, 0, sp);
+        tw_dense_split_choose(&s, m, clusters, none, big, sp);
         assert_int_equal(sp[0], fits ? 16 : rule[0]);
         assert_int_equal(sp[1], fits ? 16 : rule[1]);
         /* test control beats the record, per GEMM, with no workspace bound */
         const unsigned force[2] = {16, 0};
-        tw_dense_split_choose(&s, m, clusters, force, rec, 0, sp);
+        tw_dense_split_choose(&s, m, clusters, force, rec, sp);
         assert_int_equal(sp[0], 16);
         assert_int_equal(sp[1], 2);
-        /* legacy: never split */
-        tw_dense_split_choose(&s, m, clusters, force, rec, 1, sp);
-        assert_int_equal(sp[0], 1);
-        assert_int_equal(sp[1], 1);
     }
     /* forced factors are clamped to the k-blocks: K = 128 has 2 */
     twell_shape small = twell_shape_default(128, 1024);
     const unsigned force[2] = {12, 40};
-    tw_dense_split_choose(&small, 7, clusters, force, NULL, 0, sp);
+    tw_dense_split_choose(&small, 7, clusters, force, NULL, sp);
     assert_int_equal(sp[0], 2);
     assert_int_equal(sp[1], 16); /* N = 1024: 16 k-blocks */
     /* the check's reasons */
@@ -301,7 +297,7 @@ static void test_dense_tune_store_roundtrip(void **state) {
     /* a plan takes it: the choice for a chunk of this bucket */
     unsigned sp[2];
     const unsigned none[2] = {0, 0};
-    tw_dense_split_choose(&p.shape, 200, (unsigned)d.sm_count / 2u, none, f, 0, sp);
+    tw_dense_split_choose(&p.shape, 200, (unsigned)d.sm_count / 2u, none, f, sp);
     assert_int_equal(sp[0], 2);
     assert_int_equal(sp[1], 4);
 

@@ -122,10 +122,6 @@ enum {
      * the GEMM's 64-wide k-blocks); the partial workspace grows at the next eager dense call (a
      * captured call whose partials do not fit runs that GEMM unsplit) */
     TW_TC_DENSE_SET_SPLIT,
-    /* (plan, int on): 1: the earlier down GEMM (Wd transposed into the workspace by a kernel
-     * every call, read K-major) and no split anywhere, for old-vs-new comparisons in one run;
-     * loads its module now (not while capturing). 0: back to Wd read MN-major and splits. */
-    TW_TC_DENSE_SET_LEGACY,
     /* (plan, unsigned out[2]): the split factors [up, down] of the last dense call's last chunk
      * of rows (1: unsplit); {0, 0} before any dense call */
     TW_TC_DENSE_LAST_SPLIT,

@@ -5,7 +5,7 @@
 # gate_pack_sm90: the autotuner's space (runtime/ops/gate_pack/gate_pack_space.c: BK 32/64 x STAGES 2..8 x CLUSTER 1/2)
 # plus CLUSTER 4 and the defaults, over T 64/128/256, C 2/4/8, both dtypes and shapes including
 # ones the template rejects (K % 64, N % T, shared memory, bad BK / STAGES / CLUSTER / T / C).
-# gemm_sm90: what runtime/cuda_dense.c (gated / relu with T, C; plain) and
+# gemm_sm90: what runtime/cuda_dense.c (gated / relu with T, C; plain with TB = 1) and
 # runtime/cuda_train_dense.c (fwd, dt, mm with TA / TB and LDO, wgrad with STAGES 4) pass, over
 # shapes and both dtypes, plus every rejection (MODE, TA, TB, LDO, STAGES, CLUSTER, K, N, T, C).
 set -eu
@@ -51,7 +51,7 @@ fi
 [ "$tpl" = gemm_sm90 ] || { echo "render_sets_sm90.sh: unknown template $tpl" >&2; exit 2; }
 if [ "$what" = cubin ]; then
     echo "--K 2048 --N 5632 --T 256 --C 8 --dtype bf16 --param MODE=gated --param STAGES=3 --param CLUSTER=2"
-    echo "--K 5632 --N 2048 --dtype fp16 --param MODE=plain --param STAGES=3 --param CLUSTER=2"
+    echo "--K 5632 --N 2048 --dtype fp16 --param MODE=plain --param TB=1 --param STAGES=3 --param CLUSTER=2"
     echo "--K 2048 --N 5632 --dtype bf16 --param MODE=fwd --param TA=0 --param TB=0 --param LDO=16896 --param STAGES=3 --param CLUSTER=2"
     echo "--K 5632 --N 2048 --dtype bf16 --param MODE=mm --param TA=0 --param TB=1 --param LDO=2048 --param STAGES=3 --param CLUSTER=2"
     echo "--K 512 --N 2048 --T 64 --C 2 --dtype fp16 --param MODE=gated --param STAGES=3 --param CLUSTER=1"
@@ -73,7 +73,7 @@ for shape in "64 256" "512 2048" "2048 5632" "5632 2048" "4096 11008" "11264 204
         done
         echo "--K $K --N $N --dtype $dt --param MODE=relu $sc"
         echo "--K $K --N $N --dtype $dt --param MODE=gated $sc"
-        echo "--K $K --N $N --dtype $dt --param MODE=plain $sc"
+        echo "--K $K --N $N --dtype $dt --param MODE=plain --param TB=1 $sc"
         echo "--K $K --N $N --dtype $dt $sc"
         tw_lists "fwd dt mm wgrad" "0 1" "0 1" "0 $N $((3 * N)) $((N + 4)) $((N - 8))" |
             while read -r mode ta tb ldo; do
@@ -86,7 +86,7 @@ for bad in "--param MODE=x" "--param MODE=gated --param TA=1" "--param MODE=plai
     "--param MODE=fwd --param LDO=x" "--param STAGES=1" "--param STAGES=9" "--param STAGES=x" \
     "--param CLUSTER=4" "--param CLUSTER=0" "--dtype fp32" "--param MODE=gated --T 32" \
     "--param MODE=gated --C 3" "--param MODE=gated --T 512" "--param MODE=dt --param PFB=8" \
-    "--param MODE=dt --param PFB=32"; do
+    "--param MODE=dt --param PFB=32" "--param MODE=plain --param TB=0"; do
     echo "--K 512 --N 2048 --dtype bf16 $bad"
 done
 echo "--N 2048 --dtype bf16"

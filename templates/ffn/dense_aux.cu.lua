@@ -1,8 +1,7 @@
 -- dense_aux.cu.lua — the small kernels around gemm_sm90 in the dense FFN path
 -- (runtime/cuda_dense.c): counting the packed activation (the AUTO path choice and the units whose
 -- row-tiles overflow), expanding it into a dense 16-bit matrix (non-gated H), reducing the fp32
--- slices of a split-K GEMM (gemm_sm90 SPLIT = 1) with its epilogue, and transposing the down
--- projection for the "NT" GEMM (the earlier down GEMM, kept selectable for comparisons).
+-- slices of a split-K GEMM (gemm_sm90 SPLIT = 1) with its epilogue.
 --
 -- Parameters: K, N, T, C, dtype (the plan's shape, see twellrt.h).
 -- ABI (block = 256 threads for all):
@@ -17,8 +16,6 @@
 --       any grid (grid-stride over M·ceil(N/256) items of one row x 256 columns). h [M, N]
 --       (16-byte aligned) = the packed values at their columns, 0 elsewhere; of an overflowing
 --       row-tile only the stored entries (the caller recomputes those units).
---   twell_dense_transpose(const unsigned short *w, unsigned short *wt)
---       grid (K/64, N/64): wt [K, N] = transpose of w [N, K] (both 4-byte aligned); K % 64 == 0.
 -- The reductions of gemm_sm90's split-K partials (SPLIT = 1; part 16-byte aligned, its layout
 -- part[((plane·nsplit + s)·M + row)·cols + col] with cols = K for plain, N for gated and relu):
 -- any grid (grid-stride over M·ceil(cols/256) items of one row x 256 columns, a warp each). Each
@@ -134,27 +131,6 @@ extern "C" __global__ void __launch_bounds__(256)
         if (n0 + lane * 8 < ${S.N})
             *(uint4 *)(h + row * ${S.N} + n0 + lane * 8) = val;
         __syncwarp(); /* the next item zeroes the buffer */
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256)
-    twell_dense_transpose(const tw_u16 *__restrict__ w, tw_u16 *__restrict__ wt) {
-    __shared__ tw_u16 tile[64][66]; /* [n][k], padded against bank conflicts */
-    const int k0 = blockIdx.x * 64, n0 = blockIdx.y * 64, tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int idx = tid + 256 * i, r = idx >> 5, c2 = idx & 31;
-        const tw_u32 v =
-            __ldg((const tw_u32 *)(w + (long long)(n0 + r) * ${S.K} + k0 + 2 * c2));
-        tile[r][2 * c2] = (tw_u16)(v & 0xffffu);
-        tile[r][2 * c2 + 1] = (tw_u16)(v >> 16);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int idx = tid + 256 * i, kr = idx >> 5, n2 = idx & 31;
-        const tw_u32 v = (tw_u32)tile[2 * n2][kr] | ((tw_u32)tile[2 * n2 + 1][kr] << 16);
-        *(tw_u32 *)(wt + (long long)(k0 + kr) * ${S.N} + n0 + 2 * n2) = v;
     }
 }
 

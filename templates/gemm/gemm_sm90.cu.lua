@@ -8,7 +8,7 @@
 --             T, C (TwELL tile and compression of `packed`; MODE gated only; defaults 256, 8),
 --             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2),
 --             SPLIT (0 | 1, default 0; MODE gated, relu, plain: split-K partials, below),
---             TB (MODE plain and the training modes: B MN-major, below).
+--             TB (MODE plain: must be 1; the training modes: 0 | 1; B MN-major, below).
 -- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0 else +0):
 --   gated  the up projection with the gate applied: out = round(g ⊙ (x·Wuᵀ)), A = x, B = Wu,
 --          G = Wg. g is the TwELL gate `packed` (same rows as A) expanded in shared memory by the
@@ -19,7 +19,8 @@
 --          are left untouched: the caller wrote them from the packed activation).
 --   plain  out = round(A·Bᵀ) (the down projection: A = H; B = Wd read MN-major with TB = 1,
 --          the way the training mode mm reads it: map_b over Wd [N_red, N_out] row-major, dims
---          {N_out, N_red}, box {64, 64}; with TB = 0 B is a transposed copy Wdᵀ, K-major).
+--          {N_out, N_red}, box {64, 64}; TB = 0, a transposed copy Wdᵀ read K-major, was
+--          removed: it lost to TB = 1 at every M measured).
 -- SPLIT = 1 (split-K, for grids far smaller than the device): the reduction's KB k-blocks are cut
 --   into nsplit slices (runtime; slice s = k-blocks [s·KB/nsplit, (s+1)·KB/nsplit), each at least
 --   one k-block: the kernel clamps nsplit to 1..KB and the caller must pass the clamped value to
@@ -101,6 +102,7 @@ check((TA == 0 or TA == 1) and (TB == 0 or TB == 1), "TA=%s, TB=%s must be 0 or 
     tostring(TA), tostring(TB))
 check(TRAIN or (TA == 0 and LDO == 0), "TA and LDO apply to training modes only")
 check(TRAIN or TB == 0 or MODE == "plain", "TB applies to MODE plain and the training modes only")
+check(MODE ~= "plain" or TB == 1, "MODE plain reads B MN-major: TB=%s must be 1", tostring(TB))
 check(SPLIT == 0 or SPLIT == 1, "SPLIT=%s must be 0 or 1", tostring(SPLIT))
 check(SPLIT == 0 or not TRAIN, "SPLIT applies to MODE gated, relu and plain only")
 check(math.type(LDO) == "integer" and LDO >= 0, "LDO=%s must be a non-negative integer",

@@ -29,12 +29,8 @@ struct tw_dense {
     int available; /* the three modules are loaded */
     char why[320]; /* why not, for TWELL_PATH_DENSE's error */
     tw_CUmodule mod_up, mod_down, mod_aux, mod_up_split, mod_down_split;
-    tw_CUfunction up, down, count, expand, transpose, up_split, down_split;
+    tw_CUfunction up, down, count, expand, up_split, down_split;
     tw_CUfunction red_plain, red_gated, red_relu; /* split-K reductions (dense_aux) */
-    /* the earlier down GEMM (Wdᵀ K-major, TB = 0), loaded by TW_TC_DENSE_SET_LEGACY only */
-    tw_CUmodule mod_down_tr;
-    tw_CUfunction down_tr;
-    int legacy;          /* TW_TC_DENSE_SET_LEGACY: transpose Wd every call, never split */
     unsigned force[2];   /* TW_TC_DENSE_SET_SPLIT: [up, down] split factors, 0 = the policy's */
     unsigned last_sp[2]; /* split factors of the last dense call's last chunk (0: none yet) */
     /* per M bucket: -1 unresolved, 0 no usable tuned winner (the rule), 1 tuned[b] */
@@ -47,7 +43,6 @@ struct tw_dense {
     void *h; /* [h_rows, N] dtype */
     size_t h_rows;
     uint32_t *flags; /* one word per unit of a chunk */
-    void *wdt;       /* [K, N] dtype: Wd transposed, rewritten every call (legacy only) */
     float *part;     /* split-K partial sums: part_bytes ≥ tw_dense_part_bound(part_rows) */
     size_t part_bytes;
     size_t part_rows; /* rows part was checked for under the current splits (0: recheck) */
@@ -105,11 +100,9 @@ static void tw_dense_unload(tw_dense *d) {
     tw_cu_module_unload(d->mod_aux);
     tw_cu_module_unload(d->mod_up_split);
     tw_cu_module_unload(d->mod_down_split);
-    tw_cu_module_unload(d->mod_down_tr);
     d->mod_up = d->mod_down = d->mod_aux = d->mod_up_split = d->mod_down_split = NULL;
-    d->mod_down_tr = NULL;
-    d->up = d->down = d->count = d->expand = d->transpose = d->up_split = d->down_split = NULL;
-    d->red_plain = d->red_gated = d->red_relu = d->down_tr = NULL;
+    d->up = d->down = d->count = d->expand = d->up_split = d->down_split = NULL;
+    d->red_plain = d->red_gated = d->red_relu = NULL;
 }
 
 size_t tw_dense_gemm_params(const twell_shape *s, int g, int split,
@@ -145,19 +138,19 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
     tw_param aux[TW_SHAPE_NPARAMS];
     size_t naux = tw_shape_params(s, aux);
     static const char *const gemm[] = {"twell_gemm_sm90"};
-    static const char *const aux_fns[] = {"twell_dense_count",        "twell_dense_expand",
-                                          "twell_dense_transpose",    "twell_dense_reduce_plain",
-                                          "twell_dense_reduce_gated", "twell_dense_reduce_relu"};
-    tw_CUfunction af[6];
+    static const char *const aux_fns[] = {"twell_dense_count", "twell_dense_expand",
+                                          "twell_dense_reduce_plain", "twell_dense_reduce_gated",
+                                          "twell_dense_reduce_relu"};
+    tw_CUfunction af[5];
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[0], np[0], gemm, 1, &d->mod_up, &d->up));
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[1], np[1], gemm, 1, &d->mod_down, &d->down));
     TW_TRY(
         tw_dense_module(ctx, "gemm_sm90", prm[2], np[2], gemm, 1, &d->mod_up_split, &d->up_split));
     TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[3], np[3], gemm, 1, &d->mod_down_split,
                            &d->down_split));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 6, &d->mod_aux, af));
-    d->count = af[0], d->expand = af[1], d->transpose = af[2];
-    d->red_plain = af[3], d->red_gated = af[4], d->red_relu = af[5];
+    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 5, &d->mod_aux, af));
+    d->count = af[0], d->expand = af[1];
+    d->red_plain = af[2], d->red_gated = af[3], d->red_relu = af[4];
     const struct {
         tw_CUfunction fn;
         unsigned smem;
@@ -169,36 +162,6 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
         TW_TRY(tw_cu_func_set_attribute(ctx, attr[i].fn,
                                         TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)attr[i].smem));
-    return TWELL_OK;
-}
-
-/* The earlier down GEMM (MODE plain, TB = 0: Wdᵀ K-major), for TW_TC_DENSE_SET_LEGACY. */
-static twell_status tw_dense_load_legacy(twell_plan *plan, tw_dense *d) {
-    if (d->down_tr)
-        return TWELL_OK;
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
-    tw_param down[] = {
-        {"K", NULL, (long long)s->N},
-        {"N", NULL, (long long)s->K},
-        {"dtype", tw_dtype_param(s->dtype), 0},
-        {"MODE", "plain", 0},
-        {"STAGES", NULL, (long long)TW_DG_STAGES},
-        {"CLUSTER", NULL, (long long)TW_DG_CLUSTER},
-    };
-    static const char *const gemm[] = {"twell_gemm_sm90"};
-    tw_CUmodule mod = NULL;
-    tw_CUfunction fn = NULL;
-    TW_TRY(
-        tw_dense_module(ctx, "gemm_sm90", down, sizeof down / sizeof down[0], gemm, 1, &mod, &fn));
-    twell_status st = tw_cu_func_set_attribute(
-        ctx, fn, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TW_DG_SMEM);
-    if (st != TWELL_OK) {
-        tw_cu_module_unload(mod);
-        return st;
-    }
-    d->mod_down_tr = mod;
-    d->down_tr = fn;
     return TWELL_OK;
 }
 
@@ -270,7 +233,6 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
     tw_cuda_keep_release(ctx, &d->keep);
     tw_cuda_free(ctx, d->h);
     tw_cuda_free(ctx, d->flags);
-    tw_cuda_free(ctx, d->wdt);
     tw_cuda_free(ctx, d->part);
     tw_cuda_free(ctx, d->dstats);
     tw_cuda_host_free(ctx, d->hstats);
@@ -450,7 +412,7 @@ static void tw_dense_splits(const twell_plan *plan, const tw_dense *d, size_t m,
     unsigned b = tw_m_bucket_log2(m);
     const unsigned tuned[2] = {d->tuned[b][0], d->tuned[b][1]};
     tw_dense_split_choose(&plan->shape, m, d->max_clusters, d->force,
-                          d->tuned_state[b] == 1 ? tuned : NULL, d->legacy, sp);
+                          d->tuned_state[b] == 1 ? tuned : NULL, sp);
 }
 
 /* The stored winner of (ffn_dense, shape, bucket) as split factors this plan can run. */
@@ -461,12 +423,12 @@ static int tw_dense_take(const tw_tune_config *cfg, void *arg) {
 /* Resolves the M bucket of a chunk of m rows (once, then memoised): the stored winner of
  * (ffn_dense, shape, bucket, device) when one is stored and valid (tw_tune_op_winner), tuned
  * first when tune_now is set and none is; else the rule. Skipped (the bucket stays unresolved)
- * while test control fixes both factors or selects the legacy GEMMs: the tuner's own plans force
+ * while test control fixes both factors: the tuner's own plans force
  * their candidates, so resolving there would tune from inside a tuning. A newly taken winner
  * makes the next reserve check the partial workspace again. Never fails; context current. */
 static void tw_dense_resolve(twell_plan *plan, tw_dense *d, size_t m, int tune_now) {
     unsigned b = tw_m_bucket_log2(m);
-    if (d->tuned_state[b] >= 0 || (d->force[0] && d->force[1]) || d->legacy)
+    if (d->tuned_state[b] >= 0 || (d->force[0] && d->force[1]))
         return;
     unsigned sp[2] = {0, 0};
     int got = tw_tune_op_winner(plan->ctx, &tw_dense_tune_op, TW_DENSE_KERNEL, &plan->shape, m,
@@ -514,15 +476,13 @@ static size_t tw_dense_part_bound(const twell_plan *plan, const tw_dense *d, siz
     return need;
 }
 
-/* Workspace for chunks of R rows: H, the unit flags, the split-K partials (for the splits the
- * current settings give) and, in legacy mode, Wdᵀ. Growing H or the partials waits for the
+/* Workspace for chunks of R rows: H, the unit flags and the split-K partials (for the splits the
+ * current settings give). Growing H or the partials waits for the
  * previous dense call first (it may still read the old ones). On failure the old buffers are
  * kept. */
 static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    if (d->legacy && !d->wdt)
-        TW_TRY(tw_cuda_malloc(ctx, (size_t)s->N * s->K * 2u, &d->wdt));
     /* chunks hold up to max(R, h_rows) rows (H never shrinks) */
     size_t rows = tw_max_rows(R, d->h_rows);
     size_t pb = d->part_rows == rows ? d->part_bytes : tw_dense_part_bound(plan, d, rows);
@@ -576,10 +536,6 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     size_t sms = (size_t)ctx->cuda->sm_count;
     unsigned slot;
     TW_TRY(tw_dense_count_begin(plan, d, stream, &slot));
-    if (d->legacy) {
-        void *a_tr[] = {(void *)&wd, &d->wdt};
-        TW_TRY(tw_go(ctx, d->transpose, s->K / 64u, s->N / 64u, stream, a_tr));
-    }
     for (size_t r0 = 0; r0 < M; r0 += d->h_rows) {
         size_t m = tw_min(M - r0, d->h_rows);
         const void *xc = (const char *)x + r0 * s->K * 2u;
@@ -615,10 +571,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
             TW_TRY(tw_dense_gemm(plan, d, d->up, m, s->K, s->N, xc, wu, s->gated ? wg : NULL, 0,
                                  d->h, s->gated ? pc : NULL, d->flags, stream));
         }
-        if (d->legacy) {
-            TW_TRY(tw_dense_gemm(plan, d, d->down_tr, m, s->N, s->K, d->h, d->wdt, NULL, 0, yc,
-                                 NULL, NULL, stream));
-        } else if (sp[1] > 1u) {
+        if (sp[1] > 1u) {
             TW_TRY(tw_dense_gemm_split(plan, d, d->down_split, m, s->N, s->K, d->h, wd, NULL, 1,
                                        sp[1], NULL, stream));
             void *a_r[] = {&d->part, &mi, &ns_down, &yc};
@@ -739,7 +692,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         }
         dense = r == TW_ROUTE_DENSE;
     }
-    if (dense && capturing && (d->h_rows == 0 || (d->legacy && !d->wdt))) {
+    if (dense && capturing && d->h_rows == 0) {
         /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
          * (or an earlier eager dense call) */
         if (plan->path == TWELL_PATH_DENSE)
@@ -767,7 +720,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
             TW_TRY(tw_cuda_stream_wait_event(ctx, stream, d->done));
         TW_TRY(tw_dense_run(plan, d, M, x, packed, wg, wu, wd, y, capturing, stream));
         if (capturing) {
-            d->captured = 1; /* the graph holds h, flags, part and wdt from now on */
+            d->captured = 1; /* the graph holds h, flags and part from now on */
         } else {
             d->used = 1; /* tw_dense_run recorded `done` after its last work */
             d->last_stream = stream;
@@ -883,7 +836,7 @@ static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     if (!d)
         return 0;
     const twell_shape *s = &plan->shape;
-    size_t b = (d->wdt ? (size_t)s->N * s->K * 2u : 0u) + d->part_bytes;
+    size_t b = d->part_bytes;
     if (d->h)
         b += d->h_rows * s->N * 2u + tw_dense_units(s, d->h_rows) * 4u;
     return b;
@@ -905,8 +858,6 @@ static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     TW_TRY(tw_cuda_synchronize(ctx));
     if (d->h)
         TW_TRY(tw_cuda_memset_d32(ctx, d->h, v, d->h_rows * s->N / 2u, NULL));
-    if (d->wdt)
-        TW_TRY(tw_cuda_memset_d32(ctx, d->wdt, v, (size_t)s->N * s->K / 2u, NULL));
     if (d->part) /* the 32-bit pattern v is a NaN as a float when pattern is a 16-bit NaN */
         TW_TRY(tw_cuda_memset_d32(ctx, d->part, v, d->part_bytes / 4u, NULL));
     return tw_cuda_synchronize(ctx);
@@ -918,24 +869,6 @@ static twell_status tw_cuda_dense_set_split(twell_plan *plan, unsigned up, unsig
     d->force[0] = up;
     d->force[1] = down;
     d->part_rows = 0; /* the next dense call (or reserve) checks the partial workspace again */
-    return TWELL_OK;
-}
-
-static twell_status tw_cuda_dense_set_legacy(twell_plan *plan, int on) {
-    tw_dense *d;
-    TW_TRY(tw_dense_knob(plan, &d));
-    if (on && !d->available)
-        return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: the dense path is not available: %s", d->why);
-    if (on) {
-        tw_cu_scope sc;
-        TW_TRY(tw_cu_enter(plan->ctx, &sc));
-        twell_status st = tw_dense_load_legacy(plan, d);
-        tw_cu_leave(plan->ctx, &sc);
-        TW_TRY(st);
-    }
-    d->legacy = on != 0;
-    d->part_rows = 0;
     return TWELL_OK;
 }
 
@@ -1012,8 +945,6 @@ twell_status tw_dense_test_control(int op, va_list ap) {
         unsigned up = va_arg(ap, unsigned);
         return tw_cuda_dense_set_split(plan, up, va_arg(ap, unsigned));
     }
-    case TW_TC_DENSE_SET_LEGACY:
-        return tw_cuda_dense_set_legacy(plan, va_arg(ap, int));
     case TW_TC_DENSE_PREPARE: {
         size_t M = va_arg(ap, size_t);
         unsigned *out = va_arg(ap, unsigned *);

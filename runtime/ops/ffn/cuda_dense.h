@@ -44,8 +44,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * control's S, else the chunk's M bucket's tuned winner, else tw_ffn_dense_split): fp32 partials
  * into the workspace, then a reduction kernel sums them in slice order and applies the epilogue
  * (the gate, the activation, the rounding), so results stay bitwise reproducible for a given S.
- * TW_TC_DENSE_SET_LEGACY selects the earlier down GEMM (Wd transposed into the workspace every
- * call, no split) for comparisons. An eager dense call first resolves its chunks' M buckets (once
+ * An eager dense call first resolves its chunks' M buckets (once
  * each, memoised: the stored ffn_dense winner, tuned first when the context has
  * options.tune_on_first_use); a captured call resolves nothing (a bucket left unresolved runs the
  * rule: twell_plan_reserve resolves them beforehand).
@@ -77,7 +76,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
 /* twell_plan_reserve's part: resolves the split factors of every M bucket a chunk of up to
  * max_M rows falls in (stored ffn_dense winners; tuned first with options.tune_on_first_use), so
  * a captured call runs them, then the dense workspace (H for min(max_M, a chunk) rows, the unit
- * flags, the split-K partials for every row count up to that, Wdᵀ in legacy mode) when the dense
+ * flags, the split-K partials for every row count up to that) when the dense
  * path is available (nothing otherwise). May wait for the previous
  * dense call (a larger H). Inside tw_cu_enter/leave. */
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);

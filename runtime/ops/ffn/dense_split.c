@@ -59,12 +59,7 @@ void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsi
 }
 
 void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
-                           const unsigned force[2], const unsigned *tuned, int legacy,
-                           unsigned sp[2]) {
-    if (legacy) {
-        sp[0] = sp[1] = 1u;
-        return;
-    }
+                           const unsigned force[2], const unsigned *tuned, unsigned sp[2]) {
     unsigned base[2];
     if (tuned && tw_dense_split_check(s, TW_DENSE_UP, tuned[0], m, NULL, 0) == 0 &&
         tw_dense_split_check(s, TW_DENSE_DOWN, tuned[1], m, NULL, 0) == 0) {

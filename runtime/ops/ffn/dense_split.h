@@ -65,14 +65,12 @@ int tw_dense_split_check(const twell_shape *s, int g, unsigned nsplit, size_t m,
 void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsigned sp[2]);
 
 /* A call's factors for a chunk of m rows, in this order:
- *  - legacy: {1, 1};
  *  - per GEMM, force[g] > 0 (test control): it, clamped to 1..k-blocks (no workspace bound);
  *  - tuned (the chunk's M bucket has a stored winner; NULL: none) when tw_dense_split_check
  *    accepts both its factors for m;
  *  - else the rule (tw_dense_split_rule).
  * Pure; never fails. */
 void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
-                           const unsigned force[2], const unsigned *tuned, int legacy,
-                           unsigned sp[2]);
+                           const unsigned force[2], const unsigned *tuned, unsigned sp[2]);
 
 #endif /* TWELL_DENSE_SPLIT_H */
