@@ -356,29 +356,68 @@ static void test_gpu_train_dense_case(void **st) {
     tw_t_data_free(&d);
 }
 
+/* Two data sets on one training state, as the switching tests use them: "low" (0.4% active) and
+ * "high" (20%), K 256, N 1024, M 1024, bf16, with their CPU references (and fp64 weight
+ * gradients); the state's buffers hold the high set, the low one has its own. td_two_use points
+ * the state's inputs at one of them. */
+typedef struct {
+    twell_shape s;
+    size_t M;
+    tw_t_data d[2];   /* [0] low, [1] high */
+    td_out ref[2], o; /* references of each set; the GPU's outputs */
+    td_gpu g;
+    void *in[2][5]; /* x, wg, wu, wd, dy of each set on the device */
+} td_two;
+
+static void td_two_use(td_two *t, int high) {
+    void *const *v = t->in[high];
+    t->g.x = v[0], t->g.wg = v[1], t->g.wu = v[2], t->g.wd = v[3], t->g.dy = v[4];
+}
+
+static void td_two_open(td_two *t, uint32_t seed_lo, uint32_t seed_hi) {
+    twell_shape s = {256, 1024, 256, 8, BF, 1};
+    t->s = s;
+    t->M = 1024;
+    tw_t_gen gen[2] = {{0.004, 0, 1, seed_lo}, {0.20, 0, 1, seed_hi}};
+    for (int h = 0; h < 2; h++) {
+        assert_int_equal(tw_t_data_make(&t->d[h], BF, t->M, s.K, s.N, &gen[h]), 0);
+        td_reference(&t->s, &t->d[h], 1.0f, 1, &t->ref[h]);
+    }
+    td_out_alloc(&t->o, t->M, s.K, s.N);
+    td_gpu_open(&t->g, &t->s, &t->d[1]);
+    size_t xk = t->M * s.K * 2, wk = (size_t)s.N * s.K * 2;
+    const tw_t_data *lo = &t->d[0];
+    void *low[5] = {td_dev(xk, lo->x), td_dev(wk, lo->wg), td_dev(wk, lo->wu), td_dev(wk, lo->wd),
+                    td_dev(xk, lo->dy)};
+    void *high[5] = {t->g.x, t->g.wg, t->g.wu, t->g.wd, t->g.dy};
+    memcpy(t->in[0], low, sizeof low);
+    memcpy(t->in[1], high, sizeof high);
+    /* threshold 2% of N = 20.5/row: the low data (~4/row) sparse, the high (~200/row) dense */
+    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, t->g.state, 0.02 * s.N, (size_t)1024));
+}
+
+static void td_two_close(td_two *t) {
+    td_two_use(t, 1); /* td_gpu_close frees the high set's buffers */
+    for (size_t i = 0; i < 5; i++)
+        tw_cuda_free(g_ctx, t->in[0][i]);
+    td_gpu_close(&t->g);
+    td_out_free(&t->o);
+    for (int h = 0; h < 2; h++) {
+        td_out_free(&t->ref[h]);
+        tw_t_data_free(&t->d[h]);
+    }
+}
+
 /* SPARSE, DENSE and AUTO steps on one state: each result matches the CPU with its path's
  * tolerance, the backward follows its forward's path even when the plan's path changes in
  * between, AUTO follows the density one step later, and AUTO's dense steps never wait. */
 static void test_gpu_train_dense_switching(void **st) {
     (void)st;
-    twell_shape s = {256, 1024, 256, 8, BF, 1};
-    size_t M = 1024;
-    tw_t_gen lo = {0.004, 0, 1, 7u}, hi = {0.20, 0, 1, 8u};
-    tw_t_data dl, dh;
-    assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
-    assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
-    td_out rl, rh, o;
-    td_reference(&s, &dl, 1.0f, 1, &rl);
-    td_reference(&s, &dh, 1.0f, 1, &rh);
-    td_out_alloc(&o, M, s.K, s.N);
-    td_gpu g;
-    td_gpu_open(&g, &s, &dh);
-    size_t xk = M * s.K * 2, wk = (size_t)s.N * s.K * 2;
-    void *xl = td_dev(xk, dl.x), *wgl = td_dev(wk, dl.wg), *wul = td_dev(wk, dl.wu);
-    void *wdl = td_dev(wk, dl.wd), *dyl = td_dev(xk, dl.dy);
-    void *xh = g.x, *wgh = g.wg, *wuh = g.wu, *wdh = g.wd, *dyh = g.dy;
-    /* threshold 2% of N = 20.5/row: the low data (4.1/row) sparse, the high (205/row) dense */
-    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g.state, 0.02 * s.N, (size_t)1024));
+    td_two t;
+    td_two_open(&t, 7u, 8u);
+    td_gpu *g = &t.g;
+    const twell_shape s = t.s;
+    const size_t M = t.M;
     struct {
         twell_path set;  /* plan path for the forward */
         int high;        /* data set */
@@ -394,42 +433,32 @@ static void test_gpu_train_dense_switching(void **st) {
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         int h = steps[i].high;
-        g.x = h ? xh : xl, g.wg = h ? wgh : wgl, g.wu = h ? wuh : wul, g.wd = h ? wdh : wdl;
-        g.dy = h ? dyh : dyl;
-        TD_OK(twell_plan_set_path(g.plan, steps[i].set));
-        td_poison(&g, 0xFFFFFFFFu);
+        td_two_use(&t, h);
+        TD_OK(twell_plan_set_path(g->plan, steps[i].set));
+        td_poison(g, 0xFFFFFFFFu);
         if (i == 1) /* make sure step 0's count has landed: AUTO then reads it, still no wait */
             TD_OK(tw_cuda_synchronize(g_ctx));
         unsigned long waits = tw_tc_host_waits();
-        td_forward(&g);
-        twell_path ran = tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH);
+        td_forward(g);
+        twell_path ran = tw_tc_state_path(g->state, TW_TC_TD_LAST_PATH);
         /* the backward follows the forward whatever the plan says now */
-        TD_OK(twell_plan_set_path(g.plan,
+        TD_OK(twell_plan_set_path(g->plan,
                                   ran == TWELL_PATH_DENSE ? TWELL_PATH_SPARSE : TWELL_PATH_DENSE));
-        td_backward(&g, 1.0f);
+        td_backward(g, 1.0f);
         if (ran == TWELL_PATH_DENSE && i > 0)
             assert_int_equal(tw_tc_host_waits(), waits);
         printf("# step %zu: path set %d, %s data, ran %s (estimate %.1f/row)\n", i,
                (int)steps[i].set, h ? "high" : "low", ran == TWELL_PATH_DENSE ? "dense" : "sparse",
-               tw_tc_state_double(g.state, TW_TC_TD_ESTIMATE));
+               tw_tc_state_double(g->state, TW_TC_TD_ESTIMATE));
         assert_int_equal(ran, steps[i].want);
-        td_fetch(&g, 0xFFFFFFFFu, &o);
+        td_fetch(g, 0xFFFFFFFFu, &t.o);
         char label[64];
         snprintf(label, sizeof label, "step %zu", i);
-        td_compare(&s, M, &o, h ? &rh : &rl, td_mode(g.state), label);
+        td_compare(&s, M, &t.o, &t.ref[h], td_mode(g->state), label);
     }
-    assert_true(tw_tc_state_calls(g.state, TWELL_PATH_DENSE) >= 3);
-    assert_true(tw_tc_state_calls(g.state, TWELL_PATH_SPARSE) >= 3);
-    g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
-    void *lb[] = {xl, wgl, wul, wdl, dyl};
-    for (size_t i = 0; i < 5; i++)
-        tw_cuda_free(g_ctx, lb[i]);
-    td_gpu_close(&g);
-    td_out_free(&o);
-    td_out_free(&rl);
-    td_out_free(&rh);
-    tw_t_data_free(&dl);
-    tw_t_data_free(&dh);
+    assert_true(tw_tc_state_calls(g->state, TWELL_PATH_DENSE) >= 3);
+    assert_true(tw_tc_state_calls(g->state, TWELL_PATH_SPARSE) >= 3);
+    td_two_close(&t);
 }
 
 static size_t td_ws_bytes(twell_train_state *state) {
@@ -450,101 +479,80 @@ static unsigned long td_releases(twell_train_state *state) {
  * Every step matches the CPU with its path's tolerance; the peak counts the switching step. */
 static void test_gpu_train_dense_release(void **st) {
     (void)st;
-    twell_shape s = {256, 1024, 256, 8, BF, 1};
-    size_t M = 1024;
-    tw_t_gen lo = {0.004, 0, 1, 17u}, hi = {0.20, 0, 1, 18u};
-    tw_t_data dl, dh;
-    assert_int_equal(tw_t_data_make(&dl, BF, M, s.K, s.N, &lo), 0);
-    assert_int_equal(tw_t_data_make(&dh, BF, M, s.K, s.N, &hi), 0);
-    td_out rl, rh, o;
-    td_reference(&s, &dl, 1.0f, 1, &rl);
-    td_reference(&s, &dh, 1.0f, 1, &rh);
-    td_out_alloc(&o, M, s.K, s.N);
-    td_gpu g;
-    td_gpu_open(&g, &s, &dh);
-    size_t xk = M * s.K * 2, wk = (size_t)s.N * s.K * 2;
-    void *xl = td_dev(xk, dl.x), *wgl = td_dev(wk, dl.wg), *wul = td_dev(wk, dl.wu);
-    void *wdl = td_dev(wk, dl.wd), *dyl = td_dev(xk, dl.dy);
-    void *xh = g.x, *wgh = g.wg, *wuh = g.wu, *wdh = g.wd, *dyh = g.dy;
-    TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g.state, 0.02 * s.N, (size_t)1024));
+    td_two t;
+    td_two_open(&t, 17u, 18u);
+    td_gpu *g = &t.g;
+    const twell_shape s = t.s;
+    const size_t M = t.M;
     size_t need = tw_ctd_bytes(&s, M);
     unsigned want_after = TW_TD_RELEASE_FIRST;
     unsigned long waits_sparse = 0; /* host waits of a sparse step that releases nothing */
     for (int round = 0; round < 2; round++) {
         /* a dense step on the high data: AUTO's first forward (round 0); after a release, AUTO
          * needs the high count first, which a forced sparse step gives at once (round 1) */
-        g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
+        td_two_use(&t, 1);
         if (round == 1) {
-            TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE));
-            td_poison(&g, 0xFFFFFFFFu);
-            td_forward(&g);
-            td_backward(&g, 1.0f);
-            td_fetch(&g, 0xFFFFFFFFu, &o);
-            td_compare(&s, M, &o, &rh, td_mode(g.state), "high data, forced sparse");
-            assert_int_equal(td_ws_bytes(g.state), 0); /* released, not allocated again */
+            TD_OK(twell_plan_set_path(g->plan, TWELL_PATH_SPARSE));
+            td_poison(g, 0xFFFFFFFFu);
+            td_forward(g);
+            td_backward(g, 1.0f);
+            td_fetch(g, 0xFFFFFFFFu, &t.o);
+            td_compare(&s, M, &t.o, &t.ref[1], td_mode(g->state), "high data, forced sparse");
+            assert_int_equal(td_ws_bytes(g->state), 0); /* released, not allocated again */
         }
-        TD_OK(twell_plan_set_path(g.plan, TWELL_PATH_AUTO));
-        td_poison(&g, 0xFFFFFFFFu);
-        td_forward(&g);
-        assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
-        td_backward(&g, 1.0f);
-        td_fetch(&g, 0xFFFFFFFFu, &o);
-        td_compare(&s, M, &o, &rh, TD_DENSE, "high data, dense");
-        assert_int_equal(td_ws_bytes(g.state), need);
-        assert_true(twell_train_state_bytes(g.state) >= need);
+        TD_OK(twell_plan_set_path(g->plan, TWELL_PATH_AUTO));
+        td_poison(g, 0xFFFFFFFFu);
+        td_forward(g);
+        assert_int_equal(tw_tc_state_path(g->state, TW_TC_TD_LAST_PATH), TWELL_PATH_DENSE);
+        td_backward(g, 1.0f);
+        td_fetch(g, 0xFFFFFFFFu, &t.o);
+        td_compare(&s, M, &t.o, &t.ref[1], TD_DENSE, "high data, dense");
+        assert_int_equal(td_ws_bytes(g->state), need);
+        assert_true(twell_train_state_bytes(g->state) >= need);
         /* low data, sparse: the first step forced (it gives AUTO the low count: the dense
          * step's count is the high one), then AUTO; the workspace stays until the last */
-        g.x = xl, g.wg = wgl, g.wu = wul, g.wd = wdl, g.dy = dyl;
-        unsigned long rel0 = td_releases(g.state);
+        td_two_use(&t, 0);
+        unsigned long rel0 = td_releases(g->state);
         size_t before = 0; /* the state's bytes after the previous step */
         for (unsigned i = 1; i <= want_after; i++) {
-            TD_OK(twell_plan_set_path(g.plan, i == 1 ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO));
-            td_poison(&g, 0xFFFFFFFFu);
+            TD_OK(twell_plan_set_path(g->plan, i == 1 ? TWELL_PATH_SPARSE : TWELL_PATH_AUTO));
+            td_poison(g, 0xFFFFFFFFu);
             unsigned long w0 = tw_tc_host_waits();
-            td_forward(&g);
-            td_backward(&g, 1.0f);
+            td_forward(g);
+            td_backward(g, 1.0f);
             unsigned long w = tw_tc_host_waits() - w0;
-            assert_int_equal(tw_tc_state_path(g.state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
-            size_t held = td_ws_bytes(g.state);
+            assert_int_equal(tw_tc_state_path(g->state, TW_TC_TD_LAST_PATH), TWELL_PATH_SPARSE);
+            size_t held = td_ws_bytes(g->state);
             printf("# round %d, sparse step %u of %u: dense workspace %zu B, state %zu B, host "
                    "waits %lu\n",
-                   round, i, want_after, held, twell_train_state_bytes(g.state), w);
+                   round, i, want_after, held, twell_train_state_bytes(g->state), w);
             if (round == 0 && i == 2)
                 waits_sparse = w; /* the buffers grew in step 1; from here one sync per step */
             if (i < want_after) {
                 assert_int_equal(held, need);
-                assert_int_equal(td_releases(g.state), rel0);
+                assert_int_equal(td_releases(g->state), rel0);
             } else {
                 assert_int_equal(held, 0);
-                assert_int_equal(td_releases(g.state), rel0 + 1);
+                assert_int_equal(td_releases(g->state), rel0 + 1);
                 /* exactly the dense workspace freed (the sparse buffers, sized by the larger
                  * data of round 1's forced sparse step, stay) */
-                assert_int_equal(twell_train_state_bytes(g.state), before - need);
+                assert_int_equal(twell_train_state_bytes(g->state), before - need);
                 assert_int_equal(w, waits_sparse); /* the release adds no host wait */
             }
-            before = twell_train_state_bytes(g.state);
-            td_fetch(&g, 0xFFFFFFFFu, &o);
+            before = twell_train_state_bytes(g->state);
+            td_fetch(g, 0xFFFFFFFFu, &t.o);
             char label[64];
             snprintf(label, sizeof label, "round %d, sparse step %u", round, i);
-            td_compare(&s, M, &o, &rl, td_mode(g.state), label);
+            td_compare(&s, M, &t.o, &t.ref[0], td_mode(g->state), label);
         }
         want_after *= 2; /* dense again after a release doubles the hysteresis */
     }
     size_t peak = 0;
-    TD_OK(tw_test_control(TW_TC_TD_PEAK_BYTES, g.state, 0, &peak));
+    TD_OK(tw_test_control(TW_TC_TD_PEAK_BYTES, g->state, 0, &peak));
     printf("# peak %zu B (dense workspace %zu B), now %zu B, %lu releases\n", peak, need,
-           twell_train_state_bytes(g.state), td_releases(g.state));
-    assert_true(peak >= need + twell_train_state_bytes(g.state));
-    g.x = xh, g.wg = wgh, g.wu = wuh, g.wd = wdh, g.dy = dyh;
-    void *lb[] = {xl, wgl, wul, wdl, dyl};
-    for (size_t i = 0; i < 5; i++)
-        tw_cuda_free(g_ctx, lb[i]);
-    td_gpu_close(&g);
-    td_out_free(&o);
-    td_out_free(&rl);
-    td_out_free(&rh);
-    tw_t_data_free(&dl);
-    tw_t_data_free(&dh);
+           twell_train_state_bytes(g->state), td_releases(g->state));
+    assert_true(peak >= need + twell_train_state_bytes(g->state));
+    td_two_close(&t);
 }
 
 /* A caller-provided workspace: the dense path runs in it without allocating, the state does not
