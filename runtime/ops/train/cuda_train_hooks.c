@@ -45,12 +45,19 @@ void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
 
 /* ---- test control (test_control.h's TW_TC_TRAIN_*) ---- */
 
-static twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
-                                                uint64_t nrn_len) {
+/* The CUDA training backend of state for a knob below (created if the state has none yet);
+ * TWELL_ERR_INVALID_ARG when state is NULL or not a CUDA state. */
+static twell_status tw_cuda_train_knob(twell_train_state *state, tw_ctrain **t) {
+    *t = NULL;
     if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
         return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    return tw_ct_get(state->plan->ctx, state, t);
+}
+
+static twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64_t row_len,
+                                                uint64_t nrn_len) {
+    tw_ctrain *t;
+    twell_status st = tw_cuda_train_knob(state, &t);
     if (st != TWELL_OK)
         return st;
     t->row_len = row_len;
@@ -59,10 +66,8 @@ static twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64
 }
 
 static twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    tw_ctrain *t;
+    twell_status st = tw_cuda_train_knob(state, &t);
     if (st != TWELL_OK)
         return st;
     t->prof = on;
@@ -89,30 +94,24 @@ static size_t tw_cuda_train_profile_report(const twell_train_state *state, char 
 }
 
 static twell_status tw_cuda_train_set_heavy(twell_train_state *state, long long thr) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    tw_ctrain *t;
+    twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
         t->heavy = thr;
     return st;
 }
 
 static twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    tw_ctrain *t;
+    twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
         t->legacy = on;
     return st;
 }
 
 static twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
-    if (!state || state->plan->ctx->backend != TWELL_BACKEND_CUDA)
-        return TWELL_ERR_INVALID_ARG;
-    tw_ctrain *t = NULL;
-    twell_status st = tw_ct_get(state->plan->ctx, state, &t);
+    tw_ctrain *t;
+    twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
         t->udt = tiled != 0;
     return st;
