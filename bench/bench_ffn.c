@@ -307,6 +307,10 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     dense.stream = cs;
     twell_status st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_e2e, &ours, &g[0]);
     twell_path took = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
+    /* the captured inference route: the small-batch kernels, the tiled pipeline or dense */
+    const char *route = took == TWELL_PATH_DENSE                     ? "dense"
+                        : bench_plan_int(plan, TW_TC_SMALL_LAST_FFN) ? "small"
+                                                                     : "tiled";
     if (st == TWELL_OK)
         st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_fused, &ours, &g[1]);
     int dense_ok = have_dense;
@@ -335,7 +339,7 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     } else {
         int same = memcmp(hy, hy2, n * 2) == 0;
         snprintf(r.variant + strcspn(r.variant, "+"), sizeof r.variant - strcspn(r.variant, "+"),
-                 "+%s", took == TWELL_PATH_DENSE ? "dense" : "tiled");
+                 "+%s", route);
         snprintf(r.check_note + len, sizeof r.check_note - len,
                  "; graph: captured path %s, replay bytes %s the eager run's (%s path)",
                  took == TWELL_PATH_DENSE ? "dense" : "sparse", same ? "equal to" : "differ from",
