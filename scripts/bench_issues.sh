@@ -40,14 +40,14 @@ if [ "$what" = train ] || [ "$what" = all ]; then
 fi
 if [ "$what" = serve ] || [ "$what" = all ]; then
     bench "serving AUTO, eager and graph" --op ffn_infer --path auto \
-        --M 1,8,64,256,1000,4096,16384,65536 --nnz 29 --dist uniform --mode both --reps 20 \
-        --warmup 3 --check-rows 32
+        --M 1,8,64,256,512,1000,2048,4096,16384,65536 --nnz 29 --dist uniform --mode both --reps 20 \
+        --warmup 3 --check-rows 16
     bench "serving AUTO, 7B-class layer" --op ffn_infer --path auto --K 4096 --N 11008 \
         --M 1,8,64,256,1000,4096 --nnz 55 --dist uniform --mode both --reps 20 --warmup 3 \
         --check-rows 16
-    # density 0.5% .. 20% of N = 5632: 29, 56, 110, 280, 563, 1126 active per row
-    bench "serving AUTO over density" --op ffn_infer --path auto --M 1,8,64,256,1000,4096 \
-        --nnz 56,110,280,563,1126 --dist uniform --mode eager --reps 20 --warmup 3 --check-rows 16
+    # density 1% .. 20% of N = 5632: 56, 110, 280, 563, 1126 active per row
+    bench "serving AUTO over density" --op ffn_infer --path auto --M 1,8,64,256,1000,4096,16384 \
+        --nnz 56,110,280,563,1126 --dist uniform --mode eager --reps 10 --warmup 2 --check-rows 8
 fi
 if [ "$what" = kernels ] || [ "$what" = all ]; then
     bench "training 29/56 (memory in the note)" --op train --path auto --M 16384 --nnz 29,56 \
