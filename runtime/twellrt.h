@@ -283,10 +283,11 @@ typedef void *twell_stream;
  *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the
  *           counts of the most recent call that have reached the host, else the nnz_per_row
  *           given to twell_plan_reserve, else nothing (then not DENSE). Calls that run the
- *           small-batch kernels count nothing. The crossover (where the
- *           two paths cross), as a fraction of N active per row: 2.0% from M = 32, 1.33% from
- *           128, 0.9% from 512, 1.66% from 2048, 1.45% from 8192; below M = 32 never DENSE;
- *           after a DENSE call AUTO stays dense down to 0.8 of it (measurements:
+ *           small-batch kernels count nothing. The crossover (where dense and the sparse
+ *           route AUTO would take cross), as a fraction of N active per row: 6.0% up to 47 rows,
+ *           4.3% from 48, 1.6% from 160, 0.21% from 384, 0.6% from 724, 0.85% from 1448, 1.39%
+ *           from 2896, 1.31% from 8192; after a DENSE call AUTO stays dense down to 0.8 of it
+ *           (measurements:
  *           runtime/ops/ffn/ffn_policy.h, BENCHMARKS.md). The counts are copied
  *           back asynchronously and read only once they have arrived, so no call waits for the
  *           device in the steady state and the choice follows the data one call later. Where
@@ -441,8 +442,8 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
- * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (below
- * the dense path's minimum rows) run the small-batch kernels: one launch (up to 16 rows) or two
+ * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (unless
+ * AUTO picks DENSE) run the small-batch kernels: one launch (up to 16 rows) or two
  * that read each active row of Wu and Wd about once per call for all the rows that use it (sm_80+,
  * K a multiple of 32, x, the weights and y 16-byte aligned; workspace as for twell_gate_pack);
  * SPARSE runs the tiled pipeline at every M.
