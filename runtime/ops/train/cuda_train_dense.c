@@ -220,8 +220,8 @@ static twell_status td_collect(twell_ctx *ctx, tw_tdense *d) {
 }
 
 twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                         const void *wg, const void *wu, const void *wd, const void *y,
-                         int *dense, double *probe) {
+                         const void *wg, const void *wu, const void *wd, const void *y, int *dense,
+                         double *probe) {
     twell_ctx *ctx = plan->ctx;
     *dense = 0;
     *probe = 0.0;

@@ -19,17 +19,17 @@ typedef struct tw_tdense tw_tdense;
  * invalidates the dense saved forward (the caller's forward replaces it whatever it runs).
  * *dense = 1: run tw_ctd_forward. *probe > 0 (AUTO's first forward of a state, *dense = 0): run
  * the sparse forward with that threshold, which stops after its counts when they exceed it per row
- * (tw_ct_forward), and then the dense one. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where it
- * cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
+ * (tw_ct_forward), and then the dense one. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where
+ * it cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
  * (under AUTO a module that fails to build only marks the path unavailable, with a warning).
  *
  * AUTO: on the first forward of a state with M ≥ TW_TD_MIN_ROWS, a probe: the sparse path's first
  * stage (gate-pack, counts, the one host read it makes anyway) decides, so a sparse first step
- * never allocates the dense workspace and a dense one wastes only that stage; afterwards dense when the
- * latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense one
- * copies its count back asynchronously and the next forward reads it only if the copy has landed)
- * exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay dense)
- * and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
+ * never allocates the dense workspace and a dense one wastes only that stage; afterwards dense when
+ * the latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense
+ * one copies its count back asynchronously and the next forward reads it only if the copy has
+ * landed) exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay
+ * dense) and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
  * 16-byte aligned; otherwise AUTO runs sparse. */
 twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
                          const void *wg, const void *wu, const void *wd, const void *y, int *dense,
