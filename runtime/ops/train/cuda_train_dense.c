@@ -606,13 +606,13 @@ static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     TW_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
     if ((2u * N) % (TD_BM * TD_CLUSTER) == 0) {
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
-        a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,       0.0f,
+        a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,        0.0f,
                       (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
         TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     } else {
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
-        a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,       0.0f,
+        a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,        0.0f,
                       (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
         TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));

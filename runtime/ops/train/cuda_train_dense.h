@@ -77,12 +77,13 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
                              twell_stream stream);
 
 /* The same GEMMs on a contiguous block of Mb rows with the caller's workspace ws
- * (tw_ctd_block_bytes(plan, Mb) bytes, 256-byte aligned; it holds the block's Tm, (P, U) pairs and dU, dP from its forward
- * to its backward): the sparse path's heavy rows (cuda_train_heavy.c). prepare builds the modules
- * (never forced: *available = 0 where the dense path cannot run, the reason logged). forward:
- * yb = the block's y, the stats partials at tw_ctd_block_part (tw_ctd_block_npart {Σ|Tm|, count}
- * pairs). backward: l1c = λ / the step's M; dxb the block's dx; the three weight gradients are
- * STORED (the sparse kernels then add theirs). Every pointer 16-byte aligned. No host wait. */
+ * (tw_ctd_block_bytes(plan, Mb) bytes, 256-byte aligned; it holds the block's Tm, (P, U) pairs and
+ * dU, dP from its forward to its backward): the sparse path's heavy rows (cuda_train_heavy.c).
+ * prepare builds the modules (never forced: *available = 0 where the dense path cannot run, the
+ * reason logged). forward: yb = the block's y, the stats partials at tw_ctd_block_part
+ * (tw_ctd_block_npart {Σ|Tm|, count} pairs). backward: l1c = λ / the step's M; dxb the block's dx;
+ * the three weight gradients are STORED (the sparse kernels then add theirs). Every pointer 16-byte
+ * aligned. No host wait. */
 twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available);
 twell_status tw_ctd_block_forward(twell_plan *plan, twell_train_state *state, size_t Mb,
                                   const void *xb, const void *wg, const void *wu, const void *wd,
