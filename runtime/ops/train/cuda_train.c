@@ -691,9 +691,12 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
+        /* the queue of twell_train_dw: a counter in the totals' spare word 14 */
+        void *work = tot + 14;
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, work, 0u, 2u, stream));
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
-                        &dwg,       &dwu,        &dwd,        &npart,     &acc};
+                        &dwg,       &dwu,        &dwd,        &npart,     &acc,        &work};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
                             stream, args));
     }

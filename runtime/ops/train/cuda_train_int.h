@@ -56,7 +56,7 @@ enum {
     TB_CHUNK_OFF,  /* u64 [M+1] */
     TB_PSLOT_OFF,  /* u64 [M+1] */
     TB_SCAN,       /* u64 [2·blocks] */
-    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8.. */
+    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8..13, dW queue 14 */
     TB_SPILL,      /* u32 [spill] */
     TB_U_SPILL,    /* f32 [spill] */
     TB_CHUNK_ROW,  /* u32 [chunks] */
