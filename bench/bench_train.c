@@ -44,9 +44,10 @@
  * The record's variant is
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
  *
- * TWELL_TRAIN_HEAVY=<rows over this many active values | -1 for the library's cost model> turns
- * on the sparse path's heavy-row route (runtime/ops/train/cuda_train_heavy.h, off by default) in
- * the timed and the check states (variant "+heavy"). Where it ran, the heavy rows carry the dense
+ * The sparse path's heavy-row route (runtime/ops/train/cuda_train_heavy.h) runs as the library's
+ * default (the cost model's threshold); TWELL_TRAIN_HEAVY=<rows over this many active values |
+ * -1 the cost model | 0 off> sets it in the timed and the check states. The variant ends in
+ * "+heavy" when the timed steps sent rows to it. Where it ran, the heavy rows carry the dense
  * path's rounding, so the check applies the dense tolerances above to every output, on a support
  * that takes the heavy rows' from the CPU (the sparse state holds them empty).
  */
@@ -239,11 +240,21 @@ static void bt_compare(const twell_shape *s, const tw_train_support *gsup,
 }
 
 /* TWELL_TRAIN_HEAVY: the sparse path's heavy-row route (test control TW_TC_TRAIN_SET_HEAVY) on
- * the timed and the check states: a row count threshold, or a negative value for the library's
- * cost model; unset or 0: off (the default). */
-static long long bt_heavy_knob(void) {
+ * the timed and the check states: a row count threshold, a negative value for the library's
+ * cost model, 0 off; unset: the library's default (the cost model). */
+static twell_status bt_heavy_set(twell_train_state *state) {
     const char *e = getenv("TWELL_TRAIN_HEAVY");
-    return e && *e ? strtoll(e, NULL, 10) : 0;
+    if (!e || !*e)
+        return TWELL_OK;
+    return tw_test_control(TW_TC_TRAIN_SET_HEAVY, state, strtoll(e, NULL, 10));
+}
+
+/* 1 when the state's saved forward sent rows to the heavy-row route. */
+static int bt_heavy_ran(twell_train_state *state) {
+    size_t nh = 0;
+    uint64_t hnnz = 0;
+    uint32_t thr = 0;
+    return tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, state, &nh, &hnnz, &thr) == TWELL_OK && nh > 0;
 }
 
 /* The support the check compares when the heavy-row route ran: the GPU's rows, except the heavy
@@ -324,9 +335,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
         goto done;
     }
     /* the GPU on the same rows, a fresh state, outputs in the full-size buffers */
-    long long hk = bt_heavy_knob();
     if ((st = twell_train_state_create(gplan, &gst)) != TWELL_OK ||
-        (hk && (st = tw_test_control(TW_TC_TRAIN_SET_HEAVY, gst, hk)) != TWELL_OK) ||
+        (st = bt_heavy_set(gst)) != TWELL_OK ||
         (st = twell_ffn_forward_train(gplan, Mc, o->x, o->wg, o->wu, o->wd, o->y, NULL, gst,
                                       NULL)) != TWELL_OK ||
         (st = twell_ffn_backward(gplan, gst, Mc, o->x, o->wg, o->wu, o->wd, o->dy, lambda, o->dx,
@@ -653,8 +663,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                           16, hb, hb, hb, hb,     2 * hb, xb, xb, 2 * wb, 2 * wb, 2 * wb};
     uint16_t *hdy = malloc(xb), *wuwg = malloc(2 * wb);
     if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK ||
-        (bt_heavy_knob() &&
-         tw_test_control(TW_TC_TRAIN_SET_HEAVY, state, bt_heavy_knob()) != TWELL_OK)) {
+        bt_heavy_set(state) != TWELL_OK) {
         fprintf(stderr, "twell bench: out of memory\n");
         rc = 1;
         goto done;
@@ -780,7 +789,7 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                          : ran_d        ? "dense"
                          : ran_s        ? "sparse"
                                         : "?",
-                         bt_heavy_knob() ? "+heavy" : "");
+                         bt_heavy_ran(state) ? "+heavy" : "");
                 if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
                     bt_profile(&ours, M, r.distribution, r.nnz_target);
                 /* memory after the timed steps (AUTO releases an idle dense workspace once it

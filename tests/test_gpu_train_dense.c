@@ -239,6 +239,12 @@ enum { TD_SPARSE = 0, TD_DENSE = 1, TD_SPARSE_TILED = 2 };
 static int td_mode(twell_train_state *state) {
     if (tw_tc_state_path(state, TW_TC_TD_LAST_PATH) == TWELL_PATH_DENSE)
         return TD_DENSE;
+    size_t nh = 0;
+    uint64_t hnnz = 0;
+    uint32_t thr = 0;
+    TD_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, state, &nh, &hnnz, &thr));
+    if (nh > 0) /* heavy rows ran by dense block (the default route): the dense path's bounds */
+        return TD_DENSE;
     return tw_tc_state_int(state, TW_TC_TRAIN_UDT_TILED) ? TD_SPARSE_TILED : TD_SPARSE;
 }
 
@@ -423,7 +429,7 @@ static void test_gpu_train_dense_switching(void **st) {
         int high;        /* data set */
         twell_path want; /* path the forward must run */
     } steps[] = {
-        {TWELL_PATH_AUTO, 1, TWELL_PATH_DENSE},    /* first AUTO step: dense (M ≥ 1024) */
+        {TWELL_PATH_AUTO, 1, TWELL_PATH_DENSE},    /* first AUTO step: probe, high: dense */
         {TWELL_PATH_AUTO, 0, TWELL_PATH_DENSE},    /* still from the high count (or none) */
         {TWELL_PATH_SPARSE, 0, TWELL_PATH_SPARSE}, /* forced; its count (low) is exact */
         {TWELL_PATH_AUTO, 1, TWELL_PATH_SPARSE},   /* follows the low count */
@@ -552,6 +558,50 @@ static void test_gpu_train_dense_release(void **st) {
     printf("# peak %zu B (dense workspace %zu B), now %zu B, %lu releases\n", peak, need,
            twell_train_state_bytes(g->state), td_releases(g->state));
     assert_true(peak >= need + twell_train_state_bytes(g->state));
+    td_two_close(&t);
+}
+
+/* AUTO's first forward of a state is a probe (the sparse path's counts decide): on sparse data it
+ * runs the sparse path to the end and never allocates the dense workspace (the state's peak stays
+ * below it); on dense data (a new state) it hands over to the dense path, which the CPU checks
+ * with the dense tolerances, and AUTO keeps the probe's exact count. */
+static void test_gpu_train_dense_probe(void **st) {
+    (void)st;
+    td_two t;
+    td_two_open(&t, 27u, 28u);
+    td_gpu *g = &t.g;
+    const size_t M = t.M, need = tw_ctd_bytes(&t.s, M);
+    for (int h = 0; h < 2; h++) {
+        if (h == 1) { /* a new state: the probe belongs to a state's first forward */
+            twell_train_state_destroy(g->state);
+            TD_OK(twell_train_state_create(g->plan, &g->state));
+            TD_OK(tw_test_control(TW_TC_TD_SET_THRESHOLD, g->state, 0.02 * t.s.N, (size_t)1024));
+        }
+        td_two_use(&t, h);
+        TD_OK(twell_plan_set_path(g->plan, TWELL_PATH_AUTO));
+        td_poison(g, 0xFFFFFFFFu);
+        td_forward(g);
+        twell_path ran = tw_tc_state_path(g->state, TW_TC_TD_LAST_PATH);
+        double est = tw_tc_state_double(g->state, TW_TC_TD_ESTIMATE);
+        printf("# first AUTO forward, %s data: ran %s, estimate %.1f/row, dense workspace %zu B\n",
+               h ? "high" : "low", ran == TWELL_PATH_DENSE ? "dense" : "sparse", est,
+               td_ws_bytes(g->state));
+        assert_int_equal(ran, h ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE);
+        assert_int_equal(td_ws_bytes(g->state), h ? need : 0u);
+        /* the probe's count, exact: the data's mean active values per row */
+        assert_true(fabs(est - (double)t.ref[h].stats[0]) <= 1e-3 * (double)t.ref[h].stats[0]);
+        td_backward(g, 1.0f);
+        td_fetch(g, 0xFFFFFFFFu, &t.o);
+        td_compare(&t.s, M, &t.o, &t.ref[h], h ? TD_DENSE : td_mode(g->state),
+                   h ? "first AUTO forward, high data" : "first AUTO forward, low data");
+        if (h == 0) {
+            size_t peak = 0;
+            TD_OK(tw_test_control(TW_TC_TD_PEAK_BYTES, g->state, 0, &peak));
+            printf("#   peak %zu B (dense workspace %zu B)\n", peak, need);
+            assert_true(peak >= twell_train_state_bytes(g->state));
+            assert_true(peak < need);
+        }
+    }
     td_two_close(&t);
 }
 
@@ -720,7 +770,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 2;
-    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 5];
+    struct CMUnitTest tests[sizeof td_cases / sizeof td_cases[0] + 6];
     static char names[sizeof td_cases / sizeof td_cases[0]][128];
     for (size_t i = 0; i < ncases; i++) {
         const td_case *c = &td_cases[i];
@@ -738,6 +788,8 @@ int main(int argc, char **argv) {
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_dense_workspace);
         struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_dense_oom_fallback);
         struct CMUnitTest t5 = cmocka_unit_test(test_gpu_train_dense_release);
+        struct CMUnitTest t6 = cmocka_unit_test(test_gpu_train_dense_probe);
+        tests[n++] = t6;
         tests[n++] = t2;
         tests[n++] = t3;
         tests[n++] = t4;

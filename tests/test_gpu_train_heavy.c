@@ -1,7 +1,7 @@
 /* test_gpu_train_heavy.c — the sparse training path's heavy-row route (runtime/ops/train/
  * cuda_train_heavy.c: rows over a threshold run the dense GEMMs as a row block) on exact-gate
- * data, against the CPU reference and against the per-entry overflow route (the route off, the
- * default) in the same run.
+ * data, against the CPU reference and against the per-entry overflow route (the route off) in the
+ * same run, and the route as the default of a new state.
  *
  * Cases: skewed data (heavy rows every 8th from row 0, ~90% active, and from row 3, ~50%;
  * ordinary rows at the case's density plus the heavy neurons), both dtypes; M = 1025 (the last
@@ -187,12 +187,53 @@ static void test_gpu_train_heavy_case(void **st) {
     tw_t_data_free(&d);
 }
 
+/* The route is the library's default: a new state runs it at the cost model's threshold on
+ * sm_90a (and not elsewhere), bitwise the same as the knob set to -1. */
+static void test_gpu_train_heavy_default(void **st) {
+    (void)st;
+    const gt_case *c = &th_cases[2].c; /* skewed: rows ~90% and ~50% active, far over it */
+    twell_shape s = gt_shape(c);
+    tw_t_gen gen = {c->density, c->skew, c->exact, 7000u + c->M};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c->dt, c->M, c->K, c->N, &gen), 0);
+    gt_gpu g;
+    gt_gpu_open(&g, &s, c); /* pins the route off: a fresh state replaces that one */
+    twell_train_state_destroy(g.state);
+    GT_OK(twell_train_state_create(g.plan, &g.state));
+    GT_OK(twell_plan_set_path(g.plan, TWELL_PATH_SPARSE));
+    gt_gpu_data(&g, &d, 0);
+    gt_out def, knob;
+    gt_out_alloc(&def, c->M, c->K, c->N);
+    gt_out_alloc(&knob, c->M, c->K, c->N);
+    gt_gpu_run(&g, c->lambda, 0xFFFFFFFFu, &def);
+    size_t nh = 0;
+    uint64_t hnnz = 0;
+    uint32_t thr = 0;
+    GT_OK(tw_test_control(TW_TC_TRAIN_HEAVY_ROWS, g.state, &nh, &hnnz, &thr));
+    printf("# default state: threshold %u, %zu heavy rows (%llu active)\n", thr, nh,
+           (unsigned long long)hnnz);
+    if (th_hopper()) {
+        assert_int_equal(thr, tw_tl_heavy_threshold(c->N));
+        assert_true(nh > 0);
+    } else {
+        assert_int_equal(thr, 0);
+        assert_int_equal(nh, 0);
+    }
+    GT_OK(tw_test_control(TW_TC_TRAIN_SET_HEAVY, g.state, -1LL));
+    gt_gpu_run(&g, c->lambda, 0x7FC17FC1u, &knob);
+    th_same(&def, &knob, c->M, c->K, c->N);
+    gt_out_free(&def);
+    gt_out_free(&knob);
+    gt_gpu_close(&g);
+    tw_t_data_free(&d);
+}
+
 int main(int argc, char **argv) {
     gt_open_or_skip("test_gpu_train_heavy");
     size_t n = sizeof th_cases / sizeof th_cases[0];
     if (argc > 1 && strcmp(argv[1], "small") == 0)
         n = TH_SMALL;
-    struct CMUnitTest tests[sizeof th_cases / sizeof th_cases[0]];
+    struct CMUnitTest tests[sizeof th_cases / sizeof th_cases[0] + 1];
     static char names[sizeof th_cases / sizeof th_cases[0]][96];
     for (size_t i = 0; i < n; i++) {
         const gt_case *c = &th_cases[i].c;
@@ -201,6 +242,8 @@ int main(int argc, char **argv) {
         tests[i] = (struct CMUnitTest){names[i], test_gpu_train_heavy_case, NULL, NULL,
                                        (void *)&th_cases[i]};
     }
+    if (n == sizeof th_cases / sizeof th_cases[0])
+        tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_gpu_train_heavy_default);
     int rc = _cmocka_run_group_tests("test_gpu_train_heavy", tests, n, NULL, NULL);
     twell_ctx_destroy(gt_ctx);
     return rc;

@@ -1,7 +1,7 @@
-/* test_train_auto.c — the AUTO rule of the training path choice (runtime/train_auto.c): dense on
- * the first forward from min_rows up, then by the latest known density against the threshold
- * with the stay band after a dense step; the sequence the GPU switching test drives, replayed.
- * labels: unit */
+/* test_train_auto.c — the AUTO rule of the training path choice (runtime/train_auto.c): a probe
+ * (the sparse path's counts decide) on the first forward from min_rows up, then by the latest known
+ * density against the threshold with the stay band after a dense step; the sequence the GPU
+ * switching test drives, replayed. labels: unit */
 #include "cuda_train_dense.h"
 #include "train_auto.h"
 
@@ -18,13 +18,16 @@
 
 static void test_train_auto_first_step(void **st) {
     (void)st;
-    /* nothing known: dense from min_rows up, sparse below */
-    assert_int_equal(tw_train_auto_dense(-1.0, A, 1024, 1024, 33.8, 0.8), 1);
-    assert_int_equal(tw_train_auto_dense(-1.0, A, 16384, 1024, 33.8, 0.8), 1);
-    assert_int_equal(tw_train_auto_dense(-1.0, A, 1023, 1024, 33.8, 0.8), 0);
-    assert_int_equal(tw_train_auto_dense(-1.0, A, 1, 1024, 33.8, 0.8), 0);
+    /* nothing known: a probe (the sparse path's counts decide) from min_rows up, sparse below */
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1024, 1024, 33.8, 0.8), TW_AUTO_PROBE);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 16384, 1024, 33.8, 0.8), TW_AUTO_PROBE);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1023, 1024, 33.8, 0.8), TW_AUTO_SPARSE);
+    assert_int_equal(tw_train_auto_dense(-1.0, A, 1, 1024, 33.8, 0.8), TW_AUTO_SPARSE);
     /* a dense step whose count has not landed: stays dense */
-    assert_int_equal(tw_train_auto_dense(-1.0, D, 4096, 1024, 33.8, 0.8), 1);
+    assert_int_equal(tw_train_auto_dense(-1.0, D, 4096, 1024, 33.8, 0.8), TW_AUTO_DENSE);
+    /* the three outcomes are distinct and sparse is 0 (callers test `== TW_AUTO_DENSE`) */
+    assert_int_equal(TW_AUTO_SPARSE, 0);
+    assert_true(TW_AUTO_PROBE != TW_AUTO_DENSE && TW_AUTO_PROBE != TW_AUTO_SPARSE);
 }
 
 static void test_train_auto_threshold_and_stay(void **st) {
@@ -66,10 +69,12 @@ static void test_train_auto_switching_sequence(void **st) {
         double data; /* this step's density (known to the host after it) */
         int want;    /* dense? */
     } steps[] = {{192.0, 1}, {4.2, 1}, {192.0, 0}, {192.0, 1}};
-    /* step 0 dense (first); its count lands: step 1 dense; a forced sparse step (4.2) in
-     * between the test's steps 1 and 3 is modelled by est = 4.2, last = S below */
+    /* step 0 a probe whose count (192) sends it dense; step 1 dense from that count; a forced
+     * sparse step (4.2) in between the test's steps 1 and 3 is modelled by est = 4.2, last = S */
     for (size_t i = 0; i < 2; i++) {
-        int dense = tw_train_auto_dense(est, last, 1024, 1024, thr, 0.8);
+        int pick = tw_train_auto_dense(est, last, 1024, 1024, thr, 0.8);
+        assert_int_equal(pick, i == 0 ? TW_AUTO_PROBE : TW_AUTO_DENSE);
+        int dense = pick == TW_AUTO_DENSE || (pick == TW_AUTO_PROBE && steps[i].data > thr);
         assert_int_equal(dense, steps[i].want);
         last = dense ? D : S;
         est = steps[i].data;

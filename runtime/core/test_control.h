@@ -183,9 +183,9 @@ enum {
     TW_TC_TRAIN_UDT_TILED, /* (state, int *out): 1 when the saved forward ran tiled */
     TW_TC_TRAIN_LAST_VEC,  /* (state, int *out): the last op's module: 8 or 1 (loads); 0 */
     /* (state, long long thr): the heavy-row route (cuda_train_heavy.h) for later forwards: 0
-     * off (the default: every row per entry, overflowing row-tiles on the overflow route),
-     * > 0 rows with more than thr active values go to the dense row block, < 0 the cost
-     * model's threshold (tw_tl_heavy_threshold). Runs only where the dense GEMMs can (sm_90a,
+     * off (every row per entry, overflowing row-tiles on the overflow route), > 0 rows with
+     * more than thr active values go to the dense row block, < 0 the cost model's threshold
+     * (tw_tl_heavy_threshold; the default). Runs only where the dense GEMMs can (sm_90a,
      * K % 64 == 0, 16-byte aligned tensors) */
     TW_TC_TRAIN_SET_HEAVY,
     /* (state, size_t *rows, uint64_t *nnz, uint32_t *thr): the saved forward's heavy rows,

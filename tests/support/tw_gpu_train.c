@@ -82,6 +82,10 @@ void gt_gpu_open(gt_gpu *g, const twell_shape *s, const gt_case *c) {
     memset(g, 0, sizeof *g);
     GT_OK(twell_plan_create(gt_ctx, s, &g->plan));
     GT_OK(twell_train_state_create(g->plan, &g->state));
+    /* the per-entry route for every row (the route these tests check, which also serves
+     * unaligned tensors and devices without the dense GEMMs); the heavy-row route, on by
+     * default, is test_gpu_train_heavy's */
+    GT_OK(tw_test_control(TW_TC_TRAIN_SET_HEAVY, g->state, 0LL));
     if (c->row_len || c->nrn_len)
         GT_OK(tw_test_control(TW_TC_TRAIN_SET_CHUNK_LEN, g->state, (uint64_t)c->row_len,
                               (uint64_t)c->nrn_len));

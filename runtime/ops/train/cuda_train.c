@@ -92,7 +92,8 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
-    t->udt = 1; /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
+    t->udt = 1;    /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
+    t->heavy = -1; /* heavy rows by dense block at the cost model's threshold where it can run */
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -306,14 +307,18 @@ static int tw_ct_aligned(const void *const *p, size_t n) {
 
 /* ---- forward ---- */
 
+/* The sparse forward. probe > 0 (AUTO's first forward): stops after the counts (nothing saved,
+ * *to_dense = 1) when the active values exceed probe per row, for the dense path to run instead. */
 static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
                                   const void *wu, const void *wd, void *y, float *stats,
-                                  twell_train_state *state, twell_stream stream) {
+                                  twell_train_state *state, double probe, int *to_dense,
+                                  twell_stream stream) {
     static const char fn[] = "twell_ffn_forward_train";
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     twell_status st;
     tw_ctrain *t = NULL;
+    *to_dense = 0;
     TW_CT_TRY(tw_ct_get(ctx, state, &t));
     t->M = 0; /* the earlier forward is gone from here on */
     t->nh = 0;
@@ -420,6 +425,14 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         return tw_error(ctx, TWELL_ERR_NO_MEMORY,
                         "%s: %llu active entries exceed the 2^32 - 1 the entry lists index", fn,
                         (unsigned long long)nnz);
+    if (probe > 0.0 && (double)(nnz + (heavy ? t->htot[7] : 0u)) > probe * (double)M) {
+        *to_dense = 1; /* AUTO's probe: dense data; the work so far only counted (M stays 0) */
+        t->nnz = nnz;
+        t->hnnz = heavy ? t->htot[7] : 0u;
+        t->npev = 0;
+        state->bytes = tw_ct_bytes(t);
+        return TWELL_OK;
+    }
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SPILL, spill * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_U_SPILL, spill * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_ROW, nchunks * 4u, fn, &synced));
@@ -510,6 +523,23 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     return TWELL_OK;
 }
 
+/* The sparse forward, its count noted for AUTO (a probe's too, which stopped after it). */
+static twell_status tw_ct_forward_noted(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                        const void *wu, const void *wd, void *y, float *stats,
+                                        twell_train_state *state, double probe, int *to_dense,
+                                        twell_stream stream) {
+    twell_status st =
+        tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, probe, to_dense, stream);
+    if (st == TWELL_OK) {
+        const tw_ctrain *t = state->backend_data;
+        if (*to_dense)
+            tw_ctd_note_probe(state, M, t->nnz + t->hnnz);
+        else
+            tw_ctd_note_sparse(state, M, t->nnz + t->hnnz);
+    }
+    return st;
+}
+
 twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream) {
@@ -517,26 +547,25 @@ twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, co
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below */
-    int dense = 0;
-    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense);
+    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below, which under
+     * AUTO's probe (the first forward) may stop after its counts and hand over to the dense one */
+    int dense = 0, to_dense = 0;
+    double probe = 0.0;
+    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense, &probe);
+    if (st == TWELL_OK && !dense) {
+        st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, probe, &dense, stream);
+        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
+            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
+    }
     if (st == TWELL_OK && dense) {
         st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
         if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
             tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path",
                    twell_ctx_errmsg(plan->ctx));
-            dense = 0; /* AUTO: the sparse path may still fit */
-            st = TWELL_OK;
+            /* AUTO: the sparse path may still fit */
+            st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, 0.0, &to_dense,
+                                     stream);
         }
-    }
-    if (st == TWELL_OK && !dense) {
-        st = tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, stream);
-        if (st == TWELL_OK)
-            tw_ctd_note_sparse(state, M,
-                               ((tw_ctrain *)state->backend_data)->nnz +
-                                   ((tw_ctrain *)state->backend_data)->hnnz);
-        else if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
-            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
     }
     tw_cu_leave(plan->ctx, &sc);
     return st;

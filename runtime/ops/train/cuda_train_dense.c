@@ -220,10 +220,11 @@ static twell_status td_collect(twell_ctx *ctx, tw_tdense *d) {
 }
 
 twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                         const void *wg, const void *wu, const void *wd, const void *y,
-                         int *dense) {
+                         const void *wg, const void *wu, const void *wd, const void *y, int *dense,
+                         double *probe) {
     twell_ctx *ctx = plan->ctx;
     *dense = 0;
+    *probe = 0.0;
     tw_tdense *d = NULL;
     TW_TRY(td_create(ctx, state, &d));
     d->saved_M = 0; /* the forward about to run replaces the saved one, whatever its path */
@@ -251,7 +252,10 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
     if (!can)
         return TWELL_OK;
     double thr = d->threshold > 0.0 ? d->threshold : TW_TD_DENSITY * (double)plan->shape.N;
-    *dense = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
+    int pick = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
+    *dense = pick == TW_AUTO_DENSE;
+    if (pick == TW_AUTO_PROBE)
+        *probe = thr;
     return TWELL_OK;
 }
 
@@ -326,6 +330,14 @@ void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
     /* the saved dense forward is gone (tw_ctd_pick), so nothing reads the workspace any more */
     if (d->own && !state->ws && d->sparse_run >= d->release_after)
         (void)td_release(state->plan->ctx, d);
+}
+
+void tw_ctd_note_probe(twell_train_state *state, size_t M, uint64_t nnz) {
+    tw_tdense *d = td_get(state);
+    if (!d)
+        return;
+    d->est = (double)nnz / (double)M;
+    d->pending = 0;
 }
 
 int tw_ctd_saved(const twell_train_state *state, size_t M) {

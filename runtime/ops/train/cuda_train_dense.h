@@ -17,19 +17,23 @@ typedef struct tw_tdense tw_tdense;
 /* Chooses the path of the next forward (inside tw_cu_enter/leave, arguments validated) from
  * plan->path, the tensors' alignment and the AUTO estimate (never waiting for the device), and
  * invalidates the dense saved forward (the caller's forward replaces it whatever it runs).
- * *dense = 1: run tw_ctd_forward. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where it
- * cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
+ * *dense = 1: run tw_ctd_forward. *probe > 0 (AUTO's first forward of a state, *dense = 0): run
+ * the sparse forward with that threshold, which stops after its counts when they exceed it per row
+ * (tw_ct_forward), and then the dense one. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where
+ * it cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
  * (under AUTO a module that fails to build only marks the path unavailable, with a warning).
  *
- * AUTO: on the first forward of a state, dense when M ≥ TW_TD_MIN_ROWS (its cost does not depend
- * on the data, and it measures L0 without a host wait), else sparse; afterwards dense when the
- * latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense one
- * copies its count back asynchronously and the next forward reads it only if the copy has landed)
- * exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay dense)
- * and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
+ * AUTO: on the first forward of a state with M ≥ TW_TD_MIN_ROWS, a probe: the sparse path's first
+ * stage (gate-pack, counts, the one host read it makes anyway) decides, so a sparse first step
+ * never allocates the dense workspace and a dense one wastes only that stage; afterwards dense when
+ * the latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense
+ * one copies its count back asynchronously and the next forward reads it only if the copy has
+ * landed) exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay
+ * dense) and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
  * 16-byte aligned; otherwise AUTO runs sparse. */
 twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                         const void *wg, const void *wu, const void *wd, const void *y, int *dense);
+                         const void *wg, const void *wu, const void *wd, const void *y, int *dense,
+                         double *probe);
 
 /* The dense forward: Tm = round(relu(x·Wgᵀ) ⊙ x·Wuᵀ) with the saved (P, round(U)) pairs in one
  * GEMM, y = Tm·Wd, stats from the epilogue's per-warp partials. TWELL_ERR_NO_MEMORY when the
@@ -48,6 +52,10 @@ twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, siz
 /* Records a sparse forward's exact L0 (active values per row = nnz / M) for AUTO, and releases
  * the dense path's own workspace by the rule of TW_TD_RELEASE_FIRST. Never waits. */
 void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz);
+
+/* Records the exact L0 a probe counted before it handed over to the dense path (see
+ * tw_ctd_pick); the dense forward's own count replaces it when it lands. */
+void tw_ctd_note_probe(twell_train_state *state, size_t M, uint64_t nnz);
 
 /* Raises the state's high-water mark of twell_train_state_bytes to what it holds now (after
  * each op; TW_TC_TD_PEAK_BYTES reads it). */

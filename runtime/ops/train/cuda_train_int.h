@@ -120,8 +120,8 @@ typedef struct tw_ctrain {
     tw_cuda_event ev;
     int last_vec;
     uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
-    /* heavy rows by dense row block (cuda_train_heavy.c): the knob (0: off, the default; > 0:
-     * rows with more active values than this; < 0: the cost model's threshold), its module,
+    /* heavy rows by dense row block (cuda_train_heavy.c): the knob (0: off; > 0: rows with more
+     * active values than this; < 0: the cost model's threshold, the default), its module,
      * and the saved forward's heavy rows (nh of them, hnnz active values; 0: none) */
     long long heavy;
     tw_CUmodule hmod;
