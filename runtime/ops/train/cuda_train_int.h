@@ -93,6 +93,7 @@ typedef struct {
     int mma;     /* overflowing row-tiles on tensor cores (TF_OVF_*) */
     int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
     int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
+    int dw_occ;  /* TF_DW blocks of 256 threads resident per SM (0: unknown) */
 } tw_tmod;
 
 /* The heavy-row route's kernels (templates/train/train_heavy.cu.lua), by index. */
