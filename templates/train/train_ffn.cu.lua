@@ -53,7 +53,8 @@
 --   twell_train_bwd_dx         256 threads: dx (or partial) = Σ dU·Wu_n + dP·Wg_n.
 --   twell_train_hist           256 threads, grid = B row blocks: hist[n·B + b] (integer atomics).
 --   twell_train_scatter        256 threads, grid = B: stable placement, rows in order.
---   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd.
+--   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd;
+--                              items from a queue (a u64 counter, zero at launch).
 --   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
 --   twell_train_ovf_list       (MMA builds only) 256 threads: list[t·M + i] = the rows m whose
 --                              row-tile (m, t) overflows in the gate-pack's count, cnt[t] of them

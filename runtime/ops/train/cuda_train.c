@@ -180,6 +180,8 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
                 ctx, m.fn[big[i]], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 (int)(big[i] == TF_RECOUNT ? t->smem_recount : t->smem_row));
     }
+    if (st == TWELL_OK) /* twell_train_dw's grid: what fits at once (its warps share a queue) */
+        st = tw_cu_func_occupancy(ctx, m.fn[TF_DW], 256, 0, &m.dw_occ);
     if (st != TWELL_OK) {
         tw_cu_module_unload(m.mod);
         return st;
@@ -720,11 +722,18 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
+        /* the queue of twell_train_dw: a counter in the totals' spare word 14 */
+        void *work = tot + 14;
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, work, 0u, 2u, stream));
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
-                        &dwg,       &dwu,        &dwd,        &npart,     &acc};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
-                            stream, args));
+                        &dwg,       &dwu,        &dwd,        &npart,     &acc,        &work};
+        /* the blocks that fit at once: one launched later would find the queue empty */
+        unsigned grid = tw_ct_blocks(ctx, nchunk_bound * NS, 8u);
+        uint64_t res = (uint64_t)ctx->cuda->sm_count * (uint64_t)md->dw_occ;
+        if (res > 0 && res < grid)
+            grid = (unsigned)res;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, grid, 256, 0, stream, args));
     }
     {
         void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};

@@ -56,7 +56,7 @@ enum {
     TB_CHUNK_OFF,  /* u64 [M+1] */
     TB_PSLOT_OFF,  /* u64 [M+1] */
     TB_SCAN,       /* u64 [2·blocks] */
-    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8.. */
+    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8..13, dW queue 14 */
     TB_SPILL,      /* u32 [spill] */
     TB_U_SPILL,    /* f32 [spill] */
     TB_CHUNK_ROW,  /* u32 [chunks] */
@@ -93,6 +93,7 @@ typedef struct {
     int mma;     /* overflowing row-tiles on tensor cores (TF_OVF_*) */
     int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
     int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
+    int dw_occ;  /* TF_DW blocks of 256 threads resident per SM (0: unknown) */
 } tw_tmod;
 
 /* The heavy-row route's kernels (templates/train/train_heavy.cu.lua), by index. */
