@@ -15,13 +15,6 @@
 static const char *const th_names[TH_COUNT] = {"twell_train_heavy_flag", "twell_train_heavy_list",
                                                "twell_train_heavy_rows", "twell_train_heavy_stats"};
 
-#define TH_TRY(expr)                                                                               \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            return st_;                                                                            \
-    } while (0)
-
 uint32_t tw_cth_threshold(const tw_ctrain *t, const twell_shape *s) {
     if (t->heavy == 0)
         return 0;
@@ -38,7 +31,7 @@ static twell_status th_load(twell_plan *plan, tw_ctrain *t) {
     size_t np = tw_shape_params(&plan->shape, params);
     tw_cubin cubin;
     memset(&cubin, 0, sizeof cubin);
-    TH_TRY(tw_jit_cubin(ctx, "train_heavy", params, np, ctx->cuda->arch, &cubin));
+    TW_TRY(tw_jit_cubin(ctx, "train_heavy", params, np, ctx->cuda->arch, &cubin));
     twell_status st = tw_cu_module_open(ctx, cubin.data, th_names, TH_COUNT, &t->hmod, t->hfn);
     tw_cubin_free(&cubin);
     if (st != TWELL_OK)
@@ -71,23 +64,23 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
     if (thr == 0 || vi != 0 || M > (size_t)INT_MAX)
         return TWELL_OK;
     int avail = 0;
-    TH_TRY(tw_ctd_block_prepare(plan, state, &avail));
+    TW_TRY(tw_ctd_block_prepare(plan, state, &avail));
     if (!avail)
         return TWELL_OK; /* the dense GEMMs cannot run here: every row per entry */
-    TH_TRY(th_load(plan, t));
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_FLAG, M * 4u, fn, synced));
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_IDX, M * 4u, fn, synced));
+    TW_TRY(th_load(plan, t));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_FLAG, M * 4u, fn, synced));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_IDX, M * 4u, fn, synced));
     void *flag = t->buf[TB_H_FLAG].p, *idx = t->buf[TB_H_IDX].p;
     uint64_t *htot = tot + 6;
     long long Ml = (long long)M;
     {
         void *args[] = {&packed, &Ml, &thr, &flag};
-        TH_TRY(
+        TW_TRY(
             tw_ct_launch2(ctx, t->hfn[TH_FLAG], tw_ct_blocks(ctx, M, 8u), 1, 256, 0, stream, args));
     }
     {
         void *args[] = {&flag, &Ml, &idx, &htot};
-        TH_TRY(tw_ct_launch2(ctx, t->hfn[TH_LIST], 1, 1, 1024, 0, stream, args));
+        TW_TRY(tw_ct_launch2(ctx, t->hfn[TH_LIST], 1, 1, 1024, 0, stream, args));
     }
     tw_ct_mark(ctx, t, "heavy_list", stream);
     t->hthr = thr;
@@ -116,13 +109,13 @@ twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrai
     if (ws == 0)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s: %zu heavy rows overflow", fn, nh);
     /* every buffer first: a growing one synchronises and drops its contents */
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_X, nh * s->K * 2u, fn, synced));
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_Y, nh * s->K * 2u, fn, synced));
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_WS, ws, fn, synced));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_X, nh * s->K * 2u, fn, synced));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_Y, nh * s->K * 2u, fn, synced));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_WS, ws, fn, synced));
     void *xb = t->buf[TB_H_X].p, *yb = t->buf[TB_H_Y].p;
-    TH_TRY(th_rows(ctx, t, s, x, xb, nh, 0, stream));
+    TW_TRY(th_rows(ctx, t, s, x, xb, nh, 0, stream));
     tw_ct_mark(ctx, t, "heavy_gather", stream);
-    TH_TRY(tw_ctd_block_forward(plan, state, nh, xb, wg, wu, wd, yb, t->buf[TB_H_WS].p, stream));
+    TW_TRY(tw_ctd_block_forward(plan, state, nh, xb, wg, wu, wd, yb, t->buf[TB_H_WS].p, stream));
     tw_ct_mark(ctx, t, "heavy_fwd_gemms", stream);
     t->nh = nh;
     return TWELL_OK;
@@ -134,7 +127,7 @@ twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, voi
     const twell_shape *s = &plan->shape;
     if (t->nh == 0)
         return TWELL_OK;
-    TH_TRY(th_rows(ctx, t, s, t->buf[TB_H_Y].p, y, t->nh, 1, stream));
+    TW_TRY(th_rows(ctx, t, s, t->buf[TB_H_Y].p, y, t->nh, 1, stream));
     tw_ct_mark(ctx, t, "heavy_scatter", stream);
     if (!stats)
         return TWELL_OK;
@@ -144,7 +137,7 @@ twell_status tw_cth_finish_forward(twell_plan *plan, tw_ctrain *t, size_t M, voi
     void *part = tw_ctd_block_part(s, t->nh, t->buf[TB_H_WS].p);
     long long Ml = (long long)M, np = tw_ctd_block_npart(s, t->nh);
     void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &htot, &part, &np, &stats};
-    TH_TRY(tw_ct_launch2(ctx, t->hfn[TH_STATS], 1, 1, 256, 0, stream, args));
+    TW_TRY(tw_ct_launch2(ctx, t->hfn[TH_STATS], 1, 1, 256, 0, stream, args));
     tw_ct_mark(ctx, t, "heavy_stats", stream);
     return TWELL_OK;
 }
@@ -159,11 +152,11 @@ twell_status tw_cth_backward(twell_plan *plan, twell_train_state *state, tw_ctra
     (void)M;
     if (t->nh == 0)
         return TWELL_OK;
-    TH_TRY(tw_ct_reserve(ctx, state, t, TB_H_DY, t->nh * s->K * 2u, fn, synced));
+    TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_DY, t->nh * s->K * 2u, fn, synced));
     void *dyb = t->buf[TB_H_DY].p;
-    TH_TRY(th_rows(ctx, t, s, dy, dyb, t->nh, 0, stream));
+    TW_TRY(th_rows(ctx, t, s, dy, dyb, t->nh, 0, stream));
     tw_ct_mark(ctx, t, "heavy_gather", stream);
-    TH_TRY(tw_ctd_block_backward(plan, state, t->nh, t->buf[TB_H_X].p, wg, wu, wd, dyb, l1c,
+    TW_TRY(tw_ctd_block_backward(plan, state, t->nh, t->buf[TB_H_X].p, wg, wu, wd, dyb, l1c,
                                  t->buf[TB_H_Y].p, dwg, dwu, dwd, t->buf[TB_H_WS].p, stream));
     tw_ct_mark(ctx, t, "heavy_bwd_gemms", stream);
     return TWELL_OK;
@@ -172,7 +165,7 @@ twell_status tw_cth_backward(twell_plan *plan, twell_train_state *state, tw_ctra
 twell_status tw_cth_finish_backward(twell_plan *plan, tw_ctrain *t, void *dx, twell_stream stream) {
     if (t->nh == 0)
         return TWELL_OK;
-    TH_TRY(th_rows(plan->ctx, t, &plan->shape, t->buf[TB_H_Y].p, dx, t->nh, 1, stream));
+    TW_TRY(th_rows(plan->ctx, t, &plan->shape, t->buf[TB_H_Y].p, dx, t->nh, 1, stream));
     tw_ct_mark(plan->ctx, t, "heavy_scatter", stream);
     return TWELL_OK;
 }
