@@ -216,6 +216,33 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* The two growth tests' fixture: a SPARSE plan of shape s running the tiled pipeline (else the
+ * test skips), a sparse (uniform, 6 active per row) and a denser (skewed, 40) input of M rows
+ * with seeds seed and seed + 1, and the plan's first (probing) call on the sparse one, checked. */
+static twell_plan *fi_two_open(const twell_shape *s, size_t M, gi_data in[2], unsigned seed) {
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    fi_prepare(&in[0], s, M, TW_SYNTH_UNIFORM, 6, seed, plan);
+    fi_prepare(&in[1], s, M, TW_SYNTH_SKEWED, 40, seed + 1u, plan);
+    gi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
+    fi_expect(&in[0], "probe call");
+    return plan;
+}
+
+static void fi_two_close(twell_plan *plan, gi_data in[2]) {
+    gi_free(&in[0]);
+    gi_free(&in[1]);
+    twell_plan_destroy(plan);
+}
+
+/* Words of the buffer the growth tests fill to keep the device busy for milliseconds (256 MB). */
+#define FI_BUSY_WORDS ((size_t)64 << 20)
+
 /* Issue 14's layers sharing a plan: a sparse and a denser input alternate on one plan with no
  * host sync between calls, the host far ahead of the device (a queue of memsets keeps it busy),
  * as a model forward runs. The denser input's need must not be lost when the calls after it
@@ -227,27 +254,17 @@ static void test_gpu_ffn_infer_growth_without_probe(void **state) {
 #define FI_ALT_CALLS 16
 static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 2048);
-    twell_plan *plan = NULL;
-    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
-    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
-        twell_plan_destroy(plan);
-        skip();
-    }
+    const twell_shape s = twell_shape_default(512, 2048);
     const size_t M = 3000;
     gi_data in[2]; /* [0] sparse, [1] denser */
-    fi_prepare(&in[0], &s, M, TW_SYNTH_UNIFORM, 6, 21, plan);
-    fi_prepare(&in[1], &s, M, TW_SYNTH_SKEWED, 40, 22, plan);
-    gi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
-    fi_expect(&in[0], "probe call");
+    twell_plan *plan = fi_two_open(&s, M, in, 21u);
     assert_int_equal(tw_tc_plan_int(plan, TW_TC_FFN_PROBES), 1);
     size_t yb = M * s.K * 2u, ws0 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
     void *y[FI_ALT_CALLS];
     for (int i = 0; i < FI_ALT_CALLS; i++)
         FI_OK(tw_cuda_malloc(fi_ctx, yb, &y[i]));
+    const size_t busy_words = FI_BUSY_WORDS;
     void *busy = NULL;
-    const size_t busy_words = (size_t)64 << 20; /* 256 MB */
     FI_OK(tw_cuda_malloc(fi_ctx, busy_words * 4u, &busy));
     uint32_t acc[4];
     int grows[2];
@@ -288,9 +305,7 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
     for (int i = 0; i < FI_ALT_CALLS; i++)
         tw_cuda_free(fi_ctx, y[i]);
     tw_cuda_free(fi_ctx, busy);
-    gi_free(&in[0]);
-    gi_free(&in[1]);
-    twell_plan_destroy(plan);
+    fi_two_close(plan, in);
 }
 
 /* Growth with calls in flight (tw_ffn_collect's retirement path): a denser call A on a created
@@ -302,28 +317,18 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
  * reference; a denser call after that runs no fallback chunk. */
 static void test_gpu_ffn_infer_grow_in_flight(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 2048);
-    twell_plan *plan = NULL;
-    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
-    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
-    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
-        twell_plan_destroy(plan);
-        skip();
-    }
+    const twell_shape s = twell_shape_default(512, 2048);
     const size_t M = 3000;
     gi_data in[2]; /* [0] sparse, [1] denser */
-    fi_prepare(&in[0], &s, M, TW_SYNTH_UNIFORM, 6, 31, plan);
-    fi_prepare(&in[1], &s, M, TW_SYNTH_SKEWED, 40, 32, plan);
-    gi_run(&in[0], plan, FI_POISON_A, NULL); /* the probe: sized for the sparse input */
-    fi_expect(&in[0], "probe call");
+    twell_plan *plan = fi_two_open(&s, M, in, 31u);
     size_t yb = M * s.K * 2u, ws0 = tw_tc_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES);
     void *y[5];
     for (int i = 0; i < 5; i++) {
         FI_OK(tw_cuda_malloc(fi_ctx, yb, &y[i]));
         FI_OK(tw_cuda_memset_d32(fi_ctx, y[i], 0xFFFFFFFFu, yb / 4u, NULL));
     }
+    const size_t busy_words = FI_BUSY_WORDS;
     void *busy = NULL;
-    const size_t busy_words = (size_t)64 << 20; /* 256 MB */
     FI_OK(tw_cuda_malloc(fi_ctx, busy_words * 4u, &busy));
     twell_stream side = NULL;
     tw_cuda_event ev = NULL;
@@ -374,9 +379,7 @@ static void test_gpu_ffn_infer_grow_in_flight(void **state) {
     for (int i = 0; i < 5; i++)
         tw_cuda_free(fi_ctx, y[i]);
     tw_cuda_free(fi_ctx, busy);
-    gi_free(&in[0]);
-    gi_free(&in[1]);
-    twell_plan_destroy(plan);
+    fi_two_close(plan, in);
 }
 
 /* TWELL_PATH_DENSE runs on sm_90a, elsewhere it is a clear error (y untouched); SPARSE and AUTO
