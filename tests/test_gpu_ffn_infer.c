@@ -11,7 +11,8 @@
  * at most 5e-3 (bf16) or 1e-3 (fp16): the output rounding level the development harness measured
  * against an fp64 reference (1.7e-3 bf16, 2.2e-4 fp16); both sides round y once, the rest is
  * fp32 summation order. The worst error is printed per case and path.
- * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs).
+ * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs); `heavy`: the small
+ * heavy-row case alone.
  * labels: gpu slow */
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
@@ -494,6 +495,12 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
+    if (argc > 1 && !strcmp(argv[1], "heavy")) { /* the heavy-row route alone (racecheck) */
+        const struct CMUnitTest only[] = {cmocka_unit_test(test_gpu_ffn_infer_heavy_small)};
+        int rc = _cmocka_run_group_tests("test_gpu_ffn_infer", only, 1, NULL, NULL);
+        twell_ctx_destroy(fi_ctx);
+        return rc;
+    }
     struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 8];
     static char names[sizeof fi_cases / sizeof fi_cases[0]][GI_NAME];
     size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_infer", fi_cases, ncases,

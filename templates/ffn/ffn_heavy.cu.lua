@@ -5,8 +5,9 @@
 --   twell_ffn_heavy_flag     256 threads, warp per row (grid-stride): count = Σ of the row's
 --                            row-tile counts (word 0 of each, the gate-pack's exact counts);
 --                            hmark[m] = count > thr (candidate). packed is not written.
---   twell_ffn_heavy_list     1 block of 1024: the candidates in ascending row order (ballots and
---                            warp prefix counts, no atomics); the first cap of them keep
+--   twell_ffn_heavy_list     1 block of 1024: the candidates in ascending row order (per tile of
+--                            16384 rows: 16 rows a thread, one block-wide prefix scan of the
+--                            counts, no atomics; hmark padded to 16 words); the first cap keep
 --                            hmark[m] = 1 and get idx[0..nh), later ones get hmark[m] = 0 (the
 --                            sparse pipeline computes them, exactly); hn[0] = nh = min(count,
 --                            cap).
@@ -62,31 +63,64 @@ twell_ffn_heavy_flag(const tw_u32 *__restrict__ packed, int M, tw_u32 thr,
 extern "C" __global__ void __launch_bounds__(1024)
 twell_ffn_heavy_list(tw_u32 *__restrict__ hmark, int M, int cap, tw_u32 *__restrict__ idx,
                      int *__restrict__ hn) {
+    /* tiles of 16384 rows: thread t owns rows 16t .. 16t+15 of a tile (four 16-byte loads; hmark
+     * is padded to a multiple of 16 words), one block-wide exclusive scan of the per-thread
+     * counts per tile */
     __shared__ tw_u32 s_w[32];
+    __shared__ long long s_end;
     const int tid = (int)threadIdx.x, lane = tid & 31, wid = tid >> 5;
     long long base = 0; /* the same in every thread */
-    for (long long m0 = 0; m0 < M; m0 += 1024) {
-        const long long m = m0 + tid;
-        const tw_u32 f = m < M ? hmark[m] : 0u;
-        const tw_u32 b = __ballot_sync(TW_FULL, f != 0u);
-        if (lane == 0)
-            s_w[wid] = (tw_u32)__popc(b);
+    for (long long t0 = 0; t0 < M; t0 += 16384) {
+        const long long r0 = t0 + 16 * (long long)tid;
+        tw_u32 f[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const uint4 v = r0 < M ? ((const uint4 *)(hmark + r0))[q] : make_uint4(0, 0, 0, 0);
+            f[4 * q] = v.x, f[4 * q + 1] = v.y, f[4 * q + 2] = v.z, f[4 * q + 3] = v.w;
+        }
+        tw_u32 c = 0;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            f[j] = r0 + j < M ? f[j] : 0u;
+            c += f[j] != 0u ? 1u : 0u;
+        }
+        tw_u32 incl = c; /* inclusive scan in the warp */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
+            incl += lane >= o ? u : 0u;
+        }
+        if (lane == 31)
+            s_w[wid] = incl;
         __syncthreads();
-        tw_u32 before = 0, all = 0;
-        for (int w = 0; w < 32; w++) {
-            const tw_u32 v = s_w[w];
-            before += w < wid ? v : 0u;
-            all += v;
+        if (wid == 0) { /* the warp totals, scanned in place (exclusive) */
+            const tw_u32 v = s_w[lane];
+            tw_u32 w = v;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const tw_u32 u = __shfl_up_sync(TW_FULL, w, o);
+                w += lane >= o ? u : 0u;
+            }
+            s_w[lane] = w - v; /* every lane read its word before the shuffles */
         }
-        if (f != 0u) {
-            const long long pos = base + before + (tw_u32)__popc(b & ((1u << lane) - 1u));
-            if (pos < cap)
-                idx[pos] = (tw_u32)m;
-            else
-                hmark[m] = 0u; /* over the block's capacity: the sparse pipeline's row */
+        __syncthreads();
+        long long pos = base + s_w[wid] + (incl - c);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (f[j] != 0u) {
+                if (pos < cap)
+                    idx[pos] = (tw_u32)(r0 + j);
+                else
+                    hmark[r0 + j] = 0u; /* over the block's capacity: the sparse pipeline's */
+                pos++;
+            }
         }
-        base += all;
-        __syncthreads(); /* s_w is rewritten by the next round */
+        /* the next tile's base: thread 1023's end position */
+        if (tid == 1023)
+            s_end = pos;
+        __syncthreads();
+        base = s_end;
+        __syncthreads(); /* s_w and s_end are rewritten by the next tile */
     }
     if (tid == 0)
         hn[0] = (int)(base < cap ? base : cap);

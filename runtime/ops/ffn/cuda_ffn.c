@@ -392,7 +392,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     /* overflowing rows: the heavy-row route from this call on (decided here, so the first call
      * computes what the next ones do) */
     if (!*heavy && n.orows > 0) {
-        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, (size_t)m, 1, 0, f->used, f->done, heavy));
+        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, (size_t)m, 1, 0, f->used, 0, stream, heavy));
         if (*heavy)
             TW_TRY(tw_ffn_heavy_mark(plan, f->heavy, m, packed, hmark, stream));
     }
@@ -478,7 +478,7 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     {
         volatile const uint32_t *mirror = f->hflags;
         TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, capturing, f->used,
-                                    f->done, &heavy));
+                                    0, stream, &heavy));
     }
     int probe = !capturing && !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
@@ -630,7 +630,7 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
     { /* the heavy-row route too, where it is wanted already, so a captured call can run it */
         volatile const uint32_t *mirror = f->hflags;
         int on = 0;
-        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, 0, f->used, f->done,
+        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, 0, f->used, 1, NULL,
                                     &on));
     }
     if (f->pinned)

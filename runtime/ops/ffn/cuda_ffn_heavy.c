@@ -30,6 +30,7 @@ struct tw_ffn_heavy {
     float *part;
     uint32_t thr;  /* the current chunk's threshold */
     int marked;    /* some chunk ran the classification (hn is meaningful) */
+    int seen;      /* the default's trigger happened once (overflowing rows) */
     int captured;  /* a captured call used the buffer: a replaced one is kept to the release */
     tw_cuda_keep keep;
 };
@@ -123,7 +124,7 @@ static twell_status hv_load(twell_plan *plan, tw_ffn_heavy *h) {
                                     (int)TW_DG_SPLIT_SMEM);
 }
 
-/* Buffer layout for chunks of R rows, blocks of cap rows: hmark u32[R], idx u32[cap], hn,
+/* Buffer layout for chunks of R rows, blocks of cap rows: hmark u32[R + 16], idx u32[cap], hn,
  * ones u32[units of cap rows x N] (the up GEMM's flags: every unit recomputes its gate), xb
  * [cap, K], hb [cap, N] (16-bit), part f32[nsplit][cap][K]. */
 typedef struct {
@@ -133,7 +134,7 @@ typedef struct {
 static void hv_layout_of(const twell_shape *s, size_t R, size_t cap, unsigned nsplit,
                          hv_layout *L) {
     size_t o = 0;
-    L->hmark = o, o += hv_al(4 * R);
+    L->hmark = o, o += hv_al(4 * (R + 16)); /* the list kernel reads 16 words at a time */
     L->idx = o, o += hv_al(4 * cap);
     L->hn = o, o += hv_al(16);
     L->nones = tw_dense_gemm_units(cap, s->N);
@@ -144,9 +145,12 @@ static void hv_layout_of(const twell_shape *s, size_t R, size_t cap, unsigned ns
     L->bytes = o;
 }
 
-/* Buffers for chunks of R rows (eager; the plan's earlier calls may still use the old buffer). */
+/* Buffers for chunks of R rows (eager). The constant flags are written on `stream` (calls run
+ * there after it); with may_wait (twell_plan_reserve) the device is synchronised too, since a
+ * later call may come on any stream. Never waits otherwise: a replaced buffer that earlier calls
+ * may still use is kept to the plan's release (growth is rare: chunks only grow). */
 static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int used,
-                               tw_cuda_event done) {
+                               int may_wait, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     if (h->buf && R <= h->rows)
@@ -157,17 +161,14 @@ static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int 
     hv_layout_of(s, R, cap, nsplit, &L);
     void *p = NULL;
     TW_TRY(tw_cuda_malloc(ctx, L.bytes, &p));
-    /* the flags are constant: written once, before any call can use this buffer */
-    twell_status st = tw_cuda_memset_d32(ctx, (char *)p + L.ones, 1u, L.nones, NULL);
-    if (st == TWELL_OK)
+    twell_status st = tw_cuda_memset_d32(ctx, (char *)p + L.ones, 1u, L.nones, stream);
+    if (st == TWELL_OK && may_wait)
         st = tw_cuda_synchronize(ctx);
-    if (st == TWELL_OK && used && h->buf)
-        st = tw_cuda_event_synchronize(ctx, done);
     if (st != TWELL_OK) {
         tw_cuda_free(ctx, p);
         return st;
     }
-    tw_cuda_keep_free(ctx, &h->keep, h->captured, h->buf);
+    tw_cuda_keep_free(ctx, &h->keep, h->captured || used, h->buf);
     char *b = p;
     h->buf = p;
     h->rows = R;
@@ -184,10 +185,14 @@ static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int 
 }
 
 twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, int seen,
-                                  int capturing, int used, tw_cuda_event done, int *on) {
+                                  int capturing, int used, int may_wait, twell_stream stream,
+                                  int *on) {
     twell_ctx *ctx = plan->ctx;
     *on = 0;
-    if (h->knob == 0 || h->state < 0 || (h->knob < 0 && !seen) || R == 0)
+    /* once on, on for good (the default's trigger, overflowing rows, disappears with the route:
+     * it takes them) */
+    h->seen |= seen;
+    if (h->knob == 0 || h->state < 0 || (h->knob < 0 && !h->seen) || R == 0)
         return TWELL_OK;
     h->thr = h->knob > 0 ? (h->knob > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)h->knob)
                          : tw_ffn_heavy_threshold(&plan->shape);
@@ -213,7 +218,7 @@ twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, i
         }
         h->state = 1;
     }
-    twell_status st = hv_reserve(plan, h, R, used, done);
+    twell_status st = hv_reserve(plan, h, R, used, may_wait, stream);
     if (st != TWELL_OK) { /* the sparse pipeline is exact without it */
         tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: heavy-row block unavailable (%s)",
                twell_ctx_errmsg(ctx));

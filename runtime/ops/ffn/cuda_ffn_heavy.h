@@ -28,12 +28,15 @@ void tw_ffn_heavy_release(twell_plan *plan, tw_ffn_heavy *h);
 void tw_ffn_heavy_set(tw_ffn_heavy *h, long long knob);
 
 /* Whether a chunk of R rows runs the route now (*on). Eager (capturing 0): loads the modules and
- * sizes the buffers when the route is wanted (may synchronise with `done`, the plan's last
- * call's event, when a buffer grows; a failure to load turns the route off for the plan, logged,
- * never an error). Captured: on only with everything already prepared for R rows. seen: some
- * chunk of this plan had overflowing rows (the host mirror of the sparse pipeline's needs). */
+ * sizes the buffers when the route is wanted (waits for the device only with may_wait, as
+ * twell_plan_reserve may; a call never waits: a replaced buffer is kept to the release; a
+ * failure to load turns the route off for the plan, logged, never an error). Captured: on only
+ * with everything already prepared for R rows. seen: some chunk of this plan had overflowing
+ * rows (the default turns the route on from then on, for good). used: the plan's calls may still
+ * run. stream: the call's. */
 twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, int seen,
-                                  int capturing, int used, tw_cuda_event done, int *on);
+                                  int capturing, int used, int may_wait, twell_stream stream,
+                                  int *on);
 
 /* Classification of a chunk of m rows (after tw_ffn_heavy_prepare said on): marks the block's
  * rows, *hmark receives the u32[m] marks the sparse prep and build read. */
