@@ -518,12 +518,18 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  * state):
  *   SPARSE  the TwELL kernels. twell_ffn_forward_train synchronises the host once per call (after
  *           the gate-pack and the device scans that count the active entries, to size the saved
- *           state; its buffers only grow, so steady-state steps do not allocate). They follow the
- *           CPU reference's rounding sequence per dot product and per sum, so results match the
- *           CPU backend to the output rounding. The one exception is the gate itself: its values
- *           come from tensor cores (the gate-pack, and the recount of row-tiles that overflow
- *           the slots), which sum in another order: a pre-activation within fp32 rounding of 0
- *           or of a 16-bit rounding edge may give another support or gate value than the CPU.
+ *           state; its buffers only grow, so steady-state steps do not allocate). Per active
+ *           value they follow the CPU reference's rounding sequence, or (U and dT on tensor
+ *           cores, where that route runs) sum in another fp32 order within the library's fp64
+ *           tolerance, so results match the CPU backend to about the output rounding. The gate
+ *           itself comes from tensor cores (the gate-pack, and the recount of row-tiles that
+ *           overflow the slots), which sum in another order: a pre-activation within fp32
+ *           rounding of 0 or of a 16-bit rounding edge may give another support or gate value
+ *           than the CPU. Heavy rows (more active values than about 2.1% of N, at least 64: the
+ *           first tokens of sequences) run as a block through the DENSE path's GEMMs where those
+ *           can run (sm_90a, K % 64 == 0, 16-byte aligned tensors): those rows' y and dx and
+ *           their terms of the weight gradients carry DENSE's rounding and bounds below; the
+ *           other rows keep the sparse ones. L0 stays exact.
  *   DENSE   dense tensor-core GEMMs (Hopper sm_90a, K % 64 == 0, every tensor of the forward and
  *           the backward 16-byte aligned; elsewhere TWELL_ERR_UNSUPPORTED): forward = one GEMM
  *           pair for the gate and up projections (P, U, Tm in its epilogue, the stats from it)
@@ -539,8 +545,11 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           active values whose terms cancel, where dP's rounding is amplified (up to 3e-2 /
  *           4e-3 allowed there); measured errors in BENCHMARKS.md. L0 is exact. The saved
  *           activations take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
- *   AUTO    the first forward of a state runs DENSE when it can and M ≥ 1024 (its cost does not
- *           depend on the data, and it counts L0 without a host wait), else SPARSE; afterwards
+ *   AUTO    the first forward of a state with M ≥ 1024, where DENSE can run, is a probe: the
+ *           SPARSE forward counts the active values (up to the one host synchronisation it makes
+ *           anyway) and, when they exceed the threshold below, stops there and runs DENSE
+ *           instead; so a sparse first step never allocates the dense workspace. Below 1024 rows
+ *           SPARSE. Afterwards
  *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
  *           forward's count copied back asynchronously and read only once it has landed: no call
  *           waits for it) exceeds about 1.05% of N active values per row (0.945% to stay dense
@@ -550,8 +559,8 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           both reasons; a dense forward whose workspace cannot be had runs sparse.
  *   Memory: a state that runs sparse (any path) frees the dense path's own workspace after 4
  *           consecutive sparse forwards, once the work that used it has finished (checked without
- *           waiting; else at a later sparse forward), so AUTO's dense first step does not leave
- *           M·N·10 bytes idle beside the sparse state. Each time a dense forward has to allocate
+ *           waiting; else at a later sparse forward), so a dense phase does not leave M·N·10
+ *           bytes idle beside the sparse state. Each time a dense forward has to allocate
  *           it again after such a release, the number of sparse forwards the next release waits
  *           for doubles (up to 256): data at the switch does not free and allocate every step.
  *           A sparse forward that cannot allocate frees an idle dense workspace first. A lent

@@ -415,7 +415,7 @@ static void test_gpu_graph_overflow_beyond_reserve(void **state) {
     twell_plan_destroy(plan);
 }
 
-/* ---- the heavy-row route captured: its block sized by the reserve, its row count on the device ---- */
+/* ---- the heavy-row route captured: block sized by the reserve, row count on the device ---- */
 
 static void test_gpu_graph_heavy_rows(void **state) {
     (void)state;

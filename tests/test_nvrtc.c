@@ -52,6 +52,8 @@ static const tw_sweep_row tw_sweep_rows[] = {
     {"gemm_sm90", "SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=relu SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=plain TB=1 SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
+    /* the training path's heavy-row block: y and dx split along their reduction */
+    {"gemm_sm90", "MODE=mm TB=1 SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     {"dense_aux", NULL, TW_SWEEP_SMALL, {NULL}},
 };
 

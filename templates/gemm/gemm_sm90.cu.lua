@@ -7,7 +7,7 @@
 --             dtype ("bf16" | "fp16"), MODE ("gated" | "relu" | "plain", default "gated"),
 --             T, C (TwELL tile and compression of `packed`; MODE gated only; defaults 256, 8),
 --             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2),
---             SPLIT (0 | 1, default 0; MODE gated, relu, plain: split-K partials, below),
+--             SPLIT (0 | 1, default 0; MODE gated, relu, plain, mm: split-K partials, below),
 --             TB (MODE plain: must be 1; the training modes: 0 | 1; B MN-major, below),
 --             DM (0 | 1, default 0; MODE gated, relu, plain): 1 adds a last kernel argument
 --             `const int *mrows` read at the start: rows [min(M, *mrows), M) are neither computed
@@ -35,6 +35,9 @@
 --   (MODE gated, flagged units only) the gate's x·Gᵀ. The passes per unit are MODE's (gated: 2
 --   for a flagged unit, relu: 0 for an unflagged one). The caller sums the slices in order and
 --   applies MODE's epilogue (dense_aux.cu.lua's twell_dense_reduce_*). No staging buffer.
+--   MODE mm (the training path's y and dx on a small block of heavy rows) keeps the training ABI
+--   with nseg = nsplit, stores plane 0 to part the same way and writes nothing else; the caller
+--   reduces with twell_dense_reduce_plain (out = round(Σ)).
 -- Training modes (runtime/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
 -- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
 -- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
@@ -110,7 +113,7 @@ check(TRAIN or (TA == 0 and LDO == 0), "TA and LDO apply to training modes only"
 check(TRAIN or TB == 0 or MODE == "plain", "TB applies to MODE plain and the training modes only")
 check(MODE ~= "plain" or TB == 1, "MODE plain reads B MN-major: TB=%s must be 1", tostring(TB))
 check(SPLIT == 0 or SPLIT == 1, "SPLIT=%s must be 0 or 1", tostring(SPLIT))
-check(SPLIT == 0 or not TRAIN, "SPLIT applies to MODE gated, relu and plain only")
+check(SPLIT == 0 or not TRAIN or MODE == "mm", "SPLIT applies to MODE gated, relu, plain and mm only")
 check(DM == 0 or DM == 1, "DM=%s must be 0 or 1", tostring(DM))
 check(DM == 0 or not TRAIN, "DM applies to MODE gated, relu and plain only")
 check(math.type(LDO) == "integer" and LDO >= 0, "LDO=%s must be a non-negative integer",
@@ -350,7 +353,7 @@ end
 
 cuda [==[
 extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
-#if TW_SPLIT
+#if TW_SPLIT && TW_MODE < 3
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, float *__restrict__ part,
                     const tw_u32 *__restrict__ flags, int M, int nsplit TW_DM_ARG) {
@@ -378,7 +381,11 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
     tw_u16 *__restrict__ out = (tw_u16 *)out0;
     (void)out1, (void)out2, (void)aux, (void)part, (void)scal, (void)kred_blocks, (void)bsplit;
     (void)nseg, (void)out;
+#if TW_SPLIT /* MODE mm: nseg slices of the reduction, 1..KB */
+    const int NSPL = nseg < 1 ? 1 : (nseg > KB ? KB : nseg);
+#else
     constexpr int NSPL = 1;
+#endif
 #endif
     /* DM: M is the rows the maps and the partials are laid out for; the rows computed and
      * stored are the first min(M, *mrows) (a count the stream's earlier work wrote) */

@@ -7,8 +7,9 @@
 --                            heavy (count > thr): flag[m] = count and the row's packed words
 --                            zeroed, so every later sparse kernel sees an empty row (its y, dx
 --                            rows zero, no entries, no overflow); else flag[m] = 0.
---   twell_train_heavy_list   1 block of 1024: the heavy rows in ascending order (ballots and
---                            warp prefix counts, no atomics): idx[0..nh), tot[0] = nh,
+--   twell_train_heavy_list   1 block of 1024, a thread per ceil(M/1024) consecutive rows: the
+--                            heavy rows in ascending order (count, block prefix scan, place; no
+--                            atomics): idx[0..nh), tot[0] = nh,
 --                            tot[1] = Σ their counts (integers: any order gives the same sum).
 --   twell_train_heavy_rows   256 threads, grid-stride over 16-byte units: gather (dst row i =
 --                            src row idx[i]) or scatter (dst row idx[i] = src row i) of K
@@ -67,38 +68,47 @@ twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__r
     __shared__ tw_u32 s_w[32];
     __shared__ tw_u64 s_c[32];
     const int tid = (int)threadIdx.x, lane = tid & 31, wid = tid >> 5;
-    tw_u64 base = 0, mine = 0; /* base: the same in every thread */
-    for (long long m0 = 0; m0 < M; m0 += 1024) {
-        const long long m = m0 + tid;
-        const tw_u32 f = m < M ? flag[m] : 0u;
-        const tw_u32 b = __ballot_sync(TW_FULL, f != 0u);
-        if (lane == 0)
-            s_w[wid] = (tw_u32)__popc(b);
-        __syncthreads();
-        tw_u32 before = 0, all = 0;
-        for (int w = 0; w < 32; w++) {
-            const tw_u32 v = s_w[w];
-            before += w < wid ? v : 0u;
-            all += v;
-        }
-        if (f != 0u) {
-            idx[base + before + (tw_u32)__popc(b & ((1u << lane) - 1u))] = (tw_u32)m;
-            mine += f;
-        }
-        base += all;
-        __syncthreads(); /* s_w is rewritten by the next round */
+    /* thread tid owns the consecutive rows [r0, r1): one pass counts, one scan places, one pass
+     * writes (ascending: the ranges are in thread order) */
+    const long long per = (M + 1023) / 1024;
+    const long long r0 = (long long)tid * per < M ? (long long)tid * per : M;
+    const long long r1 = r0 + per < M ? r0 + per : M;
+    tw_u32 n = 0;
+    tw_u64 mine = 0;
+    for (long long m = r0; m < r1; m++) {
+        const tw_u32 f = flag[m];
+        n += f != 0u ? 1u : 0u;
+        mine += f;
+    }
+    tw_u32 inc = n; /* inclusive prefix over the warp */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const tw_u32 v = __shfl_up_sync(TW_FULL, inc, o);
+        if (lane >= o)
+            inc += v;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         mine += __shfl_xor_sync(TW_FULL, mine, o);
+    if (lane == 31)
+        s_w[wid] = inc;
     if (lane == 0)
         s_c[wid] = mine;
     __syncthreads();
+    tw_u32 before = 0;
+    for (int w = 0; w < wid; w++)
+        before += s_w[w];
+    tw_u32 at = before + inc - n;
+    for (long long m = r0; m < r1 && at < before + inc; m++)
+        if (flag[m] != 0u)
+            idx[at++] = (tw_u32)m;
     if (tid == 0) {
-        tw_u64 s = 0;
-        for (int w = 0; w < 32; w++)
+        tw_u64 rows = 0, s = 0;
+        for (int w = 0; w < 32; w++) {
+            rows += s_w[w];
             s += s_c[w];
-        tot[0] = base;
+        }
+        tot[0] = rows;
         tot[1] = s;
     }
 }

@@ -240,8 +240,8 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
-    void *a_build[] = {(void *)&packed, &m,       &w->bbase, &w->sizes,
-                       &w->offsets,     &w->desc, &w->gv,    &w->flag, (void *)&hmark};
+    void *a_build[] = {(void *)&packed, &m,     &w->bbase, &w->sizes,     &w->offsets,
+                       &w->desc,        &w->gv, &w->flag,  (void *)&hmark};
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     if (hmark)
         TW_TRY(tw_ffn_heavy_gemms(plan, f->heavy, x, packed, wp, wu, wd, stream));
@@ -379,8 +379,7 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4;
     f->probes++;
-    TW_TRY(
-        tw_ffn_prepass(plan, f, w, m, packed, *hmark, stats, stats_add, NULL, NULL, 0, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, *hmark, stats, stats_add, NULL, NULL, 0, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -477,8 +476,8 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
     int heavy = 0;
     {
         volatile const uint32_t *mirror = f->hflags;
-        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, capturing, f->used,
-                                    0, stream, &heavy));
+        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, capturing, f->used, 0,
+                                    stream, &heavy));
     }
     int probe = !capturing && !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
@@ -499,8 +498,8 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
         if (probe)
             TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, &heavy, &hmark, stats, c > 0, hflag, stream));
         else
-            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, hmark, stats, c > 0, f->acc, hflag,
-                                  capturing, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, hmark, stats, c > 0, f->acc, hflag, capturing,
+                                  stream));
         TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, hmark, wp, wu, wd, yc, stream));
     }
     f->last_flag = w.flag;
@@ -630,8 +629,8 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
     { /* the heavy-row route too, where it is wanted already, so a captured call can run it */
         volatile const uint32_t *mirror = f->hflags;
         int on = 0;
-        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, 0, f->used, 1, NULL,
-                                    &on));
+        TW_TRY(
+            tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, 0, f->used, 1, NULL, &on));
     }
     if (f->pinned)
         return TWELL_OK; /* capacities fixed through test control (TW_TC_FFN_SET_CAPACITY) */

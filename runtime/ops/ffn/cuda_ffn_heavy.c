@@ -28,10 +28,10 @@ struct tw_ffn_heavy {
     int *hn;
     void *xb, *hb;
     float *part;
-    uint32_t thr;  /* the current chunk's threshold */
-    int marked;    /* some chunk ran the classification (hn is meaningful) */
-    int seen;      /* the default's trigger happened once (overflowing rows) */
-    int captured;  /* a captured call used the buffer: a replaced one is kept to the release */
+    uint32_t thr; /* the current chunk's threshold */
+    int marked;   /* some chunk ran the classification (hn is meaningful) */
+    int seen;     /* the default's trigger happened once (overflowing rows) */
+    int captured; /* a captured call used the buffer: a replaced one is kept to the release */
     tw_cuda_keep keep;
 };
 
@@ -119,9 +119,8 @@ static twell_status hv_load(twell_plan *plan, tw_ffn_heavy *h) {
     TW_TRY(hv_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &h->mod_down, &h->down));
     TW_TRY(tw_cu_func_set_attribute(ctx, h->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)TW_DG_SMEM));
-    return tw_cu_func_set_attribute(ctx, h->down,
-                                    TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)TW_DG_SPLIT_SMEM);
+    return tw_cu_func_set_attribute(
+        ctx, h->down, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)TW_DG_SPLIT_SMEM);
 }
 
 /* Buffer layout for chunks of R rows, blocks of cap rows: hmark u32[R + 16], idx u32[cap], hn,
@@ -149,8 +148,8 @@ static void hv_layout_of(const twell_shape *s, size_t R, size_t cap, unsigned ns
  * there after it); with may_wait (twell_plan_reserve) the device is synchronised too, since a
  * later call may come on any stream. Never waits otherwise: a replaced buffer that earlier calls
  * may still use is kept to the plan's release (growth is rare: chunks only grow). */
-static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int used,
-                               int may_wait, twell_stream stream) {
+static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int used, int may_wait,
+                               twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     if (h->buf && R <= h->rows)
@@ -240,8 +239,8 @@ twell_status tw_ffn_heavy_mark(twell_plan *plan, tw_ffn_heavy *h, int m, const u
     int cap = (int)h->cap;
     {
         void *args[] = {(void *)&packed, &m, &h->thr, &h->hmark};
-        TW_TRY(hv_go(ctx, h->fn[HV_FLAG], hv_min(hv_cdiv((size_t)m, 8), 8 * sms), 256, stream,
-                     args));
+        TW_TRY(
+            hv_go(ctx, h->fn[HV_FLAG], hv_min(hv_cdiv((size_t)m, 8), 8 * sms), 256, stream, args));
     }
     {
         void *args[] = {&h->hmark, &m, &cap, &h->idx, &h->hn};
@@ -262,8 +261,8 @@ twell_status tw_ffn_heavy_gemms(twell_plan *plan, tw_ffn_heavy *h, const void *x
     {
         void *args[] = {(void *)&x, &h->xb, &h->idx, &h->hn, &cap};
         size_t units = h->cap * (s->K / 8u);
-        TW_TRY(hv_go(ctx, h->fn[HV_GATHER], hv_min(hv_cdiv(units, 256), 8 * sms), 256, stream,
-                     args));
+        TW_TRY(
+            hv_go(ctx, h->fn[HV_GATHER], hv_min(hv_cdiv(units, 256), 8 * sms), 256, stream, args));
     }
     /* h = round(g ⊙ (x·Wuᵀ)) with g recomputed in every unit (the flags are all set) */
     TW_TRY(tw_cuda_dense_gemm_dm(plan, h->up, 0, h->cap, s->K, s->N, h->xb, wu, wg, 0, h->hb,
@@ -273,8 +272,7 @@ twell_status tw_ffn_heavy_gemms(twell_plan *plan, tw_ffn_heavy *h, const void *x
                                  NULL, NULL, h->nsplit, h->hn, stream);
 }
 
-twell_status tw_ffn_heavy_scatter(twell_plan *plan, tw_ffn_heavy *h, void *y,
-                                  twell_stream stream) {
+twell_status tw_ffn_heavy_scatter(twell_plan *plan, tw_ffn_heavy *h, void *y, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     size_t sms = (size_t)ctx->cuda->sm_count;

@@ -29,6 +29,13 @@
 
 enum { TD_FWD, TD_Y, TD_DT, TD_DX, TD_WG, TD_AUX, TD_NMOD };
 
+/* Split-K for the mm GEMMs (y, dx) on small row blocks (the heavy rows): their grids cover
+ * ceil(Mb / 256) · ceil(K / 256) clusters, a few of the device's, each with a long reduction (N
+ * for y, 2N for dx). Slices of the reduction give the idle SMs work; fp32 partials reduced in a
+ * fixed order by dense_aux's twell_dense_reduce_plain (loaded on first use). */
+enum { TS_Y, TS_DX, TS_RED, TS_NMOD };
+#define TD_SPLIT_MAX 8u
+
 struct tw_tdense {
     int loaded, available; /* modules tried / usable */
     char why[256];         /* why not available */
@@ -59,10 +66,29 @@ struct tw_tdense {
     int released;           /* freed by that rule and not allocated again since */
     unsigned long releases; /* times it was freed so */
     size_t peak;            /* high-water mark of twell_train_state_bytes (TW_TC_TD_PEAK_BYTES) */
+    /* split-K modules of the block GEMMs (TS_*): tried once; split_ok = 1 when loaded */
+    int split_tried, split_ok;
+    tw_CUmodule smod[TS_NMOD];
+    tw_CUfunction sfn[TS_NMOD];
 };
 
 static size_t td_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
+
+/* Slices of the reduction for an mm GEMM of M rows x ncols output columns over `red` (1: none):
+ * as many as fill the device's clusters, up to TD_SPLIT_MAX and one k-block each; only where the
+ * unsplit grid would leave more than half the clusters idle. So nsplit · M ≤ clusters · 256 rows:
+ * the partials stay within clusters · 256 · ncols floats. */
+static unsigned td_nsplit(int sm_count, size_t M, size_t ncols, size_t red) {
+    size_t units = td_cdiv(td_cdiv(M, TD_BM), TD_CLUSTER) * td_cdiv(ncols, TD_BN);
+    size_t cl = (size_t)sm_count / TD_CLUSTER, kb = red / 64u;
+    if (units == 0 || 2u * units > cl)
+        return 1u;
+    size_t n = cl / units;
+    n = n < TD_SPLIT_MAX ? n : TD_SPLIT_MAX;
+    n = n < kb ? n : kb;
+    return n > 1u ? (unsigned)n : 1u;
+}
 
 /* Units the forward GEMM runs for M rows (its partials: 16 consumer warps' pairs per unit). */
 static size_t td_units(const twell_shape *s, size_t M) {
@@ -162,6 +188,12 @@ static void td_unload(tw_tdense *d) {
         d->mod[i] = NULL;
         d->fn[i] = NULL;
     }
+    for (int i = 0; i < TS_NMOD; i++) {
+        tw_cu_module_unload(d->smod[i]);
+        d->smod[i] = NULL;
+        d->sfn[i] = NULL;
+    }
+    d->split_tried = d->split_ok = 0;
 }
 
 /* Whether the dense path can run on this plan/device at all (modules loaded on first use). */
@@ -428,13 +460,16 @@ typedef struct {
     void *part;
     float scal;
     int rows, kred_blocks, bsplit, nseg;
-    uint32_t ncols; /* output columns (the template's N) */
+    uint32_t ncols;  /* output columns (the template's N) */
+    unsigned nsplit; /* split-K slices (the SPLIT variants: passed as nseg); 0 or 1: none */
 } td_args;
 
 static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
                             const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
                             const tw_CUtensorMap *mg, const td_args *a, twell_stream stream) {
     size_t units = td_cdiv(td_cdiv((size_t)a->rows, TD_BM), TD_CLUSTER) * td_cdiv(a->ncols, TD_BN);
+    if (a->nsplit > 1u)
+        units *= a->nsplit;
     size_t maxc = (size_t)ctx->cuda->sm_count / TD_CLUSTER;
     size_t clusters = units < maxc ? units : maxc;
     tw_cu_launch_cfg cfg;
@@ -447,17 +482,47 @@ static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
     cfg.cluster[1] = cfg.cluster[2] = 1u;
     cfg.smem = smem;
     td_args v = *a;
+    if (v.nsplit > 1u)
+        v.nseg = (int)v.nsplit;
     void *args[] = {(void *)ma,     (void *)mb,     (void *)mg, &v.out0, &v.out1,
                     &v.out2,        (void *)&v.aux, &v.part,    &v.scal, &v.rows,
                     &v.kred_blocks, &v.bsplit,      &v.nseg};
     return tw_cu_launch(ctx, fn, &cfg, stream, args);
 }
 
+/* An mm GEMM (y or dx, output [rows, K] round(A·Bᵀ)): td_gemm with fn, or, where spart is set
+ * (a block's split-K partials, tw_ctd_block_bytes) and the rows leave most clusters idle, the
+ * SPLIT variant `which` over td_nsplit slices into spart and their ordered reduction into out0. */
+static twell_status td_mm(twell_ctx *ctx, const tw_tdense *d, tw_CUfunction fn, int which,
+                          const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
+                          const tw_CUtensorMap *mg, td_args a, size_t red, void *spart,
+                          twell_stream stream) {
+    int sms = ctx->cuda->sm_count;
+    unsigned n = spart && d->split_ok ? td_nsplit(sms, (size_t)a.rows, a.ncols, red) : 1u;
+    if (n <= 1u)
+        return td_gemm(ctx, fn, TD_SMEM, ma, mb, mg, &a, stream);
+    void *out = a.out0;
+    a.part = spart;
+    a.nsplit = n;
+    TW_TRY(td_gemm(ctx, d->sfn[which], TD_WG_SMEM(TD_WG_STAGES), ma, mb, mg, &a, stream));
+    int rows = a.rows, ns = (int)n;
+    void *args[] = {&spart, &rows, &ns, &out};
+    size_t items = (size_t)rows * td_cdiv(a.ncols, 256u), cap = 16u * (size_t)sms;
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)(td_cdiv(items, 8u) < cap ? td_cdiv(items, 8u) : cap);
+    cfg.grid[1] = cfg.grid[2] = 1u;
+    cfg.block[0] = 256u;
+    cfg.block[1] = cfg.block[2] = 1u;
+    return tw_cu_launch(ctx, d->sfn[TS_RED], &cfg, stream, args);
+}
+
 /* The forward's two GEMMs on M rows: Tm (columns [2N, 3N) of buf), the (P, U) pairs into pu and
- * the stats partials into part; y = Tm·Wd. */
+ * the stats partials into part; y = Tm·Wd (split along N into spart where td_mm does). */
 static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d, size_t M,
                                  const void *x, const void *wg, const void *wu, const void *wd,
-                                 void *y, void *buf, void *pu, void *part, twell_stream stream) {
+                                 void *y, void *buf, void *pu, void *part, void *spart,
+                                 twell_stream stream) {
     twell_dtype dt = s->dtype;
     size_t N = s->N, K = s->K;
     char *tm = (char *)buf + 2u * N * 2u; /* columns [2N, 3N) */
@@ -466,13 +531,13 @@ static twell_status td_fwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     TW_TRY(td_map(ctx, &ma, dt, x, M, K, K, TD_BM));
     TW_TRY(td_map(ctx, &mb, dt, wu, N, K, K, TD_BN / TD_CLUSTER));
     TW_TRY(td_map(ctx, &mg, dt, wg, N, K, K, TD_BN / TD_CLUSTER));
-    td_args a = {tm, NULL, NULL, pu, part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N};
+    td_args a = {tm, NULL, NULL, pu, part, 0.0f, (int)M, 0, 0, 1, (uint32_t)N, 0u};
     TW_TRY(td_gemm(ctx, d->fn[TD_FWD], TD_SMEM, &ma, &mb, &mg, &a, stream));
     /* 2. y = Tm·Wd (Wd MN-major: its rows are the reduction) */
     TW_TRY(td_map(ctx, &ma, dt, tm, M, N, 3u * N, TD_BM));
     TW_TRY(td_map(ctx, &mb, dt, wd, N, K, K, 64u));
-    a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TW_TRY(td_gemm(ctx, d->fn[TD_Y], TD_SMEM, &ma, &mb, &mb, &a, stream));
+    a = (td_args){y, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K, 0u};
+    TW_TRY(td_mm(ctx, d, d->fn[TD_Y], TS_Y, &ma, &mb, &mb, a, N, spart, stream));
     return TWELL_OK;
 }
 
@@ -488,7 +553,7 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: %s", d->why);
     d->saved_M = 0;
     TW_TRY(td_reserve(plan, state, d, M));
-    TW_TRY(td_fwd_gemms(ctx, s, d, M, x, wg, wu, wd, y, d->buf, d->pu, d->part, stream));
+    TW_TRY(td_fwd_gemms(ctx, s, d, M, x, wg, wu, wd, y, d->buf, d->pu, d->part, NULL, stream));
     /* 3. stats (fixed order) and the count for AUTO, copied back without a wait */
     long long np = (long long)(td_units(s, M) * TD_CLUSTER * 8u), Ml = (long long)M;
     void *part = d->part, *cnt = d->dcount;
@@ -513,25 +578,27 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
 }
 
 /* The backward's GEMMs on M rows (l1c = λ / the step's M): dU, dP into columns [0, 2N) of buf
- * from dy·Wdᵀ and the saved pairs pu; dx = [dU dP]·[Wu; Wg]; the three weight gradients stored. */
+ * from dy·Wdᵀ and the saved pairs pu; dx = [dU dP]·[Wu; Wg] (split along 2N into spart where td_mm
+ * does); the three weight gradients stored. */
 static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_tdense *d, size_t M,
                                  const void *x, const void *wg, const void *wu, const void *wd,
                                  const void *dy, float l1c, void *dx, float *dwg, float *dwu,
-                                 float *dwd, char *buf, void *pu, twell_stream stream) {
+                                 float *dwd, char *buf, void *pu, void *spart,
+                                 twell_stream stream) {
     twell_dtype dt = s->dtype;
     size_t N = s->N, K = s->K;
     tw_CUtensorMap ma, mb, mg;
     /* 1. dT = dy·Wdᵀ (+ the L1 term) → dU, dP in columns [0, N), [N, 2N) */
     TW_TRY(td_map(ctx, &ma, dt, dy, M, K, K, TD_BM));
     TW_TRY(td_map(ctx, &mb, dt, wd, N, K, K, TD_BN / TD_CLUSTER));
-    td_args a = {buf, buf + N * 2u, NULL, pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N};
+    td_args a = {buf, buf + N * 2u, NULL, pu, NULL, l1c, (int)M, 0, 0, 1, (uint32_t)N, 0u};
     TW_TRY(td_gemm(ctx, d->fn[TD_DT], TD_SMEM, &ma, &mb, &mb, &a, stream));
     /* 2. dx = [dU dP]·[Wu; Wg] */
     TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, TD_BM));
     TW_TRY(td_map(ctx, &mb, dt, wu, N, K, K, 64u));
     TW_TRY(td_map(ctx, &mg, dt, wg, N, K, K, 64u));
-    a = (td_args){dx, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K};
-    TW_TRY(td_gemm(ctx, d->fn[TD_DX], TD_SMEM, &ma, &mb, &mg, &a, stream));
+    a = (td_args){dx, NULL, NULL, NULL, NULL, 0.0f, (int)M, 0, (int)(N / 64u), 1, (uint32_t)K, 0u};
+    TW_TRY(td_mm(ctx, d, d->fn[TD_DX], TS_DX, &ma, &mb, &mg, a, 2u * N, spart, stream));
     /* 3. [dWu; dWg; dWd] = [dU dP Tm]ᵀ · [x; x; dy]: everything MN-major, reduction over M. One
      * launch when the dy rows start on a cluster boundary (2N % 256 == 0), else two. */
     int kbl = (int)td_cdiv(M, 64u);
@@ -539,18 +606,18 @@ static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     TW_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
     if ((2u * N) % (TD_BM * TD_CLUSTER) == 0) {
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
-        a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,       0.0f,
-                      (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
+        a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,        0.0f,
+                      (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
         TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     } else {
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
-        a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,       0.0f,
-                      (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K};
+        a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,        0.0f,
+                      (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
         TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
         TW_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
-        a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K};
+        a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K, 0u};
         TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
                        &ma, &mb, &mg, &a, stream));
     }
@@ -571,27 +638,92 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
                         "every tensor 16-byte aligned");
     float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
     TW_TRY(td_bwd_gemms(ctx, s, d, M, x, wg, wu, wd, dy, l1c, dx, dwg, dwu, dwd, d->buf, d->pu,
-                        stream));
+                        NULL, stream));
     return td_mark_used(ctx, state, d, stream);
 }
 
 /* ---- the GEMMs on a block of rows (the sparse path's heavy rows, cuda_train_heavy.c) ---- */
+
+/* The split-K modules (TS_*): the mm variants with SPLIT = 1 and dense_aux's reduction. A failure
+ * only leaves the block GEMMs unsplit (logged). */
+static void td_split_load(twell_plan *plan, tw_tdense *d) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    const char *dt = tw_dtype_param(s->dtype);
+    long long K = s->K, N = s->N;
+    d->split_tried = 1;
+    twell_status st = TWELL_OK;
+    for (int i = 0; i < 2 && st == TWELL_OK; i++) {
+        tw_param p[10] = {{"K", NULL, i == TS_Y ? N : 2 * N},
+                          {"N", NULL, K},
+                          {"dtype", dt, 0},
+                          {"MODE", "mm", 0},
+                          {"TA", NULL, 0},
+                          {"TB", NULL, 1},
+                          {"LDO", NULL, K},
+                          {"STAGES", NULL, (long long)TD_WG_STAGES},
+                          {"CLUSTER", NULL, (long long)TD_CLUSTER},
+                          {"SPLIT", NULL, 1}};
+        st = td_module(ctx, "gemm_sm90", p, 10, "twell_gemm_sm90", &d->smod[i], &d->sfn[i]);
+        if (st == TWELL_OK)
+            st = tw_cu_func_set_attribute(ctx, d->sfn[i],
+                                          TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          (int)TD_WG_SMEM(TD_WG_STAGES));
+    }
+    if (st == TWELL_OK) {
+        tw_param aux[TW_SHAPE_NPARAMS];
+        size_t naux = tw_shape_params(s, aux);
+        st = td_module(ctx, "dense_aux", aux, naux, "twell_dense_reduce_plain", &d->smod[TS_RED],
+                       &d->sfn[TS_RED]);
+    }
+    if (st == TWELL_OK) {
+        d->split_ok = 1;
+        return;
+    }
+    tw_log(ctx, TWELL_LOG_WARN, "heavy-row block: split-K GEMMs unavailable (%s); running unsplit",
+           twell_ctx_errmsg(ctx));
+    for (int i = 0; i < TS_NMOD; i++) {
+        tw_cu_module_unload(d->smod[i]);
+        d->smod[i] = NULL;
+        d->sfn[i] = NULL;
+    }
+}
 
 twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available) {
     tw_tdense *d = NULL;
     *available = 0;
     TW_TRY(td_create(plan->ctx, state, &d));
     TW_TRY(td_prepare(plan, d, 0));
+    if (d->available && !d->split_tried)
+        td_split_load(plan, d);
     *available = d->available;
     return TWELL_OK;
 }
 
-/* The block workspace's parts: buf [Mb, 3N] 16-bit at 0, pu [Mb, N] u32, part [units·16][2]. */
+/* The split-K partials a block of Mb rows needs: the dx GEMM's slices (its reduction is the
+ * longer, so it takes at least as many as y's) x Mb x K floats; 0 when it runs unsplit. */
+static size_t td_block_split_bytes(const twell_shape *s, int sm_count, size_t Mb) {
+    unsigned n = td_nsplit(sm_count, Mb, s->K, 2u * (size_t)s->N);
+    return n > 1u ? td_align((size_t)n * Mb * s->K * sizeof(float)) : 0u;
+}
+
+size_t tw_ctd_block_bytes(const twell_plan *plan, size_t Mb) {
+    const twell_shape *s = &plan->shape;
+    size_t b = tw_ctd_bytes(s, Mb);
+    return b ? b + td_block_split_bytes(s, plan->ctx->cuda->sm_count, Mb) : 0u;
+}
+
+/* The block workspace's parts: buf [Mb, 3N] 16-bit at 0, pu [Mb, N] u32, part [units·16][2],
+ * then the split-K partials (td_block_split_bytes). */
 static void td_block_parts(const twell_shape *s, size_t Mb, void *ws, char **buf, void **pu,
                            void **part) {
     *buf = ws;
     *pu = (char *)ws + td_align(Mb * 3u * s->N * 2u);
     *part = (char *)*pu + td_align(Mb * s->N * 4u);
+}
+
+static void *td_block_spart(const twell_shape *s, size_t Mb, void *part) {
+    return (char *)part + td_align(td_units(s, Mb) * TD_CLUSTER * 8u * 2u * sizeof(float));
 }
 
 long long tw_ctd_block_npart(const twell_shape *s, size_t Mb) {
@@ -615,7 +747,8 @@ twell_status tw_ctd_block_forward(twell_plan *plan, twell_train_state *state, si
     char *buf;
     void *pu, *part;
     td_block_parts(&plan->shape, Mb, ws, &buf, &pu, &part);
-    return td_fwd_gemms(plan->ctx, &plan->shape, d, Mb, xb, wg, wu, wd, yb, buf, pu, part, stream);
+    return td_fwd_gemms(plan->ctx, &plan->shape, d, Mb, xb, wg, wu, wd, yb, buf, pu, part,
+                        td_block_spart(&plan->shape, Mb, part), stream);
 }
 
 twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, size_t Mb,
@@ -630,7 +763,7 @@ twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, s
     void *pu, *part;
     td_block_parts(&plan->shape, Mb, ws, &buf, &pu, &part);
     return td_bwd_gemms(plan->ctx, &plan->shape, d, Mb, xb, wg, wu, wd, dyb, l1c, dxb, dwg, dwu,
-                        dwd, buf, pu, stream);
+                        dwd, buf, pu, td_block_spart(&plan->shape, Mb, part), stream);
 }
 
 twell_status tw_ctd_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {

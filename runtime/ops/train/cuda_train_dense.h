@@ -76,13 +76,14 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
                              float lambda, void *dx, float *dwg, float *dwu, float *dwd,
                              twell_stream stream);
 
-/* The same GEMMs on a contiguous block of Mb rows with the caller's workspace ws (tw_ctd_bytes(s,
- * Mb) bytes, 256-byte aligned; it holds the block's Tm, (P, U) pairs and dU, dP from its forward
- * to its backward): the sparse path's heavy rows (cuda_train_heavy.c). prepare builds the modules
- * (never forced: *available = 0 where the dense path cannot run, the reason logged). forward:
- * yb = the block's y, the stats partials at tw_ctd_block_part (tw_ctd_block_npart {Σ|Tm|, count}
- * pairs). backward: l1c = λ / the step's M; dxb the block's dx; the three weight gradients are
- * STORED (the sparse kernels then add theirs). Every pointer 16-byte aligned. No host wait. */
+/* The same GEMMs on a contiguous block of Mb rows with the caller's workspace ws
+ * (tw_ctd_block_bytes(plan, Mb) bytes, 256-byte aligned; it holds the block's Tm, (P, U) pairs and
+ * dU, dP from its forward to its backward): the sparse path's heavy rows (cuda_train_heavy.c).
+ * prepare builds the modules (never forced: *available = 0 where the dense path cannot run, the
+ * reason logged). forward: yb = the block's y, the stats partials at tw_ctd_block_part
+ * (tw_ctd_block_npart {Σ|Tm|, count} pairs). backward: l1c = λ / the step's M; dxb the block's dx;
+ * the three weight gradients are STORED (the sparse kernels then add theirs). Every pointer 16-byte
+ * aligned. No host wait. */
 twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available);
 twell_status tw_ctd_block_forward(twell_plan *plan, twell_train_state *state, size_t Mb,
                                   const void *xb, const void *wg, const void *wu, const void *wd,
@@ -92,6 +93,10 @@ twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, s
                                    const void *dyb, float l1c, void *dxb, float *dwg, float *dwu,
                                    float *dwd, void *ws, twell_stream stream);
 long long tw_ctd_block_npart(const twell_shape *s, size_t Mb);
+/* The workspace a block of Mb rows needs: tw_ctd_bytes plus, where the block is small enough for
+ * the y and dx GEMMs to run split along their reduction (fp32 partials reduced in a fixed order),
+ * the partials; 0 on overflow. */
+size_t tw_ctd_block_bytes(const twell_plan *plan, size_t Mb);
 void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws);
 
 /* tw_ctd_bytes, tw_ctd_set_workspace, tw_ctd_held and tw_ctd_release are declared in

@@ -112,7 +112,7 @@ twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrai
     t->hnnz = hnnz;
     if (nh == 0)
         return TWELL_OK;
-    size_t ws = tw_ctd_bytes(s, nh);
+    size_t ws = tw_ctd_block_bytes(plan, nh);
     if (ws == 0)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s: %zu heavy rows overflow", fn, nh);
     /* every buffer first: a growing one synchronises and drops its contents */

@@ -3,7 +3,8 @@
  * than a threshold (the first tokens of sequences, a few dense rows) run the dense training GEMMs
  * (cuda_train_dense.c's block API) on a contiguous block of them instead of the per-entry
  * kernels, whose cost grows with the count (a 4 KB weight or token row gathered per entry and
- * pass). Off by default (TW_TC_TRAIN_SET_HEAVY turns it on); docs/DESIGN.md §6.
+ * pass). On by default at the cost model's threshold (TW_TC_TRAIN_SET_HEAVY sets another or 0:
+ * off); docs/DESIGN.md §6.
  *
  * Forward (inside tw_ct_forward):
  *   tw_cth_classify  right after the gate-pack: flags the rows whose count exceeds the threshold,

@@ -186,8 +186,8 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
-    void *a_build[] = {(void *)&packed, &m,       &c->bbase, &c->sizes,
-                       &c->offsets,     &c->desc, &c->gv,    &c->flag, (void *)&no_hmark};
+    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,        &c->offsets,
+                       &c->desc,        &c->gv, &c->flag,  (void *)&no_hmark};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     c->lists_M = M;
     *pre = c->flag;
