@@ -50,6 +50,10 @@
  * "+heavy" when the timed steps sent rows to it. Where it ran, the heavy rows carry the dense
  * path's rounding, so the check applies the dense tolerances above to every output, on a support
  * that takes the heavy rows' from the CPU (the sparse state holds them empty).
+ *
+ * TWELL_TRAIN_NRN_LEN=<tokens> forces the neuron chunk length of the weight-gradient kernel in
+ * the timed state (test control TW_TC_TRAIN_SET_CHUNK_LEN; unset: the library's rule), to
+ * measure that rule against others (docs/lab/NOTES-train-dw.md).
  */
 #include "bench.h"
 #include "train_check.h"
@@ -663,7 +667,11 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                           16, hb, hb, hb, hb,     2 * hb, xb, xb, 2 * wb, 2 * wb, 2 * wb};
     uint16_t *hdy = malloc(xb), *wuwg = malloc(2 * wb);
     if (!hdy || !wuwg || twell_train_state_create(plan, &state) != TWELL_OK ||
-        bt_heavy_set(state) != TWELL_OK) {
+        bt_heavy_set(state) != TWELL_OK ||
+        (getenv("TWELL_TRAIN_NRN_LEN") &&
+         tw_test_control(TW_TC_TRAIN_SET_CHUNK_LEN, state, (uint64_t)0,
+                         (uint64_t)strtoull(getenv("TWELL_TRAIN_NRN_LEN"), NULL, 10)) !=
+             TWELL_OK)) {
         fprintf(stderr, "twell bench: out of memory\n");
         rc = 1;
         goto done;

@@ -349,6 +349,17 @@ twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr
     return TWELL_OK;
 }
 
+twell_status tw_cu_func_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
+                                  int *out) {
+    *out = 0;
+    if (!tw_cu.OccupancyMaxActiveBlocksPerMultiprocessor)
+        return TWELL_OK;
+    int n = 0;
+    TW_CU_TRY(ctx, OccupancyMaxActiveBlocksPerMultiprocessor, &n, fn, block, smem);
+    *out = n > 0 ? n : 0;
+    return TWELL_OK;
+}
+
 int tw_cu_pdl_supported(int cc_major) { return cc_major >= 9 && tw_cu.LaunchKernelEx != NULL; }
 
 twell_status tw_cu_launch(twell_ctx *ctx, tw_CUfunction fn, const tw_cu_launch_cfg *c,

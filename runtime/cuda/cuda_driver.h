@@ -176,6 +176,11 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
 twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *name, void **dptr,
                                  size_t *bytes);
 twell_status tw_cu_func_set_attribute(twell_ctx *ctx, tw_CUfunction fn, int attr, int value);
+/* How many blocks of `block` threads and `smem` dynamic shared bytes of fn one SM holds at once
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor): the grid of a kernel whose warps take work
+ * from a queue. *out = 0 (and TWELL_OK) where the driver lacks the call; 0 on failure. */
+twell_status tw_cu_func_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, size_t smem,
+                                  int *out);
 
 /* Launch geometry. cluster {0,0,0} or {1,1,1} and no PDL: a plain cuLaunchKernel; otherwise
  * cuLaunchKernelEx with a cluster-dimension attribute (sm_90+) and/or, when pdl is set and the

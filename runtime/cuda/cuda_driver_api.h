@@ -62,6 +62,8 @@ typedef struct tw_cu_api {
     tw_CUresult (*ModuleUnload)(tw_CUmodule);
     tw_CUresult (*ModuleGetFunction)(tw_CUfunction *, tw_CUmodule, const char *);
     tw_CUresult (*FuncSetAttribute)(tw_CUfunction, int, int);
+    /* optional (CUDA 6.5+): resident blocks per SM of a function at a block size */
+    tw_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, tw_CUfunction, int, size_t);
     tw_CUresult (*LaunchKernel)(tw_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                 unsigned, unsigned, tw_CUstream, void **, void **);
     tw_CUresult (*StreamCreate)(tw_CUstream *, unsigned);

@@ -48,6 +48,8 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(ModuleUnload, "cuModuleUnload", NULL, 0),
     TW_SYM(ModuleGetFunction, "cuModuleGetFunction", NULL, 0),
     TW_SYM(FuncSetAttribute, "cuFuncSetAttribute", NULL, 0),
+    TW_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+           NULL, 1),
     TW_SYM(LaunchKernel, "cuLaunchKernel", NULL, 0),
     TW_SYM(StreamCreate, "cuStreamCreate", NULL, 0),
     TW_SYM(StreamDestroy, "cuStreamDestroy_v2", NULL, 0),

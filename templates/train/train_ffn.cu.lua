@@ -38,10 +38,9 @@
 --                              count > slots (every row-tile when `all`: the gate-pack itself,
 --                              for inputs the plan's gate-pack cannot take): recompute its T gate
 --                              values (lane per column), write count + slots (pack) and mask[r].
---   twell_train_scan_<md>      256 threads, (tw_sa a, u32 *sb, u32 epoch): exclusive scan of two
---                              u64 channels per item, 2048 items per block, one pass (decoupled
---                              look-back over sb: ticket, flags, per-block sums; sb zeroed when
---                              allocated, epoch new for every scan, > 0); totals to tot[].
+--   twell_train_scan_up_<md>, twell_train_scan_top, twell_train_scan_down_<md>: 256/1024/256
+--                              threads; exclusive scan of two u64 channels per item, 2048 items
+--                              per block (modes below); totals to tot[].
 --   twell_train_owners         256 threads; owner[c] = i for c in [off[i], off[i+1]).
 --   twell_train_spill          WPB warps, smem 4K·WPB: spill words of overflowing row-tiles.
 --   twell_train_fwd_ent        WPB warps, smem 4K·WPB: warp per row chunk, lane per entry:
@@ -54,7 +53,8 @@
 --   twell_train_bwd_dx         256 threads: dx (or partial) = Σ dU·Wu_n + dP·Wg_n.
 --   twell_train_hist           256 threads, grid = B row blocks: hist[n·B + b] (integer atomics).
 --   twell_train_scatter        256 threads, grid = B: stable placement, rows in order.
---   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd.
+--   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd;
+--                              items from a queue (a u64 counter, zero at launch).
 --   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
 --   twell_train_ovf_list       (MMA builds only) 256 threads: list[t·M + i] = the rows m whose
 --                              row-tile (m, t) overflows in the gate-pack's count, cnt[t] of them

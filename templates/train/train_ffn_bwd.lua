@@ -121,7 +121,10 @@ twell_train_scatter(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict
 
 /* dWu, dWg, dWd of one (neuron chunk, K slice): tokens ascending. Chunk 0 writes the outputs
  * (acc: adds its sum to what they hold, the heavy-row block's dense gradients, one rounding),
- * chunk j ≥ 1 its partial slot. */
+ * chunk j ≥ 1 its partial slot. Items go to warps from a queue (*work, zero at launch; integer
+ * atomics): chunk lengths are uneven (empty and short neurons beside split hot ones), and a
+ * fixed grid-stride share kept a block resident for its longest warp. Which warp takes an item
+ * changes no arithmetic: the results are the same bits whatever the order. */
 extern "C" __global__ void __launch_bounds__(256)
 twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                const tw_u64 *__restrict__ col_off, const tw_u32 *__restrict__ col_row,
@@ -130,15 +133,21 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                const tw_u64 *__restrict__ nchunk_off, const tw_u64 *__restrict__ nslot_off,
                const tw_u32 *__restrict__ nchunk_nrn, tw_u64 E2, float *__restrict__ dwg,
                float *__restrict__ dwu, float *__restrict__ dwd, float *__restrict__ npart,
-               int acc) {
+               int acc, tw_u64 *__restrict__ work) {
     const int lane = (int)(threadIdx.x & 31u);
-    const long long nch = (long long)nchunk_off[${S.N}], items = nch * ${NS};
+    const tw_u64 nch = nchunk_off[${S.N}], items = nch * ${NS};
     /* slice-major: the warps in flight share a K slice of x and dy (M·2·32·VEC·2 bytes, L2) */
-    for (long long it = tw_gwarp(); it < items; it += tw_nwarps()) {
-        const long long c = it % nch;
-        const long long g = (it / nch) * 32 + lane;
+    for (;;) {
+        tw_u64 t = 0;
+        if (lane == 0)
+            t = atomicAdd(work, 1ull);
+        const tw_u64 it = __shfl_sync(TW_FULL, t, 0);
+        if (it >= items)
+            break;
+        const tw_u64 c = it % nch;
+        const long long g = (long long)(it / nch) * 32 + lane;
         const long long n = nchunk_nrn[c];
-        const tw_u64 j = (tw_u64)c - nchunk_off[n];
+        const tw_u64 j = c - nchunk_off[n];
         const tw_u64 i0 = col_off[n] + j * E2, end = col_off[n + 1];
         const tw_u64 i1 = i0 + E2 < end ? i0 + E2 : end;
         float gu[${VEC}], gg[${VEC}], gd[${VEC}];

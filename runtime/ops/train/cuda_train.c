@@ -15,15 +15,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[] = {
-    "twell_train_recount",    "twell_train_scan_tiles",   "twell_train_scan_rows",
-    "twell_train_scan_hist",  "twell_train_scan_neurons", "twell_train_owners",
-    "twell_train_spill",      "twell_train_fwd_ent",      "twell_train_fwd_y",
-    "twell_train_row_reduce", "twell_train_stats",        "twell_train_bwd_ent",
-    "twell_train_bwd_dx",     "twell_train_hist",         "twell_train_scatter",
-    "twell_train_dw",         "twell_train_dw_reduce",    "twell_train_fwd_ent_s",
-    "twell_train_bwd_ent_s",  "twell_train_udt",          "twell_train_ovf_list",
-    "twell_train_ovf_tiles",  "twell_train_ovf_udt"};
+static const char *const tf_names[] = {"twell_train_recount",
+                                       "twell_train_scan_up_tiles",
+                                       "twell_train_scan_down_tiles",
+                                       "twell_train_scan_up_rows",
+                                       "twell_train_scan_down_rows",
+                                       "twell_train_scan_up_hist",
+                                       "twell_train_scan_down_hist",
+                                       "twell_train_scan_up_neurons",
+                                       "twell_train_scan_down_neurons",
+                                       "twell_train_scan_top",
+                                       "twell_train_owners",
+                                       "twell_train_spill",
+                                       "twell_train_fwd_ent",
+                                       "twell_train_fwd_y",
+                                       "twell_train_row_reduce",
+                                       "twell_train_stats",
+                                       "twell_train_bwd_ent",
+                                       "twell_train_bwd_dx",
+                                       "twell_train_hist",
+                                       "twell_train_scatter",
+                                       "twell_train_dw",
+                                       "twell_train_dw_reduce",
+                                       "twell_train_fwd_ent_s",
+                                       "twell_train_bwd_ent_s",
+                                       "twell_train_udt",
+                                       "twell_train_ovf_list",
+                                       "twell_train_ovf_tiles",
+                                       "twell_train_ovf_udt"};
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
@@ -42,9 +61,6 @@ typedef struct {
 } tw_ct_sa;
 
 #define TW_CT_SCAN_ITEMS 2048u /* items per scan block */
-/* The one-pass scans' state for nb blocks: ticket (+ pad), flags u32 [nb rounded up to even],
- * then [aggregate, inclusive] x 2 channels u64 per block (train_ffn_state.lua). */
-#define TW_CT_SCAN_BYTES(nb) (8u + 4u * (((nb) + 1u) & ~(uint64_t)1u) + 32u * (nb))
 #define TW_CT_SMEM_DEFAULT 49152u
 
 static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
@@ -164,6 +180,8 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
                 ctx, m.fn[big[i]], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 (int)(big[i] == TF_RECOUNT ? t->smem_recount : t->smem_row));
     }
+    if (st == TWELL_OK) /* twell_train_dw's grid: what fits at once (its warps share a queue) */
+        st = tw_cu_func_occupancy(ctx, m.fn[TF_DW], 256, 0, &m.dw_occ);
     if (st != TWELL_OK) {
         tw_cu_module_unload(m.mod);
         return st;
@@ -209,15 +227,6 @@ twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *
                         "%s: cannot allocate %zu bytes of device memory for the %s (the state "
                         "holds %zu bytes)",
                         fn, bytes, tw_ct_buf_names[b], state->bytes);
-    if (b == TB_SCAN) { /* the scans' flags and ticket start at zero (every byte they use) */
-        st = tw_cuda_memset_d32(ctx, p, 0u, want / 4u, NULL);
-        if (st == TWELL_OK)
-            st = tw_cuda_synchronize(ctx);
-        if (st != TWELL_OK) {
-            tw_cuda_free(ctx, p);
-            return st;
-        }
-    }
     d->p = p;
     d->cap = want;
     state->bytes = tw_ct_bytes(t);
@@ -262,13 +271,20 @@ static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, i
 static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, int mode,
                                tw_ct_sa *a, twell_stream stream) {
     uint64_t nb = (a->n + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
-    void *sb = t->buf[TB_SCAN].p;
-    if (++t->scan_epoch == 0u || t->scan_epoch > 0x7fffffffu)
-        t->scan_epoch = 1u; /* flags 2·epoch + 1, + 2 stay distinct from the zeroed buffer */
-    uint32_t epoch = t->scan_epoch;
-    void *args[] = {a, &sb, &epoch};
+    void *bsum = t->buf[TB_SCAN].p;
+    void *tot = (void *)(uintptr_t)a->tot;
+    void *up_args[] = {a, &bsum};
     twell_status st =
-        tw_ct_launch(ctx, m->fn[TF_SCAN_TILES + mode], (unsigned)nb, 256, 0, stream, args);
+        tw_ct_launch(ctx, m->fn[TF_UP_TILES + 2 * mode], (unsigned)nb, 256, 0, stream, up_args);
+    if (st == TWELL_OK) {
+        void *top_args[] = {&bsum, &nb, &tot};
+        st = tw_ct_launch(ctx, m->fn[TF_SCAN_TOP], 1, 1024, 0, stream, top_args);
+    }
+    if (st == TWELL_OK) {
+        void *down_args[] = {a, &bsum};
+        st = tw_ct_launch(ctx, m->fn[TF_DOWN_TILES + 2 * mode], (unsigned)nb, 256, 0, stream,
+                          down_args);
+    }
     if (st == TWELL_OK) {
         static const char *const names[4] = {"scan_tiles", "scan_rows", "scan_hist",
                                              "scan_neurons"};
@@ -332,7 +348,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_ROW_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
 
@@ -597,7 +613,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NSLOT_OFF, ((size_t)N + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_NRN, nchunk_bound * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NPART, nslot_bound * 3u * K * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
 
     void *packed = t->buf[TB_PACKED].p, *u_ell = t->buf[TB_U_ELL].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
@@ -706,11 +722,18 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
+        /* the queue of twell_train_dw: a counter in the totals' spare word 14 */
+        void *work = tot + 14;
+        TW_CT_TRY(tw_cuda_memset_d32(ctx, work, 0u, 2u, stream));
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
-                        &dwg,       &dwu,        &dwd,        &npart,     &acc};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_blocks(ctx, nchunk_bound * NS, 8u), 256, 0,
-                            stream, args));
+                        &dwg,       &dwu,        &dwd,        &npart,     &acc,        &work};
+        /* the blocks that fit at once: one launched later would find the queue empty */
+        unsigned grid = tw_ct_blocks(ctx, nchunk_bound * NS, 8u);
+        uint64_t res = (uint64_t)ctx->cuda->sm_count * (uint64_t)md->dw_occ;
+        if (res > 0 && res < grid)
+            grid = (unsigned)res;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, grid, 256, 0, stream, args));
     }
     {
         void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};
