@@ -497,6 +497,16 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         return 1;
     }
 
+    /* TWELL_FFN_HEAVY: the sparse path's heavy-row route (test control TW_TC_FFN_SET_HEAVY): a
+     * row count threshold, 0 off, negative the library's default; unset: the default */
+    const char *heavy = getenv("TWELL_FFN_HEAVY");
+    if (heavy && *heavy &&
+        tw_test_control(TW_TC_FFN_SET_HEAVY, plan, strtoll(heavy, NULL, 10)) != TWELL_OK) {
+        fprintf(stderr, "twell bench: TWELL_FFN_HEAVY=%s: %s\n", heavy, twell_ctx_errmsg(ctx));
+        twell_plan_destroy(plan);
+        return 1;
+    }
+
     tw_CUmodule ew_mod = NULL;
     tw_CUfunction ew = NULL;
     int have_dense = env->cublas != NULL;

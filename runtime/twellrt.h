@@ -264,7 +264,12 @@ typedef void *twell_stream;
 /* Which implementation twell_ffn_infer (and, for training, twell_ffn_forward_train: see the
  * Training section) uses on the CUDA backend (twell_gate_pack is the same in every mode; the CPU
  * backend is exact in every mode and ignores this).
- *   SPARSE  the TwELL kernels: only active neurons are touched; any GPU.
+ *   SPARSE  the TwELL kernels: only active neurons are touched; any GPU. On Hopper (gated plans,
+ *           the DENSE conditions below), once a call has seen row-tiles overflow, rows with
+ *           more than max(N/32, 64) active values (the first tokens of sequences) run as a
+ *           gathered block (up to 1024 a row chunk) through DENSE's two GEMMs instead: those
+ *           rows carry DENSE's contract difference below, the others the sparse kernels'; no
+ *           host synchronisation, capturable after twell_plan_reserve.
  *   DENSE   dense tensor-core kernels, on Hopper (sm_90a) with K a multiple of 64 and x, the
  *           weights and y 16-byte aligned; elsewhere twell_ffn_infer returns
  *           TWELL_ERR_UNSUPPORTED and writes nothing. After the caller's gate-pack it costs two

@@ -11,7 +11,8 @@
  * at most 5e-3 (bf16) or 1e-3 (fp16): the output rounding level the development harness measured
  * against an fp64 reference (1.7e-3 bf16, 2.2e-4 fp16); both sides round y once, the rest is
  * fp32 summation order. The worst error is printed per case and path.
- * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs).
+ * `test_gpu_ffn_infer small`: the first cases only (compute-sanitizer runs); `heavy`: the small
+ * heavy-row case alone.
  * labels: gpu slow */
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
@@ -435,6 +436,61 @@ static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* The heavy-row route (rows over a threshold through the dense GEMMs as a gathered block, the
+ * sparse pipeline seeing them empty): skewed data with the route off, then on with the default
+ * threshold (the plan has seen overflowing rows), then forced with a low threshold that makes
+ * more rows heavy than the block holds (the rest stay sparse). Every run within the tolerance of
+ * the CPU reference; a second run of each setting gives the same bytes; on Hopper the block got
+ * rows. */
+static void fi_heavy_run(twell_shape s, size_t M, double nnz, long long low_thr) {
+    twell_plan *plan = NULL;
+    FI_OK(twell_plan_create(fi_ctx, &s, &plan));
+    FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    if (!tw_tc_plan_int(plan, TW_TC_FFN_TILED)) {
+        twell_plan_destroy(plan);
+        skip();
+    }
+    gi_data d;
+    fi_prepare(&d, &s, M, TW_SYNTH_SKEWED, nnz, 777u + M, plan);
+    int sm90 = !strcmp(fi_ctx->cuda->arch, "sm_90a");
+    const long long knobs[] = {0, -1, low_thr};
+    const char *what[] = {"heavy off", "heavy default", "heavy forced"};
+    for (int k = 0; k < 3; k++) {
+        FI_OK(tw_test_control(TW_TC_FFN_SET_HEAVY, plan, knobs[k]));
+        gi_run(&d, plan, FI_POISON_A, NULL);
+        int rows = -1;
+        FI_OK(tw_test_control(TW_TC_FFN_HEAVY_ROWS, plan, &rows));
+        uint32_t fl[4];
+        FI_OK(tw_test_control(TW_TC_FFN_FLAGS, plan, fl));
+        printf("#   M=%zu K=%u N=%u %s: %d rows in the dense block, overflowing row-tiles %u, "
+               "rows %u, fallback %u\n",
+               M, s.K, s.N, what[k], k == 0 ? 0 : rows, fl[2], fl[3], fl[0]);
+        fi_expect(&d, what[k]);
+        if (k > 0 && sm90 && s.gated)
+            assert_true(rows > 0);
+        uint16_t *first = gi_keep_y(&d);
+        gi_run(&d, plan, FI_POISON_B, NULL);
+        gi_expect_same_y(first, d.got, M * s.K, s.K, what[k]);
+        free(first);
+    }
+    gi_free(&d);
+    twell_plan_destroy(plan);
+}
+
+static void test_gpu_ffn_infer_heavy_rows(void **state) {
+    (void)state;
+    fi_heavy_run(twell_shape_default(2048, 5632), 4096, 29, 20);
+    twell_shape s = twell_shape_default(512, 1024);
+    s.dtype = FP;
+    fi_heavy_run(s, 3000, 29, 8);
+}
+
+/* A small case for the sanitizers. */
+static void test_gpu_ffn_infer_heavy_small(void **state) {
+    (void)state;
+    fi_heavy_run(twell_shape_default(512, 1024), 333, 29, 12);
+}
+
 int main(int argc, char **argv) {
     fi_ctx = tw_gpu_open_or_skip("test_gpu_ffn_infer");
     printf("# %s\n", twell_ctx_device_name(fi_ctx));
@@ -442,7 +498,13 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 6];
+    if (argc > 1 && !strcmp(argv[1], "heavy")) { /* the heavy-row route alone (racecheck) */
+        const struct CMUnitTest only[] = {cmocka_unit_test(test_gpu_ffn_infer_heavy_small)};
+        int rc = _cmocka_run_group_tests("test_gpu_ffn_infer", only, 1, NULL, NULL);
+        twell_ctx_destroy(fi_ctx);
+        return rc;
+    }
+    struct CMUnitTest tests[sizeof fi_cases / sizeof fi_cases[0] + 8];
     static char names[sizeof fi_cases / sizeof fi_cases[0]][GI_NAME];
     size_t n = gi_case_tests(tests, 0, names, "test_gpu_ffn_infer", fi_cases, ncases,
                              test_gpu_ffn_infer_case);
@@ -450,6 +512,8 @@ int main(int argc, char **argv) {
     struct CMUnitTest t4 = cmocka_unit_test(test_gpu_ffn_infer_alternating_no_sync);
     tests[n++] = t1;
     tests[n++] = t4; /* small too: the sanitizers see the accumulated needs and retired buffers */
+    struct CMUnitTest t6 = cmocka_unit_test(test_gpu_ffn_infer_heavy_small);
+    tests[n++] = t6;
     if (!small) {
         /* grow_in_flight needs a call still in flight: not under a sanitizer */
         struct CMUnitTest t5 = cmocka_unit_test(test_gpu_ffn_infer_grow_in_flight);
@@ -458,6 +522,8 @@ int main(int argc, char **argv) {
         struct CMUnitTest t3 = cmocka_unit_test(test_gpu_ffn_infer_chunks_and_streams);
         tests[n++] = t2;
         tests[n++] = t3;
+        struct CMUnitTest t7 = cmocka_unit_test(test_gpu_ffn_infer_heavy_rows);
+        tests[n++] = t7;
     }
     int rc = _cmocka_run_group_tests("test_gpu_ffn_infer", tests, n, NULL, NULL);
     twell_ctx_destroy(fi_ctx);

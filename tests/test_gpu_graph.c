@@ -415,6 +415,52 @@ static void test_gpu_graph_overflow_beyond_reserve(void **state) {
     twell_plan_destroy(plan);
 }
 
+/* ---- the heavy-row route captured: block sized by the reserve, row count on the device ---- */
+
+static void test_gpu_graph_heavy_rows(void **state) {
+    (void)state;
+    twell_shape s = twell_shape_default(2048, 5632);
+    const size_t M = 1000;
+    twell_plan *plan = NULL;
+    GR_OK(twell_plan_create(gr_ctx, &s, &plan));
+    GR_OK(twell_plan_set_path(plan, P_SPARSE));
+    GR_OK(tw_test_control(TW_TC_FFN_SET_HEAVY, plan, 176LL)); /* on before the reserve */
+    GR_OK(twell_plan_reserve(plan, M, 44));
+    gr_bufs b;
+    gr_alloc(&b, &s, M);
+    /* A: skewed, heavy rows; B: another seed */
+    tw_synth_ffn *fa = gr_data(&s, M, SKW, 29, 41), *fb = gr_data(&s, M, SKW, 29, 42);
+    gr_load(&b, fa);
+    tw_cuda_graph g = gr_capture(plan, &b);
+    size_t pb = twell_packed_bytes(&s, M), yb = M * s.K * 2u;
+    uint32_t *p = malloc(pb);
+    uint16_t *y = malloc(yb);
+    assert_true(p && y);
+    const tw_synth_ffn *seq[] = {fa, fb};
+    for (size_t i = 0; i < 2; i++) {
+        char what[64];
+        gr_load(&b, seq[i]);
+        gr_replay(g, &b);
+        int rows = 0;
+        GR_OK(tw_test_control(TW_TC_FFN_HEAVY_ROWS, plan, &rows));
+        snprintf(what, sizeof what, "heavy replay %c (%d rows in the block)", i ? 'B' : 'A', rows);
+        gr_expect_ref(&b, seq[i], what);
+        if (gr_sm90())
+            assert_true(rows > 0);
+        memcpy(p, b.packed, pb);
+        memcpy(y, b.y, yb);
+        gr_eager(plan, &b, P_SPARSE, P_SPARSE);
+        gr_expect_same(&b, p, y, "heavy replay vs eager");
+    }
+    free(p);
+    free(y);
+    tw_cuda_graph_destroy(gr_ctx, g);
+    tw_synth_destroy(fa);
+    tw_synth_destroy(fb);
+    gr_free(&b);
+    twell_plan_destroy(plan);
+}
+
 /* ---- nothing reserved: the exact row kernel is captured; DENSE refuses ---- */
 
 static void test_gpu_graph_no_reserve(void **state) {
@@ -477,7 +523,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 2;
-    struct CMUnitTest tests[sizeof gr_cases / sizeof gr_cases[0] + 4];
+    struct CMUnitTest tests[sizeof gr_cases / sizeof gr_cases[0] + 5];
     static char names[sizeof gr_cases / sizeof gr_cases[0]][96];
     for (size_t i = 0; i < ncases; i++) {
         const gr_case *c = &gr_cases[i];
@@ -492,7 +538,9 @@ int main(int argc, char **argv) {
     struct CMUnitTest t2 = cmocka_unit_test(test_gpu_graph_no_reserve);
     struct CMUnitTest t3 = cmocka_unit_test(test_gpu_graph_reserve_errors);
     struct CMUnitTest t4 = cmocka_unit_test(test_gpu_graph_auto_fixed);
+    struct CMUnitTest t5 = cmocka_unit_test(test_gpu_graph_heavy_rows);
     tests[n++] = t1;
+    tests[n++] = t5;
     tests[n++] = t2;
     tests[n++] = t3;
     if (!small)

@@ -54,6 +54,9 @@ static const tw_sweep_row tw_sweep_rows[] = {
     {"gemm_sm90", "MODE=plain TB=1 SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     /* the training path's heavy-row block: y and dx split along their reduction */
     {"gemm_sm90", "MODE=mm TB=1 SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
+    /* the inference heavy-row block: the row count read on the device */
+    {"gemm_sm90", "DM=1", TW_SWEEP_SMALL, {NULL}},
+    {"gemm_sm90", "MODE=plain TB=1 SPLIT=1 STAGES=4 DM=1", TW_SWEEP_SMALL, {NULL}},
     {"dense_aux", NULL, TW_SWEEP_SMALL, {NULL}},
 };
 

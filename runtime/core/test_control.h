@@ -89,6 +89,12 @@ enum {
      * the portable row kernel for shape on parent's device into parent's disk cache, from any
      * thread (a worker context with parent's options: see tw_jit_cubin_detached). */
     TW_TC_FFN_COMPILE_ROWS,
+    /* (plan, long long knob): the heavy-row route (cuda_ffn_heavy.h) for later calls: < 0 the
+     * default (on once overflowing rows were seen), 0 off, > 0 on with this row threshold. */
+    TW_TC_FFN_SET_HEAVY,
+    /* (plan, int *rows): rows the last classified chunk sent to the heavy-row block
+     * (synchronises the device); 0 when no chunk ran the route. */
+    TW_TC_FFN_HEAVY_ROWS,
     TW_TC_FFN_LAST,
 
     /* ---- fused inference, dense path and AUTO (runtime/ops/ffn/cuda_dense.c) ---- */

@@ -53,7 +53,11 @@
 --     between its prep and its scan): memset cnt to 0 (NT+4 words). A memset in the stream also
 --     ends the programmatic overlap below, so the steady state has none.
 --   2 twell_ffn_prep      grid NB x 256
---       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes, bsum)
+--       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes, bsum, hmark)
+--       hmark (u32[M] or NULL): rows with hmark[r] != 0 are computed elsewhere (the heavy-row
+--       route, runtime/ops/ffn/cuda_ffn_heavy.c): prep and build treat their row-tiles as empty
+--       (no pairs, no overflow; their y rows come out 0 unless the fallback runs), prep still
+--       counts their active values into the u64 total
 --       also sums the count words of all M x NT row-tiles (the exact active values) into the
 --       u64 at cnt + ((NT + 2) & ~1)
 --   3 twell_ffn_scan      grid 1 x 1024
@@ -68,7 +72,7 @@
 --       (one stream, or events). hflag != NULL: a copy of acc[0..3] (acc given) or flag[0..3]
 --       (e.g. mapped page-locked host memory: no copy to enqueue after the call).
 --   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
---       (packed, M, bbase, sizes, offsets, desc, gv, flag)
+--       (packed, M, bbase, sizes, offsets, desc, gv, flag, hmark)
 --   5 twell_ffn_ovf_gu    grid GU_BPS*SMs x GU_THR, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid DOWN_BPS*SMs x 256, SMEM_DOWN
@@ -221,10 +225,10 @@ extern "C" __device__ const unsigned int twell_ffn_cfg[23] = {${CN}, ${GPWA}, ${
 extern "C" __global__ void __launch_bounds__(256)
 twell_ffn_prep(const unsigned int *packed, int M, unsigned int *cnt, unsigned int *ovf_rows,
                unsigned int *ovf_slot, unsigned int *orow_idx, unsigned int *orows,
-               unsigned int *sizes, unsigned int *bsum) {
+               unsigned int *sizes, unsigned int *bsum, const unsigned int *hmark) {
     tw_pdl_enter();
     tw_k_prep<${PADQ}, ${NC}, ${GT}>(packed, M, ${NT}, ${S.W}, ${NC}, ${TPC}, TW_NG(M), cnt, ovf_rows,
-                               ovf_slot, orow_idx, orows, sizes, bsum);
+                               ovf_slot, orow_idx, orows, sizes, bsum, hmark);
 }
 extern "C" __global__ void __launch_bounds__(1024)
 twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned int *cnt,
@@ -258,10 +262,10 @@ twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned in
 extern "C" __global__ void __launch_bounds__(${BW * 32})
 twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
                 const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
-                unsigned short *gv, const unsigned int *flag) {
+                unsigned short *gv, const unsigned int *flag, const unsigned int *hmark) {
     tw_pdl_enter();
     tw_k_build<${TPC}, ${BW}, ${GT}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
-                              bbase, sizes, offsets, desc, gv, flag);
+                              bbase, sizes, offsets, desc, gv, flag, hmark);
 }
 extern "C" __global__ void __launch_bounds__(${GU_LB})
 twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsigned short *wu,

@@ -14,7 +14,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                             int NG, tw_u32 *__restrict__ cnt, tw_u32 *__restrict__ ovf_rows,
                             tw_u32 *__restrict__ ovf_slot, tw_u32 *__restrict__ orow_idx,
                             tw_u32 *__restrict__ orows, tw_u32 *__restrict__ sizes,
-                            tw_u32 *__restrict__ bsum) {
+                            tw_u32 *__restrict__ bsum, const tw_u32 *__restrict__ hmark) {
     __shared__ tw_u32 csum[8][NCMAX];
     __shared__ tw_u32 bs[NCMAX];
     __shared__ tw_u32 rowovf[8][GT];
@@ -35,6 +35,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
         for (int i0 = 0; i0 < ncell; i0 += 128) {
             tw_u32 v[4];
             int rr[4], tt[4];
+            bool hm[4]; /* the row goes the heavy-row route: counted, no pairs, no overflow */
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int i = i0 + 32 * u + lane, r = i / NT;
@@ -42,6 +43,7 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                 rr[u] = i < ncell && m < M ? r : -1;
                 tt[u] = i - r * NT;
                 v[u] = rr[u] >= 0 ? packed[(m * NT + tt[u]) * W] : 0u;
+                hm[u] = rr[u] >= 0 && hmark && hmark[m] != 0u;
             }
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -49,6 +51,8 @@ TW_KERNEL((256)) tw_k_prep(const tw_u32 *__restrict__ packed, int M, int NT, int
                     continue;
                 const int t = tt[u];
                 tot += v[u];
+                if (hm[u])
+                    continue;
                 if (v[u] <= S) {
                     if (v[u])
                         atomicAdd(&csum[warp][t / TPC], v[u]);
@@ -187,7 +191,7 @@ TW_KERNEL((BW * 32))
                 int TPC, int NG, const tw_u32 *__restrict__ bbase,
                 const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ offsets,
                 tw_u32 *__restrict__ desc, tw_u16 *__restrict__ gv,
-                const tw_u32 *__restrict__ flag) {
+                const tw_u32 *__restrict__ flag, const tw_u32 *__restrict__ hmark) {
     __shared__ tw_u32 spre[BW][GT * TPCM + 1];
     if (flag[0])
         return;
@@ -215,7 +219,7 @@ TW_KERNEL((BW * 32))
         if (i < ncell) {
             const int r = i / nt;
             const long long m = (long long)GT * G + r;
-            if (m < M) {
+            if (m < M && !(hmark && hmark[m] != 0u)) {
                 v = packed[(m * NT + t0 + (i - r * nt)) * W];
                 v = v > S ? 0u : v;
             }

@@ -8,7 +8,12 @@
 --             T, C (TwELL tile and compression of `packed`; MODE gated only; defaults 256, 8),
 --             STAGES (pipeline depth, default 3), CLUSTER (1 | 2, default 2),
 --             SPLIT (0 | 1, default 0; MODE gated, relu, plain, mm: split-K partials, below),
---             TB (MODE plain: must be 1; the training modes: 0 | 1; B MN-major, below).
+--             TB (MODE plain: must be 1; the training modes: 0 | 1; B MN-major, below),
+--             DM (0 | 1, default 0; MODE gated, relu, plain): 1 adds a last kernel argument
+--             `const int *mrows` read at the start: rows [min(M, *mrows), M) are neither computed
+--             nor stored (M stays the extent of the maps and of the split-K partials' layout), so
+--             a row count known only on the device (the inference heavy-row block) costs only
+--             its own rows.
 -- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0 else +0):
 --   gated  the up projection with the gate applied: out = round(g ⊙ (x·Wuᵀ)), A = x, B = Wu,
 --          G = Wg. g is the TwELL gate `packed` (same rows as A) expanded in shared memory by the
@@ -93,6 +98,7 @@ local TA = param("TA", 0)
 local TB = param("TB", 0)
 local LDO = param("LDO", 0)
 local SPLIT = param("SPLIT", 0)
+local DM = param("DM", 0)
 for _, kv in ipairs({ { "K", K }, { "N", N } }) do
     check(math.type(kv[2]) == "integer" and kv[2] > 0, "%s must be a positive integer, got %s",
         kv[1], tostring(kv[2]))
@@ -108,6 +114,8 @@ check(TRAIN or TB == 0 or MODE == "plain", "TB applies to MODE plain and the tra
 check(MODE ~= "plain" or TB == 1, "MODE plain reads B MN-major: TB=%s must be 1", tostring(TB))
 check(SPLIT == 0 or SPLIT == 1, "SPLIT=%s must be 0 or 1", tostring(SPLIT))
 check(SPLIT == 0 or not TRAIN or MODE == "mm", "SPLIT applies to MODE gated, relu, plain and mm only")
+check(DM == 0 or DM == 1, "DM=%s must be 0 or 1", tostring(DM))
+check(DM == 0 or not TRAIN, "DM applies to MODE gated, relu and plain only")
 check(math.type(LDO) == "integer" and LDO >= 0, "LDO=%s must be a non-negative integer",
     tostring(LDO))
 if LDO == 0 then
@@ -162,12 +170,18 @@ local sm90 = import "sm90_tma"
 sm90.helpers({ -- types, tensor map, mbarriers, cluster, TMA, wgmma (shared with gate_pack)
     DT = DT, SBO = SBO, SWZ = 1, TA = TA, TB = TB,
     after_types = function()
-        local MODE_ID, TA, TB, SPLIT = MODE_ID, TA, TB, SPLIT -- locals: `cuda` sees them
+        local MODE_ID, TA, TB, SPLIT, DM = MODE_ID, TA, TB, SPLIT, DM -- locals: `cuda` sees them
         cuda [==[
 #define TW_MODE ${MODE_ID} /* 0 gated, 1 relu, 2 plain, 3 fwd, 4 dt, 5 mm, 6 wgrad */
 #define TW_TA ${TA}
 #define TW_TB ${TB}
 #define TW_SPLIT ${SPLIT}
+#define TW_DM ${DM}
+#if TW_DM
+#define TW_DM_ARG , const int *__restrict__ mrows
+#else
+#define TW_DM_ARG
+#endif
 
 ]==]
     end,
@@ -342,14 +356,15 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
 #if TW_SPLIT && TW_MODE < 3
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, float *__restrict__ part,
-                    const tw_u32 *__restrict__ flags, int M, int nsplit) {
+                    const tw_u32 *__restrict__ flags, int M, int nsplit TW_DM_ARG) {
     constexpr int KB = ${K} / ${BK};
     /* slices of the reduction: 1..KB, so that every slice holds at least one k-block */
     const int NSPL = nsplit < 1 ? 1 : (nsplit > KB ? KB : nsplit);
 #elif TW_MODE < 3
     twell_gemm_sm90(const __grid_constant__ tw_tmap map_a, const __grid_constant__ tw_tmap map_b,
                     const __grid_constant__ tw_tmap map_g, tw_u16 *__restrict__ out,
-                    const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ flags, int M) {
+                    const tw_u32 *__restrict__ packed, const tw_u32 *__restrict__ flags,
+                    int M TW_DM_ARG) {
     constexpr int KB = ${K} / ${BK};
     constexpr int NSPL = 1;
 #else
@@ -371,6 +386,13 @@ extern "C" __global__ void __launch_bounds__(${THREADS}, 1)
 #else
     constexpr int NSPL = 1;
 #endif
+#endif
+    /* DM: M is the rows the maps and the partials are laid out for; the rows computed and
+     * stored are the first min(M, *mrows) (a count the stream's earlier work wrote) */
+    const int MLAY = M;
+    (void)MLAY;
+#if TW_DM
+    M = min(M, max(*mrows, 0));
 #endif
     constexpr int NB = (${N} + ${BN} - 1) / ${BN};
     constexpr tw_u32 A_BYTES = ${A_BYTES}, B_BYTES = ${B_BYTES};
@@ -565,7 +587,7 @@ cuda [==[
                  * contiguous bytes of one row): plane 1 the gate pass of a flagged unit */
                 {
                     const int plane = (np == 2 && p == 0) ? 1 : 0;
-                    float *pp = part + (long long)(plane * NSPL + sl) * M * ${N};
+                    float *pp = part + (long long)(plane * NSPL + sl) * MLAY * ${N};
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;

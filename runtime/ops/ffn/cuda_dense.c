@@ -314,6 +314,39 @@ static twell_status tw_dense_gemm(twell_plan *plan, tw_dense *d, tw_CUfunction f
     return tw_dense_launch(plan, d, fn, TW_DG_SMEM, tw_dense_gemm_units(m, ncols), args, stream);
 }
 
+/* A gemm_sm90 module compiled with DM = 1 (the row count read on the device) over mcap rows:
+ * MODE's GEMM (split: SPLIT = 1 into out as fp32 partials laid out for mcap rows) of the first
+ * min(mcap, *mrows) rows; the grid is sized for mcap rows, the clusters past the device's count
+ * find no item. Launched without programmatic dependent launch (like the dense path's GEMMs). */
+twell_status tw_cuda_dense_gemm_dm(twell_plan *plan, tw_CUfunction fn, int split, size_t mcap,
+                                   uint32_t kred, uint32_t ncols, const void *a, const void *b,
+                                   const void *g, int tb, void *out, const uint32_t *packed,
+                                   const uint32_t *flags, unsigned nsplit, const int *mrows,
+                                   twell_stream stream) {
+    tw_CUtensorMap maps[3];
+    TW_TRY(tw_dense_maps(plan, mcap, kred, ncols, a, b, g, tb, maps));
+    int mi = (int)mcap, ns = (int)nsplit;
+    size_t items = tw_dense_gemm_units(mcap, ncols) * (split ? nsplit : 1u);
+    size_t maxcl = (size_t)plan->ctx->cuda->sm_count / TW_DG_CLUSTER;
+    tw_cu_launch_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.grid[0] = (unsigned)tw_min(items ? items : 1u, maxcl ? maxcl : 1u) * TW_DG_CLUSTER;
+    cfg.grid[1] = cfg.grid[2] = 1u;
+    cfg.block[0] = TW_DG_THREADS;
+    cfg.block[1] = cfg.block[2] = 1u;
+    cfg.cluster[0] = TW_DG_CLUSTER;
+    cfg.cluster[1] = cfg.cluster[2] = 1u;
+    cfg.smem = split ? TW_DG_SPLIT_SMEM : TW_DG_SMEM;
+    if (split) {
+        void *args[] = {(void *)&maps[0], (void *)&maps[1], (void *)&maps[2], (void *)&out,
+                        (void *)&flags,   (void *)&mi,      (void *)&ns,      (void *)&mrows};
+        return tw_cu_launch(plan->ctx, fn, &cfg, stream, args);
+    }
+    void *args[] = {(void *)&maps[0], (void *)&maps[1], (void *)&maps[2], (void *)&out,
+                    (void *)&packed,  (void *)&flags,   (void *)&mi,      (void *)&mrows};
+    return tw_cu_launch(plan->ctx, fn, &cfg, stream, args);
+}
+
 /* The split-K GEMM (SPLIT = 1): nsplit slices of the reduction as fp32 partials into d->part
  * (the caller has checked they fit and reduces them next). */
 static twell_status tw_dense_gemm_split(twell_plan *plan, tw_dense *d, tw_CUfunction fn, size_t m,

@@ -97,6 +97,18 @@ twell_status tw_cuda_dense_tune(twell_plan *plan, tw_dense *d, size_t M, unsigne
 size_t tw_dense_gemm_params(const twell_shape *s, int g, int split,
                             tw_param out[TW_DENSE_GEMM_NPARAMS]);
 
+/* The heavy-row route's GEMMs (cuda_ffn_heavy.c): gemm_sm90 module fn, compiled with DM = 1
+ * (and SPLIT = split), over a block laid out for mcap rows of which the first min(mcap, *mrows)
+ * (device memory written earlier in stream order) are computed. Operands as the dense path's:
+ * A [mcap, kred]; B [ncols, kred] (G likewise, gated) or with tb Wd [kred, ncols]; out [mcap,
+ * ncols] 16-bit, or (split) fp32 partials part[(s·mcap + row)·ncols + col] of nsplit slices
+ * (1..kred/64). flags: gated, one word per unit of mcap rows. Context current. */
+twell_status tw_cuda_dense_gemm_dm(twell_plan *plan, tw_CUfunction fn, int split, size_t mcap,
+                                   uint32_t kred, uint32_t ncols, const void *a, const void *b,
+                                   const void *g, int tb, void *out, const uint32_t *packed,
+                                   const uint32_t *flags, unsigned nsplit, const int *mrows,
+                                   twell_stream stream);
+
 /* The tuner's hooks (dense_tuner.c). tw_cuda_dense_usable: 1 when plan's dense path can run
  * (*why, may be NULL: why not, borrowed from the plan). tw_cuda_dense_tune_force: every later
  * dense call of plan runs split factors {up, down} (as TW_TC_DENSE_SET_SPLIT; 0: the bucket's

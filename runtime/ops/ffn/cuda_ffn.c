@@ -207,8 +207,8 @@ static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
  * cnt is memset only while f->cnt_dirty (the scan leaves it zero), and always in a captured
  * call: a graph may be replayed after an eager sequence that stopped half-way. */
 static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
-                                   const uint32_t *packed, uint64_t *stats, int stats_add,
-                                   uint32_t *acc, uint32_t *hflag, int capturing,
+                                   const uint32_t *packed, const uint32_t *hmark, uint64_t *stats,
+                                   int stats_add, uint32_t *acc, uint32_t *hflag, int capturing,
                                    twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     unsigned ovf_cap = (unsigned)f->ovf_cap, orow_cap = (unsigned)f->orow_cap;
@@ -217,7 +217,7 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
         TW_TRY(tw_cuda_memset_d32(ctx, w->cnt, 0u, f->NT + 4u, stream));
     f->cnt_dirty = 1; /* until the scan that zeroes it again is enqueued */
     void *a_prep[] = {(void *)&packed, &m,        &w->cnt,   &w->ovf_rows, &w->ovf_slot,
-                      &w->orow_idx,    &w->orows, &w->sizes, &w->bsum};
+                      &w->orow_idx,    &w->orows, &w->sizes, &w->bsum,     (void *)&hmark};
     TW_TRY(tw_go(plan, f->fn[TW_FN_PREP], tw_cdiv(tw_cdiv((size_t)m, TW_FFN_GT), 8), 1, 256, 0,
                  stream, a_prep));
     void *a_scan[] = {&w->bsum,      &m,       &w->bbase,   &w->cnt,   &w->ovf_base,
@@ -228,19 +228,23 @@ static twell_status tw_ffn_prepass(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, in
     return TWELL_OK;
 }
 
-/* Steps 4-10 for one chunk of m rows. */
+/* Steps 4-10 for one chunk of m rows; hmark (or NULL): the heavy-row route runs this chunk's
+ * marked rows (its gather and GEMMs after the build, its scatter after the row kernel, so its y
+ * rows replace the sparse pipeline's zeros, or the fallback's exact values). */
 static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m, const void *x,
-                                  const uint32_t *packed, const void *wp, const void *wu,
-                                  const void *wd, void *y, twell_stream stream) {
+                                  const uint32_t *packed, const uint32_t *hmark, const void *wp,
+                                  const void *wu, const void *wd, void *y, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     size_t sms = (size_t)ctx->cuda->sm_count;
     size_t NG = tw_cdiv((size_t)m, TW_FFN_GT), NL = NG * f->cfg[TW_CFG_NC];
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
-    void *a_build[] = {(void *)&packed, &m,       &w->bbase, &w->sizes,
-                       &w->offsets,     &w->desc, &w->gv,    &w->flag};
+    void *a_build[] = {(void *)&packed, &m,     &w->bbase, &w->sizes,     &w->offsets,
+                       &w->desc,        &w->gv, &w->flag,  (void *)&hmark};
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
+    if (hmark)
+        TW_TRY(tw_ffn_heavy_gemms(plan, f->heavy, x, packed, wp, wu, wd, stream));
     void *a_gu[] = {(void *)&x,    (void *)&wp,  (void *)&wu_gu, &m,         &w->ovf_base,
                     &w->item_base, &w->ovf_rows, &w->ovf_hh,     &w->ovf_ex, &w->flag};
     TW_TRY(tw_go(plan, f->fn[TW_FN_OVF_GU], f->cfg[TW_CFG_GU_BPS] * sms, 1, f->cfg[TW_CFG_GU_THR],
@@ -271,8 +275,9 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
                  32u * f->cfg[TW_CFG_NWB], f->cfg[TW_CFG_SMEM_B], stream, a_pb));
     void *a_rows[] = {(void *)&x, (void *)&packed, (void *)&wp,   (void *)&wu, (void *)&wd, &y,
                       &m,         &w->flag,        &fallback_only};
-    return tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0, stream,
-                 a_rows);
+    TW_TRY(tw_go(plan, f->fn[TW_FN_ROWS], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 1, 256, 0, stream,
+                 a_rows));
+    return hmark ? tw_ffn_heavy_scatter(plan, f->heavy, y, stream) : TWELL_OK;
 }
 
 /* What a chunk needed, from its flag words: pair slots, overflowing row-tiles, overflowing rows.
@@ -368,12 +373,13 @@ static twell_status tw_ffn_collect(twell_plan *plan, tw_ffn *f, twell_stream str
  * only it accumulates into acc: the first pass's fallback bit would count a fallback that does
  * not happen). */
 static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int m,
-                                 const uint32_t *packed, uint64_t *stats, int stats_add,
-                                 uint32_t *hflag, twell_stream stream) {
+                                 const uint32_t *packed, int *heavy, const uint32_t **hmark,
+                                 uint64_t *stats, int stats_add, uint32_t *hflag,
+                                 twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     uint32_t *hf = f->hflags + 4;
     f->probes++;
-    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, stats, stats_add, NULL, NULL, 0, stream));
+    TW_TRY(tw_ffn_prepass(plan, f, w, m, packed, *hmark, stats, stats_add, NULL, NULL, 0, stream));
     TW_TRY(tw_cuda_memcpy_dtoh_async(ctx, hf, w->flag, 16, stream));
     TW_TRY(tw_cuda_stream_synchronize(ctx, stream));
     tw_ffn_need n = {0, 0, 0};
@@ -382,8 +388,15 @@ static twell_status tw_ffn_probe(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int 
     if (tw_ffn_grow(plan, f, &n)) /* a failed allocation keeps the old buffers: the device flag
                                      sends what does not fit to the fallback */
         tw_ffn_ws_of(plan, f, w);
+    /* overflowing rows: the heavy-row route from this call on (decided here, so the first call
+     * computes what the next ones do) */
+    if (!*heavy && n.orows > 0) {
+        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, (size_t)m, 1, 0, f->used, 0, stream, heavy));
+        if (*heavy)
+            TW_TRY(tw_ffn_heavy_mark(plan, f->heavy, m, packed, hmark, stream));
+    }
     /* the first pass counted the active values into stats already (capacity-independent) */
-    return tw_ffn_prepass(plan, f, w, m, packed, NULL, 0, f->acc, hflag, 0, stream);
+    return tw_ffn_prepass(plan, f, w, m, packed, *hmark, NULL, 0, f->acc, hflag, 0, stream);
 }
 
 /* Makes the workspace hold a chunk of R rows (first use, or a larger chunk): waits for the
@@ -458,6 +471,14 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
             return tw_ffn_simple(plan, f, TW_FFN_ROWS, M, x, packed, wp, wu, wd, y, stream);
     }
     *counted = stats != NULL;
+    /* the heavy-row route: wanted once some chunk had overflowing rows (the host mirror of the
+     * needs, read without waiting), or forced by test control */
+    int heavy = 0;
+    {
+        volatile const uint32_t *mirror = f->hflags;
+        TW_TRY(tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, capturing, f->used, 0,
+                                    stream, &heavy));
+    }
     int probe = !capturing && !f->pinned && chunk > f->cur->probed;
     tw_ffn_ws w;
     tw_ffn_ws_of(plan, f, &w);
@@ -471,12 +492,15 @@ static twell_status tw_ffn_tiled(twell_plan *plan, tw_ffn *f, size_t M, const vo
          * scan mirrors acc into the mapped pinned words itself, else the call copies it once
          * at its end (neither in a captured call) */
         uint32_t *hflag = f->hflags_dev && !capturing ? f->hflags_dev : NULL;
+        const uint32_t *hmark = NULL;
+        if (heavy)
+            TW_TRY(tw_ffn_heavy_mark(plan, f->heavy, m, pc, &hmark, stream));
         if (probe)
-            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, stats, c > 0, hflag, stream));
+            TW_TRY(tw_ffn_probe(plan, f, &w, m, pc, &heavy, &hmark, stats, c > 0, hflag, stream));
         else
-            TW_TRY(
-                tw_ffn_prepass(plan, f, &w, m, pc, stats, c > 0, f->acc, hflag, capturing, stream));
-        TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, wp, wu, wd, yc, stream));
+            TW_TRY(tw_ffn_prepass(plan, f, &w, m, pc, hmark, stats, c > 0, f->acc, hflag, capturing,
+                                  stream));
+        TW_TRY(tw_ffn_phases(plan, f, &w, m, xc, pc, hmark, wp, wu, wd, yc, stream));
     }
     f->last_flag = w.flag;
     if (capturing) {
@@ -602,6 +626,12 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
         return tw_error(ctx, TWELL_ERR_NO_MEMORY,
                         "twell_plan_reserve: cannot allocate the sparse workspace for %zu rows",
                         chunk);
+    { /* the heavy-row route too, where it is wanted already, so a captured call can run it */
+        volatile const uint32_t *mirror = f->hflags;
+        int on = 0;
+        TW_TRY(
+            tw_ffn_heavy_prepare(plan, f->heavy, chunk, mirror[3] != 0u, 0, f->used, 1, NULL, &on));
+    }
     if (f->pinned)
         return TWELL_OK; /* capacities fixed through test control (TW_TC_FFN_SET_CAPACITY) */
     double values = nnz_per_row * (double)chunk; /* active values of a chunk */
@@ -884,6 +914,24 @@ twell_status tw_ffn_test_control(int op, va_list ap) {
     case TW_TC_FFN_PROBES:
         *va_arg(ap, int *) = tw_cuda_ffn_probes(plan);
         return TWELL_OK;
+    case TW_TC_FFN_SET_HEAVY: {
+        long long knob = va_arg(ap, long long);
+        tw_ffn *f = tw_plan_ffn(plan);
+        if (!f)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "ffn_infer: not a CUDA plan");
+        tw_ffn_heavy_set(f->heavy, knob);
+        return TWELL_OK;
+    }
+    case TW_TC_FFN_HEAVY_ROWS: {
+        int *rows = va_arg(ap, int *);
+        tw_ffn *f;
+        tw_cu_scope sc;
+        *rows = 0;
+        TW_TRY(tw_tc_enter(plan, &f, &sc));
+        twell_status st = tw_ffn_heavy_rows(plan, f->heavy, rows);
+        tw_cu_leave(plan->ctx, &sc);
+        return st;
+    }
     case TW_TC_FFN_NEEDS: {
         uint32_t *acc = va_arg(ap, uint32_t *);
         int *grows = va_arg(ap, int *);

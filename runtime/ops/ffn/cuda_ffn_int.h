@@ -7,6 +7,7 @@
 #define TWELL_CUDA_FFN_INT_H
 
 #include "cuda_ffn.h"
+#include "cuda_ffn_heavy.h"
 #include "m_bucket.h"
 
 /* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
@@ -84,6 +85,7 @@ struct tw_ffn {
     const uint32_t *last_flag; /* device flag words of the last tiled chunk (TW_TC_FFN_FLAGS) */
     int captured;              /* a captured call used the workspace: replaced buffers are kept */
     tw_cuda_keep keep;         /* buffers captured graphs may still use (freed at release) */
+    tw_ffn_heavy *heavy;       /* the heavy-row route (cuda_ffn_heavy.h) */
 };
 
 /* Makes tk the module the next call runs (copies its functions and configuration words). */

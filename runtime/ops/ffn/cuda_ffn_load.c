@@ -171,6 +171,11 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
     f->NSL = plan->shape.K / 64u;
     memset(f->bucket, -1, sizeof f->bucket);
     f->tune_on_first_use = ctx->tune_on_first_use;
+    f->heavy = tw_ffn_heavy_create();
+    if (!f->heavy) {
+        free(f);
+        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "ffn_infer: out of memory for the plan state");
+    }
     twell_status st = tw_cuda_event_create(ctx, &f->done);
     if (st == TWELL_OK)
         st = tw_cuda_event_create(ctx, &f->retire);
@@ -218,6 +223,7 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f) {
     for (size_t i = 0; i < f->ntk; i++)
         tw_ffn_tk_unload(&f->tk[i]);
     tw_cu_module_unload(f->gmod);
+    tw_ffn_heavy_release(plan, f->heavy);
     tw_cuda_keep_release(ctx, &f->keep);
     tw_cuda_free(ctx, f->ws_rows);
     tw_cuda_free(ctx, f->ws_ovf);

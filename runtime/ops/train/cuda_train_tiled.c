@@ -174,8 +174,9 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     int m = (int)M;
     unsigned pair_cap = (unsigned)P, big = 0xffffffffu;
     TW_TRY(tw_cuda_memset_d32(ctx, c->cnt, 0u, NT + 4u, stream));
+    const uint32_t *no_hmark = NULL; /* no heavy-row marks: training routes its heavy rows itself */
     void *a_prep[] = {(void *)&packed, &m,        &c->cnt,   &c->ovf_rows, &c->ovf_slot,
-                      &c->orow_idx,    &c->orows, &c->sizes, &c->bsum};
+                      &c->orow_idx,    &c->orows, &c->sizes, &c->bsum,     (void *)&no_hmark};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_PREP], NB, 1, 256, 0, stream, a_prep));
     unsigned long long *no_stats = NULL; /* AUTO's count, the needs, the host copy: not here */
     int stats_add = 0;
@@ -185,8 +186,8 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
-    void *a_build[] = {(void *)&packed, &m,       &c->bbase, &c->sizes,
-                       &c->offsets,     &c->desc, &c->gv,    &c->flag};
+    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,        &c->offsets,
+                       &c->desc,        &c->gv, &c->flag,  (void *)&no_hmark};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     c->lists_M = M;
     *pre = c->flag;
