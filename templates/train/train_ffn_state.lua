@@ -160,8 +160,10 @@ __device__ __forceinline__ void tw_scan_store_${md.name}(const tw_sa &a, tw_u64 
 ${store}}
 
 /* Single pass (decoupled look-back): the block with ticket b scans its 2048 items, publishes
- * its aggregate (flag 2·epoch + 1), adds its predecessors' aggregates walking back until one
- * has published its inclusive prefix (flag 2·epoch + 2), publishes its own, then stores. A
+ * its aggregate (flag 2·epoch + 1), and its first warp adds its predecessors' aggregates, 32 a
+ * step (one per lane, nearest first), up to the nearest that has published its inclusive prefix
+ * (flag 2·epoch + 2); it publishes its own, then stores. (One thread walking back one block a
+ * step was 2x slower than three launches on 700 blocks: H200, 3da1dea.) A
  * block waits only on lower tickets, which are already running: no deadlock at any grid size.
  * Integer sums: the result does not depend on the order. The last block writes the totals. */
 extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw_sa a,
@@ -192,33 +194,50 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw
     }
     tw_u64 t0, t1;
     tw_block_scan2(s0, s1, sh, t0, t1);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32u) { /* warp 0 looks back, 32 predecessors a step */
+        const int lane = (int)threadIdx.x;
+        const tw_u32 FA = 2u * epoch + 1u, FI = 2u * epoch + 2u; /* aggregate, inclusive */
         volatile tw_u64 *vd = desc;
         volatile tw_u32 *vf = flag;
         tw_u64 p0 = 0, p1 = 0;
         if (b > 0) {
-            vd[4 * b] = t0, vd[4 * b + 1] = t1;
-            __threadfence();
-            vf[b] = 2u * epoch + 1u;
-            for (long long j = (long long)b - 1; j >= 0; j--) {
-                tw_u32 f;
-                do
-                    f = vf[j];
-                while (f != 2u * epoch + 1u && f != 2u * epoch + 2u);
+            if (lane == 0) {
+                vd[4 * b] = t0, vd[4 * b + 1] = t1;
                 __threadfence();
-                if (f == 2u * epoch + 2u) {
-                    p0 += vd[4 * j + 2], p1 += vd[4 * j + 3];
-                    break;
+                vf[b] = FA;
+            }
+            for (long long j = (long long)b - 1;; j -= 32) {
+                const long long k = j - lane; /* lane 0 the nearest predecessor */
+                tw_u32 f = k >= 0 ? vf[k] : FI; /* before block 0: an inclusive prefix of 0 */
+                while (!__all_sync(TW_FULL, f == FA || f == FI))
+                    if (f != FA && f != FI)
+                        f = vf[k];
+                __threadfence();
+                const tw_u32 inc = __ballot_sync(TW_FULL, f == FI);
+                const int stop = inc ? __ffs((int)inc) - 1 : 32;
+                tw_u64 a0 = 0, a1 = 0;
+                if (lane < stop)
+                    a0 = vd[4 * k], a1 = vd[4 * k + 1];
+                else if (lane == stop && k >= 0)
+                    a0 = vd[4 * k + 2], a1 = vd[4 * k + 3];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    a0 += __shfl_xor_sync(TW_FULL, a0, o);
+                    a1 += __shfl_xor_sync(TW_FULL, a1, o);
                 }
-                p0 += vd[4 * j], p1 += vd[4 * j + 1];
+                p0 += a0, p1 += a1;
+                if (inc)
+                    break;
             }
         }
-        vd[4 * b + 2] = p0 + t0, vd[4 * b + 3] = p1 + t1;
-        __threadfence();
-        vf[b] = 2u * epoch + 2u;
-        if (b + 1ull == nb)
-            a.tot[0] = p0 + t0, a.tot[1] = p1 + t1;
-        s_pre[0] = p0, s_pre[1] = p1;
+        if (lane == 0) {
+            vd[4 * b + 2] = p0 + t0, vd[4 * b + 3] = p1 + t1;
+            __threadfence();
+            vf[b] = FI;
+            if (b + 1ull == nb)
+                a.tot[0] = p0 + t0, a.tot[1] = p1 + t1;
+            s_pre[0] = p0, s_pre[1] = p1;
+        }
     }
     __syncthreads();
     s0 += s_pre[0], s1 += s_pre[1];
