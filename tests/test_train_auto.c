@@ -102,12 +102,38 @@ static void test_train_auto_dense_bytes(void **st) {
     assert_int_equal(tw_ctd_bytes(&s, SIZE_MAX / 4), 0);
 }
 
+/* The block GEMMs' split-K slices: fill the clusters, never more than 8 or one per k-block, none
+ * where the unsplit grid already fills half the clusters; slices x units within the clusters. */
+static void test_train_auto_block_nsplit(void **st) {
+    (void)st;
+    /* 132 SMs (66 clusters of 2), K = 2048 output columns (8 tiles of 256), dx over 2N = 11264 */
+    assert_int_equal(tw_ctd_nsplit(132, 336, 2048, 11264), 4); /* 2 x 8 units: 66 / 16 */
+    assert_int_equal(tw_ctd_nsplit(132, 1, 2048, 11264), 8);   /* 8 units: capped at 8 */
+    assert_int_equal(tw_ctd_nsplit(132, 16384, 2048, 11264), 1);
+    assert_int_equal(tw_ctd_nsplit(132, 1024, 2048, 11264), 2); /* 32 units: 2 x 32 ≤ 66 */
+    assert_int_equal(tw_ctd_nsplit(132, 1025, 2048, 11264), 1); /* 40 units: over half */
+    assert_int_equal(tw_ctd_nsplit(132, 1, 2048, 128), 2);      /* two k-blocks */
+    assert_int_equal(tw_ctd_nsplit(132, 1, 2048, 64), 1);
+    assert_int_equal(tw_ctd_nsplit(132, 0, 2048, 11264), 1);
+    assert_int_equal(tw_ctd_nsplit(1, 1, 2048, 11264), 1); /* no whole cluster */
+    for (size_t M = 1; M <= 4096; M += 37) {
+        size_t units = ((M + 255) / 256) * 8u;
+        unsigned n = tw_ctd_nsplit(132, M, 2048, 5632);
+        assert_true(n >= 1u && n <= 8u);
+        if (n > 1u)
+            assert_true(n * units <= 66u);
+        else
+            assert_true(2u * units > 66u || 66u / units < 2u);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_auto_first_step),
         cmocka_unit_test(test_train_auto_threshold_and_stay),
         cmocka_unit_test(test_train_auto_switching_sequence),
         cmocka_unit_test(test_train_auto_dense_bytes),
+        cmocka_unit_test(test_train_auto_block_nsplit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,11 +75,7 @@ struct tw_tdense {
 static size_t td_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
 
-/* Slices of the reduction for an mm GEMM of M rows x ncols output columns over `red` (1: none):
- * as many as fill the device's clusters, up to TD_SPLIT_MAX and one k-block each; only where the
- * unsplit grid would leave more than half the clusters idle. So nsplit · M ≤ clusters · 256 rows:
- * the partials stay within clusters · 256 · ncols floats. */
-static unsigned td_nsplit(int sm_count, size_t M, size_t ncols, size_t red) {
+unsigned tw_ctd_nsplit(int sm_count, size_t M, size_t ncols, size_t red) {
     size_t units = td_cdiv(td_cdiv(M, TD_BM), TD_CLUSTER) * td_cdiv(ncols, TD_BN);
     size_t cl = (size_t)sm_count / TD_CLUSTER, kb = red / 64u;
     if (units == 0 || 2u * units > cl)
@@ -492,13 +488,14 @@ static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
 
 /* An mm GEMM (y or dx, output [rows, K] round(A·Bᵀ)): td_gemm with fn, or, where spart is set
  * (a block's split-K partials, tw_ctd_block_bytes) and the rows leave most clusters idle, the
- * SPLIT variant `which` over td_nsplit slices into spart and their ordered reduction into out0. */
+ * SPLIT variant `which` over tw_ctd_nsplit slices into spart and their ordered reduction into out0.
+ */
 static twell_status td_mm(twell_ctx *ctx, const tw_tdense *d, tw_CUfunction fn, int which,
                           const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
                           const tw_CUtensorMap *mg, td_args a, size_t red, void *spart,
                           twell_stream stream) {
     int sms = ctx->cuda->sm_count;
-    unsigned n = spart && d->split_ok ? td_nsplit(sms, (size_t)a.rows, a.ncols, red) : 1u;
+    unsigned n = spart && d->split_ok ? tw_ctd_nsplit(sms, (size_t)a.rows, a.ncols, red) : 1u;
     if (n <= 1u)
         return td_gemm(ctx, fn, TD_SMEM, ma, mb, mg, &a, stream);
     void *out = a.out0;
@@ -703,7 +700,7 @@ twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, in
 /* The split-K partials a block of Mb rows needs: the dx GEMM's slices (its reduction is the
  * longer, so it takes at least as many as y's) x Mb x K floats; 0 when it runs unsplit. */
 static size_t td_block_split_bytes(const twell_shape *s, int sm_count, size_t Mb) {
-    unsigned n = td_nsplit(sm_count, Mb, s->K, 2u * (size_t)s->N);
+    unsigned n = tw_ctd_nsplit(sm_count, Mb, s->K, 2u * (size_t)s->N);
     return n > 1u ? td_align((size_t)n * Mb * s->K * sizeof(float)) : 0u;
 }
 

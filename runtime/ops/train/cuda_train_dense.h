@@ -93,6 +93,12 @@ twell_status tw_ctd_block_backward(twell_plan *plan, twell_train_state *state, s
                                    const void *dyb, float l1c, void *dxb, float *dwg, float *dwu,
                                    float *dwd, void *ws, twell_stream stream);
 long long tw_ctd_block_npart(const twell_shape *s, size_t Mb);
+/* Slices of the reduction for a block mm GEMM (y, dx) of M rows x ncols output columns over
+ * `red` (1: none) on a device of sm_count SMs: as many as fill its clusters, at most 8 and one
+ * 64-wide k-block each, only where the unsplit grid would leave more than half the clusters idle.
+ * So slices x units ≤ clusters: the partials (slices · M · ncols floats) stay below
+ * clusters · 256 · 256 · ncols / ceil(ncols / 256) floats. */
+unsigned tw_ctd_nsplit(int sm_count, size_t M, size_t ncols, size_t red);
 /* The workspace a block of Mb rows needs: tw_ctd_bytes plus, where the block is small enough for
  * the y and dx GEMMs to run split along their reduction (fp32 partials reduced in a fixed order),
  * the partials; 0 on overflow. */
