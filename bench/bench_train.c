@@ -32,8 +32,9 @@
  * max_rel_err is the worst row-relative error of the five (y, dx, dWg, dWu, dWd) against the CPU,
  * for every route. The timed full-M run is checked for poison (every output written, finite).
  *
- * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (the check
- * state's first forward under AUTO, or DENSE) its contract applies: U, Tm, dU, dP rounded to
+ * --path auto|sparse|dense sets twell_plan_set_path. When the dense training path runs (DENSE, or
+ * the check state's first forward under AUTO where its probe finds the data over AUTO's
+ * threshold) its contract applies: U, Tm, dU, dP rounded to
  * dtype, so the check allows 1.5e-2 (bf16) / 3e-3 (fp16) for y, 3e-2 / 4e-3 for dx and 1e-2 /
  * 2e-3 for the weight gradients; the support comes from its saved gate (TW_TC_TD_DOWNLOAD_P),
  * compared as above. dx gets more room: the synthetic data's constant feature (x[:, 0] = 1,
