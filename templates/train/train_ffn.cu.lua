@@ -38,9 +38,10 @@
 --                              count > slots (every row-tile when `all`: the gate-pack itself,
 --                              for inputs the plan's gate-pack cannot take): recompute its T gate
 --                              values (lane per column), write count + slots (pack) and mask[r].
---   twell_train_scan_up_<md>, twell_train_scan_top, twell_train_scan_down_<md>: 256/1024/256
---                              threads; exclusive scan of two u64 channels per item, 2048 items
---                              per block (modes below); totals to tot[].
+--   twell_train_scan_<md>      256 threads, (tw_sa a, u32 *sb, u32 epoch): exclusive scan of two
+--                              u64 channels per item, 2048 items per block, one pass (decoupled
+--                              look-back over sb: ticket, flags, per-block sums; sb zeroed when
+--                              allocated, epoch new for every scan, > 0); totals to tot[].
 --   twell_train_owners         256 threads; owner[c] = i for c in [off[i], off[i+1]).
 --   twell_train_spill          WPB warps, smem 4K·WPB: spill words of overflowing row-tiles.
 --   twell_train_fwd_ent        WPB warps, smem 4K·WPB: warp per row chunk, lane per entry:

@@ -35,7 +35,7 @@ twell_train_recount(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ wg,
     }
 }
 
-/* ---- scans: exclusive, two u64 channels, 2048 items per block of 256 threads ---- */
+/* ---- scans: exclusive, two u64 channels, 2048 items per block of 256 threads, one pass ---- */
 
 struct tw_sa { /* every field 8 bytes: the host mirrors this layout (cuda_train.c) */
     const tw_u32 *packed;
@@ -159,29 +159,31 @@ __device__ __forceinline__ void tw_scan_store_${md.name}(const tw_sa &a, tw_u64 
                                                         tw_u64 e1, tw_u64 v0, tw_u64 v1) {
 ${store}}
 
-extern "C" __global__ void __launch_bounds__(256) twell_train_scan_up_${md.name}(tw_sa a,
-                                                                                tw_u64 *bsum) {
+/* Single pass (decoupled look-back): the block with ticket b scans its 2048 items, publishes
+ * its aggregate (flag 2·epoch + 1), and its first warp adds its predecessors' aggregates, 32 a
+ * step (one per lane, nearest first), up to the nearest that has published its inclusive prefix
+ * (flag 2·epoch + 2); it publishes its own, then stores. (One thread walking back one block a
+ * step was 2x slower than three launches on 700 blocks: H200, 3da1dea.) A
+ * block waits only on lower tickets, which are already running: no deadlock at any grid size.
+ * Integer sums: the result does not depend on the order. The last block writes the totals. */
+extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw_sa a,
+                                                                             tw_u32 *sb,
+                                                                             tw_u32 epoch) {
     __shared__ tw_u64 sh[64];
-    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
-    tw_u64 s0 = 0, s1 = 0;
-    for (int q = 0; q < 8; q++) {
-        const tw_u64 i = base + (tw_u64)q;
-        if (i < a.n) {
-            tw_u64 v0, v1;
-            tw_scan_value_${md.name}(a, i, v0, v1);
-            s0 += v0, s1 += v1;
-        }
+    __shared__ tw_u64 s_pre[2];
+    __shared__ tw_u32 s_b;
+    const tw_u64 nb = (a.n + 2047ull) / 2048ull;
+    tw_u32 *ticket = sb, *flag = sb + 2;
+    tw_u64 *desc = (tw_u64 *)(sb + 2 + ((nb + 1ull) & ~1ull)); /* [aggregate, inclusive] x 2 */
+    if (threadIdx.x == 0) {
+        const tw_u32 b = atomicAdd(ticket, 1u);
+        if ((tw_u64)b + 1ull == nb)
+            *ticket = 0u; /* every block has its ticket: ready for the next scan */
+        s_b = b;
     }
-    tw_u64 t0, t1;
-    tw_block_scan2(s0, s1, sh, t0, t1);
-    if (threadIdx.x == 0)
-        bsum[2 * blockIdx.x] = t0, bsum[2 * blockIdx.x + 1] = t1;
-}
-
-extern "C" __global__ void __launch_bounds__(256) twell_train_scan_down_${md.name}(
-    tw_sa a, const tw_u64 *__restrict__ boff) {
-    __shared__ tw_u64 sh[64];
-    const tw_u64 base = (tw_u64)blockIdx.x * 2048ull + threadIdx.x * 8ull;
+    __syncthreads();
+    const tw_u64 b = s_b;
+    const tw_u64 base = b * 2048ull + threadIdx.x * 8ull;
     tw_u64 v0[8], v1[8], s0 = 0, s1 = 0;
     for (int q = 0; q < 8; q++) {
         const tw_u64 i = base + (tw_u64)q;
@@ -192,7 +194,53 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_down_${md.nam
     }
     tw_u64 t0, t1;
     tw_block_scan2(s0, s1, sh, t0, t1);
-    s0 += boff[2 * blockIdx.x], s1 += boff[2 * blockIdx.x + 1];
+    if (threadIdx.x < 32u) { /* warp 0 looks back, 32 predecessors a step */
+        const int lane = (int)threadIdx.x;
+        const tw_u32 FA = 2u * epoch + 1u, FI = 2u * epoch + 2u; /* aggregate, inclusive */
+        volatile tw_u64 *vd = desc;
+        volatile tw_u32 *vf = flag;
+        tw_u64 p0 = 0, p1 = 0;
+        if (b > 0) {
+            if (lane == 0) {
+                vd[4 * b] = t0, vd[4 * b + 1] = t1;
+                __threadfence();
+                vf[b] = FA;
+            }
+            for (long long j = (long long)b - 1;; j -= 32) {
+                const long long k = j - lane; /* lane 0 the nearest predecessor */
+                tw_u32 f = k >= 0 ? vf[k] : FI; /* before block 0: an inclusive prefix of 0 */
+                while (!__all_sync(TW_FULL, f == FA || f == FI))
+                    if (f != FA && f != FI)
+                        f = vf[k];
+                __threadfence();
+                const tw_u32 inc = __ballot_sync(TW_FULL, f == FI);
+                const int stop = inc ? __ffs((int)inc) - 1 : 32;
+                tw_u64 a0 = 0, a1 = 0;
+                if (lane < stop)
+                    a0 = vd[4 * k], a1 = vd[4 * k + 1];
+                else if (lane == stop && k >= 0)
+                    a0 = vd[4 * k + 2], a1 = vd[4 * k + 3];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    a0 += __shfl_xor_sync(TW_FULL, a0, o);
+                    a1 += __shfl_xor_sync(TW_FULL, a1, o);
+                }
+                p0 += a0, p1 += a1;
+                if (inc)
+                    break;
+            }
+        }
+        if (lane == 0) {
+            vd[4 * b + 2] = p0 + t0, vd[4 * b + 3] = p1 + t1;
+            __threadfence();
+            vf[b] = FI;
+            if (b + 1ull == nb)
+                a.tot[0] = p0 + t0, a.tot[1] = p1 + t1;
+            s_pre[0] = p0, s_pre[1] = p1;
+        }
+    }
+    __syncthreads();
+    s0 += s_pre[0], s1 += s_pre[1];
     for (int q = 0; q < 8; q++) {
         const tw_u64 i = base + (tw_u64)q;
         if (i < a.n)
@@ -204,24 +252,6 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_down_${md.nam
     end
 
     cuda [==[
-/* The block sums of a scan into exclusive block offsets (in place), totals to tot[0], tot[1]. */
-extern "C" __global__ void __launch_bounds__(1024) twell_train_scan_top(tw_u64 *bsum, tw_u64 nb,
-                                                                      tw_u64 *tot) {
-    __shared__ tw_u64 sh[64];
-    tw_u64 c0 = 0, c1 = 0;
-    for (tw_u64 base = 0; base < nb; base += 1024ull) {
-        const tw_u64 i = base + threadIdx.x;
-        tw_u64 a = i < nb ? bsum[2 * i] : 0ull, b = i < nb ? bsum[2 * i + 1] : 0ull;
-        tw_u64 ta, tb;
-        tw_block_scan2(a, b, sh, ta, tb);
-        if (i < nb)
-            bsum[2 * i] = c0 + a, bsum[2 * i + 1] = c1 + b;
-        c0 += ta, c1 += tb;
-    }
-    if (threadIdx.x == 0)
-        tot[0] = c0, tot[1] = c1;
-}
-
 /* owner[c] = i for every c in [off[i], off[i+1]), i < n. */
 extern "C" __global__ void __launch_bounds__(256) twell_train_owners(const tw_u64 *__restrict__ off,
                                                                    long long n,

@@ -15,34 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[] = {"twell_train_recount",
-                                       "twell_train_scan_up_tiles",
-                                       "twell_train_scan_down_tiles",
-                                       "twell_train_scan_up_rows",
-                                       "twell_train_scan_down_rows",
-                                       "twell_train_scan_up_hist",
-                                       "twell_train_scan_down_hist",
-                                       "twell_train_scan_up_neurons",
-                                       "twell_train_scan_down_neurons",
-                                       "twell_train_scan_top",
-                                       "twell_train_owners",
-                                       "twell_train_spill",
-                                       "twell_train_fwd_ent",
-                                       "twell_train_fwd_y",
-                                       "twell_train_row_reduce",
-                                       "twell_train_stats",
-                                       "twell_train_bwd_ent",
-                                       "twell_train_bwd_dx",
-                                       "twell_train_hist",
-                                       "twell_train_scatter",
-                                       "twell_train_dw",
-                                       "twell_train_dw_reduce",
-                                       "twell_train_fwd_ent_s",
-                                       "twell_train_bwd_ent_s",
-                                       "twell_train_udt",
-                                       "twell_train_ovf_list",
-                                       "twell_train_ovf_tiles",
-                                       "twell_train_ovf_udt"};
+static const char *const tf_names[] = {
+    "twell_train_recount",    "twell_train_scan_tiles",   "twell_train_scan_rows",
+    "twell_train_scan_hist",  "twell_train_scan_neurons", "twell_train_owners",
+    "twell_train_spill",      "twell_train_fwd_ent",      "twell_train_fwd_y",
+    "twell_train_row_reduce", "twell_train_stats",        "twell_train_bwd_ent",
+    "twell_train_bwd_dx",     "twell_train_hist",         "twell_train_scatter",
+    "twell_train_dw",         "twell_train_dw_reduce",    "twell_train_fwd_ent_s",
+    "twell_train_bwd_ent_s",  "twell_train_udt",          "twell_train_ovf_list",
+    "twell_train_ovf_tiles",  "twell_train_ovf_udt"};
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
@@ -61,6 +42,9 @@ typedef struct {
 } tw_ct_sa;
 
 #define TW_CT_SCAN_ITEMS 2048u /* items per scan block */
+/* The one-pass scans' state for nb blocks: ticket (+ pad), flags u32 [nb rounded up to even],
+ * then [aggregate, inclusive] x 2 channels u64 per block (train_ffn_state.lua). */
+#define TW_CT_SCAN_BYTES(nb) (8u + 4u * (((nb) + 1u) & ~(uint64_t)1u) + 32u * (nb))
 #define TW_CT_SMEM_DEFAULT 49152u
 
 static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
@@ -227,6 +211,15 @@ twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *
                         "%s: cannot allocate %zu bytes of device memory for the %s (the state "
                         "holds %zu bytes)",
                         fn, bytes, tw_ct_buf_names[b], state->bytes);
+    if (b == TB_SCAN) { /* the scans' flags and ticket start at zero (every byte they use) */
+        st = tw_cuda_memset_d32(ctx, p, 0u, want / 4u, NULL);
+        if (st == TWELL_OK)
+            st = tw_cuda_synchronize(ctx);
+        if (st != TWELL_OK) {
+            tw_cuda_free(ctx, p);
+            return st;
+        }
+    }
     d->p = p;
     d->cap = want;
     state->bytes = tw_ct_bytes(t);
@@ -271,20 +264,13 @@ static twell_status tw_ct_run(twell_ctx *ctx, tw_ctrain *t, const tw_tmod *md, i
 static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, int mode,
                                tw_ct_sa *a, twell_stream stream) {
     uint64_t nb = (a->n + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
-    void *bsum = t->buf[TB_SCAN].p;
-    void *tot = (void *)(uintptr_t)a->tot;
-    void *up_args[] = {a, &bsum};
+    void *sb = t->buf[TB_SCAN].p;
+    if (++t->scan_epoch == 0u || t->scan_epoch > 0x7fffffffu)
+        t->scan_epoch = 1u; /* flags 2·epoch + 1, + 2 stay distinct from the zeroed buffer */
+    uint32_t epoch = t->scan_epoch;
+    void *args[] = {a, &sb, &epoch};
     twell_status st =
-        tw_ct_launch(ctx, m->fn[TF_UP_TILES + 2 * mode], (unsigned)nb, 256, 0, stream, up_args);
-    if (st == TWELL_OK) {
-        void *top_args[] = {&bsum, &nb, &tot};
-        st = tw_ct_launch(ctx, m->fn[TF_SCAN_TOP], 1, 1024, 0, stream, top_args);
-    }
-    if (st == TWELL_OK) {
-        void *down_args[] = {a, &bsum};
-        st = tw_ct_launch(ctx, m->fn[TF_DOWN_TILES + 2 * mode], (unsigned)nb, 256, 0, stream,
-                          down_args);
-    }
+        tw_ct_launch(ctx, m->fn[TF_SCAN_TILES + mode], (unsigned)nb, 256, 0, stream, args);
     if (st == TWELL_OK) {
         static const char *const names[4] = {"scan_tiles", "scan_rows", "scan_hist",
                                              "scan_neurons"};
@@ -348,7 +334,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_ROW_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
 
@@ -613,7 +599,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NSLOT_OFF, ((size_t)N + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_NRN, nchunk_bound * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NPART, nslot_bound * 3u * K * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, 2u * nb * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
 
     void *packed = t->buf[TB_PACKED].p, *u_ell = t->buf[TB_U_ELL].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;

@@ -12,15 +12,10 @@
 /* The kernels of train_ffn, by index. */
 enum {
     TF_RECOUNT,
-    TF_UP_TILES,
-    TF_DOWN_TILES,
-    TF_UP_ROWS,
-    TF_DOWN_ROWS,
-    TF_UP_HIST,
-    TF_DOWN_HIST,
-    TF_UP_NEURONS,
-    TF_DOWN_NEURONS,
-    TF_SCAN_TOP,
+    TF_SCAN_TILES, /* the four scan modes, in TS_* order */
+    TF_SCAN_ROWS,
+    TF_SCAN_HIST,
+    TF_SCAN_NEURONS,
     TF_OWNERS,
     TF_SPILL,
     TF_FWD_ENT,
@@ -42,7 +37,7 @@ enum {
     TF_COUNT
 };
 
-/* Scan modes (the up/down kernel pair of each). */
+/* Scan modes (a one-pass kernel each: TF_SCAN_TILES + mode). */
 enum { TS_TILES = 0, TS_ROWS = 1, TS_HIST = 2, TS_NEURONS = 3 };
 
 /* The device buffers; names follow cpu_train.h where the CPU has the same array. */
@@ -55,7 +50,7 @@ enum {
     TB_ROW_OFF,    /* u64 [M+1] */
     TB_CHUNK_OFF,  /* u64 [M+1] */
     TB_PSLOT_OFF,  /* u64 [M+1] */
-    TB_SCAN,       /* u64 [2·blocks] */
+    TB_SCAN,       /* the scans' look-back state: TW_CT_SCAN_BYTES(blocks), zeroed when allocated */
     TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8..13, dW queue 14 */
     TB_SPILL,      /* u32 [spill] */
     TB_U_SPILL,    /* f32 [spill] */
@@ -125,6 +120,7 @@ typedef struct tw_ctrain {
      * active values than this; < 0: the cost model's threshold, the default), its module,
      * and the saved forward's heavy rows (nh of them, hnnz active values; 0: none) */
     long long heavy;
+    uint32_t scan_epoch; /* the last scan's epoch (tw_ct_scan): 1..2^31 - 1 */
     tw_CUmodule hmod;
     tw_CUfunction hfn[TH_COUNT];
     size_t nh;
