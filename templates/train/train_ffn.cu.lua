@@ -57,9 +57,14 @@
 --   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd;
 --                              items from a queue (a u64 counter, zero at launch).
 --   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
---   twell_train_ovf_list       (MMA builds only) 256 threads: list[t·M + i] = the rows m whose
---                              row-tile (m, t) overflows in the gate-pack's count, cnt[t] of them
---                              (integer atomics; the order is irrelevant: rows are independent).
+--   twell_train_ovf_list       (MMA builds only) 256 threads, warp per row: list[t·M + i] = the
+--                              rows m whose row-tile (m, t) overflows in the gate-pack's count,
+--                              cnt[t] of them (integer atomics; the order is irrelevant: rows are
+--                              independent). With flag (the heavy-row route, else NULL) it first
+--                              classifies the row as train_heavy.cu.lua's heavy_flag does
+--                              (count > thr: flag[m] = count, htot[0] += 1, htot[1] += count,
+--                              packed row zeroed, nothing listed; else flag[m] = 0). cnt and htot
+--                              zero at launch.
 --   twell_train_ovf_tiles      (MMA builds only) grid (x, NT), 32·T/64 threads, smem 16·T·2:
 --                              16 listed rows of tile t per step, gate values on tensor cores
 --                              (mma.sync m16n8k16, fp32 accumulate), relu + dtype rounding; mode 0

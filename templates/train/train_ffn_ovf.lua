@@ -9,15 +9,37 @@ return function(D)
 /* ---- overflowing row-tiles on tensor cores ---- */
 
 extern "C" __global__ void __launch_bounds__(256)
-twell_train_ovf_list(const tw_u32 *__restrict__ packed, long long M, tw_u32 *__restrict__ cnt,
-                     tw_u32 *__restrict__ list) {
-    const long long tiles = M * ${NT};
-    for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < tiles;
-         r += (long long)gridDim.x * blockDim.x) {
-        const long long m = r / ${NT};
-        const int t = (int)(r % ${NT});
-        if (packed[m * ${S.NW} + t * ${S.W}] > ${S.SLOTS}u)
-            list[(long long)t * M + atomicAdd(cnt + t, 1u)] = (tw_u32)m;
+twell_train_ovf_list(tw_u32 *__restrict__ packed, long long M, tw_u32 *__restrict__ cnt,
+                     tw_u32 *__restrict__ list, tw_u32 thr, tw_u32 *__restrict__ flag,
+                     tw_u64 *__restrict__ htot) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
+        tw_u32 *row = packed + m * ${S.NW};
+        if (flag) { /* the heavy-row route (train_heavy.cu.lua's twell_train_heavy_flag) */
+            tw_u32 c = 0;
+            for (int t = lane; t < ${NT}; t += 32)
+                c += row[t * ${S.W}];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                c += __shfl_xor_sync(TW_FULL, c, o);
+            /* every lane has read its counts before the shuffles: the writes race with none */
+            if (c > thr) {
+                if (lane == 0) {
+                    flag[m] = c;
+                    atomicAdd(htot, 1ull);
+                    atomicAdd(htot + 1, (tw_u64)c);
+                }
+                for (int w = lane; w < ${S.NW}; w += 32)
+                    row[w] = 0u;
+                continue;
+            }
+            if (lane == 0)
+                flag[m] = 0u;
+        }
+        for (int t = lane; t < ${NT}; t += 32)
+            if (row[t * ${S.W}] > ${S.SLOTS}u)
+                list[(long long)t * M + atomicAdd(cnt + t, 1u)] = (tw_u32)m;
     }
 }
 

@@ -4,13 +4,15 @@
 -- GEMMs (gemm_sm90.cu.lua's fwd/mm/dt/wgrad modes) on a contiguous block of them.
 --   twell_train_heavy_flag   256 threads, warp per row (grid-stride): count = Σ of the row's
 --                            row-tile counts (word 0 of each, the gate-pack's exact counts);
---                            heavy (count > thr): flag[m] = count and the row's packed words
---                            zeroed, so every later sparse kernel sees an empty row (its y, dx
---                            rows zero, no entries, no overflow); else flag[m] = 0.
+--                            heavy (count > thr): flag[m] = count, htot[0] += 1, htot[1] +=
+--                            count (integer atomics: any order gives the same sums; htot zero
+--                            at launch) and the row's packed words zeroed, so every later sparse
+--                            kernel sees an empty row (its y, dx rows zero, no entries, no
+--                            overflow); else flag[m] = 0. Builds with tensor-core overflow tiles
+--                            do the same inside train_ffn's twell_train_ovf_list instead.
 --   twell_train_heavy_list   1 block of 1024, a thread per ceil(M/1024) consecutive rows: the
 --                            heavy rows in ascending order (count, block prefix scan, place; no
---                            atomics): idx[0..nh), tot[0] = nh,
---                            tot[1] = Σ their counts (integers: any order gives the same sum).
+--                            atomics): idx[0..nh). Launched only when the host has read nh > 0.
 --   twell_train_heavy_rows   256 threads, grid-stride over 16-byte units: gather (dst row i =
 --                            src row idx[i]) or scatter (dst row idx[i] = src row i) of K
 --                            16-bit values a row. Tensors 16-byte aligned.
@@ -20,9 +22,9 @@
 --
 -- Parameters: K, N, T, C, dtype (the shape; dtype does not change the code).
 -- ABI:
---   twell_train_heavy_flag(unsigned *packed, long long M, unsigned thr, unsigned *flag)
---   twell_train_heavy_list(const unsigned *flag, long long M, unsigned *idx,
---                          unsigned long long *tot)
+--   twell_train_heavy_flag(unsigned *packed, long long M, unsigned thr, unsigned *flag,
+--                          unsigned long long *htot)
+--   twell_train_heavy_list(const unsigned *flag, long long M, unsigned *idx)
 --   twell_train_heavy_rows(const uint4 *src, uint4 *dst, const unsigned *idx, long long nh,
 --                          int scatter)
 --   twell_train_heavy_stats(const double *chunk_l1, const unsigned long long *chunk_off,
@@ -41,7 +43,7 @@ typedef unsigned int tw_u32;
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_train_heavy_flag(tw_u32 *__restrict__ packed, long long M, tw_u32 thr,
-                       tw_u32 *__restrict__ flag) {
+                       tw_u32 *__restrict__ flag, tw_u64 *__restrict__ htot) {
     const int lane = (int)(threadIdx.x & 31u);
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
@@ -54,8 +56,13 @@ twell_train_heavy_flag(tw_u32 *__restrict__ packed, long long M, tw_u32 thr,
             c += __shfl_xor_sync(TW_FULL, c, o);
         /* every lane has read its counts before the shuffles: the writes below race with none */
         const bool heavy = c > thr;
-        if (lane == 0)
+        if (lane == 0) {
             flag[m] = heavy ? c : 0u;
+            if (heavy) {
+                atomicAdd(htot, 1ull);
+                atomicAdd(htot + 1, (tw_u64)c);
+            }
+        }
         if (heavy)
             for (int w = lane; w < ${S.NW}; w += 32)
                 row[w] = 0u;
@@ -63,10 +70,8 @@ twell_train_heavy_flag(tw_u32 *__restrict__ packed, long long M, tw_u32 thr,
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__restrict__ idx,
-                       tw_u64 *__restrict__ tot) {
+twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__restrict__ idx) {
     __shared__ tw_u32 s_w[32];
-    __shared__ tw_u64 s_c[32];
     const int tid = (int)threadIdx.x, lane = tid & 31, wid = tid >> 5;
     /* thread tid owns the consecutive rows [r0, r1): one pass counts, one scan places, one pass
      * writes (ascending: the ranges are in thread order) */
@@ -74,12 +79,8 @@ twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__r
     const long long r0 = (long long)tid * per < M ? (long long)tid * per : M;
     const long long r1 = r0 + per < M ? r0 + per : M;
     tw_u32 n = 0;
-    tw_u64 mine = 0;
-    for (long long m = r0; m < r1; m++) {
-        const tw_u32 f = flag[m];
-        n += f != 0u ? 1u : 0u;
-        mine += f;
-    }
+    for (long long m = r0; m < r1; m++)
+        n += flag[m] != 0u ? 1u : 0u;
     tw_u32 inc = n; /* inclusive prefix over the warp */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -87,13 +88,8 @@ twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__r
         if (lane >= o)
             inc += v;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        mine += __shfl_xor_sync(TW_FULL, mine, o);
     if (lane == 31)
         s_w[wid] = inc;
-    if (lane == 0)
-        s_c[wid] = mine;
     __syncthreads();
     tw_u32 before = 0;
     for (int w = 0; w < wid; w++)
@@ -102,15 +98,6 @@ twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__r
     for (long long m = r0; m < r1 && at < before + inc; m++)
         if (flag[m] != 0u)
             idx[at++] = (tw_u32)m;
-    if (tid == 0) {
-        tw_u64 rows = 0, s = 0;
-        for (int w = 0; w < 32; w++) {
-            rows += s_w[w];
-            s += s_c[w];
-        }
-        tot[0] = rows;
-        tot[1] = s;
-    }
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -32,9 +32,9 @@ const char *const tw_ct_buf_names[TB_COUNT] = {
     "spill",        "u_spill",        "chunk rows",      "chunk L1",        "entry columns",
     "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
     "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials", "overflow counts", "entry dT",
-    "spill dT",     "heavy flags",    "heavy rows",      "heavy x",         "heavy y",
-    "heavy dy",     "heavy workspace"};
+    "neuron slots", "chunk neurons",  "neuron partials", "entry dT",        "spill dT",
+    "heavy flags",  "heavy rows",     "heavy x",         "heavy y",         "heavy dy",
+    "heavy workspace"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -226,6 +226,21 @@ twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *
     return TWELL_OK;
 }
 
+/* Frees every device buffer of t (the device synchronised first: work on any stream may still
+ * read them); the modules, events and pinned totals stay. */
+static twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t) {
+    twell_status st = tw_cuda_synchronize(ctx);
+    if (st != TWELL_OK)
+        return st;
+    for (int i = 0; i < TB_COUNT; i++) {
+        tw_cuda_free(ctx, t->buf[i].p);
+        t->buf[i].p = NULL;
+        t->buf[i].cap = 0;
+    }
+    state->bytes = tw_ct_bytes(t);
+    return TWELL_OK;
+}
+
 /* ---- launches ---- */
 
 unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block) {
@@ -335,8 +350,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CHUNK_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_PSLOT_OFF, (M + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_OVF_CNT, NT * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u + NT * 4u, fn, &synced));
 
     void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
@@ -356,23 +370,30 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
         tw_ct_mark(ctx, t, "gate_pack", stream);
     }
-    /* heavy rows (the knob on): listed for the dense block route and emptied in packed, so
-     * every kernel below sees them as rows without entries */
+    /* the forward's counters, zeroed by one memset: the heavy rows' number and count sum
+     * (tot[6], tot[7]), then (tensor-core overflow tiles) the overflowing row-tiles per tile
+     * after the 16 totals (tot[8..15] are the backward's, written before they are read) */
+    int ovf_tc = md->mma && !t->legacy;
+    void *ovf_cnt = tot + 16;
+    TW_CT_TRY(tw_cuda_memset_d32(ctx, tot + 6, 0u, 20u + (ovf_tc ? NT : 0u), stream));
+    tw_ct_mark(ctx, t, "memset_tot", stream);
+    /* heavy rows (the knob on): flagged for the dense block route and emptied in packed, so
+     * every kernel below sees them as rows without entries (by ovf_list's pass where it runs) */
     int heavy = 0;
-    TW_CT_TRY(tw_cth_classify(plan, state, t, M, packed, tot, vi, &synced, &heavy, stream));
+    TW_CT_TRY(
+        tw_cth_classify(plan, state, t, M, packed, tot, vi, ovf_tc, &synced, &heavy, stream));
     /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
      * tile over the listed rows, or one warp per row-tile in the reference order */
     uint32_t ovf_gx = 0;
-    void *ovf_cnt = t->buf[TB_OVF_CNT].p;
-    if (md->mma && !t->legacy) {
+    if (ovf_tc) {
         /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
         uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
         ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
-        TW_CT_TRY(tw_cuda_memset_d32(ctx, ovf_cnt, 0u, NT, stream));
-        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask};
-        uint64_t lb = (tiles + 255) / 256, lcap = (uint64_t)ctx->cuda->sm_count * 8u;
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, (unsigned)(lb < lcap ? lb : lcap), 256, 0,
-                            stream, largs));
+        void *hflag = heavy ? t->buf[TB_H_FLAG].p : NULL, *htot = tot + 6;
+        uint32_t hthr = t->hthr;
+        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask, &hthr, &hflag, &htot};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, tw_ct_blocks(ctx, M, 8u), 256, 0, stream,
+                            largs));
         void *none = NULL;
         int mode = 0;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
@@ -418,8 +439,9 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         t->nnz = nnz;
         t->hnnz = heavy ? t->htot[7] : 0u;
         t->npev = 0;
-        state->bytes = tw_ct_bytes(t);
-        return TWELL_OK;
+        /* the dense path runs from here on: the count buffers go (a later sparse forward
+         * allocates them again) */
+        return tw_ct_drop_buffers(ctx, state, t);
     }
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SPILL, spill * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_U_SPILL, spill * 4u, fn, &synced));
@@ -437,7 +459,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     void *partial = t->buf[TB_PARTIAL].p;
     uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
-    if (md->mma && !t->legacy) {
+    if (ovf_tc) {
         int mode = 1;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
                          &spill_off, &sp,         &Ml,     &mode};
@@ -590,7 +612,9 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     int synced = 0;
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DU, nnz * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DP, nnz * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_HIST, nhist * 4u, fn, &synced));
+    /* the histograms, then the queue of twell_train_dw (u64, 8-byte aligned): zeroed together */
+    uint64_t nhist2 = (nhist + 1u) & ~(uint64_t)1u;
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_HIST, nhist2 * 4u + 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CURSOR, nhist * 4u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_OFF, ((size_t)N + 1) * 8u, fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ROW, nnz * 4u, fn, &synced));
@@ -647,7 +671,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             uint32_t NT = s->N / s->T;
             uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
             uint32_t ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
-            void *ovf_cnt = t->buf[TB_OVF_CNT].p, *mask = t->buf[TB_MASK].p;
+            void *ovf_cnt = tot + 16, *mask = t->buf[TB_MASK].p;
             void *oargs[] = {(void *)&dy, (void *)&wd, &packed, &ovf_cnt,  &mask,
                              &spill_off,  &sp,         &dt_ell, &dt_spill, &Ml};
             TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
@@ -682,7 +706,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     }
     TW_CT_TRY(tw_cth_finish_backward(plan, t, dx, stream)); /* the heavy block's dx */
     /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
-    TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist, stream));
+    TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist2 + 2u, stream));
     tw_ct_mark(ctx, t, "memset_hist", stream);
     {
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &hist};
@@ -708,9 +732,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
     }
     {
-        /* the queue of twell_train_dw: a counter in the totals' spare word 14 */
-        void *work = tot + 14;
-        TW_CT_TRY(tw_cuda_memset_d32(ctx, work, 0u, 2u, stream));
+        /* the queue of twell_train_dw: the counter after the histograms (zeroed with them) */
+        void *work = (uint32_t *)hist + nhist2;
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
                         &dwg,       &dwu,        &dwd,        &npart,     &acc,        &work};

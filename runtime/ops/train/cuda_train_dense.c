@@ -144,32 +144,48 @@ static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *
     return st;
 }
 
+/* gemm_sm90's parameters for one GEMM (order as the template's cache key sees them): k, n the
+ * reduction and output widths, the operands' majorness, the output's leading dimension, the
+ * pipeline stages; SPLIT = 1 appended for the split-K variant. Returns the count (9 or 10). */
+static size_t td_gemm_params(tw_param p[10], const char *dt, long long k, long long n,
+                             const char *mode, int ta, int tb, long long ldo, unsigned stages,
+                             int split) {
+    size_t i = 0;
+    p[i++] = (tw_param){"K", NULL, k};
+    p[i++] = (tw_param){"N", NULL, n};
+    p[i++] = (tw_param){"dtype", dt, 0};
+    p[i++] = (tw_param){"MODE", mode, 0};
+    p[i++] = (tw_param){"TA", NULL, ta};
+    p[i++] = (tw_param){"TB", NULL, tb};
+    p[i++] = (tw_param){"LDO", NULL, ldo};
+    p[i++] = (tw_param){"STAGES", NULL, (long long)stages};
+    p[i++] = (tw_param){"CLUSTER", NULL, (long long)TD_CLUSTER};
+    if (split)
+        p[i++] = (tw_param){"SPLIT", NULL, 1};
+    return i;
+}
+
 /* Renders, compiles (or takes from the cache) and loads the six modules. */
 static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     const char *dt = tw_dtype_param(s->dtype);
     long long K = s->K, N = s->N;
-#define TD_P(k, n, mode, ta, tb, ldo)                                                              \
-    {                                                                                              \
-        {"K", NULL, (k)}, {"N", NULL, (n)}, {"dtype", dt, 0}, {"MODE", (mode), 0},                 \
-            {"TA", NULL, (ta)}, {"TB", NULL, (tb)}, {"LDO", NULL, (ldo)},                          \
-            {"STAGES", NULL, (long long)TD_STAGES}, {                                              \
-            "CLUSTER", NULL, (long long)TD_CLUSTER                                                 \
-        }                                                                                          \
-    }
-    tw_param p[5][9] = {
-        TD_P(K, N, "fwd", 0, 0, 3 * N), /* Tm into columns [2N, 3N) of the [M, 3N] buffer */
-        TD_P(N, K, "mm", 0, 1, K),      /* y = Tm·Wd: Wd read N-major (MN-major B) */
-        TD_P(K, N, "dt", 0, 0, 3 * N),  /* dU, dP into columns [0, 2N) */
-        TD_P(2 * N, K, "mm", 0, 1, K),  /* dx = [dU dP]·[Wu; Wg] */
-        TD_P(64, K, "wgrad", 1, 1, K),  /* [dWu; dWg; dWd] = [dU dP Tm]ᵀ·[x x dy] */
-    };
-#undef TD_P
     unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
-    p[TD_WG][7].ival = (long long)wgs;
+    tw_param p[5][10];
+    size_t np[5];
+    /* Tm into columns [2N, 3N) of the [M, 3N] buffer */
+    np[TD_FWD] = td_gemm_params(p[TD_FWD], dt, K, N, "fwd", 0, 0, 3 * N, TD_STAGES, 0);
+    /* y = Tm·Wd: Wd read N-major (MN-major B) */
+    np[TD_Y] = td_gemm_params(p[TD_Y], dt, N, K, "mm", 0, 1, K, TD_STAGES, 0);
+    /* dU, dP into columns [0, 2N) */
+    np[TD_DT] = td_gemm_params(p[TD_DT], dt, K, N, "dt", 0, 0, 3 * N, TD_STAGES, 0);
+    /* dx = [dU dP]·[Wu; Wg] */
+    np[TD_DX] = td_gemm_params(p[TD_DX], dt, 2 * N, K, "mm", 0, 1, K, TD_STAGES, 0);
+    /* [dWu; dWg; dWd] = [dU dP Tm]ᵀ·[x x dy] */
+    np[TD_WG] = td_gemm_params(p[TD_WG], dt, 64, K, "wgrad", 1, 1, K, wgs, 0);
     for (int i = 0; i < 5; i++) {
-        TW_TRY(td_module(ctx, "gemm_sm90", p[i], 9, "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
+        TW_TRY(td_module(ctx, "gemm_sm90", p[i], np[i], "twell_gemm_sm90", &d->mod[i], &d->fn[i]));
         TW_TRY(tw_cu_func_set_attribute(ctx, d->fn[i],
                                         TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                         (int)(i == TD_WG ? TD_WG_SMEM(wgs) : TD_SMEM)));
@@ -651,17 +667,9 @@ static void td_split_load(twell_plan *plan, tw_tdense *d) {
     d->split_tried = 1;
     twell_status st = TWELL_OK;
     for (int i = 0; i < 2 && st == TWELL_OK; i++) {
-        tw_param p[10] = {{"K", NULL, i == TS_Y ? N : 2 * N},
-                          {"N", NULL, K},
-                          {"dtype", dt, 0},
-                          {"MODE", "mm", 0},
-                          {"TA", NULL, 0},
-                          {"TB", NULL, 1},
-                          {"LDO", NULL, K},
-                          {"STAGES", NULL, (long long)TD_WG_STAGES},
-                          {"CLUSTER", NULL, (long long)TD_CLUSTER},
-                          {"SPLIT", NULL, 1}};
-        st = td_module(ctx, "gemm_sm90", p, 10, "twell_gemm_sm90", &d->smod[i], &d->sfn[i]);
+        tw_param p[10];
+        size_t np = td_gemm_params(p, dt, i == TS_Y ? N : 2 * N, K, "mm", 0, 1, K, TD_WG_STAGES, 1);
+        st = td_module(ctx, "gemm_sm90", p, np, "twell_gemm_sm90", &d->smod[i], &d->sfn[i]);
         if (st == TWELL_OK)
             st = tw_cu_func_set_attribute(ctx, d->sfn[i],
                                           TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -52,7 +52,7 @@ static twell_status th_rows(twell_ctx *ctx, tw_ctrain *t, const twell_shape *s, 
 }
 
 twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
-                             void *packed, uint64_t *tot, int vi, int *synced, int *on,
+                             void *packed, uint64_t *tot, int vi, int fused, int *synced, int *on,
                              twell_stream stream) {
     static const char fn[] = "twell_ffn_forward_train";
     twell_ctx *ctx = plan->ctx;
@@ -70,19 +70,14 @@ twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctra
     TW_TRY(th_load(plan, t));
     TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_FLAG, M * 4u, fn, synced));
     TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_IDX, M * 4u, fn, synced));
-    void *flag = t->buf[TB_H_FLAG].p, *idx = t->buf[TB_H_IDX].p;
-    uint64_t *htot = tot + 6;
-    long long Ml = (long long)M;
-    {
-        void *args[] = {&packed, &Ml, &thr, &flag};
+    if (!fused) {
+        void *flag = t->buf[TB_H_FLAG].p, *htot = tot + 6;
+        long long Ml = (long long)M;
+        void *args[] = {&packed, &Ml, &thr, &flag, &htot};
         TW_TRY(
             tw_ct_launch2(ctx, t->hfn[TH_FLAG], tw_ct_blocks(ctx, M, 8u), 1, 256, 0, stream, args));
+        tw_ct_mark(ctx, t, "heavy_flag", stream);
     }
-    {
-        void *args[] = {&flag, &Ml, &idx, &htot};
-        TW_TRY(tw_ct_launch2(ctx, t->hfn[TH_LIST], 1, 1, 1024, 0, stream, args));
-    }
-    tw_ct_mark(ctx, t, "heavy_list", stream);
     t->hthr = thr;
     *on = 1;
     return TWELL_OK;
@@ -104,7 +99,7 @@ twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrai
     t->nh = 0;
     t->hnnz = hnnz;
     if (nh == 0)
-        return TWELL_OK;
+        return TWELL_OK; /* nothing to list: the data has no heavy rows */
     size_t ws = tw_ctd_block_bytes(plan, nh);
     if (ws == 0)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s: %zu heavy rows overflow", fn, nh);
@@ -113,6 +108,13 @@ twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrai
     TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_Y, nh * s->K * 2u, fn, synced));
     TW_TRY(tw_ct_reserve(ctx, state, t, TB_H_WS, ws, fn, synced));
     void *xb = t->buf[TB_H_X].p, *yb = t->buf[TB_H_Y].p;
+    {
+        void *flag = t->buf[TB_H_FLAG].p, *idx = t->buf[TB_H_IDX].p;
+        long long Ml = (long long)M;
+        void *args[] = {&flag, &Ml, &idx};
+        TW_TRY(tw_ct_launch2(ctx, t->hfn[TH_LIST], 1, 1, 1024, 0, stream, args));
+        tw_ct_mark(ctx, t, "heavy_list", stream);
+    }
     TW_TRY(th_rows(ctx, t, s, x, xb, nh, 0, stream));
     tw_ct_mark(ctx, t, "heavy_gather", stream);
     TW_TRY(tw_ctd_block_forward(plan, state, nh, xb, wg, wu, wd, yb, t->buf[TB_H_WS].p, stream));

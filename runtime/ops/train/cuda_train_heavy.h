@@ -7,12 +7,17 @@
  * off); docs/DESIGN.md §6.
  *
  * Forward (inside tw_ct_forward):
- *   tw_cth_classify  right after the gate-pack: flags the rows whose count exceeds the threshold,
- *                    zeroes their packed words (every sparse kernel then sees an empty row: no
- *                    entries, no overflow, zero y and dx rows, no weight-gradient terms, so
- *                    nothing is counted twice), lists them ascending, their number and count
- *                    sum to tot[6], tot[7] (read by the forward's one host synchronisation);
- *   tw_cth_forward   after that synchronisation (t->nh known): the block's x gathered, the
+ *   tw_cth_classify  right after the gate-pack: flags the rows whose count exceeds the threshold
+ *                    (flag[m] = count, else 0), zeroes their packed words (every sparse kernel
+ *                    then sees an empty row: no entries, no overflow, zero y and dx rows, no
+ *                    weight-gradient terms, so nothing is counted twice), adds their number and
+ *                    count sum to tot[6], tot[7] (zero on entry; read by the forward's one host
+ *                    synchronisation). In builds with tensor-core overflow tiles (fused = 1)
+ *                    train_ffn's twell_train_ovf_list does this in its pass over the same count
+ *                    words (the caller passes it t->hthr and the TB_H_FLAG buffer); else the
+ *                    route's own twell_train_heavy_flag runs here;
+ *   tw_cth_forward   after that synchronisation (t->nh known): nothing when nh = 0; else the
+ *                    rows listed ascending (twell_train_heavy_list), the block's x gathered, the
  *                    dense forward GEMMs (its Tm, (P, U) pairs and stats partials kept in the
  *                    state for the backward), its y into a block;
  *   tw_cth_finish_forward  after the sparse y: the block's y scattered to its rows, the stats
@@ -34,10 +39,11 @@
 /* The threshold the knob t->heavy gives for this shape (0: the route is off). */
 uint32_t tw_cth_threshold(const tw_ctrain *t, const twell_shape *s);
 
-/* *on = 1 if the route ran (it needs the knob on, vi == 0 (16-byte aligned tensors, the tensor-
- * core recount), the dense GEMMs available on this device, M < 2^31). */
+/* *on = 1 if the route runs (it needs the knob on, vi == 0 (16-byte aligned tensors, the tensor-
+ * core recount), the dense GEMMs available on this device, M < 2^31); then t->hthr is the
+ * threshold and TB_H_FLAG, TB_H_IDX hold M words each. fused: the caller's ovf_list flags. */
 twell_status tw_cth_classify(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
-                             void *packed, uint64_t *tot, int vi, int *synced, int *on,
+                             void *packed, uint64_t *tot, int vi, int fused, int *synced, int *on,
                              twell_stream stream);
 twell_status tw_cth_forward(twell_plan *plan, twell_train_state *state, tw_ctrain *t, size_t M,
                             const void *x, const void *wg, const void *wu, const void *wd,

@@ -51,7 +51,8 @@ enum {
     TB_CHUNK_OFF,  /* u64 [M+1] */
     TB_PSLOT_OFF,  /* u64 [M+1] */
     TB_SCAN,       /* the scans' look-back state: TW_CT_SCAN_BYTES(blocks), zeroed when allocated */
-    TB_TOT,        /* u64 [16]: forward totals at 0..5, backward scans at 8..13, dW queue 14 */
+    TB_TOT,        /* u64 [16]: forward totals at 0..5, heavy rows 6..7, backward scans at 8..13;
+                    * then u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
     TB_SPILL,      /* u32 [spill] */
     TB_U_SPILL,    /* f32 [spill] */
     TB_CHUNK_ROW,  /* u32 [chunks] */
@@ -61,7 +62,7 @@ enum {
     TB_PARTIAL,    /* f32 [pslots·K] */
     TB_E_DU,       /* f32 [nnz] */
     TB_E_DP,       /* f32 [nnz] */
-    TB_HIST,       /* u32 [N·B] */
+    TB_HIST,       /* u32 [N·B] (rounded up to even), then twell_train_dw's queue (u64) */
     TB_CURSOR,     /* u32 [N·B] */
     TB_COL_OFF,    /* u64 [N+1] */
     TB_COL_ROW,    /* u32 [nnz] */
@@ -70,7 +71,6 @@ enum {
     TB_NSLOT_OFF,  /* u64 [N+1] */
     TB_NCHUNK_NRN, /* u32 [bound on neuron chunks] */
     TB_NPART,      /* f32 [bound on neuron partial slots · 3K] */
-    TB_OVF_CNT,    /* u32 [NT]: overflowing row-tiles per tile (list in TB_MASK) */
     TB_DT_ELL,     /* f32 [M·N/C]: dy·Wd of the entry in the same word (tiled dT) */
     TB_DT_SPILL,   /* f32 [spill]: dy·Wd of the spill entries (tiled dT) */
     TB_H_FLAG,     /* u32 [M]: heavy rows' counts, 0 for the others (cuda_train_heavy.c) */
