@@ -1,10 +1,9 @@
 /* test_gpu_train_routes.c — the training kernels' routes against each other on the GPU, on
  * exact-gate data with heavy rows (overflowing row-tiles exercised): the newer kernels
- * (tensor-core overflowing row-tiles, staged per-entry dot products) bitwise equal to the earlier
- * ones (legacy hook), and tiled U / dT against per-entry U / dT (same support, values within the
- * stated bounds). The sweep against the CPU reference is test_gpu_train.c; the fixture is
- * support/tw_gpu_train.c. Exits 77 without a device.
- * labels: gpu slow */
+ * (tensor-core overflowing row-tiles, staged per-entry dot products, ranked scatter) bitwise
+ * equal to the earlier ones (legacy hook), and tiled U / dT against per-entry U / dT (same support,
+ * values within the stated bounds). The sweep against the CPU reference is test_gpu_train.c; the
+ * fixture is support/tw_gpu_train.c. Exits 77 without a device. labels: gpu slow */
 #include "cuda_train.h"
 #include "internal.h"
 #include "ref64_train.h"
@@ -63,6 +62,11 @@ static void test_gpu_train_legacy_same(void **unused) {
         assert_memory_equal(h[0].e_tm, h[1].e_tm, h[0].nnz * 4);
         assert_memory_equal(h[0].e_du, h[1].e_du, h[0].nnz * 4);
         assert_memory_equal(h[0].e_dp, h[1].e_dp, h[0].nnz * 4);
+        /* the neuron-major lists: ranked scatter (new) against cursors advanced in place */
+        assert_true(h[0].have_bwd && h[1].have_bwd);
+        assert_memory_equal(h[0].col_off, h[1].col_off, ((size_t)c->N + 1) * 8);
+        assert_memory_equal(h[0].col_row, h[1].col_row, h[0].nnz * 4);
+        assert_memory_equal(h[0].col_ent, h[1].col_ent, h[0].nnz * 4);
         size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
         assert_memory_equal(o[0].y, o[1].y, xk * 2);
         assert_memory_equal(o[0].dx, o[1].dx, xk * 2);

@@ -169,8 +169,9 @@ enum {
     TW_TC_TRAIN_DOWNLOAD,
     TW_TC_TRAIN_HOST_FREE, /* (tw_cuda_train_host *h): frees a download; NULL: nothing */
     /* (state, int on): later ops use the earlier kernels where newer ones exist (SIMT recount and
-     * spill of overflowing row-tiles, unstaged per-entry dot products), for comparisons in one
-     * run; results differ only in the overflowing row-tiles' gate summation order */
+     * spill of overflowing row-tiles, unstaged per-entry dot products, the scatter that advances
+     * its cursors in global memory), for comparisons in one run; results differ only in the
+     * overflowing row-tiles' gate summation order */
     TW_TC_TRAIN_SET_LEGACY,
     /* (state, int on): profiling: every later forward and backward records an event after each
      * launch group and, at its end, adds each interval to its label's total (kernel name without

@@ -53,7 +53,9 @@
 --   twell_train_bwd_ent        WPB warps, smem 4K·WPB: dT = dy·Wd_n + l1c·sign(U); e_du, e_dp.
 --   twell_train_bwd_dx         256 threads: dx (or partial) = Σ dU·Wu_n + dP·Wg_n.
 --   twell_train_hist           256 threads, grid = B row blocks: hist[n·B + b] (integer atomics).
---   twell_train_scatter        256 threads, grid = B: stable placement, rows in order.
+--   twell_train_scatter        256 threads, grid = B: stable placement, rows in order; ranked
+--                              (dynamic smem 4·N + 8·SC_P bytes): per-neuron counters in shared
+--                              memory over read-only cursors, else the cursors advanced in place.
 --   twell_train_dw             256 threads: warp per (neuron chunk, K slice): dWu, dWg, dWd;
 --                              items from a queue (a u64 counter, zero at launch).
 --   twell_train_dw_reduce      256 threads: neurons with several chunks add their partials.
@@ -86,7 +88,8 @@
 --                              compute only what twell_train_udt / ovf_udt did not cover; those
 --                              values are summed in tensor-core order (not the reference's).
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
--- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off).
+-- pslot_off; E), hist (hist → cursor, col_off), neurons (chunks with E2 → nchunk_off, nslot_off,
+-- and the owner table nchunk_nrn, as twell_train_owners would write it).
 
 local common = import "twell_common"
 local S = common.shape()
@@ -125,6 +128,9 @@ local SWP = 4
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
 local LB2 = 4
+-- Entries of a row block whose columns and cursors twell_train_scatter loads at once (ranked).
+-- runtime/ops/train/cuda_train.c uses the same constant (TW_CT_SC_P).
+local SC_P = 1024
 local NKC = S.K // KC
 local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 
@@ -136,7 +142,7 @@ common.pack_row_tile_warp(S)
 local D = {
     S = S, VEC = VEC, WPB = WPB, NT = NT, TM = TM, G = G, NS = NS, LB = LB, LB2 = LB2,
     OVF_BM = OVF_BM, OVF_WM = OVF_WM, OVF_WN = OVF_WN, OVF_UDT = OVF_UDT, KC = KC, KCP = KCP,
-    PPR = PPR, RPI = RPI, STAGES = STAGES, SWP = SWP, NKC = NKC, STW = STW,
+    PPR = PPR, RPI = RPI, STAGES = STAGES, SWP = SWP, NKC = NKC, STW = STW, SC_P = SC_P,
 }
 import("train_ffn_base")(D)  -- types, loads and stores, token row, reference dot
 import("train_ffn_state")(D) -- recount, scans, owners, spill

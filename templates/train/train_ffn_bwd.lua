@@ -2,7 +2,7 @@
 -- dx per K slice, the column histogram and stable scatter (transpose), dW per neuron chunk and
 -- the neuron-chunk reduction.
 return function(D)
-    local S, VEC, WPB, G, NS, LB2 = D.S, D.VEC, D.WPB, D.G, D.NS, D.LB2
+    local S, VEC, WPB, G, NS, LB2, SC_P = D.S, D.VEC, D.WPB, D.G, D.NS, D.LB2, D.SC_P
     cuda [==[
 /* ---- backward ---- */
 
@@ -98,24 +98,63 @@ twell_train_hist(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict__ 
     }
 }
 
-/* Stable placement: row block b visits its rows in order; a row's entries have distinct
- * neurons, so each takes the next slot of its (neuron, block) cursor without a race. */
+/* Stable placement: row block b visits its rows in order; entry e of row m (neuron n) goes to
+ * slot cursor[n·B + b] + the number of the block's earlier rows with neuron n. ranked (dynamic
+ * shared memory SC_SMEM): those numbers are counters in shared memory, advanced row by row (a
+ * row's entries have distinct neurons: no race), and the cursors are only read, so the columns
+ * and cursor values of a piece of SC_P entries are loaded at once before the row-ordered pass
+ * (which then touches no global value it waits for). Else (N too large for the device's shared
+ * memory) each row advances the cursors in global memory. Both give the same lists. */
 extern "C" __global__ void __launch_bounds__(256)
 twell_train_scatter(const tw_u64 *__restrict__ row_off, const tw_u32 *__restrict__ e_col,
                     long long M, long long R, long long B, tw_u32 *__restrict__ cursor,
-                    tw_u32 *__restrict__ col_row, tw_u32 *__restrict__ col_ent) {
+                    tw_u32 *__restrict__ col_row, tw_u32 *__restrict__ col_ent, int ranked) {
+    extern __shared__ tw_u32 tw_sc[]; /* ranked: [N] counters, [SC_P] neurons, [SC_P] slots */
+    tw_u32 *sn = tw_sc + ${S.N}, *sslot = sn + ${SC_P};
     for (long long b = blockIdx.x; b < B; b += gridDim.x) {
         const long long r0 = b * R, r1 = r0 + R < M ? r0 + R : M;
-        for (long long m = r0; m < r1; m++) {
-            for (tw_u64 e = row_off[m] + threadIdx.x; e < row_off[m + 1]; e += blockDim.x) {
-                tw_u32 *cur = cursor + (long long)e_col[e] * B + b;
-                const tw_u32 at = *cur;
-                *cur = at + 1u;
-                col_row[at] = (tw_u32)m;
-                col_ent[at] = (tw_u32)e;
+        if (!ranked) {
+            for (long long m = r0; m < r1; m++) {
+                for (tw_u64 e = row_off[m] + threadIdx.x; e < row_off[m + 1]; e += blockDim.x) {
+                    tw_u32 *cur = cursor + (long long)e_col[e] * B + b;
+                    const tw_u32 at = *cur;
+                    *cur = at + 1u;
+                    col_row[at] = (tw_u32)m;
+                    col_ent[at] = (tw_u32)e;
+                }
+                __syncthreads();
             }
-            __syncthreads();
+            continue;
         }
+        for (int n = (int)threadIdx.x; n < ${S.N}; n += (int)blockDim.x)
+            tw_sc[n] = 0u;
+        const tw_u64 end = row_off[r1];
+        long long m = r0;
+        for (tw_u64 p0 = row_off[r0]; p0 < end; p0 += ${SC_P}ull) {
+            const tw_u64 p1 = p0 + ${SC_P}ull < end ? p0 + ${SC_P}ull : end;
+            for (tw_u64 e = p0 + threadIdx.x; e < p1; e += blockDim.x) {
+                const tw_u32 n = e_col[e];
+                sn[e - p0] = n;
+                sslot[e - p0] = cursor[(long long)n * B + b];
+            }
+            __syncthreads(); /* the piece loaded, the counters zeroed (first piece) */
+            /* the rows that start in this piece; one that continues into the next stays m */
+            for (; m < r1 && row_off[m] < p1; m++) {
+                const tw_u64 a0 = row_off[m] > p0 ? row_off[m] : p0;
+                const tw_u64 a1 = row_off[m + 1] < p1 ? row_off[m + 1] : p1;
+                for (tw_u64 e = a0 + threadIdx.x; e < a1; e += blockDim.x) {
+                    const tw_u32 n = sn[e - p0], r = tw_sc[n];
+                    tw_sc[n] = r + 1u;
+                    const tw_u32 at = sslot[e - p0] + r;
+                    col_row[at] = (tw_u32)m;
+                    col_ent[at] = (tw_u32)e;
+                }
+                __syncthreads();
+                if (row_off[m + 1] > p1)
+                    break;
+            }
+        }
+        __syncthreads(); /* the counters are reset by the next row block's pass */
     }
 }
 

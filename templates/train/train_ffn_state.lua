@@ -169,15 +169,17 @@ __device__ __forceinline__ tw_u64 tw_chunks_of(tw_u64 cnt, tw_u64 len) {
         v1[q] = 0ull;
 ]==], store8 = [==[
     tw_u32 c[8];
+    tw_u64 r = i0 % a.p0; /* i % p0, advanced (one division for the 8 items) */
 #pragma unroll
     for (int q = 0; q < 8; q++) {
         const tw_u64 i = i0 + (tw_u64)q;
         c[q] = (tw_u32)e0;
-        if (i % a.p0 == 0)
+        if (r == 0)
             a.o0[i / a.p0] = e0;
         if (i + 1 == a.n)
             a.o0[a.n / a.p0] = e0 + v0[q];
         e0 += v0[q];
+        r = r + 1ull == a.p0 ? 0ull : r + 1ull;
     }
     uint4 *dst = (uint4 *)(a.o32 + i0);
     dst[0] = make_uint4(c[0], c[1], c[2], c[3]);
@@ -190,6 +192,8 @@ __device__ __forceinline__ tw_u64 tw_chunks_of(tw_u64 cnt, tw_u64 len) {
 ]==], store = [==[
     a.o0[i] = e0;
     a.o1[i] = e1;
+    for (tw_u64 c = e0; c < e0 + v0; c++) /* the owner table of its chunks (twell_train_owners) */
+        a.o32[c] = (tw_u32)i;
     if (i + 1 == a.n) {
         a.o0[a.n] = e0 + v0;
         a.o1[a.n] = e1 + v1;

@@ -27,13 +27,13 @@ static const char *const tf_names[] = {
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
-    "packed gate",  "u_ell",          "overflow mask",   "tile offsets",    "spill offsets",
-    "row offsets",  "row chunks",     "row slots",       "scan blocks",     "totals",
-    "spill",        "u_spill",        "chunk rows",      "chunk L1",        "entry columns",
-    "entry Tm",     "row partials",   "entry dU",        "entry dP",        "histograms",
-    "cursors",      "neuron offsets", "neuron tokens",   "neuron entries",  "neuron chunks",
-    "neuron slots", "chunk neurons",  "neuron partials", "entry dT",        "spill dT",
-    "heavy flags",  "heavy rows",     "heavy x",         "heavy y",         "heavy dy",
+    "packed gate",    "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
+    "row offsets",    "row chunks",     "row slots",       "scan blocks",    "totals",
+    "spill",          "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
+    "entry Tm",       "row partials",   "entry dU",        "entry dP",       "histograms",
+    "cursors",        "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
+    "neuron slots",   "chunk neurons",  "neuron partials", "entry dT",       "spill dT",
+    "heavy flags",    "heavy rows",     "heavy x",         "heavy y",        "heavy dy",
     "heavy workspace"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
@@ -46,6 +46,7 @@ typedef struct {
  * then [aggregate, inclusive] x 2 channels u64 per block (train_ffn_state.lua). */
 #define TW_CT_SCAN_BYTES(nb) (8u + 4u * (((nb) + 1u) & ~(uint64_t)1u) + 32u * (nb))
 #define TW_CT_SMEM_DEFAULT 49152u
+#define TW_CT_SC_P 1024u /* train_ffn.cu.lua's SC_P: entries twell_train_scatter loads at once */
 
 static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
 
@@ -166,6 +167,14 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     }
     if (st == TWELL_OK) /* twell_train_dw's grid: what fits at once (its warps share a queue) */
         st = tw_cu_func_occupancy(ctx, m.fn[TF_DW], 256, 0, &m.dw_occ);
+    /* twell_train_scatter ranked where its counters (4·N bytes) and piece fit */
+    unsigned sc = 4u * s->N + 8u * TW_CT_SC_P;
+    if (st == TWELL_OK && sc <= (unsigned)optin) {
+        m.scatter_smem = sc;
+        if (sc > TW_CT_SMEM_DEFAULT)
+            st = tw_cu_func_set_attribute(
+                ctx, m.fn[TF_SCATTER], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)sc);
+    }
     if (st != TWELL_OK) {
         tw_cu_module_unload(m.mod);
         return st;
@@ -380,8 +389,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     /* heavy rows (the knob on): flagged for the dense block route and emptied in packed, so
      * every kernel below sees them as rows without entries (by ovf_list's pass where it runs) */
     int heavy = 0;
-    TW_CT_TRY(
-        tw_cth_classify(plan, state, t, M, packed, tot, vi, ovf_tc, &synced, &heavy, stream));
+    TW_CT_TRY(tw_cth_classify(plan, state, t, M, packed, tot, vi, ovf_tc, &synced, &heavy, stream));
     /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
      * tile over the listed rows, or one warp per row-tile in the reference order */
     uint32_t ovf_gx = 0;
@@ -392,8 +400,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         void *hflag = heavy ? t->buf[TB_H_FLAG].p : NULL, *htot = tot + 6;
         uint32_t hthr = t->hthr;
         void *largs[] = {&packed, &Ml, &ovf_cnt, &mask, &hthr, &hflag, &htot};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_OVF_LIST, tw_ct_blocks(ctx, M, 8u), 256, 0, stream,
-                            largs));
+        TW_CT_TRY(
+            tw_ct_run(ctx, t, md, TF_OVF_LIST, tw_ct_blocks(ctx, M, 8u), 256, 0, stream, largs));
         void *none = NULL;
         int mode = 0;
         void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
@@ -639,7 +647,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     void *nslot_off = t->buf[TB_NSLOT_OFF].p, *nchunk_nrn = t->buf[TB_NCHUNK_NRN].p;
     void *npart = t->buf[TB_NPART].p;
     uint64_t *tot = t->buf[TB_TOT].p;
-    long long Ml = (long long)M, Rl = (long long)R, Bl = (long long)B, Nl = (long long)N;
+    long long Ml = (long long)M, Rl = (long long)R, Bl = (long long)B;
     uint64_t E = t->E;
     float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
     uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
@@ -718,19 +726,17 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     a.n = nhist, a.p0 = B;
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_HIST, &a, stream));
     {
-        void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256, 0, stream, args));
+        int ranked = md->scatter_smem != 0 && !t->legacy;
+        void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent, &ranked};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256,
+                            ranked ? md->scatter_smem : 0u, stream, args));
     }
     /* 4. neuron chunks, weight gradients, split neurons reduced */
     memset(&a, 0, sizeof a);
     a.in64 = tw_dp(col_off), a.o0 = tw_dp(nchunk_off), a.o1 = tw_dp(nslot_off);
+    a.o32 = tw_dp(nchunk_nrn); /* the chunks' owners too (no twell_train_owners launch) */
     a.tot = tw_dp(tot + 11), a.n = N, a.p1 = E2;
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_NEURONS, &a, stream));
-    {
-        void *args[] = {&nchunk_off, &Nl, &nchunk_nrn};
-        TW_CT_TRY(
-            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, N, 256u), 256, 0, stream, args));
-    }
     {
         /* the queue of twell_train_dw: the counter after the histograms (zeroed with them) */
         void *work = (uint32_t *)hist + nhist2;

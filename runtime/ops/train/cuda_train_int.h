@@ -85,10 +85,11 @@ enum {
 typedef struct {
     tw_CUmodule mod;
     tw_CUfunction fn[TF_COUNT];
-    int mma;     /* overflowing row-tiles on tensor cores (TF_OVF_*) */
-    int staged;  /* staged per-entry dot products (TF_*_ENT_S) */
-    int ovf_udt; /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
-    int dw_occ;  /* TF_DW blocks of 256 threads resident per SM (0: unknown) */
+    int mma;               /* overflowing row-tiles on tensor cores (TF_OVF_*) */
+    int staged;            /* staged per-entry dot products (TF_*_ENT_S) */
+    int ovf_udt;           /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
+    int dw_occ;            /* TF_DW blocks of 256 threads resident per SM (0: unknown) */
+    unsigned scatter_smem; /* TF_SCATTER's shared bytes, ranked (0: N too large, unranked) */
 } tw_tmod;
 
 /* The heavy-row route's kernels (templates/train/train_heavy.cu.lua), by index. */
@@ -105,7 +106,8 @@ typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
-    int legacy; /* test control: SIMT recount and unstaged per-entry kernels (comparisons) */
+    int legacy; /* test control: SIMT recount, unstaged per-entry kernels and the unranked
+                 * scatter (comparisons) */
     int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry
                  * (tests only: TW_TC_TRAIN_SET_UDT) */
     tw_ctt *tiled;
