@@ -552,8 +552,9 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           activations take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
  *   AUTO    the first forward of a state with M ≥ 1024, where DENSE can run, is a probe: the
  *           SPARSE forward counts the active values (up to the one host synchronisation it makes
- *           anyway) and, when they exceed the threshold below, stops there and runs DENSE
- *           instead; so a sparse first step never allocates the dense workspace. Below 1024 rows
+ *           anyway) and, when they exceed the threshold below, stops there, frees the count
+ *           buffers it allocated and runs DENSE instead; so a sparse first step never allocates
+ *           the dense workspace, and a dense one keeps no sparse buffers. Below 1024 rows
  *           SPARSE. Afterwards
  *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
  *           forward's count copied back asynchronously and read only once it has landed: no call
