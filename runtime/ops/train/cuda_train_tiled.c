@@ -125,7 +125,8 @@ twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *c, size_t M, float *out, tw_CU
                         twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     if (c->lists_M != M)
-        return tw_error(ctx, TWELL_ERR_INTERNAL, "training: the tiled lists are not those of M rows");
+        return tw_error(ctx, TWELL_ERR_INTERNAL,
+                        "training: the tiled lists are not those of M rows");
     size_t NL = tw_cdiv(M, TW_FFN_GT) * c->tk.words[TW_CFG_NC];
     const uint32_t *total = c->offsets + NL; /* the scan's slot total */
     long long ps = (long long)c->pair_cap;
@@ -188,7 +189,7 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
-    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,        &c->offsets,
+    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,         &c->offsets,
                        &c->desc,        &c->gv, &c->flag,  (void *)&no_hmark, &c->eidx};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     c->lists_M = M;
