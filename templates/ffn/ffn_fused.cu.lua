@@ -72,7 +72,10 @@
 --       (one stream, or events). hflag != NULL: a copy of acc[0..3] (acc given) or flag[0..3]
 --       (e.g. mapped page-locked host memory: no copy to enqueue after the call).
 --   4 twell_ffn_build     grid ceil(NL/BW) x BW*32
---       (packed, M, bbase, sizes, offsets, desc, gv, flag, hmark)
+--       (packed, M, bbase, sizes, offsets, desc, gv, flag, hmark, eidx)
+--       eidx (u32[PAIR_CAP] or NULL): each listed entry's word index in packed,
+--       (m*NT + tile)*W + 1 + its slot (training's tiled U/dT; pads not written; the caller keeps
+--       M*NT*W < 2^32)
 --   5 twell_ffn_ovf_gu    grid GU_BPS*SMs x GU_THR, SMEM_GU
 --       (x, wp, wu (NULL non-gated), M, ovf_base, item_base, ovf_rows, ovf_hh, ovf_ex, flag)
 --   6 twell_ffn_ovf_down  grid DOWN_BPS*SMs x 256, SMEM_DOWN
@@ -262,10 +265,11 @@ twell_ffn_scan(const unsigned int *bsum, int M, unsigned int *bbase, unsigned in
 extern "C" __global__ void __launch_bounds__(${BW * 32})
 twell_ffn_build(const unsigned int *packed, int M, const unsigned int *bbase,
                 const unsigned int *sizes, unsigned int *offsets, unsigned int *desc,
-                unsigned short *gv, const unsigned int *flag, const unsigned int *hmark) {
+                unsigned short *gv, const unsigned int *flag, const unsigned int *hmark,
+                unsigned int *eidx) {
     tw_pdl_enter();
     tw_k_build<${TPC}, ${BW}, ${GT}>(packed, M, ${NT}, ${S.W}, ${S.N}, ${CN}, ${NC}, ${TPC}, TW_NG(M),
-                              bbase, sizes, offsets, desc, gv, flag, hmark);
+                              bbase, sizes, offsets, desc, gv, flag, hmark, eidx);
 }
 extern "C" __global__ void __launch_bounds__(${GU_LB})
 twell_ffn_ovf_gu(const unsigned short *x, const unsigned short *wp, const unsigned short *wu,

@@ -184,14 +184,15 @@ TW_KERNEL((1024))
 // offset (block base + the sizes of the block's earlier groups): one warp per list; cell counts
 // prefix-summed in shared memory (overflowing cells count 0), entries fetched flat (32 per step,
 // binary search over the cells), two passes (bucket counts, then placement by ballot ranks), then
-// the pads.
+// the pads. eidx (or NULL): each entry's word index in packed (pads: not written).
 template <int TPCM, int BW, int GT>
 TW_KERNEL((BW * 32))
     tw_k_build(const tw_u32 *__restrict__ packed, int M, int NT, int W, int N, int CN, int NC,
                 int TPC, int NG, const tw_u32 *__restrict__ bbase,
                 const tw_u32 *__restrict__ sizes, tw_u32 *__restrict__ offsets,
                 tw_u32 *__restrict__ desc, tw_u16 *__restrict__ gv,
-                const tw_u32 *__restrict__ flag, const tw_u32 *__restrict__ hmark) {
+                const tw_u32 *__restrict__ flag, const tw_u32 *__restrict__ hmark,
+                tw_u32 *__restrict__ eidx) {
     __shared__ tw_u32 spre[BW][GT * TPCM + 1];
     if (flag[0])
         return;
@@ -237,8 +238,8 @@ TW_KERNEL((BW * 32))
     __syncwarp();
     const tw_u32 n = carry;
     /* entry j -> chunk row (sanitised: a column outside the chunk becomes row 0 with g = 0),
-       token column, gate bits */
-    auto fetch = [&](tw_u32 j, tw_u32 &row, tw_u32 &tok, tw_u32 &g) {
+       token column, gate bits, index of its word in packed */
+    auto fetch = [&](tw_u32 j, tw_u32 &row, tw_u32 &tok, tw_u32 &g, tw_u32 &wi) {
         int lo = 0, hi = ncell - 1;
         while (lo < hi) {
             const int mid = (lo + hi + 1) >> 1;
@@ -249,7 +250,8 @@ TW_KERNEL((BW * 32))
         }
         const int r = lo / nt;
         const long long m = (long long)GT * G + r;
-        const tw_u32 word = packed[(m * NT + t0 + (lo - r * nt)) * W + 1 + (j - pre[lo])];
+        wi = (tw_u32)((m * NT + t0 + (lo - r * nt)) * W + 1 + (j - pre[lo]));
+        const tw_u32 word = packed[wi];
         row = (word & 0xffffu) - cstart;
         g = word >> 16;
         if (row >= rows_c)
@@ -262,9 +264,9 @@ TW_KERNEL((BW * 32))
         cnt8[b] = 0;
     for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
         const bool valid = j0 + lane < n;
-        tw_u32 row = 0, tok = 0, g = 0;
+        tw_u32 row = 0, tok = 0, g = 0, wi = 0;
         if (valid)
-            fetch(j0 + lane, row, tok, g);
+            fetch(j0 + lane, row, tok, g, wi);
         const tw_u32 q = tw_bucket(row);
 #pragma unroll
         for (int b = 0; b < 8; b++)
@@ -291,9 +293,9 @@ TW_KERNEL((BW * 32))
         run8[b] = 0;
     for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
         const bool valid = j0 + lane < n;
-        tw_u32 row = 0, tok = 0, g = 0;
+        tw_u32 row = 0, tok = 0, g = 0, wi = 0;
         if (valid)
-            fetch(j0 + lane, row, tok, g);
+            fetch(j0 + lane, row, tok, g, wi);
         const tw_u32 q = tw_bucket(row);
         tw_u32 mine = 0, base = 0;
 #pragma unroll
@@ -311,6 +313,8 @@ TW_KERNEL((BW * 32))
             const tw_u32 slot = out + tw_slot_of(si, size);
             desc[slot] = tw_desc(row, tok);
             gv[slot] = (tw_u16)g;
+            if (eidx)
+                eidx[slot] = wi;
         }
     }
     /* pads: the classes their 4-set lacks, bit 2 opposite to their phase-A partner */

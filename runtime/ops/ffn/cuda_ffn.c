@@ -240,8 +240,9 @@ static twell_status tw_ffn_phases(twell_plan *plan, tw_ffn *f, tw_ffn_ws *w, int
     unsigned pair_cap = (unsigned)f->pair_cap, bw = f->cfg[TW_CFG_BW];
     int fallback_only = 1;
     const void *wu_gu = plan->shape.gated ? wu : NULL;
-    void *a_build[] = {(void *)&packed, &m,     &w->bbase, &w->sizes,     &w->offsets,
-                       &w->desc,        &w->gv, &w->flag,  (void *)&hmark};
+    uint32_t *no_eidx = NULL; /* entry word indices: training's tiled U/dT only */
+    void *a_build[] = {(void *)&packed, &m,     &w->bbase, &w->sizes,      &w->offsets,
+                       &w->desc,        &w->gv, &w->flag,  (void *)&hmark, &no_eidx};
     TW_TRY(tw_go(plan, f->fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     if (hmark)
         TW_TRY(tw_ffn_heavy_gemms(plan, f->heavy, x, packed, wp, wu, wd, stream));

@@ -495,7 +495,7 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         tw_ct_mark(ctx, t, "u_lists", stream);
         TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
         tw_ct_mark(ctx, t, "u_phase_a", stream);
-        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, u_ell, md->fn[TF_UDT], stream));
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, u_ell, md->fn[TF_UDT], stream));
         tw_ct_mark(ctx, t, "u_sum", stream);
         if (md->ovf_udt) { /* overflowing row-tiles: dense per listed row-tile, tensor cores */
             void *oargs[] = {(void *)&x, (void *)&wu, &packed, &ovf_cnt, &mask,
@@ -673,7 +673,7 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     if (t->fwd_tiled && md->staged && !t->legacy) {
         TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, dy, wd, stream));
         tw_ct_mark(ctx, t, "dt_phase_a", stream);
-        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, packed, dt_ell, md->fn[TF_UDT], stream));
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, dt_ell, md->fn[TF_UDT], stream));
         tw_ct_mark(ctx, t, "dt_sum", stream);
         if (t->fwd_tiled == 2 && md->ovf_udt) { /* the forward's overflow lists (mask, counts) */
             uint32_t NT = s->N / s->T;

@@ -18,12 +18,12 @@ struct tw_ctt {
     tw_ffn_tk tk;
     void *ws; /* rows part: control words and per-row arrays for ws_rows rows */
     size_t ws_rows, ws_bytes;
-    void *pairs; /* desc, gv, partial for pair_cap slots */
+    void *pairs; /* desc, eidx, gv, partial for pair_cap slots */
     size_t pair_cap, pairs_bytes;
     size_t lists_M; /* rows of the lists built by the last forward (0: none) */
     /* pieces of ws / pairs for lists_M */
     uint32_t *flag, *cnt, *ovf_base, *item_base, *ovf_rows, *ovf_slot, *orow_idx, *orows, *sizes,
-        *offsets, *bsum, *bbase, *desc;
+        *offsets, *bsum, *bbase, *desc, *eidx;
     uint16_t *gv;
     float *partial;
 };
@@ -121,17 +121,17 @@ twell_status tw_ctt_phase_a(twell_plan *plan, tw_ctt *c, size_t M, const void *a
                      32u * cfg[TW_CFG_NWA], cfg[TW_CFG_SMEM_A], stream, args);
 }
 
-twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t *packed, float *out,
-                        tw_CUfunction udt, twell_stream stream) {
+twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *c, size_t M, float *out, tw_CUfunction udt,
+                        twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
-    const uint32_t *cfg = c->tk.words;
-    size_t NL = tw_cdiv(M, TW_FFN_GT) * cfg[TW_CFG_NC];
-    int nsl = (int)(plan->shape.K / 64u), cn = (int)cfg[TW_CFG_CN], gti = (int)TW_FFN_GT;
-    int nc = (int)cfg[TW_CFG_NC];
-    long long ps = (long long)c->pair_cap, Ml = (long long)M;
-    size_t gx = tw_cdiv(NL, 8), cap = (size_t)ctx->cuda->sm_count * 16u;
-    void *args[] = {&c->desc, &c->gv, &c->offsets, &c->sizes,       &c->partial, &ps, &nsl,
-                    &cn,      &gti,   &nc,         (void *)&packed, &out,        &Ml, &c->flag};
+    if (c->lists_M != M)
+        return tw_error(ctx, TWELL_ERR_INTERNAL,
+                        "training: the tiled lists are not those of M rows");
+    size_t NL = tw_cdiv(M, TW_FFN_GT) * c->tk.words[TW_CFG_NC];
+    const uint32_t *total = c->offsets + NL; /* the scan's slot total */
+    long long ps = (long long)c->pair_cap;
+    size_t gx = tw_cdiv(c->pair_cap, 256), cap = (size_t)ctx->cuda->sm_count * 8u;
+    void *args[] = {&c->gv, &c->eidx, &c->partial, &ps, (void *)&total, &out, &c->flag};
     return tw_ctt_go(ctx, udt, gx < cap ? gx : cap, 1, 256, 0, stream, args);
 }
 
@@ -157,7 +157,9 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
         o[i] = b, b += tw_al(4u * words[i]);
     TW_TRY(tw_ctt_grow(ctx, &c->ws, &c->ws_bytes, b));
     size_t nsl = plan->shape.K / 64u;
-    size_t pg = tw_al(4u * (P + 64u)), pp = pg + tw_al(2u * (P + 64u));
+    /* desc u32[P+64], eidx u32[P+64], gv u16[P+64], partial f32[NSL·P] */
+    size_t pe = tw_al(4u * (P + 64u)), pg = pe + tw_al(4u * (P + 64u));
+    size_t pp = pg + tw_al(2u * (P + 64u));
     size_t pbytes = pp + tw_al(4u * nsl * P);
     TW_TRY(tw_ctt_grow(ctx, &c->pairs, &c->pairs_bytes, pbytes));
     uint32_t **pw[12] = {&c->flag,     &c->cnt,      &c->ovf_base, &c->item_base,
@@ -166,6 +168,7 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
     for (int i = 0; i < 12; i++)
         *pw[i] = (uint32_t *)(void *)((char *)c->ws + o[i]);
     c->desc = c->pairs;
+    c->eidx = (uint32_t *)(void *)((char *)c->pairs + pe);
     c->gv = (uint16_t *)(void *)((char *)c->pairs + pg);
     c->partial = (float *)(void *)((char *)c->pairs + pp);
     c->pair_cap = (size_t)P;
@@ -186,8 +189,8 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *c, size_t M, const uint32_t 
                       &big,          &no_stats, &stats_add,  &no_acc,   &no_hflag};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_SCAN], 1, 1, 1024, 0, stream, a_scan));
     unsigned bw = cfg[TW_CFG_BW];
-    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,        &c->offsets,
-                       &c->desc,        &c->gv, &c->flag,  (void *)&no_hmark};
+    void *a_build[] = {(void *)&packed, &m,     &c->bbase, &c->sizes,         &c->offsets,
+                       &c->desc,        &c->gv, &c->flag,  (void *)&no_hmark, &c->eidx};
     TW_TRY(tw_ctt_go(ctx, c->tk.fn[TW_FN_BUILD], tw_cdiv(NL, bw), 1, bw * 32u, 0, stream, a_build));
     c->lists_M = M;
     *pre = c->flag;

@@ -29,9 +29,10 @@ twell_status tw_ctt_lists(twell_plan *plan, tw_ctt *tp, size_t M, const uint32_t
 twell_status tw_ctt_phase_a(twell_plan *plan, tw_ctt *tp, size_t M, const void *a, const void *w,
                             twell_stream stream);
 /* train_ffn's twell_train_udt (function udt): the slices summed per pair, stored at the entry's
- * word of out ([M, N/C] f32, u_ell's layout). */
-twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *tp, size_t M, const uint32_t *packed, float *out,
-                        tw_CUfunction udt, twell_stream stream);
+ * word of out ([M, N/C] f32, u_ell's layout; the lists carry each entry's word index).
+ * TWELL_ERR_INTERNAL when the lists are not those of M rows. */
+twell_status tw_ctt_udt(twell_plan *plan, tw_ctt *tp, size_t M, float *out, tw_CUfunction udt,
+                        twell_stream stream);
 /* The device flag word of the built lists (what tw_ctt_lists returned in *pre). */
 const uint32_t *tw_ctt_flag(const tw_ctt *tp);
 /* Device bytes held. */
