@@ -416,6 +416,43 @@ static void test_gpu_train_state_reuse(void **unused) {
     gt_gpu_close(&g);
 }
 
+/* Many steps on one state, the same bytes every step: the four one-pass scans of a step (tiles,
+ * rows, neuron histogram, neurons; different block counts) share one look-back buffer and tag
+ * their flags with a new epoch each, so a flag word must never hold another scan's sums (it did
+ * once: totals read garbage after ~30 steps at M 16384). Also across the epoch's wrap. */
+static void test_gpu_train_scan_steps(void **unused) {
+    (void)unused;
+    gt_case c = {16384, 128, 5632, 256, 8, BF, 29.0 / 5632.0, 1, 0, 1.0f, 0, 0, 0};
+    twell_shape s = gt_shape(&c);
+    tw_t_gen gen = {c.density, c.skew, c.exact, 91u};
+    tw_t_data d;
+    assert_int_equal(tw_t_data_make(&d, c.dt, c.M, c.K, c.N, &gen), 0);
+    gt_gpu g;
+    gt_gpu_open(&g, &s, &c);
+    gt_gpu_data(&g, &d, 0);
+    gt_out r, o;
+    gt_out_alloc(&r, c.M, c.K, c.N);
+    gt_out_alloc(&o, c.M, c.K, c.N);
+    gt_gpu_run(&g, c.lambda, 0xFFFFFFFFu, &r);
+    const size_t b16 = c.M * c.K * 2u, b32 = (size_t)c.N * c.K * 4u;
+    const int steps = 72, wrap_at = 64;
+    for (int i = 0; i < steps; i++) {
+        if (i == wrap_at) /* 4 scans a step: the wrap falls inside the next step */
+            GT_OK(tw_test_control(TW_TC_TRAIN_SET_SCAN_EPOCH, g.state, 0x7ffffffeu - 2u));
+        gt_gpu_run(&g, c.lambda, (i & 1) ? 0x7FC17FC1u : 0xFFFFFFFFu, &o);
+        if (memcmp(o.y, r.y, b16) || memcmp(o.dx, r.dx, b16) || memcmp(o.dwg, r.dwg, b32) ||
+            memcmp(o.dwu, r.dwu, b32) || memcmp(o.dwd, r.dwd, b32) ||
+            memcmp(o.stats, r.stats, sizeof o.stats))
+            fail_msg("step %d of %d: outputs differ from the first step's", i + 2, steps + 1);
+    }
+    printf("# %d steps on one state (M %zu, skewed), bitwise equal, epoch wrap included\n",
+           steps + 1, c.M);
+    gt_out_free(&r);
+    gt_out_free(&o);
+    gt_gpu_close(&g);
+    tw_t_data_free(&d);
+}
+
 /* Error paths: backward before any forward, with another M, with a state of another plan; the
  * outputs stay untouched. */
 static void test_gpu_train_errors(void **unused) {
@@ -464,7 +501,7 @@ int main(int argc, char **argv) {
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (small)
         ncases = 3;
-    struct CMUnitTest tests[2 * (sizeof gt_cases / sizeof gt_cases[0]) + 2];
+    struct CMUnitTest tests[2 * (sizeof gt_cases / sizeof gt_cases[0]) + 3];
     static char names[2 * (sizeof gt_cases / sizeof gt_cases[0])][140];
     for (size_t i = 0; i < ncases; i++) {
         const gt_case *c = &gt_cases[i];
@@ -492,6 +529,8 @@ int main(int argc, char **argv) {
     if (!small) {
         struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_state_reuse);
         tests[n++] = t2;
+        struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_scan_steps);
+        tests[n++] = t3;
     }
     int rc = _cmocka_run_group_tests("test_gpu_train", tests, n, NULL, NULL);
     twell_ctx_destroy(gt_ctx);

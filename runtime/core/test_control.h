@@ -199,6 +199,10 @@ enum {
      * their active values and the threshold it classified with (0, 0, 0: the route did not run;
      * 0, 0, thr: it ran and found none) */
     TW_TC_TRAIN_HEAVY_ROWS,
+    /* (state, unsigned epoch): the epoch the next scan increments from (the one-pass scans tag
+     * their look-back flags with it; past 2^31 - 2 it wraps to 1 and the flags are cleared);
+     * INVALID_ARG when the state holds no CUDA training data yet */
+    TW_TC_TRAIN_SET_SCAN_EPOCH,
     TW_TC_TRAIN_LAST,
 
     /* ---- training, dense path and AUTO (runtime/ops/train/cuda_train_dense.c) ---- */

@@ -245,8 +245,11 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw
     __shared__ tw_u64 s_pre[2];
     __shared__ tw_u32 s_b;
     const tw_u64 nb = (a.n + 2047ull) / 2048ull;
-    tw_u32 *ticket = sb, *flag = sb + 2;
-    tw_u64 *desc = (tw_u64 *)(sb + 2 + ((nb + 1ull) & ~1ull)); /* [aggregate, inclusive] x 2 */
+    /* ticket (+ pad), then a record of 5 u64 per block: flag (low word; the only thing ever
+     * stored there, so a scan of any size reads no other scan's sums as a flag), aggregate x 2,
+     * inclusive prefix x 2 */
+    tw_u32 *ticket = sb;
+    tw_u64 *rec = (tw_u64 *)(sb + 2);
     if (threadIdx.x == 0) {
         const tw_u32 b = atomicAdd(ticket, 1u);
         if ((tw_u64)b + 1ull == nb)
@@ -274,29 +277,29 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw
     if (threadIdx.x < 32u) { /* warp 0 looks back, 32 predecessors a step */
         const int lane = (int)threadIdx.x;
         const tw_u32 FA = 2u * epoch + 1u, FI = 2u * epoch + 2u; /* aggregate, inclusive */
-        volatile tw_u64 *vd = desc;
-        volatile tw_u32 *vf = flag;
+        volatile tw_u64 *vd = rec;
+#define TW_SCAN_FLAG(k) (*(volatile tw_u32 *)(rec + 5 * (k)))
         tw_u64 p0 = 0, p1 = 0;
         if (b > 0) {
             if (lane == 0) {
-                vd[4 * b] = t0, vd[4 * b + 1] = t1;
+                vd[5 * b + 1] = t0, vd[5 * b + 2] = t1;
                 __threadfence();
-                vf[b] = FA;
+                TW_SCAN_FLAG(b) = FA;
             }
             for (long long j = (long long)b - 1;; j -= 32) {
                 const long long k = j - lane; /* lane 0 the nearest predecessor */
-                tw_u32 f = k >= 0 ? vf[k] : FI; /* before block 0: an inclusive prefix of 0 */
+                tw_u32 f = k >= 0 ? TW_SCAN_FLAG(k) : FI; /* before block 0: a prefix of 0 */
                 while (!__all_sync(TW_FULL, f == FA || f == FI))
                     if (f != FA && f != FI)
-                        f = vf[k];
+                        f = TW_SCAN_FLAG(k);
                 __threadfence();
                 const tw_u32 inc = __ballot_sync(TW_FULL, f == FI);
                 const int stop = inc ? __ffs((int)inc) - 1 : 32;
                 tw_u64 a0 = 0, a1 = 0;
                 if (lane < stop)
-                    a0 = vd[4 * k], a1 = vd[4 * k + 1];
+                    a0 = vd[5 * k + 1], a1 = vd[5 * k + 2];
                 else if (lane == stop && k >= 0)
-                    a0 = vd[4 * k + 2], a1 = vd[4 * k + 3];
+                    a0 = vd[5 * k + 3], a1 = vd[5 * k + 4];
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) {
                     a0 += __shfl_xor_sync(TW_FULL, a0, o);
@@ -308,9 +311,10 @@ extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw
             }
         }
         if (lane == 0) {
-            vd[4 * b + 2] = p0 + t0, vd[4 * b + 3] = p1 + t1;
+            vd[5 * b + 3] = p0 + t0, vd[5 * b + 4] = p1 + t1;
             __threadfence();
-            vf[b] = FI;
+            TW_SCAN_FLAG(b) = FI;
+#undef TW_SCAN_FLAG
             if (b + 1ull == nb)
                 a.tot[0] = p0 + t0, a.tot[1] = p1 + t1;
             s_pre[0] = p0, s_pre[1] = p1;

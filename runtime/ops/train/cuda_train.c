@@ -42,9 +42,10 @@ typedef struct {
 } tw_ct_sa;
 
 #define TW_CT_SCAN_ITEMS 2048u /* items per scan block */
-/* The one-pass scans' state for nb blocks: ticket (+ pad), flags u32 [nb rounded up to even],
- * then [aggregate, inclusive] x 2 channels u64 per block (train_ffn_state.lua). */
-#define TW_CT_SCAN_BYTES(nb) (8u + 4u * (((nb) + 1u) & ~(uint64_t)1u) + 32u * (nb))
+/* The one-pass scans' state for nb blocks: ticket (+ pad), then per block a record of 5 u64:
+ * flag, [aggregate, inclusive] x 2 channels (train_ffn_state.lua). The four scans share it
+ * whatever their block counts: a flag word never holds anything but flags. */
+#define TW_CT_SCAN_BYTES(nb) (8u + 40u * (uint64_t)(nb))
 #define TW_CT_SMEM_DEFAULT 49152u
 #define TW_CT_SC_P 1024u /* train_ffn.cu.lua's SC_P: entries twell_train_scatter loads at once */
 
@@ -289,8 +290,10 @@ static twell_status tw_ct_scan(twell_ctx *ctx, const tw_tmod *m, tw_ctrain *t, i
                                tw_ct_sa *a, twell_stream stream) {
     uint64_t nb = (a->n + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
     void *sb = t->buf[TB_SCAN].p;
-    if (++t->scan_epoch == 0u || t->scan_epoch > 0x7fffffffu)
-        t->scan_epoch = 1u; /* flags 2·epoch + 1, + 2 stay distinct from the zeroed buffer */
+    if (++t->scan_epoch > 0x7ffffffeu) { /* flags 2·epoch + 1, + 2 must fit 32 bits */
+        t->scan_epoch = 1u;              /* wrapped: no flag of an older scan may match epoch 1's */
+        TW_TRY(tw_cuda_memset_d32(ctx, sb, 0u, t->buf[TB_SCAN].cap / 4u, stream));
+    }
     uint32_t epoch = t->scan_epoch;
     void *args[] = {a, &sb, &epoch};
     twell_status st =

@@ -244,6 +244,14 @@ twell_status tw_train_test_control(int op, va_list ap) {
         *thr = t && t->M ? t->hthr : 0u;
         return TWELL_OK;
     }
+    case TW_TC_TRAIN_SET_SCAN_EPOCH: {
+        tw_ctrain *t = state->backend_data;
+        unsigned epoch = va_arg(ap, unsigned);
+        if (!t)
+            return TWELL_ERR_INVALID_ARG;
+        t->scan_epoch = epoch;
+        return TWELL_OK;
+    }
     }
     return TWELL_ERR_INVALID_ARG;
 }

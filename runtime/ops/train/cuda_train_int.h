@@ -122,7 +122,7 @@ typedef struct tw_ctrain {
      * active values than this; < 0: the cost model's threshold, the default), its module,
      * and the saved forward's heavy rows (nh of them, hnnz active values; 0: none) */
     long long heavy;
-    uint32_t scan_epoch; /* the last scan's epoch (tw_ct_scan): 1..2^31 - 1 */
+    uint32_t scan_epoch; /* the last scan's epoch (tw_ct_scan): 1..2^31 - 2 */
     tw_CUmodule hmod;
     tw_CUfunction hfn[TH_COUNT];
     size_t nh;
