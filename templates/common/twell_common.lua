@@ -87,6 +87,24 @@ __device__ __forceinline__ unsigned short tw_from_f32(float f) {
     end
 end
 
+-- Emits tw_row_active(row): the number of active values of one TwELL row (row = its first
+-- word: the sum of its N/T row-tiles' count words), summed by a warp; every lane returns it. All
+-- 32 lanes must call it together.
+function M.row_active(S)
+    local NT, W = S.N // S.T, S.W
+    cuda [==[
+__device__ __forceinline__ unsigned int tw_row_active(const unsigned int *row) {
+    unsigned int c = 0;
+    for (unsigned int t = threadIdx.x & 31u; t < ${NT}u; t += 32u)
+        c += row[t * ${W}u];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        c += __shfl_xor_sync(0xffffffffu, c, o);
+    return c;
+}
+]==]
+end
+
 -- Emits tw_pack_row_tile_warp(vals, dst, col0): the 32 lanes of one warp pack the T 16-bit
 -- activations vals[0..T) (shared memory) of one row-tile into dst[0..W): word 0 = number of
 -- active values (positive patterns), then up to SLOTS entries (value << 16 | column) in ascending

@@ -33,10 +33,10 @@ local S = common.shape()
 if S.K % 64 ~= 0 then
     unsupported("K=%d is not a multiple of 64 (the dense GEMMs need it)", S.K)
 end
-local NT = S.N // S.T
 local NBK = (S.K + 255) // 256
 local DT = S.dtype == "bf16" and "bf16" or "f16"
 
+common.row_active(S)
 cuda [==[
 typedef unsigned int tw_u32;
 typedef unsigned short tw_u16;
@@ -49,12 +49,7 @@ twell_ffn_heavy_flag(const tw_u32 *__restrict__ packed, int M, tw_u32 thr,
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
         const tw_u32 *row = packed + m * ${S.NW};
-        tw_u32 c = 0;
-        for (int t = lane; t < ${NT}; t += 32)
-            c += row[t * ${S.W}];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            c += __shfl_xor_sync(TW_FULL, c, o);
+        const tw_u32 c = tw_row_active(row);
         if (lane == 0)
             hmark[m] = c > thr ? 1u : 0u;
     }

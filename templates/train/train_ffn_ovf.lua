@@ -17,12 +17,7 @@ twell_train_ovf_list(tw_u32 *__restrict__ packed, long long M, tw_u32 *__restric
     for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
         tw_u32 *row = packed + m * ${S.NW};
         if (flag) { /* the heavy-row route (train_heavy.cu.lua's twell_train_heavy_flag) */
-            tw_u32 c = 0;
-            for (int t = lane; t < ${NT}; t += 32)
-                c += row[t * ${S.W}];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                c += __shfl_xor_sync(TW_FULL, c, o);
+            const tw_u32 c = tw_row_active(row);
             /* every lane has read its counts before the shuffles: the writes race with none */
             if (c > thr) {
                 if (lane == 0) {

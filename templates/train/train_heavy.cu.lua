@@ -34,8 +34,8 @@
 
 local common = import "twell_common"
 local S = common.shape()
-local NT = S.N // S.T
 
+common.row_active(S)
 cuda [==[
 typedef unsigned long long tw_u64;
 typedef unsigned int tw_u32;
@@ -48,12 +48,7 @@ twell_train_heavy_flag(tw_u32 *__restrict__ packed, long long M, tw_u32 thr,
     const long long nw = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long m = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; m < M; m += nw) {
         tw_u32 *row = packed + m * ${S.NW};
-        tw_u32 c = 0;
-        for (int t = lane; t < ${NT}; t += 32)
-            c += row[t * ${S.W}];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            c += __shfl_xor_sync(TW_FULL, c, o);
+        const tw_u32 c = tw_row_active(row);
         /* every lane has read its counts before the shuffles: the writes below race with none */
         const bool heavy = c > thr;
         if (lane == 0) {
