@@ -201,6 +201,21 @@ static void gr_expect_same(const gr_bufs *b, const uint32_t *packed, const uint1
                      y[i], b->y[i]);
 }
 
+/* What the last run (a replay) left in b equals an eager sparse call's bytes on the same
+ * inputs. */
+static void gr_expect_eager_same(twell_plan *plan, gr_bufs *b, const char *what) {
+    size_t pb = twell_packed_bytes(&b->s, b->M), yb = b->M * b->s.K * 2u;
+    uint32_t *p = malloc(pb);
+    uint16_t *y = malloc(yb);
+    assert_true(p && y);
+    memcpy(p, b->packed, pb);
+    memcpy(y, b->y, yb);
+    gr_eager(plan, b, P_SPARSE, P_SPARSE);
+    gr_expect_same(b, p, y, what);
+    free(p);
+    free(y);
+}
+
 /* ---- replay with changed inputs, per case ---- */
 
 typedef struct {
@@ -396,18 +411,9 @@ static void test_gpu_graph_overflow_beyond_reserve(void **state) {
         gr_expect_ref(&b, seq[i].f, seq[i].what);
     }
     /* B's replay took the tiled pipeline: the same bytes as an eager call */
-    size_t pb = twell_packed_bytes(&s, M), yb = M * s.K * 2u;
-    uint32_t *p = malloc(pb);
-    uint16_t *y = malloc(yb);
-    assert_true(p && y);
     gr_load(&b, fb);
     gr_replay(g, &b);
-    memcpy(p, b.packed, pb);
-    memcpy(y, b.y, yb);
-    gr_eager(plan, &b, P_SPARSE, P_SPARSE);
-    gr_expect_same(&b, p, y, "replay of B vs eager");
-    free(p);
-    free(y);
+    gr_expect_eager_same(plan, &b, "replay of B vs eager");
     tw_cuda_graph_destroy(gr_ctx, g);
     tw_synth_destroy(fa);
     tw_synth_destroy(fb);
@@ -432,10 +438,6 @@ static void test_gpu_graph_heavy_rows(void **state) {
     tw_synth_ffn *fa = gr_data(&s, M, SKW, 29, 41), *fb = gr_data(&s, M, SKW, 29, 42);
     gr_load(&b, fa);
     tw_cuda_graph g = gr_capture(plan, &b);
-    size_t pb = twell_packed_bytes(&s, M), yb = M * s.K * 2u;
-    uint32_t *p = malloc(pb);
-    uint16_t *y = malloc(yb);
-    assert_true(p && y);
     const tw_synth_ffn *seq[] = {fa, fb};
     for (size_t i = 0; i < 2; i++) {
         char what[64];
@@ -447,13 +449,8 @@ static void test_gpu_graph_heavy_rows(void **state) {
         gr_expect_ref(&b, seq[i], what);
         if (gr_sm90())
             assert_true(rows > 0);
-        memcpy(p, b.packed, pb);
-        memcpy(y, b.y, yb);
-        gr_eager(plan, &b, P_SPARSE, P_SPARSE);
-        gr_expect_same(&b, p, y, "heavy replay vs eager");
+        gr_expect_eager_same(plan, &b, "heavy replay vs eager");
     }
-    free(p);
-    free(y);
     tw_cuda_graph_destroy(gr_ctx, g);
     tw_synth_destroy(fa);
     tw_synth_destroy(fb);
