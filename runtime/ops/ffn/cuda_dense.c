@@ -12,6 +12,7 @@
 #include "dense_tuner.h"
 #include "ffn_policy.h"
 
+#include "cuda_module.h"
 #include "jit.h"
 #include "m_bucket.h"
 #include "op_plan.h"
@@ -82,18 +83,6 @@ static size_t tw_dense_units(const twell_shape *s, size_t m) {
 
 /* ---- modules ---- */
 
-/* Template `name` with parameters p[0..n) as a loaded module with kernels fnames[0..nfn). */
-static twell_status tw_dense_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
-                                    const char *const *fnames, size_t nfn, tw_CUmodule *mod,
-                                    tw_CUfunction *fns) {
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_open(ctx, cubin.data, fnames, nfn, mod, fns);
-    tw_cubin_free(&cubin);
-    return st;
-}
-
 static void tw_dense_unload(tw_dense *d) {
     tw_cu_module_unload(d->mod_up);
     tw_cu_module_unload(d->mod_down);
@@ -142,13 +131,13 @@ static twell_status tw_dense_load(twell_plan *plan, tw_dense *d) {
                                           "twell_dense_reduce_plain", "twell_dense_reduce_gated",
                                           "twell_dense_reduce_relu"};
     tw_CUfunction af[5];
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[0], np[0], gemm, 1, &d->mod_up, &d->up));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[1], np[1], gemm, 1, &d->mod_down, &d->down));
-    TW_TRY(
-        tw_dense_module(ctx, "gemm_sm90", prm[2], np[2], gemm, 1, &d->mod_up_split, &d->up_split));
-    TW_TRY(tw_dense_module(ctx, "gemm_sm90", prm[3], np[3], gemm, 1, &d->mod_down_split,
-                           &d->down_split));
-    TW_TRY(tw_dense_module(ctx, "dense_aux", aux, naux, aux_fns, 5, &d->mod_aux, af));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", prm[0], np[0], gemm, 1, &d->mod_up, &d->up));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", prm[1], np[1], gemm, 1, &d->mod_down, &d->down));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", prm[2], np[2], gemm, 1, &d->mod_up_split,
+                              &d->up_split));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", prm[3], np[3], gemm, 1, &d->mod_down_split,
+                              &d->down_split));
+    TW_TRY(tw_template_module(ctx, "dense_aux", aux, naux, aux_fns, 5, &d->mod_aux, af));
     d->count = af[0], d->expand = af[1];
     d->red_plain = af[2], d->red_gated = af[3], d->red_relu = af[4];
     const struct {

@@ -7,6 +7,7 @@
 #include "cuda_ffn_heavy.h"
 
 #include "cuda_dense.h"
+#include "cuda_module.h"
 #include "dense_split.h"
 #include "jit.h"
 
@@ -73,17 +74,6 @@ void tw_ffn_heavy_release(twell_plan *plan, tw_ffn_heavy *h) {
 
 void tw_ffn_heavy_set(tw_ffn_heavy *h, long long knob) { h->knob = knob; }
 
-static twell_status hv_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
-                              const char *const *names, size_t nfn, tw_CUmodule *mod,
-                              tw_CUfunction *fns) {
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_open(ctx, cubin.data, names, nfn, mod, fns);
-    tw_cubin_free(&cubin);
-    return st;
-}
-
 /* Why the route cannot run for this plan (NULL: it can). */
 static const char *hv_why_not(const twell_plan *plan) {
     const twell_shape *s = &plan->shape;
@@ -109,14 +99,14 @@ static twell_status hv_load(twell_plan *plan, tw_ffn_heavy *h) {
     static const char *const gemm[] = {"twell_gemm_sm90"};
     tw_param sp[TW_SHAPE_NPARAMS];
     size_t nsp = tw_shape_params(s, sp);
-    TW_TRY(hv_module(ctx, "ffn_heavy", sp, nsp, names, HV_COUNT, &h->mod, h->fn));
+    TW_TRY(tw_template_module(ctx, "ffn_heavy", sp, nsp, names, HV_COUNT, &h->mod, h->fn));
     tw_param up[TW_DENSE_GEMM_NPARAMS + 1], down[TW_DENSE_GEMM_NPARAMS + 1];
     size_t nup = tw_dense_gemm_params(s, TW_DENSE_UP, 0, up);
     size_t ndown = tw_dense_gemm_params(s, TW_DENSE_DOWN, 1, down);
     up[nup++] = (tw_param){"DM", NULL, 1};
     down[ndown++] = (tw_param){"DM", NULL, 1};
-    TW_TRY(hv_module(ctx, "gemm_sm90", up, nup, gemm, 1, &h->mod_up, &h->up));
-    TW_TRY(hv_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &h->mod_down, &h->down));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", up, nup, gemm, 1, &h->mod_up, &h->up));
+    TW_TRY(tw_template_module(ctx, "gemm_sm90", down, ndown, gemm, 1, &h->mod_down, &h->down));
     TW_TRY(tw_cu_func_set_attribute(ctx, h->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)TW_DG_SMEM));
     return tw_cu_func_set_attribute(

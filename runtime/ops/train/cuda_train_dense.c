@@ -5,6 +5,7 @@
  */
 #include "cuda_train_dense.h"
 
+#include "cuda_module.h"
 #include "jit.h"
 #include "test_control.h"
 #include "train_auto.h"
@@ -136,12 +137,7 @@ static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdens
 /* Template `name` with parameters p[0..n) as a loaded module and its one kernel `fname`. */
 static twell_status td_module(twell_ctx *ctx, const char *name, const tw_param *p, size_t n,
                               const char *fname, tw_CUmodule *mod, tw_CUfunction *fn) {
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    TW_TRY(tw_jit_cubin(ctx, name, p, n, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_open(ctx, cubin.data, &fname, 1, mod, fn);
-    tw_cubin_free(&cubin);
-    return st;
+    return tw_template_module(ctx, name, p, n, &fname, 1, mod, fn);
 }
 
 /* gemm_sm90's parameters for one GEMM (order as the template's cache key sees them): k, n the

@@ -5,6 +5,7 @@
  */
 #include "cuda_train_heavy.h"
 
+#include "cuda_module.h"
 #include "cuda_train_dense.h"
 #include "jit.h"
 #include "train_layout.h"
@@ -29,11 +30,8 @@ static twell_status th_load(twell_plan *plan, tw_ctrain *t) {
     twell_ctx *ctx = plan->ctx;
     tw_param params[TW_SHAPE_NPARAMS];
     size_t np = tw_shape_params(&plan->shape, params);
-    tw_cubin cubin;
-    memset(&cubin, 0, sizeof cubin);
-    TW_TRY(tw_jit_cubin(ctx, "train_heavy", params, np, ctx->cuda->arch, &cubin));
-    twell_status st = tw_cu_module_open(ctx, cubin.data, th_names, TH_COUNT, &t->hmod, t->hfn);
-    tw_cubin_free(&cubin);
+    twell_status st =
+        tw_template_module(ctx, "train_heavy", params, np, th_names, TH_COUNT, &t->hmod, t->hfn);
     if (st != TWELL_OK)
         t->hmod = NULL;
     return st;
