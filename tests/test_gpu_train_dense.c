@@ -13,7 +13,7 @@
  * different poison, every output written (NaN poison), no host wait in dense steps, and the
  * out-of-memory fallback from the sparse path (device filled, dense workspace lent).
  * `test_gpu_train_dense small`: the first two cases only (sanitizer). Exits 77 without a device.
- * labels: gpu slow */
+ * labels: gpu slow serial (one case fills the device's memory: nothing may run beside it) */
 #include "cuda_driver.h"
 #include "cuda_train_dense.h"
 #include "half.h"
