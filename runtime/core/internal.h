@@ -73,6 +73,12 @@ twell_status tw_verror(twell_ctx *ctx, twell_status status, const char *fmt, va_
             return tw_try_st_;                                                                     \
     } while (0)
 
+/* Size arithmetic shared by the launchers: a / b rounded up, the smaller of two, and v rounded
+ * up to 256 bytes (the alignment of every piece carved out of a device buffer). */
+static inline size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+static inline size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
+
 /* Clears ctx's last error ("" message). */
 void tw_clear_error(twell_ctx *ctx);
 

@@ -72,8 +72,6 @@ struct tw_dense {
     unsigned long calls[3]; /* by twell_path */
 };
 
-static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
-static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t tw_max_rows(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Units (cluster tiles) of a chunk of m rows: the flag words the GEMMs index. */

@@ -31,8 +31,6 @@ typedef struct {
 
 /* ---- workspace layout (pieces 256-byte aligned, as the launch contract asks) ---- */
 
-static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
-
 typedef struct {
     size_t flag, cnt, ovf_base, item_base, ovf_rows, ovf_slot, orow_idx, orows, sizes, offsets,
         bsum, bbase, bytes;
@@ -197,9 +195,6 @@ static twell_status tw_go(twell_plan *plan, tw_CUfunction fn, size_t gx, unsigne
                           unsigned block, unsigned smem, twell_stream stream, void **args) {
     return tw_go_pdl(plan, fn, gx, gy, block, smem, stream, args, 1u);
 }
-
-static size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
-static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Steps 1-3 of the launch contract for one chunk of m rows: counts, list sizes and offsets,
  * overflow bookkeeping, flags; stats (or NULL) receives the chunk's active values (added when

@@ -36,10 +36,6 @@ struct tw_ffn_heavy {
     tw_cuda_keep keep;
 };
 
-static size_t hv_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
-static size_t hv_min(size_t a, size_t b) { return a < b ? a : b; }
-static size_t hv_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
 /* Cost model. Per active value the sparse pipeline takes ~1.2 ns at 16384 x 29 (H100, fused part
  * 0.59 ms for 475 k values; overflowing row-tiles cost more: their own GEMM kernels), a dense row
  * ~3 K N multiply-adds on tensor cores at block sizes of a few hundred rows ~150 ns at N 5632,
@@ -123,14 +119,14 @@ typedef struct {
 static void hv_layout_of(const twell_shape *s, size_t R, size_t cap, unsigned nsplit,
                          hv_layout *L) {
     size_t o = 0;
-    L->hmark = o, o += hv_al(4 * (R + 16)); /* the list kernel reads 16 words at a time */
-    L->idx = o, o += hv_al(4 * cap);
-    L->hn = o, o += hv_al(16);
+    L->hmark = o, o += tw_al(4 * (R + 16)); /* the list kernel reads 16 words at a time */
+    L->idx = o, o += tw_al(4 * cap);
+    L->hn = o, o += tw_al(16);
     L->nones = tw_dense_gemm_units(cap, s->N);
-    L->ones = o, o += hv_al(4 * L->nones);
-    L->xb = o, o += hv_al(2 * cap * s->K);
-    L->hb = o, o += hv_al(2 * cap * s->N);
-    L->part = o, o += hv_al(4 * (size_t)nsplit * cap * s->K);
+    L->ones = o, o += tw_al(4 * L->nones);
+    L->xb = o, o += tw_al(2 * cap * s->K);
+    L->hb = o, o += tw_al(2 * cap * s->N);
+    L->part = o, o += tw_al(4 * (size_t)nsplit * cap * s->K);
     L->bytes = o;
 }
 
@@ -144,7 +140,7 @@ static twell_status hv_reserve(twell_plan *plan, tw_ffn_heavy *h, size_t R, int 
     const twell_shape *s = &plan->shape;
     if (h->buf && R <= h->rows)
         return TWELL_OK;
-    size_t cap = hv_min(R, TW_FFN_HEAVY_CAP);
+    size_t cap = tw_min(R, TW_FFN_HEAVY_CAP);
     unsigned kb = s->N / 64u, nsplit = kb < 4u ? kb : 4u;
     hv_layout L;
     hv_layout_of(s, R, cap, nsplit, &L);
@@ -230,7 +226,7 @@ twell_status tw_ffn_heavy_mark(twell_plan *plan, tw_ffn_heavy *h, int m, const u
     {
         void *args[] = {(void *)&packed, &m, &h->thr, &h->hmark};
         TW_TRY(
-            hv_go(ctx, h->fn[HV_FLAG], hv_min(hv_cdiv((size_t)m, 8), 8 * sms), 256, stream, args));
+            hv_go(ctx, h->fn[HV_FLAG], tw_min(tw_cdiv((size_t)m, 8), 8 * sms), 256, stream, args));
     }
     {
         void *args[] = {&h->hmark, &m, &cap, &h->idx, &h->hn};
@@ -252,7 +248,7 @@ twell_status tw_ffn_heavy_gemms(twell_plan *plan, tw_ffn_heavy *h, const void *x
         void *args[] = {(void *)&x, &h->xb, &h->idx, &h->hn, &cap};
         size_t units = h->cap * (s->K / 8u);
         TW_TRY(
-            hv_go(ctx, h->fn[HV_GATHER], hv_min(hv_cdiv(units, 256), 8 * sms), 256, stream, args));
+            hv_go(ctx, h->fn[HV_GATHER], tw_min(tw_cdiv(units, 256), 8 * sms), 256, stream, args));
     }
     /* h = round(g ⊙ (x·Wuᵀ)) with g recomputed in every unit (the flags are all set) */
     TW_TRY(tw_cuda_dense_gemm_dm(plan, h->up, 0, h->cap, s->K, s->N, h->xb, wu, wg, 0, h->hb,
@@ -268,8 +264,8 @@ twell_status tw_ffn_heavy_scatter(twell_plan *plan, tw_ffn_heavy *h, void *y, tw
     size_t sms = (size_t)ctx->cuda->sm_count;
     int cap = (int)h->cap, ns = (int)h->nsplit;
     void *args[] = {&h->part, &cap, &ns, &h->hn, &h->idx, &y};
-    size_t items = h->cap * hv_cdiv(s->K, 256);
-    return hv_go(ctx, h->fn[HV_SCATTER], hv_min(hv_cdiv(items, 8), 8 * sms), 256, stream, args);
+    size_t items = h->cap * tw_cdiv(s->K, 256);
+    return hv_go(ctx, h->fn[HV_SCATTER], tw_min(tw_cdiv(items, 8), 8 * sms), 256, stream, args);
 }
 
 twell_status tw_ffn_heavy_rows(twell_plan *plan, tw_ffn_heavy *h, int *rows) {

@@ -38,9 +38,6 @@ struct tw_small {
     tw_cuda_keep keep; /* workspaces captured graphs may still use (freed at release) */
 };
 
-static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
-static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
 /* The up kernel's dynamic shared memory for M rows (ffn_small.cu.lua, TW_UP_SMEM). */
 static unsigned tw_up_smem(size_t M) { return (unsigned)(((M + 31u) & ~(size_t)31u) * 68u); }
 

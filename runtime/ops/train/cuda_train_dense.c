@@ -73,11 +73,10 @@ struct tw_tdense {
     tw_CUfunction sfn[TS_NMOD];
 };
 
-static size_t td_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
 
 unsigned tw_ctd_nsplit(int sm_count, size_t M, size_t ncols, size_t red) {
-    size_t units = td_cdiv(td_cdiv(M, TD_BM), TD_CLUSTER) * td_cdiv(ncols, TD_BN);
+    size_t units = tw_cdiv(tw_cdiv(M, TD_BM), TD_CLUSTER) * tw_cdiv(ncols, TD_BN);
     size_t cl = (size_t)sm_count / TD_CLUSTER, kb = red / 64u;
     if (units == 0 || 2u * units > cl)
         return 1u;
@@ -89,7 +88,7 @@ unsigned tw_ctd_nsplit(int sm_count, size_t M, size_t ncols, size_t red) {
 
 /* Units the forward GEMM runs for M rows (its partials: 16 consumer warps' pairs per unit). */
 static size_t td_units(const twell_shape *s, size_t M) {
-    return td_cdiv(td_cdiv(M, TD_BM), TD_CLUSTER) * td_cdiv(s->N, TD_BN);
+    return tw_cdiv(tw_cdiv(M, TD_BM), TD_CLUSTER) * tw_cdiv(s->N, TD_BN);
 }
 
 size_t tw_ctd_bytes(const twell_shape *s, size_t M) {
@@ -475,7 +474,7 @@ typedef struct {
 static twell_status td_gemm(twell_ctx *ctx, tw_CUfunction fn, unsigned smem,
                             const tw_CUtensorMap *ma, const tw_CUtensorMap *mb,
                             const tw_CUtensorMap *mg, const td_args *a, twell_stream stream) {
-    size_t units = td_cdiv(td_cdiv((size_t)a->rows, TD_BM), TD_CLUSTER) * td_cdiv(a->ncols, TD_BN);
+    size_t units = tw_cdiv(tw_cdiv((size_t)a->rows, TD_BM), TD_CLUSTER) * tw_cdiv(a->ncols, TD_BN);
     if (a->nsplit > 1u)
         units *= a->nsplit;
     size_t maxc = (size_t)ctx->cuda->sm_count / TD_CLUSTER;
@@ -516,10 +515,10 @@ static twell_status td_mm(twell_ctx *ctx, const tw_tdense *d, tw_CUfunction fn, 
     TW_TRY(td_gemm(ctx, d->sfn[which], TD_WG_SMEM(TD_WG_STAGES), ma, mb, mg, &a, stream));
     int rows = a.rows, ns = (int)n;
     void *args[] = {&spart, &rows, &ns, &out};
-    size_t items = (size_t)rows * td_cdiv(a.ncols, 256u), cap = 16u * (size_t)sms;
+    size_t items = (size_t)rows * tw_cdiv(a.ncols, 256u), cap = 16u * (size_t)sms;
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = (unsigned)(td_cdiv(items, 8u) < cap ? td_cdiv(items, 8u) : cap);
+    cfg.grid[0] = (unsigned)(tw_cdiv(items, 8u) < cap ? tw_cdiv(items, 8u) : cap);
     cfg.grid[1] = cfg.grid[2] = 1u;
     cfg.block[0] = 256u;
     cfg.block[1] = cfg.block[2] = 1u;
@@ -610,7 +609,7 @@ static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
     TW_TRY(td_mm(ctx, d, d->fn[TD_DX], TS_DX, &ma, &mb, &mg, a, 2u * N, spart, stream));
     /* 3. [dWu; dWg; dWd] = [dU dP Tm]ᵀ · [x; x; dy]: everything MN-major, reduction over M. One
      * launch when the dy rows start on a cluster boundary (2N % 256 == 0), else two. */
-    int kbl = (int)td_cdiv(M, 64u);
+    int kbl = (int)tw_cdiv(M, 64u);
     TW_TRY(td_map(ctx, &mb, dt, x, M, K, K, 64u));
     TW_TRY(td_map(ctx, &mg, dt, dy, M, K, K, 64u));
     if ((2u * N) % (TD_BM * TD_CLUSTER) == 0) {

@@ -30,9 +30,6 @@ struct tw_ctt {
 
 #define TW_CTT_MAX_M ((size_t)65536) /* the fused kernels' int indices (TW_FFN_CHUNK) */
 
-static size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
-static size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
 int tw_ctt_ready(twell_plan *plan, tw_ctt **tp, size_t M) {
     twell_ctx *ctx = plan->ctx;
     if (!*tp) {
