@@ -1,5 +1,6 @@
 -- twell_common.lua — helpers shared by kernel templates (import "twell_common"):
--- shape validation, exact 16-bit conversions and the warp-cooperative TwELL row-tile packer.
+-- shape validation, exact 16-bit conversions, a TwELL row's active count, warp prefix sums and
+-- the warp-cooperative TwELL row-tile packer.
 -- Everything here must stay bit-exact with runtime/half.h and runtime/cpu_ref.h.
 
 local M = {}
@@ -101,6 +102,36 @@ __device__ __forceinline__ unsigned int tw_row_active(const unsigned int *row) {
     for (int o = 16; o > 0; o >>= 1)
         c += __shfl_xor_sync(0xffffffffu, c, o);
     return c;
+}
+]==]
+end
+
+-- Emits tw_warp_incl_scan(v, lane) and tw_warp_incl_scan2(a, b, lane), for an unsigned integer
+-- type T (tw_u32 or tw_u64 at the call sites): the inclusive prefix sum of v over the 32 lanes of
+-- a warp (lane `lane` gets v[0] + ... + v[lane], modulo 2^bits), by five __shfl_up_sync steps;
+-- lane 31 holds the warp total (callers that need it in every lane shuffle it from there).
+-- tw_warp_incl_scan2 scans two values in place with their shuffles interleaved (two independent
+-- sums in flight, as the two-channel scans were written). lane = threadIdx.x & 31; all 32 lanes
+-- must call them together.
+function M.warp_scan()
+    cuda [==[
+template <typename T> __device__ __forceinline__ T tw_warp_incl_scan(T v, int lane) {
+    static_assert((T)-1 > (T)0, "tw_warp_incl_scan: an unsigned type (wraps, no overflow)");
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const T u = __shfl_up_sync(0xffffffffu, v, o);
+        v += lane >= o ? u : (T)0;
+    }
+    return v;
+}
+template <typename T> __device__ __forceinline__ void tw_warp_incl_scan2(T &a, T &b, int lane) {
+    static_assert((T)-1 > (T)0, "tw_warp_incl_scan2: an unsigned type (wraps, no overflow)");
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const T va = __shfl_up_sync(0xffffffffu, a, o), vb = __shfl_up_sync(0xffffffffu, b, o);
+        a += lane >= o ? va : (T)0;
+        b += lane >= o ? vb : (T)0;
+    }
 }
 ]==]
 end

@@ -204,6 +204,7 @@ dev.mid(D)                       -- prmt, token masks, hi|lo split, control word
 import("ffn_fused_ovf")(D)       -- tw_k_ovf_gu / ovf_down
 import("ffn_fused_reduce")(D)    -- tw_k_reduce (gated)
 dev.stage(D)                     -- the phases' shared-memory layout, list staging
+common.warp_scan()               -- tw_warp_incl_scan, _scan2: the pre-pass's scans
 import("ffn_fused_prep")(D)      -- tw_k_prep, tw_k_scan, tw_k_build: the pair lists
 import("ffn_fused_phase_a")(D)   -- tw_k_phase_a (gated)
 import("ffn_fused_phase_b")(D)   -- tw_k_phase_b

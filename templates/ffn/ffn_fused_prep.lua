@@ -111,12 +111,7 @@ TW_KERNEL((1024))
             const int t = t0 + lane;
             const tw_u32 c = t < NT ? cnt[t] : 0u, it = ((c + 63u) / 64u) * (tw_u32)NCB;
             tw_u32 ia = c, ib = it;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const tw_u32 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
-                ia += lane >= o ? va : 0u;
-                ib += lane >= o ? vb : 0u;
-            }
+            tw_warp_incl_scan2(ia, ib, lane);
             if (t < NT) {
                 ovf_base[t] = a + ia - c;
                 item_base[t] = b + ib - it;
@@ -144,12 +139,7 @@ TW_KERNEL((1024))
     __syncthreads();
     if (warp == 0) {
         const tw_u64 v = wsum[lane];
-        tw_u64 incl = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u64 u = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? u : 0ull;
-        }
+        const tw_u64 incl = tw_warp_incl_scan(v, lane);
         wsum[lane] = incl - v;
         if (lane == 31)
             stotal = incl;
@@ -159,12 +149,7 @@ TW_KERNEL((1024))
     for (int i0 = beg; i0 < end; i0 += 32) {
         const int i = i0 + lane;
         const tw_u32 v = i < end ? bsum[i] : 0u;
-        tw_u32 incl = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? u : 0u;
-        }
+        const tw_u32 incl = tw_warp_incl_scan(v, lane);
         if (i < end)
             bbase[i] = (tw_u32)(run + incl - v);
         run += __shfl_sync(TW_FULL, incl, 31);
@@ -225,12 +210,7 @@ TW_KERNEL((BW * 32))
                 v = v > S ? 0u : v;
             }
         }
-        tw_u32 incl = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? u : 0u;
-        }
+        const tw_u32 incl = tw_warp_incl_scan(v, lane);
         if (i < ncell)
             pre[i] = carry + incl - v;
         carry += __shfl_sync(TW_FULL, incl, 31);

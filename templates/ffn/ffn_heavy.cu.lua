@@ -37,6 +37,7 @@ local NBK = (S.K + 255) // 256
 local DT = S.dtype == "bf16" and "bf16" or "f16"
 
 common.row_active(S)
+common.warp_scan()
 cuda [==[
 typedef unsigned int tw_u32;
 typedef unsigned short tw_u16;
@@ -79,24 +80,13 @@ twell_ffn_heavy_list(tw_u32 *__restrict__ hmark, int M, int cap, tw_u32 *__restr
             f[j] = r0 + j < M ? f[j] : 0u;
             c += f[j] != 0u ? 1u : 0u;
         }
-        tw_u32 incl = c; /* inclusive scan in the warp */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u32 u = __shfl_up_sync(TW_FULL, incl, o);
-            incl += lane >= o ? u : 0u;
-        }
+        const tw_u32 incl = tw_warp_incl_scan(c, lane);
         if (lane == 31)
             s_w[wid] = incl;
         __syncthreads();
         if (wid == 0) { /* the warp totals, scanned in place (exclusive) */
             const tw_u32 v = s_w[lane];
-            tw_u32 w = v;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const tw_u32 u = __shfl_up_sync(TW_FULL, w, o);
-                w += lane >= o ? u : 0u;
-            }
-            s_w[lane] = w - v; /* every lane read its word before the shuffles */
+            s_w[lane] = tw_warp_incl_scan(v, lane) - v; /* each lane read its word first */
         }
         __syncthreads();
         long long pos = base + s_w[wid] + (incl - c);

@@ -71,6 +71,7 @@ local K8 = S.K // 8 -- 16-byte chunks per row
 local NSL = (S.K + 255) // 256 -- column slices of the down kernel
 
 common.conversions(S.dtype)
+common.warp_scan()
 
 cuda [==[
 typedef unsigned int tw_u32;
@@ -453,13 +454,8 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
         const int i = i0 + lane;
         const tw_u32 cnt = i < ntw ? __ldg(prow + (size_t)(warp + 8 * i) * ${S.W}) : 0u;
         const bool ovf = cnt > ${S.SLOTS}u;
-        int incl = ovf ? 0 : (int)cnt;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(TW_FULL, incl, o);
-            if (lane >= o)
-                incl += v;
-        }
+        /* counts are at most SLOTS each: the unsigned scan is the int one */
+        const int incl = (int)tw_warp_incl_scan(ovf ? 0u : cnt, lane);
         const int total = __shfl_sync(TW_FULL, incl, 31);
         sincl[lane] = incl;
         __syncwarp();

@@ -137,6 +137,7 @@ local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp
 common.conversions(S.dtype)
 common.pack_row_tile_warp(S)
 common.row_active(S)
+common.warp_scan()
 
 -- The kernels, by concern, in modules (templates/train_ffn_*.lua). Each returns a function of D
 -- (the constants above) that emits its CUDA; the calls below fix the order of the source.

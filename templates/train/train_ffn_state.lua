@@ -55,23 +55,13 @@ __device__ __forceinline__ void tw_block_scan2(tw_u64 &a, tw_u64 &b, tw_u64 *sh,
     const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
     const int nw = (int)(blockDim.x >> 5);
     tw_u64 ia = a, ib = b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const tw_u64 va = __shfl_up_sync(TW_FULL, ia, o), vb = __shfl_up_sync(TW_FULL, ib, o);
-        if (lane >= o)
-            ia += va, ib += vb;
-    }
+    tw_warp_incl_scan2(ia, ib, lane);
     if (lane == 31)
         sh[warp] = ia, sh[32 + warp] = ib;
     __syncthreads();
     if (warp == 0) {
         tw_u64 wa = lane < nw ? sh[lane] : 0ull, wb = lane < nw ? sh[32 + lane] : 0ull;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const tw_u64 va = __shfl_up_sync(TW_FULL, wa, o), vb = __shfl_up_sync(TW_FULL, wb, o);
-            if (lane >= o)
-                wa += va, wb += vb;
-        }
+        tw_warp_incl_scan2(wa, wb, lane);
         sh[lane] = wa, sh[32 + lane] = wb;
     }
     __syncthreads();

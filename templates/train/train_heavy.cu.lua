@@ -36,6 +36,7 @@ local common = import "twell_common"
 local S = common.shape()
 
 common.row_active(S)
+common.warp_scan()
 cuda [==[
 typedef unsigned long long tw_u64;
 typedef unsigned int tw_u32;
@@ -76,13 +77,7 @@ twell_train_heavy_list(const tw_u32 *__restrict__ flag, long long M, tw_u32 *__r
     tw_u32 n = 0;
     for (long long m = r0; m < r1; m++)
         n += flag[m] != 0u ? 1u : 0u;
-    tw_u32 inc = n; /* inclusive prefix over the warp */
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const tw_u32 v = __shfl_up_sync(TW_FULL, inc, o);
-        if (lane >= o)
-            inc += v;
-    }
+    const tw_u32 inc = tw_warp_incl_scan(n, lane);
     if (lane == 31)
         s_w[wid] = inc;
     __syncthreads();
