@@ -354,9 +354,8 @@ static twell_status tw_dense_gemm_split(twell_plan *plan, tw_dense *d, tw_CUfunc
  * x 256 columns). */
 static twell_status tw_dense_reduce(twell_plan *plan, tw_CUfunction fn, size_t m, uint32_t ncols,
                                     void **args, twell_stream stream) {
-    size_t sms = (size_t)plan->ctx->cuda->sm_count;
-    size_t items = m * tw_cdiv(ncols, 256);
-    return tw_go(plan->ctx, fn, tw_min(tw_cdiv(items, 8), 16 * sms), 1, stream, args);
+    unsigned sms = (unsigned)plan->ctx->cuda->sm_count;
+    return tw_go(plan->ctx, fn, tw_dense_reduce_grid(m, ncols, sms), 1, stream, args);
 }
 
 /* Counts m rows of packed into slot `slot` (and flags the units to recompute when flags is not
@@ -553,7 +552,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
                                  const void *wd, void *y, int capturing, twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    size_t sms = (size_t)ctx->cuda->sm_count;
+    unsigned sms = (unsigned)ctx->cuda->sm_count;
     unsigned slot;
     TW_TRY(tw_dense_count_begin(plan, d, stream, &slot));
     for (size_t r0 = 0; r0 < M; r0 += d->h_rows) {
@@ -574,8 +573,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         TW_TRY(tw_dense_count(plan, d, m, pc, d->flags, slot, stream));
         if (!s->gated) {
             void *a_ex[] = {(void *)&pc, &mi, &d->h};
-            TW_TRY(tw_go(ctx, d->expand, tw_min(tw_cdiv(m * tw_cdiv(s->N, 256), 8), 16 * sms), 1,
-                         stream, a_ex));
+            TW_TRY(tw_go(ctx, d->expand, tw_dense_reduce_grid(m, s->N, sms), 1, stream, a_ex));
         }
         if (sp[0] > 1u) {
             TW_TRY(tw_dense_gemm_split(plan, d, d->up_split, m, s->K, s->N, xc, wu,

@@ -1,6 +1,7 @@
 /*
  * dense_split.c — the dense GEMMs' split-K validity rule and choice (dense_split.h), shared by the
- * launcher (cuda_dense.c) and the tuner's space (dense_space.c).
+ * launcher (cuda_dense.c) and the tuner's space (dense_space.c), and the grid of the split-K
+ * reductions (cuda_dense.c, cuda_train_dense.c).
  */
 #include "dense_split.h"
 
@@ -12,6 +13,11 @@ static size_t tw_ds_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 size_t tw_dense_gemm_units(size_t m, uint32_t ncols) {
     return tw_ds_cdiv(tw_ds_cdiv(m, TW_DG_BM), TW_DG_CLUSTER) * tw_ds_cdiv(ncols, TW_DG_BN);
+}
+
+size_t tw_dense_reduce_grid(size_t m, uint32_t ncols, unsigned sms) {
+    size_t blocks = tw_ds_cdiv(m * tw_ds_cdiv(ncols, 256u), 8u), cap = 16u * (size_t)sms;
+    return blocks < cap ? blocks : cap;
 }
 
 unsigned tw_dense_kblocks(const twell_shape *s, int g) {

@@ -2,7 +2,9 @@
  * dense_split.h — the dense path's GEMM geometry and its split-K rule, written once: which split
  * factors a dense GEMM may run (the launcher, cuda_dense.c, and the tuner's space, dense_space.c,
  * both ask tw_dense_split_check), the partial workspace they need, and how a call's factors are
- * chosen (test control, else the bucket's tuned winner, else tw_ffn_dense_split). Pure: no CUDA.
+ * chosen (test control, else the bucket's tuned winner, else tw_ffn_dense_split), and the grid
+ * of the reductions that sum the partials (inference and training dense paths alike). Pure: no
+ * CUDA.
  */
 #ifndef TWELL_DENSE_SPLIT_H
 #define TWELL_DENSE_SPLIT_H
@@ -46,6 +48,15 @@ enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
 
 /* Units (cluster tiles, 256 rows x 256 columns) of a GEMM of m rows and ncols output columns. */
 size_t tw_dense_gemm_units(size_t m, uint32_t ncols);
+
+/* Blocks (of 256 threads) of a kernel that walks m rows x ncols columns in items of one row x 256
+ * columns, a warp per item, grid-stride: dense_aux.cu.lua's split-K reductions
+ * (twell_dense_reduce_*) and its expansion (twell_dense_expand). A block per 8 items, at most 16
+ * per SM of the sms the device has (the blocks loop over the rest):
+ * min(ceil(m·ceil(ncols/256) / 8), 16·sms); 0 when m or ncols is 0. The inference dense path
+ * (cuda_dense.c) and the training dense path's split GEMMs (cuda_train_dense.c, td_mm) launch
+ * with it. Pure. */
+size_t tw_dense_reduce_grid(size_t m, uint32_t ncols, unsigned sms);
 
 /* 64-wide k-blocks of GEMM g's reduction for shape s. */
 unsigned tw_dense_kblocks(const twell_shape *s, int g);

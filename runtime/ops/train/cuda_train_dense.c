@@ -6,6 +6,7 @@
 #include "cuda_train_dense.h"
 
 #include "cuda_module.h"
+#include "dense_split.h"
 #include "jit.h"
 #include "test_control.h"
 #include "train_auto.h"
@@ -515,10 +516,10 @@ static twell_status td_mm(twell_ctx *ctx, const tw_tdense *d, tw_CUfunction fn, 
     TW_TRY(td_gemm(ctx, d->sfn[which], TD_WG_SMEM(TD_WG_STAGES), ma, mb, mg, &a, stream));
     int rows = a.rows, ns = (int)n;
     void *args[] = {&spart, &rows, &ns, &out};
-    size_t items = (size_t)rows * tw_cdiv(a.ncols, 256u), cap = 16u * (size_t)sms;
     tw_cu_launch_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.grid[0] = (unsigned)(tw_cdiv(items, 8u) < cap ? tw_cdiv(items, 8u) : cap);
+    /* at most 16·sms blocks: fits unsigned */
+    cfg.grid[0] = (unsigned)tw_dense_reduce_grid((size_t)rows, a.ncols, (unsigned)sms);
     cfg.grid[1] = cfg.grid[2] = 1u;
     cfg.block[0] = 256u;
     cfg.block[1] = cfg.block[2] = 1u;
