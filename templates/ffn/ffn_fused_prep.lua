@@ -242,11 +242,15 @@ TW_KERNEL((BW * 32))
 #pragma unroll
     for (int b = 0; b < 8; b++)
         cnt8[b] = 0;
+    /* a list of at most 32 entries (most of them) is fetched once: the placement pass reuses
+       the first pass's entry in each lane */
+    tw_u32 row1 = 0, tok1 = 0, g1 = 0, wi1 = 0;
     for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
         const bool valid = j0 + lane < n;
         tw_u32 row = 0, tok = 0, g = 0, wi = 0;
         if (valid)
             fetch(j0 + lane, row, tok, g, wi);
+        row1 = row, tok1 = tok, g1 = g, wi1 = wi;
         const tw_u32 q = tw_bucket(row);
 #pragma unroll
         for (int b = 0; b < 8; b++)
@@ -273,8 +277,8 @@ TW_KERNEL((BW * 32))
         run8[b] = 0;
     for (tw_u32 j0 = 0; j0 < n; j0 += 32) {
         const bool valid = j0 + lane < n;
-        tw_u32 row = 0, tok = 0, g = 0, wi = 0;
-        if (valid)
+        tw_u32 row = row1, tok = tok1, g = g1, wi = wi1; /* n <= 32: the first pass's */
+        if (valid && n > 32u)
             fetch(j0 + lane, row, tok, g, wi);
         const tw_u32 q = tw_bucket(row);
         tw_u32 mine = 0, base = 0;
