@@ -7,7 +7,9 @@
 #              caches before each kernel: the numbers are cold-L2 per-kernel times)
 #   stalls     for the kernels matching KERNEL_REGEX (e.g. 'twell_ffn_phase_(a|b)'): duration,
 #              SM / L1 / L2 / tensor-pipe utilisation, issue activity, shared-memory wavefronts and
-#              bank conflicts, and the warp stall reasons (per issued instruction)
+#              bank conflicts, and the warp stall reasons (per issued instruction); the first
+#              NCU_COUNT (2) launches after NCU_SKIP (0) matching ones (a training bench's first
+#              launches are its warm-up and check steps: skip them to reach the timed shape)
 # Default bench args: --op ffn_infer --path sparse --M 16384 --nnz 29 --dist uniform.
 # Logs go to $OUT (ncu_<what>.log); a short table is printed last. Needs `ncu` on PATH.
 set -u
@@ -50,9 +52,9 @@ stalls)
         drain imc_miss tex_throttle sleeping misc; do
         M="$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
     done
-    timeout ${NCU_TIMEOUT:-300} ncu --clock-control none -k "regex:$regex" -c ${NCU_COUNT:-2} \
+    timeout ${NCU_TIMEOUT:-300} ncu --clock-control none -k "regex:$regex" -s ${NCU_SKIP:-0} -c ${NCU_COUNT:-2} \
         --metrics "$M" $run >"$log" 2>&1
-    echo "rc=$? kernels matching '$regex' (first ${NCU_COUNT:-2} launches)"
+    echo "rc=$? kernels matching '$regex' (${NCU_COUNT:-2} launches after ${NCU_SKIP:-0})"
     grep -E "^ *twell_|gpu__|sm__|l1tex__|lts__|dram__|smsp__|launch__" "$log" |
         sed -e 's/smsp__average_warps_issue_stalled_/stall_/' -e 's/_per_issue_active.ratio//' |
         awk '/^ *twell_/{print $1; next} {printf "  %-58s %s %s\n", $1, $(NF-1), $NF}'
