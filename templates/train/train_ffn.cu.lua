@@ -128,6 +128,7 @@ local SWP = 4
 -- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
 local LB = 8
 local LB2 = 4
+local LBW = 5 -- dw's (x and dy rows): 5 measured faster than 3, 4, 6 and 8 (H100, NOTES-train-dw)
 -- Entries of a row block whose columns and cursors twell_train_scatter loads at once (ranked).
 -- runtime/ops/train/cuda_train.c uses the same constant (TW_CT_SC_P).
 local SC_P = 1024
@@ -143,6 +144,7 @@ common.warp_scan()
 -- (the constants above) that emits its CUDA; the calls below fix the order of the source.
 local D = {
     S = S, VEC = VEC, WPB = WPB, NT = NT, TM = TM, G = G, NS = NS, LB = LB, LB2 = LB2,
+    LBW = LBW,
     OVF_BM = OVF_BM, OVF_WM = OVF_WM, OVF_WN = OVF_WN, OVF_UDT = OVF_UDT, KC = KC, KCP = KCP,
     PPR = PPR, RPI = RPI, STAGES = STAGES, SWP = SWP, NKC = NKC, STW = STW, SC_P = SC_P,
 }

@@ -2,7 +2,7 @@
 -- dx per K slice, the column histogram and stable scatter (transpose), dW per neuron chunk and
 -- the neuron-chunk reduction.
 return function(D)
-    local S, VEC, WPB, G, NS, LB2, SC_P = D.S, D.VEC, D.WPB, D.G, D.NS, D.LB2, D.SC_P
+    local S, VEC, WPB, G, NS, LB2, LBW, SC_P = D.S, D.VEC, D.WPB, D.G, D.NS, D.LB2, D.LBW, D.SC_P
     cuda [==[
 /* ---- backward ---- */
 
@@ -203,11 +203,11 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                 ul = e_du[e], pl = e_dp[e], tl = e_tm[e];
             }
             const int nb = (int)(i1 - b < 32ull ? i1 - b : 32ull);
-            for (int q0 = 0; q0 < nb; q0 += ${LB2}) {
-                tw_raw rx[${LB2}], rd[${LB2}];
-                float du[${LB2}], dp[${LB2}], tm[${LB2}];
+            for (int q0 = 0; q0 < nb; q0 += ${LBW}) {
+                tw_raw rx[${LBW}], rd[${LBW}];
+                float du[${LBW}], dp[${LBW}], tm[${LBW}];
 #pragma unroll
-                for (int i = 0; i < ${LB2}; i++) {
+                for (int i = 0; i < ${LBW}; i++) {
                     const long long m = __shfl_sync(TW_FULL, ml, (q0 + i) & 31);
                     du[i] = __shfl_sync(TW_FULL, ul, (q0 + i) & 31);
                     dp[i] = __shfl_sync(TW_FULL, pl, (q0 + i) & 31);
@@ -218,7 +218,7 @@ twell_train_dw(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ dy,
                     }
                 }
 #pragma unroll
-                for (int i = 0; i < ${LB2}; i++) {
+                for (int i = 0; i < ${LBW}; i++) {
                     if (q0 + i < nb && g < ${G}) {
                         float xv[${VEC}], dv[${VEC}];
                         tw_cvt(rx[i], xv);
