@@ -125,10 +125,12 @@ local PPR = KC // 8         -- 16-byte pieces per staged row
 local RPI = 32 // PPR       -- rows one warp-wide copy covers
 local STAGES = 2
 local SWP = 4
--- Loads in flight per lane in the K-slice kernels (fwd_y: one row per entry; bwd_dx, dw: two).
+-- Entries whose rows a lane loads before summing them, in the K-slice kernels: LB for fwd_y (one
+-- Wd row per entry), LB2 for bwd_dx (Wu and Wg rows), LBW for dw (x and dy rows; 5 measured
+-- faster than 3, 4, 6 and 8 on the H100: docs/lab/NOTES-train-dw.md).
 local LB = 8
 local LB2 = 4
-local LBW = 5 -- dw's (x and dy rows): 5 measured faster than 3, 4, 6 and 8 (H100, NOTES-train-dw)
+local LBW = 5
 -- Entries of a row block whose columns and cursors twell_train_scatter loads at once (ranked).
 -- runtime/ops/train/cuda_train.c uses the same constant (TW_CT_SC_P).
 local SC_P = 1024
