@@ -126,9 +126,9 @@ local RPI = 32 // PPR       -- rows one warp-wide copy covers
 local STAGES = 2
 local SWP = 4
 -- Entries whose rows a lane loads before summing them, in the K-slice kernels: LB for fwd_y (one
--- Wd row per entry), LB2 for bwd_dx (Wu and Wg rows), LBW for dw (x and dy rows; 5 measured
--- faster than 3, 4, 6 and 8 on the H100: docs/lab/NOTES-train-dw.md).
-local LB = 8
+-- Wd row per entry), LB2 for bwd_dx (Wu and Wg rows), LBW for dw (x and dy rows). Swept on the
+-- H100 (docs/lab/NOTES-train-dw.md): LB 3 of 2..6, 8, 10, 16; LB2 4 of 3..6; LBW 5 of 3..6, 8.
+local LB = 3
 local LB2 = 4
 local LBW = 5
 -- Entries of a row block whose columns and cursors twell_train_scatter loads at once (ranked).
