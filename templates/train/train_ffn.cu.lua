@@ -78,6 +78,13 @@
 --   twell_train_udt            (VEC 8 builds) 256 threads, warp per list: the fused inference
 --                              pipeline's phase-A slices (ffn_fused.cu.lua) summed per pair in
 --                              fixed order, stored at the entry's word (tiled U / dT).
+--   twell_train_fwd_ent_p, twell_train_bwd_ent_p (VEC 8 builds): 256 threads, warp per row
+--                              chunk, no staging buffers (full occupancy): the entry passes of
+--                              tiled U / dT where every value is precomputed (pre, pre_all): read
+--                              U (dT), store what fwd_ent_s (bwd_ent_s) would, the same bits; the
+--                              row's tile offsets searched in a shared copy. They return at once
+--                              when the lists were not built, and the staged kernels return at
+--                              once when they ran (tw_pre_all_done).
 --   twell_train_fwd_ent_s, twell_train_bwd_ent_s (VEC 8 builds): as fwd_ent / bwd_ent, the
 --                              weight rows staged (KC-element chunks, cp.async, STAGES deep) so
 --                              the warp's loads are coalesced and many are in flight; SWP warps

@@ -3,22 +3,28 @@
 return function(D)
     local S, VEC, WPB, NT, G, NS, LB = D.S, D.VEC, D.WPB, D.NT, D.G, D.NS, D.LB
     cuda [==[
-/* Where entry e (global, of row m) lives: its TwELL word and the address of its U. */
-__device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *__restrict__ packed,
-                                          const tw_u64 *__restrict__ tile_off,
-                                          const tw_u64 *__restrict__ spill_off,
-                                          const tw_u32 *__restrict__ spill, float *u_ell,
-                                          float *u_spill, tw_u32 &word, float *&up) {
-    const tw_u64 *to = tile_off + m * ${NT};
+/* The row-tile of entry e: the last of the row's NT tile offsets `to` (global or shared) at or
+ * before e (non-empty by construction). */
+__device__ __forceinline__ int tw_tile_of(const tw_u64 *to, tw_u64 e) {
     int lo = 0, hi = ${NT - 1};
-    while (lo < hi) { /* the last row-tile starting at or before e (non-empty by construction) */
+    while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
         if (to[mid] <= e)
             lo = mid;
         else
             hi = mid - 1;
     }
-    const tw_u64 i = e - to[lo];
+    return lo;
+}
+
+/* Where entry e (global, of row m) lives: its TwELL word and the address of its U. */
+__device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *__restrict__ packed,
+                                          const tw_u64 *__restrict__ tile_off,
+                                          const tw_u64 *__restrict__ spill_off,
+                                          const tw_u32 *__restrict__ spill, float *u_ell,
+                                          float *u_spill, tw_u32 &word, float *&up) {
+    const int lo = tw_tile_of(tile_off + m * ${NT}, e);
+    const tw_u64 i = e - tile_off[m * ${NT} + lo];
     if (i < ${S.SLOTS}ull) {
         const long long w = m * ${S.NW} + lo * ${S.W} + 1 + (long long)i;
         word = packed[w];
@@ -30,27 +36,20 @@ __device__ __forceinline__ void tw_locate(long long m, tw_u64 e, const tw_u32 *_
     }
 }
 
-/* tw_locate, whether the entry is in the spill (sp), and whether its value was precomputed by
+/* tw_locate (`to`: the row's NT tile offsets, global or a shared copy), whether the entry is in
+ * the spill (sp), and whether its value was precomputed by
  * the tiled U / dT route (ok): the lists were built (pre != NULL, pre[0] == 0: the pipeline's
  * capacity flag) and either its row-tile does not overflow (count <= slots: twell_train_udt
  * covers exactly those) or pre_all (twell_train_ovf_udt covered the overflowing ones). */
 __device__ __forceinline__ void tw_locate_pre(long long m, tw_u64 e,
                                               const tw_u32 *__restrict__ packed,
-                                              const tw_u64 *__restrict__ tile_off,
+                                              const tw_u64 *to,
                                               const tw_u64 *__restrict__ spill_off,
                                               const tw_u32 *__restrict__ spill, float *u_ell,
                                               float *u_spill, const tw_u32 *__restrict__ pre,
                                               int pre_all, tw_u32 &word, float *&up, bool &ok,
                                               bool &sp) {
-    const tw_u64 *to = tile_off + m * ${NT};
-    int lo = 0, hi = ${NT - 1};
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (to[mid] <= e)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    const int lo = tw_tile_of(to, e);
     const tw_u64 i = e - to[lo];
     const bool valid = pre != NULL && pre[0] == 0u;
     sp = i >= ${S.SLOTS}ull;

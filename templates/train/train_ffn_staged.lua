@@ -2,7 +2,7 @@
 -- products (weight rows through shared memory by cp.async) and fwd_ent_s / bwd_ent_s.
 return function(D)
     local S, KC, KCP, PPR, RPI, STAGES = D.S, D.KC, D.KCP, D.PPR, D.RPI, D.STAGES
-    local SWP, NKC, STW = D.SWP, D.NKC, D.STW
+    local SWP, NKC, STW, NT = D.SWP, D.NKC, D.STW, D.NT
     cuda [==[
 /* ---- staged per-entry dot products ---- */
 
@@ -91,6 +91,40 @@ __device__ __forceinline__ float tw_dot_need(const tw_xs *xs, const tw_u16 *__re
     return need ? v : 0.0f;
 }
 
+/* Every entry's value precomputed (tiled U / dT with pre_all, the lists built): the lean
+ * kernels twell_train_fwd_ent_p / bwd_ent_p do the whole pass, the staged ones return at once. */
+__device__ __forceinline__ bool tw_pre_all_done(const tw_u32 *__restrict__ pre, int pre_all) {
+    return pre != NULL && pre_all && pre[0] == 0u;
+}
+
+/* Entry e's forward outputs from its U (live: e < e1; warp-collective for the L1 sum): Tm = U·P,
+ * its column and Tm stored, Σ|Tm| of the warp's nb entries added to l1 in entry order (as the
+ * CPU). */
+__device__ __forceinline__ void tw_fwd_entry_out(bool live, tw_u64 e, tw_u32 word, float u, int nb,
+                                                 tw_u32 *__restrict__ e_col,
+                                                 float *__restrict__ e_tm, double &l1) {
+    float tm = 0.0f;
+    if (live) {
+        tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
+        e_col[e] = word & 0xffffu;
+        e_tm[e] = tm;
+    }
+    for (int q = 0; q < nb; q++)
+        l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
+}
+
+/* Entry e's backward values from its U and d = dy·Wd_n: dT = d + l1c·sign(U), dU = dT·P,
+ * dP = dT·U. */
+__device__ __forceinline__ void tw_bwd_entry_out(tw_u64 e, tw_u32 word, float u, float d, float l1c,
+                                                 float *__restrict__ e_du,
+                                                 float *__restrict__ e_dp) {
+    const float p = tw_to_f32((tw_u16)(word >> 16));
+    const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+    const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
+    e_du[e] = __fmul_rn(dt, p);
+    e_dp[e] = __fmul_rn(dt, u);
+}
+
 /* pre == NULL: every U computed here. Else (tiled U) entries of non-overflowing row-tiles take
  * the U twell_train_udt wrote into u_ell, and with pre_all those of overflowing ones the U
  * twell_train_ovf_udt wrote (u_ell, u_spill); only the others are computed (and the token row is
@@ -104,6 +138,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
                       float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M,
                       const tw_u32 *__restrict__ pre, int pre_all) {
+    if (tw_pre_all_done(pre, pre_all))
+        return; /* twell_train_fwd_ent_p did every entry */
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *xs = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -121,8 +157,8 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
             float *up = NULL;
             bool ok = false, sp = false;
             if (e < e1)
-                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre,
-                              pre_all, word, up, ok, sp);
+                tw_locate_pre(m, e, packed, tile_off + m * ${NT}, spill_off, spill, u_ell, u_spill,
+                              pre, pre_all, word, up, ok, sp);
             const tw_u32 n = word & 0xffffu;
             const bool need = e < e1 && !ok;
             const tw_u32 need_m = __ballot_sync(TW_FULL, need);
@@ -135,18 +171,11 @@ twell_train_fwd_ent_s(const tw_u16 *__restrict__ x, const tw_u16 *__restrict__ w
                         ? tw_dot_staged(xs, wu, n, nb, st, lane)
                         : tw_dot_need(xs, wu, n, need, need_m, st, lane);
             }
-            float tm = 0.0f;
-            if (e < e1) {
-                if (ok)
-                    u = *up;
-                tm = __fmul_rn(u, tw_to_f32((tw_u16)(word >> 16)));
-                if (!ok)
-                    *up = u;
-                e_col[e] = n;
-                e_tm[e] = tm;
-            }
-            for (int q = 0; q < nb; q++) /* Σ|Tm| in entry order, as the CPU */
-                l1 += fabs((double)__shfl_sync(TW_FULL, tm, q));
+            if (e < e1 && ok)
+                u = *up;
+            else if (e < e1)
+                *up = u;
+            tw_fwd_entry_out(e < e1, e, word, u, nb, e_col, e_tm, l1);
         }
         if (lane == 0)
             chunk_l1[c] = l1;
@@ -167,6 +196,8 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
                       float *__restrict__ e_du, float *__restrict__ e_dp, long long M,
                       const tw_u32 *__restrict__ pre, const float *__restrict__ dt_ell,
                       int pre_all, const float *__restrict__ dt_spill) {
+    if (tw_pre_all_done(pre, pre_all))
+        return; /* twell_train_bwd_ent_p did every entry */
     extern __shared__ uint4 tw_sm4[];
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
     tw_xs *ds = (tw_xs *)((char *)tw_sm4 + warp * ${STW});
@@ -183,8 +214,8 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
             float *up = NULL;
             bool ok = false, sp = false;
             if (e < e1)
-                tw_locate_pre(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, pre,
-                              pre_all, word, up, ok, sp);
+                tw_locate_pre(m, e, packed, tile_off + m * ${NT}, spill_off, spill, u_ell, u_spill,
+                              pre, pre_all, word, up, ok, sp);
             const bool need = e < e1 && !ok;
             const tw_u32 need_m = __ballot_sync(TW_FULL, need);
             float d = 0.0f;
@@ -199,11 +230,7 @@ twell_train_bwd_ent_s(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ 
             if (e < e1) {
                 if (ok)
                     d = sp ? dt_spill[up - u_spill] : dt_ell[up - u_ell];
-                const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
-                const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
-                const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
-                e_du[e] = __fmul_rn(dt, p);
-                e_dp[e] = __fmul_rn(dt, u);
+                tw_bwd_entry_out(e, word, *up, d, l1c, e_du, e_dp);
             }
         }
         __syncwarp();

@@ -22,8 +22,9 @@ static const char *const tf_names[] = {
     "twell_train_row_reduce", "twell_train_stats",        "twell_train_bwd_ent",
     "twell_train_bwd_dx",     "twell_train_hist",         "twell_train_scatter",
     "twell_train_dw",         "twell_train_dw_reduce",    "twell_train_fwd_ent_s",
-    "twell_train_bwd_ent_s",  "twell_train_udt",          "twell_train_ovf_list",
-    "twell_train_ovf_tiles",  "twell_train_ovf_udt"};
+    "twell_train_bwd_ent_s",  "twell_train_udt",          "twell_train_fwd_ent_p",
+    "twell_train_bwd_ent_p",  "twell_train_ovf_list",     "twell_train_ovf_tiles",
+    "twell_train_ovf_udt"};
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
 
 const char *const tw_ct_buf_names[TB_COUNT] = {
@@ -511,6 +512,13 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
         t->fwd_tiled = 1 + pre_all;
         state->bytes = tw_ct_bytes(t);
     }
+    if (pre && pre_all) { /* every U precomputed: the lean pass (the staged one then returns) */
+        void *args[] = {&packed,  &u_ell,   &tile_off,  &spill_off, &sp,
+                        &u_spill, &row_off, &chunk_off, &chunk_row, &E,
+                        &e_col,   &e_tm,    &chunk_l1,  &Ml,        &pre};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT_P, tw_ct_blocks(ctx, nchunks, 8u), 256, 0,
+                            stream, args));
+    }
     {
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
@@ -691,6 +699,13 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
             pre_all = 1;
         }
         pre = tw_ctt_flag(t->tiled);
+    }
+    if (pre && pre_all) { /* every dy·Wd_n precomputed: the lean pass (the staged one returns) */
+        void *args[] = {&packed,  &u_ell,     &tile_off,  &spill_off, &sp,      &u_spill,
+                        &row_off, &chunk_off, &chunk_row, &E,         &l1c,     &e_du,
+                        &e_dp,    &Ml,        &pre,       &dt_ell,    &dt_spill};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_ENT_P, tw_ct_blocks(ctx, t->nchunks, 8u), 256, 0,
+                            stream, args));
     }
     {
         void *args[] = {(void *)&dy, (void *)&wd, &packed,  &u_ell,   &tile_off,

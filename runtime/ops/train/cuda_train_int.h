@@ -30,7 +30,9 @@ enum {
     TF_DW_REDUCE,
     TF_FWD_ENT_S, /* from here: only in VEC 8 builds */
     TF_BWD_ENT_S,
-    TF_UDT,      /* tiled U / dT: slices of the fused pipeline's phase A to entry words */
+    TF_UDT,       /* tiled U / dT: slices of the fused pipeline's phase A to entry words */
+    TF_FWD_ENT_P, /* tiled U / dT with every value precomputed: the lean entry passes */
+    TF_BWD_ENT_P,
     TF_OVF_LIST, /* from here: only in builds with tensor-core overflow tiles (tw_ct_mma) */
     TF_OVF_TILES,
     TF_OVF_UDT, /* only in those with T <= 512 */
