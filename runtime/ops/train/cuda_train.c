@@ -167,8 +167,10 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
                 ctx, m.fn[big[i]], TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 (int)(big[i] == TF_RECOUNT ? t->smem_recount : t->smem_row));
     }
-    if (st == TWELL_OK) /* twell_train_dw's grid: what fits at once (its warps share a queue) */
-        st = tw_cu_func_occupancy(ctx, m.fn[TF_DW], 256, 0, &m.dw_occ);
+    /* the K-slice kernels' grids: what fits at once (tw_ct_resident) */
+    static const int kslice[] = {TF_FWD_Y, TF_DW};
+    for (size_t i = 0; i < sizeof kslice / sizeof kslice[0] && st == TWELL_OK; i++)
+        st = tw_cu_func_occupancy(ctx, m.fn[kslice[i]], 256, 0, &m.occ[kslice[i]]);
     /* twell_train_scatter ranked where its counters (4·N bytes) and piece fit */
     unsigned sc = 4u * s->N + 8u * TW_CT_SC_P;
     if (st == TWELL_OK && sc <= (unsigned)optin) {
@@ -260,6 +262,19 @@ unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_
     if (b > cap)
         b = cap;
     return b ? (unsigned)b : 1u;
+}
+
+/* A K-slice kernel's grid (blocks of 256 threads over warp items, slice-major): at most the blocks
+ * that are resident at once. Its warps stride over the items, so with every block resident the
+ * warps in flight work on one or two K slices, whose weight (token) rows stay in L2; a grid of
+ * more blocks than fit ran its first blocks through every slice before the later ones started,
+ * so all slices were in flight at once (for twell_train_dw, whose warps take items from a queue,
+ * a later block would also find the queue empty). */
+static unsigned tw_ct_resident(const twell_ctx *ctx, const tw_tmod *md, int f,
+                               uint64_t warp_items) {
+    unsigned grid = tw_ct_blocks(ctx, warp_items, 8u);
+    uint64_t res = (uint64_t)ctx->cuda->sm_count * (uint64_t)md->occ[f];
+    return res > 0 && res < grid ? (unsigned)res : grid;
 }
 
 twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsigned gy,
@@ -532,8 +547,8 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     {
         void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
                         &chunk_row,  &E,     &y,    &partial, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_blocks(ctx, nchunks * NS, 8u), 256, 0,
-                            stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_resident(ctx, md, TF_FWD_Y, nchunks * NS),
+                            256, 0, stream, args));
     }
     if (pslots) {
         void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
@@ -722,6 +737,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     {
         void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
                         &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
+        /* not tw_ct_resident: on the H100 that cut dx's DRAM reads 347 -> 62 MB and its time 2-5%
+         * at K 2048, but made it 10% slower at K 4096, N 11008 (docs/lab/NOTES-train-dw.md) */
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
                             stream, args));
     }
@@ -761,12 +778,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
         void *args[] = {(void *)&x, (void *)&dy, &col_off,    &col_row,   &col_ent,    &e_du,
                         &e_dp,      &e_tm,       &nchunk_off, &nslot_off, &nchunk_nrn, &E2,
                         &dwg,       &dwu,        &dwd,        &npart,     &acc,        &work};
-        /* the blocks that fit at once: one launched later would find the queue empty */
-        unsigned grid = tw_ct_blocks(ctx, nchunk_bound * NS, 8u);
-        uint64_t res = (uint64_t)ctx->cuda->sm_count * (uint64_t)md->dw_occ;
-        if (res > 0 && res < grid)
-            grid = (unsigned)res;
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, grid, 256, 0, stream, args));
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW, tw_ct_resident(ctx, md, TF_DW, nchunk_bound * NS),
+                            256, 0, stream, args));
     }
     {
         void *args[] = {&nchunk_off, &nslot_off, &npart, &dwg, &dwu, &dwd};

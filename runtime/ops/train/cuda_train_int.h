@@ -90,7 +90,8 @@ typedef struct {
     int mma;               /* overflowing row-tiles on tensor cores (TF_OVF_*) */
     int staged;            /* staged per-entry dot products (TF_*_ENT_S) */
     int ovf_udt;           /* tiled U / dT of overflowing row-tiles (TF_OVF_UDT) */
-    int dw_occ;            /* TF_DW blocks of 256 threads resident per SM (0: unknown) */
+    int occ[TF_COUNT];     /* blocks of 256 threads resident per SM of the K-slice kernels on
+                            * resident grids (TF_FWD_Y, TF_DW; 0: unknown or other kernels) */
     unsigned scatter_smem; /* TF_SCATTER's shared bytes, ranked (0: N too large, unranked) */
 } tw_tmod;
 
