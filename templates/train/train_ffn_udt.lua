@@ -13,6 +13,20 @@ return function(D)
 ]], NT, NT) or string.format("    return tile_off + m * %d;\n", NT)
     local STO = TOS and string.format("__shared__ tw_u64 s_to[8][%d];\n    tw_u64 *sto = s_to[warp];", NT)
         or "tw_u64 *sto = NULL;"
+    -- the lean kernels' opening: nothing when the lists were not built, then a warp per row chunk
+    -- (m, entries [e0, e1)) with `to` its row's tile offsets; the caller closes the loop
+    local ENT_P_OPEN = string.format([[
+    if (pre[0] != 0u)
+        return;
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+    %s
+    (void)warp;
+    const long long nch = (long long)chunk_off[M];
+    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
+        tw_u64 j, e0, e1;
+        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
+        const tw_u64 *to = tw_row_tiles(sto, tile_off, m, lane);
+]], STO)
     cuda [==[
 /* Tiled U / dT: the fused inference pipeline's phase A (templates/ffn_fused.cu.lua) left, per
  * pair slot p of its lists, the partial dot products of 64-column slices at
@@ -59,17 +73,7 @@ twell_train_fwd_ent_p(const tw_u32 *__restrict__ packed, const float *__restrict
                       const tw_u32 *__restrict__ chunk_row, tw_u64 E, tw_u32 *__restrict__ e_col,
                       float *__restrict__ e_tm, double *__restrict__ chunk_l1, long long M,
                       const tw_u32 *__restrict__ pre) {
-    if (pre[0] != 0u)
-        return;
-    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    ${STO}
-    (void)warp;
-    const long long nch = (long long)chunk_off[M];
-    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
-        tw_u64 j, e0, e1;
-        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
-        const tw_u64 *to = tw_row_tiles(sto, tile_off, m, lane);
-        double l1 = 0.0;
+${ENT_P_OPEN}        double l1 = 0.0;
         for (tw_u64 b = e0; b < e1; b += 32ull) {
             const tw_u64 e = b + (tw_u64)lane;
             const int nb = (int)(e1 - b < 32ull ? e1 - b : 32ull);
@@ -100,17 +104,7 @@ twell_train_bwd_ent_p(const tw_u32 *__restrict__ packed, const float *__restrict
                       float *__restrict__ e_du, float *__restrict__ e_dp, long long M,
                       const tw_u32 *__restrict__ pre, const float *__restrict__ dt_ell,
                       const float *__restrict__ dt_spill) {
-    if (pre[0] != 0u)
-        return;
-    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-    ${STO}
-    (void)warp;
-    const long long nch = (long long)chunk_off[M];
-    for (long long c = tw_gwarp(); c < nch; c += tw_nwarps()) {
-        tw_u64 j, e0, e1;
-        const long long m = tw_row_chunk(c, chunk_row, chunk_off, row_off, E, j, e0, e1);
-        const tw_u64 *to = tw_row_tiles(sto, tile_off, m, lane);
-        for (tw_u64 e = e0 + (tw_u64)lane; e < e1; e += 32ull) {
+${ENT_P_OPEN}        for (tw_u64 e = e0 + (tw_u64)lane; e < e1; e += 32ull) {
             tw_u32 word = 0;
             float *up = NULL;
             bool ok, sp;
