@@ -32,7 +32,6 @@ static void bench_usage(FILE *f) {
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--small-gate auto|g2u2[:WN]]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
-            "                   [--dense-split auto|U,D]\n"
             "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
@@ -67,12 +66,8 @@ static void bench_usage(FILE *f) {
             "calls per call in the note; records ffn_infer_host / ffn_fused_only_host. Use\n"
             "--M 1 for decode. TWELL_POINTER_CACHE=0 gives the calls without the plan's\n"
             "pointer cache (every pointer asked of the driver, as before it existed).\n"
-            "--dense-split (ffn_infer, dense path): auto = the split-K of the up and down\n"
-            "GEMMs a plan runs (the M bucket's stored ffn_dense winner, `twell tune --ops\n"
-            "ffn_dense`, else the policy's rule); U,D forces the split factors (1 = unsplit;\n"
-            "clamped to the k-blocks). A dense record's variant ends in the splits used, e.g.\n"
-            "sm90+dense3x8 (dense: unsplit) and its check note says so. (legacy, the earlier\n"
-            "down GEMM over Wd transposed every call, was removed: it lost at every M.)\n"
+            "The dense path runs through cuBLASLt (its gate reused from the gate-pack when\n"
+            "that ran through cuBLASLt too); a dense record's variant says so.\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
             "out-of-range value is a usage error.\n"
             "Exit: 0 ok, 1 a check or run failed, 2 usage, 3 no usable CUDA device.\n");
@@ -106,7 +101,6 @@ static void bench_opts_default(bench_opts *o) {
     o->variant = "auto";
     o->path = "auto";
     o->small_gate = "auto";
-    o->dense_split = "auto";
     o->mode = "eager";
     o->gated = 1;
     o->out_dir = "bench/results";
@@ -205,20 +199,6 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             if (v[len] == ':')
                 bad = bad || strlen(v + len) != 2 || !strchr("1248", v[len + 1]) ||
                       v[len + 1] == '\0';
-        } else if (!strcmp(key, "--dense-split")) {
-            o->dense_split = v;
-            o->dense_split_up = o->dense_split_down = 0;
-            if (strcmp(v, "auto")) {
-                char *end = NULL;
-                unsigned long up = strtoul(v, &end, 10), down = 0;
-                bad = end == v || *end != ',' || up < 1 || up > 1024;
-                if (!bad) {
-                    const char *d2 = end + 1;
-                    down = strtoul(d2, &end, 10);
-                    bad = end == d2 || *end != '\0' || down < 1 || down > 1024;
-                }
-                o->dense_split_up = (unsigned)up, o->dense_split_down = (unsigned)down;
-            }
         } else if (!strcmp(key, "--seed")) {
             uint32_t n = 1;
             bad = tw_cli_u32(v, 1, UINT32_MAX, &n);

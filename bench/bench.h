@@ -35,8 +35,6 @@ typedef struct bench_opts {
     const char *small_gate;
     /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K) or "U,D" (split factors
      * of the up and down GEMMs; 1 unsplit) */
-    const char *dense_split;
-    unsigned dense_split_up, dense_split_down; /* parsed "U,D" (0 0 otherwise) */
     const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
                          "both" or "host" (host time per call: bench_ffn.c) */
     int gated;        /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */

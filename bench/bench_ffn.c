@@ -5,9 +5,8 @@
  * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
  * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
  * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);
- * the record's variant says which ran ("sm90+dense", "sm90+dense3x8": the dense path with its
- * split-K factors, up x down, "sm90+tiled", ...); --dense-split forces them. --gated 0 benchmarks
- * a non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
+ * the record's variant says which ran ("sm90+dense", "sm90+tiled", ...). --gated 0 benchmarks a
+ * non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
  * GEMM, h = relu(u), down GEMM).
  *
  * The dense down GEMM reads Wd transposed, [K, N] (what nn.Linear stores for a down projection),
@@ -183,17 +182,16 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                          worst, worst_row, tol, stats.overflow_tiles,
                          (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
             else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE) {
-                unsigned sp[2] = {0, 0};
-                (void)tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp);
+                unsigned long gr[2] = {0, 0};
+                (void)tw_test_control(TW_TC_DENSE_GATE_REUSED, plan, gr);
                 snprintf(r->check_note, sizeof r->check_note,
                          "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
-                         "(plan path %s, estimate %.1f/row, AUTO threshold %.1f; %s, split-K up "
-                         "%u, down %u (--dense-split %s)); overflowing row-tiles %zu (all M); "
+                         "through cuBLASLt (plan path %s, estimate %.1f/row, AUTO threshold %.1f; "
+                         "gate reused %lu, computed %lu calls); overflowing row-tiles %zu (all M); "
                          "dense workspace %.0f MB",
                          worst, worst_row, tol, env->opts->path,
                          bench_plan_double(plan, TW_TC_DENSE_ESTIMATE),
-                         bench_plan_threshold(plan, M), "Wd read MN-major", sp[0], sp[1],
-                         env->opts->dense_split, stats.overflow_tiles,
+                         bench_plan_threshold(plan, M), gr[0], gr[1], stats.overflow_tiles,
                          (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
             } else
                 snprintf(r->check_note, sizeof r->check_note,
@@ -216,15 +214,11 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     return ok;
 }
 
-/* The dense path's split-K factors of the last dense call: "dense" (unsplit), "dense<up>x<down>".
- */
+/* The dense route's name: "dense" (its gate reused from the gate-pack: "dense" too; the note
+ * counts both). */
 static void bench_ffn_dense_name(twell_plan *plan, char *out, size_t n) {
-    unsigned sp[2] = {0, 0};
-    (void)tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, sp);
-    if (sp[0] > 1 || sp[1] > 1)
-        snprintf(out, n, "dense%ux%u", sp[0], sp[1]);
-    else
-        snprintf(out, n, "dense");
+    (void)plan;
+    snprintf(out, n, "dense");
 }
 
 /* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense (with its splits),
@@ -482,17 +476,8 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
         (path == TWELL_PATH_DENSE && !bench_plan_int(plan, TW_TC_DENSE_AVAILABLE))) {
         fprintf(stderr,
                 "twell bench: --path %s: the dense path is not available for this plan "
-                "(sm_90a and K %% 64 == 0 needed)\n",
+                "(cuBLASLt could not be loaded)\n",
                 o->path);
-        twell_plan_destroy(plan);
-        return 1;
-    }
-
-    if (bench_plan_int(plan, TW_TC_DENSE_AVAILABLE) &&
-        tw_test_control(TW_TC_DENSE_SET_SPLIT, plan, o->dense_split_up, o->dense_split_down) !=
-            TWELL_OK) {
-        fprintf(stderr, "twell bench: --dense-split %s: %s\n", o->dense_split,
-                twell_ctx_errmsg(ctx));
         twell_plan_destroy(plan);
         return 1;
     }

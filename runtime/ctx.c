@@ -68,15 +68,18 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     /* Environment-backed options: the program's value, else the operator's, else built-in. */
     const char *tdir = o.template_dir ? o.template_dir : tw_env_template_dir();
     const char *nvrtc = o.nvrtc_library ? o.nvrtc_library : tw_env_nvrtc_library();
+    const char *lt = o.cublaslt_library ? o.cublaslt_library : tw_env_cublaslt_library();
     if ((o.cache_dir && !(ctx->cache_dir = tw_strdup(o.cache_dir))) ||
         (tdir && !(ctx->template_dir = tw_strdup(tdir))) ||
-        (nvrtc && !(ctx->nvrtc_library = tw_strdup(nvrtc)))) {
+        (nvrtc && !(ctx->nvrtc_library = tw_strdup(nvrtc))) ||
+        (lt && !(ctx->cublaslt_library = tw_strdup(lt)))) {
         twell_ctx_destroy(ctx);
         return TWELL_ERR_NO_MEMORY;
     }
     ctx->opts.cache_dir = ctx->cache_dir;
     ctx->opts.template_dir = ctx->template_dir;
     ctx->opts.nvrtc_library = ctx->nvrtc_library;
+    ctx->opts.cublaslt_library = ctx->cublaslt_library;
     ctx->tune_on_first_use = o.tune_on_first_use == TWELL_SWITCH_DEFAULT
                                  ? tw_env_tune()
                                  : o.tune_on_first_use == TWELL_SWITCH_ON;
@@ -128,5 +131,6 @@ void twell_ctx_destroy(twell_ctx *ctx) {
     free(ctx->cache_dir);
     free(ctx->template_dir);
     free(ctx->nvrtc_library);
+    free(ctx->cublaslt_library);
     free(ctx);
 }

@@ -23,9 +23,11 @@ twell_status tw_cuda_plan_init(twell_plan *plan) {
     if (st == TWELL_OK) {
         st = tw_cuda_gate_pack_init(plan, TW_GP_AUTO, &cp->gate_pack);
         if (st == TWELL_OK) {
-            st = tw_cuda_ffn_init(plan, &cp->ffn);
+            st = tw_gate_lt_init(plan, &cp->gate_lt);
+            if (st == TWELL_OK)
+                st = tw_cuda_ffn_init(plan, &cp->ffn);
             if (st == TWELL_OK) {
-                st = tw_cuda_dense_init(plan, &cp->dense);
+                st = tw_cuda_dense_init(plan, cp->gate_lt, &cp->dense);
                 if (st == TWELL_OK) {
                     st = tw_small_init(plan, &cp->small);
                     if (st != TWELL_OK)
@@ -34,8 +36,10 @@ twell_status tw_cuda_plan_init(twell_plan *plan) {
                 if (st != TWELL_OK)
                     tw_cuda_ffn_release(plan, cp->ffn);
             }
-            if (st != TWELL_OK)
+            if (st != TWELL_OK) {
+                tw_gate_lt_release(plan, cp->gate_lt);
                 tw_cuda_gate_pack_release(plan, cp->gate_pack);
+            }
         }
         tw_cu_leave(ctx, &sc);
     }
@@ -59,6 +63,7 @@ void tw_cuda_plan_release(twell_plan *plan) {
         tw_cuda_ffn_release(plan, cp->ffn);
         tw_cuda_dense_release(plan, cp->dense);
         tw_small_release(plan, cp->small);
+        tw_gate_lt_release(plan, cp->gate_lt);
         tw_cu_leave(plan->ctx, &sc);
     }
     free(cp);
@@ -70,8 +75,6 @@ twell_status tw_cuda_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
     twell_status st = tw_cuda_gate_pack_tune(plan, cp->gate_pack, M, flags);
     if (st == TWELL_OK)
         st = tw_cuda_ffn_tune(plan, M, flags);
-    if (st == TWELL_OK)
-        st = tw_cuda_dense_tune(plan, cp->dense, M, flags);
     return st;
 }
 
@@ -91,6 +94,8 @@ twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per
     if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
         st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
     if (st == TWELL_OK)
+        st = tw_gate_lt_reserve(plan, cp->gate_lt, tw_cuda_dense_gate_lt_rows(cp->dense, max_M));
+    if (st == TWELL_OK)
         st = tw_small_reserve_rows(plan, cp->small, max_M);
     if (st == TWELL_OK)
         tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
@@ -107,9 +112,21 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    /* few rows: the small-batch gate-pack (cuda_small.c) when its mode and the call allow it */
-    if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
-        st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
+    /* the cuBLASLt route where it wins or where the dense route will reuse its gate; else few
+     * rows: the small-batch gate-pack (cuda_small.c) when its mode and the call allow it; else
+     * the tiled kernel */
+    int ran = 0;
+    if (tw_cuda_dense_gate_lt_wanted(plan, cp->dense, M, x, w, packed)) {
+        int capturing = 0;
+        st = tw_cuda_stream_capturing(plan->ctx, stream, &capturing);
+        if (st == TWELL_OK)
+            st = tw_gate_lt_pack(plan, cp->gate_lt, M, x, w, packed, capturing, stream, &ran);
+    }
+    if (st == TWELL_OK && !ran) {
+        tw_gate_lt_forget(cp->gate_lt); /* packed no longer matches what a gate buffer holds */
+        if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
+            st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
+    }
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }

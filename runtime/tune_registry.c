@@ -4,7 +4,6 @@
  */
 #include "tune_registry.h"
 
-#include "dense_tuner.h"
 #include "ffn_tuner.h"
 #include "gate_pack_tuner.h"
 #include "internal.h"
@@ -12,10 +11,9 @@
 #include <math.h>
 #include <string.h>
 
-static const tw_tune_op *const tw_ops[] = {&tw_gate_pack_tune_op, &tw_ffn_tune_op,
-                                           &tw_dense_tune_op, NULL};
+static const tw_tune_op *const tw_ops[] = {&tw_gate_pack_tune_op, &tw_ffn_tune_op, NULL};
 /* Their names, in the same order. */
-static const char *const tw_op_names[] = {TW_GATE_PACK_OP, TW_FFN_INFER_OP, TW_DENSE_OP, NULL};
+static const char *const tw_op_names[] = {TW_GATE_PACK_OP, TW_FFN_INFER_OP, NULL};
 _Static_assert(sizeof tw_ops / sizeof tw_ops[0] == sizeof tw_op_names / sizeof tw_op_names[0],
                "a name per op");
 

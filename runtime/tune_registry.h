@@ -9,10 +9,10 @@
 
 #include "gpu_tune.h"
 
-/* The driver of op ("gate_pack", "ffn_infer", "ffn_dense"), or NULL. */
+/* The driver of op ("gate_pack", "ffn_infer"), or NULL. */
 const tw_tune_op *tw_tune_op_find(const char *op);
 
-/* The ops that have spaces, NULL-terminated: {"gate_pack", "ffn_infer", "ffn_dense", NULL}. */
+/* The ops that have spaces, NULL-terminated: {"gate_pack", "ffn_infer", NULL}. */
 const char *const *tw_tune_ops(void);
 
 /* The spaces serving op, in order of preference (the fastest kernel family first). Returns how

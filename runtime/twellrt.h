@@ -152,6 +152,14 @@ typedef struct twell_ctx_options {
      * (one query per pointer: several microseconds of host time per call). DEFAULT: OFF when
      * $TWELL_POINTER_CACHE is "0". */
     twell_switch pointer_cache;
+    /* The cuBLASLt library the dense routes load (a path or a file name for the loader). NULL:
+     * $TWELL_CUBLASLT_LIBRARY, else libcublasLt.so.13, .so.12, .so from the loader's path (a copy
+     * the process already loaded, such as PyTorch's, is found by name), then beside the NVRTC
+     * loaded, in the nvidia-cublas Python wheel beside an NVRTC wheel, $CUDA_HOME/lib64 and
+     * /usr/local/cuda/lib64. Loaded once per process, when a plan first needs it. Where it cannot
+     * be loaded the dense routes are unavailable: one warning is logged, TWELL_PATH_DENSE
+     * returns TWELL_ERR_UNSUPPORTED and AUTO chooses among the sparse routes. */
+    const char *cublaslt_library;
 } twell_ctx_options;
 
 /* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every

@@ -1,7 +1,8 @@
 /* test_gpu_gate_pack.c — twell_gate_pack on the GPU against the exact CPU reference over a shape
  * sweep (every M, K, N, C value of the issue covered, both dtypes, uniform and skewed data with
- * overflowing row-tiles), for every kernel variant the device has; poisoned outputs, bytes equal
- * across runs. Exits 77 (skipped) when no CUDA device is usable.
+ * overflowing row-tiles), for every route the device has (the cuBLASLt GEMM with its packing
+ * pass, the fused kernels); poisoned outputs, bytes equal across runs. Exits 77 (skipped) when no
+ * CUDA device is usable.
  *
  * Exactness rule (pack_check.h): each sampled row-tile must equal the reference bytes, or differ
  * only where fp32 summation order can legitimately change a rounding (values inside their fp64
@@ -81,7 +82,8 @@ static void gp_run(twell_plan *plan, size_t M, void *dx, void *dw, void *dp, siz
 
 static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan *plan,
                              const tw_synth_ffn *f, void *dx, void *dw, void *dp,
-                             const size_t *rows, size_t nrows, const uint32_t *ref) {
+                             const size_t *rows, size_t nrows, const uint32_t *ref, int lt) {
+    const char *variant = lt ? "cublaslt" : tw_tc_plan_variant(plan);
     size_t M = c->M, words = twell_packed_words(s, M), row_words = s->N / s->C;
     uint32_t *got = malloc(words * 4), *again = malloc(words * 4);
     uint32_t *sub = malloc(nrows * row_words * 4);
@@ -112,14 +114,14 @@ static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan 
            "%zu tolerated, %zu bad; flips %zu; worst %u ulp vs ref; max_rel_err %.2e; overflow "
            "tiles %zu\n",
            M, s->K, s->N, s->T, s->C, s->dtype == BF ? "bf16" : "fp16", tw_synth_dist_name(c->dist),
-           c->nnz, tw_tc_plan_variant(plan), r.rows, r.tiles_exact, r.tiles_tolerated, r.tiles_bad,
-           r.flips, r.worst_ulp, r.max_rel_err, r.overflow_tiles);
+           c->nnz, variant, r.rows, r.tiles_exact, r.tiles_tolerated, r.tiles_bad, r.flips,
+           r.worst_ulp, r.max_rel_err, r.overflow_tiles);
     if (r.tiles_bad)
         fail_msg("%zu row-tiles differ beyond fp32 summation order; first: %s", r.tiles_bad,
                  r.first_bad);
     /* Only the SIMT kernel sums in the reference's order; wgmma's order may move near-cancelling
      * values further, within the fp32 bounds already enforced by tiles_bad. */
-    if (!strcmp(tw_tc_plan_variant(plan), "simt") && r.worst_ulp > 1)
+    if (!strcmp(variant, "simt") && r.worst_ulp > 1)
         fail_msg("a stored value differs from the reference by %u units (> 1)", r.worst_ulp);
     if (c->want_overflow && r.overflow_tiles == 0)
         fail_msg("the case was meant to overflow row-tiles but the sample has none");
@@ -164,11 +166,17 @@ static void test_gpu_gate_pack_case(void **state) {
 
     twell_plan *plan = NULL;
     GP_OK(twell_plan_create(gp_ctx, &s, &plan));
-    /* every variant this device has for the shape: AUTO's choice, then SIMT if that was not it */
-    gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref);
+    /* every route this device has for the shape: the cuBLASLt GEMM and packing pass (at every M
+     * here), then without it AUTO's kernel, then SIMT if that was not it */
+    if (!tw_tc_plan_int(plan, TW_TC_DENSE_AVAILABLE))
+        fail_msg("cuBLASLt is not available: %s", twell_ctx_errmsg(gp_ctx));
+    GP_OK(tw_test_control(TW_TC_DENSE_SET_LT_GATE, plan, (size_t)1, (size_t)SIZE_MAX));
+    gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref, 1);
+    GP_OK(tw_test_control(TW_TC_DENSE_SET_LT_GATE, plan, (size_t)2, (size_t)1));
+    gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref, 0);
     if (strcmp(tw_tc_plan_variant(plan), "simt") != 0) {
         GP_OK(tw_test_control(TW_TC_GP_SELECT, plan, "simt"));
-        gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref);
+        gp_check_variant(c, &s, plan, f, dx, dw, dp, rows, nrows, ref, 0);
     }
     twell_plan_destroy(plan);
     tw_cuda_free(gp_ctx, dx);

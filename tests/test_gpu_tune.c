@@ -4,8 +4,8 @@
  * use the stored winner of their M bucket (correct results against the CPU reference, one module
  * load per bucket, none later); after `twell tune` on a cold cache (the whole FFN's first use,
  * timed), a second process creates a plan, loads both ops' winners and runs both ops with zero
- * compiles, its plan ready in ≤ 50 ms; TWELL_TUNE=1 tunes on first use (both ops, and the dense
- * path's split factors on sm_90a; twell_plan_tune too); a plan of
+ * compiles, its plan ready in ≤ 50 ms; TWELL_TUNE=1 tunes on first use (both ops; twell_plan_tune
+ * too; the dense route is cuBLASLt's, nothing of ours to tune); a plan of
  * another variant ignores a record that is not its kernel's. Exits 77 without a device.
  * The cache is cleared first, so the first tuning is cold (compiles included) and is timed.
  * labels: gpu slow */
@@ -13,7 +13,6 @@
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
-#include "dense_tuner.h"
 #include "pack_check.h"
 #include "synth.h"
 #include "tune_registry.h"
@@ -608,24 +607,6 @@ static void test_gpu_tune_on_first_use(void **state) {
     tu_ffn_prepare(plan, 300, &fuse);
     if (memcmp(&fwant, &fuse, sizeof fuse) != 0)
         fail_msg("the plan runs CN=%u, it tuned CN=%u", fuse.cn, fwant.cn);
-    /* the dense path's split factors too (sm_90a): its first dense call of the bucket tunes,
-     * stores and runs the winner */
-    if (tu_int(plan, TW_TC_DENSE_AVAILABLE)) {
-        snprintf(p.op, sizeof p.op, "ffn_dense");
-        assert_int_equal(tw_tune_store_load(tu_ctx, &p, &d, &rec), TWELL_ERR_NOT_FOUND);
-        TU_OK(tu_ctx, twell_plan_set_path(plan, TWELL_PATH_DENSE));
-        t0 = tu_now_ms();
-        tu_run_ffn(plan, &s, 300, 25);
-        printf("# TWELL_TUNE=1: first dense call of bucket 512 took %.2f s (tuning included)\n",
-               (tu_now_ms() - t0) / 1e3);
-        TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
-        unsigned split_want[2], ran[2];
-        assert_int_equal(tw_dense_cfg_from_tune(&rec.config, split_want), 0);
-        TU_OK(tu_ctx, tw_test_control(TW_TC_DENSE_LAST_SPLIT, plan, ran));
-        if (ran[0] != split_want[0] || ran[1] != split_want[1])
-            fail_msg("the dense call ran split %u/%u, it tuned %u/%u", ran[0], ran[1],
-                     split_want[0], split_want[1]);
-    }
     twell_plan_destroy(plan);
     tu_ctx = saved;
     twell_ctx_destroy(first_use);
@@ -683,17 +664,6 @@ static void test_gpu_tune_plan_tune(void **state) {
             if (memcmp(&want, &fuse, sizeof fuse) != 0)
                 fail_msg("twell_plan_tune stored CN=%u, the plan runs CN=%u", want.cn, fuse.cn);
         }
-    }
-    /* the dense path's split factors (sm_90a; the plan's path is AUTO, so they are tuned too) */
-    if (tu_int(plan, TW_TC_DENSE_AVAILABLE)) {
-        snprintf(p.op, sizeof p.op, "ffn_dense");
-        TU_OK(tu_ctx, tw_tune_store_load(tu_ctx, &p, &d, &rec));
-        unsigned want[2], use2[2];
-        assert_int_equal(tw_dense_cfg_from_tune(&rec.config, want), 0);
-        TU_OK(tu_ctx, tw_test_control(TW_TC_DENSE_PREPARE, plan, M, use2));
-        if (use2[0] != want[0] || use2[1] != want[1])
-            fail_msg("twell_plan_tune stored split %u/%u, the plan runs %u/%u", want[0], want[1],
-                     use2[0], use2[1]);
     }
     int gpm = tu_int(plan, TW_TC_GP_MODULES), fm = tu_int(plan, TW_TC_FFN_MODULES);
     assert_int_equal(tu_run_plan(plan, &s, M, 62), gpm);

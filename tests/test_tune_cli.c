@@ -79,11 +79,6 @@ static void test_tune_cli_dry_run_model(void **state) {
         "gate_pack",
         "ffn_infer",
         "gate_pack_sm90:BK=64,STAGES=3,CLUSTER=2", /* the default of the M = 4096 row */
-        /* the dense path's split factors: at M = 1 all 64 pairs kept, the rule's (3, 8) the
-         * default on 132 SMs; at M = 16384 only the unsplit pair */
-        "ffn_dense  gemm_sm90             1       1     64     64  0/0/0/0/0",
-        "gemm_sm90:SPLIT_UP=3,SPLIT_DOWN=8",
-        "ffn_dense  gemm_sm90         16384   16384     64      1  63/0/0/0/0",
         "  16384   16384 ",
         "      1       1 ",
     };
@@ -129,7 +124,7 @@ static void test_tune_cli_json_report(void **state) {
     const tw_json *res = tw_json_get(doc, "results");
     assert_non_null(res);
     assert_int_equal(res->type, TW_JSON_ARRAY);
-    assert_int_equal(res->len, 6); /* 3 ops (gate_pack, ffn_infer, ffn_dense) × 2 row counts */
+    assert_int_equal(res->len, 4); /* 2 ops (gate_pack, ffn_infer) × 2 row counts */
     for (size_t i = 0; i < res->len; i++) {
         const tw_json *r = res->items[i];
         const tw_json *cfg = tw_json_get(r, "config");

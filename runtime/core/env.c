@@ -14,6 +14,7 @@ const char *tw_env_xdg_cache_home(void) { return tw_env("XDG_CACHE_HOME"); }
 const char *tw_env_home(void) { return tw_env("HOME"); }
 const char *tw_env_template_dir(void) { return tw_env("TWELL_TEMPLATE_DIR"); }
 const char *tw_env_nvrtc_library(void) { return tw_env("TWELL_NVRTC_LIBRARY"); }
+const char *tw_env_cublaslt_library(void) { return tw_env("TWELL_CUBLASLT_LIBRARY"); }
 const char *tw_env_cuda_home(void) { return tw_env("CUDA_HOME"); }
 
 int tw_env_tune(void) {

@@ -13,6 +13,7 @@ const char *tw_env_xdg_cache_home(void); /* XDG_CACHE_HOME: the cache directory'
 const char *tw_env_home(void);           /* HOME: ~/.cache/twellrt, the last resort */
 const char *tw_env_template_dir(void);   /* TWELL_TEMPLATE_DIR: options.template_dir */
 const char *tw_env_nvrtc_library(void);  /* TWELL_NVRTC_LIBRARY: options.nvrtc_library */
+const char *tw_env_cublaslt_library(void); /* TWELL_CUBLASLT_LIBRARY: options.cublaslt_library */
 const char *tw_env_cuda_home(void);      /* CUDA_HOME: where NVRTC is searched after the loader */
 
 /* TWELL_TUNE: 1 when it is exactly "1" (options.tune_on_first_use ON), else 0. */

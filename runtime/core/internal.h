@@ -33,6 +33,7 @@ struct twell_ctx {
     int pointer_cache;     /* 1: plans remember accepted device addresses (twell_plan.seen) */
     char *template_dir;    /* owned; NULL: the built-in location (gen/render.c) */
     char *nvrtc_library;   /* owned; NULL: the search list (gen/nvrtc.c) */
+    char *cublaslt_library; /* owned; NULL: the search list (runtime/cuda/cuda_blaslt.c) */
     int nvrtc_warned;      /* the "another NVRTC is loaded" warning was logged */
     char *errmsg;          /* owned, "" when the last call succeeded */
     char device_name[160];

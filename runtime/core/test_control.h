@@ -99,7 +99,7 @@ enum {
 
     /* ---- fused inference, dense path and AUTO (runtime/ops/ffn/cuda_dense.c) ---- */
     TW_TC_DENSE_FIRST = 400,
-    TW_TC_DENSE_AVAILABLE = TW_TC_DENSE_FIRST, /* (plan, int *out): the dense kernels loaded */
+    TW_TC_DENSE_AVAILABLE = TW_TC_DENSE_FIRST, /* (plan, int *out): the dense route can run */
     TW_TC_DENSE_LAST_PATH, /* (plan, twell_path *out): SPARSE/DENSE last run; AUTO before */
     TW_TC_DENSE_ESTIMATE,  /* (plan, double *out): active values per row AUTO uses; -1 none */
     /* (plan, size_t M, double *out): AUTO's threshold at M rows, active values per row */
@@ -111,7 +111,7 @@ enum {
     TW_TC_DENSE_SET_THRESHOLD,
     /* (plan, size_t rows): the smallest M that AUTO runs dense (0: the policy's) */
     TW_TC_DENSE_SET_MIN_ROWS,
-    /* (plan, uint64_t out[2]): the last counting call's [0] Σ counts, [1] recomputed units */
+    /* (plan, uint64_t out[2]): the last counting call's [0] Σ counts, [1] 0 (unused) */
     TW_TC_DENSE_COUNTS,
     TW_TC_DENSE_GROW_SYNCS,      /* (plan, int *out): host waits to grow the dense workspace */
     TW_TC_DENSE_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of the dense workspace */
@@ -123,18 +123,12 @@ enum {
     TW_TC_DENSE_GEMM_SMEM,
     /* (unsigned *out): the same for the split-K gemm_sm90 (SPLIT = 1; no plan) */
     TW_TC_DENSE_SPLIT_GEMM_SMEM,
-    /* (plan, unsigned up, unsigned down): split-K factors of the up and down GEMMs of the later
-     * dense calls (0: the policy's, tw_ffn_dense_split; 1: unsplit; larger values are clamped to
-     * the GEMM's 64-wide k-blocks); the partial workspace grows at the next eager dense call (a
-     * captured call whose partials do not fit runs that GEMM unsplit) */
-    TW_TC_DENSE_SET_SPLIT,
-    /* (plan, unsigned out[2]): the split factors [up, down] of the last dense call's last chunk
-     * of rows (1: unsplit); {0, 0} before any dense call */
-    TW_TC_DENSE_LAST_SPLIT,
-    /* (plan, size_t M, unsigned out[2]): resolves the M bucket of a chunk of M rows as a dense
-     * call does (the stored ffn_dense winner, tuned first with tune_on_first_use) and gives the
-     * factors [up, down] that chunk runs now; {0, 0} when the plan has no dense path */
-    TW_TC_DENSE_PREPARE,
+    /* (plan, unsigned long out[2]): dense calls so far whose gate [0] came from the cuBLASLt
+     * gate-pack of the same arguments, [1] was computed by the dense call itself */
+    TW_TC_DENSE_GATE_REUSED,
+    /* (plan, size_t lo, size_t hi): twell_gate_pack runs the cuBLASLt route for lo ≤ M ≤ hi
+     * (besides calls the dense route will reuse); lo > hi: never on its own; 0, 0: the policy */
+    TW_TC_DENSE_SET_LT_GATE,
     TW_TC_DENSE_LAST,
 
     /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small.c) ---- */

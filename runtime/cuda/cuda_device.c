@@ -1,4 +1,5 @@
 /* cuda_device.c — the CUDA backend's device: open/close for a context and pointer kinds. */
+#include "cuda_blaslt.h"
 #include "cuda_driver.h"
 
 #include <stdio.h>
@@ -26,6 +27,11 @@ twell_status tw_cuda_open(twell_ctx *ctx, int device) {
 void tw_cuda_close(twell_ctx *ctx) {
     if (!ctx || !ctx->cuda)
         return;
+    tw_cu_scope sc;
+    int in = tw_cu_enter(ctx, &sc) == TWELL_OK;
+    tw_lt_ctx_release(ctx);
+    if (in)
+        tw_cu_leave(ctx, &sc);
     tw_cu_device_close(ctx->cuda);
     free(ctx->cuda);
     ctx->cuda = NULL;

@@ -774,6 +774,19 @@ twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *
     });
 }
 
+twell_status tw_cuda_stream_capture_id(twell_ctx *ctx, twell_stream stream, uint64_t *id) {
+    *id = 0;
+    if (!tw_cu.StreamGetCaptureInfo)
+        return TWELL_OK;
+    int status = 0;
+    uint64_t got = 0;
+    TW_CU_SCOPED(ctx, "cuStreamGetCaptureInfo", {
+        r_ = TW_CU(ctx, StreamGetCaptureInfo)((tw_CUstream)stream, &status, &got);
+        if (r_ == TW_CUDA_SUCCESS && status == 1)
+            *id = got;
+    });
+}
+
 static twell_status tw_cuda_graph_api(twell_ctx *ctx) {
     if (!tw_cu.StreamBeginCapture || !tw_cu.StreamEndCapture || !tw_cu.GraphInstantiate ||
         !tw_cu.GraphLaunch || !tw_cu.GraphExecDestroy || !tw_cu.GraphDestroy)

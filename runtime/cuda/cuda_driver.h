@@ -102,6 +102,7 @@ struct tw_cuda {
     /* The event tw_cuda_event_query last found complete; it stays complete until it is recorded
      * again through tw_cuda_event_record (or destroyed), so asking again needs no driver call. */
     tw_CUevent done_ev;
+    void *lt; /* the context's cuBLASLt handle (cuda_blaslt.c), created on first use */
 };
 
 /* ---- driver loading and error mapping ---- */
@@ -294,6 +295,10 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
  * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT): that stream cannot be used then. Allowed during capture in
  * every capture mode: it neither waits nor allocates. */
 twell_status tw_cuda_stream_capturing(twell_ctx *ctx, twell_stream stream, int *capturing);
+
+/* The id of the capture active on stream (cuStreamGetCaptureInfo: unique per capture sequence in
+ * the process), 0 when none is active or the driver lacks the call. Allowed during capture. */
+twell_status tw_cuda_stream_capture_id(twell_ctx *ctx, twell_stream stream, uint64_t *id);
 
 /* For the tests and the bench: capture work enqueued on stream (not the legacy default stream)
  * into a graph, instantiate it and replay it. mode is the driver's CUstreamCaptureMode: 0 global

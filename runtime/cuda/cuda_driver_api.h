@@ -91,6 +91,7 @@ typedef struct tw_cu_api {
     /* optional: stream capture (CUDA graphs); the library itself only asks whether a stream is
      * capturing, the rest serves the tests and the bench */
     tw_CUresult (*StreamIsCapturing)(tw_CUstream, int *);
+    tw_CUresult (*StreamGetCaptureInfo)(tw_CUstream, int *, uint64_t *); /* the 3-argument ABI */
     tw_CUresult (*StreamBeginCapture)(tw_CUstream, int);
     tw_CUresult (*StreamEndCapture)(tw_CUstream, tw_CUgraph *);
     tw_CUresult (*GraphInstantiate)(tw_CUgraphExec *, tw_CUgraph, unsigned long long);

@@ -71,6 +71,7 @@ static const tw_cu_sym tw_cu_syms[] = {
     TW_SYM(LaunchKernelEx, "cuLaunchKernelEx", NULL, 1),
     TW_SYM(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL, 1),
     TW_SYM(StreamIsCapturing, "cuStreamIsCapturing", NULL, 1),
+    TW_SYM(StreamGetCaptureInfo, "cuStreamGetCaptureInfo", NULL, 1),
     TW_SYM(StreamBeginCapture, "cuStreamBeginCapture_v2", NULL, 1),
     TW_SYM(StreamEndCapture, "cuStreamEndCapture", NULL, 1),
     TW_SYM(GraphInstantiate, "cuGraphInstantiateWithFlags", NULL, 1),

@@ -1,54 +1,58 @@
 /*
- * cuda_dense.h — the dense path of twell_ffn_infer on CUDA (Hopper: templates/gemm_sm90.cu.lua and
- * templates/dense_aux.cu.lua) and the choice between it and the sparse path (cuda_ffn.c) that
- * TWELL_PATH_AUTO makes from the previous calls' activation counts, without a host wait.
+ * cuda_dense.h — the dense route of twell_ffn_infer on CUDA (cuBLASLt, through the plan's
+ * gate_pack_lt.h resources) and the choice between it and the sparse routes that TWELL_PATH_AUTO
+ * makes from the previous calls' activation counts, without a host wait.
  */
 #ifndef TWELL_CUDA_DENSE_H
 #define TWELL_CUDA_DENSE_H
 
 #include "cuda_ffn.h"
+#include "gate_pack_lt.h"
 #include "jit.h"
 
 #include <stdarg.h>
 
-/* Per-plan state: the three modules, the workspace, the counts read back, the AUTO estimate. */
+/* Per-plan state: the workspace, the counts read back, the AUTO estimate. */
 typedef struct tw_dense tw_dense;
 
-/* Prepares the dense path ONCE for plan->shape: on sm_90a with K % 64 == 0 it renders/compiles (or
- * takes from the cache) and loads gemm_sm90 four times (the up projection: MODE gated or relu; the
- * down projection: MODE plain with K and N swapped, Wd read MN-major; each also as its split-K
- * variant) and dense_aux, and allocates the pinned count slots. Elsewhere, or when a module fails
- * to build (a warning is logged), the path is only marked unavailable: AUTO then always runs sparse
- * and DENSE reports TWELL_ERR_UNSUPPORTED with the reason. Only TWELL_ERR_NO_MEMORY fails. The
- * workspace is allocated at the first dense call. Inside tw_cu_enter/leave. *out NULL on failure.
- */
-twell_status tw_cuda_dense_init(twell_plan *plan, tw_dense **out);
+/* Prepares the dense route for plan->shape on the plan's cuBLASLt resources lt (gate_pack_lt.h;
+ * borrowed, outlives the state). Where cuBLASLt is unavailable the route is only marked
+ * unavailable: AUTO then chooses among the sparse routes and DENSE reports TWELL_ERR_UNSUPPORTED
+ * with the reason. Only TWELL_ERR_NO_MEMORY fails. The workspace is allocated at the first dense
+ * call. Inside tw_cu_enter/leave. *out NULL on failure. */
+twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out);
 
 /* Frees everything; the caller has synchronised the device. NULL is a no-op. */
 void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
+
+/* Whether a call of M rows would run the dense route now (plan->path DENSE, or AUTO's choice for
+ * aligned tensors from the estimate the host holds): the gate-pack then leaves the dense gate
+ * for it to reuse. */
+int tw_cuda_dense_expected(twell_plan *plan, tw_dense *d, size_t M);
+
+/* Whether twell_gate_pack of M rows runs the cuBLASLt route (gate_pack_lt.h): it can (cuBLASLt,
+ * 16-byte aligned tensors) and M is in its range (ffn_policy.h's TW_POLICY_LT_GATE_*, or test
+ * control's TW_TC_DENSE_SET_LT_GATE), or the dense route is expected to reuse its gate. */
+int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const void *x,
+                                 const void *w, const uint32_t *packed);
+
+/* Rows of the captured gate buffer twell_plan_reserve(max_M) gives that route: max_M within its
+ * range, else the top of the range. */
+size_t tw_cuda_dense_gate_lt_rows(const tw_dense *d, size_t max_M);
 
 /* twell_ffn_infer on CUDA (arguments validated by plan.c; inside tw_cu_enter/leave): picks the
  * path (plan->path; AUTO as below), runs it on stream, and enqueues the counting of this call's
  * packed activation when AUTO may use it.
  *
- * Dense path (per chunk of rows; H = the [rows, N] hidden state in dtype, plan workspace):
- *   count: Σ counts of packed and the units (256 rows x 256 columns) holding an overflowing
- *          row-tile;
- *   gated: H = round(g ⊙ x·Wuᵀ) in one GEMM, g expanded from packed inside the GEMM (units with
- *          an overflowing row-tile recompute g = act(x·Wgᵀ) on tensor cores first);
- *   non-gated: H expanded from packed, then the flagged units recomputed as act(x·Wuᵀ);
- *   y = H · Wd, Wd [N, K] read as it is (MN-major operand of the GEMM; no transposed copy).
- * So the dense path costs two GEMMs (up and down) after the caller's gate-pack, not three. A GEMM
- * whose grid would leave most of the device idle (few rows: at most half the clusters busy) is
- * split along its reduction into S slices of whole 64-wide k-blocks (dense_split.h: test
- * control's S, else the chunk's M bucket's tuned winner, else tw_ffn_dense_split): fp32 partials
- * into the workspace, then a reduction kernel sums them in slice order and applies the epilogue
- * (the gate, the activation, the rounding), so results stay bitwise reproducible for a given S.
- * An eager dense call first resolves its chunks' M buckets (once
- * each, memoised: the stored ffn_dense winner, tuned first when the context has
- * options.tune_on_first_use); a captured call resolves nothing (a bucket left unresolved runs the
- * rule: twell_plan_reserve resolves them beforehand).
- *
+ * Dense route (per chunk of rows, through cuBLASLt with fp32 accumulation; buffers [rows, N]
+ * dtype in the plan's workspace):
+ *   g: the gate-pack's g = relu(x·Wᵀ) of this call when the plan's cuBLASLt gate-pack left it
+ *      for exactly these arguments (gate_pack_lt.h), else computed here by a cuBLASLt GEMM with
+ *      the relu epilogue (W = Wg gated, Wu non-gated);
+ *   gated: u = x·Wuᵀ (rounded to dtype), h = round(g ⊙ u); non-gated: h = g;
+ *   y = h · Wd (Wd [N, K] read as it is).
+ * Every value is exact as the dense computation a framework runs (three GEMMs and an elementwise
+ * product), whatever row-tiles overflow: the packed activation is only counted.
  * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
  * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
  * none (the first call then runs the tiled pipeline where the policy needs an estimate). Every
@@ -56,11 +60,10 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d);
  * pre-pass, tw_cuda_ffn_launch's stats; a dense call or a sparse one on the simple kernels: a
  * small kernel) and the total reaches pinned memory (written there by the pre-pass when the
  * driver maps it, else copied); a later call reads it when an event recorded after it has
- * completed (cuEventQuery, never a wait). The dense path needs sm_90a, K % 64 == 0 and 16-byte
- * aligned x, weights and y; otherwise AUTO runs sparse and DENSE fails with
- * TWELL_ERR_UNSUPPORTED. Calls on different streams are ordered through an event (the workspace
- * is shared); growing the workspace for a larger chunk waits for the previous dense call
- * (counted by TW_TC_DENSE_GROW_SYNCS).
+ * completed (cuEventQuery, never a wait). The dense route needs cuBLASLt and 16-byte aligned x,
+ * weights and y; otherwise AUTO runs sparse and DENSE fails with TWELL_ERR_UNSUPPORTED. Calls on
+ * different streams are ordered through an event (the workspace is shared); growing the workspace
+ * for a larger chunk waits for the previous dense call (counted by TW_TC_DENSE_GROW_SYNCS).
  *
  * While stream is being captured (tw_cuda_stream_capturing), the call enqueues only kernels and
  * memsets: it reads no counts back and queries, records or waits for no event (the route is
@@ -73,24 +76,15 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* twell_plan_reserve's part: resolves the split factors of every M bucket a chunk of up to
- * max_M rows falls in (stored ffn_dense winners; tuned first with options.tune_on_first_use), so
- * a captured call runs them, then the dense workspace (H for min(max_M, a chunk) rows, the unit
- * flags, the split-K partials for every row count up to that) when the dense
- * path is available (nothing otherwise). May wait for the previous
- * dense call (a larger H). Inside tw_cu_enter/leave. */
+/* twell_plan_reserve's part: the dense workspace for min(max_M, a chunk) rows (h and an own g,
+ * so a captured call that cannot reuse the gate-pack's g runs) when the route is available.
+ * May wait for the previous dense call. Inside tw_cu_enter/leave. */
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);
 /* The estimate AUTO uses until counts have been read back (< 0: none). */
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row);
 
-/* twell_plan_tune's dense part: for a plan whose dense path is available and whose path is not
- * SPARSE, unless flags has TWELL_TUNE_STORED_ONLY, makes sure the M bucket of a chunk of M rows
- * has a stored winner of ffn_dense (tw_tune_op_ensure; TWELL_TUNE_RETUNE times again), then looks
- * the record up again for this plan (the chunks of a call of M rows then run it). TWELL_OK and
- * nothing done otherwise. Errors: those of tuning. */
-twell_status tw_cuda_dense_tune(twell_plan *plan, tw_dense *d, size_t M, unsigned flags);
-
-/* The template parameters of gemm_sm90 the dense path loads for GEMM g (TW_DENSE_UP or
+/* The hand-written GEMM the heavy-row route keeps (dense_gemm_sm90.c). The template parameters
+ * of gemm_sm90 for GEMM g (TW_DENSE_UP or
  * TW_DENSE_DOWN, dense_split.h) of shape s, unsplit or split-K (split): what plans render, so the
  * tuner's cubin is theirs. Returns the count (≤ TW_DENSE_GEMM_NPARAMS). */
 #define TW_DENSE_GEMM_NPARAMS (TW_SHAPE_NPARAMS + 4)
@@ -109,15 +103,8 @@ twell_status tw_cuda_dense_gemm_dm(twell_plan *plan, tw_CUfunction fn, int split
                                    const uint32_t *flags, unsigned nsplit, const int *mrows,
                                    twell_stream stream);
 
-/* The tuner's hooks (dense_tuner.c). tw_cuda_dense_usable: 1 when plan's dense path can run
- * (*why, may be NULL: why not, borrowed from the plan). tw_cuda_dense_tune_force: every later
- * dense call of plan runs split factors {up, down} (as TW_TC_DENSE_SET_SPLIT; 0: the bucket's
- * choice) and the workspace for calls of up to M rows is reserved now (may wait for the previous
- * dense call), so a timed call allocates nothing. Enters the context itself. */
-int tw_cuda_dense_usable(const twell_plan *plan, const char **why);
-/* The factors [up, down] of plan's last dense call's last chunk ({0, 0} before any). */
-void tw_cuda_dense_last_split(const twell_plan *plan, unsigned out[2]);
-twell_status tw_cuda_dense_tune_force(twell_plan *plan, unsigned up, unsigned down, size_t M);
+/* 1 when plan's dense route can run (*why, may be NULL: why not, borrowed from the plan). */
+int tw_cuda_dense_usable(twell_plan *plan, const char **why);
 
 /* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
  * estimate, threshold and route, counts, workspace probes and poisoning. */

@@ -88,6 +88,13 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * beats the small path once its row-tiles overflow, above ~6% active: table above). */
 #define TW_POLICY_DENSE_MIN_ROWS ((size_t)1)
 
+/* The rows twell_gate_pack runs through cuBLASLt (a GEMM with the relu epilogue into an
+ * L2-resident buffer, then a packing pass) on its own: above the small-batch gate-pack's rows and
+ * up to where the gate's dense output still fits the L2 of the device (4096 x 5632 bf16 = 46 MB)
+ * and the fused tiled kernel's tiles leave SMs idle. Measured: BENCHMARKS.md "Gate-pack". */
+#define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
+#define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)4096)
+
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
 

@@ -1,0 +1,81 @@
+/*
+ * gate_pack_lt.h — a plan's cuBLASLt resources and the gate-pack route through them: the gate GEMM
+ * g = relu(x · wᵀ) by cuBLASLt into a buffer of the plan (L2-resident at the batch sizes the route
+ * serves), then a packing pass (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference
+ * route (ops/ffn/cuda_dense.c) reuses that g when it is known to hold the gate of its call, and
+ * runs its own GEMMs through the same workspace.
+ *
+ * Which g a dense call may reuse. The plan keeps two gate buffers: one written only by eager
+ * calls (so host order is device order, on one stream), one written only by captured calls. Each
+ * remembers the call that wrote it (x, w, packed, M, stream, and the capture's id), and a call
+ * reuses it only for the same arguments on the same stream: an eager call the eager buffer, a
+ * captured call the captured one written earlier in the same capture (so inside one graph, where
+ * the order of the two nodes is fixed). Anything else recomputes g.
+ */
+#ifndef TWELL_GATE_PACK_LT_H
+#define TWELL_GATE_PACK_LT_H
+
+#include "cuda_blaslt.h"
+#include "cuda_driver.h"
+
+typedef struct tw_gate_lt tw_gate_lt;
+
+/* The plan's cuBLASLt side, empty: cuBLASLt (a large library) is loaded when a call first needs
+ * it, so plans that never run these routes never pay for it. Only TWELL_ERR_NO_MEMORY fails. */
+twell_status tw_gate_lt_init(twell_plan *plan, tw_gate_lt **out);
+void tw_gate_lt_release(twell_plan *plan, tw_gate_lt *lt); /* NULL is a no-op */
+
+/* 1 when the route can run; else 0 and *why (may be NULL) says why (borrowed from lt). The first
+ * call loads cuBLASLt (beside the NVRTC in use, see cuda_blaslt.h) and the packing module;
+ * unavailability (no cuBLASLt, a module that does not build) is not an error: the routes are
+ * marked unavailable with the reason and one warning is logged; the context's message is left
+ * as it was. */
+int tw_gate_lt_available(twell_plan *plan, tw_gate_lt *lt, const char **why);
+
+/* Allocates what captured calls of up to `rows` rows need: the workspace and the captured gate
+ * buffer (rows · N values). May wait for the plan's earlier eager work. Context current. */
+twell_status tw_gate_lt_reserve(twell_plan *plan, tw_gate_lt *lt, size_t rows);
+
+/* Rows the captured gate buffer holds (what a captured call of the route may have). */
+size_t tw_gate_lt_captured_rows(const tw_gate_lt *lt);
+
+/* The route's gate-pack: g = relu(x · wᵀ) by cuBLASLt (fp32 accumulation, rounded to dtype) into
+ * the gate buffer of the call's kind, then packed [M, N/C] from it. x, w, packed 16-byte aligned.
+ * Eager calls grow the eager buffer as needed. A captured call needs M ≤
+ * tw_gate_lt_captured_rows; otherwise *ran = 0 and nothing is enqueued (the caller runs another
+ * kernel). Context current. */
+twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const void *x,
+                             const void *w, uint32_t *packed, int capturing, twell_stream stream,
+                             int *ran);
+
+/* The gate buffer holding g for exactly these arguments (see the header comment), or NULL. */
+const void *tw_gate_lt_gate_for(twell_plan *plan, const tw_gate_lt *lt, size_t M, const void *x,
+                                const void *w, const uint32_t *packed, int capturing,
+                                twell_stream stream);
+
+/* Forgets both gate buffers' writers (nothing can reuse them until the next pack writes one). */
+void tw_gate_lt_forget(tw_gate_lt *lt);
+
+/* D = epi(A · op(B)) through cuBLASLt with the plan's workspace (cuda_blaslt.h's shape rules).
+ * Context current. */
+twell_status tw_gate_lt_matmul(twell_plan *plan, tw_gate_lt *lt, const tw_lt_shape *shape,
+                               const void *a, const void *b, void *d, twell_stream stream);
+
+/* u[i] = round(g[i] · u[i]) for n values (n a multiple of 8, both 16-byte aligned), in place. */
+twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, void *u, size_t n,
+                            twell_stream stream);
+
+/* stats[0] += Σ of the count words of packed [M, N/C]. */
+twell_status tw_gate_lt_count(twell_plan *plan, tw_gate_lt *lt, size_t M, const uint32_t *packed,
+                              uint64_t *stats, twell_stream stream);
+
+/* Eager calls that use the workspace or the eager gate buffer on `stream`: begin waits for the
+ * plan's previous such work when it ran on another stream; end records that this work is the
+ * latest. Captured calls call neither. Context current. */
+twell_status tw_gate_lt_begin(twell_plan *plan, tw_gate_lt *lt, twell_stream stream);
+twell_status tw_gate_lt_end(twell_plan *plan, tw_gate_lt *lt, twell_stream stream);
+
+/* Device bytes the route holds (workspace and gate buffers). */
+size_t tw_gate_lt_bytes(const twell_plan *plan, const tw_gate_lt *lt);
+
+#endif /* TWELL_GATE_PACK_LT_H */
