@@ -30,7 +30,7 @@ static void bench_usage(FILE *f) {
             " [--T 256] [--C 8] [--nnz 29,280] [--dist uniform,skewed]\n"
             "                   [--dtype bf16|fp16] [--reps 20] [--warmup 3] [--check-rows 128]\n"
             "                   [--variant auto|simt|sm90|small]\n"
-            "                   [--small-gate auto|g2u2[:WN]]\n"
+            "                   [--small-gate auto|g2u2[:WN]] [--lt-gate auto|off|all]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
             "                   [--gated 1|0]\n"
             "                   [--seed 1] [--out DIR]\n\n"
@@ -101,6 +101,7 @@ static void bench_opts_default(bench_opts *o) {
     o->variant = "auto";
     o->path = "auto";
     o->small_gate = "auto";
+    o->lt_gate = "auto";
     o->mode = "eager";
     o->gated = 1;
     o->out_dir = "bench/results";
@@ -188,6 +189,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
                   strcmp(v, "small");
+        } else if (!strcmp(key, "--lt-gate")) {
+            o->lt_gate = v;
+            bad = strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "all");
         } else if (!strcmp(key, "--small-gate")) {
             static const char *const k[] = {"auto", "g2u2"};
             o->small_gate = v;
@@ -311,8 +315,10 @@ const char *bench_plan_variant(twell_plan *plan) {
 
 void bench_gate_name(twell_plan *plan, char *out, size_t n) {
     const char *k = NULL;
-    if (bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) &&
-        tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &k) == TWELL_OK && k && *k)
+    if (bench_plan_int(plan, TW_TC_DENSE_LAST_GATE_LT))
+        snprintf(out, n, "cublaslt");
+    else if (bench_plan_int(plan, TW_TC_SMALL_LAST_GATE) &&
+             tw_test_control(TW_TC_SMALL_LAST_GATE_KERNEL, plan, &k) == TWELL_OK && k && *k)
         snprintf(out, n, "small-%s", k);
     else
         snprintf(out, n, "%s", bench_plan_variant(plan));
@@ -363,6 +369,10 @@ int bench_plan_open(bench_env *env, const twell_shape *s, twell_plan **plan) {
         *plan = NULL;
         return 1;
     }
+    /* the cuBLASLt gate-pack: its own rows (auto), never (off), every M (all) */
+    if (strcmp(o->lt_gate, "auto") != 0)
+        (void)tw_test_control(TW_TC_DENSE_SET_LT_GATE, *plan, !strcmp(o->lt_gate, "all") ? 1 : 2,
+                              !strcmp(o->lt_gate, "all") ? SIZE_MAX : 1);
     if (strcmp(o->variant, "auto") != 0 && strcmp(o->variant, "small") != 0 &&
         tw_test_control(TW_TC_GP_SELECT, *plan, o->variant) != TWELL_OK) {
         fprintf(stderr, "twell bench: variant %s: %s\n", o->variant, twell_ctx_errmsg(ctx));

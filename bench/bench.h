@@ -33,6 +33,7 @@ typedef struct bench_opts {
     /* the small path's gate-pack kernel (TW_TC_SMALL_SET_GATE): "auto" or "g2u2", optionally
      * ":WN" */
     const char *small_gate;
+    const char *lt_gate; /* --lt-gate auto|off|all */
     /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K) or "U,D" (split factors
      * of the up and down GEMMs; 1 unsplit) */
     const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),

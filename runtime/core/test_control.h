@@ -129,6 +129,7 @@ enum {
     /* (plan, size_t lo, size_t hi): twell_gate_pack runs the cuBLASLt route for lo ≤ M ≤ hi
      * (besides calls the dense route will reuse); lo > hi: never on its own; 0, 0: the policy */
     TW_TC_DENSE_SET_LT_GATE,
+    TW_TC_DENSE_LAST_GATE_LT, /* (plan, int *out): the last twell_gate_pack ran through cuBLASLt */
     TW_TC_DENSE_LAST,
 
     /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small.c) ---- */

@@ -20,9 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TW_DENSE_SLOTS 16u                   /* count slots: call c uses slot c % TW_DENSE_SLOTS */
-#define TW_DENSE_H_BYTES ((size_t)512 << 20) /* bound of each [rows, N] buffer: rows are chunked   \
-                                              */
+#define TW_DENSE_SLOTS 16u /* count slots: call c uses slot c % TW_DENSE_SLOTS */
+#define TW_DENSE_H_BYTES                                                                           \
+    ((size_t)512 << 20) /* bound of each [rows, N] buffer: rows are chunked                        \
+                         */
 
 struct tw_dense {
     int available;  /* 1: cuBLASLt and the packing module are loaded; 0: not; -1: not asked yet */
@@ -594,6 +595,12 @@ twell_status tw_dense_test_control(int op, va_list ap) {
         TW_TRY(tw_dense_knob(plan, &d));
         d->lt_lo = va_arg(ap, size_t);
         d->lt_hi = va_arg(ap, size_t);
+        return TWELL_OK;
+    }
+    case TW_TC_DENSE_LAST_GATE_LT: {
+        tw_dense *d;
+        TW_TRY(tw_dense_knob(plan, &d));
+        *va_arg(ap, int *) = tw_gate_lt_last(d->lt);
         return TWELL_OK;
     }
     case TW_TC_DENSE_GATE_REUSED: {

@@ -36,6 +36,7 @@ struct tw_gate_lt {
     int captured;      /* a captured call used the buffers: replaced ones go to keep */
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
+    int last; /* the plan's last gate-pack ran this route */
     int used;
     twell_stream last_stream;
 };
@@ -261,6 +262,7 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
         TW_TRY(tw_gate_lt_end(plan, lt, stream));
     *tag = (tw_glt_tag){1, x, w, packed, M, stream, cap};
     *ran = 1;
+    lt->last = 1;
     return TWELL_OK;
 }
 
@@ -277,5 +279,7 @@ const void *tw_gate_lt_gate_for(twell_plan *plan, const tw_gate_lt *lt, size_t M
 
 void tw_gate_lt_forget(tw_gate_lt *lt) {
     if (lt)
-        lt->tag_eager.valid = lt->tag_cap.valid = 0;
+        lt->tag_eager.valid = lt->tag_cap.valid = lt->last = 0;
 }
+
+int tw_gate_lt_last(const tw_gate_lt *lt) { return lt ? lt->last : 0; }

@@ -53,8 +53,12 @@ const void *tw_gate_lt_gate_for(twell_plan *plan, const tw_gate_lt *lt, size_t M
                                 const void *w, const uint32_t *packed, int capturing,
                                 twell_stream stream);
 
-/* Forgets both gate buffers' writers (nothing can reuse them until the next pack writes one). */
+/* Forgets both gate buffers' writers (nothing can reuse them until the next pack writes one):
+ * the plan's gate-pack ran another kernel. */
 void tw_gate_lt_forget(tw_gate_lt *lt);
+
+/* 1 when the plan's last gate-pack ran this route. */
+int tw_gate_lt_last(const tw_gate_lt *lt);
 
 /* D = epi(A · op(B)) through cuBLASLt with the plan's workspace (cuda_blaslt.h's shape rules).
  * Context current. */
