@@ -7,14 +7,15 @@
 -- ABI (block = 256 threads, any grid: grid-stride loops):
 --   twell_pack_dense(const unsigned short *g, long long M, unsigned *packed,
 --                    unsigned long long *stats)
---       g [M, N] dtype. packed [M, N/C] receives every word (tw_pack_row_tile_warp: entries in
---       ascending column order, unused slots 0, exact counts), a warp per row-tile. When stats is
+--       g [M, N] dtype (16-byte aligned). packed [M, N/C] receives every word (entries in
+--       ascending column order by lane scans, unused slots 0, exact counts; no atomics), a warp
+--       per row-tile, two in flight. When stats is
 --       not NULL, stats[0] += Σ counts (integer atomics: the sum is exact whatever their order).
 --   twell_pack_count(const unsigned *packed, long long M, unsigned long long *stats)
 --       stats[0] += Σ of the count words of packed [M, N/C] (AUTO's density estimate).
---   twell_dense_mul(const unsigned short *g, unsigned short *u, long long n8)
---       u[i] = round(g[i] · u[i]) (fp32 product, nearest even) for the n8·8 values, in place
---       (16-byte aligned).
+--   twell_dense_mul(const unsigned short *g, const float *u, unsigned short *h, long long n8)
+--       h[i] = round(g[i] · u[i]) (fp32 product, rounded once to dtype, nearest even) for the
+--       n8·8 values (all 16-byte aligned).
 
 local common = import "twell_common"
 local S = common.shape()
@@ -22,12 +23,81 @@ local NT = S.N // S.T
 local DT = S.dtype == "bf16" and "bf16" or "f16"
 
 common.conversions(S.dtype)
-common.pack_row_tile_warp(S)
+common.warp_scan()
+local V = S.T // 32 -- values a lane packs: 8, 4 or 2
 
 cuda [==[
 typedef unsigned int tw_u32;
 typedef unsigned long long tw_u64;
 typedef unsigned short tw_u16;
+constexpr int V = ${V};
+]==]
+if V == 8 then
+    cuda [==[
+typedef uint4 TwVec;
+static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const uint4 *)p); }
+static __device__ __forceinline__ TwVec tw_vec_zero() { return make_uint4(0u, 0u, 0u, 0u); }
+static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
+    const tw_u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        o[2 * k] = (tw_u16)(w[k] & 0xffffu), o[2 * k + 1] = (tw_u16)(w[k] >> 16);
+}
+]==]
+elseif V == 4 then
+    cuda [==[
+typedef uint2 TwVec;
+static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const uint2 *)p); }
+static __device__ __forceinline__ TwVec tw_vec_zero() { return make_uint2(0u, 0u); }
+static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
+    o[0] = (tw_u16)(v.x & 0xffffu), o[1] = (tw_u16)(v.x >> 16);
+    o[2] = (tw_u16)(v.y & 0xffffu), o[3] = (tw_u16)(v.y >> 16);
+}
+]==]
+else
+    cuda [==[
+typedef tw_u32 TwVec;
+static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const tw_u32 *)p); }
+static __device__ __forceinline__ TwVec tw_vec_zero() { return 0u; }
+static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
+    o[0] = (tw_u16)(v & 0xffffu), o[1] = (tw_u16)(v >> 16);
+}
+]==]
+end
+
+cuda [==[
+
+/* One row-tile of g (T values at src) into its W words at dst, by one warp: lane l holds the V
+ * consecutive values l·V .. l·V+V−1 (one 16-, 8- or 4-byte load), so its entries follow the
+ * lower lanes' in column order; an exclusive scan of the lanes' counts places them. Unused slots
+ * are written 0; word 0 is the exact count. Active = a positive 16-bit pattern (the rule of
+ * tw_pack_row_tile_warp). Returns the count in every lane. */
+static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__restrict__ dst,
+                                                      tw_u32 col0) {
+    const tw_u32 lane = threadIdx.x & 31u;
+    tw_u16 val[V];
+    tw_vec_split(v, val);
+    tw_u32 mask = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+        mask |= (val[j] != 0 && (val[j] & 0x8000u) == 0) ? 1u << j : 0u;
+    const tw_u32 mine = (tw_u32)__popc(mask);
+    tw_u32 incl = tw_warp_incl_scan(mine, lane);
+    const tw_u32 total = __shfl_sync(0xffffffffu, incl, 31);
+    tw_u32 pos = incl - mine;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+        if (mask & (1u << j)) {
+            if (pos < ${S.SLOTS}u)
+                dst[1u + pos] = ((tw_u32)val[j] << 16) | (col0 + lane * V + (tw_u32)j);
+            ++pos;
+        }
+    for (tw_u32 s = total + lane; s < ${S.SLOTS}u; s += 32u)
+        dst[1u + s] = 0u;
+    if (lane == 0)
+        dst[0] = total;
+    return total;
+}
 
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_dense(const tw_u16 *__restrict__ g, long long M, tw_u32 *__restrict__ packed,
@@ -35,15 +105,20 @@ extern "C" __global__ void __launch_bounds__(256)
     __shared__ tw_u64 tw_sum[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long items = M * ${NT};
+    const long long step = (long long)gridDim.x * 8;
     tw_u64 sum = 0;
-    for (long long i = (long long)blockIdx.x * 8 + warp; i < items; i += (long long)gridDim.x * 8) {
-        const long long m = i / ${NT};
-        const int t = (int)(i - m * ${NT});
-        tw_u32 *dst = packed + m * ${S.NW} + (long long)t * ${S.W};
-        tw_pack_row_tile_warp(g + m * ${S.N} + (long long)t * ${S.T}, dst, (tw_u32)t * ${S.T}u);
-        __syncwarp();
-        if (lane == 0)
-            sum += dst[0]; /* the count lane 0 itself wrote */
+    /* two row-tiles a warp per round: both loads in flight before either is packed */
+    for (long long i = (long long)blockIdx.x * 8 + warp; i < items; i += 2 * step) {
+        const long long i2 = i + step;
+        const TwVec a = tw_vec_load(g + i * ${S.T} + lane * V);
+        TwVec b = tw_vec_zero();
+        if (i2 < items)
+            b = tw_vec_load(g + i2 * ${S.T} + lane * V);
+        /* row-tile i of the row-major [M, N/T] grid of tiles: row i / NT, tile i % NT; g is
+         * [M, N] so tile i starts at value i·T, and packed row-tile i at word i·W */
+        sum += tw_pack_tile(a, packed + i * ${S.W}, (tw_u32)(i % ${NT}) * ${S.T}u);
+        if (i2 < items)
+            sum += tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
     }
     if (stats == 0)
         return;
@@ -91,19 +166,20 @@ static __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi) {
     return r;
 }
 
-static __device__ __forceinline__ tw_u32 tw_mul2(tw_u32 a, tw_u32 b) {
-    return tw_pack2(tw_to_f32((tw_u16)(a & 0xffffu)) * tw_to_f32((tw_u16)(b & 0xffffu)),
-                    tw_to_f32((tw_u16)(a >> 16)) * tw_to_f32((tw_u16)(b >> 16)));
+/* round(g · u) for two values: g two dtype values (lo, hi), u two floats. */
+static __device__ __forceinline__ tw_u32 tw_mul2(tw_u32 g, float u0, float u1) {
+    return tw_pack2(tw_to_f32((tw_u16)(g & 0xffffu)) * u0, tw_to_f32((tw_u16)(g >> 16)) * u1);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-    twell_dense_mul(const tw_u16 *__restrict__ g, tw_u16 *__restrict__ u, long long n8) {
+    twell_dense_mul(const tw_u16 *__restrict__ g, const float *__restrict__ u,
+                    tw_u16 *__restrict__ h, long long n8) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += stride) {
         const uint4 a = __ldg((const uint4 *)g + i);
-        const uint4 b = ((const uint4 *)u)[i];
-        ((uint4 *)u)[i] = make_uint4(tw_mul2(a.x, b.x), tw_mul2(a.y, b.y), tw_mul2(a.z, b.z),
-                                     tw_mul2(a.w, b.w));
+        const float4 u0 = __ldg((const float4 *)u + 2 * i), u1 = __ldg((const float4 *)u + 2 * i + 1);
+        ((uint4 *)h)[i] = make_uint4(tw_mul2(a.x, u0.x, u0.y), tw_mul2(a.y, u0.z, u0.w),
+                                     tw_mul2(a.z, u1.x, u1.y), tw_mul2(a.w, u1.z, u1.w));
     }
 }
 ]==]

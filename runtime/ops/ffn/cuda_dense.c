@@ -6,9 +6,11 @@
  */
 #include "cuda_dense.h"
 
+#include "cuda_gate_pack.h"
 #include "cuda_small.h"
 #include "dense_split.h"
 #include "ffn_policy.h"
+#include "gate_pack_config.h"
 #include "gate_pack_lt.h"
 
 #include "m_bucket.h"
@@ -21,9 +23,8 @@
 #include <string.h>
 
 #define TW_DENSE_SLOTS 16u /* count slots: call c uses slot c % TW_DENSE_SLOTS */
-#define TW_DENSE_H_BYTES                                                                           \
-    ((size_t)512 << 20) /* bound of each [rows, N] buffer: rows are chunked                        \
-                         */
+/* bound of the fp32 [rows, N] u: rows are chunked */
+#define TW_DENSE_U_BYTES ((size_t)512 << 20)
 
 struct tw_dense {
     int available;  /* 1: cuBLASLt and the packing module are loaded; 0: not; -1: not asked yet */
@@ -31,8 +32,9 @@ struct tw_dense {
     tw_gate_lt *lt; /* the plan's cuBLASLt resources (borrowed from the gate-pack's state) */
     size_t chunk_rows; /* rows per pass (bounds the buffers) */
     /* workspace, allocated at the first dense call (or by twell_plan_reserve) */
-    void *h; /* [rows, N] dtype: u, then h = g ⊙ u in place */
-    void *g; /* [rows, N] dtype: the gate when the gate-pack's cannot be reused */
+    float *u; /* [rows, N] fp32: x·Wuᵀ (gated) */
+    void *h;  /* [rows, N] dtype: h = round(g ⊙ u) (gated) */
+    void *g;  /* [rows, N] dtype: the gate when the gate-pack's cannot be reused */
     size_t rows;
     /* counts: device [SLOTS][2] u64 (Σ counts, unused), pinned copies */
     uint64_t *dstats, *hstats;
@@ -74,7 +76,7 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out
     d->last = TWELL_PATH_AUTO;
     d->lt = lt;
     d->available = -1; /* known once cuBLASLt has been asked for (tw_dense_ready) */
-    size_t rows = TW_DENSE_H_BYTES / (2u * (size_t)s->N);
+    size_t rows = TW_DENSE_U_BYTES / (4u * (size_t)s->N);
     d->chunk_rows = rows < 256u ? 256u : rows > 65536u ? 65536u : rows;
     void *hs = NULL;
     twell_status st = tw_cuda_malloc(ctx, TW_DENSE_SLOTS * 16u, (void **)&d->dstats);
@@ -113,6 +115,7 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
         return;
     twell_ctx *ctx = plan->ctx;
     tw_cuda_keep_release(ctx, &d->keep);
+    tw_cuda_free(ctx, d->u);
     tw_cuda_free(ctx, d->h);
     tw_cuda_free(ctx, d->g);
     tw_cuda_free(ctx, d->dstats);
@@ -179,34 +182,43 @@ static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
 
 /* ---- the dense route ---- */
 
-/* Workspace for chunks of R rows: h (gated plans), and g where the gate must be computed here
- * (own_gate; once allocated g keeps growing with h). Growing waits for the previous dense call
- * first (it may still read the old buffers). On failure the old buffers are kept. */
+/* Workspace for chunks of R rows: u and h (gated plans), and g where the gate must be computed
+ * here (own_gate; once allocated g keeps growing with the others). Replacing a buffer waits for
+ * the previous dense call first (it may still read the old one); a first allocation does not. On
+ * failure the old buffers are kept. */
 static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R, int own_gate) {
     twell_ctx *ctx = plan->ctx;
-    const size_t row_bytes = (size_t)plan->shape.N * 2u;
+    const size_t n = (size_t)plan->shape.N;
     const size_t rows = R > d->rows ? R : d->rows;
-    const int want_h = plan->shape.gated, want_g = own_gate || d->g;
-    const int new_h = want_h && (!d->h || rows > d->rows);
-    const int new_g = want_g && (!d->g || rows > d->rows);
-    if (!new_h && !new_g) {
+    const int grow = rows > d->rows;
+    const int want_uh = plan->shape.gated, want_g = own_gate || d->g;
+    const int new_uh = want_uh && (!d->h || grow), new_g = want_g && (!d->g || grow);
+    if (!new_uh && !new_g) {
         d->rows = rows;
         return TWELL_OK;
     }
-    if (d->used) {
+    if (d->used && ((new_uh && d->h) || (new_g && d->g))) {
         TW_TRY(tw_cuda_event_synchronize(ctx, d->done));
         d->grow_syncs++;
     }
-    void *h = NULL, *g = NULL;
-    twell_status st = new_h ? tw_cuda_malloc(ctx, rows * row_bytes, &h) : TWELL_OK;
+    void *u = NULL, *h = NULL, *g = NULL;
+    twell_status st = TWELL_OK;
+    if (new_uh) {
+        st = tw_cuda_malloc(ctx, rows * n * 4u, &u);
+        if (st == TWELL_OK)
+            st = tw_cuda_malloc(ctx, rows * n * 2u, &h);
+    }
     if (st == TWELL_OK && new_g)
-        st = tw_cuda_malloc(ctx, rows * row_bytes, &g);
+        st = tw_cuda_malloc(ctx, rows * n * 2u, &g);
     if (st != TWELL_OK) {
+        tw_cuda_free(ctx, u);
         tw_cuda_free(ctx, h);
         return st;
     }
-    if (new_h) {
+    if (new_uh) {
+        tw_cuda_keep_free(ctx, &d->keep, d->captured, d->u);
         tw_cuda_keep_free(ctx, &d->keep, d->captured, d->h);
+        d->u = u;
         d->h = h;
     }
     if (new_g) {
@@ -243,9 +255,9 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         }
         const void *h = g;
         if (s->gated) {
-            const tw_lt_shape us = {m, s->N, s->K, 1, t, t, TW_LT_EPI_NONE};
-            TW_TRY(tw_gate_lt_matmul(plan, d->lt, &us, xc, wu, d->h, stream));
-            TW_TRY(tw_gate_lt_mul(plan, d->lt, g, d->h, m * s->N, stream));
+            const tw_lt_shape us = {m, s->N, s->K, 1, t, TW_LT_FP32, TW_LT_EPI_NONE};
+            TW_TRY(tw_gate_lt_matmul(plan, d->lt, &us, xc, wu, d->u, stream));
+            TW_TRY(tw_gate_lt_mul(plan, d->lt, g, d->u, d->h, m * s->N, stream));
             h = d->h;
         }
         const tw_lt_shape ds = {m, s->K, s->N, 0, t, t, TW_LT_EPI_NONE};
@@ -419,6 +431,13 @@ int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const 
                                  const void *w, const uint32_t *packed) {
     if (!d || (((uintptr_t)x | (uintptr_t)w | (uintptr_t)packed) & 15u))
         return 0;
+    /* a kernel forced on the plan (tests, the bench) keeps its calls: the small path in FORCE
+     * mode, a gate-pack variant other than the device's default */
+    const tw_cuda_plan *cp = tw_op_plan(plan);
+    if (tw_small_gate_forced(cp->small) ||
+        (tw_sm90_gate_pack_supports(&plan->shape, plan->ctx->cuda) &&
+         tw_cuda_gate_pack_variant(cp->gate_pack) != TW_GP_SM90))
+        return 0;
     size_t lo, hi;
     tw_dense_lt_range(d, &lo, &hi);
     if (M >= lo && M <= hi)
@@ -514,8 +533,8 @@ static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
     const tw_dense *d = tw_plan_dense(plan);
     if (!d)
         return 0;
-    size_t row_bytes = (size_t)plan->shape.N * 2u;
-    return ((d->h ? d->rows : 0) + (d->g ? d->rows : 0)) * row_bytes;
+    size_t n = (size_t)plan->shape.N;
+    return ((d->u ? 4u * d->rows : 0) + (d->h ? 2u * d->rows : 0) + (d->g ? 2u * d->rows : 0)) * n;
 }
 
 static unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
@@ -532,6 +551,8 @@ static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
     const twell_shape *s = &plan->shape;
     uint32_t v = (uint32_t)pattern << 16 | pattern;
     TW_TRY(tw_cuda_synchronize(ctx));
+    if (d->u) /* the 32-bit pattern v is a NaN as a float when pattern is a 16-bit NaN */
+        TW_TRY(tw_cuda_memset_d32(ctx, d->u, v, d->rows * s->N, NULL));
     if (d->h)
         TW_TRY(tw_cuda_memset_d32(ctx, d->h, v, d->rows * s->N / 2u, NULL));
     if (d->g)

@@ -285,6 +285,8 @@ static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M
     return !capturing || fused || M <= sm->rows;
 }
 
+int tw_small_gate_forced(const tw_small *sm) { return sm && sm->mode == TW_SMALL_FORCE; }
+
 int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                         int capturing) {
     return sm && sm->mode == TW_SMALL_FORCE && tw_small_ffn_can(plan, sm, M, aligned16, capturing);

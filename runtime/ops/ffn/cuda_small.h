@@ -85,6 +85,10 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
  *           up to TW_SMALL_FUSED_M rows, needs no workspace). Returns 0 when it could not run
  *           (AUTO: workspace unavailable, logged) and the caller runs another path, else 1 with
  *           *st the status. */
+/* 1 when the mode is FORCE: the plan's gate-pack then runs the small path where it can, before
+ * any other route. */
+int tw_small_gate_forced(const tw_small *sm);
+
 int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                         int capturing);
 int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,

@@ -172,7 +172,7 @@ static twell_status tw_glt_grow(twell_plan *plan, tw_gate_lt *lt, void **buf, si
         return TWELL_OK;
     void *p = NULL;
     TW_TRY(tw_cuda_malloc(plan->ctx, want * plan->shape.N * 2u, &p));
-    twell_status st = tw_glt_idle(plan, lt);
+    twell_status st = *buf ? tw_glt_idle(plan, lt) : TWELL_OK; /* the old one may be in use */
     if (st != TWELL_OK) {
         tw_cuda_free(plan->ctx, p);
         return st;
@@ -205,10 +205,10 @@ static twell_status tw_glt_grid(twell_plan *plan, tw_CUfunction fn, size_t items
     return tw_cu_launch_grid(plan->ctx, fn, blocks ? blocks : 1u, 1u, 256u, 0u, 0u, stream, args);
 }
 
-twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, void *u, size_t n,
-                            twell_stream stream) {
+twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, const float *u,
+                            void *h, size_t n, twell_stream stream) {
     long long n8 = (long long)(n / 8u);
-    void *args[] = {(void *)&g, &u, &n8};
+    void *args[] = {(void *)&g, (void *)&u, &h, &n8};
     return tw_glt_grid(plan, lt->mul, n / 8u, 256u, stream, args);
 }
 

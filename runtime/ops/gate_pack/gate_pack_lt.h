@@ -65,9 +65,10 @@ int tw_gate_lt_last(const tw_gate_lt *lt);
 twell_status tw_gate_lt_matmul(twell_plan *plan, tw_gate_lt *lt, const tw_lt_shape *shape,
                                const void *a, const void *b, void *d, twell_stream stream);
 
-/* u[i] = round(g[i] · u[i]) for n values (n a multiple of 8, both 16-byte aligned), in place. */
-twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, void *u, size_t n,
-                            twell_stream stream);
+/* h[i] = round(g[i] · u[i]) for n values (n a multiple of 8; g, h dtype, u fp32; 16-byte
+ * aligned). */
+twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, const float *u,
+                            void *h, size_t n, twell_stream stream);
 
 /* stats[0] += Σ of the count words of packed [M, N/C]. */
 twell_status tw_gate_lt_count(twell_plan *plan, tw_gate_lt *lt, size_t M, const uint32_t *packed,
