@@ -70,6 +70,11 @@ typedef struct bench_record {
     char date[32];
 } bench_record;
 
+/* Writes recs[0..n) to f as the JSON array of the bench/results files (bench/record_json.c):
+ * negative or non-finite numbers as null, strings escaped. Returns 0, or -1 when a write failed;
+ * f stays open. */
+int bench_records_write(FILE *f, const bench_record *recs, size_t n);
+
 /* What the ops share: the context, the baseline library, the L2 flush buffer, events. */
 typedef struct bench_env {
     twell_ctx *ctx;

@@ -1,5 +1,6 @@
 /* test_bench_cli.c — `twell bench` as a user runs it: help, option errors, the no-device exit code,
- * and on a machine with a GPU a tiny end-to-end run whose JSON records hold the required fields.
+ * the JSON form of its records (bench/record_json.c, no GPU needed), and on a machine with a GPU
+ * tiny end-to-end runs whose JSON records hold the required fields.
  * labels: unit */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "bench.h"
 #include "tw_gpu.h"
 #include "tw_run.h"
 
@@ -81,6 +83,93 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_non_null(strstr(out, "--mode host (ffn_infer)"));
     assert_int_equal(bc_run("--op ffn_infer --mode hostile", out, sizeof out), 2);
     assert_non_null(strstr(out, "bad value 'hostile' for --mode"));
+}
+
+/* The record schema, in the order every object lists it (BENCHMARKS.md's method section). */
+static const char bc_schema[] = "op dtype M K N T C distribution nnz_target nnz_mean variant gated "
+                                "ours_ms ours_min_ms ours_max_ms baseline baseline_ms "
+                                "baseline_min_ms baseline_max_ms ratio reps max_rel_err "
+                                "checked_rows correct check gpu commit date";
+
+/* Records as bench_record_init and an op leave them: one measured, one whose baseline never ran
+ * (its times stay -1: null in the file). */
+static void bc_records(bench_record r[2]) {
+    memset(r, 0, 2 * sizeof *r);
+    for (int i = 0; i < 2; i++) {
+        snprintf(r[i].dtype, sizeof r[i].dtype, "bf16");
+        r[i].M = i ? 16384 : 1, r[i].K = 2048, r[i].N = 5632, r[i].T = 256, r[i].C = 8;
+        snprintf(r[i].distribution, sizeof r[i].distribution, "%s", i ? "skewed" : "uniform");
+        r[i].nnz_target = 29.0, r[i].nnz_mean = i ? 44.0 : 29.5;
+        r[i].gated = 1;
+        r[i].ours_ms = r[i].ours_min_ms = r[i].ours_max_ms = 0.5;
+        r[i].reps = 20;
+        r[i].checked_rows = 16;
+        r[i].correct = 1;
+        snprintf(r[i].gpu, sizeof r[i].gpu, "cuda:0 a \"quoted\" device\\name");
+        snprintf(r[i].commit, sizeof r[i].commit, "abc1234");
+        snprintf(r[i].date, sizeof r[i].date, "2000-01-01T00:00:00Z");
+    }
+    snprintf(r[0].op, sizeof r[0].op, "ffn_infer");
+    snprintf(r[0].variant, sizeof r[0].variant, "small-g2u2+small");
+    snprintf(r[0].baseline, sizeof r[0].baseline, "cublas_ffn");
+    r[0].baseline_ms = r[0].baseline_min_ms = r[0].baseline_max_ms = 1.0;
+    r[0].ratio = 2.0;
+    snprintf(r[1].op, sizeof r[1].op, "ffn_infer_graph");
+    snprintf(r[1].variant, sizeof r[1].variant, "sm90+tiled");
+    r[1].baseline_ms = r[1].baseline_min_ms = r[1].baseline_max_ms = r[1].ratio = -1.0;
+}
+
+/* Writes recs[0..n) with bench_records_write and returns the file's text (static buffer). */
+static const char *bc_write(const bench_record *recs, size_t n) {
+    static char text[16384];
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(bench_records_write(f, recs, n), 0);
+    rewind(f);
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    assert_true(len < sizeof text - 1);
+    return text;
+}
+
+/* Every record lists the schema's fields once each, in its order, and nothing else; times never
+ * measured are null; strings escaped; the array well formed. */
+static void test_bench_cli_record_json(void **state) {
+    (void)state;
+    bench_record r[2];
+    bc_records(r);
+    const char *text = bc_write(r, 2);
+    assert_int_equal(strncmp(text, "[\n  {\n", 6), 0);
+    const char *obj = text;
+    for (int i = 0; i < 2; i++) {
+        obj = strstr(obj, "  {\n");
+        assert_non_null(obj);
+        const char *line = obj + 4;
+        for (const char *k = bc_schema; *k; k += strspn(k, " ")) {
+            int kl = (int)strcspn(k, " ");
+            char want[48];
+            snprintf(want, sizeof want, "    \"%.*s\": ", kl, k);
+            if (strncmp(line, want, strlen(want)) != 0)
+                fail_msg("record %d: the next field is not %.*s:\n%.80s", i, kl, k, line);
+            k += kl;
+            line = strchr(line, '\n');
+            assert_non_null(line);
+            line++;
+        }
+        assert_int_equal(strncmp(line, i ? "  }\n]\n" : "  },\n", i ? 6 : 5), 0);
+        obj = line;
+    }
+    assert_non_null(strstr(text, "    \"op\": \"ffn_infer\",\n"));
+    assert_non_null(strstr(text, "    \"M\": 16384,\n"));
+    assert_non_null(strstr(text, "    \"ratio\": 2,\n"));
+    assert_non_null(strstr(text, "    \"ratio\": null,\n"));
+    assert_non_null(strstr(text, "    \"baseline_ms\": null,\n"));
+    assert_non_null(strstr(text, "    \"gated\": true,\n"));
+    assert_non_null(strstr(text, "    \"gpu\": \"cuda:0 a \\\"quoted\\\" device\\\\name\",\n"));
+    assert_non_null(strstr(text, "    \"date\": \"2000-01-01T00:00:00Z\"\n"));
+    /* no records: an empty array */
+    assert_string_equal(bc_write(r, 0), "[\n]\n");
 }
 
 /* Runs `twell bench ARGS --warmup 1 --out <test results dir>` on the GPU. Without a device (exit
@@ -192,6 +281,7 @@ static void test_bench_cli_tiny_run(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_cli_help_and_errors),
+        cmocka_unit_test(test_bench_cli_record_json),
         cmocka_unit_test(test_bench_cli_tiny_run),
         cmocka_unit_test(test_bench_cli_non_gated_run),
         cmocka_unit_test(test_bench_cli_host_run),
