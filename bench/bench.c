@@ -53,6 +53,11 @@ static void bench_usage(FILE *f) {
             "path (gate-pack and inference). --variant small forces the small-batch gate-pack\n"
             "kernel; simt or sm90 force that kernel (small-batch path off). The record's\n"
             "variant names what ran.\n"
+            "Every record also says requested_path (--path as given) and path, the route its\n"
+            "calls ran (read from the plan): ffn_infer small, tiled, rows (the portable row\n"
+            "kernel) or dense, mixed if the timed calls (warm-up included) ran both dense and\n"
+            "sparse, a graph record the route of the captured call; train sparse, dense or\n"
+            "mixed; gate_pack small (the small-batch kernel) or tiled (the full gate-pack).\n"
             "--small-gate names the small-batch gate-pack kernel (where that path runs): auto or\n"
             "g2u2, the one kernel (16 rows a block, more token blocks for more rows). :WN forces\n"
             "16*WN neurons a block (1, 2, 4, 8, where T allows it; else the rule's: 1 up to 8\n"
@@ -292,6 +297,8 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->distribution, sizeof r->distribution, "%s", tw_synth_dist_name(dist));
     r->nnz_target = nnz;
     r->gated = o->gated;
+    snprintf(r->requested_path, sizeof r->requested_path, "%s", o->path);
+    snprintf(r->path, sizeof r->path, "unknown");
     r->baseline_ms = r->ratio = -1.0;
     snprintf(r->gpu, sizeof r->gpu, "%s", env->gpu);
     snprintf(r->commit, sizeof r->commit, "%s", env->commit);
@@ -340,6 +347,11 @@ void bench_gate_name(twell_plan *plan, char *out, size_t n) {
 twell_path bench_state_path(twell_train_state *state, int op) {
     twell_path v = TWELL_PATH_AUTO;
     return tw_test_control(op, state, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+unsigned long bench_plan_calls(twell_plan *plan, twell_path path) {
+    unsigned long v = 0;
+    return tw_test_control(TW_TC_DENSE_CALLS, plan, (int)path, &v) == TWELL_OK ? v : 0;
 }
 
 unsigned long bench_state_calls(twell_train_state *state, twell_path path) {

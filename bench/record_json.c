@@ -43,6 +43,8 @@ int bench_records_write(FILE *f, const bench_record *recs, size_t n) {
         bench_json_num(f, "nnz_target", r->nnz_target);
         bench_json_num(f, "nnz_mean", r->nnz_mean);
         bench_json_str(f, "variant", r->variant);
+        bench_json_str(f, "requested_path", r->requested_path);
+        bench_json_str(f, "path", r->path);
         fprintf(f, "    \"gated\": %s,\n", r->gated ? "true" : "false");
         bench_json_num(f, "ours_ms", r->ours_ms);
         bench_json_num(f, "ours_min_ms", r->ours_min_ms);

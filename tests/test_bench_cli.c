@@ -81,15 +81,19 @@ static void test_bench_cli_help_and_errors(void **state) {
     /* --mode: host times the calling thread per call */
     assert_non_null(strstr(out, "[--mode eager|graph|both|host]"));
     assert_non_null(strstr(out, "--mode host (ffn_infer)"));
+    /* the records' requested_path and path are described */
+    assert_non_null(
+        strstr(out, "Every record also says requested_path (--path as given) and path"));
     assert_int_equal(bc_run("--op ffn_infer --mode hostile", out, sizeof out), 2);
     assert_non_null(strstr(out, "bad value 'hostile' for --mode"));
 }
 
 /* The record schema, in the order every object lists it (BENCHMARKS.md's method section). */
-static const char bc_schema[] = "op dtype M K N T C distribution nnz_target nnz_mean variant gated "
-                                "ours_ms ours_min_ms ours_max_ms baseline baseline_ms "
-                                "baseline_min_ms baseline_max_ms ratio reps max_rel_err "
-                                "checked_rows correct check gpu commit date";
+static const char bc_schema[] =
+    "op dtype M K N T C distribution nnz_target nnz_mean variant "
+    "requested_path path gated ours_ms ours_min_ms ours_max_ms baseline baseline_ms "
+    "baseline_min_ms baseline_max_ms ratio reps max_rel_err "
+    "checked_rows correct check gpu commit date";
 
 /* Records as bench_record_init and an op leave them: one measured, one whose baseline never ran
  * (its times stay -1: null in the file). */
@@ -111,11 +115,15 @@ static void bc_records(bench_record r[2]) {
     }
     snprintf(r[0].op, sizeof r[0].op, "ffn_infer");
     snprintf(r[0].variant, sizeof r[0].variant, "small-g2u2+small");
+    snprintf(r[0].requested_path, sizeof r[0].requested_path, "auto");
+    snprintf(r[0].path, sizeof r[0].path, "small");
     snprintf(r[0].baseline, sizeof r[0].baseline, "cublas_ffn");
     r[0].baseline_ms = r[0].baseline_min_ms = r[0].baseline_max_ms = 1.0;
     r[0].ratio = 2.0;
     snprintf(r[1].op, sizeof r[1].op, "ffn_infer_graph");
     snprintf(r[1].variant, sizeof r[1].variant, "sm90+tiled");
+    snprintf(r[1].requested_path, sizeof r[1].requested_path, "sparse");
+    snprintf(r[1].path, sizeof r[1].path, "tiled");
     r[1].baseline_ms = r[1].baseline_min_ms = r[1].baseline_max_ms = r[1].ratio = -1.0;
 }
 
@@ -166,6 +174,12 @@ static void test_bench_cli_record_json(void **state) {
     assert_non_null(strstr(text, "    \"ratio\": null,\n"));
     assert_non_null(strstr(text, "    \"baseline_ms\": null,\n"));
     assert_non_null(strstr(text, "    \"gated\": true,\n"));
+    /* what --path asked beside the route that ran, after the variant */
+    assert_non_null(strstr(text, "    \"variant\": \"small-g2u2+small\",\n"
+                                 "    \"requested_path\": \"auto\",\n"
+                                 "    \"path\": \"small\",\n"));
+    assert_non_null(strstr(text, "    \"requested_path\": \"sparse\",\n"
+                                 "    \"path\": \"tiled\",\n"));
     assert_non_null(strstr(text, "    \"gpu\": \"cuda:0 a \\\"quoted\\\" device\\\\name\",\n"));
     assert_non_null(strstr(text, "    \"date\": \"2000-01-01T00:00:00Z\"\n"));
     /* no records: an empty array */
@@ -220,11 +234,12 @@ static void test_bench_cli_non_gated_run(void **state) {
     static char out[65536];
     const char *keys[] = {"\"op\": \"ffn_infer\"",
                           "\"op\": \"ffn_fused_only\"",
+                          "\"requested_path\": \"auto\"",
                           "\"gated\": false",
                           "\"M\": 300",
                           "\"baseline\": \"cublas_ffn\"",
                           "\"correct\": true"};
-    const char *absent[] = {"\"gated\": true"};
+    const char *absent[] = {"\"gated\": true", "\"path\": \"unknown\""};
     if (bc_device_run("--op ffn_infer --gated 0 --M 33,300 --K 256 --N 1024 --nnz 10 "
                       "--dist uniform,skewed --reps 20",
                       out, sizeof out, keys, BC_N(keys), absent, BC_N(absent)))
@@ -243,11 +258,35 @@ static void test_bench_cli_host_run(void **state) {
                           "\"M\": 24",
                           "driver calls",
                           "\"reps\": 1000",
+                          "\"requested_path\": \"auto\"",
                           "\"correct\": true"};
-    const char *absent[] = {"\"op\": \"ffn_infer\""};
+    const char *absent[] = {"\"op\": \"ffn_infer\"", "\"path\": \"unknown\""};
     (void)bc_device_run("--op ffn_infer --mode host --M 1,24 --K 256 --N 1024 --nnz 10 "
                         "--dist uniform --reps 20",
                         out, sizeof out, keys, BC_N(keys), absent, BC_N(absent));
+}
+
+/* --path forced, eager and graph: every record says what was asked and the route that ran, the
+ * graph records the captured call's; sparse keeps the small-batch path off, small forces it. */
+static void test_bench_cli_path_fields(void **state) {
+    (void)state;
+    static char out[65536];
+    const char *keys[] = {"\"op\": \"ffn_infer\"", "\"op\": \"ffn_infer_graph\"",
+                          "\"op\": \"ffn_fused_only_graph\"", "\"requested_path\": \"sparse\""};
+    /* tiled, or rows on a GPU without the tiled pipeline */
+    const char *absent[] = {"\"path\": \"small\"", "\"path\": \"dense\"", "\"path\": \"mixed\"",
+                            "\"path\": \"unknown\"", "\"requested_path\": \"auto\""};
+    (void)bc_device_run(
+        "--op ffn_infer --path sparse --mode both --M 8,33 --K 256 --N 1024 --nnz 10 "
+        "--dist uniform --reps 5 --check-rows 8",
+        out, sizeof out, keys, BC_N(keys), absent, BC_N(absent));
+    const char *skeys[] = {"\"op\": \"ffn_infer_graph\"", "\"requested_path\": \"small\"",
+                           "\"path\": \"small\""};
+    const char *sabsent[] = {"\"path\": \"tiled\"", "\"path\": \"rows\"", "\"path\": \"dense\"",
+                             "\"path\": \"mixed\"", "\"path\": \"unknown\""};
+    (void)bc_device_run("--op ffn_infer --path small --mode both --M 1,8 --K 256 --N 1024 --nnz 10 "
+                        "--dist uniform --reps 5 --check-rows 8",
+                        out, sizeof out, skeys, BC_N(skeys), sabsent, BC_N(sabsent));
 }
 
 /* The default op (gate_pack) on a tiny shape: every field of the record schema is written. */
@@ -264,6 +303,8 @@ static void test_bench_cli_tiny_run(void **state) {
                           "\"T\": 256",
                           "\"C\": 8",
                           "\"distribution\": \"skewed\"",
+                          "\"requested_path\": \"auto\"",
+                          "\"path\": \"",
                           "\"nnz_mean\"",
                           "\"ours_ms\"",
                           "\"baseline\": \"cublas_gemm\"",
@@ -274,8 +315,9 @@ static void test_bench_cli_tiny_run(void **state) {
                           "\"commit\"",
                           "\"date\"",
                           "\"correct\": true"};
+    const char *absent[] = {"\"path\": \"unknown\""};
     (void)bc_device_run("--M 33,100 --K 64 --N 512 --nnz 10 --dist uniform,skewed --reps 20", out,
-                        sizeof out, keys, BC_N(keys), NULL, 0);
+                        sizeof out, keys, BC_N(keys), absent, BC_N(absent));
 }
 
 int main(void) {
@@ -285,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_bench_cli_tiny_run),
         cmocka_unit_test(test_bench_cli_non_gated_run),
         cmocka_unit_test(test_bench_cli_host_run),
+        cmocka_unit_test(test_bench_cli_path_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
