@@ -12,7 +12,7 @@
 #   kernels  the next-generation kernel table (issue 15): training 29 / 56 / skewed with memory,
 #            inference 16384 uniform / skewed, fused part alone, non-gated
 # JSON records go to $OUT (one file per `twell bench` call), the tables to $OUT/bench.log;
-# `python3 scripts/plot_bench.py $OUT/*.json` draws them.
+# `scripts/plot_bench.py $OUT/*.json` (matplotlib) draws them.
 set -u
 OUT=${OUT:-/tmp/twell-out}
 B=${B:-build-dev}
