@@ -46,12 +46,11 @@ fi
 # (warmup + reps) x 3 implementations (ours end to end, ours fused only, the dense FFN), each after
 # an L2 flush (~0.15 ms); with a run at max(6·M·K·N / 600 TFLOP/s, the bytes it moves / 3.3 TB/s)
 # plus launch time, the serve set's 60 eager + 60 graph cases at 20 + 3 time about 16 s, its 30
-# non-gated cases about 3 s, the density set's 192 cases at 10 + 2 about 8 s. Setup outweighs
-# that: per case the check (two untimed runs, y and the packed gate copied back), the capture and
-# its checked replay, and per call the synthetic data at its largest M and the first-use JIT
-# compiles; at ~0.3 s a case and ~1 minute of compiles the two sets take about 3-5 minutes of
-# device time, inside the 6 the issue allows. Each call stays under BENCH_STEP_TIMEOUT; the
-# largest (serve, K 4096, 30 cases in both modes) is the one to watch.
+# non-gated cases about 3 s, the density set's 192 cases at 10 + 2 about 8 s. Setup adds about as
+# much again: per case the check (two untimed runs, y and the packed gate copied back), the capture
+# and its checked replay; per call the synthetic data at its largest M and the first-use JIT
+# compiles. In all about 1.5-3 minutes of device time for both sets (684 records), inside the 6
+# the issue allows, and every call far below BENCH_STEP_TIMEOUT.
 SERVE_M=1,2,4,8,16,32,64,128,256,512,1024,2048,4096,16384,65536
 DENSITY_M=1,8,64,256,1024,2048,4096,16384
 if [ "$what" = serve ] || [ "$what" = all ]; then
