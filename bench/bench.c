@@ -7,7 +7,6 @@
 #include "cli_common.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +52,11 @@ static void bench_usage(FILE *f) {
             "path (gate-pack and inference). --variant small forces the small-batch gate-pack\n"
             "kernel; simt or sm90 force that kernel (small-batch path off). The record's\n"
             "variant names what ran.\n"
+            "Every record also says requested_path (--path as given) and path, the route its\n"
+            "calls ran (read from the plan): ffn_infer small, tiled, rows (the portable row\n"
+            "kernel) or dense, mixed if the timed calls (warm-up included) ran both dense and\n"
+            "sparse, a graph record the route of the captured call; train sparse, dense or\n"
+            "mixed; gate_pack small (the small-batch kernel) or tiled (the full gate-pack).\n"
             "--small-gate names the small-batch gate-pack kernel (where that path runs): auto or\n"
             "g2u2, the one kernel (16 rows a block, more token blocks for more rows). :WN forces\n"
             "16*WN neurons a block (1, 2, 4, 8, where T allows it; else the rule's: 1 up to 8\n"
@@ -277,6 +281,8 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->distribution, sizeof r->distribution, "%s", tw_synth_dist_name(dist));
     r->nnz_target = nnz;
     r->gated = o->gated;
+    snprintf(r->requested_path, sizeof r->requested_path, "%s", o->path);
+    snprintf(r->path, sizeof r->path, "unknown");
     r->baseline_ms = r->ratio = -1.0;
     snprintf(r->gpu, sizeof r->gpu, "%s", env->gpu);
     snprintf(r->commit, sizeof r->commit, "%s", env->commit);
@@ -327,6 +333,11 @@ void bench_gate_name(twell_plan *plan, char *out, size_t n) {
 twell_path bench_state_path(twell_train_state *state, int op) {
     twell_path v = TWELL_PATH_AUTO;
     return tw_test_control(op, state, &v) == TWELL_OK ? v : TWELL_PATH_AUTO;
+}
+
+unsigned long bench_plan_calls(twell_plan *plan, twell_path path) {
+    unsigned long v = 0;
+    return tw_test_control(TW_TC_DENSE_CALLS, plan, (int)path, &v) == TWELL_OK ? v : 0;
 }
 
 unsigned long bench_state_calls(twell_train_state *state, twell_path path) {
@@ -459,63 +470,12 @@ typedef struct {
 
 static bench_out bench_results;
 
-static void bench_json_num(FILE *f, const char *key, double v, int last) {
-    if (v < 0.0 || !isfinite(v))
-        fprintf(f, "    \"%s\": null%s\n", key, last ? "" : ",");
-    else
-        fprintf(f, "    \"%s\": %.6g%s\n", key, v, last ? "" : ",");
-}
-
-/* Strings we write come from our own tables and the device name: escape quotes and backslashes
- * anyway so the file always parses. */
-static void bench_json_str(FILE *f, const char *key, const char *v) {
-    fprintf(f, "    \"%s\": \"", key);
-    for (const char *p = v; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fputc('\\', f);
-        if ((unsigned char)*p >= 0x20)
-            fputc(*p, f);
-    }
-    fprintf(f, "\",\n");
-}
-
 static int bench_write_json(const bench_out *o) {
     FILE *f = fopen(o->path, "w");
     if (!f)
         return -1;
-    fprintf(f, "[\n");
-    for (size_t i = 0; i < o->n; i++) {
-        const bench_record *r = &o->recs[i];
-        fprintf(f, "  {\n");
-        bench_json_str(f, "op", r->op);
-        bench_json_str(f, "dtype", r->dtype);
-        fprintf(f,
-                "    \"M\": %zu,\n    \"K\": %u,\n    \"N\": %u,\n    \"T\": %u,\n    \"C\": %u,\n",
-                r->M, r->K, r->N, r->T, r->C);
-        bench_json_str(f, "distribution", r->distribution);
-        bench_json_num(f, "nnz_target", r->nnz_target, 0);
-        bench_json_num(f, "nnz_mean", r->nnz_mean, 0);
-        bench_json_str(f, "variant", r->variant);
-        fprintf(f, "    \"gated\": %s,\n", r->gated ? "true" : "false");
-        bench_json_num(f, "ours_ms", r->ours_ms, 0);
-        bench_json_num(f, "ours_min_ms", r->ours_min_ms, 0);
-        bench_json_num(f, "ours_max_ms", r->ours_max_ms, 0);
-        bench_json_str(f, "baseline", r->baseline);
-        bench_json_num(f, "baseline_ms", r->baseline_ms, 0);
-        bench_json_num(f, "baseline_min_ms", r->baseline_min_ms, 0);
-        bench_json_num(f, "baseline_max_ms", r->baseline_max_ms, 0);
-        bench_json_num(f, "ratio", r->ratio, 0);
-        fprintf(f, "    \"reps\": %d,\n", r->reps);
-        bench_json_num(f, "max_rel_err", r->max_rel_err, 0);
-        fprintf(f, "    \"checked_rows\": %zu,\n", r->checked_rows);
-        fprintf(f, "    \"correct\": %s,\n", r->correct ? "true" : "false");
-        bench_json_str(f, "check", r->check_note);
-        bench_json_str(f, "gpu", r->gpu);
-        bench_json_str(f, "commit", r->commit);
-        fprintf(f, "    \"date\": \"%s\"\n  }%s\n", r->date, i + 1 < o->n ? "," : "");
-    }
-    fprintf(f, "]\n");
-    return fclose(f) == 0 ? 0 : -1;
+    int rc = bench_records_write(f, o->recs, o->n);
+    return fclose(f) == 0 ? rc : -1;
 }
 
 static void bench_emit(bench_env *env, const bench_record *r) {

@@ -53,6 +53,14 @@ typedef struct bench_record {
     double nnz_target; /* the synthetic data's target active neurons per row */
     double nnz_mean;   /* measured on our output */
     char variant[24];  /* which of our kernels ran */
+    /* --path as given ("auto", "sparse", "dense", "small"): the route asked for */
+    char requested_path[8];
+    /* the route the record's calls ran, from the plan's test-control probes (not the variant's
+     * kernel names): ffn_infer "small", "tiled", "rows" (the portable row kernel) or "dense",
+     * "mixed" when the timed calls ran dense and sparse; a graph record the captured call's
+     * route; train "sparse", "dense" or "mixed"; gate_pack "small" or "tiled"; "unknown" when
+     * no call ran */
+    char path[8];
     int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */
@@ -68,6 +76,11 @@ typedef struct bench_record {
     char commit[48];
     char date[32];
 } bench_record;
+
+/* Writes recs[0..n) to f as the JSON array of the bench/results files (bench/record_json.c):
+ * negative or non-finite numbers as null, strings escaped. Returns 0, or -1 when a write failed;
+ * f stays open. */
+int bench_records_write(FILE *f, const bench_record *recs, size_t n);
 
 /* What the ops share: the context, the baseline library, the L2 flush buffer, events. */
 typedef struct bench_env {
@@ -140,6 +153,9 @@ const char *bench_plan_variant(twell_plan *plan); /* TW_TC_GP_VARIANT: "simt", "
 /* The gate-pack kernel of the plan's last twell_gate_pack: "small-<kernel>" (e.g. "small-g2u2")
  * when the small path ran it, else bench_plan_variant. */
 void bench_gate_name(twell_plan *plan, char *out, size_t n);
+/* TW_TC_DENSE_CALLS: twell_ffn_infer calls of `path` the plan has run (the small-batch kernels
+ * count as SPARSE). */
+unsigned long bench_plan_calls(twell_plan *plan, twell_path path);
 twell_path bench_state_path(twell_train_state *state, int op);
 /* TW_TC_TD_CALLS: forwards of `path` the state has run. */
 unsigned long bench_state_calls(twell_train_state *state, twell_path path);

@@ -5,7 +5,8 @@
  * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
  * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
  * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);
- * the record's variant says which ran ("sm90+dense", "sm90+tiled", ...). --gated 0 benchmarks a
+ * the record's variant says which ran ("cublaslt+dense", "sm90+tiled", ...). Its path is the
+ * route alone (bench_ffn_path), requested_path the --path asked for. --gated 0 benchmarks a
  * non-gated block instead (the gate-pack packs relu(x·Wuᵀ); the dense FFN is then cuBLAS's up
  * GEMM, h = relu(u), down GEMM).
  *
@@ -221,15 +222,43 @@ static void bench_ffn_dense_name(twell_plan *plan, char *out, size_t n) {
     snprintf(out, n, "dense");
 }
 
-/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": small, dense (with its splits),
- * tiled or rows; cut to n - 1 characters. */
+/* The route of the plan's last twell_ffn_infer, eager or captured: "small", "dense", "tiled" or
+ * "rows" (a plan without the tiled pipeline runs the portable row kernel). The small-batch kernels
+ * leave the last path SPARSE, so the two probes never both claim a call. */
+static const char *bench_ffn_route(twell_plan *plan) {
+    return bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
+           : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? "dense"
+           : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
+                                                                              : "rows";
+}
+
+/* twell_ffn_infer calls of the dense and of the sparse path (small-batch included) so far. */
+typedef struct {
+    unsigned long dense, sparse;
+} bench_ffn_calls;
+
+static bench_ffn_calls bench_ffn_calls_now(twell_plan *plan) {
+    bench_ffn_calls c = {bench_plan_calls(plan, TWELL_PATH_DENSE),
+                         bench_plan_calls(plan, TWELL_PATH_SPARSE)};
+    return c;
+}
+
+/* A record's path (bench_record) from the calls since `before`: "mixed" when AUTO ran some dense
+ * and some sparse, else the last call's route. Small-batch versus tiled needs no count: AUTO picks
+ * between them by M alone (ffn_policy.h), which a case holds fixed. */
+static void bench_ffn_path(twell_plan *plan, bench_ffn_calls before, char *out, size_t n) {
+    bench_ffn_calls now = bench_ffn_calls_now(plan);
+    int mixed = now.dense > before.dense && now.sparse > before.sparse;
+    snprintf(out, n, "%s", mixed ? "mixed" : bench_ffn_route(plan));
+}
+
+/* "<gate-pack kernel>+<what the last twell_ffn_infer ran>": bench_ffn_route, the dense path with
+ * its splits; cut to n - 1 characters. */
 static void bench_ffn_variant(twell_plan *plan, char *out, size_t n) {
     char dense[32], buf[64];
     bench_ffn_dense_name(plan, dense, sizeof dense);
-    const char *k = bench_plan_int(plan, TW_TC_SMALL_LAST_FFN)                         ? "small"
-                    : bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE ? dense
-                    : bench_plan_int(plan, TW_TC_FFN_TILED)                            ? "tiled"
-                                                                                       : "rows";
+    const char *route = bench_ffn_route(plan);
+    const char *k = !strcmp(route, "dense") ? dense : route;
     char g[24];
     bench_gate_name(plan, g, sizeof g);
     snprintf(buf, sizeof buf, "%.23s+%.31s", g, k);
@@ -286,7 +315,8 @@ static twell_status bench_ffn_capture(twell_ctx *ctx, twell_stream stream, int m
  * mode on the plan as the eager calls left it (reserved for M, the estimate from their counts),
  * the dense baseline captured in relaxed mode (cuBLAS may set itself up lazily); one replay of
  * ours checked against the eager run's y (hy: the same bytes when the same path ran); then the
- * three replays timed as the eager calls are. Emits ffn_infer_graph and ffn_fused_only_graph. */
+ * three replays timed as the eager calls are. Emits ffn_infer_graph and ffn_fused_only_graph,
+ * each with the route its capture took as path. */
 static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_record *eager,
                                 bench_ffn_ours ours, bench_ffn_dense dense, int have_dense,
                                 twell_stream cs, const uint16_t *hy, uint16_t *hy2,
@@ -301,12 +331,12 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     dense.stream = cs;
     twell_status st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_e2e, &ours, &g[0]);
     twell_path took = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
-    /* the captured inference route: the small-batch kernels, the tiled pipeline or dense */
-    const char *route = took == TWELL_PATH_DENSE                     ? "dense"
-                        : bench_plan_int(plan, TW_TC_SMALL_LAST_FFN) ? "small"
-                                                                     : "tiled";
+    /* the captured calls' routes: every replay runs what its capture recorded */
+    const char *route = bench_ffn_route(plan), *route_fused = route;
     if (st == TWELL_OK)
         st = bench_ffn_capture(ctx, cs, 0, bench_ffn_run_fused, &ours, &g[1]);
+    if (st == TWELL_OK)
+        route_fused = bench_ffn_route(plan);
     int dense_ok = have_dense;
     if (st == TWELL_OK && have_dense) {
         dense_ok = bench_cublas_set_stream(ctx, env->cublas, cs) == 0 &&
@@ -350,8 +380,10 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
         double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
         if (bench_time_case(env, &r, dense_ok ? 3 : 2, fns, args, med, mn, mx) != TWELL_OK)
             rc = 1;
+        snprintf(r.path, sizeof r.path, "%s", route);
         bench_record fused = r;
         snprintf(fused.op, sizeof fused.op, "ffn_fused_only_graph");
+        snprintf(fused.path, sizeof fused.path, "%s", route_fused);
         bench_record_times(env, &r, "cublas_ffn_graph", med, mn, mx, 0, 2, dense_ok);
         emit(env, &r);
         bench_record_times(env, &fused, "cublas_ffn_graph", med, mn, mx, 1, 2, dense_ok);
@@ -399,6 +431,7 @@ static int bench_ffn_host_case(bench_env *env, const bench_record *checked, benc
     double *t = malloc(3 * calls * sizeof *t), *dc = malloc(2 * calls * sizeof *dc);
     bench_record r = *checked;
     twell_status st = t && dc ? TWELL_OK : TWELL_ERR_NO_MEMORY;
+    bench_ffn_calls before = bench_ffn_calls_now(ours->plan);
     for (int w = 0; w < env->opts->warmup && st == TWELL_OK; w++)
         for (size_t i = 0; i < n && st == TWELL_OK; i++)
             st = fns[i](args[i]);
@@ -446,6 +479,7 @@ static int bench_ffn_host_case(bench_env *env, const bench_record *checked, benc
              calls, dmed[0], dmed[1], ctx->pointer_cache ? "on" : "off (TWELL_POINTER_CACHE=0)");
     snprintf(r.op, sizeof r.op, "ffn_infer_host");
     r.reps = (int)calls;
+    bench_ffn_path(ours->plan, before, r.path, sizeof r.path);
     bench_record fused = r;
     snprintf(fused.op, sizeof fused.op, "ffn_fused_only_host");
     bench_record_times(env, &r, "cublas_ffn_host", med, mn, mx, 0, 2, have_dense);
@@ -582,7 +616,9 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
                 bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
                 void *args[3] = {&ours, &ours, &dense};
                 double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
+                bench_ffn_calls c0 = bench_ffn_calls_now(plan);
                 (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
+                bench_ffn_path(plan, c0, r.path, sizeof r.path);
                 char after[sizeof r.variant];
                 bench_ffn_variant(plan, after, sizeof after);
                 if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */

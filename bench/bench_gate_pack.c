@@ -178,6 +178,11 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
                 double med[2] = {0, 0}, mn[2] = {0, 0}, mx[2] = {0, 0};
                 size_t nf = env->cublas ? 2 : 1;
                 (void)bench_time_case(env, &r, nf, fns, args, med, mn, mx);
+                /* the route of the last call (AUTO picks it by M and the dense estimate) */
+                snprintf(r.path, sizeof r.path, "%s",
+                         bench_plan_int(plan, TW_TC_DENSE_LAST_GATE_LT) ? "cublaslt"
+                         : bench_plan_int(plan, TW_TC_SMALL_LAST_GATE)  ? "small"
+                                                                        : "tiled");
                 bench_record_times(env, &r, "cublas_gemm", med, mn, mx, 0, 1, nf == 2);
                 emit(env, &r);
                 if (!r.correct)

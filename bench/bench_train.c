@@ -43,7 +43,8 @@
  * 1.7e-2 at 29 active per row, bf16, first 1024 rows; the cuBLAS dense step, which
  * rounds the same intermediates and more, is 2.6e-2 away from ours on those data).
  * The record's variant is
- * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing).
+ * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing); its
+ * path is that route alone (sparse, dense, mixed), requested_path the --path asked for.
  *
  * The sparse path's heavy-row route (runtime/ops/train/cuda_train_heavy.h) runs as the library's
  * default (the cost model's threshold); TWELL_TRAIN_HEAVY=<rows over this many active values |
@@ -793,12 +794,14 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
                     bench_time_case(env, &r, have_dense ? 6 : 3, fns, args, med, mn, mx);
                 int ran_d = bench_state_calls(state, TWELL_PATH_DENSE) > nd0;
                 int ran_s = bench_state_calls(state, TWELL_PATH_SPARSE) > ns0;
-                snprintf(r.variant, sizeof r.variant, "%s+%s%s", gpv,
-                         ran_d && ran_s ? "mixed"
-                         : ran_d        ? "dense"
-                         : ran_s        ? "sparse"
-                                        : "?",
+                const char *ran = ran_d && ran_s ? "mixed"
+                                  : ran_d        ? "dense"
+                                  : ran_s        ? "sparse"
+                                                 : NULL;
+                snprintf(r.variant, sizeof r.variant, "%s+%s%s", gpv, ran ? ran : "?",
                          bt_heavy_ran(state) ? "+heavy" : "");
+                if (ran) /* else "unknown" (bench_record_init): no timed step ran */
+                    snprintf(r.path, sizeof r.path, "%s", ran);
                 if (getenv("TWELL_TRAIN_PROFILE") && st == TWELL_OK)
                     bt_profile(&ours, M, r.distribution, r.nnz_target);
                 /* memory after the timed steps (AUTO releases an idle dense workspace once it
