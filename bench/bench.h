@@ -60,7 +60,7 @@ typedef struct bench_record {
      * "mixed" when the timed calls ran dense and sparse; a graph record the captured call's
      * route; train "sparse", "dense" or "mixed"; gate_pack "small" or "tiled"; "unknown" when
      * no call ran */
-    char path[8];
+    char path[16];
     int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
     double ours_ms;    /* median */
     char baseline[32]; /* e.g. "cublas_gemm" */
