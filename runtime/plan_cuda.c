@@ -94,11 +94,12 @@ twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per
     if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
         st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
     if (st == TWELL_OK)
-        st = tw_gate_lt_reserve(plan, cp->gate_lt, tw_cuda_dense_gate_lt_rows(cp->dense, max_M));
-    if (st == TWELL_OK)
         st = tw_small_reserve_rows(plan, cp->small, max_M);
     if (st == TWELL_OK)
         tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
+    if (st == TWELL_OK) /* after the hint: rows the dense route may reuse a captured gate for */
+        st = tw_gate_lt_reserve(plan, cp->gate_lt,
+                                tw_cuda_dense_gate_lt_rows(plan, cp->dense, max_M));
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }
@@ -121,6 +122,8 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
         st = tw_cuda_stream_capturing(plan->ctx, stream, &capturing);
         if (st == TWELL_OK)
             st = tw_gate_lt_pack(plan, cp->gate_lt, M, x, w, packed, capturing, stream, &ran);
+        if (ran)
+            tw_small_gate_not_run(cp->small);
     }
     if (st == TWELL_OK && !ran) {
         tw_gate_lt_forget(cp->gate_lt); /* packed no longer matches what a gate buffer holds */

@@ -47,18 +47,15 @@ static void test_ffn_policy_table(void **st) {
         {8, 1126.0, 0, DE},
         {31, 300.0, 1, DE}, /* stays: above 0.8 x 337.9 */
         {31, 250.0, 1, TI},
-        /* 48..159: 4.3% (242.2) */
+        /* 48..95: 4.3% (242.2) */
         {64, 110.0, 0, TI},
         {64, 280.0, 0, DE},
-        /* 160..383: 1.6% (90.1) */
-        {256, 56.0, 0, TI},
-        {256, 110.0, 0, DE},
-        /* 384..723: 0.21% (11.8) */
-        {512, 10.0, 0, TI},
+        /* 96..1447: dense at every density, with or without an estimate */
+        {96, 1.0, 0, DE},
+        {256, 10.0, 0, DE},
         {512, 29.0, 0, DE},
-        /* 724..1447: 0.6% (33.8) */
-        {1000, 29.0, 0, TI},
-        {1000, 56.0, 0, DE},
+        {1000, -1.0, 0, DE},
+        {1447, 0.0, 0, DE},
         /* 1448..2895: 0.85% (47.9) */
         {2048, 29.0, 0, TI},
         {2048, 56.0, 0, DE},
@@ -72,8 +69,8 @@ static void test_ffn_policy_table(void **st) {
         /* after a dense call: stays dense down to 0.8 of the threshold */
         {4096, 70.0, 1, DE},
         {4096, 60.0, 1, TI},
-        {1000, 30.0, 1, DE},
-        {1000, 25.0, 1, TI},
+        {2048, 40.0, 1, DE},
+        {2048, 35.0, 1, TI},
         {16384, 29.0, 1, TI},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -91,8 +88,9 @@ static void test_ffn_policy_availability(void **st) {
     assert_int_equal(route(16384, 1126.0, 0, 0, 0), TI); /* no dense path: tiled */
     assert_int_equal(route(16384, 1126.0, 0, 0, 1), TI);
     assert_int_equal(route(1, 29.0, 1, 1, 0), SM);
-    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 1, 0), SM);
-    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS + 1, -1.0, 1, 1, 0), TI);
+    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 0, 0), SM);
+    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS + 1, -1.0, 1, 0, 0), TI);
+    assert_int_equal(route(TW_POLICY_SMALL_MAX_ROWS, -1.0, 1, 1, 0), DE); /* dense at any density */
     assert_int_equal(route(4096, 280.0, 1, 1, 0), DE);
     /* the small path replaces tiled, not dense: an estimate above the dense crossover keeps
      * dense; at low density, or with no dense path, it is small */
@@ -114,10 +112,14 @@ static void test_ffn_policy_threshold_and_overrides(void **st) {
     assert_true(isinf(tw_ffn_policy_dense_threshold(0, 5632)));
     assert_true(fabs(tw_ffn_policy_dense_threshold(1, 5632) - 0.06 * 5632) < 1e-9);
     assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0139 * 5632) < 1e-9);
-    /* every measured range: a fraction of N between 0.1% and 10% */
+    /* every measured range: a fraction of N between 0.1% and 10%, or 0 (dense at every density)
+     * from 96 to 1447 rows */
     for (size_t M = TW_POLICY_DENSE_MIN_ROWS; M <= 65536; M *= 2) {
         double f = tw_ffn_policy_dense_threshold(M, 5632) / 5632.0;
-        assert_true(f > 0.001 && f < 0.1);
+        if (M >= 96 && M < 1448)
+            assert_true(f == 0.0);
+        else
+            assert_true(f > 0.001 && f < 0.1);
     }
     /* the crossover is a density: it scales with N */
     assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 11008) / 11008.0 -

@@ -445,9 +445,11 @@ int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const 
     return tw_cuda_dense_expected(plan, d, M);
 }
 
-size_t tw_cuda_dense_gate_lt_rows(const tw_dense *d, size_t max_M) {
+size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
     size_t lo, hi;
     tw_dense_lt_range(d, &lo, &hi);
+    if (max_M > hi && tw_cuda_dense_expected(plan, d, max_M))
+        return max_M; /* captured dense calls of up to max_M rows reuse the gate-pack's gate */
     return max_M < hi ? max_M : hi;
 }
 

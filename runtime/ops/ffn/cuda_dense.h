@@ -36,9 +36,10 @@ int tw_cuda_dense_expected(twell_plan *plan, tw_dense *d, size_t M);
 int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const void *x,
                                  const void *w, const uint32_t *packed);
 
-/* Rows of the captured gate buffer twell_plan_reserve(max_M) gives that route: max_M within its
+/* Rows of the captured gate buffer twell_plan_reserve(max_M) gives that route: max_M when the
+ * dense route is expected at max_M rows (its estimate set first) or max_M is within the route's
  * range, else the top of the range. */
-size_t tw_cuda_dense_gate_lt_rows(const tw_dense *d, size_t max_M);
+size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M);
 
 /* twell_ffn_infer on CUDA (arguments validated by plan.c; inside tw_cu_enter/leave): picks the
  * path (plan->path; AUTO as below), runs it on stream, and enqueues the counting of this call's

@@ -287,6 +287,11 @@ static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M
 
 int tw_small_gate_forced(const tw_small *sm) { return sm && sm->mode == TW_SMALL_FORCE; }
 
+void tw_small_gate_not_run(tw_small *sm) {
+    if (sm)
+        sm->last_ran[0] = 0, sm->gate_launched = 0;
+}
+
 int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                         int capturing) {
     return sm && sm->mode == TW_SMALL_FORCE && tw_small_ffn_can(plan, sm, M, aligned16, capturing);

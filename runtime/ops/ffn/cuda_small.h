@@ -89,6 +89,9 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
  * any other route. */
 int tw_small_gate_forced(const tw_small *sm);
 
+/* Records that the plan's last gate-pack ran another route (TW_TC_SMALL_LAST_GATE reads 0). */
+void tw_small_gate_not_run(tw_small *sm);
+
 int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                         int capturing);
 int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,

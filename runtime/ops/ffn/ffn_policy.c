@@ -19,17 +19,15 @@ const char *tw_ffn_route_name(tw_ffn_route r) {
 }
 
 /* The dense crossover by M (ffn_policy.h's measurements): from `rows` up to the next entry, dense
- * wins above `density`·N active values per row. Each range takes the value measured inside it
- * (M = 1-32, 64, 256, 512, 1000, 2048, 4096, 16384); the edges sit between the measured M. */
+ * wins above `density`·N active values per row (0: at every density). Each range takes the value
+ * measured inside it; the edges sit between the measured M. */
 static const struct {
     size_t rows;
     double density;
 } tw_policy_dense[] = {
     {TW_POLICY_DENSE_MIN_ROWS, 0.0600},
     {48, 0.0430},
-    {160, 0.0160},
-    {384, 0.0021},
-    {724, 0.0060},
+    {96, 0.0},
     {1448, 0.0085},
     {2896, 0.0139},
     {8192, 0.0131},

@@ -53,29 +53,13 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 
 /* ---- crossovers ----
- * Measured on an H100 (80GB HBM3, 132 SMs, driver 580.159.04), 2026-11-26 (session 6, the dense
- * path with split-K and the TB = 1 down GEMM), bf16, K = 2048, N = 5632, uniform data, medians of
- * 10-20, L2 flushed, each route forced in one run (bench/results/ffn_infer-2026-11-26T1958*.json;
- * BENCHMARKS.md "Every batch size"):
- *   twell bench --op ffn_infer --path small  --M 1,8,32,64,128,256,512,1000 --nnz 29,110,280,1126
- *   twell bench --op ffn_infer --path sparse --M 64,128,256,512,1000,2048,4096 --nnz 29,56,110,280
- *   twell bench --op ffn_infer --path dense  --M 1,8,32,...,16384 --nnz 29
- *   twell bench --op ffn_infer --path auto   --M 1,...,4096 --nnz 56,110,280,563,1126
- * Gate-pack + ffn_infer, ms, the sparse route AUTO takes there (small to 256 rows, else tiled)
- * against dense, at the active values per row given:
- *   M = 1, 8, 32  small 0.069-0.073 at 280, 0.29-0.36 at 563 (row-tiles overflow and are
- *                 recomputed on CUDA cores); dense 0.083-0.086: cross ~340 per row (6.0%)
- *   M = 64        small 0.057 0.070 0.093 at 31, 114, 284; dense 0.087: cross ~240 (4.3%)
- *   M = 256       small 0.089 0.103 0.127 at 30, 57, 111; dense 0.114: cross ~90 (1.6%)
- *   M = 512       tiled 0.136 0.165 at 29, 56; dense 0.118: cross ~12 (0.21%)
- *   M = 1000      tiled 0.167 0.207 at 29, 56; dense 0.175: cross ~34 (0.6%)
- *   M = 2048      tiled 0.196 0.239 at 29, 56; dense 0.227: cross ~48 (0.85%)
- *   M = 4096      tiled 0.305 0.368 at 29, 56; dense 0.420: cross ~78 (1.39%)
- *   M = 16384     tiled 1.071 at 29 (+0.0096 per active value a row, session 4's 29 -> 56);
- *                 dense 1.499: cross ~74 (1.31%)
- * (crossovers interpolated linearly between the two densities that bracket them, or extrapolated
- * with the slope of the two measured). The dense cost hardly depends on the density; the sparse
- * ones grow with active values x K. Re-measure when a path changes. ---- */
+ * The dense route (cuBLASLt: gate reused from the cuBLASLt gate-pack, up GEMM, h = g ⊙ u, down
+ * GEMM) costs what the framework's dense FFN costs plus a packing pass and a count, whatever the
+ * density; the sparse routes grow with the active values. Where the sparse route AUTO would take
+ * is slower than that even at the lowest densities served (the small-batch kernels above ~96
+ * rows, the tiled pipeline below ~1448), dense runs at every density (threshold 0). The table's
+ * values and the runs behind them: BENCHMARKS.md "AUTO thresholds" (re-measure when a route
+ * changes: `twell bench --op ffn_infer --path small|sparse|dense --M ... --nnz ...`). ---- */
 
 /* Largest M the small-batch path takes (when it can run). Measured on an H100, K = 2048,
  * N = 5632, bf16, uniform, 29 active per row, medians of 20, L2 flushed (BENCHMARKS.md "Small
@@ -84,31 +68,25 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * 0.117 at 1000); kept at 256, the last M where small clearly wins. */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
-/* The smallest M AUTO may run dense: 1 (the split-K dense path at M = 1 to 32, 0.083-0.086 ms,
- * beats the small path once its row-tiles overflow, above ~6% active: table above). */
+/* The smallest M AUTO may run dense: 1 (the dense route beats the small path at decode sizes once
+ * its row-tiles overflow, above ~6% active). */
 #define TW_POLICY_DENSE_MIN_ROWS ((size_t)1)
 
 /* The rows twell_gate_pack runs through cuBLASLt (a GEMM with the relu epilogue into an
  * L2-resident buffer, then a packing pass) on its own: above the small-batch gate-pack's rows and
- * up to where the gate's dense output still fits the L2 of the device (4096 x 5632 bf16 = 46 MB)
- * and the fused tiled kernel's tiles leave SMs idle. Measured: BENCHMARKS.md "Gate-pack". */
+ * below where the fused Hopper kernel wins again (measured between 1024 and 2048 rows; table in
+ * BENCHMARKS.md "Gate-pack"). Calls the dense route will reuse run it at any M. */
 #define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
-#define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)4096)
+#define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)1447)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
 
-/* ---- split-K of the dense path's GEMMs (cuda_dense.c) ----
- * A dense GEMM of `units` cluster tiles (128·CLUSTER rows x 256 columns each) keeps only `units`
- * of the device's clusters busy: at decode sizes the down GEMM (K/256 tiles, 8 at K = 2048) and
- * the up GEMM (N/256, 22 at N = 5632) leave most SMs idle while one cluster streams its whole
- * weight column block (session 4, H100: the dense path ~0.15 ms flat from M = 1 to 256 where
- * cuBLAS's three GEMMs take ~0.05 ms). Splitting the reduction into S slices of whole 64-wide
- * k-blocks runs units·S work items, fp32 partials reduced in slice order by a second kernel.
- * The rule below is not measured yet (no device in the session that wrote it): it only fills one
- * wave. It is the fallback: the factors are tuned per M bucket (op ffn_dense, dense_space.c) and a
- * stored winner replaces it (dense_split.h). Re-measure with `twell bench --op ffn_infer --path
- * dense` and the TW_TC_DENSE_SET_SPLIT override. */
+/* ---- split-K of the heavy-row route's hand-written GEMMs (dense_gemm_sm90.c) ----
+ * A GEMM of `units` cluster tiles (128·CLUSTER rows x 256 columns each) keeps only `units` of the
+ * device's clusters busy; splitting the reduction into S slices of whole 64-wide k-blocks runs
+ * units·S work items, fp32 partials reduced in slice order by a second kernel. The rule fills one
+ * wave. */
 
 /* Fewest k-blocks a slice may hold (each slice refills the TMA ring: 3-4 stages). */
 #define TW_POLICY_SPLIT_MIN_KB 4u
