@@ -237,7 +237,7 @@ static const gr_case gr_cases[] = {
     {64, 2048, 5632, BF, 1, P_DENSE, 29, 29, P_DENSE},
     {8, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_SPARSE, 29, 29, P_SPARSE},
-    {256, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
+    {256, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_DENSE}, /* AUTO: dense at every density there */
     {256, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},
     {1000, 2048, 5632, BF, 1, P_DENSE, 110, 110, P_DENSE},
     {4096, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},

@@ -90,6 +90,13 @@ static void tu_ffn_prepare(twell_plan *plan, size_t M, tw_ffn_cfg *out) {
 
 static int tu_int(twell_plan *plan, int op) { return tw_tc_plan_int(plan, op); }
 
+/* The plan runs its own tunable kernels at every M: the sparse path (AUTO would run cuBLASLt's
+ * dense route from 96 to 1447 rows) and no cuBLASLt gate-pack (which serves 33 to 1447 rows). */
+static void tu_own_kernels(twell_plan *plan) {
+    TU_OK(tu_ctx, twell_plan_set_path(plan, TWELL_PATH_SPARSE));
+    TU_OK(tu_ctx, tw_test_control(TW_TC_DENSE_SET_LT_GATE, plan, (size_t)2, (size_t)1));
+}
+
 static void tu_canon_gp(const tw_gp_cfg *c, char *buf, size_t n) {
     if (c->variant == TW_GP_SM90)
         snprintf(buf, n, "gate_pack_sm90:BK=%u,STAGES=%u,CLUSTER=%u", c->bk, c->stages, c->cluster);
@@ -575,6 +582,7 @@ static void test_gpu_tune_on_first_use(void **state) {
     tu_ctx = first_use;
     twell_plan *plan = NULL;
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tu_own_kernels(plan);
     tw_tune_device d;
     TU_OK(tu_ctx, tw_tune_device_of(tu_ctx, &d));
     tw_tune_problem p;
@@ -624,6 +632,7 @@ static void test_gpu_tune_plan_tune(void **state) {
     const size_t M = 700;
     twell_plan *plan = NULL;
     TU_OK(tu_ctx, twell_plan_create(tu_ctx, &s, &plan));
+    tu_own_kernels(plan);
     tw_tune_device d;
     TU_OK(tu_ctx, tw_tune_device_of(tu_ctx, &d));
     tw_tune_problem p;
