@@ -41,15 +41,15 @@ static void test_ffn_policy_table(void **st) {
         {1, -1.0, 0, TI},
         {4096, -1.0, 0, TI},
         {65536, -1.0, 0, TI},
-        /* 1..47 rows: dense above 6.0% of N (337.9 per row) */
-        {1, 280.0, 0, TI},
-        {1, 563.0, 0, DE},
+        /* 1..47 rows: dense above 3.0% of N (169.0 per row) */
+        {1, 110.0, 0, TI},
+        {1, 185.0, 0, DE},
         {8, 1126.0, 0, DE},
-        {31, 300.0, 1, DE}, /* stays: above 0.8 x 337.9 */
-        {31, 250.0, 1, TI},
-        /* 48..95: 4.3% (242.2) */
-        {64, 110.0, 0, TI},
-        {64, 280.0, 0, DE},
+        {31, 150.0, 1, DE}, /* stays: above 0.8 x 169.0 */
+        {31, 130.0, 1, TI},
+        /* 48..95: 2.0% (112.6) */
+        {64, 100.0, 0, TI},
+        {64, 120.0, 0, DE},
         /* 96..1447: dense at every density, with or without an estimate */
         {96, 1.0, 0, DE},
         {256, 10.0, 0, DE},
@@ -98,7 +98,8 @@ static void test_ffn_policy_availability(void **st) {
     assert_int_equal(route(256, 280.0, 1, 1, 0), DE);
     assert_int_equal(route(256, 280.0, 1, 0, 0), SM);
     assert_int_equal(route(8, 1126.0, 1, 1, 1), DE);
-    assert_int_equal(route(8, 280.0, 1, 1, 0), SM);
+    assert_int_equal(route(8, 150.0, 1, 1, 0), SM);
+    assert_int_equal(route(8, 280.0, 1, 1, 0), DE); /* above 3%: the small kernels overflow */
     assert_int_equal(route(8, 1126.0, 1, 0, 0), SM);
     assert_string_equal(tw_ffn_route_name(SM), "small");
     assert_string_equal(tw_ffn_route_name(TI), "tiled");
@@ -110,7 +111,7 @@ static void test_ffn_policy_availability(void **st) {
 static void test_ffn_policy_threshold_and_overrides(void **st) {
     (void)st;
     assert_true(isinf(tw_ffn_policy_dense_threshold(0, 5632)));
-    assert_true(fabs(tw_ffn_policy_dense_threshold(1, 5632) - 0.06 * 5632) < 1e-9);
+    assert_true(fabs(tw_ffn_policy_dense_threshold(1, 5632) - 0.03 * 5632) < 1e-9);
     assert_true(fabs(tw_ffn_policy_dense_threshold(4096, 5632) - 0.0139 * 5632) < 1e-9);
     /* every measured range: a fraction of N between 0.1% and 10%, or 0 (dense at every density)
      * from 96 to 1447 rows */

@@ -22,9 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TW_DENSE_SLOTS 16u /* count slots: call c uses slot c % TW_DENSE_SLOTS */
-/* bound of the fp32 [rows, N] u: rows are chunked */
-#define TW_DENSE_U_BYTES ((size_t)512 << 20)
+#define TW_DENSE_SLOTS 16u       /* count slots: call c uses slot c % TW_DENSE_SLOTS */
+#define TW_DENSE_SMALL_COUNT 16u /* AUTO's small-batch calls: one in this many is counted */
+/* Bound of the fp32 [rows, N] u: rows are chunked so that u and h stay mostly L2-resident
+ * between the GEMM that writes them and the kernel that reads them, while a chunk keeps the
+ * GEMMs efficient (about 2048 rows at N = 5632). */
+#define TW_DENSE_U_BYTES ((size_t)48 << 20)
 
 struct tw_dense {
     int available;  /* 1: cuBLASLt and the packing module are loaded; 0: not; -1: not asked yet */
@@ -60,6 +63,7 @@ struct tw_dense {
     int grow_syncs;
     unsigned long calls[3];                   /* by twell_path */
     unsigned long gate_reused, gate_computed; /* dense calls by where their gate came from */
+    unsigned long small_calls;                /* AUTO's small-batch calls (some are counted) */
     size_t lt_lo, lt_hi; /* set through test control (TW_TC_DENSE_SET_LT_GATE): the cuBLASLt
                             gate-pack's own range of rows; 0, 0: the policy's */
 };
@@ -76,8 +80,8 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out
     d->last = TWELL_PATH_AUTO;
     d->lt = lt;
     d->available = -1; /* known once cuBLASLt has been asked for (tw_dense_ready) */
-    size_t rows = TW_DENSE_U_BYTES / (4u * (size_t)s->N);
-    d->chunk_rows = rows < 256u ? 256u : rows > 65536u ? 65536u : rows;
+    size_t rows = TW_DENSE_U_BYTES / (4u * (size_t)s->N) / 256u * 256u;
+    d->chunk_rows = rows < 512u ? 512u : rows > 65536u ? 65536u : rows;
     void *hs = NULL;
     twell_status st = tw_cuda_malloc(ctx, TW_DENSE_SLOTS * 16u, (void **)&d->dstats);
     if (st == TWELL_OK)
@@ -321,8 +325,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     int dense = 0;
     tw_small *sm = tw_op_plan(plan)->small;
     twell_status sst = TWELL_OK;
-    /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows; they count
-     * nothing for AUTO (its estimate comes from larger calls or twell_plan_reserve) */
+    /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows (counted now
+     * and then for AUTO, below) */
     if (tw_small_ffn_forced(plan, sm, M, (any & 15u) == 0, capturing)) {
         if (tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
@@ -350,6 +354,15 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         if (r == TW_ROUTE_SMALL &&
             tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
+            /* the small kernels count nothing: every TW_DENSE_SMALL_COUNT-th eager call (the
+             * first included) counts its packed activation, so AUTO learns a density that
+             * makes their overflowing row-tiles slow (dense first tokens, dense layers) */
+            if (can && !capturing && d->small_calls++ % TW_DENSE_SMALL_COUNT == 0) {
+                unsigned slot = tw_dense_slot_take(d);
+                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+                TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
+                TW_TRY(tw_dense_count_end(plan, d, slot, M, 0, stream, d->cnt_done, 0));
+            }
             d->last = TWELL_PATH_SPARSE;
             d->calls[d->last]++;
             return TWELL_OK;

@@ -25,8 +25,8 @@ static const struct {
     size_t rows;
     double density;
 } tw_policy_dense[] = {
-    {TW_POLICY_DENSE_MIN_ROWS, 0.0600},
-    {48, 0.0430},
+    {TW_POLICY_DENSE_MIN_ROWS, 0.0300},
+    {48, 0.0200},
     {96, 0.0},
     {1448, 0.0085},
     {2896, 0.0139},
