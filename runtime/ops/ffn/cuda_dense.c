@@ -354,10 +354,13 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         if (r == TW_ROUTE_SMALL &&
             tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
-            /* the small kernels count nothing: every TW_DENSE_SMALL_COUNT-th eager call (the
-             * first included) counts its packed activation, so AUTO learns a density that
-             * makes their overflowing row-tiles slow (dense first tokens, dense layers) */
-            if (can && !capturing && d->small_calls++ % TW_DENSE_SMALL_COUNT == 0) {
+            /* the small kernels count nothing: one eager call in TW_DENSE_SMALL_COUNT (the first
+             * included), and every call while the estimate is within half the threshold, counts
+             * its packed activation, so AUTO learns a density that makes their overflowing
+             * row-tiles slow (dense first tokens, dense layers) within a call or two */
+            const double est = d->est >= 0.0 ? d->est : d->hint;
+            const int near = est >= 0.5 * tw_dense_thr(d, s, M);
+            if (can && !capturing && (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
                 unsigned slot = tw_dense_slot_take(d);
                 TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
                 TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
