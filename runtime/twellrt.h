@@ -273,39 +273,42 @@ typedef void *twell_stream;
  * Training section) uses on the CUDA backend (twell_gate_pack is the same in every mode; the CPU
  * backend is exact in every mode and ignores this).
  *   SPARSE  the TwELL kernels: only active neurons are touched; any GPU. On Hopper (gated plans,
- *           the DENSE conditions below), once a call has seen row-tiles overflow, rows with
- *           more than max(N/32, 64) active values (the first tokens of sequences) run as a
- *           gathered block (up to 1024 a row chunk) through DENSE's two GEMMs instead: those
- *           rows carry DENSE's contract difference below, the others the sparse kernels'; no
- *           host synchronisation, capturable after twell_plan_reserve.
- *   DENSE   dense tensor-core kernels, on Hopper (sm_90a) with K a multiple of 64 and x, the
- *           weights and y 16-byte aligned; elsewhere twell_ffn_infer returns
- *           TWELL_ERR_UNSUPPORTED and writes nothing. After the caller's gate-pack it costs two
- *           GEMMs: h = g ⊙ x·Wuᵀ with g taken from `packed` (non-gated: h = the packed values),
- *           row-tiles that overflow being recomputed densely so nothing is lost, then y = h·Wd.
- *           Contract difference: h is rounded to dtype (nearest even) before the down
- *           projection, where the sparse path and the CPU backend keep it in fp32, so y may
- *           differ by one dtype rounding of each h (row-relative L2 error against the CPU
+ *           sm_90a, K a multiple of 64, 16-byte aligned tensors), once a call has seen row-tiles
+ *           overflow, rows with more than max(N/32, 64) active values (the first tokens of
+ *           sequences) run as a gathered block (up to 1024 a row chunk) through two dense
+ *           tensor-core GEMMs instead: those rows carry DENSE's rounding of h below, the others
+ *           the sparse kernels'; no host synchronisation, capturable after twell_plan_reserve.
+ *   DENSE   the dense computation through cuBLASLt (loaded at run time: options.cublaslt_library),
+ *           x, the weights and y 16-byte aligned; where cuBLASLt cannot be loaded, or tensors are
+ *           not aligned, twell_ffn_infer returns TWELL_ERR_UNSUPPORTED and writes nothing.
+ *           g = relu(x·Wᵀ) (W = Wg gated, Wu non-gated) is the one the plan's cuBLASLt gate-pack
+ *           left for this very call (same x, packing weight, packed, M and stream, and for a
+ *           captured call the same capture), else computed here; then u = x·Wuᵀ in fp32 (gated),
+ *           h = round(g ⊙ u) (non-gated: h = g), y = h·Wd; fp32 accumulation throughout. Every
+ *           value is computed, so overflowing row-tiles need nothing extra (packed is only
+ *           counted). Contract difference: h is rounded to dtype (nearest even) before the down
+ *           projection, where the sparse path and the CPU backend keep it in fp32, and g is
+ *           cuBLASLt's (another fp32 summation order than the gate-pack's kernels), so y may
+ *           differ by about one dtype rounding of each h (row-relative L2 error against the CPU
  *           reference within 5e-3 in bf16 and 1e-3 in fp16, the sparse path's tolerances;
- *           largest on rows with very few active values; measured errors in BENCHMARKS.md).
- *           Device workspace: h for min(M, a row chunk) rows and the split-K partials
- *           (Wd is read as stored, never copied), allocated at the first
- *           dense call and grown (after waiting for the previous dense call) when M grows.
+ *           measured errors in BENCHMARKS.md). Device workspace: u (fp32), h and, where the gate
+ *           cannot be reused, g for a chunk of rows (about 48 MiB of u: 2048 rows at N = 5632),
+ *           32 MiB for cuBLASLt, allocated at the first dense call or by twell_plan_reserve and
+ *           grown (after waiting for the previous dense call) when a chunk grows.
  *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
  *           exceeds the crossover for the call's M; else, up to 256 rows, the small-batch
- *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the
- *           counts of the most recent call that have reached the host, else the nnz_per_row
- *           given to twell_plan_reserve, else nothing (then not DENSE). Calls that run the
- *           small-batch kernels count nothing. The crossover (where dense and the sparse
- *           route AUTO would take cross), as a fraction of N active per row: 6.0% up to 47 rows,
- *           4.3% from 48, 1.6% from 160, 0.21% from 384, 0.6% from 724, 0.85% from 1448, 1.39%
- *           from 2896, 1.31% from 8192; after a DENSE call AUTO stays dense down to 0.8 of it
- *           (measurements:
- *           runtime/ops/ffn/ffn_policy.h, BENCHMARKS.md). The counts are copied
- *           back asynchronously and read only once they have arrived, so no call waits for the
- *           device in the steady state and the choice follows the data one call later. Where
- *           DENSE cannot run, AUTO is SPARSE (or small-batch). In a captured call the choice is
- *           fixed at capture (see "CUDA graphs").
+ *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the counts of the
+ *           most recent call that have reached the host, else the nnz_per_row given to
+ *           twell_plan_reserve, else nothing (then not DENSE, except where the crossover is 0).
+ *           Small-batch calls count one call in 16, and every call while the estimate is within
+ *           half the crossover. The crossover, as a fraction of N active per row: 3% up to 47 rows,
+ *           2% up to 95, 0 (dense at every density) from 96 to 1447, 0.85% from 1448, 1.39% from
+ *           2896, 1.31% from 8192; after a DENSE call AUTO stays dense down to 0.8 of it (the table
+ *           is runtime/ops/ffn/ffn_policy.c; its measurements are in BENCHMARKS.md). The counts
+ *           are copied back asynchronously and read only once they have arrived, so no call waits
+ *           for the device in the steady state and the choice follows the data one call later.
+ *           Where DENSE cannot run, AUTO chooses among the sparse routes. In a captured call the
+ *           choice is fixed at capture (see "CUDA graphs").
  * Both paths are deterministic; their results differ at rounding level. */
 typedef enum twell_path {
     TWELL_PATH_AUTO = 0,
@@ -339,8 +342,8 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
 
 /* Tunes plan's kernels for M rows and loads the winners (CUDA), so that later calls whose M falls
  * in the same bucket (the power of two ≥ M) run them with nothing left to look up or compile.
- * For each op of the plan (gate-pack, fused inference, then the dense path's split-K factors
- * where that path can run and the plan's path is not TWELL_PATH_SPARSE): the stored winner of (op,
+ * For each op of the plan (gate-pack and fused inference; the dense route is cuBLASLt's, which
+ * chooses its own algorithms): the stored winner of (op,
  * shape, bucket, this GPU and driver) when one is stored; else candidate configurations compiled
  * and timed now on synthetic sparse data, the fastest stored in the context's cache, where later
  * plans and other processes find it (`twell tune` does the same ahead of deployment). An op
@@ -369,13 +372,15 @@ TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flag
  * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
  * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
  * 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
- * dense path's (min(max_M, a chunk)·N·2 bytes for h plus the split-K partials), and, where the
- * small-batch kernels can run, theirs (about N·6 bytes per row of min(max_M, 256)). Buffers
- * only grow; eager calls with denser data still grow them as before. Data needing more than a
- * captured call's reserved room is still computed exactly (see "CUDA graphs"). May wait for the
- * plan's earlier work (when a buffer is replaced). CPU backend: checks the arguments, nothing else.
- * Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0, nnz_per_row not in [0, N]),
- * TWELL_ERR_NO_MEMORY (what was allocated before stays), TWELL_ERR_CUDA. */
+ * dense route's (u, h and g for a chunk of rows: see TWELL_PATH_DENSE; 32 MiB for cuBLASLt; the
+ * cuBLASLt gate-pack's captured gate buffer, min(max_M, 1447)·N·2 bytes, or max_M rows when
+ * DENSE is expected at max_M), and, where the small-batch kernels can run, theirs (about N·6
+ * bytes per row of min(max_M, 256)). Buffers only grow; eager calls with denser data still grow
+ * them as before. Data needing more than a captured call's reserved room is still computed exactly
+ * (see "CUDA graphs"). May wait for the plan's earlier work (when a buffer is replaced). CPU
+ * backend: checks the arguments, nothing else. Errors: TWELL_ERR_INVALID_ARG (NULL plan, max_M = 0,
+ * nnz_per_row not in [0, N]), TWELL_ERR_NO_MEMORY (what was allocated before stays),
+ * TWELL_ERR_CUDA. */
 TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);
 
 /* ---------------------------------------------------------------------------------------------
@@ -447,19 +452,24 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
 
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
  * w is Wg for a gated plan and Wu for a non-gated plan, [N, K] of dtype. packed receives
- * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, up to
- * 32 rows run a kernel built for few rows (every SM streams its share of w once; sm_80+, K a
+ * twell_packed_words(shape, M) uint32 words, every word written (unused slots 0). On CUDA, from
+ * 33 to 1447 rows, and at any M whose twell_ffn_infer is expected to run DENSE (the plan's path,
+ * or AUTO's estimate), the gate GEMM runs through cuBLASLt into a buffer of the plan and a packing
+ * pass reads it back (x, w and packed 16-byte aligned; where cuBLASLt is unavailable the kernels
+ * below run): the dense route of the matching twell_ffn_infer then reuses that gate. Up to 32
+ * rows a kernel built for few rows runs (every SM streams its share of w once; sm_80+, K a
  * multiple of 32, x and w 16-byte aligned); its workspace is allocated by the plan's first call
- * of a larger M (up to 1024 rows). */
+ * of a larger M (up to 1024 rows). Different routes sum in different fp32 orders: a value within
+ * fp32 rounding of 0 or of a 16-bit rounding edge may differ between calls of different M. */
 TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
  * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (unless
- * AUTO picks DENSE) run the small-batch kernels: one launch (up to 16 rows) or two
- * that read each active row of Wu and Wd about once per call for all the rows that use it (sm_80+,
- * K a multiple of 32, x, the weights and y 16-byte aligned; workspace as for twell_gate_pack);
- * SPARSE runs the tiled pipeline at every M.
+ * AUTO picks DENSE, which it does at every density from 96 rows) run the small-batch kernels: one
+ * launch (up to 16 rows) or two that read each active row of Wu and Wd about once per call for
+ * all the rows that use it (sm_80+, K a multiple of 32, x, the weights and y 16-byte aligned;
+ * workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
