@@ -99,10 +99,25 @@ static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__r
     return total;
 }
 
+/* stats[0] += the block's sum of its 8 warps' values held by lane 0 of each (integer atomics:
+ * exact in any order). All 256 threads call it. */
+static __device__ __forceinline__ void tw_block_add(tw_u64 *__restrict__ stats, tw_u64 warp_sum) {
+    __shared__ tw_u64 tw_sum[8];
+    if ((threadIdx.x & 31) == 0)
+        tw_sum[threadIdx.x >> 5] = warp_sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tw_u64 s = 0;
+        for (int w = 0; w < 8; ++w)
+            s += tw_sum[w];
+        if (s != 0)
+            atomicAdd(stats, s);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_dense(const tw_u16 *__restrict__ g, long long M, tw_u32 *__restrict__ packed,
                      tw_u64 *__restrict__ stats) {
-    __shared__ tw_u64 tw_sum[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long items = M * ${NT};
     const long long step = (long long)gridDim.x * 8;
@@ -120,23 +135,12 @@ extern "C" __global__ void __launch_bounds__(256)
         if (i2 < items)
             sum += tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
     }
-    if (stats == 0)
-        return;
-    if (lane == 0)
-        tw_sum[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        tw_u64 s = 0;
-        for (int w = 0; w < 8; ++w)
-            s += tw_sum[w];
-        if (s != 0)
-            atomicAdd(stats, s);
-    }
+    if (stats != 0)
+        tw_block_add(stats, sum); /* lane 0 holds its warp's counts */
 }
 
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_count(const tw_u32 *__restrict__ packed, long long M, tw_u64 *__restrict__ stats) {
-    __shared__ tw_u64 tw_sum[8];
     const long long items = M * ${NT};
     const long long stride = (long long)gridDim.x * blockDim.x;
     tw_u64 sum = 0;
@@ -147,16 +151,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_down_sync(0xffffffffu, sum, o);
-    if ((threadIdx.x & 31) == 0)
-        tw_sum[threadIdx.x >> 5] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        tw_u64 s = 0;
-        for (int w = 0; w < 8; ++w)
-            s += tw_sum[w];
-        if (s != 0)
-            atomicAdd(stats, s);
-    }
+    tw_block_add(stats, sum);
 }
 
 /* Rounds two floats to dtype (nearest even): lo in bits 15..0, hi in bits 31..16. */
