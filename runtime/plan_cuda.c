@@ -120,13 +120,18 @@ twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const 
     if (tw_cuda_dense_gate_lt_wanted(plan, cp->dense, M, x, w, packed)) {
         int capturing = 0;
         st = tw_cuda_stream_capturing(plan->ctx, stream, &capturing);
+        /* an eager call counts packed for the dense call that will reuse its gate */
+        uint64_t *count = tw_cuda_dense_gate_count(cp->dense, !capturing);
         if (st == TWELL_OK)
-            st = tw_gate_lt_pack(plan, cp->gate_lt, M, x, w, packed, capturing, stream, &ran);
+            st =
+                tw_gate_lt_pack(plan, cp->gate_lt, M, x, w, packed, count, capturing, stream, &ran);
         if (ran)
             tw_small_gate_not_run(cp->small);
     }
     if (st == TWELL_OK && !ran) {
-        tw_gate_lt_forget(cp->gate_lt); /* packed no longer matches what a gate buffer holds */
+        /* packed no longer matches what a gate buffer holds */
+        tw_gate_lt_forget(cp->gate_lt);
+        (void)tw_cuda_dense_gate_count(cp->dense, 0);
         if (!tw_small_gate_pack(plan, cp->small, M, x, w, packed, stream, &st))
             st = tw_cuda_gate_pack_launch(plan, cp->gate_pack, M, x, w, packed, stream);
     }

@@ -6,11 +6,13 @@
 -- Parameters: K, N, T, C, dtype (the plan's shape, see twellrt.h).
 -- ABI (block = 256 threads, any grid: grid-stride loops):
 --   twell_pack_dense(const unsigned short *g, long long M, unsigned *packed,
---                    unsigned long long *stats)
+--                    unsigned long long *acc, unsigned long long *out)
 --       g [M, N] dtype (16-byte aligned). packed [M, N/C] receives every word (entries in
 --       ascending column order by lane scans, unused slots 0, exact counts; no atomics), a warp
---       per row-tile, two in flight. When stats is
---       not NULL, stats[0] += Σ counts (integer atomics: the sum is exact whatever their order).
+--       per row-tile, two in flight. When out is not NULL, *out = Σ counts (a plain store, e.g.
+--       into mapped page-locked memory): the blocks add into acc[0] (integer atomics: exact in any
+--       order) and count their arrivals in acc[1]; the last block stores the total and zeroes
+--       both for the next launch (acc: 2 device words, zero before the first launch).
 --   twell_pack_count(const unsigned *packed, long long M, unsigned long long *stats)
 --       stats[0] += Σ of the count words of packed [M, N/C] (AUTO's density estimate).
 --   twell_dense_mul(const unsigned short *g, const float *u, unsigned short *h, long long n8)
@@ -117,7 +119,8 @@ static __device__ __forceinline__ void tw_block_add(tw_u64 *__restrict__ stats, 
 
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_dense(const tw_u16 *__restrict__ g, long long M, tw_u32 *__restrict__ packed,
-                     tw_u64 *__restrict__ stats) {
+                     tw_u64 *__restrict__ acc, tw_u64 *__restrict__ out) {
+    __shared__ tw_u64 tw_sum[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long items = M * ${NT};
     const long long step = (long long)gridDim.x * 8;
@@ -135,8 +138,24 @@ extern "C" __global__ void __launch_bounds__(256)
         if (i2 < items)
             sum += tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
     }
-    if (stats != 0)
-        tw_block_add(stats, sum); /* lane 0 holds its warp's counts */
+    if (out == 0)
+        return;
+    if (lane == 0)
+        tw_sum[warp] = sum; /* every lane holds its warp's counts */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tw_u64 s = 0;
+        for (int w = 0; w < 8; ++w)
+            s += tw_sum[w];
+        atomicAdd(acc, s);
+        __threadfence(); /* the sum lands before the arrival is counted */
+        if (atomicAdd(acc + 1, 1ull) == (tw_u64)gridDim.x - 1u) {
+            __threadfence();
+            const tw_u64 total = atomicExch(acc, 0ull);
+            atomicExch(acc + 1, 0ull);
+            *(volatile tw_u64 *)out = total;
+        }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -49,10 +49,12 @@ struct tw_dense {
     int counted;     /* some call has counted (last_slot valid) */
     int cnt_pending; /* the last copy has not been read yet */
     tw_cuda_event cnt_done;
-    tw_cuda_event cnt_ev; /* recorded after the last counts: cnt_done, done or the sparse path's */
-    tw_cuda_event done;   /* after each dense call: workspace reuse across streams */
-    int used;
-    twell_stream last_stream;
+    tw_cuda_event cnt_ev; /* recorded after the last counts: cnt_done, the cuBLASLt resources'
+                             event (tw_gate_lt_done_event) or the sparse path's */
+    /* the count slot the latest eager cuBLASLt gate-pack stored its total into (mapped memory),
+     * for the dense call that reuses its gate: that call then counts nothing itself */
+    int gp_pending;
+    unsigned gp_slot;
     double est;       /* mean active values per row of the latest counts read; -1 none */
     double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
     double threshold; /* > 0: set through test control (TW_TC_DENSE_SET_THRESHOLD) */
@@ -89,8 +91,6 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out
     d->hstats = hs;
     if (st == TWELL_OK)
         st = tw_cuda_event_create(ctx, &d->cnt_done);
-    if (st == TWELL_OK)
-        st = tw_cuda_event_create(ctx, &d->done);
     if (st != TWELL_OK) {
         tw_cuda_dense_release(plan, d);
         return st;
@@ -125,7 +125,6 @@ void tw_cuda_dense_release(twell_plan *plan, tw_dense *d) {
     tw_cuda_free(ctx, d->dstats);
     tw_cuda_host_free(ctx, d->hstats);
     tw_cuda_event_destroy(ctx, d->cnt_done);
-    tw_cuda_event_destroy(ctx, d->done);
     free(d);
 }
 
@@ -201,8 +200,8 @@ static twell_status tw_dense_reserve(twell_plan *plan, tw_dense *d, size_t R, in
         d->rows = rows;
         return TWELL_OK;
     }
-    if (d->used && ((new_uh && d->h) || (new_g && d->g))) {
-        TW_TRY(tw_cuda_event_synchronize(ctx, d->done));
+    if (tw_gate_lt_used(d->lt) && ((new_uh && d->h) || (new_g && d->g))) {
+        TW_TRY(tw_cuda_event_synchronize(ctx, tw_gate_lt_done_event(d->lt)));
         d->grow_syncs++;
     }
     void *u = NULL, *h = NULL, *g = NULL;
@@ -242,8 +241,11 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     const tw_lt_type t = tw_lt_type_of(s->dtype);
-    unsigned slot = tw_dense_slot_take(d);
-    if (!capturing) {
+    /* the count: stored by the gate-pack whose gate this call reuses, else counted here */
+    const int from_gp = !capturing && gate && d->gp_pending;
+    unsigned slot = from_gp ? d->gp_slot : tw_dense_slot_take(d);
+    d->gp_pending = 0;
+    if (!capturing && !from_gp) {
         TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
         TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
     }
@@ -269,8 +271,11 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     }
     gate ? d->gate_reused++ : d->gate_computed++;
     /* a captured call's counts are not read back: the host may never see a graph's replays.
-     * Eager: `done` (workspace reuse across streams) marks the end of the call, counts included */
-    return capturing ? TWELL_OK : tw_dense_count_end(plan, d, slot, M, 0, stream, d->done, 0);
+     * Eager: the cuBLASLt resources' event, recorded by the caller after this call's last work
+     * (tw_gate_lt_end), marks the counts too */
+    return capturing ? TWELL_OK
+                     : tw_dense_count_end(plan, d, slot, M, from_gp, stream,
+                                          tw_gate_lt_done_event(d->lt), 1);
 }
 
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
@@ -399,19 +404,15 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         }
     }
     if (dense) {
-        if (!capturing && d->used && stream != d->last_stream)
-            TW_TRY(tw_cuda_stream_wait_event(ctx, stream, d->done));
+        /* eager: ordered after the plan's earlier cuBLASLt work on other streams (the dense
+         * buffers are shared), and its event recorded after this call's last work */
         if (!capturing)
             TW_TRY(tw_gate_lt_begin(plan, d->lt, stream));
         TW_TRY(tw_dense_run(plan, d, M, x, packed, gate, wg, wu, wd, y, capturing, stream));
         if (!capturing)
             TW_TRY(tw_gate_lt_end(plan, d->lt, stream));
-        if (capturing) {
-            d->captured = 1; /* the graph holds h, flags and part from now on */
-        } else {
-            d->used = 1; /* tw_dense_run recorded `done` after its last work */
-            d->last_stream = stream;
-        }
+        else
+            d->captured = 1; /* the graph holds u, h and g from now on */
     } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
         /* The sparse pre-pass counts the active values into the slot (no counting kernel, no
          * memset); a call that runs a simple kernel instead is counted here. */
@@ -459,6 +460,16 @@ int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const 
     if (M >= lo && M <= hi)
         return tw_dense_ready(plan, d);
     return tw_cuda_dense_expected(plan, d, M);
+}
+
+uint64_t *tw_cuda_dense_gate_count(tw_dense *d, int take) {
+    d->gp_pending = 0;
+    if (!take || !d || d->available != 1 || !d->hstats_dev)
+        return NULL;
+    d->gp_slot = tw_dense_slot_take(d);
+    d->hstats[2u * d->gp_slot + 1u] = 0; /* unused by this count (TW_TC_DENSE_COUNTS' [1]) */
+    d->gp_pending = 1;
+    return d->hstats_dev + 2u * d->gp_slot;
 }
 
 size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M) {

@@ -36,6 +36,12 @@ int tw_cuda_dense_expected(twell_plan *plan, tw_dense *d, size_t M);
 int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const void *x,
                                  const void *w, const uint32_t *packed);
 
+/* The count slot an eager cuBLASLt gate-pack stores its total into (take = 1: a new slot, its
+ * device address in mapped page-locked memory, NULL where the memory cannot be mapped), for the
+ * dense call that reuses that gate-pack's gate (it then counts nothing itself); take = 0: the
+ * gate-pack ran another route, the slot is forgotten. */
+uint64_t *tw_cuda_dense_gate_count(tw_dense *d, int take);
+
 /* Rows of the captured gate buffer twell_plan_reserve(max_M) gives that route: max_M when the
  * dense route is expected at max_M rows (its estimate set first) or max_M is within the route's
  * range, else the top of the range. */

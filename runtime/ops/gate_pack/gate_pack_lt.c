@@ -36,7 +36,8 @@ struct tw_gate_lt {
     int captured;      /* a captured call used the buffers: replaced ones go to keep */
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
-    int last; /* the plan's last gate-pack ran this route */
+    uint64_t *acc; /* the packing pass's count accumulator and arrivals (zero between launches) */
+    int last;      /* the plan's last gate-pack ran this route */
     int used;
     twell_stream last_stream;
 };
@@ -83,6 +84,12 @@ static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
         }
         if (st == TWELL_OK)
             st = tw_cuda_event_create(ctx, &lt->done);
+        if (st == TWELL_OK)
+            st = tw_cuda_malloc(ctx, 16u, (void **)&lt->acc);
+        if (st == TWELL_OK) {
+            const uint64_t zero[2] = {0, 0};
+            st = tw_cuda_memcpy_htod(ctx, lt->acc, zero, sizeof zero);
+        }
         tw_cu_leave(ctx, &sc);
     }
     if (st != TWELL_OK) {
@@ -111,6 +118,7 @@ void tw_gate_lt_release(twell_plan *plan, tw_gate_lt *lt) {
     tw_cuda_free(ctx, lt->ws);
     tw_cuda_free(ctx, lt->g_eager);
     tw_cuda_free(ctx, lt->g_cap);
+    tw_cuda_free(ctx, lt->acc);
     tw_cuda_event_destroy(ctx, lt->done);
     free(lt);
 }
@@ -226,8 +234,8 @@ static int tw_glt_match(const tw_glt_tag *t, size_t M, const void *x, const void
 }
 
 twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const void *x,
-                             const void *w, uint32_t *packed, int capturing, twell_stream stream,
-                             int *ran) {
+                             const void *w, uint32_t *packed, uint64_t *count_out, int capturing,
+                             twell_stream stream, int *ran) {
     *ran = 0;
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
@@ -253,8 +261,8 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
         M, s->N, s->K, 1, tw_lt_type_of(s->dtype), tw_lt_type_of(s->dtype), TW_LT_EPI_RELU};
     TW_TRY(tw_gate_lt_matmul(plan, lt, &gemm, x, w, g, stream));
     long long m = (long long)M;
-    uint64_t *nostats = NULL;
-    void *args[] = {&g, &m, (void *)&packed, (void *)&nostats};
+    uint64_t *out = capturing ? NULL : count_out; /* captured calls count nothing */
+    void *args[] = {&g, &m, (void *)&packed, (void *)&lt->acc, (void *)&out};
     TW_TRY(tw_glt_grid(plan, lt->pack, M * (s->N / s->T), 8u, stream, args));
     if (capturing)
         lt->captured = 1;
@@ -283,3 +291,7 @@ void tw_gate_lt_forget(tw_gate_lt *lt) {
 }
 
 int tw_gate_lt_last(const tw_gate_lt *lt) { return lt ? lt->last : 0; }
+
+tw_cuda_event tw_gate_lt_done_event(const tw_gate_lt *lt) { return lt->done; }
+
+int tw_gate_lt_used(const tw_gate_lt *lt) { return lt && lt->used; }

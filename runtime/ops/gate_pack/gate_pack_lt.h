@@ -41,12 +41,15 @@ size_t tw_gate_lt_captured_rows(const tw_gate_lt *lt);
 
 /* The route's gate-pack: g = relu(x · wᵀ) by cuBLASLt (fp32 accumulation, rounded to dtype) into
  * the gate buffer of the call's kind, then packed [M, N/C] from it. x, w, packed 16-byte aligned.
+ * count_out (an eager call's; may be NULL; ignored while capturing): device address where the
+ * packing pass stores Σ of packed's count words (e.g. mapped page-locked memory), valid once the
+ * event tw_gate_lt_end records after the call has completed.
  * Eager calls grow the eager buffer as needed. A captured call needs M ≤
  * tw_gate_lt_captured_rows; otherwise *ran = 0 and nothing is enqueued (the caller runs another
  * kernel). Context current. */
 twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const void *x,
-                             const void *w, uint32_t *packed, int capturing, twell_stream stream,
-                             int *ran);
+                             const void *w, uint32_t *packed, uint64_t *count_out, int capturing,
+                             twell_stream stream, int *ran);
 
 /* The gate buffer holding g for exactly these arguments (see the header comment), or NULL. */
 const void *tw_gate_lt_gate_for(twell_plan *plan, const tw_gate_lt *lt, size_t M, const void *x,
@@ -79,6 +82,11 @@ twell_status tw_gate_lt_count(twell_plan *plan, tw_gate_lt *lt, size_t M, const 
  * latest. Captured calls call neither. Context current. */
 twell_status tw_gate_lt_begin(twell_plan *plan, tw_gate_lt *lt, twell_stream stream);
 twell_status tw_gate_lt_end(twell_plan *plan, tw_gate_lt *lt, twell_stream stream);
+
+/* The event tw_gate_lt_end records (after the latest eager work on the plan's cuBLASLt
+ * resources and dense buffers), and whether any was recorded. */
+tw_cuda_event tw_gate_lt_done_event(const tw_gate_lt *lt);
+int tw_gate_lt_used(const tw_gate_lt *lt);
 
 /* Device bytes the route holds (workspace and gate buffers). */
 size_t tw_gate_lt_bytes(const twell_plan *plan, const tw_gate_lt *lt);
