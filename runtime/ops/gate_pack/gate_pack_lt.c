@@ -37,6 +37,7 @@ struct tw_gate_lt {
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
     uint64_t *acc; /* the packing pass's count accumulator and arrivals (zero between launches) */
+    int acc_zeroed; /* acc was zeroed (by the first eager call that counts) */
     int last;      /* the plan's last gate-pack ran this route */
     int used;
     twell_stream last_stream;
@@ -84,12 +85,9 @@ static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
         }
         if (st == TWELL_OK)
             st = tw_cuda_event_create(ctx, &lt->done);
-        if (st == TWELL_OK)
+        if (st == TWELL_OK) /* zeroed on the stream of the first eager call that uses it: this
+                               load may run inside a capture, where a copy is not allowed */
             st = tw_cuda_malloc(ctx, 16u, (void **)&lt->acc);
-        if (st == TWELL_OK) {
-            const uint64_t zero[2] = {0, 0};
-            st = tw_cuda_memcpy_htod(ctx, lt->acc, zero, sizeof zero);
-        }
         tw_cu_leave(ctx, &sc);
     }
     if (st != TWELL_OK) {
@@ -262,6 +260,10 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
     TW_TRY(tw_gate_lt_matmul(plan, lt, &gemm, x, w, g, stream));
     long long m = (long long)M;
     uint64_t *out = capturing ? NULL : count_out; /* captured calls count nothing */
+    if (out && !lt->acc_zeroed) {
+        TW_TRY(tw_cuda_memset_d32(ctx, lt->acc, 0u, 4u, stream));
+        lt->acc_zeroed = 1;
+    }
     void *args[] = {&g, &m, (void *)&packed, (void *)&lt->acc, (void *)&out};
     TW_TRY(tw_glt_grid(plan, lt->pack, M * (s->N / s->T), 8u, stream, args));
     if (capturing)
