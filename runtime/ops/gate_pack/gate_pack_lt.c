@@ -37,7 +37,7 @@ struct tw_gate_lt {
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
     uint64_t *acc; /* the packing pass's count accumulator and arrivals (zero between launches) */
-    int acc_zeroed; /* acc was zeroed (by the first eager call that counts) */
+    int acc_zeroed; /* acc was allocated and zeroed (by the first eager call that counts) */
     int last;      /* the plan's last gate-pack ran this route */
     int used;
     twell_stream last_stream;
@@ -85,9 +85,7 @@ static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
         }
         if (st == TWELL_OK)
             st = tw_cuda_event_create(ctx, &lt->done);
-        if (st == TWELL_OK) /* zeroed on the stream of the first eager call that uses it: this
-                               load may run inside a capture, where a copy is not allowed */
-            st = tw_cuda_malloc(ctx, 16u, (void **)&lt->acc);
+
         tw_cu_leave(ctx, &sc);
     }
     if (st != TWELL_OK) {
@@ -261,6 +259,10 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
     long long m = (long long)M;
     uint64_t *out = capturing ? NULL : count_out; /* captured calls count nothing */
     if (out && !lt->acc_zeroed) {
+        /* allocated and zeroed by the first eager call that counts: the load may run inside a
+         * global-mode capture, which an allocation or a copy would invalidate */
+        if (!lt->acc)
+            TW_TRY(tw_cuda_malloc(ctx, 16u, (void **)&lt->acc));
         TW_TRY(tw_cuda_memset_d32(ctx, lt->acc, 0u, 4u, stream));
         lt->acc_zeroed = 1;
     }
