@@ -8,13 +8,13 @@
 
 /* Each returns the variable's value, or NULL when it is unset or empty. Borrowed from the
  * environment: valid until the process changes that variable. */
-const char *tw_env_cache_dir(void);      /* TWELL_CACHE_DIR: twell_ctx_options.cache_dir */
-const char *tw_env_xdg_cache_home(void); /* XDG_CACHE_HOME: the cache directory's parent */
-const char *tw_env_home(void);           /* HOME: ~/.cache/twellrt, the last resort */
-const char *tw_env_template_dir(void);   /* TWELL_TEMPLATE_DIR: options.template_dir */
-const char *tw_env_nvrtc_library(void);  /* TWELL_NVRTC_LIBRARY: options.nvrtc_library */
+const char *tw_env_cache_dir(void);        /* TWELL_CACHE_DIR: twell_ctx_options.cache_dir */
+const char *tw_env_xdg_cache_home(void);   /* XDG_CACHE_HOME: the cache directory's parent */
+const char *tw_env_home(void);             /* HOME: ~/.cache/twellrt, the last resort */
+const char *tw_env_template_dir(void);     /* TWELL_TEMPLATE_DIR: options.template_dir */
+const char *tw_env_nvrtc_library(void);    /* TWELL_NVRTC_LIBRARY: options.nvrtc_library */
 const char *tw_env_cublaslt_library(void); /* TWELL_CUBLASLT_LIBRARY: options.cublaslt_library */
-const char *tw_env_cuda_home(void);      /* CUDA_HOME: where NVRTC is searched after the loader */
+const char *tw_env_cuda_home(void);        /* CUDA_HOME: where NVRTC is searched after the loader */
 
 /* TWELL_TUNE: 1 when it is exactly "1" (options.tune_on_first_use ON), else 0. */
 int tw_env_tune(void);

@@ -28,14 +28,14 @@ struct twell_ctx {
     char *cache_dir;        /* owned copy of opts.cache_dir (NULL: resolved when the cache opens) */
     /* The environment-backed options, resolved by twell_ctx_create (option, else environment,
      * else built-in): read by the ops, which never look at the environment themselves. */
-    int tune_on_first_use; /* 1: a bucket's first call tunes when no winner is stored */
-    int pdl;               /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
-    int pointer_cache;     /* 1: plans remember accepted device addresses (twell_plan.seen) */
-    char *template_dir;    /* owned; NULL: the built-in location (gen/render.c) */
-    char *nvrtc_library;   /* owned; NULL: the search list (gen/nvrtc.c) */
+    int tune_on_first_use;  /* 1: a bucket's first call tunes when no winner is stored */
+    int pdl;                /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
+    int pointer_cache;      /* 1: plans remember accepted device addresses (twell_plan.seen) */
+    char *template_dir;     /* owned; NULL: the built-in location (gen/render.c) */
+    char *nvrtc_library;    /* owned; NULL: the search list (gen/nvrtc.c) */
     char *cublaslt_library; /* owned; NULL: the search list (runtime/cuda/cuda_blaslt.c) */
-    int nvrtc_warned;      /* the "another NVRTC is loaded" warning was logged */
-    char *errmsg;          /* owned, "" when the last call succeeded */
+    int nvrtc_warned;       /* the "another NVRTC is loaded" warning was logged */
+    char *errmsg;           /* owned, "" when the last call succeeded */
     char device_name[160];
     tw_pool *pool;   /* CPU backend threads (also used for host-side work on CUDA) */
     tw_cache *cache; /* created lazily by tw_ctx_cache() */

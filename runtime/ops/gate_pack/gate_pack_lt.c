@@ -36,9 +36,9 @@ struct tw_gate_lt {
     int captured;      /* a captured call used the buffers: replaced ones go to keep */
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
-    uint64_t *acc; /* the packing pass's count accumulator and arrivals (zero between launches) */
+    uint64_t *acc;  /* the packing pass's count accumulator and arrivals (zero between launches) */
     int acc_zeroed; /* acc was allocated and zeroed (by the first eager call that counts) */
-    int last;      /* the plan's last gate-pack ran this route */
+    int last;       /* the plan's last gate-pack ran this route */
     int used;
     twell_stream last_stream;
 };
