@@ -62,11 +62,12 @@ size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M);
  * product), whatever row-tiles overflow: the packed activation is only counted.
  * AUTO: the route is tw_ffn_policy's (ffn_policy.h) for the call's M and the plan's estimate:
  * the latest counts that have reached the host, else the nnz_per_row of twell_plan_reserve, else
- * none (the first call then runs the tiled pipeline where the policy needs an estimate). Every
- * eager AUTO call counts its packed activation on the device (a sparse call: in the sparse
- * pre-pass, tw_cuda_ffn_launch's stats; a dense call or a sparse one on the simple kernels: a
- * small kernel) and the total reaches pinned memory (written there by the pre-pass when the
- * driver maps it, else copied); a later call reads it when an event recorded after it has
+ * none (the sparse routes where the policy needs an estimate). Eager AUTO calls count their
+ * packed activation on the device (a tiled call: in the sparse pre-pass, tw_cuda_ffn_launch's
+ * stats; a dense call whose gate it reuses: the cuBLASLt gate-pack's packing pass; another dense
+ * call, a sparse one on the simple kernels and one small-batch call in 16, every one near the
+ * threshold: a count kernel) and the total reaches pinned memory (written there directly where
+ * the driver maps it, else copied); a later call reads it when an event recorded after it has
  * completed (cuEventQuery, never a wait). The dense route needs cuBLASLt and 16-byte aligned x,
  * weights and y; otherwise AUTO runs sparse and DENSE fails with TWELL_ERR_UNSUPPORTED. Calls on
  * different streams are ordered through an event (the workspace is shared); growing the workspace
@@ -83,8 +84,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
-/* twell_plan_reserve's part: the dense workspace for min(max_M, a chunk) rows (h and an own g,
- * so a captured call that cannot reuse the gate-pack's g runs) when the route is available.
+/* twell_plan_reserve's part: the dense workspace for min(max_M, a chunk) rows (u, h and an own
+ * g, so a captured call that cannot reuse the gate-pack's g runs) when the route is available.
  * May wait for the previous dense call. Inside tw_cu_enter/leave. */
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M);
 /* The estimate AUTO uses until counts have been read back (< 0: none). */
