@@ -332,6 +332,13 @@ twell_status tw_lt_matmul(twell_ctx *ctx, tw_lt_set *set, const tw_lt_shape *sha
     return TWELL_OK;
 }
 
+twell_status tw_lt_prepare_ctx(twell_ctx *ctx) {
+    if (!tw_lt.lib)
+        TW_TRY(tw_lt_load(ctx, NULL));
+    tw_lt_handle h = NULL;
+    return tw_lt_handle_of(ctx, &h);
+}
+
 void tw_lt_set_clear(tw_lt_set *set) {
     for (size_t i = 0; i < set->n; i++)
         tw_lt_gemm_free(set->g[i]);

@@ -67,6 +67,10 @@ typedef struct tw_lt_set {
 twell_status tw_lt_matmul(twell_ctx *ctx, tw_lt_set *set, const tw_lt_shape *shape, const void *a,
                           const void *b, void *d, void *ws, size_t ws_bytes, twell_stream stream);
 
+/* Creates ctx's cuBLASLt handle now (tw_lt_matmul would on first use): for callers about to be
+ * captured into a graph. Context current. Errors: those of tw_lt_load, TWELL_ERR_CUDA. */
+twell_status tw_lt_prepare_ctx(twell_ctx *ctx);
+
 /* Frees every prepared GEMM of set (the set is empty afterwards). */
 void tw_lt_set_clear(tw_lt_set *set);
 

@@ -190,6 +190,7 @@ static twell_status tw_glt_grow(twell_plan *plan, tw_gate_lt *lt, void **buf, si
 twell_status tw_gate_lt_reserve(twell_plan *plan, tw_gate_lt *lt, size_t rows) {
     if (!tw_gate_lt_available(plan, lt, NULL))
         return TWELL_OK;
+    TW_TRY(tw_lt_prepare_ctx(plan->ctx)); /* the handle outside any capture that follows */
     TW_TRY(tw_glt_workspace(plan, lt));
     if (rows > lt->cap_rows)
         lt->tag_cap.valid = 0;
