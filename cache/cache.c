@@ -424,6 +424,18 @@ static int tw_write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
+/* Logs that the entry at path was not stored because a directory holds its name. */
+static void tw_blocked(tw_cache *c, const char *path) {
+    if (!c->log)
+        return;
+    char msg[TW_PATH_MAX + 160];
+    snprintf(msg, sizeof msg,
+             "cache: cannot store entry '%s': a directory that is not empty has its name; the "
+             "entry stays in memory (the rest of the cache is unaffected)",
+             path);
+    c->log(c->log_user, TWELL_LOG_WARN, msg);
+}
+
 /* Writes the entry to a private temp file and renames it over the final name. A failure (a
  * read-only or full file system) stops publishing but keeps serving what the directory holds:
  * the cache becomes read-only (one warning). */
@@ -451,8 +463,19 @@ static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const
         err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
-    if (!err && rename(tmp, path) != 0)
+    if (!err && rename(tmp, path) != 0) {
         err = errno;
+        /* A directory planted under the entry's name is a foreign entry, not a broken cache: an
+         * empty one is removed (nothing is lost) and the rename retried; a full one is left
+         * alone and only this entry stays in memory. */
+        if (err == EISDIR && rmdir(path) == 0 && rename(tmp, path) == 0)
+            err = 0;
+        else if (err == EISDIR) {
+            unlink(tmp);
+            tw_blocked(c, path);
+            return;
+        }
+    }
     if (err) {
         unlink(tmp);
         tw_degrade_to(c, 1, err, "write to");

@@ -78,7 +78,8 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
 /* Stores payload under key (memory, and disk when writable: temp file + fsync + rename, then
  * eviction by mtime down to the cap). A failed write (read-only or full file system) makes the
  * cache read-only with one warning: later puts stay in memory, disk entries are still served.
- * Errors: TWELL_ERR_NO_MEMORY. */
+ * A directory under the entry's name is not such a failure: an empty one is replaced, a full one
+ * keeps only that entry in memory (a warning naming it). Errors: TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_put(tw_cache *c, tw_cache_kind kind, const tw_key *key, const void *payload,
                           size_t len);
 

@@ -310,6 +310,57 @@ static void test_cache_corrupt_entries_are_misses(void **state) {
     tw_cache_close(c);
 }
 
+/* A directory planted under an entry's name is a foreign entry: a put removes an empty one and
+ * publishes; a full one is left, that entry alone stays in memory (one warning naming it), and
+ * the cache stays writable for every other entry instead of turning read-only. */
+static void test_cache_directory_at_entry_name(void **state) {
+    (void)state;
+    char dir[1024], path[1200], inner[1300];
+    tw_case_dir("dir_entry", dir, sizeof dir);
+    uint8_t a[700];
+    tw_fill(a, sizeof a, 51);
+    tw_key ke = tw_test_key(1400), kf = tw_test_key(1401), ko = tw_test_key(1402);
+    tw_logbook log = {0};
+    tw_cache *c = tw_open(dir, 0, &log);
+    tw_entry_path(dir, TW_CACHE_CUBIN, &ke, path, sizeof path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    tw_expect_miss(c, TW_CACHE_CUBIN, &ke);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &ke, a, sizeof a), TWELL_OK);
+    struct stat sb;
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode)); /* the empty directory made way for the entry */
+    assert_int_equal(log.warns, 0);
+
+    tw_entry_path(dir, TW_CACHE_CUBIN, &kf, path, sizeof path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inner, sizeof inner, "%s/keep", path);
+    tw_write_file(inner, "k", 1);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &kf, a, sizeof a), TWELL_OK);
+    assert_true(tw_exists(inner)); /* not ours to delete */
+    assert_int_equal(log.warns, 1);
+    assert_non_null(strstr(log.last, path));
+    tw_expect_hit(c, TW_CACHE_CUBIN, &kf, a, sizeof a); /* from memory */
+    assert_int_equal(tw_cache_writable(c), 1);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &ko, a, sizeof a), TWELL_OK);
+    tw_cache_stats st;
+    tw_cache_get_stats(c, &st);
+    assert_int_equal(st.read_only, 0);
+    assert_int_equal(st.memory_only, 0);
+    assert_int_equal(st.published, 2); /* ke and ko */
+    tw_cache_close(c);
+    tw_entry_path(dir, TW_CACHE_CUBIN, &ko, path, sizeof path);
+    assert_true(tw_exists(path));
+    int entries, temps;
+    tw_count_files(dir, &entries, &temps);
+    assert_int_equal(temps, 0);
+    /* Another process: the blocked name is a miss, the others hit. */
+    c = tw_open(dir, 0, NULL);
+    tw_expect_miss(c, TW_CACHE_CUBIN, &kf);
+    tw_expect_hit(c, TW_CACHE_CUBIN, &ke, a, sizeof a);
+    tw_expect_hit(c, TW_CACHE_CUBIN, &ko, a, sizeof a);
+    tw_cache_close(c);
+}
+
 static void test_cache_unusable_dir_memory_only(void **state) {
     (void)state;
     /* Tests run as root, so permissions cannot make a directory unusable: a path below a
@@ -818,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_cache_memory_layer),
         cmocka_unit_test(test_cache_default_dir),
         cmocka_unit_test(test_cache_corrupt_entries_are_misses),
+        cmocka_unit_test(test_cache_directory_at_entry_name),
         cmocka_unit_test(test_cache_unusable_dir_memory_only),
         cmocka_unit_test(test_cache_read_only_dir_serves_hits),
         cmocka_unit_test(test_cache_eviction_lru),
