@@ -163,7 +163,7 @@ int twell_cmd_cache(int argc, char **argv) {
             fprintf(stderr, "twell cache: verify: %s\n", twell_status_str(st));
             rc = 1;
         } else if (r.kept) {
-            /* Still on disk: an exit status of 0 would pass a cache that serves nothing. */
+            /* Still on disk: exit 0 would call clean a cache that still holds corrupt files. */
             const char *why = strerror(r.kept_errno);
             printf("verified %zu entr%s: %zu ok, %zu corrupt (%zu removed, %zu could not be "
                    "removed: %s)\n",
