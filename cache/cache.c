@@ -221,8 +221,25 @@ void tw_cache_mem_clear(tw_cache *c) {
 
 /* ---- open / close ---- */
 
+/* 0 when dir is an existing directory, else -1 with errno (ENOTDIR for another kind of file). */
+static int tw_isdir(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
 twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, void *log_user,
                            tw_cache **out) {
+    return tw_cache_open_ex(dir, max_bytes, 0, log, log_user, out);
+}
+
+twell_status tw_cache_open_ex(const char *dir, size_t max_bytes, unsigned flags, twell_log_fn log,
+                              void *log_user, tw_cache **out) {
     if (!out)
         return TWELL_ERR_INVALID_ARG;
     *out = NULL;
@@ -238,6 +255,7 @@ twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, 
     c->log_user = log_user;
     c->mem_max = TW_DEFAULT_MEM;
     c->disk_estimate = -1;
+    c->no_create = (flags & TW_CACHE_OPEN_NO_CREATE) != 0;
     atomic_init(&c->disk_ok, 1);
     atomic_init(&c->disk_rw, 1);
     c->dir = dir ? tw_concat(dir, "") : tw_cache_default_dir();
@@ -256,7 +274,9 @@ twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, 
         c->dir[--n] = '\0';
     if (n + TW_NAME_MAX + 2 > TW_PATH_MAX)
         tw_degrade(c, ENAMETOOLONG, "use");
-    else if (tw_mkdirs(c->dir) != 0)
+    else if (c->no_create && tw_isdir(c->dir) != 0)
+        tw_degrade(c, errno, "open");
+    else if (!c->no_create && tw_mkdirs(c->dir) != 0)
         tw_degrade(c, errno, "create");
     else if (tw_access_fn(c->dir, R_OK | X_OK) != 0)
         tw_degrade(c, errno, "read");
@@ -343,13 +363,13 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
 
     uint8_t *data = NULL;
     size_t n = 0;
-    int removed = 0;
+    int bad = 0;
     twell_status st = TWELL_ERR_NOT_FOUND;
     if (atomic_load(&c->disk_ok)) {
         char name[TW_NAME_MAX], path[TW_PATH_MAX];
         tw_cache_entry_name(kind, key, name);
         tw_cache_join(c, name, path);
-        st = tw_cache_read_file(path, kind, key, atomic_load(&c->disk_rw), &data, &n, &removed);
+        st = tw_cache_read_file(path, kind, key, atomic_load(&c->disk_rw), &data, &n, &bad);
     }
     void *copy = NULL;
     if (st == TWELL_OK) {
@@ -370,7 +390,7 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
         }
     }
     pthread_mutex_lock(&c->mu);
-    if (removed)
+    if (bad > 0)
         c->st.corrupt_removed++;
     if (st == TWELL_OK) {
         c->st.disk_hits++;
@@ -404,6 +424,18 @@ static int tw_write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
+/* Logs that the entry at path was not stored because a directory holds its name. */
+static void tw_blocked(tw_cache *c, const char *path) {
+    if (!c->log)
+        return;
+    char msg[TW_PATH_MAX + 160];
+    snprintf(msg, sizeof msg,
+             "cache: cannot store entry '%s': a directory that is not empty has its name; the "
+             "entry stays in memory (the rest of the cache is unaffected)",
+             path);
+    c->log(c->log_user, TWELL_LOG_WARN, msg);
+}
+
 /* Writes the entry to a private temp file and renames it over the final name. A failure (a
  * read-only or full file system) stops publishing but keeps serving what the directory holds:
  * the cache becomes read-only (one warning). */
@@ -414,7 +446,7 @@ static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const
     tw_cache_join(c, name, path);
     tw_cache_join(c, TW_TMP_PREFIX "XXXXXX", tmp);
     int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT && tw_mkdirs(c->dir) == 0) {
+    if (fd < 0 && errno == ENOENT && !c->no_create && tw_mkdirs(c->dir) == 0) {
         /* Directory deleted under us (rm -rf of the cache): recreate it once. */
         tw_cache_join(c, TW_TMP_PREFIX "XXXXXX", tmp);
         fd = mkostemp(tmp, O_CLOEXEC);
@@ -431,8 +463,19 @@ static void tw_publish(tw_cache *c, tw_cache_kind kind, const tw_key *key, const
         err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
-    if (!err && rename(tmp, path) != 0)
+    if (!err && rename(tmp, path) != 0) {
         err = errno;
+        /* A directory planted under the entry's name is a foreign entry, not a broken cache: an
+         * empty one is removed (nothing is lost) and the rename retried; a full one is left
+         * alone and only this entry stays in memory. */
+        if (err == EISDIR && rmdir(path) == 0 && rename(tmp, path) == 0)
+            err = 0;
+        else if (err == EISDIR) {
+            unlink(tmp);
+            tw_blocked(c, path);
+            return;
+        }
+    }
     if (err) {
         unlink(tmp);
         tw_degrade_to(c, 1, err, "write to");

@@ -55,6 +55,13 @@ twell_status tw_cache_open(const char *dir, size_t max_bytes, twell_log_fn log, 
                            tw_cache **out);
 void tw_cache_close(tw_cache *c); /* NULL is a no-op */
 
+/* tw_cache_open with flags. TW_CACHE_OPEN_NO_CREATE: never create the directory (nor recreate
+ * it when it is deleted later); one that does not exist gives a memory-only cache with the
+ * warning, as an unusable one does. For tools that only look (`twell cache ls`). */
+#define TW_CACHE_OPEN_NO_CREATE 1u
+twell_status tw_cache_open_ex(const char *dir, size_t max_bytes, unsigned flags, twell_log_fn log,
+                              void *log_user, tw_cache **out);
+
 /* The directory in use (read-only or not), or NULL when memory-only. Borrowed. */
 const char *tw_cache_dir(const tw_cache *c);
 
@@ -71,7 +78,8 @@ twell_status tw_cache_get(tw_cache *c, tw_cache_kind kind, const tw_key *key, vo
 /* Stores payload under key (memory, and disk when writable: temp file + fsync + rename, then
  * eviction by mtime down to the cap). A failed write (read-only or full file system) makes the
  * cache read-only with one warning: later puts stay in memory, disk entries are still served.
- * Errors: TWELL_ERR_NO_MEMORY. */
+ * A directory under the entry's name is not such a failure: an empty one is replaced, a full one
+ * keeps only that entry in memory (a warning naming it). Errors: TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_put(tw_cache *c, tw_cache_kind kind, const tw_key *key, const void *payload,
                           size_t len);
 
@@ -136,10 +144,19 @@ typedef int (*tw_cache_visit_fn)(void *user, const tw_cache_entry_info *e);
  * only cache), TWELL_ERR_IO (directory unreadable), TWELL_ERR_NO_MEMORY. */
 twell_status tw_cache_list(tw_cache *c, tw_cache_visit_fn fn, void *user);
 
+/* What tw_cache_verify found. ok + removed + kept entries were checked. */
+typedef struct tw_cache_verify_report {
+    size_t ok;      /* entries that passed */
+    size_t removed; /* corrupt, truncated or foreign entries deleted */
+    size_t kept;    /* such entries that could not be deleted (still on disk, still misses) */
+    int kept_errno; /* why the first kept one could not be deleted (unlink's errno); 0: none */
+} tw_cache_verify_report;
+
 /* Reads and validates every entry file, deleting corrupt, truncated or foreign ones; does not
- * touch mtimes. *n_ok and *n_removed (each may be NULL) receive the counts. Errors as
- * tw_cache_list. */
-twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed);
+ * touch mtimes. Each one that cannot be deleted (a read-only directory) is logged as a WARN
+ * naming the file and the errno, and counted in out->kept. out (may be NULL) receives the counts,
+ * zeroed on error. Errors as tw_cache_list. */
+twell_status tw_cache_verify(tw_cache *c, tw_cache_verify_report *out);
 
 /* Test hook: the access(2) tw_cache_open checks the directory with (NULL restores access).
  * Tests run as root, whom mode 0500 does not stop, fake a read-only directory with it. Set it

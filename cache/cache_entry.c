@@ -140,25 +140,28 @@ static int tw_read_all(int fd, uint8_t *p, size_t len) {
 }
 
 /* Deletes path if it is still the file we examined: a concurrent writer may have renamed a good
- * entry over it since (the window left is tiny and only costs that writer a recompile). */
+ * entry over it since (the window left is tiny and only costs that writer a recompile). Returns
+ * 1 deleted, 0 no longer that file, -errno when unlink failed (a read-only directory). */
 static int tw_remove_if_same(const char *path, const struct stat *seen) {
     struct stat now;
     if (lstat(path, &now) != 0 || now.st_dev != seen->st_dev || now.st_ino != seen->st_ino)
         return 0;
-    return unlink(path) == 0;
+    if (unlink(path) == 0)
+        return 1;
+    return errno == ENOENT ? 0 : -errno; /* ENOENT: another process deleted it first */
 }
 
 twell_status tw_cache_read_file(const char *path, tw_cache_kind kind, const tw_key *key, int touch,
-                                uint8_t **out, size_t *outlen, int *removed) {
+                                uint8_t **out, size_t *outlen, int *verdict) {
     *out = NULL;
     *outlen = 0;
-    *removed = 0;
+    *verdict = 0;
     /* O_NONBLOCK: a FIFO planted under an entry name must not hang us; O_NOFOLLOW: no links. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         struct stat sb;
         if (errno == ELOOP && lstat(path, &sb) == 0)
-            *removed = tw_remove_if_same(path, &sb);
+            *verdict = tw_remove_if_same(path, &sb);
         return TWELL_ERR_NOT_FOUND;
     }
     struct stat sb;
@@ -191,7 +194,7 @@ twell_status tw_cache_read_file(const char *path, tw_cache_kind kind, const tw_k
     close(fd);
     if (bad) {
         free(buf);
-        *removed = tw_remove_if_same(path, &sb);
+        *verdict = tw_remove_if_same(path, &sb);
         return TWELL_ERR_NOT_FOUND;
     }
     return TWELL_OK;

@@ -61,6 +61,7 @@ struct tw_cache {
     atomic_int disk_ok; /* the directory is read: entries on disk are served */
     atomic_int disk_rw; /* ...and written: new entries are published (implies disk_ok) */
     int warned;         /* the one warning about the directory has been logged */
+    int no_create;      /* TW_CACHE_OPEN_NO_CREATE: the directory is never created */
     size_t max_bytes;
     twell_log_fn log;
     void *log_user;
@@ -105,10 +106,12 @@ void tw_cache_entry_name(tw_cache_kind kind, const tw_key *key, char out[TW_NAME
 int tw_cache_parse_name(const char *name, tw_cache_kind *kind, tw_key *key);
 
 /* Reads and validates one entry file. TWELL_OK: *out (malloc'd) holds the payload.
- * TWELL_ERR_NOT_FOUND: absent, or bad (then deleted, *removed = 1).
- * TWELL_ERR_NO_MEMORY. touch refreshes the mtime of a good file. */
+ * TWELL_ERR_NOT_FOUND: absent, or bad; a bad file is deleted and *verdict says how that went: 1
+ * deleted, -errno when the deletion failed (the file is still there), 0 when it was not bad or
+ * was replaced or removed by another process meanwhile. TWELL_ERR_NO_MEMORY. touch refreshes the
+ * mtime of a good file. */
 twell_status tw_cache_read_file(const char *path, tw_cache_kind kind, const tw_key *key, int touch,
-                                uint8_t **out, size_t *outlen, int *removed);
+                                uint8_t **out, size_t *outlen, int *verdict);
 
 /* ---- cache.c ---- */
 

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -80,7 +81,7 @@ void tw_cache_scan_evict(tw_cache *c, const char *keep) {
     uint64_t total = 0, evicted = 0;
     for (size_t i = 0; i < n; i++)
         total += v[i].size;
-    if (total > c->max_bytes) {
+    if (total > c->max_bytes) { /* so n > 0 and v is not NULL */
         qsort(v, n, sizeof *v, tw_by_age);
         for (size_t i = 0; i < n && total > c->max_bytes; i++) {
             if (!strcmp(v[i].name, keep))
@@ -108,7 +109,8 @@ static twell_status tw_scan_checked(tw_cache *c, tw_file **v, size_t *n) {
     if (!c || !atomic_load(&c->disk_ok))
         return TWELL_ERR_UNSUPPORTED;
     twell_status st = tw_cache_scan(c, v, n);
-    if (st == TWELL_OK)
+    /* An empty directory gives *v NULL, which qsort must not be handed even for no elements. */
+    if (st == TWELL_OK && *n > 1)
         qsort(*v, *n, sizeof **v, tw_by_name);
     return st;
 }
@@ -152,46 +154,57 @@ tw_each_path(tw_cache *c, int (*fn)(tw_cache *c, const tw_file *f, const char *p
 }
 
 typedef struct tw_verify_count {
-    size_t ok, bad;
+    tw_cache_verify_report r;
     twell_status st; /* TWELL_ERR_NO_MEMORY stops the walk */
 } tw_verify_count;
 
 /* Reads and checks one entry (tw_cache_read_file deletes a bad one). */
 static int tw_verify_one(tw_cache *c, const tw_file *f, const char *path, void *user) {
-    (void)c;
     tw_verify_count *k = user;
     uint8_t *data;
     size_t len;
-    int removed;
-    twell_status st = tw_cache_read_file(path, f->kind, &f->key, 0, &data, &len, &removed);
+    int bad;
+    twell_status st = tw_cache_read_file(path, f->kind, &f->key, 0, &data, &len, &bad);
     if (st == TWELL_ERR_NO_MEMORY) {
         k->st = st;
         return 1;
     }
     free(data);
-    k->ok += st == TWELL_OK;
-    k->bad += (size_t)removed;
+    k->r.ok += st == TWELL_OK;
+    k->r.removed += bad > 0;
+    if (bad < 0) {
+        /* Still on disk: the caller must hear of it, or a cache that keeps failing looks clean. */
+        if (!k->r.kept++)
+            k->r.kept_errno = -bad;
+        if (c->log) {
+            char eb[128], msg[TW_PATH_MAX + 192];
+            snprintf(msg, sizeof msg,
+                     "cache: corrupt entry '%s' could not be removed: %s (errno %d)", path,
+                     strerror_r(-bad, eb, sizeof eb), -bad);
+            c->log(c->log_user, TWELL_LOG_WARN, msg);
+        }
+    }
     return 0;
 }
 
-twell_status tw_cache_verify(tw_cache *c, size_t *n_ok, size_t *n_removed) {
-    if (n_ok)
-        *n_ok = 0;
-    if (n_removed)
-        *n_removed = 0;
-    tw_verify_count k = {0, 0, TWELL_OK};
+twell_status tw_cache_verify(tw_cache *c, tw_cache_verify_report *out) {
+    if (out)
+        memset(out, 0, sizeof *out);
+    tw_verify_count k;
+    memset(&k, 0, sizeof k);
+    k.st = TWELL_OK;
     twell_status st = tw_each_path(c, tw_verify_one, &k);
     if (st != TWELL_OK)
         return st;
     pthread_mutex_lock(&c->mu);
     c->disk_estimate = -1; /* sizes changed: measure again on the next put */
-    c->st.corrupt_removed += k.bad;
+    c->st.corrupt_removed += k.r.removed;
     pthread_mutex_unlock(&c->mu);
-    if (n_ok)
-        *n_ok = k.ok;
-    if (n_removed)
-        *n_removed = k.bad;
-    return k.st;
+    if (k.st != TWELL_OK)
+        return k.st;
+    if (out)
+        *out = k.r;
+    return TWELL_OK;
 }
 
 static int tw_clear_one(tw_cache *c, const tw_file *f, const char *path, void *user) {

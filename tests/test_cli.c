@@ -141,6 +141,8 @@ static void test_cli_rejects_bad_numbers(void **state) {
         {"render gate_pack_simt --K 64 --N 256 --param X=99999999999999999999", "out of range"},
         {"compile gate_pack_simt --K 64 --N 256 --repeat -1", "--repeat must be in"},
         {"compile gate_pack_simt --K 64 --N 256 --repeat 5x", "--repeat must be in"},
+        {"compile gate_pack_simt --K 64 --N 256 --cold=2", "'2' for --cold (0 or 1)"},
+        {"compile gate_pack_simt --K 64 --N 256 --cold=no", "'no' for --cold (0 or 1)"},
     };
     static char out[16384];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -4,9 +4,11 @@
 #include "cli_common.h"
 #include "twellrt_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void tw_cli_usage(FILE *f) {
@@ -16,7 +18,10 @@ static void tw_cli_usage(FILE *f) {
                "  clear    delete every entry\n\n"
                "  --dir DIR       cache directory (default: $TWELL_CACHE_DIR, else\n"
                "                  $XDG_CACHE_HOME/twellrt, else ~/.cache/twellrt)\n"
-               "  --max-bytes N   size cap to report against (default 1 GiB, the library's)\n");
+               "  --max-bytes N   size cap to report against (default 1 GiB, the library's)\n\n"
+               "None of them creates the directory. Exit status: 0 done; 1 the directory is\n"
+               "missing or unusable, or verify met corrupt entries it could not delete (a\n"
+               "read-only directory; they are counted as corrupt and named on stderr); 2 usage.\n");
 }
 
 static const char *tw_human(uint64_t b, char *buf, size_t n) {
@@ -115,8 +120,21 @@ int twell_cmd_cache(int argc, char **argv) {
         return 2;
     }
 
+    /* These commands only look (clear empties what is there): a missing directory is reported,
+     * never created along with its parents. */
+    char *def = dir ? NULL : tw_cache_default_dir();
+    const char *where = dir ? dir : def;
+    struct stat sb;
+    if (where && stat(where, &sb) != 0 && errno == ENOENT) {
+        fprintf(stderr, "twell cache: %s: no cache directory at %s (nothing was cached there)\n",
+                action, where);
+        free(def);
+        return 1;
+    }
+    free(def);
     tw_cache *c;
-    twell_status st = tw_cache_open(dir, max_bytes, tw_cli_log, "twell cache", &c);
+    twell_status st =
+        tw_cache_open_ex(dir, max_bytes, TW_CACHE_OPEN_NO_CREATE, tw_cli_log, "twell cache", &c);
     if (st != TWELL_OK) {
         fprintf(stderr, "twell cache: %s\n", twell_status_str(st));
         return 1;
@@ -138,14 +156,26 @@ int twell_cmd_cache(int argc, char **argv) {
     if (!strcmp(action, "ls")) {
         rc = tw_total(c, 1);
     } else if (!strcmp(action, "verify")) {
-        size_t ok, removed;
-        st = tw_cache_verify(c, &ok, &removed);
+        tw_cache_verify_report r;
+        st = tw_cache_verify(c, &r);
+        size_t n = r.ok + r.removed + r.kept;
         if (st != TWELL_OK) {
             fprintf(stderr, "twell cache: verify: %s\n", twell_status_str(st));
             rc = 1;
+        } else if (r.kept) {
+            /* Still on disk: exit 0 would call clean a cache that still holds corrupt files. */
+            const char *why = strerror(r.kept_errno);
+            printf("verified %zu entr%s: %zu ok, %zu corrupt (%zu removed, %zu could not be "
+                   "removed: %s)\n",
+                   n, n == 1 ? "y" : "ies", r.ok, r.removed + r.kept, r.removed, r.kept, why);
+            fprintf(stderr,
+                    "twell cache: verify: %zu corrupt entr%s could not be removed from %s: %s\n",
+                    r.kept, r.kept == 1 ? "y" : "ies", tw_cache_dir(c), why);
+            tw_total(c, 0);
+            rc = 1;
         } else {
-            printf("verified %zu entr%s: %zu ok, %zu corrupt removed\n", ok + removed,
-                   ok + removed == 1 ? "y" : "ies", ok, removed);
+            printf("verified %zu entr%s: %zu ok, %zu corrupt removed\n", n, n == 1 ? "y" : "ies",
+                   r.ok, r.removed);
             rc = tw_total(c, 0);
         }
     } else {
