@@ -416,11 +416,12 @@ static int tw_l_import(lua_State *L) {
     lua_pushboolean(L, 0); /* "loading": detects cycles */
     lua_setfield(L, -2, name);
     char path[4096], display[160];
-    tw_template_locate(e->dir, name, ".lua", path, sizeof path, display, sizeof display);
-    tw_source *s = tw_source_read(e->src, &e->nsrc, path, display);
+    const char *why = "no such file";
+    tw_source *s = NULL;
+    if (tw_template_locate(e->dir, name, ".lua", path, sizeof path, display, sizeof display))
+        s = tw_source_read(e->src, &e->nsrc, path, display, &why);
     if (!s)
-        return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display,
-                          strerror(errno));
+        return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display, why);
     if (luaL_loadbufferx(L, s->text, s->len, s->chunk, "t") != LUA_OK)
         return lua_error(L);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_env);
@@ -728,10 +729,16 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
     e.nparams = nparams;
 
     char path[4096], display[160];
-    tw_template_locate(dir, name, ".cu.lua", path, sizeof path, display, sizeof display);
-    if (!tw_source_read(e.src, &e.nsrc, path, display)) {
-        int en = errno;
-        *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path, strerror(en));
+    const char *why = NULL;
+    int found =
+        tw_template_locate(dir, name, ".cu.lua", path, sizeof path, display, sizeof display);
+    if (!found || !tw_source_read(e.src, &e.nsrc, path, display, &why)) {
+        int en = found ? errno : ENOENT;
+        if (en == ENOENT || en == ENOTDIR)
+            *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path,
+                          why ? why : strerror(en));
+        else
+            *err = tw_fmt("cannot read %s (%s): %s", display, path, why);
         return en == ENOENT || en == ENOTDIR ? TWELL_ERR_NOT_FOUND
                : en == ENOMEM                ? TWELL_ERR_NO_MEMORY
                                              : TWELL_ERR_IO;

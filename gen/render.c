@@ -73,7 +73,7 @@ const char *tw_template_dir(const twell_ctx *ctx) {
 int tw_template_exists(const twell_ctx *ctx, const char *name) {
     char path[4096], display[160];
     return tw_template_locate(tw_template_dir(ctx), name, ".cu.lua", path, sizeof path, display,
-                              sizeof display);
+                              sizeof display) == 1;
 }
 
 static int tw_name_cmp(const void *a, const void *b) {
