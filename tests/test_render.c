@@ -1,6 +1,6 @@
 /* test_render.c — the Lua template engine: determinism (in and across processes), #line mapping,
- * sandbox, error positions, parameters (and the shape's, tw_shape_params), limits, template
- * lookup and which files are read. labels: unit */
+ * sandbox, error positions, parameters (and the shape's, tw_shape_params), limits (including work
+ * the instruction hook cannot see), template lookup and which files are read. labels: unit */
 #include "jit.h"
 #include "lua_text.h"
 #include "render.h"
@@ -436,6 +436,64 @@ static double tw_now_s(void) {
  * them in a fraction of a second even in a sanitizer build. */
 #define TW_BOUNDED_MAX_S 10.0
 
+/* Work the instruction hook cannot see (finalizers, C pattern matching, C loops that allocate
+ * nothing: string.rep of "", table.insert/remove/move over absent elements) is refused, charged or
+ * cut short, and a NUL byte never reaches NVRTC; each failure names the template and its line. */
+static void test_render_bounded(void **state) {
+    (void)state;
+    tw_use_dir(TW_FIXTURES);
+    static const struct {
+        const char *mode;
+        int line;
+        const char *why;
+    } cases[] = {
+        {"gc", 4, "setmetatable: __gc metamethods are not available to templates"},
+        {"gc_late", 7, "setmetatable: __gc metamethods are not available to templates"},
+        {"close", 17, "template exceeded the instruction limit"},
+        {"find", 20, "string.find: patterns are not available to templates"},
+        {"match", 21, "string.match: patterns are not available to templates"},
+        {"gmatch", 23, "string.gmatch: patterns are not available to templates"},
+        {"gsub", 25, "string.gsub: patterns are not available to templates"},
+        {"find_plain_long", 27, "template exceeded the instruction limit (50 million)"},
+        {"nul", 39, "rendered source would contain a NUL byte"},
+        {"nul_cuda", 42, "rendered source would contain a NUL byte"},
+        {"move_huge", 46, "template exceeded the instruction limit"},
+        {"insert_len", 53, "template exceeded the instruction limit"},
+        {"remove_len", 56, "template exceeded the instruction limit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tw_param p = {"mode", cases[i].mode, 0};
+        char where[80];
+        snprintf(where, sizeof where,
+                 "template bounded: templates/bounded.cu.lua:%d: ", cases[i].line);
+        double t0 = tw_now_s();
+        tw_expect_error("bounded", &p, 1, TWELL_ERR_TEMPLATE, where, cases[i].why);
+        double dt = tw_now_s() - t0;
+        if (dt > TW_BOUNDED_MAX_S) {
+            print_error("%s took %.1f s\n", cases[i].mode, dt);
+            fail();
+        }
+    }
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
+    /* Plain find keeps Lua's results (negative and past-the-end init, empty needle). */
+    char *src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "find_plain", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\n12 15 17 19 21 nil 3 2 nil\n");
+    free(src);
+    /* string.rep and table's insert, remove and move keep Lua's results; "" repeated is empty
+     * at once. */
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "rep", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\n0 0 ab,ab,ab 1 1,1,2,3\n");
+    free(src);
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "lists", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\nb,c danil 2,3,4,4 0,7,8\n");
+    free(src);
+    /* A __gc field added after setmetatable is never called, so it need not be refused. */
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "gc_after", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\ngc_after\n");
+    free(src);
+    twell_ctx_destroy(ctx);
+}
+
 static void tw_write_file(const char *path, const char *text, size_t pad_to) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
@@ -572,6 +630,7 @@ int main(void) {
         cmocka_unit_test(test_render_shape_params),
         cmocka_unit_test(test_render_missing_template),
         cmocka_unit_test(test_render_limits),
+        cmocka_unit_test(test_render_bounded),
         cmocka_unit_test(test_render_source_files),
         cmocka_unit_test(test_render_template_dir),
         cmocka_unit_test(test_render_template_dir_option),
