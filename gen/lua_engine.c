@@ -17,15 +17,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TW_HOOK_EVERY 1000 /* VM instructions between two budget checks */
+/* Allocations at least this large also check the clock: work that is large per VM instruction
+ * (copying a big string) allocates its result. */
+#define TW_CLOCK_ALLOC_BYTES ((size_t)64 << 10)
 
 /* Everything one render owns; reachable from Lua as the allocator's user data. */
 typedef struct tw_engine {
     size_t mem_used, mem_cap;
     int mem_refused; /* an allocation was refused because of the cap */
     unsigned long long instr, instr_cap;
-    int unsupported; /* unsupported(...) was called */
+    double deadline, seconds; /* monotonic clock, s */
+    int timed_out;            /* an allocation was refused because the deadline passed */
+    lua_State *L;             /* for the allocator to arm the hook; NULL while the state opens */
+    int unsupported;          /* unsupported(...) was called */
     const char *dir;
     const char *name;
     const tw_param *params;
@@ -62,6 +69,14 @@ static tw_engine *tw_eng(lua_State *L) {
  * Allocator with a cap, and the instruction budget
  * ------------------------------------------------------------------------------------------- */
 
+static void tw_hook(lua_State *L, lua_Debug *ar);
+
+static double tw_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void *tw_lalloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     tw_engine *e = ud;
     size_t old = ptr ? osize : 0; /* with ptr NULL, osize encodes an object type */
@@ -73,6 +88,18 @@ static void *tw_lalloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (nsize > old && e->mem_used - old + nsize > e->mem_cap) {
         e->mem_refused = 1;
         return NULL;
+    }
+    if (nsize >= TW_CLOCK_ALLOC_BYTES && nsize > old) {
+        double now = tw_clock();
+        /* Past the deadline the hook is armed for the next instruction, which reports it with
+         * the template line (lua_sethook may be called at any point); should the time still
+         * run on inside C, allocations are refused, a cruder stop without a line. */
+        if (now > e->deadline + e->seconds) {
+            e->timed_out = 1;
+            return NULL;
+        }
+        if (now > e->deadline && e->L)
+            lua_sethook(e->L, tw_hook, LUA_MASKCOUNT, 1);
     }
     void *p = realloc(ptr, nsize);
     if (p)
@@ -90,6 +117,11 @@ static void tw_hook(lua_State *L, lua_Debug *ar) {
                         e->where[0] ? e->where : "?", (int)(e->instr_cap / 1000000u));
         lua_error(L);
     }
+    if (tw_clock() > e->deadline) {
+        lua_pushfstring(L, "%s: template exceeded the time limit (%d ms)",
+                        e->where[0] ? e->where : "?", (int)(e->seconds * 1e3));
+        lua_error(L);
+    }
 }
 
 /* Charges n units of C work (a byte examined counts as one VM instruction) to the instruction
@@ -101,6 +133,12 @@ static void tw_charge(lua_State *L, size_t n) {
         luaL_where(L, 1);
         lua_pushfstring(L, "%stemplate exceeded the instruction limit (%d million)",
                         lua_tostring(L, -1), (int)(e->instr_cap / 1000000u));
+        lua_error(L);
+    }
+    if (tw_clock() > e->deadline) {
+        luaL_where(L, 1);
+        lua_pushfstring(L, "%stemplate exceeded the time limit (%d ms)", lua_tostring(L, -1),
+                        (int)(e->seconds * 1e3));
         lua_error(L);
     }
 }
@@ -943,6 +981,8 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
     memset(&e, 0, sizeof e);
     e.mem_cap = limits->mem_bytes;
     e.instr_cap = limits->instructions;
+    e.seconds = limits->seconds > 0 ? limits->seconds : TW_LUA_DEFAULT_SECONDS;
+    e.deadline = tw_clock() + e.seconds;
     e.out.max = limits->out_bytes;
     e.out.bol = 1;
     e.out.cline = 1;
@@ -974,6 +1014,7 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
         *err = tw_fmt("%s: cannot create a Lua state", display);
         goto done;
     }
+    e.L = L;
     lua_sethook(L, tw_hook, LUA_MASKCOUNT, TW_HOOK_EVERY);
     lua_pushcfunction(L, tw_msgh);
     lua_pushcfunction(L, tw_main);
@@ -983,6 +1024,10 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
             st = TWELL_ERR_INTERNAL;
             *err = tw_fmt("%s: rendered nothing", display);
         }
+    } else if (rc == LUA_ERRMEM && e.timed_out) {
+        st = TWELL_ERR_TEMPLATE;
+        *err = tw_fmt("%s: template exceeded the time limit (%d ms)",
+                      e.where[0] ? e.where : display, (int)(e.seconds * 1e3));
     } else if (rc == LUA_ERRMEM) {
         st = e.mem_refused ? TWELL_ERR_TEMPLATE : TWELL_ERR_NO_MEMORY;
         *err = e.mem_refused ? tw_fmt("%s: template exceeded the memory cap (%zu MiB)",

@@ -149,7 +149,7 @@ twell_status tw_render_limited(twell_ctx *ctx, const char *name, const tw_param 
                                 params[i].key);
     }
     tw_lua_limits def = {TW_LUA_DEFAULT_MEM_BYTES, TW_LUA_DEFAULT_OUT_BYTES,
-                         TW_LUA_DEFAULT_INSTRUCTIONS};
+                         TW_LUA_DEFAULT_INSTRUCTIONS, TW_LUA_DEFAULT_SECONDS};
     char *err = NULL;
     twell_status st = tw_lua_render(tw_template_dir(ctx), name, params, nparams,
                                     limits ? limits : &def, src, len, &err);

@@ -384,7 +384,7 @@ static void test_render_limits(void **state) {
     (void)state;
     tw_use_dir(TW_FIXTURES);
     twell_ctx *ctx = tw_test_cpu_ctx(1);
-    tw_lua_limits small = {(size_t)4 << 20, (size_t)1 << 20, 2000000ull};
+    tw_lua_limits small = {(size_t)4 << 20, (size_t)1 << 20, 2000000ull, 0.0};
     static const struct {
         const char *mode, *want;
     } cases[] = {
@@ -410,7 +410,7 @@ static void test_render_limits(void **state) {
     tw_assert_contains(twell_ctx_errmsg(ctx), "instruction limit");
     /* A heap too small for even the sandbox set-up is a clean error, not a crash. */
     for (size_t cap = 1024; cap <= 64 * 1024; cap *= 2) {
-        tw_lua_limits tiny = {cap, (size_t)1 << 20, 1000000ull};
+        tw_lua_limits tiny = {cap, (size_t)1 << 20, 1000000ull, 0.0};
         char *src = NULL;
         size_t len = 0;
         twell_status st =
@@ -487,6 +487,19 @@ static void test_render_bounded(void **state) {
     src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "lists", 0}, 1, TWELL_OK);
     tw_assert_contains(src, "\nb,c danil 2,3,4,4 0,7,8\n");
     free(src);
+    /* The time limit stops what the instruction count lets through, naming the line. */
+    tw_lua_limits quick = {TW_LUA_DEFAULT_MEM_BYTES, TW_LUA_DEFAULT_OUT_BYTES,
+                           TW_LUA_DEFAULT_INSTRUCTIONS, 0.2};
+    double t0 = tw_now_s();
+    src = (char *)0x1;
+    size_t len = 5;
+    assert_int_equal(tw_render_limited(ctx, "bounded", &(tw_param){"mode", "concat_loop", 0}, 1,
+                                       &quick, &src, &len),
+                     TWELL_ERR_TEMPLATE);
+    assert_null(src);
+    assert_true(tw_now_s() - t0 < TW_BOUNDED_MAX_S);
+    tw_assert_contains(twell_ctx_errmsg(ctx), "template bounded: templates/bounded.cu.lua:74: "
+                                              "template exceeded the time limit (200 ms)");
     /* A __gc field added after setmetatable is never called, so it need not be refused. */
     src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "gc_after", 0}, 1, TWELL_OK);
     tw_assert_contains(src, "\ngc_after\n");

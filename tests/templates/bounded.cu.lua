@@ -69,6 +69,10 @@ int ${z};
         return table.concat(t, ",") .. " " .. last .. first .. tostring(none) .. " "
             .. table.concat(moved, ",") .. " " .. table.concat(other, ",")
     end,
+    concat_loop = function() -- few instructions, each copying megabytes: only a clock stops it
+        local big = string.rep("x", 8 << 20)
+        while true do local copy = big .. "y" end
+    end,
 }
 local f = probes[mode]
 check(f, "no probe named %s", mode)
