@@ -189,7 +189,7 @@ static int tw_l_find(lua_State *L) {
                                      "work is unbounded); search plain text with "
                                      "string.find(s, text, init, true)");
     if (init < 0) /* Lua's rule: negative counts from the end, clamped to the first byte */
-        init = -init > (lua_Integer)ls ? 1 : (lua_Integer)ls + init + 1;
+        init = init < -(lua_Integer)ls ? 1 : (lua_Integer)ls + init + 1;
     else if (init == 0)
         init = 1;
     if (init > (lua_Integer)ls + 1) {
@@ -662,7 +662,7 @@ static int tw_l_import(lua_State *L) {
     lua_pushboolean(L, 0); /* "loading": detects cycles */
     lua_setfield(L, -2, name);
     char path[4096], display[160];
-    const char *why = "no such file";
+    const char *why = strerror(ENOENT);
     tw_source *s = NULL;
     if (tw_template_locate(e->dir, name, ".lua", path, sizeof path, display, sizeof display))
         s = tw_source_read(e->src, &e->nsrc, path, display, &why);

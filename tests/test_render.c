@@ -477,7 +477,7 @@ static void test_render_bounded(void **state) {
     twell_ctx *ctx = tw_test_cpu_ctx(1);
     /* Plain find keeps Lua's results (negative and past-the-end init, empty needle). */
     char *src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "find_plain", 0}, 1, TWELL_OK);
-    tw_assert_contains(src, "\n12 15 17 19 21 nil 3 2 nil\n");
+    tw_assert_contains(src, "\n12 15 17 19 21 nil 3 2 nil 1\n");
     free(src);
     /* string.rep and table's insert, remove and move keep Lua's results; "" repeated is empty
      * at once. */

@@ -33,8 +33,8 @@ local probes = {
         local d, e = s:find("int")
         local f = s:find("void", -10, true)
         local g, h = s:find("", 3)
-        local i = s:find("x", 100, true)
-        return table.concat({a, b, c, d, e, tostring(f), g, h, tostring(i)}, " ")
+        local i, j = s:find("x", 100, true), s:find("_", math.mininteger, true)
+        return table.concat({a, b, c, d, e, tostring(f), g, h, tostring(i), j}, " ")
     end,
     nul = function() emit("int a;\0int b;\n") end,
     nul_cuda = function()
