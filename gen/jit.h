@@ -39,7 +39,8 @@ twell_status tw_render(twell_ctx *ctx, const char *name, const tw_param *params,
  * static. */
 const char *tw_template_dir(const twell_ctx *ctx);
 
-/* 1 when the template `name` (templates/<group>/<name>.cu.lua) exists in tw_template_dir(ctx). */
+/* 1 when the template `name` (templates/<group>/<name>.cu.lua) exists in tw_template_dir(ctx)
+ * as a regular file (a FIFO or device of that name is not a template; rendering it says so). */
 int tw_template_exists(const twell_ctx *ctx, const char *name);
 
 /* The names of the templates (*.cu.lua) in dir's groups (and dir itself), sorted, each malloc'd

@@ -13,18 +13,26 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TW_HOOK_EVERY 1000 /* VM instructions between two budget checks */
+/* Allocations at least this large also check the clock: work that is large per VM instruction
+ * (copying a big string) allocates its result. */
+#define TW_CLOCK_ALLOC_BYTES ((size_t)64 << 10)
 
 /* Everything one render owns; reachable from Lua as the allocator's user data. */
 typedef struct tw_engine {
     size_t mem_used, mem_cap;
     int mem_refused; /* an allocation was refused because of the cap */
     unsigned long long instr, instr_cap;
-    int unsupported; /* unsupported(...) was called */
+    double deadline, seconds; /* monotonic clock, s */
+    int timed_out;            /* an allocation was refused because the deadline passed */
+    lua_State *L;             /* for the allocator to arm the hook; NULL while the state opens */
+    int unsupported;          /* unsupported(...) was called */
     const char *dir;
     const char *name;
     const tw_param *params;
@@ -38,6 +46,9 @@ typedef struct tw_engine {
 /* tw_out_text for Lua code: running out of room is the template's error, raised in Lua. */
 static void tw_emit_text(lua_State *L, tw_out *o, const char *s, size_t n, const char *file,
                          long *line, tw_map map) {
+    /* NVRTC takes the source as a C string: it would silently stop at the NUL. */
+    if (memchr(s, '\0', n))
+        luaL_error(L, "rendered source would contain a NUL byte (NVRTC would stop reading there)");
     tw_out_status r = tw_out_text(o, s, n, file, line, map);
     if (r == TW_OUT_FULL)
         luaL_error(L, "rendered source exceeds the output cap (%d MiB)", (int)(o->max >> 20));
@@ -58,6 +69,14 @@ static tw_engine *tw_eng(lua_State *L) {
  * Allocator with a cap, and the instruction budget
  * ------------------------------------------------------------------------------------------- */
 
+static void tw_hook(lua_State *L, lua_Debug *ar);
+
+static double tw_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void *tw_lalloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     tw_engine *e = ud;
     size_t old = ptr ? osize : 0; /* with ptr NULL, osize encodes an object type */
@@ -69,6 +88,18 @@ static void *tw_lalloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     if (nsize > old && e->mem_used - old + nsize > e->mem_cap) {
         e->mem_refused = 1;
         return NULL;
+    }
+    if (nsize >= TW_CLOCK_ALLOC_BYTES && nsize > old) {
+        double now = tw_clock();
+        /* Past the deadline the hook is armed for the next instruction, which reports it with
+         * the template line (lua_sethook may be called at any point); should the time still
+         * run on inside C, allocations are refused, a cruder stop without a line. */
+        if (now > e->deadline + e->seconds) {
+            e->timed_out = 1;
+            return NULL;
+        }
+        if (now > e->deadline && e->L)
+            lua_sethook(e->L, tw_hook, LUA_MASKCOUNT, 1);
     }
     void *p = realloc(ptr, nsize);
     if (p)
@@ -86,6 +117,221 @@ static void tw_hook(lua_State *L, lua_Debug *ar) {
                         e->where[0] ? e->where : "?", (int)(e->instr_cap / 1000000u));
         lua_error(L);
     }
+    if (tw_clock() > e->deadline) {
+        lua_pushfstring(L, "%s: template exceeded the time limit (%d ms)",
+                        e->where[0] ? e->where : "?", (int)(e->seconds * 1e3));
+        lua_error(L);
+    }
+}
+
+/* Charges n units of C work (a byte examined counts as one VM instruction) to the instruction
+ * budget, so library code the count hook cannot see stops at the same limit. */
+static void tw_charge(lua_State *L, size_t n) {
+    tw_engine *e = tw_eng(L);
+    e->instr += n;
+    if (e->instr > e->instr_cap) {
+        luaL_where(L, 1);
+        lua_pushfstring(L, "%stemplate exceeded the instruction limit (%d million)",
+                        lua_tostring(L, -1), (int)(e->instr_cap / 1000000u));
+        lua_error(L);
+    }
+    if (tw_clock() > e->deadline) {
+        luaL_where(L, 1);
+        lua_pushfstring(L, "%stemplate exceeded the time limit (%d ms)", lua_tostring(L, -1),
+                        (int)(e->seconds * 1e3));
+        lua_error(L);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Bounded replacements for library functions whose work the count hook does not see
+ * ------------------------------------------------------------------------------------------- */
+
+/* setmetatable without finalizers: a __gc metamethod runs during collection or lua_close, where
+ * no instruction budget applies (an endless one would hang the render). Lua marks an object for
+ * finalization only if its metatable has a __gc field when it is set, so a raw check here
+ * suffices; a field added later is never called. */
+static int tw_l_setmetatable(lua_State *L) {
+    int t = lua_type(L, 2);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
+    if (t == LUA_TTABLE) {
+        lua_pushliteral(L, "__gc");
+        if (lua_rawget(L, 2) != LUA_TNIL)
+            return luaL_error(L, "setmetatable: __gc metamethods are not available to templates "
+                                 "(a finalizer would run outside the instruction limit)");
+    }
+    /* Done here rather than by calling the base function, so its errors keep the caller's
+     * position (a C function one level down has none). */
+    if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+        return luaL_error(L, "cannot change a protected metatable");
+    lua_settop(L, 2);
+    lua_setmetatable(L, 1);
+    return 1;
+}
+
+/* Lua's pattern characters: a needle without them is searched for as plain text. */
+#define TW_PATTERN_SPECIALS "^$*+?.([%-"
+
+/* string.find for plain text only: Lua's matcher backtracks without bound and inside one C
+ * call, out of the hook's sight. Same results as Lua's when plain is true or the needle has no
+ * pattern characters; the search is charged to the instruction budget. */
+static int tw_l_find(lua_State *L) {
+    size_t ls, lp;
+    const char *s = luaL_checklstring(L, 1, &ls);
+    const char *p = luaL_checklstring(L, 2, &lp);
+    lua_Integer init = luaL_optinteger(L, 3, 1);
+    int plain = lua_toboolean(L, 4);
+    if (!plain)
+        for (size_t i = 0; i < lp; i++)
+            if (p[i] != '\0' && strchr(TW_PATTERN_SPECIALS, p[i]))
+                return luaL_error(L, "string.find: patterns are not available to templates (their "
+                                     "work is unbounded); search plain text with "
+                                     "string.find(s, text, init, true)");
+    if (init < 0) /* Lua's rule: negative counts from the end, clamped to the first byte */
+        init = init < -(lua_Integer)ls ? 1 : (lua_Integer)ls + init + 1;
+    else if (init == 0)
+        init = 1;
+    if (init > (lua_Integer)ls + 1) {
+        lua_pushnil(L);
+        return 1;
+    }
+    size_t from = (size_t)init - 1;
+    if (lp == 0) {
+        lua_pushinteger(L, init);
+        lua_pushinteger(L, init - 1);
+        return 2;
+    }
+    const char *at = s + from, *end = s + ls;
+    while (lp <= (size_t)(end - at)) {
+        const char *hit = memchr(at, p[0], (size_t)(end - at) - lp + 1);
+        tw_charge(L, (size_t)((hit ? hit : end) - at) + lp); /* scanned, then compared */
+        if (!hit)
+            break;
+        if (memcmp(hit + 1, p + 1, lp - 1) == 0) {
+            lua_pushinteger(L, (lua_Integer)(hit - s) + 1);
+            lua_pushinteger(L, (lua_Integer)(hit - s) + (lua_Integer)lp);
+            return 2;
+        }
+        at = hit + 1;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+/* string.rep that does not loop to build an empty string: repeating "" allocates nothing, so
+ * neither the memory cap nor the hook would stop a count near math.maxinteger. Any other result
+ * takes at least one byte per repetition, which the memory cap bounds. */
+static int tw_l_rep(lua_State *L) {
+    size_t l, lsep;
+    const char *s = luaL_checklstring(L, 1, &l);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    const char *sep = luaL_optlstring(L, 3, "", &lsep);
+    if (n <= 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    size_t unit = l + lsep, count = (size_t)n;
+    if (unit == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    if (unit < l || count > (SIZE_MAX >> 1) / unit)
+        return luaL_error(L, "string.rep: resulting string too large");
+    luaL_Buffer b;
+    char *out = luaL_buffinitsize(L, &b, count * unit - lsep);
+    for (size_t i = 0; i < count; i++) {
+        memcpy(out, s, l);
+        out += l;
+        if (i + 1 < count) {
+            memcpy(out, sep, lsep);
+            out += lsep;
+        }
+    }
+    luaL_pushresultsize(&b, count * unit - lsep);
+    return 1;
+}
+
+/* table.insert, table.remove and table.move, with every element they shift or copy charged:
+ * an element that is absent (nil) costs no memory, so with a __len metamethod or a huge range
+ * they would otherwise loop inside one C call, out of the hook's sight. Lists must be tables. */
+static int tw_l_insert(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer e = luaL_len(L, 1);
+    luaL_argcheck(L, e < LUA_MAXINTEGER, 1, "table too large");
+    e++; /* first empty slot */
+    lua_Integer pos = e;
+    switch (lua_gettop(L)) {
+    case 2:
+        break;
+    case 3:
+        pos = luaL_checkinteger(L, 2);
+        luaL_argcheck(L, pos >= 1 && pos <= e, 2, "position out of bounds");
+        tw_charge(L, (size_t)(e - pos));
+        for (lua_Integer i = e; i > pos; i--) {
+            lua_geti(L, 1, i - 1);
+            lua_seti(L, 1, i);
+        }
+        break;
+    default:
+        return luaL_error(L, "wrong number of arguments to 'insert'");
+    }
+    lua_seti(L, 1, pos); /* the value, last on the stack */
+    return 0;
+}
+
+static int tw_l_remove(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer size = luaL_len(L, 1);
+    lua_Integer pos = luaL_optinteger(L, 2, size);
+    if (pos != size) /* size + 1 is allowed: removes nothing */
+        luaL_argcheck(L, size >= 0 && pos >= 1 && pos - 1 <= size, 2, "position out of bounds");
+    lua_geti(L, 1, pos);
+    if (pos >= 1 && pos < size)
+        tw_charge(L, (size_t)(size - pos));
+    for (; pos < size; pos++) {
+        lua_geti(L, 1, pos + 1);
+        lua_seti(L, 1, pos);
+    }
+    lua_pushnil(L);
+    lua_seti(L, 1, pos);
+    return 1;
+}
+
+static int tw_l_move(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+    lua_Integer t = luaL_checkinteger(L, 4);
+    int tt = lua_isnoneornil(L, 5) ? 1 : 5;
+    luaL_checktype(L, tt, LUA_TTABLE);
+    if (e >= f) {
+        luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+        lua_Integer n = e - f; /* elements to move, less one */
+        luaL_argcheck(L, t <= LUA_MAXINTEGER - n, 4, "destination wrap around");
+        tw_charge(L, (size_t)n + 1);
+        /* copy upwards unless the ranges overlap with the destination above the source */
+        if (t > e || t <= f || (tt != 1 && !lua_compare(L, 1, tt, LUA_OPEQ))) {
+            for (lua_Integer i = 0; i <= n; i++) {
+                lua_geti(L, 1, f + i);
+                lua_seti(L, tt, t + i);
+            }
+        } else {
+            for (lua_Integer i = n; i >= 0; i--) {
+                lua_geti(L, 1, f + i);
+                lua_seti(L, tt, t + i);
+            }
+        }
+    }
+    lua_pushvalue(L, tt);
+    return 1;
+}
+
+/* string.match, gmatch and gsub: pattern matching, refused for the reason given at tw_l_find. */
+static int tw_l_no_patterns(lua_State *L) {
+    return luaL_error(L,
+                      "string.%s: patterns are not available to templates (their work is "
+                      "unbounded); use string.find(s, text, init, true) and string.sub",
+                      lua_tostring(L, lua_upvalueindex(1)));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -416,11 +662,12 @@ static int tw_l_import(lua_State *L) {
     lua_pushboolean(L, 0); /* "loading": detects cycles */
     lua_setfield(L, -2, name);
     char path[4096], display[160];
-    tw_template_locate(e->dir, name, ".lua", path, sizeof path, display, sizeof display);
-    tw_source *s = tw_source_read(e->src, &e->nsrc, path, display);
+    const char *why = strerror(ENOENT);
+    tw_source *s = NULL;
+    if (tw_template_locate(e->dir, name, ".lua", path, sizeof path, display, sizeof display))
+        s = tw_source_read(e->src, &e->nsrc, path, display, &why);
     if (!s)
-        return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display,
-                          strerror(errno));
+        return luaL_error(L, "import: cannot read module '%s' (%s: %s)", name, display, why);
     if (luaL_loadbufferx(L, s->text, s->len, s->chunk, "t") != LUA_OK)
         return lua_error(L);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &tw_key_env);
@@ -560,13 +807,15 @@ static void tw_setup(lua_State *L, tw_engine *e) {
     lua_newtable(L); /* env */
     int env = lua_gettop(L);
     lua_pushglobaltable(L);
-    static const char *const keep[] = {"assert",       "error",        "ipairs",   "select",
-                                       "type",         "tonumber",     "rawequal", "rawlen",
-                                       "setmetatable", "getmetatable", "_VERSION"};
+    static const char *const keep[] = {"assert",       "error",    "ipairs",   "select",
+                                       "type",         "tonumber", "rawequal", "rawlen",
+                                       "getmetatable", "_VERSION"};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
         lua_getfield(L, -1, keep[i]);
         lua_setfield(L, env, keep[i]);
     }
+    lua_pushcfunction(L, tw_l_setmetatable);
+    lua_setfield(L, env, "setmetatable");
     lua_pop(L, 1);
 
     /* Library tables are private to this state, so they are trimmed in place: the string
@@ -579,6 +828,16 @@ static void tw_setup(lua_State *L, tw_engine *e) {
     lua_setfield(L, -2, "format");
     lua_pushnil(L);
     lua_setfield(L, -2, "dump");
+    lua_pushcfunction(L, tw_l_find);
+    lua_setfield(L, -2, "find");
+    lua_pushcfunction(L, tw_l_rep);
+    lua_setfield(L, -2, "rep");
+    static const char *const patterned[] = {"match", "gmatch", "gsub"};
+    for (size_t i = 0; i < sizeof patterned / sizeof patterned[0]; i++) {
+        lua_pushstring(L, patterned[i]);
+        lua_pushcclosure(L, tw_l_no_patterns, 1);
+        lua_setfield(L, -2, patterned[i]);
+    }
     lua_setfield(L, env, "string");
     lua_getglobal(L, LUA_MATHLIBNAME);
     lua_pushnil(L);
@@ -587,6 +846,9 @@ static void tw_setup(lua_State *L, tw_engine *e) {
     lua_setfield(L, -2, "randomseed");
     lua_setfield(L, env, "math");
     lua_getglobal(L, LUA_TABLIBNAME);
+    static const luaL_Reg charged[] = {
+        {"insert", tw_l_insert}, {"remove", tw_l_remove}, {"move", tw_l_move}, {NULL, NULL}};
+    luaL_setfuncs(L, charged, 0);
     lua_setfield(L, env, "table");
     lua_getglobal(L, LUA_UTF8LIBNAME);
     lua_setfield(L, env, "utf8");
@@ -719,6 +981,8 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
     memset(&e, 0, sizeof e);
     e.mem_cap = limits->mem_bytes;
     e.instr_cap = limits->instructions;
+    e.seconds = limits->seconds > 0 ? limits->seconds : TW_LUA_DEFAULT_SECONDS;
+    e.deadline = tw_clock() + e.seconds;
     e.out.max = limits->out_bytes;
     e.out.bol = 1;
     e.out.cline = 1;
@@ -728,10 +992,16 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
     e.nparams = nparams;
 
     char path[4096], display[160];
-    tw_template_locate(dir, name, ".cu.lua", path, sizeof path, display, sizeof display);
-    if (!tw_source_read(e.src, &e.nsrc, path, display)) {
-        int en = errno;
-        *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path, strerror(en));
+    const char *why = NULL;
+    int found =
+        tw_template_locate(dir, name, ".cu.lua", path, sizeof path, display, sizeof display);
+    if (!found || !tw_source_read(e.src, &e.nsrc, path, display, &why)) {
+        int en = found ? errno : ENOENT;
+        if (en == ENOENT || en == ENOTDIR)
+            *err = tw_fmt("template '%s' not found: cannot read %s (%s)", name, path,
+                          why ? why : strerror(en));
+        else
+            *err = tw_fmt("cannot read %s (%s): %s", display, path, why);
         return en == ENOENT || en == ENOTDIR ? TWELL_ERR_NOT_FOUND
                : en == ENOMEM                ? TWELL_ERR_NO_MEMORY
                                              : TWELL_ERR_IO;
@@ -744,6 +1014,7 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
         *err = tw_fmt("%s: cannot create a Lua state", display);
         goto done;
     }
+    e.L = L;
     lua_sethook(L, tw_hook, LUA_MASKCOUNT, TW_HOOK_EVERY);
     lua_pushcfunction(L, tw_msgh);
     lua_pushcfunction(L, tw_main);
@@ -753,6 +1024,10 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
             st = TWELL_ERR_INTERNAL;
             *err = tw_fmt("%s: rendered nothing", display);
         }
+    } else if (rc == LUA_ERRMEM && e.timed_out) {
+        st = TWELL_ERR_TEMPLATE;
+        *err = tw_fmt("%s: template exceeded the time limit (%d ms)",
+                      e.where[0] ? e.where : display, (int)(e.seconds * 1e3));
     } else if (rc == LUA_ERRMEM) {
         st = e.mem_refused ? TWELL_ERR_TEMPLATE : TWELL_ERR_NO_MEMORY;
         *err = e.mem_refused ? tw_fmt("%s: template exceeded the memory cap (%zu MiB)",

@@ -9,11 +9,14 @@
 
 #include <stddef.h>
 
-/* Resource limits of one render; a template that exceeds one fails with TWELL_ERR_TEMPLATE. */
+/* Resource limits of one render; a template that exceeds one fails with TWELL_ERR_TEMPLATE. The
+ * time limit is checked by the instruction hook, by charged library work and by every large
+ * allocation, so it also stops work the count does not see. */
 typedef struct tw_lua_limits {
     size_t mem_bytes;                /* Lua heap (host-supplied allocator) */
     size_t out_bytes;                /* rendered source */
     unsigned long long instructions; /* Lua VM instructions (counted in steps of 1000) */
+    double seconds;                  /* wall-clock time; 0: TW_LUA_DEFAULT_SECONDS */
 } tw_lua_limits;
 
 /* Defaults used by tw_render: ample for any real template (they render in well under 1 ms),
@@ -21,6 +24,10 @@ typedef struct tw_lua_limits {
 #define TW_LUA_DEFAULT_MEM_BYTES ((size_t)64 << 20)
 #define TW_LUA_DEFAULT_OUT_BYTES ((size_t)16 << 20)
 #define TW_LUA_DEFAULT_INSTRUCTIONS 50000000ull
+/* A backstop behind the instruction count: one VM instruction (a concatenation, a library call)
+ * can cost time in proportion to the heap, so the count alone does not bound time. Far above a
+ * real render, short enough that a runaway one fails promptly. */
+#define TW_LUA_DEFAULT_SECONDS 2.0
 
 /* Renders <dir>/<name>.cu.lua. Positions in messages and in the emitted #line directives name
  * the file as "templates/<file>", whatever dir is, so the output does not depend on where the

@@ -3,11 +3,13 @@
 #include "lua_text.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- output with #line mapping ---- */
 
@@ -68,66 +70,128 @@ tw_out_status tw_out_text(tw_out *o, const char *s, size_t n, const char *file, 
 
 const char *const tw_template_groups[] = {"common", "gate_pack", "ffn", "train", "gemm", NULL};
 
+static void tw_locate_display(int g, int ngroups, const char *name, const char *suffix,
+                              char *display, size_t display_cap) {
+    if (g < ngroups)
+        snprintf(display, display_cap, "templates/%s/%s%s", tw_template_groups[g], name, suffix);
+    else
+        snprintf(display, display_cap, "templates/%s%s", name, suffix);
+}
+
 int tw_template_locate(const char *dir, const char *name, const char *suffix, char *path,
                        size_t path_cap, char *display, size_t display_cap) {
     struct stat st;
-    for (int g = 0; tw_template_groups[g]; g++) {
-        snprintf(path, path_cap, "%s/%s/%s%s", dir, tw_template_groups[g], name, suffix);
+    int other = -1; /* first group holding a non-regular entry; tw_template_groups' count: flat */
+    int ngroups = 0;
+    while (tw_template_groups[ngroups])
+        ngroups++;
+    for (int g = 0; g <= ngroups; g++) {
+        /* g == ngroups: a flat directory (an older install, or a caller's own templates) */
+        if (g < ngroups)
+            snprintf(path, path_cap, "%s/%s/%s%s", dir, tw_template_groups[g], name, suffix);
+        else
+            snprintf(path, path_cap, "%s/%s%s", dir, name, suffix);
+        if (lstat(path, &st) != 0)
+            continue;
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            snprintf(display, display_cap, "templates/%s/%s%s", tw_template_groups[g], name,
-                     suffix);
+            tw_locate_display(g, ngroups, name, suffix, display, display_cap);
             return 1;
         }
+        if (other < 0)
+            other = g;
     }
-    /* a flat directory (an older install, or a caller's own templates) still works */
-    snprintf(path, path_cap, "%s/%s%s", dir, name, suffix);
-    snprintf(display, display_cap, "templates/%s%s", name, suffix);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-        return 1;
+    int g = other < 0 ? ngroups : other;
+    if (g < ngroups)
+        snprintf(path, path_cap, "%s/%s/%s%s", dir, tw_template_groups[g], name, suffix);
+    else
+        snprintf(path, path_cap, "%s/%s%s", dir, name, suffix);
+    tw_locate_display(g, ngroups, name, suffix, display, display_cap);
+    if (other >= 0)
+        return -1;
     errno = ENOENT;
     return 0;
 }
 
-tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display) {
+tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display,
+                          const char **why) {
+    *why = NULL;
     if (*nsrc >= TW_MAX_SOURCES) {
         errno = EMFILE;
+        *why = "too many imported modules";
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+     * type is then checked on the open descriptor, so a swap after tw_template_locate's stat
+     * cannot slip a FIFO or device through. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        *why = strerror(errno);
         return NULL;
-    tw_source *s = &src[*nsrc];
-    size_t cap = 8192, len = 0;
-    char *text = malloc(cap);
-    for (;;) {
-        if (!text)
-            break;
-        size_t got = fread(text + len, 1, cap - len - 1, f);
-        len += got;
-        if (len + 1 < cap)
-            break;
-        char *t = realloc(text, cap * 2);
-        if (!t) {
-            free(text);
-            text = NULL;
+    }
+    struct stat st;
+    const char *bad = NULL;
+    int en = 0;
+    if (fstat(fd, &st) != 0) {
+        en = errno;
+        bad = strerror(en);
+    } else if (!S_ISREG(st.st_mode)) {
+        en = EINVAL;
+        bad = "not a regular file (a FIFO, device or directory)";
+    } else if (st.st_size > (off_t)TW_SOURCE_MAX_BYTES) {
+        en = EFBIG;
+        bad = "larger than the " TW_SOURCE_MAX_TEXT " cap for a template source";
+    }
+    if (bad) {
+        close(fd);
+        errno = en;
+        *why = bad;
+        return NULL;
+    }
+    /* One byte more than the cap is asked for, so a file that grew after fstat is caught. */
+    size_t cap = (size_t)st.st_size + 1, len = 0;
+    char *text = malloc(cap + 1);
+    en = text ? 0 : ENOMEM;
+    while (text && len < cap) {
+        ssize_t got = read(fd, text + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            en = errno;
             break;
         }
-        text = t;
-        cap *= 2;
+        if (got == 0)
+            break;
+        len += (size_t)got;
+        if (len == cap && cap <= TW_SOURCE_MAX_BYTES) { /* grew after fstat: read on */
+            size_t ncap = cap * 2 > TW_SOURCE_MAX_BYTES + 1 ? TW_SOURCE_MAX_BYTES + 1 : cap * 2;
+            char *t = realloc(text, ncap + 1);
+            if (!t) {
+                en = ENOMEM;
+                break;
+            }
+            text = t;
+            cap = ncap;
+        }
     }
-    int bad = ferror(f);
-    fclose(f);
+    close(fd);
+    if (!en && len > TW_SOURCE_MAX_BYTES)
+        en = EFBIG;
     size_t dlen = strlen(display);
-    char *chunk = malloc(dlen + 2);
-    if (!text || !chunk || bad) {
+    char *chunk = en ? NULL : malloc(dlen + 2);
+    if (!en && !chunk)
+        en = ENOMEM;
+    if (en) {
         free(text);
         free(chunk);
-        errno = bad ? EIO : ENOMEM;
+        errno = en;
+        *why = en == EFBIG ? "larger than the " TW_SOURCE_MAX_TEXT " cap for a template source"
+                           : strerror(en);
         return NULL;
     }
     text[len] = '\0';
     chunk[0] = '@';
     memcpy(chunk + 1, display, dlen + 1);
+    tw_source *s = &src[*nsrc];
     s->chunk = chunk;
     s->text = text;
     s->len = len;

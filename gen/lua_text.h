@@ -41,9 +41,18 @@ typedef enum tw_out_status {
 tw_out_status tw_out_text(tw_out *o, const char *s, size_t n, const char *file, long *line,
                           tw_map map);
 
+/* Largest template or module source read: real ones are tens of KiB, and the cap keeps a
+ * misplaced large file from being pulled into the Lua heap. TW_SOURCE_MAX_TEXT spells it. */
+#define TW_SOURCE_MAX_BYTES ((size_t)1 << 20)
+#define TW_SOURCE_MAX_TEXT "1 MiB"
+
 /* Reads the file at path into src[*nsrc] (display: its name in messages, chunk "@display") and
- * counts it; NULL with errno set on failure (EMFILE: all TW_MAX_SOURCES slots used). */
-tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display);
+ * counts it. Only a regular file of at most TW_SOURCE_MAX_BYTES is read; the open never waits
+ * (a FIFO is refused, not read). NULL on failure, with errno set and *why a static description
+ * for messages: EINVAL (not a regular file), EFBIG (over the cap), EMFILE (all TW_MAX_SOURCES
+ * slots used), ENOMEM, or the errno of open/fstat/read. */
+tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const char *display,
+                          const char **why);
 
 /* Template files live in one folder per op under the template directory (templates/<group>/);
  * names stay flat and unique across groups, so `twell render ffn_fused` and the cache keys do
@@ -51,8 +60,11 @@ tw_source *tw_source_read(tw_source *src, int *nsrc, const char *path, const cha
 extern const char *const tw_template_groups[];
 
 /* Finds "<name><suffix>" (suffix ".cu.lua" for a template, ".lua" for a module) in dir or one of
- * its groups and writes its path and display name ("templates/<group>/<file>"). Returns 1 when
- * found; 0 (errno ENOENT) when not, with path and display naming the flat location. */
+ * its groups and writes its path and display name ("templates/<group>/<file>"). Returns 1 when a
+ * regular file is found; -1 when no regular file is but something else has the name (a FIFO, a
+ * device, a directory, a link to one), path and display naming the first such entry, for the
+ * caller to report; 0 (errno ENOENT) when nothing has it, path and display naming the flat
+ * location. */
 int tw_template_locate(const char *dir, const char *name, const char *suffix, char *path,
                        size_t path_cap, char *display, size_t display_cap);
 

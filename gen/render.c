@@ -73,7 +73,7 @@ const char *tw_template_dir(const twell_ctx *ctx) {
 int tw_template_exists(const twell_ctx *ctx, const char *name) {
     char path[4096], display[160];
     return tw_template_locate(tw_template_dir(ctx), name, ".cu.lua", path, sizeof path, display,
-                              sizeof display);
+                              sizeof display) == 1;
 }
 
 static int tw_name_cmp(const void *a, const void *b) {
@@ -149,7 +149,7 @@ twell_status tw_render_limited(twell_ctx *ctx, const char *name, const tw_param 
                                 params[i].key);
     }
     tw_lua_limits def = {TW_LUA_DEFAULT_MEM_BYTES, TW_LUA_DEFAULT_OUT_BYTES,
-                         TW_LUA_DEFAULT_INSTRUCTIONS};
+                         TW_LUA_DEFAULT_INSTRUCTIONS, TW_LUA_DEFAULT_SECONDS};
     char *err = NULL;
     twell_status st = tw_lua_render(tw_template_dir(ctx), name, params, nparams,
                                     limits ? limits : &def, src, len, &err);

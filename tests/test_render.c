@@ -1,7 +1,8 @@
 /* test_render.c — the Lua template engine: determinism (in and across processes), #line mapping,
- * sandbox, error positions, parameters (and the shape's, tw_shape_params), limits and template
- * lookup. labels: unit */
+ * sandbox, error positions, parameters (and the shape's, tw_shape_params), limits (including work
+ * the instruction hook cannot see), template lookup and which files are read. labels: unit */
 #include "jit.h"
+#include "lua_text.h"
 #include "render.h"
 
 #include <limits.h>
@@ -12,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -380,7 +384,7 @@ static void test_render_limits(void **state) {
     (void)state;
     tw_use_dir(TW_FIXTURES);
     twell_ctx *ctx = tw_test_cpu_ctx(1);
-    tw_lua_limits small = {(size_t)4 << 20, (size_t)1 << 20, 2000000ull};
+    tw_lua_limits small = {(size_t)4 << 20, (size_t)1 << 20, 2000000ull, 0.0};
     static const struct {
         const char *mode, *want;
     } cases[] = {
@@ -406,7 +410,7 @@ static void test_render_limits(void **state) {
     tw_assert_contains(twell_ctx_errmsg(ctx), "instruction limit");
     /* A heap too small for even the sandbox set-up is a clean error, not a crash. */
     for (size_t cap = 1024; cap <= 64 * 1024; cap *= 2) {
-        tw_lua_limits tiny = {cap, (size_t)1 << 20, 1000000ull};
+        tw_lua_limits tiny = {cap, (size_t)1 << 20, 1000000ull, 0.0};
         char *src = NULL;
         size_t len = 0;
         twell_status st =
@@ -420,6 +424,164 @@ static void test_render_limits(void **state) {
         tw_assert_contains(twell_ctx_errmsg(ctx), "templates/sandbox.cu.lua");
     }
     twell_ctx_destroy(ctx);
+}
+
+static double tw_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A hang guard, not a benchmark: each of these used to run forever; the default limits stop
+ * them in a fraction of a second even in a sanitizer build. */
+#define TW_BOUNDED_MAX_S 10.0
+
+/* Work the instruction hook cannot see (finalizers, C pattern matching, C loops that allocate
+ * nothing: string.rep of "", table.insert/remove/move over absent elements) is refused, charged or
+ * cut short, and a NUL byte never reaches NVRTC; each failure names the template and its line. */
+static void test_render_bounded(void **state) {
+    (void)state;
+    tw_use_dir(TW_FIXTURES);
+    static const struct {
+        const char *mode;
+        int line;
+        const char *why;
+    } cases[] = {
+        {"gc", 4, "setmetatable: __gc metamethods are not available to templates"},
+        {"gc_late", 7, "setmetatable: __gc metamethods are not available to templates"},
+        {"close", 17, "template exceeded the instruction limit"},
+        {"find", 20, "string.find: patterns are not available to templates"},
+        {"match", 21, "string.match: patterns are not available to templates"},
+        {"gmatch", 23, "string.gmatch: patterns are not available to templates"},
+        {"gsub", 25, "string.gsub: patterns are not available to templates"},
+        {"find_plain_long", 27, "template exceeded the instruction limit (50 million)"},
+        {"nul", 39, "rendered source would contain a NUL byte"},
+        {"nul_cuda", 42, "rendered source would contain a NUL byte"},
+        {"move_huge", 46, "template exceeded the instruction limit"},
+        {"insert_len", 53, "template exceeded the instruction limit"},
+        {"remove_len", 56, "template exceeded the instruction limit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tw_param p = {"mode", cases[i].mode, 0};
+        char where[80];
+        snprintf(where, sizeof where,
+                 "template bounded: templates/bounded.cu.lua:%d: ", cases[i].line);
+        double t0 = tw_now_s();
+        tw_expect_error("bounded", &p, 1, TWELL_ERR_TEMPLATE, where, cases[i].why);
+        double dt = tw_now_s() - t0;
+        if (dt > TW_BOUNDED_MAX_S) {
+            print_error("%s took %.1f s\n", cases[i].mode, dt);
+            fail();
+        }
+    }
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
+    /* Plain find keeps Lua's results (negative and past-the-end init, empty needle). */
+    char *src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "find_plain", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\n12 15 17 19 21 nil 3 2 nil 1\n");
+    free(src);
+    /* string.rep and table's insert, remove and move keep Lua's results; "" repeated is empty
+     * at once. */
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "rep", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\n0 0 ab,ab,ab 1 1,1,2,3\n");
+    free(src);
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "lists", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\nb,c danil 2,3,4,4 0,7,8\n");
+    free(src);
+    /* The time limit stops what the instruction count lets through, naming the line. */
+    tw_lua_limits quick = {TW_LUA_DEFAULT_MEM_BYTES, TW_LUA_DEFAULT_OUT_BYTES,
+                           TW_LUA_DEFAULT_INSTRUCTIONS, 0.2};
+    double t0 = tw_now_s();
+    src = (char *)0x1;
+    size_t len = 5;
+    assert_int_equal(tw_render_limited(ctx, "bounded", &(tw_param){"mode", "concat_loop", 0}, 1,
+                                       &quick, &src, &len),
+                     TWELL_ERR_TEMPLATE);
+    assert_null(src);
+    assert_true(tw_now_s() - t0 < TW_BOUNDED_MAX_S);
+    tw_assert_contains(twell_ctx_errmsg(ctx), "template bounded: templates/bounded.cu.lua:74: "
+                                              "template exceeded the time limit (200 ms)");
+    /* A __gc field added after setmetatable is never called, so it need not be refused. */
+    src = tw_render_expect(ctx, "bounded", &(tw_param){"mode", "gc_after", 0}, 1, TWELL_OK);
+    tw_assert_contains(src, "\ngc_after\n");
+    free(src);
+    twell_ctx_destroy(ctx);
+}
+
+static void tw_write_file(const char *path, const char *text, size_t pad_to) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    size_t n = strlen(text);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    for (; n < pad_to; n++) /* inside the Lua comment that text ends with */
+        assert_int_not_equal(fputc('-', f), EOF);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Template and module sources must be regular files within TW_SOURCE_MAX_BYTES: a FIFO is not
+ * opened for a blocking read, a link to a device is not read forever. */
+static void test_render_source_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/twell_render_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[512], q[512];
+#define TW_AT(buf, name) (snprintf(buf, sizeof buf, "%s/%s", dir, name), buf)
+    assert_int_equal(mkfifo(TW_AT(p, "fifo.cu.lua"), 0600), 0);
+    assert_int_equal(symlink("/dev/zero", TW_AT(p, "zero.cu.lua")), 0);
+    assert_int_equal(mkdir(TW_AT(p, "dir.cu.lua"), 0700), 0);
+    assert_int_equal(symlink(TW_AT(q, "nothing"), TW_AT(p, "gone.cu.lua")), 0);
+    tw_write_file(TW_AT(p, "big.cu.lua"), "emit('big')\n--", TW_SOURCE_MAX_BYTES + 1);
+    tw_write_file(TW_AT(p, "cap.cu.lua"), "emit('cap')\n--", TW_SOURCE_MAX_BYTES);
+    tw_write_file(TW_AT(p, "imp.cu.lua"), "import('pipe')\n", 0);
+    assert_int_equal(mkfifo(TW_AT(p, "pipe.lua"), 0600), 0);
+    /* A regular file wins over a FIFO of the same name in a group folder searched first. */
+    assert_int_equal(mkdir(TW_AT(p, "common"), 0700), 0);
+    assert_int_equal(mkfifo(TW_AT(p, "common/dup.cu.lua"), 0600), 0);
+    tw_write_file(TW_AT(p, "dup.cu.lua"), "emit('dup')\n", 0);
+    tw_use_dir(dir);
+
+    static const struct {
+        const char *name;
+        twell_status st;
+        const char *why;
+    } cases[] = {
+        {"fifo", TWELL_ERR_IO, "not a regular file"},
+        {"zero", TWELL_ERR_IO, "not a regular file"},
+        {"dir", TWELL_ERR_IO, "not a regular file"},
+        {"gone", TWELL_ERR_NOT_FOUND, "not found"},
+        {"big", TWELL_ERR_IO, "larger than the 1 MiB cap for a template source"},
+        {"imp", TWELL_ERR_TEMPLATE,
+         "templates/imp.cu.lua:1: import: cannot read module 'pipe' (templates/pipe.lua: not a "
+         "regular file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "template %s: ", cases[i].name);
+        double t0 = tw_now_s();
+        tw_expect_error(cases[i].name, NULL, 0, cases[i].st, want, cases[i].why);
+        assert_true(tw_now_s() - t0 < TW_BOUNDED_MAX_S);
+    }
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
+    assert_false(tw_template_exists(ctx, "fifo"));
+    assert_false(tw_template_exists(ctx, "zero"));
+    assert_true(tw_template_exists(ctx, "dup"));
+    char *src = tw_render_expect(ctx, "cap", NULL, 0, TWELL_OK);
+    tw_assert_contains(src, "\ncap");
+    free(src);
+    src = tw_render_expect(ctx, "dup", NULL, 0, TWELL_OK);
+    tw_assert_contains(src, "\ndup");
+    free(src);
+    twell_ctx_destroy(ctx);
+
+    static const char *const made[] = {"fifo.cu.lua", "zero.cu.lua", "gone.cu.lua",
+                                       "big.cu.lua",  "cap.cu.lua",  "imp.cu.lua",
+                                       "pipe.lua",    "dup.cu.lua",  "common/dup.cu.lua"};
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
+        assert_int_equal(unlink(TW_AT(p, made[i])), 0);
+    assert_int_equal(rmdir(TW_AT(p, "dir.cu.lua")), 0);
+    assert_int_equal(rmdir(TW_AT(p, "common")), 0);
+#undef TW_AT
+    assert_int_equal(rmdir(dir), 0);
+    tw_use_dir(TW_SRC_TEMPLATES);
 }
 
 static void test_render_template_dir(void **state) {
@@ -481,6 +643,8 @@ int main(void) {
         cmocka_unit_test(test_render_shape_params),
         cmocka_unit_test(test_render_missing_template),
         cmocka_unit_test(test_render_limits),
+        cmocka_unit_test(test_render_bounded),
+        cmocka_unit_test(test_render_source_files),
         cmocka_unit_test(test_render_template_dir),
         cmocka_unit_test(test_render_template_dir_option),
     };
