@@ -95,7 +95,9 @@ void tw_pool_destroy(tw_pool *pool);                     /* NULL is a no-op */
 int tw_pool_threads(const tw_pool *pool);
 /* Runs fn(arg, begin, end) over [0, n) split into contiguous chunks, one per worker, and waits.
  * Chunks are a pure function of (n, threads), so results never depend on scheduling. pool may be
- * NULL (runs inline). */
+ * NULL (runs inline). Safe from several threads at once: while the workers run one caller's
+ * loop, another caller (or a loop nested inside a chunk) runs the same chunks on its own thread,
+ * one after another. */
 void tw_pool_for(tw_pool *pool, size_t n, void (*fn)(void *arg, size_t begin, size_t end),
                  void *arg);
 
