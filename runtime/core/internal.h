@@ -9,6 +9,7 @@
 #include "twellrt.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +36,13 @@ struct twell_ctx {
     char *nvrtc_library;    /* owned; NULL: the search list (gen/nvrtc.c) */
     char *cublaslt_library; /* owned; NULL: the search list (runtime/cuda/cuda_blaslt.c) */
     int nvrtc_warned;       /* the "another NVRTC is loaded" warning was logged */
-    char *errmsg;           /* owned, "" when the last call succeeded */
+    char *errmsg;           /* owned, "" when the last call succeeded; only the owner touches it */
+    /* The thread in a call on this context (tw_ctx_enter): 0 when none, else that thread's
+     * identity (tw_ctx_self in runtime/ctx.c). depth counts its nested public calls (the tuners
+     * call the API), so the flag is reentrant for the owner; only the owner reads or writes depth.
+     */
+    atomic_uintptr_t owner;
+    unsigned depth;
     char device_name[160];
     tw_pool *pool;   /* CPU backend threads (also used for host-side work on CUDA) */
     tw_cache *cache; /* created lazily by tw_ctx_cache() */
@@ -79,6 +86,15 @@ twell_status tw_verror(twell_ctx *ctx, twell_status status, const char *fmt, va_
 static inline size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static inline size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
+
+/* The context's busy flag (twellrt.h, "Misuse detected"), taken by every public entry point
+ * that touches a context or its objects before it touches anything. tw_ctx_enter returns
+ * TWELL_OK when the calling thread now holds ctx (first or nested entry), TWELL_ERR_MISUSE when
+ * another thread holds it; it writes nothing on MISUSE (no message: the holder owns errmsg).
+ * Every TWELL_OK is paired with one tw_ctx_leave, which returns st so an entry point can end
+ * with `return tw_ctx_leave(ctx, body(...))`. */
+twell_status tw_ctx_enter(twell_ctx *ctx);
+twell_status tw_ctx_leave(twell_ctx *ctx, twell_status st);
 
 /* Clears ctx's last error ("" message). */
 void tw_clear_error(twell_ctx *ctx);
