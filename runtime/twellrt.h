@@ -196,8 +196,11 @@ TWELL_API void twell_ctx_destroy(twell_ctx *ctx);
  * templates/gate_pack/gate_pack_sm90.cu.lua:212"; "" when the last call succeeded. A call that
  * returned TWELL_ERR_MISUSE leaves the message as it was. Borrowed from ctx: valid until the
  * next call on ctx from any thread. ctx NULL gives "no context". Called while another thread is
- * in a call on ctx, it returns a static string saying so instead of the message that call may be
- * rewriting (memory-safe; the message is read only by the thread that holds the context). */
+ * in a call on ctx, it returns a static string saying so (never the message that call may be
+ * rewriting: only the thread in a call writes or fetches the message). The pointer it returns
+ * otherwise is the context's own: reading it while another thread starts a call on ctx races
+ * with that call (undefined, and not detected), so a program that shares a context between
+ * threads copies the message before handing the context on. */
 TWELL_API const char *twell_ctx_errmsg(const twell_ctx *ctx);
 
 /* The backend ctx actually uses (CPU or CUDA, never AUTO). Fixed at create: safe from any
