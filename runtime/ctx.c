@@ -17,10 +17,46 @@ twell_ctx_options twell_ctx_options_default(void) {
     return o;
 }
 
+/* One byte per thread whose address identifies the thread: unique among live threads, never 0,
+ * and comparable as an integer (pthread_t need not be). */
+static _Thread_local char tw_ctx_self_marker;
+
+static uintptr_t tw_ctx_self(void) { return (uintptr_t)&tw_ctx_self_marker; }
+
+twell_status tw_ctx_enter(twell_ctx *ctx) {
+    uintptr_t self = tw_ctx_self();
+    /* Relaxed is enough: only this thread ever stores its own identity there. */
+    if (atomic_load_explicit(&ctx->owner, memory_order_relaxed) == self) {
+        ctx->depth++;
+        return TWELL_OK;
+    }
+    uintptr_t none = 0;
+    /* Acquire pairs with the release in tw_ctx_leave: the previous holder's writes (errmsg,
+     * plan and pool state) are visible to the next. */
+    if (!atomic_compare_exchange_strong_explicit(&ctx->owner, &none, self, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return TWELL_ERR_MISUSE;
+    ctx->depth = 1;
+    return TWELL_OK;
+}
+
+twell_status tw_ctx_leave(twell_ctx *ctx, twell_status st) {
+    if (--ctx->depth == 0)
+        atomic_store_explicit(&ctx->owner, 0, memory_order_release);
+    return st;
+}
+
 const char *twell_ctx_errmsg(const twell_ctx *ctx) {
     if (!ctx)
         return "no context";
-    return ctx->errmsg ? ctx->errmsg : "";
+    /* The flag is the one field a reader writes; no context is ever defined const. */
+    twell_ctx *c = (twell_ctx *)(uintptr_t)ctx;
+    if (tw_ctx_enter(c) != TWELL_OK)
+        return "twell_ctx_errmsg: another thread is in a call on this context (one thread at a "
+               "time per context)";
+    const char *msg = c->errmsg ? c->errmsg : "";
+    tw_ctx_leave(c, TWELL_OK);
+    return msg;
 }
 
 twell_backend twell_ctx_backend(const twell_ctx *ctx) {
@@ -65,6 +101,7 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;
     ctx->opts = o;
+    atomic_init(&ctx->owner, 0);
     /* Environment-backed options: the program's value, else the operator's, else built-in. */
     const char *tdir = o.template_dir ? o.template_dir : tw_env_template_dir();
     const char *nvrtc = o.nvrtc_library ? o.nvrtc_library : tw_env_nvrtc_library();
@@ -123,6 +160,13 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
 void twell_ctx_destroy(twell_ctx *ctx) {
     if (!ctx)
         return;
+    /* Freeing under a running call would turn a detectable misuse into a use after free; a
+     * context that stays alive is the lesser harm. The flag is never released: ctx is gone. */
+    if (tw_ctx_enter(ctx) != TWELL_OK) {
+        tw_log(ctx, TWELL_LOG_ERROR,
+               "twell_ctx_destroy: another thread is in a call on this context; not destroyed");
+        return;
+    }
     if (ctx->cuda)
         tw_cuda_close(ctx);
     tw_cache_close(ctx->cache);

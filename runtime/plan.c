@@ -47,11 +47,18 @@ static twell_status tw_shape_validate(twell_ctx *ctx, const char *fn, const twel
     return TWELL_OK;
 }
 
-twell_status twell_shape_check(twell_ctx *ctx, const twell_shape *shape) {
+static twell_status tw_shape_check_held(twell_ctx *ctx, const twell_shape *shape) {
     twell_status st = tw_shape_validate(ctx, "twell_shape_check", shape);
     if (st == TWELL_OK)
         tw_clear_error(ctx);
     return st;
+}
+
+twell_status twell_shape_check(twell_ctx *ctx, const twell_shape *shape) {
+    if (!ctx)
+        return tw_shape_check_held(NULL, shape);
+    TW_TRY(tw_ctx_enter(ctx));
+    return tw_ctx_leave(ctx, tw_shape_check_held(ctx, shape));
 }
 
 uint32_t twell_tile_words(const twell_shape *shape) {
@@ -83,7 +90,8 @@ size_t twell_packed_bytes(const twell_shape *shape, size_t M) {
 
 /* ---- plans ---- */
 
-twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shape, twell_plan **out) {
+static twell_status tw_plan_create_held(twell_ctx *ctx, const twell_shape *shape,
+                                        twell_plan **out) {
     if (out)
         *out = NULL;
     if (!ctx)
@@ -112,7 +120,16 @@ twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shape, twell_p
     return TWELL_OK;
 }
 
-void twell_plan_destroy(twell_plan *plan) {
+twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shape, twell_plan **out) {
+    if (out)
+        *out = NULL;
+    if (!ctx)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(ctx));
+    return tw_ctx_leave(ctx, tw_plan_create_held(ctx, shape, out));
+}
+
+static void tw_plan_destroy_held(twell_plan *plan) {
     if (!plan)
         return;
     if (plan->ctx->backend == TWELL_BACKEND_CUDA)
@@ -120,9 +137,23 @@ void twell_plan_destroy(twell_plan *plan) {
     free(plan);
 }
 
+void twell_plan_destroy(twell_plan *plan) {
+    if (!plan)
+        return;
+    twell_ctx *ctx = plan->ctx;
+    if (tw_ctx_enter(ctx) != TWELL_OK) {
+        tw_log(ctx, TWELL_LOG_ERROR,
+               "twell_plan_destroy: another thread is in a call on the plan's context; not "
+               "destroyed");
+        return;
+    }
+    tw_plan_destroy_held(plan);
+    tw_ctx_leave(ctx, TWELL_OK);
+}
+
 const twell_shape *twell_plan_shape(const twell_plan *plan) { return plan ? &plan->shape : NULL; }
 
-twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
+static twell_status tw_plan_set_path_held(twell_plan *plan, twell_path path) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     if (path != TWELL_PATH_AUTO && path != TWELL_PATH_SPARSE && path != TWELL_PATH_DENSE)
@@ -133,7 +164,14 @@ twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
     return TWELL_OK;
 }
 
-twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
+twell_status twell_plan_set_path(twell_plan *plan, twell_path path) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_plan_set_path_held(plan, path));
+}
+
+static twell_status tw_plan_tune_held(twell_plan *plan, size_t M, unsigned flags) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     twell_ctx *ctx = plan->ctx;
@@ -154,7 +192,14 @@ twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
     return TWELL_OK;
 }
 
-twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
+twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_plan_tune_held(plan, M, flags));
+}
+
+static twell_status tw_plan_reserve_held(twell_plan *plan, size_t max_M, double nnz_per_row) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     if (max_M == 0)
@@ -176,9 +221,16 @@ twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_r
     return st;
 }
 
+twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_plan_reserve_held(plan, max_M, nnz_per_row));
+}
+
 /* ---- training states ---- */
 
-twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out) {
+static twell_status tw_train_state_create_held(twell_plan *plan, twell_train_state **out) {
     if (out)
         *out = NULL;
     if (!plan)
@@ -198,7 +250,16 @@ twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out)
     return TWELL_OK;
 }
 
-void twell_train_state_destroy(twell_train_state *state) {
+twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out) {
+    if (out)
+        *out = NULL;
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_train_state_create_held(plan, out));
+}
+
+static void tw_train_state_destroy_held(twell_train_state *state) {
     if (!state)
         return;
     if (state->plan->ctx->backend == TWELL_BACKEND_CUDA)
@@ -208,11 +269,36 @@ void twell_train_state_destroy(twell_train_state *state) {
     free(state);
 }
 
-size_t twell_train_state_bytes(const twell_train_state *state) {
+void twell_train_state_destroy(twell_train_state *state) {
+    if (!state)
+        return;
+    twell_ctx *ctx = state->plan->ctx;
+    if (tw_ctx_enter(ctx) != TWELL_OK) {
+        tw_log(ctx, TWELL_LOG_ERROR,
+               "twell_train_state_destroy: another thread is in a call on the state's context; "
+               "not destroyed");
+        return;
+    }
+    tw_train_state_destroy_held(state);
+    tw_ctx_leave(ctx, TWELL_OK);
+}
+
+static size_t tw_train_state_bytes_held(const twell_train_state *state) {
     if (!state)
         return 0;
     size_t dense = state->plan->ctx->backend == TWELL_BACKEND_CUDA ? tw_ctd_held(state) : 0u;
     return state->bytes + dense;
+}
+
+size_t twell_train_state_bytes(const twell_train_state *state) {
+    if (!state)
+        return 0;
+    twell_ctx *ctx = state->plan->ctx;
+    if (tw_ctx_enter(ctx) != TWELL_OK)
+        return 0;
+    size_t bytes = tw_train_state_bytes_held(state);
+    tw_ctx_leave(ctx, TWELL_OK);
+    return bytes;
 }
 
 /* The sparse state's size estimate (train_layout of both backends): packed gate and U per word,
@@ -233,8 +319,8 @@ static size_t tw_sparse_estimate(const twell_shape *s, size_t M, double nnz_per_
     return b >= (double)SIZE_MAX ? 0 : (size_t)b;
 }
 
-twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_per_row,
-                                        twell_path path, size_t *bytes) {
+static twell_status tw_train_workspace_size_held(twell_plan *plan, size_t M, double nnz_per_row,
+                                                 twell_path path, size_t *bytes) {
     if (bytes)
         *bytes = 0;
     if (!plan)
@@ -260,7 +346,18 @@ twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_p
     return TWELL_OK;
 }
 
-twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
+twell_status twell_train_workspace_size(twell_plan *plan, size_t M, double nnz_per_row,
+                                        twell_path path, size_t *bytes) {
+    if (bytes)
+        *bytes = 0;
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_train_workspace_size_held(plan, M, nnz_per_row, path, bytes));
+}
+
+static twell_status tw_train_state_set_workspace_held(twell_train_state *state, void *ptr,
+                                                      size_t bytes) {
     if (!state)
         return TWELL_ERR_INVALID_ARG;
     twell_ctx *ctx = state->plan->ctx;
@@ -281,6 +378,14 @@ twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr
         tw_clear_error(ctx);
     }
     return st;
+}
+
+twell_status twell_train_state_set_workspace(twell_train_state *state, void *ptr, size_t bytes) {
+    if (!state)
+        return TWELL_ERR_INVALID_ARG;
+    twell_ctx *ctx = state->plan->ctx;
+    TW_TRY(tw_ctx_enter(ctx));
+    return tw_ctx_leave(ctx, tw_train_state_set_workspace_held(state, ptr, bytes));
 }
 
 /* ---- op argument validation ---- */
@@ -362,8 +467,8 @@ static twell_status tw_check_alias(const tw_args *a, const tw_range *r, size_t n
 
 /* ---- ops ---- */
 
-twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
-                             uint32_t *packed, twell_stream stream) {
+static twell_status tw_gate_pack_held(twell_plan *plan, size_t M, const void *x, const void *w,
+                                      uint32_t *packed, twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     tw_args a = tw_args_of(plan, "twell_gate_pack");
@@ -383,9 +488,17 @@ twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const vo
     return st;
 }
 
-twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
-                             const void *wg, const void *wu, const void *wd, void *y,
-                             twell_stream stream) {
+twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
+                             uint32_t *packed, twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_gate_pack_held(plan, M, x, w, packed, stream));
+}
+
+static twell_status tw_ffn_infer_held(twell_plan *plan, size_t M, const void *x,
+                                      const uint32_t *packed, const void *wg, const void *wu,
+                                      const void *wd, void *y, twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     tw_args a = tw_args_of(plan, "twell_ffn_infer");
@@ -413,6 +526,15 @@ twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const ui
     return st;
 }
 
+twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
+                             const void *wg, const void *wu, const void *wd, void *y,
+                             twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_ffn_infer_held(plan, M, x, packed, wg, wu, wd, y, stream));
+}
+
 /* Shared by forward and backward: a gated plan and a state created from it. */
 static twell_status tw_check_train(const tw_args *a, const twell_plan *plan,
                                    const twell_train_state *state) {
@@ -427,9 +549,10 @@ static twell_status tw_check_train(const tw_args *a, const twell_plan *plan,
     return TWELL_OK;
 }
 
-twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                     const void *wu, const void *wd, void *y, float *stats,
-                                     twell_train_state *state, twell_stream stream) {
+static twell_status tw_ffn_forward_train_held(twell_plan *plan, size_t M, const void *x,
+                                              const void *wg, const void *wu, const void *wd,
+                                              void *y, float *stats, twell_train_state *state,
+                                              twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     tw_args a = tw_args_of(plan, "twell_ffn_forward_train");
@@ -459,10 +582,20 @@ twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x, 
     return st;
 }
 
-twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                                const void *wg, const void *wu, const void *wd, const void *dy,
-                                float lambda, void *dx, float *dwg, float *dwu, float *dwd,
-                                twell_stream stream) {
+twell_status twell_ffn_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                     const void *wu, const void *wd, void *y, float *stats,
+                                     twell_train_state *state, twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx,
+                        tw_ffn_forward_train_held(plan, M, x, wg, wu, wd, y, stats, state, stream));
+}
+
+static twell_status tw_ffn_backward_held(twell_plan *plan, twell_train_state *state, size_t M,
+                                         const void *x, const void *wg, const void *wu,
+                                         const void *wd, const void *dy, float lambda, void *dx,
+                                         float *dwg, float *dwu, float *dwd, twell_stream stream) {
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     tw_args a = tw_args_of(plan, "twell_ffn_backward");
@@ -501,4 +634,15 @@ twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size
     if (st == TWELL_OK)
         tw_clear_error(plan->ctx);
     return st;
+}
+
+twell_status twell_ffn_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                                const void *wg, const void *wu, const void *wd, const void *dy,
+                                float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                                twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx, tw_ffn_backward_held(plan, state, M, x, wg, wu, wd, dy, lambda,
+                                                        dx, dwg, dwu, dwd, stream));
 }

@@ -53,7 +53,8 @@ TWELL_API int twell_version_number(void);
     X(ERR_TEMPLATE, 8, "kernel template failed to render")                                         \
     X(ERR_IO, 9, "file system error")                                                              \
     X(ERR_CORRUPT, 10, "corrupt or foreign data")                                                  \
-    X(ERR_INTERNAL, 11, "internal error (a bug in twellrt)")
+    X(ERR_INTERNAL, 11, "internal error (a bug in twellrt)")                                       \
+    X(ERR_MISUSE, 12, "context used by two threads at once")
 
 typedef enum twell_status {
 #define TWELL_STATUS_ENUM_(name, code, msg) TWELL_##name = code,
@@ -75,6 +76,16 @@ TWELL_API const char *twell_status_str(twell_status s);
  * error message. A context and everything created from it are used by one thread at a time;
  * different contexts may be used from different threads concurrently. The on-disk cache is safe
  * across threads and processes.
+ *
+ * Misuse detected (as SQLite's SQLITE_MISUSE): every call that takes a context, a plan or a
+ * training state marks the context busy for the call's duration. A call made while another
+ * thread is in a call on the same context (or on any plan or state created from it) does nothing
+ * and returns TWELL_ERR_MISUSE: it touches neither the context nor its objects, writes nothing
+ * to the caller's buffers (an out-parameter gets the NULL or 0 of any failure), and does not set
+ * the context's message (twell_ctx_errmsg still belongs to the call that runs). Calls that return
+ * no status say in their comment what they do instead. The check catches overlapping calls only:
+ * two threads taking turns without synchronising are still wrong even when their calls happen not
+ * to overlap, and a context, plan or state used after its destroy is not detected.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct twell_ctx twell_ctx;
@@ -175,23 +186,33 @@ TWELL_API twell_ctx_options twell_ctx_options_default(void);
 TWELL_API twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out);
 
 /* Destroys ctx and releases everything it owns (plans and training states created from it must
- * be destroyed first; behaviour is undefined otherwise). NULL is a no-op. */
+ * be destroyed first; behaviour is undefined otherwise). NULL is a no-op. Called while another
+ * thread is in a call on ctx, it destroys nothing (the context stays valid and keeps its memory)
+ * and logs the misuse at TWELL_LOG_ERROR. */
 TWELL_API void twell_ctx_destroy(twell_ctx *ctx);
 
 /* The message of the last failed call on ctx (or on a plan/state created from it), naming the
  * layer and raw code, e.g. "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION (6) at
- * templates/gate_pack/gate_pack_sm90.cu.lua:212"; "" when the last call succeeded. Borrowed from
- * ctx: valid until the next call on ctx. ctx NULL gives "no context". */
+ * templates/gate_pack/gate_pack_sm90.cu.lua:212"; "" when the last call succeeded. A call that
+ * returned TWELL_ERR_MISUSE leaves the message as it was. Borrowed from ctx: valid until the
+ * next call on ctx from any thread. ctx NULL gives "no context". Called while another thread is
+ * in a call on ctx, it returns a static string saying so (never the message that call may be
+ * rewriting: only the thread in a call writes or fetches the message). The pointer it returns
+ * otherwise is the context's own: reading it while another thread starts a call on ctx races
+ * with that call (undefined, and not detected), so a program that shares a context between
+ * threads copies the message before handing the context on. */
 TWELL_API const char *twell_ctx_errmsg(const twell_ctx *ctx);
 
-/* The backend ctx actually uses (CPU or CUDA, never AUTO). */
+/* The backend ctx actually uses (CPU or CUDA, never AUTO). Fixed at create: safe from any
+ * thread. */
 TWELL_API twell_backend twell_ctx_backend(const twell_ctx *ctx);
 
 /* A static, human-readable name: "cpu" or "cuda". */
 TWELL_API const char *twell_backend_name(twell_backend b);
 
 /* A one-line description of what the context runs on, e.g. "cpu (2 threads)" or
- * "cuda:0 NVIDIA H200 (sm_90a, 132 SMs)". Borrowed from ctx. */
+ * "cuda:0 NVIDIA H200 (sm_90a, 132 SMs)". Borrowed from ctx; fixed at create: safe from any
+ * thread. */
 TWELL_API const char *twell_ctx_device_name(const twell_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
@@ -323,10 +344,13 @@ TWELL_API twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shap
                                          twell_plan **out);
 
 /* Destroys plan; NULL is a no-op. Must not be in use by work still running on a stream the caller
- * has not synchronised (the CUDA backend synchronises the plan's resources before freeing). */
+ * has not synchronised (the CUDA backend synchronises the plan's resources before freeing).
+ * Called while another thread is in a call on the plan's context, it destroys nothing and logs
+ * the misuse at TWELL_LOG_ERROR. */
 TWELL_API void twell_plan_destroy(twell_plan *plan);
 
-/* The shape plan was created with (borrowed, valid for the plan's lifetime). */
+/* The shape plan was created with (borrowed, valid for the plan's lifetime; fixed at create:
+ * safe from any thread). */
 TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
 
 /* Sets the path (default AUTO) of the plan's next inference and training calls.
@@ -499,12 +523,13 @@ typedef struct twell_train_state twell_train_state;
  * (TWELL_ERR_INVALID_ARG for a non-gated plan, TWELL_ERR_NO_MEMORY). */
 TWELL_API twell_status twell_train_state_create(twell_plan *plan, twell_train_state **out);
 
-/* Destroys state; NULL is a no-op. */
+/* Destroys state; NULL is a no-op. Called while another thread is in a call on the context, it
+ * destroys nothing and logs the misuse at TWELL_LOG_ERROR. */
 TWELL_API void twell_train_state_destroy(twell_train_state *state);
 
 /* Bytes of backend memory the state holds now (after a forward: the saved activations; on CUDA
  * plus the dense path's own workspace while it has one, not counting a workspace the caller
- * lent). */
+ * lent). 0 while another thread is in a call on the context (the sizes may be changing). */
 TWELL_API size_t twell_train_state_bytes(const twell_train_state *state);
 
 /* Bytes of backend memory a training step (forward + backward) of M rows with about nnz_per_row

@@ -9,6 +9,7 @@
 #include "twellrt.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +36,13 @@ struct twell_ctx {
     char *nvrtc_library;    /* owned; NULL: the search list (gen/nvrtc.c) */
     char *cublaslt_library; /* owned; NULL: the search list (runtime/cuda/cuda_blaslt.c) */
     int nvrtc_warned;       /* the "another NVRTC is loaded" warning was logged */
-    char *errmsg;           /* owned, "" when the last call succeeded */
+    char *errmsg;           /* owned, "" when the last call succeeded; only the owner touches it */
+    /* The thread in a call on this context (tw_ctx_enter): 0 when none, else that thread's
+     * identity (tw_ctx_self in runtime/ctx.c). depth counts its nested public calls (the tuners
+     * call the API), so the flag is reentrant for the owner; only the owner reads or writes depth.
+     */
+    atomic_uintptr_t owner;
+    unsigned depth;
     char device_name[160];
     tw_pool *pool;   /* CPU backend threads (also used for host-side work on CUDA) */
     tw_cache *cache; /* created lazily by tw_ctx_cache() */
@@ -80,6 +87,15 @@ static inline size_t tw_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static inline size_t tw_min(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
 
+/* The context's busy flag (twellrt.h, "Misuse detected"), taken by every public entry point
+ * that touches a context or its objects before it touches anything. tw_ctx_enter returns
+ * TWELL_OK when the calling thread now holds ctx (first or nested entry), TWELL_ERR_MISUSE when
+ * another thread holds it; it writes nothing on MISUSE (no message: the holder owns errmsg).
+ * Every TWELL_OK is paired with one tw_ctx_leave, which returns st so an entry point can end
+ * with `return tw_ctx_leave(ctx, body(...))`. */
+twell_status tw_ctx_enter(twell_ctx *ctx);
+twell_status tw_ctx_leave(twell_ctx *ctx, twell_status st);
+
 /* Clears ctx's last error ("" message). */
 void tw_clear_error(twell_ctx *ctx);
 
@@ -95,7 +111,9 @@ void tw_pool_destroy(tw_pool *pool);                     /* NULL is a no-op */
 int tw_pool_threads(const tw_pool *pool);
 /* Runs fn(arg, begin, end) over [0, n) split into contiguous chunks, one per worker, and waits.
  * Chunks are a pure function of (n, threads), so results never depend on scheduling. pool may be
- * NULL (runs inline). */
+ * NULL (runs inline). Safe from several threads at once: while the workers run one caller's
+ * loop, another caller (or a loop nested inside a chunk) runs the same chunks on its own thread,
+ * one after another. */
 void tw_pool_for(tw_pool *pool, size_t n, void (*fn)(void *arg, size_t begin, size_t end),
                  void *arg);
 

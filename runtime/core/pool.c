@@ -8,6 +8,10 @@
 struct tw_pool {
     int threads; /* workers including the calling thread */
     pthread_t *tids;
+    /* Held by the caller whose job the workers run: the job fields below describe one job at a
+     * time, and a second caller overwriting them made workers skip or repeat a job and the
+     * callers wait forever or return before their chunks ran. */
+    pthread_mutex_t job;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned long generation; /* bumped per job so workers run each job once */
@@ -18,11 +22,14 @@ struct tw_pool {
     size_t n;
 };
 
-/* Worker i (1..threads-1) takes chunk i; the caller takes chunk 0. */
+/* Chunk i of n items over t threads: worker i (1..t-1) takes chunk i, the caller chunk 0. */
+static void tw_chunk(size_t n, size_t t, size_t i, size_t *b, size_t *e) {
+    *b = n * i / t;
+    *e = n * (i + 1) / t;
+}
+
 static void tw_pool_chunk(const tw_pool *p, int i, size_t *b, size_t *e) {
-    size_t t = (size_t)p->threads, n = p->n;
-    *b = n * (size_t)i / t;
-    *e = n * (size_t)(i + 1) / t;
+    tw_chunk(p->n, (size_t)p->threads, (size_t)i, b, e);
 }
 
 typedef struct {
@@ -66,6 +73,7 @@ twell_status tw_pool_create(int threads, tw_pool **out) {
     if (!p)
         return TWELL_ERR_NO_MEMORY;
     p->threads = 1;
+    pthread_mutex_init(&p->job, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -104,6 +112,7 @@ void tw_pool_destroy(tw_pool *p) {
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->job);
     free(p->tids);
     free(p);
 }
@@ -115,6 +124,18 @@ void tw_pool_for(tw_pool *p, size_t n, void (*fn)(void *, size_t, size_t), void 
         return;
     if (!p || p->threads == 1 || n == 1) {
         fn(arg, 0, n);
+        return;
+    }
+    /* Busy (another thread's job, or a loop nested in one of this pool's chunks): run the same
+     * chunks here, one after another, so the result is the one the workers would give and a
+     * nested loop cannot wait for itself. */
+    if (pthread_mutex_trylock(&p->job) != 0) {
+        for (size_t i = 0, t = (size_t)p->threads; i < t; i++) {
+            size_t b, e;
+            tw_chunk(n, t, i, &b, &e);
+            if (b < e)
+                fn(arg, b, e);
+        }
         return;
     }
     pthread_mutex_lock(&p->mu);
@@ -133,4 +154,5 @@ void tw_pool_for(tw_pool *p, size_t n, void (*fn)(void *, size_t, size_t), void 
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->job);
 }
