@@ -1,7 +1,7 @@
 /*
- * dense_split.c — the dense GEMMs' split-K validity rule and choice (dense_split.h), shared by the
- * launcher (cuda_dense.c) and the tuner's space (dense_space.c), and the grid of the split-K
- * reductions (cuda_dense.c, cuda_train_dense.c).
+ * dense_split.c — the hand-written Hopper GEMMs' split-K validity rule and choice (dense_split.h),
+ * used by the heavy-row routes (cuda_ffn_heavy.c, dense_gemm_sm90.c), and the grid of the split-K
+ * reductions (cuda_train_dense.c).
  */
 #include "dense_split.h"
 

@@ -1,10 +1,10 @@
 /*
- * dense_split.h — the dense path's GEMM geometry and its split-K rule, written once: which split
- * factors a dense GEMM may run (the launcher, cuda_dense.c, and the tuner's space, dense_space.c,
- * both ask tw_dense_split_check), the partial workspace they need, and how a call's factors are
- * chosen (test control, else the bucket's tuned winner, else tw_ffn_dense_split), and the grid
- * of the reductions that sum the partials (inference and training dense paths alike). Pure: no
- * CUDA.
+ * dense_split.h — the hand-written Hopper GEMM's geometry (templates/gemm/gemm_sm90.cu.lua) and its
+ * split-K rule, written once: which split factors a GEMM may run (tw_dense_split_check), the
+ * partial workspace they need, how a call's factors are chosen (a forced pair, else a valid tuned
+ * pair, else tw_ffn_dense_split), and the grid of the reductions that sum the partials. Its users
+ * are the heavy-row routes and the training dense path; the inference dense route is cuBLASLt's.
+ * Pure: no CUDA.
  */
 #ifndef TWELL_DENSE_SPLIT_H
 #define TWELL_DENSE_SPLIT_H
@@ -42,8 +42,8 @@ enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
  * partials are written once and read once by the reduction, so at 128 MiB (~80 µs of HBM
  * traffic on an H100) a split already costs more than the GEMMs it would rebalance at the sizes
  * where splitting pays (session 4, H100: the whole dense call takes 0.15 ms at M ≤ 256); it also
- * bounds the workspace a stored record can ask for. Test control (TW_TC_DENSE_SET_SPLIT) is
- * exempt: it only clamps to the k-blocks. */
+ * bounds the workspace a stored record could ask for. A forced pair is exempt: it only clamps to
+ * the k-blocks. */
 #define TW_DENSE_SPLIT_PART_MAX ((size_t)128 << 20)
 
 /* Units (cluster tiles, 256 rows x 256 columns) of a GEMM of m rows and ncols output columns. */
