@@ -157,11 +157,13 @@ static void test_dense_templates_split_and_tb_match_launcher(void **state) {
     assert_int_equal(td_render_ex("gemm_sm90", 5632, 2048, 256, "plain", 0, 0, -1, &src),
                      TWELL_ERR_TEMPLATE);
     assert_non_null(strstr(twell_ctx_errmsg(td_ctx), "TB"));
-    /* the reductions live in dense_aux beside the counting and expansion */
+    /* dense_aux keeps the plain reduction (training); the inference dense route's counting,
+     * expansion and gated / relu reductions went with the hand-written route */
     assert_int_equal(td_render("dense_aux", 2048, 5632, 256, NULL, &src), TWELL_OK);
     assert_non_null(strstr(src, "twell_dense_reduce_plain("));
-    assert_non_null(strstr(src, "twell_dense_reduce_gated("));
-    assert_non_null(strstr(src, "twell_dense_reduce_relu("));
+    assert_null(strstr(src, "twell_dense_reduce_gated("));
+    assert_null(strstr(src, "twell_dense_reduce_relu("));
+    assert_null(strstr(src, "twell_dense_count("));
     free(src);
 }
 

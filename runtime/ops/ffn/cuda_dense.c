@@ -664,11 +664,3 @@ twell_status tw_dense_test_control(int op, va_list ap) {
     }
     return TWELL_ERR_INVALID_ARG;
 }
-
-int tw_cuda_dense_usable(twell_plan *plan, const char **why) {
-    tw_dense *d = tw_plan_dense(plan);
-    int ok = d ? tw_dense_ready(plan, d) : 0;
-    if (why)
-        *why = d ? d->why : "not a CUDA plan";
-    return ok;
-}

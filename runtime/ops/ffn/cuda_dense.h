@@ -111,9 +111,6 @@ twell_status tw_cuda_dense_gemm_dm(twell_plan *plan, tw_CUfunction fn, int split
                                    const uint32_t *flags, unsigned nsplit, const int *mrows,
                                    twell_stream stream);
 
-/* 1 when plan's dense route can run (*why, may be NULL: why not, borrowed from the plan). */
-int tw_cuda_dense_usable(twell_plan *plan, const char **why);
-
 /* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
  * estimate, threshold and route, counts, workspace probes and poisoning. */
 twell_status tw_dense_test_control(int op, va_list ap);

@@ -50,12 +50,10 @@ enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
 size_t tw_dense_gemm_units(size_t m, uint32_t ncols);
 
 /* Blocks (of 256 threads) of a kernel that walks m rows x ncols columns in items of one row x 256
- * columns, a warp per item, grid-stride: dense_aux.cu.lua's split-K reductions
- * (twell_dense_reduce_*) and its expansion (twell_dense_expand). A block per 8 items, at most 16
- * per SM of the sms the device has (the blocks loop over the rest):
- * min(ceil(m·ceil(ncols/256) / 8), 16·sms); 0 when m or ncols is 0. The inference dense path
- * (cuda_dense.c) and the training dense path's split GEMMs (cuda_train_dense.c, td_mm) launch
- * with it. Pure. */
+ * columns, a warp per item, grid-stride: dense_aux.cu.lua's split-K reduction
+ * (twell_dense_reduce_plain). A block per 8 items, at most 16 per SM of the sms the device has
+ * (the blocks loop over the rest): min(ceil(m·ceil(ncols/256) / 8), 16·sms); 0 when m or ncols
+ * is 0. The training dense path's split GEMMs (cuda_train_dense.c, td_mm) launch with it. Pure. */
 size_t tw_dense_reduce_grid(size_t m, uint32_t ncols, unsigned sms);
 
 /* 64-wide k-blocks of GEMM g's reduction for shape s. */

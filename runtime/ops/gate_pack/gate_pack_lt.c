@@ -127,14 +127,6 @@ int tw_gate_lt_available(twell_plan *plan, tw_gate_lt *lt, const char **why) {
     return lt && lt->available == 1;
 }
 
-size_t tw_gate_lt_captured_rows(const tw_gate_lt *lt) { return lt ? lt->cap_rows : 0; }
-
-size_t tw_gate_lt_bytes(const twell_plan *plan, const tw_gate_lt *lt) {
-    if (!lt)
-        return 0;
-    return lt->ws_bytes + (lt->eager_rows + lt->cap_rows) * (size_t)plan->shape.N * 2u;
-}
-
 twell_status tw_gate_lt_begin(twell_plan *plan, tw_gate_lt *lt, twell_stream stream) {
     if (lt->used && stream != lt->last_stream)
         TW_TRY(tw_cuda_stream_wait_event(plan->ctx, stream, lt->done));

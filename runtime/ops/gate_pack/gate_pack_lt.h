@@ -36,17 +36,14 @@ int tw_gate_lt_available(twell_plan *plan, tw_gate_lt *lt, const char **why);
  * buffer (rows · N values). May wait for the plan's earlier eager work. Context current. */
 twell_status tw_gate_lt_reserve(twell_plan *plan, tw_gate_lt *lt, size_t rows);
 
-/* Rows the captured gate buffer holds (what a captured call of the route may have). */
-size_t tw_gate_lt_captured_rows(const tw_gate_lt *lt);
-
 /* The route's gate-pack: g = relu(x · wᵀ) by cuBLASLt (fp32 accumulation, rounded to dtype) into
  * the gate buffer of the call's kind, then packed [M, N/C] from it. x, w, packed 16-byte aligned.
  * count_out (an eager call's; may be NULL; ignored while capturing): device address where the
  * packing pass stores Σ of packed's count words (e.g. mapped page-locked memory), valid once the
  * event tw_gate_lt_end records after the call has completed.
  * Eager calls grow the eager buffer as needed. A captured call needs M ≤
- * tw_gate_lt_captured_rows; otherwise *ran = 0 and nothing is enqueued (the caller runs another
- * kernel). Context current. */
+ * the rows twell_plan_reserve gave the captured gate buffer; otherwise *ran = 0 and nothing is
+ * enqueued (the caller runs another kernel). Context current. */
 twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const void *x,
                              const void *w, uint32_t *packed, uint64_t *count_out, int capturing,
                              twell_stream stream, int *ran);
@@ -87,8 +84,5 @@ twell_status tw_gate_lt_end(twell_plan *plan, tw_gate_lt *lt, twell_stream strea
  * resources and dense buffers), and whether any was recorded. */
 tw_cuda_event tw_gate_lt_done_event(const tw_gate_lt *lt);
 int tw_gate_lt_used(const tw_gate_lt *lt);
-
-/* Device bytes the route holds (workspace and gate buffers). */
-size_t tw_gate_lt_bytes(const twell_plan *plan, const tw_gate_lt *lt);
 
 #endif /* TWELL_GATE_PACK_LT_H */
