@@ -41,11 +41,13 @@ twell_status tw_test_control(int op, ...);
  * jit.h          render → compile → cubin: `twell render|compile`, the bench's baseline kernels
  * json.h         the JSON reader and a model's config.json: `twell tune --model`
  * nvrtc.h        NVRTC's version, path and targets: `twell info`
+ * cuda_blaslt.h  where cuBLASLt (the dense routes) loads from, or why not: `twell info`
  * pack_check.h   packed gate bytes against the reference, summation-order aware
  * synth.h        synthetic sparse data (bench, demo, tests) */
 #include "cache.h"
 #include "cpu_ref.h"
 #include "cpu_train.h"
+#include "cuda_blaslt.h"
 #include "cuda_driver.h"
 #include "half.h"
 #include "internal.h"

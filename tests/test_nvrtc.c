@@ -481,6 +481,20 @@ static void test_nvrtc_missing_library(void **state) {
     assert_int_equal(st, 0);
     tw_assert_contains(out, "nvrtc:     not found: /nonexistent/libnvrtc.so");
     free(out);
+    /* cuBLASLt likewise: where the dense routes load it from, or why they are unavailable */
+    snprintf(cmd, sizeof cmd, "'%s' info 2>&1", TWELL_TOOL_PATH);
+    out = tw_run(cmd, &st);
+    assert_int_equal(st, 0);
+    tw_assert_contains(out, "cublaslt:  ");
+    tw_assert_contains(out, "libcublasLt");
+    free(out);
+    snprintf(cmd, sizeof cmd, "TWELL_CUBLASLT_LIBRARY=/nonexistent/libcublasLt.so '%s' info 2>&1",
+             TWELL_TOOL_PATH);
+    out = tw_run(cmd, &st);
+    assert_int_equal(st, 0);
+    tw_assert_contains(out, "cublaslt:  not found (the dense routes are unavailable)");
+    tw_assert_contains(out, "/nonexistent/libcublasLt.so");
+    free(out);
     tw_rm_dir(dir);
 }
 

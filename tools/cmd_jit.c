@@ -399,6 +399,25 @@ int twell_cmd_info(int argc, char **argv) {
     } else {
         printf("nvrtc:     not found: %s\n", tw_nvrtc_why_missing());
     }
+    /* cuBLASLt as the library's dense routes would load it (options from the environment,
+     * searched beside the NVRTC found) */
+    twell_ctx_options lo = twell_ctx_options_default();
+    lo.backend = TWELL_BACKEND_CPU;
+    lo.cpu_threads = 1;
+    twell_ctx *lctx = NULL;
+    if (twell_ctx_create(&lo, &lctx) == TWELL_OK) {
+        char beside[512];
+        snprintf(beside, sizeof beside, "%s", tw_nvrtc_path());
+        char *slash = strrchr(beside, '/');
+        if (slash)
+            *slash = '\0';
+        if (tw_lt_load(lctx, slash ? beside : NULL) == TWELL_OK)
+            printf("cublaslt:  %s (the dense routes)\n", tw_lt_path());
+        else
+            printf("cublaslt:  not found (the dense routes are unavailable): %s\n",
+                   twell_ctx_errmsg(lctx));
+        twell_ctx_destroy(lctx);
+    }
 
     char why[512] = "";
     twell_ctx_options o = twell_ctx_options_default();
