@@ -10,7 +10,8 @@ set -eu
 cmd=${1:-test}
 [ $# -gt 0 ] && shift
 if [ "$cmd" = fetch ]; then # on the development machine: download the packages to carry
-    mkdir -p .deps && cd .deps && apt-get download liblua5.4-0 liblua5.4-dev libcmocka0 libcmocka-dev
+    mkdir -p .deps/py && (cd .deps && apt-get download liblua5.4-0 liblua5.4-dev libcmocka0 libcmocka-dev)
+    pip download -q pytest -d .deps/py # pure-Python wheels for the package's tests there
     exit 0
 fi
 OUT=${OUT:-/tmp/twell-out}
@@ -19,7 +20,7 @@ mkdir -p "$OUT"
 export TWELL_REQUIRE_GPU=1
 . scripts/device_env.sh
 B=build-dev
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps >"$OUT/cmake.log" 2>&1 ||
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTWELL_DEPS_PREFIX=/opt/deps $TWELL_PYTHON_ARG >"$OUT/cmake.log" 2>&1 ||
     { tail -30 "$OUT/cmake.log"; exit 1; }
 cmake --build $B -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 rm -f "$OUT/cmake.log" "$OUT/build.log" # built: keep the 8 returned files for results
@@ -40,15 +41,19 @@ run_sanitize() {
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
         arg=""; [ $t != test_gpu_driver ] && [ $t != test_gpu_fault ] && arg=small
         tools="memcheck racecheck"; [ $t = test_gpu_driver ] || [ $t = test_gpu_fault ] && tools=memcheck
+        # racecheck skips cuBLASLt's own kernels (nvjet_*): it reports hazards inside them, which
+        # are not ours to fix; every kernel of ours is still checked
+        excl=""
         # test_gpu_driver provokes driver errors on purpose (bad image, OOM, unknown kernel), and
         # test_gpu_train's CPU reference asks the driver about host pointers (INVALID_VALUE by
         # design): report memory errors only, not API return codes
         api=explicit
         case $t in test_gpu_driver | test_gpu_train | test_gpu_train_dense | test_gpu_train_heavy) api=no ;; esac
         for tool in $tools; do
+            [ $tool = racecheck ] && excl="--kernel-name-exclude kns=nvjet" || excl=""
             log="$OUT/san_${t}_$tool.log"
             if (cd $B && TWELL_CACHE_DIR=$PWD/test-cache/san TWELL_TEMPLATE_DIR=$PWD/../templates \
-                compute-sanitizer --tool $tool --report-api-errors $api --error-exitcode 9 ./$t $arg) >"$log" 2>&1; then
+                compute-sanitizer --tool $tool --report-api-errors $api --error-exitcode 9 $excl ./$t $arg) >"$log" 2>&1; then
                 echo "$tool $t $arg: clean ($(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1))"
             else
                 echo "$tool $t $arg: FAILED (rc $?)"; tail -25 "$log"

@@ -8,3 +8,16 @@ export TWELL_DEPS_PREFIX=/opt/deps
 export CPATH="/opt/deps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
 export LD_LIBRARY_PATH="/opt/deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# pytest for the package's tests (test_python, test_python_gpu), from the wheels carried in
+# .deps/py (`sh scripts/device.sh fetch`): the image's Python has torch but not pytest
+if [ -d .deps/py ] && ! python3 -c 'import pytest' 2>/dev/null; then
+    python3 -m pip install -q --no-index --find-links .deps/py --break-system-packages pytest \
+        >/dev/null 2>&1 || python3 -m pip install -q --no-index --find-links .deps/py --user pytest \
+        >/dev/null 2>&1 || true
+fi
+if python3 -c 'import torch, pytest' 2>/dev/null; then
+    TWELL_PYTHON_ARG="-DTWELL_PYTHON=$(command -v python3)"
+else
+    TWELL_PYTHON_ARG=""
+fi
+export TWELL_PYTHON_ARG
