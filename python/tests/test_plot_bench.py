@@ -151,3 +151,35 @@ def test_plot_bench_selection():
     assert pts[("Test GPU (sm_90a, 132 SMs)", 256, 1024, True, "skewed", "eager", 10.0, 256)] == (
         0.5, "dense")
     assert len(pts) == 4
+
+
+def test_bench_tables(tmp_path):
+    """scripts/bench_tables.py: one table per (shape, target, distribution), speedups of the
+    newest passing record per (mode, M), the route row, failed checks left out."""
+    recs = [
+        _record("ffn_infer", 1, 10, "uniform", 0.1, 0.3, "small"),
+        _record("ffn_infer_graph", 1, 10, "uniform", 0.1, 0.35, "small"),
+        _record("ffn_infer", 512, 10, "uniform", 0.2, 0.1, "dense"),
+        # newer: replaces the record above
+        _record("ffn_infer", 512, 10, "uniform", 0.1, 0.15, "tiled", date="2001-01-01T00:00:00Z"),
+        # a failed check: left out
+        _record("ffn_infer_graph", 512, 10, "uniform", 0.01, 1.0, "tiled", correct=False),
+        _record("ffn_infer", 8, 10, "skewed", 0.2, 0.1, "dense"),
+        _record("ffn_fused_only", 8, 10, "skewed", 0.1, 0.1, "dense"),
+    ]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(recs))
+    script = os.path.join(os.path.dirname(SCRIPT), "bench_tables.py")
+    out = subprocess.run([sys.executable, script, str(f)], capture_output=True, text=True,
+                         check=True).stdout
+    skewed, uniform = out.split("**gated K 256 / N 1024, 10/row, uniform**")
+    assert "**gated K 256 / N 1024, 10/row, skewed**" in skewed
+    assert "| eager | 0.50 |" in skewed and "| route | dense |" in skewed
+    assert "graph" not in skewed  # no graph record: no row
+    assert "| M | 1 | 512 |" in uniform
+    assert "| eager | 3.00 | 1.50 |" in uniform
+    assert "| graph | 3.50 | – |" in uniform
+    assert "| route | small | tiled |" in uniform
+    empty = tmp_path / "e.json"
+    empty.write_text("[]")
+    assert subprocess.run([sys.executable, script, str(empty)], capture_output=True).returncode == 1
