@@ -235,6 +235,25 @@ static void test_gpu_ffn_small_case(void **state) {
     uint16_t *first = gi_keep_y(&d);
     fs_ffn_run(&d, plan, FS_POISON_B, stream);
     gi_expect_same_y(first, d.got, c->M * s.K, s.K, "");
+    /* few rows run one kernel: on sm_90+ up to 8 rows the cluster kernel, then the plain one
+     * checked too */
+    const char *fused = NULL;
+    FS_OK(tw_test_control(TW_TC_SMALL_LAST_FUSED_KERNEL, plan, &fused));
+    assert_non_null(fused);
+    if (c->M <= TW_SMALL_FUSED_M && s.K <= TW_SMALL_FUSED_K) {
+        /* the cluster kernel up to 8 rows (cuda_small.c, TW_FUSED_CL_M) */
+        assert_string_equal(fused, fs_ctx->cuda->cc_major >= 9 && c->M <= 8 ? "fused_cl" : "fused");
+        if (!strcmp(fused, "fused_cl")) {
+            FS_OK(tw_test_control(TW_TC_SMALL_SET_FUSED_PLAIN, plan, 1));
+            fs_ffn_run(&d, plan, FS_POISON_A, stream);
+            FS_OK(tw_test_control(TW_TC_SMALL_LAST_FUSED_KERNEL, plan, &fused));
+            assert_string_equal(fused, "fused");
+            fs_expect(&d, "small, plain fused kernel");
+        }
+    } else {
+        assert_string_equal(fused, "");
+    }
+    printf("#   one kernel: %s\n", *fused ? fused : "no (up and down)");
     free(first);
     tw_cuda_stream_destroy(fs_ctx, stream);
     gi_free(&d);

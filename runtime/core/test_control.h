@@ -152,6 +152,12 @@ enum {
     /* (plan, const char **out): the kernel the last twell_gate_pack ran on the small path
      * ("g2u2"), "" when it ran elsewhere */
     TW_TC_SMALL_LAST_GATE_KERNEL,
+    /* (plan, int plain): 1 runs few-row twell_ffn_infer calls on the one-kernel fused kernel
+     * without a cluster where the cluster kernel would run (sm_90+), 0 (the default) the rule's */
+    TW_TC_SMALL_SET_FUSED_PLAIN,
+    /* (plan, const char **out): the one-kernel kernel the last small-path twell_ffn_infer ran
+     * ("fused", "fused_cl"), "" when it ran the up and down kernels or elsewhere */
+    TW_TC_SMALL_LAST_FUSED_KERNEL,
     TW_TC_SMALL_LAST,
 
     /* ---- training, sparse path (runtime/ops/train/cuda_train*.c) ---- */

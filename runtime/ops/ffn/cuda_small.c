@@ -19,8 +19,10 @@ struct tw_small {
     int available;
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
-    tw_CUfunction gate, up, down, fused;
-    int fused_ok; /* the fused kernel's shared memory fits this device (tw_fused_smem) */
+    tw_CUfunction gate, up, down, fused, fused_cl; /* fused_cl: sm_90+ and its smem fits */
+    int fused_ok;    /* the fused kernel's shared memory fits this device (tw_fused_smem) */
+    int fused_plain; /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
+    int fused_ran;   /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl */
     int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
     int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
@@ -50,9 +52,25 @@ static unsigned tw_fused_smem(const twell_shape *s) {
     return s->K * 2u + 4u * (s->N / s->C) + 8u * (s->N / s->T);
 }
 
+/* The cluster kernel's (ffn_small.cu.lua, twell_ffn_small_fused_cl): blocks a row (its cluster),
+ * and its dynamic shared memory: the fused kernel's plus a block's share of the h of the row's
+ * stored pairs (PL) and candidate pairs (QL, with their active bits). */
+#define TW_FUSED_CL 8u
+/* Rows up to which the cluster kernel runs: its 8 blocks a row are one cluster each, and from
+ * about 16 rows not every cluster finds its SMs in the first wave (one 512-thread block an SM). */
+#define TW_FUSED_CL_M 8u
+static unsigned tw_fused_cl_smem(const twell_shape *s) {
+    unsigned nt = s->N / s->T, slots = s->T / s->C - 1u;
+    unsigned pl = ((nt * slots + 1u) / 2u + TW_FUSED_CL - 1u) / TW_FUSED_CL;
+    unsigned ql = (s->N / 2u + TW_FUSED_CL - 1u) / TW_FUSED_CL;
+    return tw_fused_smem(s) + 8u * pl + 12u * ql;
+}
+
 /* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
 static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
-    return sm->fused_ok && M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
+    return (sm->fused_ok || (sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M)) &&
+           M <= TW_SMALL_FUSED_M &&
+           plan->shape.K <= TW_SMALL_FUSED_K;
 }
 
 /* ---- modules ---- */
@@ -71,7 +89,7 @@ static void tw_small_unload(tw_small *sm) {
     tw_cu_module_unload(sm->mod_gate);
     tw_cu_module_unload(sm->mod_ffn);
     sm->mod_gate = sm->mod_ffn = NULL;
-    sm->gate = sm->up = sm->down = sm->fused = NULL;
+    sm->gate = sm->up = sm->down = sm->fused = sm->fused_cl = NULL;
 }
 
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
@@ -87,11 +105,16 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
-    unsigned fsm = tw_fused_smem(s);
+    unsigned fsm = tw_fused_smem(s), csm = tw_fused_cl_smem(s);
     sm->fused_ok = fsm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin;
     if (sm->fused_ok)
         TW_TRY(tw_cu_func_set_attribute(ctx, sm->fused,
                                         TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsm));
+    if (ctx->cuda->cc_major >= 9 && csm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin) {
+        TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused_cl", &sm->fused_cl));
+        TW_TRY(tw_cu_func_set_attribute(ctx, sm->fused_cl,
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)csm));
+    }
     return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)tw_up_smem(TW_SMALL_MAX_M));
 }
@@ -326,7 +349,7 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
                      void *y, int capturing, twell_stream stream, twell_status *st) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
-    sm->last_ran[1] = 0;
+    sm->last_ran[1] = 0, sm->fused_ran = 0;
     int fused = tw_small_fused(plan, sm, M);
     if (!tw_small_begin(plan, sm, 1, M, !fused, capturing, stream, st))
         return 0;
@@ -338,8 +361,15 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
     if (fused) {
         void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
                        (void *)&wd, (void *)&y,      &m};
-        *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, TW_FUSED_THREADS,
-                                tw_fused_smem(s), 1u, stream, a_f);
+        sm->fused_ran = sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M ? 2 : 1;
+        if (sm->fused_ran == 2) {
+            tw_cu_launch_cfg c = {{TW_FUSED_CL, (unsigned)M, 1}, {TW_FUSED_THREADS, 1, 1},
+                                  {TW_FUSED_CL, 1, 1}, tw_fused_cl_smem(s), 1u};
+            *st = tw_cu_launch(ctx, sm->fused_cl, &c, stream, a_f);
+        } else {
+            *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M,
+                                    TW_FUSED_THREADS, tw_fused_smem(s), 1u, stream, a_f);
+        }
     } else {
         void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
                         (void *)&sm->hbuf, (void *)&sm->mask, &m};
@@ -460,6 +490,19 @@ twell_status tw_small_test_control(int op, va_list ap) {
             return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: gate kernel %s unknown",
                             name ? name : "(null)");
         sm->gate_wn = wn;
+        return TWELL_OK;
+    }
+    case TW_TC_SMALL_SET_FUSED_PLAIN: {
+        tw_small *sm = tw_plan_small(plan);
+        if (!sm)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
+        sm->fused_plain = va_arg(ap, int) != 0;
+        return TWELL_OK;
+    }
+    case TW_TC_SMALL_LAST_FUSED_KERNEL: {
+        const tw_small *sm = tw_plan_small(plan);
+        const char **out = va_arg(ap, const char **);
+        *out = !sm || !sm->fused_ran ? "" : sm->fused_ran == 2 ? "fused_cl" : "fused";
         return TWELL_OK;
     }
     case TW_TC_SMALL_LAST_GATE_KERNEL: {

@@ -31,8 +31,8 @@ typedef enum tw_small_mode {
 } tw_small_mode;
 
 /* twell_ffn_infer of up to this many rows (and K up to TW_SMALL_FUSED_K) runs one kernel instead
- * of two: each 256-column block of a row computes the h it needs itself (ffn_small.cu.lua); it
- * needs no workspace. */
+ * of two (ffn_small.cu.lua), needing no workspace: each 256-column block of a row computes the h
+ * it needs itself, or on sm_90+ up to 8 rows a cluster of 8 blocks a row shares that work. */
 #define TW_SMALL_FUSED_M ((size_t)16)
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
