@@ -117,21 +117,30 @@ def _opcheck_cases(device):
 
 
 def test_opcheck(device):
+    """torch.library.opcheck, every test util, for every registered op (issue 26: ffn_train's
+    per-call handle failed test_aot_dispatch_dynamic)."""
     from torch.library import opcheck
 
     d, n, p, pn = _opcheck_cases(device)
     ops = torch.ops.twellrt
-    opcheck(ops.gate_pack.default, (d["x"], d["wg"], 64, 8, True))
-    opcheck(ops.ffn_infer.default, (d["x"], p, d["wg"], d["wu"], d["wd"], 64, 8, "sparse"))
-    opcheck(ops.ffn_infer.default, (n["x"], pn, None, n["wu"], n["wd"], 64, 8, "sparse"))
-    # The training forward returns an opaque state handle whose value differs on every call by
-    # design, so the check that compares eager and AOT-compiled outputs is left to
-    # test_compile_fullgraph_training (which compares y and every gradient instead).
+    checked = set()
+
+    def check(op, args):
+        opcheck(op, args)
+        checked.add(op.name())
+
+    check(ops.gate_pack.default, (d["x"], d["wg"], 64, 8, True))
+    check(ops.gate_pack.default, (n["x"], n["wu"], 64, 8, False))
+    for path in ("sparse", "auto"):
+        check(ops.ffn_infer.default, (d["x"], p, d["wg"], d["wu"], d["wd"], 64, 8, path))
+        check(ops.ffn_infer.default, (n["x"], pn, None, n["wu"], n["wd"], 64, 8, path))
     tr = [t.clone().requires_grad_() for t in (d["x"], d["wg"], d["wu"], d["wd"])]
-    opcheck(ops.ffn_train.default, (*tr, 0.01, 64, 8, "auto"),
-            test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
-    y, st, h = twellrt.ffn_train(d["x"], d["wg"], d["wu"], d["wd"], 0.01, 64, 8)
-    opcheck(ops.ffn_train_backward.default, (h, d["x"], d["wg"], d["wu"], d["wd"], torch.ones_like(d["x"]), 0.01, 64, 8))
+    check(ops.ffn_train.default, (*tr, 0.01, 64, 8, "auto"))
+    check(ops.ffn_train.default, (d["x"], d["wg"], d["wu"], d["wd"], 0.0, 64, 8, "sparse"))
+    y, st, saved = twellrt.ffn_train(d["x"], d["wg"], d["wu"], d["wd"], 0.01, 64, 8)
+    check(ops.ffn_train_backward.default, (saved, d["x"], d["wg"], d["wu"], d["wd"], torch.ones_like(d["x"]), 0.01, 64, 8, "auto"))
+    registered = {f"twellrt::{name}" for name in dir(ops) if isinstance(getattr(ops, name), torch._ops.OpOverloadPacket)}
+    assert registered and checked == registered, registered - checked
 
 
 def _backend(device):
@@ -174,7 +183,9 @@ def test_compile_fullgraph_training(device):
     m.zero_grad()
     xc = x.clone().requires_grad_()
     cm = torch.compile(m, fullgraph=True, backend=_backend(device))
+    recomputed = twellrt._lib.recomputed_forwards
     cm(xc).float().square().sum().backward()
+    assert twellrt._lib.recomputed_forwards == recomputed  # the backward found its forward's state
     got = [xc.grad] + [p.grad for p in m.parameters()]
     for a, b in zip(got, ref):
         assert rel(a, b) < 2 * ULP

@@ -386,7 +386,7 @@ def overhead(device, K=2048, N=5632, M=1, calls=2000):
     s = ops._stream(x.device)
     plan.set_path(_lib.PATHS["sparse"])
     args = (plan.handle, M, x.data_ptr(), packed.data_ptr(), w.data_ptr(), w.data_ptr(), w.data_ptr(), y.data_ptr(), s)
-    impl = ops.ffn_infer._init_fn if hasattr(ops.ffn_infer, "_init_fn") else None
+    impl = ops._ffn_infer_op._init_fn if hasattr(ops._ffn_infer_op, "_init_fn") else None
     cases = {
         "ctypes twell_ffn_infer": lambda: lib.twell_ffn_infer(*args),
         "torch.ops.twellrt.ffn_infer": lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w, path="sparse"),
