@@ -514,6 +514,8 @@ def main(argv=None):
 
     dense_mlps = [lyr.mlp for lyr in model.layers]
     tw_mlps = []
+    # gate/up shared with the dense MLPs; down_proj copied into twellrt's [N, K] layout (the
+    # weights are not trained here, so the copies stay equal)
     for m in dense_mlps:
         t = twellrt.TwELLGatedMLP(d, n, a.l1, path=a.path, train_path=a.train_path,
                                   gate_proj=m.gate_proj, up_proj=m.up_proj, down_proj=m.down_proj)

@@ -312,8 +312,8 @@ def ffn_infer(
 ) -> torch.Tensor:
     """y [M, K] from the packed gate (gated: wg = Wg, y = (g ⊙ x·Wuᵀ)·Wd) or packed h (wg None:
     y = h·Wd). wd is [N, K] (row n = neuron n), i.e. the transpose of nn.Linear's down_proj
-    weight: the twellrt modules' down_proj.weight.t() is that matrix without a copy. path:
-    "auto" (the library's choice), "sparse" or "dense"."""
+    weight: the twellrt modules hold it as down_proj.weight_t. path: "auto" (the library's
+    choice), "sparse" or "dense"."""
     _check_tensors("ffn_infer", ("wg",), x=x, packed=packed, wg=wg, wu=wu, wd=wd)
     _check_tc("ffn_infer", T, C)
     _check_path("ffn_infer", path)
@@ -499,8 +499,7 @@ def _train_setup(ctx, inputs, output):
 def _train_backward(ctx, dy, _dstats, _dsaved):
     x, wg, wu, wd, saved = ctx.saved_tensors
     dx, dwg, dwu, dwd = _ffn_train_backward_op(saved, x, wg, wu, wd, dy.contiguous(), ctx.lam, ctx.T, ctx.C, ctx.path)
-    # dwd is [N, K] like wd: the modules pass down_proj.weight.t() (a view), so autograd hands
-    # its transpose to a column-major parameter in the parameter's own layout, without a copy
+    # dwd is [N, K] like wd (the modules' down_proj.weight_t): no transpose on the way
     return dx, dwg.to(wg.dtype), dwu.to(wu.dtype), dwd.to(wd.dtype), None, None, None, None
 
 
