@@ -129,6 +129,40 @@ def test_states_live_with_the_graph():
     assert twellrt.live_states() == base
 
 
+def test_saved_is_a_function_of_the_inputs(device):
+    # issue 26: the handle was a per-call id, so torch.compile's checks saw another output on
+    # every call; `saved` now holds (M, K, N, T, C) and the state belongs to its storage
+    d = layer(20, 64, 256, device=device, seed=4)
+    args = (d["x"], d["wg"], d["wu"], d["wd"], 0.01, 64, 8)
+    y1, s1, saved1 = twellrt.ffn_train(*args)
+    y2, s2, saved2 = twellrt.ffn_train(*args)
+    assert torch.equal(y1, y2) and torch.equal(s1, s2) and torch.equal(saved1, saved2)
+    assert saved1.tolist() == [20, 64, 256, 64, 8] and saved1.device.type == "cpu"
+    assert saved1.data_ptr() != saved2.data_ptr()
+
+
+def test_backward_from_a_copy_of_saved_recomputes(device):
+    from twellrt import _lib
+
+    d = layer(30, 64, 256, device=device, nnz=9, heavy=[1], seed=6)
+    dy = torch.randn(30, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16).to(device)
+    w = (d["wg"], d["wu"], d["wd"])
+    _y, _st, saved = twellrt.ffn_train(d["x"], *w, 0.02, 64, 8)
+    n0 = _lib.recomputed_forwards
+    fast = twellrt.ffn_train_backward(saved, d["x"], *w, dy, 0.02, 64, 8)
+    assert _lib.recomputed_forwards == n0
+    copied = twellrt.ffn_train_backward(saved.clone(), d["x"], *w, dy, 0.02, 64, 8)
+    assert _lib.recomputed_forwards == n0 + 1
+    for a, b in zip(fast, copied):  # the same gradients: the backward is a function of its inputs
+        assert torch.equal(a, b)
+    # autograd hands the forward's own tensor to the backward: no recompute
+    x, wg, wu, wd = (t.clone().requires_grad_() for t in (d["x"], *w))
+    y, _, _ = twellrt.ffn_train(x, wg, wu, wd, 0.02, 64, 8)
+    (y.float() * dy.float()).sum().backward()
+    assert _lib.recomputed_forwards == n0 + 1
+    assert torch.equal(x.grad, fast[0]) and torch.equal(wd.grad, fast[3].to(wd.dtype))
+
+
 def test_empty_batch(device):
     d = layer(1, 64, 256, device=device)
     x = d["x"][:0]

@@ -230,7 +230,9 @@ class Context:
         """Raises the library's error for a failed call (call with self.lock held)."""
         if st != TWELL_OK:
             msg = library().twell_ctx_errmsg(self.handle).decode(errors="replace")
-            raise _error(st, f"{what}: {msg}" if msg else what)
+            if msg and not msg.startswith(what):  # the library's messages often name the call
+                msg = f"{what}: {msg}"
+            raise _error(st, msg or what)
 
 
 _contexts: dict = {}
@@ -322,21 +324,23 @@ def get_plan(ctx: Context, K, N, T, C, dtype_code, gated) -> Plan:
 
 # --------------------------------------------------------------------------------------------
 # Training states. A forward takes a state from its plan's free list (or creates one) and owns
-# it until the handle it returns is garbage collected: the autograd graph keeps the handle for
-# the backward, so a state is never reused while a backward may still need it.
+# it until the storage of the `saved` tensor it returns is freed (ops._SavedBuffer): the
+# autograd graph keeps that tensor for the backward, so a state is never reused while a backward
+# may still need it. The registry maps the storage's address to the state; an entry leaves it
+# when the storage is freed, before its memory can be reused for another buffer.
 # --------------------------------------------------------------------------------------------
 
 
 class _StateRef:
-    __slots__ = ("plan", "state", "M")
+    __slots__ = ("plan", "state", "M", "key")
 
 
 _states: dict = {}
-_state_ids = iter(range(1, 1 << 62))
+recomputed_forwards = 0  # backwards that had to recompute their forward (given a copy of `saved`)
 
 
-def state_acquire(plan: Plan):
-    """Called with plan.ctx.lock held; returns (id, state handle value)."""
+def state_acquire(plan: Plan) -> _StateRef:
+    """Called with plan.ctx.lock held; the state is the caller's until state_register."""
     lib = library()
     if plan.free_states:
         s = plan.free_states.pop()
@@ -344,27 +348,32 @@ def state_acquire(plan: Plan):
         h = ctypes.c_void_p()
         plan.ctx.check(lib.twell_train_state_create(plan.handle, ctypes.byref(h)), "twell_train_state_create")
         s = h.value
-    sid = next(_state_ids)
     r = _StateRef()
-    r.plan, r.state, r.M = plan, s, 0
-    _states[sid] = r
-    return sid, r
-
-
-def state_lookup(sid: int) -> _StateRef:
-    r = _states.get(sid)
-    if r is None:
-        raise invalid(f"twellrt: training state {sid} is gone (its forward's handle was freed)")
+    r.plan, r.state, r.M, r.key = plan, s, 0, None
     return r
 
 
-def state_release(sid: int):
-    r = _states.pop(sid, None)
-    if r is not None:
-        with r.plan.ctx.lock:
-            r.plan.free_states.append(r.state)
+def state_register(r: _StateRef, key: int) -> None:
+    r.key = key
+    _states[key] = r
+
+
+def state_lookup(key: int):
+    """The state registered under key, or None."""
+    return _states.get(key)
+
+
+def state_release(r: _StateRef) -> None:
+    # Runs from a finalizer, at any point of any thread (also inside a `with ctx.lock` block of
+    # this one), so it takes no lock: dict.pop and list.append are atomic under the GIL, and
+    # state_acquire pops the free list the same way.
+    if r.key is not None:
+        _states.pop(r.key, None)
+        r.key = None
+    r.plan.free_states.append(r.state)
 
 
 def live_states() -> int:
-    """Training states held by forwards whose handles are still alive (for tests and logging)."""
+    """Training states held by forwards whose `saved` tensors are still alive (for tests and
+    logging)."""
     return len(_states)

@@ -386,7 +386,7 @@ def overhead(device, K=2048, N=5632, M=1, calls=2000):
     s = ops._stream(x.device)
     plan.set_path(_lib.PATHS["sparse"])
     args = (plan.handle, M, x.data_ptr(), packed.data_ptr(), w.data_ptr(), w.data_ptr(), w.data_ptr(), y.data_ptr(), s)
-    impl = ops.ffn_infer._init_fn if hasattr(ops.ffn_infer, "_init_fn") else None
+    impl = ops._ffn_infer_op._init_fn if hasattr(ops._ffn_infer_op, "_init_fn") else None
     cases = {
         "ctypes twell_ffn_infer": lambda: lib.twell_ffn_infer(*args),
         "torch.ops.twellrt.ffn_infer": lambda: torch.ops.twellrt.ffn_infer(x, packed, w, w, w, path="sparse"),
@@ -514,6 +514,8 @@ def main(argv=None):
 
     dense_mlps = [lyr.mlp for lyr in model.layers]
     tw_mlps = []
+    # gate/up shared with the dense MLPs; down_proj copied into twellrt's [N, K] layout (the
+    # weights are not trained here, so the copies stay equal)
     for m in dense_mlps:
         t = twellrt.TwELLGatedMLP(d, n, a.l1, path=a.path, train_path=a.train_path,
                                   gate_proj=m.gate_proj, up_proj=m.up_proj, down_proj=m.down_proj)
