@@ -51,15 +51,16 @@ TWELL_API int twell_version_number(void);
  * every default, with the struct's init function (twell_ctx_options_init, twell_shape_init):
  * static inline functions of this header that pass sizeof as compiled into the program to the
  * library's *_init_sized, which writes the library's defaults into exactly that many bytes. A
- * binding without a C compiler (ctypes, ...) calls *_init_sized with its own struct's size. The
- * library then reads only the bytes the caller has:
+ * binding without a C compiler (ctypes, ...) calls *_init_sized with its own struct's size. An
+ * initializer that sets struct_size to sizeof and gives every field a value is equivalent. The
+ * library writes a caller's struct only in *_init_sized (exactly struct_size bytes), and reads
+ * only the bytes the caller has:
  *   - a field that lies wholly inside struct_size is the caller's; a field past it (added by a
  *     later version than the caller's header) keeps its default, as if left unchanged;
  *   - struct_size larger than the library's struct (a program built against a newer header
  *     running on an older library): the bytes the library does not know must be zero (the
  *     newer fields left at their defaults), else TWELL_ERR_INVALID_ARG names the struct and the
- *     first byte set; the library never writes past its own struct's size except to zero the
- *     caller's tail in *_init_sized;
+ *     first byte set;
  *   - struct_size below sizeof(size_t) (0: a struct that was never initialised) or above
  *     TWELL_STRUCT_SIZE_MAX is TWELL_ERR_INVALID_ARG, and nothing else of the struct is read.
  * Rules for later versions of this header: fields are only appended, each starting at or after
