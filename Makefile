@@ -15,7 +15,8 @@ ifneq ($(TWELL_DEPS_PREFIX),)
 CMAKE_FLAGS += -DTWELL_DEPS_PREFIX=$(TWELL_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test demo install asan format-check clean venv python
+.PHONY: all deps configure build test demo install asan format-check clean venv python abi-check \
+    abi-update
 
 all: build
 
@@ -53,8 +54,16 @@ asan:
 	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug CMAKE_FLAGS="$(CMAKE_FLAGS) -DTWELL_SANITIZE=ON" \
 	    ASAN_OPTIONS=protect_shadow_gap=0
 
+# The exported ABI against the baseline abi/libtwellrt.abi (scripts/check_abi.sh, README "ABI");
+# abi-update rewrites the baseline after a soname bump or to record added functions.
+abi-check:
+	@sh scripts/check_abi.sh
+
+abi-update:
+	@sh scripts/check_abi.sh --update
+
 format-check:
 	@files=$$(git ls-files '*.c' '*.h'); clang-format --dry-run --Werror $$files
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-abi

@@ -223,7 +223,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             return 2;
         }
     }
-    twell_shape s = twell_shape_default(o->K, o->N);
+    twell_shape s;
+    twell_shape_init(&s, o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     if (twell_shape_check(NULL, &s) != TWELL_OK) {
         fprintf(stderr, "twell bench: unsupported shape K=%u N=%u T=%u C=%u\n", o->K, o->N, o->T,
@@ -547,7 +548,8 @@ int twell_cmd_bench(int argc, char **argv) {
     }
 
     static char why[512];
-    twell_ctx_options co = twell_ctx_options_default();
+    twell_ctx_options co;
+    twell_ctx_options_init(&co);
     co.backend = TWELL_BACKEND_CUDA;
     co.log = bench_log;
     co.log_user = why;

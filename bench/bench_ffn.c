@@ -508,7 +508,8 @@ int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *
     twell_ctx *ctx = env->ctx;
     int rc = 0;
     size_t Mmax = bench_max_M(o);
-    twell_shape s = twell_shape_default(o->K, o->N);
+    twell_shape s;
+    twell_shape_init(&s, o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     s.gated = o->gated; /* gated unless --gated 0 */
 

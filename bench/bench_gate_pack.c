@@ -128,7 +128,8 @@ int bench_gate_pack_run(bench_env *env, void (*emit)(bench_env *, const bench_re
     twell_ctx *ctx = env->ctx;
     int rc = 0;
     size_t Mmax = bench_max_M(o);
-    twell_shape s = twell_shape_default(o->K, o->N);
+    twell_shape s;
+    twell_shape_init(&s, o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     s.gated = 0; /* the packing weight is generated as Wu: the same op, one weight fewer to make */
 

@@ -324,7 +324,8 @@ static int bt_check(bench_env *env, const twell_shape *s, const tw_synth_ffn *f,
     memset(&gs, 0, sizeof gs);
     size_t *gso = NULL, *gro = NULL;
     int ok = 0, gdense = 0;
-    twell_ctx_options co = twell_ctx_options_default();
+    twell_ctx_options co;
+    twell_ctx_options_init(&co);
     co.backend = TWELL_BACKEND_CPU;
     twell_status st = TWELL_ERR_NO_MEMORY;
     if (ry && rdx && gy && gdx && rw && gw && row_same && nrn_same)
@@ -613,7 +614,8 @@ int bench_train_run(bench_env *env, void (*emit)(bench_env *, const bench_record
     const float lambda = 1.0f;
     int rc = 0;
     size_t Mmax = bench_max_M(o);
-    twell_shape s = twell_shape_default(o->K, o->N);
+    twell_shape s;
+    twell_shape_init(&s, o->K, o->N);
     s.T = o->T, s.C = o->C, s.dtype = o->dtype;
     twell_plan *plan = NULL;
     if (bench_plan_open(env, &s, &plan) != 0)

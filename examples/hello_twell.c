@@ -16,7 +16,8 @@ static unsigned short to_bf16(float f) {
 
 int main(void) {
     enum { M = 4, K = 64, N = 256 };
-    twell_ctx_options opts = twell_ctx_options_default();
+    twell_ctx_options opts;
+    twell_ctx_options_init(&opts);
     opts.backend = TWELL_BACKEND_CPU;
     twell_ctx *ctx = NULL;
     twell_status st = twell_ctx_create(&opts, &ctx);
@@ -24,7 +25,8 @@ int main(void) {
         fprintf(stderr, "twell_ctx_create: %s\n", twell_status_name(st));
         return 1;
     }
-    twell_shape shape = twell_shape_default(K, N);
+    twell_shape shape;
+    twell_shape_init(&shape, K, N);
     twell_plan *plan = NULL;
     if ((st = twell_plan_create(ctx, &shape, &plan)) != TWELL_OK) {
         fprintf(stderr, "twell_plan_create: %s: %s\n", twell_status_name(st),

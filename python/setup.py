@@ -32,6 +32,15 @@ def _build_library() -> str:
     return os.path.join(b, "libtwellrt.so")
 
 
+def _soname() -> str:
+    """libtwellrt.so.N, N the header's TWELL_ABI_VERSION (what twellrt/_lib.py loads)."""
+    with open(os.path.join(ROOT, "runtime", "twellrt.h")) as f:
+        m = re.search(r"^#define TWELL_ABI_VERSION (\d+)$", f.read(), re.M)
+    if not m:
+        raise RuntimeError("twellrt: runtime/twellrt.h defines no TWELL_ABI_VERSION")
+    return f"libtwellrt.so.{m.group(1)}"
+
+
 def _lua_of(lib: str) -> str:
     out = subprocess.check_output(["ldd", lib], text=True)
     m = re.search(r"liblua5\.4\.so\.0 => (\S+)", out)
@@ -48,7 +57,7 @@ class BuildPy(build_py):
         tpl = os.path.join(pkg, "share", "twellrt", "templates")
         os.makedirs(libdir, exist_ok=True)
         lib = _build_library()
-        shutil.copyfile(os.path.realpath(lib), os.path.join(libdir, "libtwellrt.so.0"))
+        shutil.copyfile(os.path.realpath(lib), os.path.join(libdir, _soname()))
         shutil.copyfile(os.path.realpath(_lua_of(lib)), os.path.join(libdir, "liblua5.4.so.0"))
         if os.path.isdir(tpl):
             shutil.rmtree(tpl)

@@ -1,6 +1,7 @@
 /* ctx.c — context lifecycle, backend selection, the per-context error message and logging. */
 #include "internal.h"
 
+#include "abi.h"
 #include "cache.h"
 #include "env.h"
 
@@ -8,13 +9,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-twell_ctx_options twell_ctx_options_default(void) {
+/* Every field of twell_ctx_options, in order: the bytes a caller's struct_size covers. */
+static const size_t tw_ctx_options_ends[] = {
+    TW_FIELD_END(twell_ctx_options, struct_size),
+    TW_FIELD_END(twell_ctx_options, backend),
+    TW_FIELD_END(twell_ctx_options, device),
+    TW_FIELD_END(twell_ctx_options, cache_dir),
+    TW_FIELD_END(twell_ctx_options, log),
+    TW_FIELD_END(twell_ctx_options, log_user),
+    TW_FIELD_END(twell_ctx_options, log_level),
+    TW_FIELD_END(twell_ctx_options, cpu_threads),
+    TW_FIELD_END(twell_ctx_options, cache_max_bytes),
+    TW_FIELD_END(twell_ctx_options, tune_on_first_use),
+    TW_FIELD_END(twell_ctx_options, pdl),
+    TW_FIELD_END(twell_ctx_options, template_dir),
+    TW_FIELD_END(twell_ctx_options, nvrtc_library),
+    TW_FIELD_END(twell_ctx_options, pointer_cache),
+    TW_FIELD_END(twell_ctx_options, cublaslt_library),
+};
+/* A field appended to the struct grows it past its last listed field: list it above. */
+_Static_assert(sizeof(twell_ctx_options) - TW_FIELD_END(twell_ctx_options, cublaslt_library) <
+                   _Alignof(twell_ctx_options),
+               "a field of twell_ctx_options is missing from tw_ctx_options_ends");
+
+static const tw_abi_struct tw_ctx_options_abi = {
+    "options", "twell_ctx_options_init", sizeof(twell_ctx_options), tw_ctx_options_ends,
+    sizeof tw_ctx_options_ends / sizeof tw_ctx_options_ends[0]};
+
+static twell_ctx_options tw_ctx_options_defaults(void) {
     twell_ctx_options o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     o.backend = TWELL_BACKEND_AUTO;
     o.device = 0;
     o.log_level = TWELL_LOG_WARN;
     return o;
+}
+
+twell_status twell_ctx_options_init_sized(twell_ctx_options *opts, size_t struct_size) {
+    twell_ctx_options d = tw_ctx_options_defaults();
+    return tw_abi_init(&tw_ctx_options_abi, opts, struct_size, &d);
 }
 
 /* One byte per thread whose address identifies the thread: unique among live threads, never 0,
@@ -75,7 +109,20 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     if (!out)
         return TWELL_ERR_INVALID_ARG;
     *out = NULL;
-    twell_ctx_options o = opts ? *opts : twell_ctx_options_default();
+    twell_ctx_options o = tw_ctx_options_defaults();
+    if (opts) {
+        char why[256];
+        int have_log = 0;
+        twell_status st = tw_abi_read(&tw_ctx_options_abi, opts, &o, why, sizeof why, &have_log);
+        if (st != TWELL_OK) {
+            if (have_log) {
+                char msg[300];
+                snprintf(msg, sizeof msg, "twell_ctx_create: %s", why);
+                tw_create_log(&o, TWELL_LOG_ERROR, msg);
+            }
+            return st;
+        }
+    }
     if (o.backend != TWELL_BACKEND_AUTO && o.backend != TWELL_BACKEND_CPU &&
         o.backend != TWELL_BACKEND_CUDA) {
         tw_create_log(&o, TWELL_LOG_ERROR, "twell_ctx_create: options.backend is not a backend");

@@ -3,6 +3,8 @@
  * dispatched to the CPU or CUDA backend. */
 #include "internal.h"
 
+#include "abi.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,11 +12,26 @@
 
 /* ---- shapes ---- */
 
-twell_shape twell_shape_default(uint32_t K, uint32_t N) {
+/* Every field of twell_shape, in order: the bytes a caller's struct_size covers. */
+static const size_t tw_shape_ends[] = {
+    TW_FIELD_END(twell_shape, struct_size), TW_FIELD_END(twell_shape, K),
+    TW_FIELD_END(twell_shape, N),           TW_FIELD_END(twell_shape, T),
+    TW_FIELD_END(twell_shape, C),           TW_FIELD_END(twell_shape, dtype),
+    TW_FIELD_END(twell_shape, gated),
+};
+/* A field appended to the struct grows it past its last listed field: list it above. */
+_Static_assert(sizeof(twell_shape) - TW_FIELD_END(twell_shape, gated) < _Alignof(twell_shape),
+               "a field of twell_shape is missing from tw_shape_ends");
+
+static const tw_abi_struct tw_shape_abi = {"shape", "twell_shape_init", sizeof(twell_shape),
+                                           tw_shape_ends,
+                                           sizeof tw_shape_ends / sizeof tw_shape_ends[0]};
+
+/* The defaults of every field but K and N, which have none (0: an invalid shape). */
+static twell_shape tw_shape_defaults(void) {
     twell_shape s;
     memset(&s, 0, sizeof s);
-    s.K = K;
-    s.N = N;
+    s.struct_size = sizeof s;
     s.T = 256;
     s.C = 8;
     s.dtype = TWELL_DTYPE_BF16;
@@ -22,10 +39,25 @@ twell_shape twell_shape_default(uint32_t K, uint32_t N) {
     return s;
 }
 
-/* Checks shape; on failure records "<fn>: shape.<field> = <value> ..." on ctx (may be NULL). */
-static twell_status tw_shape_validate(twell_ctx *ctx, const char *fn, const twell_shape *s) {
-    if (!s)
+twell_status twell_shape_init_sized(twell_shape *shape, size_t struct_size, uint32_t K,
+                                    uint32_t N) {
+    twell_shape d = tw_shape_defaults();
+    d.K = K;
+    d.N = N;
+    return tw_abi_init(&tw_shape_abi, shape, struct_size, &d);
+}
+
+/* Checks shape, read by its struct_size into *out; on failure records "<fn>: shape.<field> =
+ * <value> ..." on ctx (may be NULL). */
+static twell_status tw_shape_import(twell_ctx *ctx, const char *fn, const twell_shape *shape,
+                                    twell_shape *out) {
+    if (!shape)
         return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: shape is NULL", fn);
+    twell_shape in = tw_shape_defaults();
+    char why[256];
+    if (tw_abi_read(&tw_shape_abi, shape, &in, why, sizeof why, NULL) != TWELL_OK)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: %s", fn, why);
+    const twell_shape *s = &in;
     if (s->K == 0 || s->K % 16 != 0)
         return tw_error(ctx, TWELL_ERR_INVALID_ARG,
                         "%s: shape.K = %u is not a positive multiple of 16", fn, s->K);
@@ -44,11 +76,13 @@ static twell_status tw_shape_validate(twell_ctx *ctx, const char *fn, const twel
         return tw_error(ctx, TWELL_ERR_INVALID_ARG,
                         "%s: shape.dtype = %d is not TWELL_DTYPE_BF16 or TWELL_DTYPE_FP16", fn,
                         (int)s->dtype);
+    *out = in;
     return TWELL_OK;
 }
 
 static twell_status tw_shape_check_held(twell_ctx *ctx, const twell_shape *shape) {
-    twell_status st = tw_shape_validate(ctx, "twell_shape_check", shape);
+    twell_shape s = {0};
+    twell_status st = tw_shape_import(ctx, "twell_shape_check", shape, &s);
     if (st == TWELL_OK)
         tw_clear_error(ctx);
     return st;
@@ -62,9 +96,10 @@ twell_status twell_shape_check(twell_ctx *ctx, const twell_shape *shape) {
 }
 
 uint32_t twell_tile_words(const twell_shape *shape) {
-    if (tw_shape_validate(NULL, "", shape) != TWELL_OK)
+    twell_shape s = {0};
+    if (tw_shape_import(NULL, "", shape, &s) != TWELL_OK)
         return 0;
-    return shape->T / shape->C;
+    return s.T / s.C;
 }
 
 uint32_t twell_tile_slots(const twell_shape *shape) {
@@ -73,9 +108,10 @@ uint32_t twell_tile_slots(const twell_shape *shape) {
 }
 
 size_t twell_packed_words(const twell_shape *shape, size_t M) {
-    if (tw_shape_validate(NULL, "", shape) != TWELL_OK)
+    twell_shape s = {0};
+    if (tw_shape_import(NULL, "", shape, &s) != TWELL_OK)
         return 0;
-    size_t row = shape->N / shape->C;
+    size_t row = s.N / s.C;
     if (M > SIZE_MAX / row)
         return 0;
     return M * row;
@@ -98,15 +134,16 @@ static twell_status tw_plan_create_held(twell_ctx *ctx, const twell_shape *shape
         return TWELL_ERR_INVALID_ARG;
     if (!out)
         return tw_error(ctx, TWELL_ERR_INVALID_ARG, "twell_plan_create: out is NULL");
-    twell_status st = tw_shape_validate(ctx, "twell_plan_create", shape);
+    twell_shape s = {0};
+    twell_status st = tw_shape_import(ctx, "twell_plan_create", shape, &s);
     if (st != TWELL_OK)
         return st;
     twell_plan *plan = calloc(1, sizeof *plan);
     if (!plan)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_plan_create: out of memory");
     plan->ctx = ctx;
-    plan->shape = *shape;
-    plan->shape.gated = shape->gated ? 1 : 0;
+    plan->shape = s;
+    plan->shape.gated = s.gated ? 1 : 0;
     plan->path = TWELL_PATH_AUTO;
     if (ctx->backend == TWELL_BACKEND_CUDA) {
         st = tw_cuda_plan_init(plan);

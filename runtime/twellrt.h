@@ -24,7 +24,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define TWELL_VERSION_MAJOR 0
-#define TWELL_VERSION_MINOR 1
+#define TWELL_VERSION_MINOR 2
 #define TWELL_VERSION_PATCH 0
 /* One integer that orders versions: MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define TWELL_VERSION_NUMBER                                                                       \
@@ -36,6 +36,47 @@ TWELL_API const char *twell_version(void);
 
 /* TWELL_VERSION_NUMBER of the library actually loaded. Thread-safe. */
 TWELL_API int twell_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * ABI stability
+ *
+ * The shared library's soname is libtwellrt.so.TWELL_ABI_VERSION. Within one soname a program
+ * built against an older twellrt.h runs unchanged with a newer library: functions are only
+ * added, never removed or changed, and no struct crosses the ABI by value. The number goes up
+ * (a new soname) whenever that promise is broken; CI compares the built library's exported ABI
+ * with the baseline in abi/ (scripts/check_abi.sh, README "ABI").
+ *
+ * Sized structs. The plain-data structs a caller fills in (twell_ctx_options, twell_shape) begin
+ * with `size_t struct_size`, the size of the struct as the caller's compiler sees it. Set it, and
+ * every default, with the struct's init function (twell_ctx_options_init, twell_shape_init):
+ * static inline functions of this header that pass sizeof as compiled into the program to the
+ * library's *_init_sized, which writes the library's defaults into exactly that many bytes. A
+ * binding without a C compiler (ctypes, ...) calls *_init_sized with its own struct's size. An
+ * initializer that sets struct_size to sizeof and gives every field a value is equivalent. The
+ * library writes a caller's struct only in *_init_sized (exactly struct_size bytes), and reads
+ * only the bytes the caller has:
+ *   - a field that lies wholly inside struct_size is the caller's; a field past it (added by a
+ *     later version than the caller's header) keeps its default, as if left unchanged;
+ *   - struct_size larger than the library's struct (a program built against a newer header
+ *     running on an older library): the bytes the library does not know must be zero (the
+ *     newer fields left at their defaults), else TWELL_ERR_INVALID_ARG names the struct and the
+ *     first byte set;
+ *   - struct_size below sizeof(size_t) (0: a struct that was never initialised) or above
+ *     TWELL_STRUCT_SIZE_MAX is TWELL_ERR_INVALID_ARG, and nothing else of the struct is read.
+ * Rules for later versions of this header: fields are only appended, each starting at or after
+ * the earlier struct's sizeof (never in its tail padding), and a new field's default is all-zero
+ * bytes (NULL, 0, TWELL_SWITCH_DEFAULT), so an older library that zeroes it, or a newer caller
+ * that leaves it alone, means "default". A struct the library returns by pointer
+ * (twell_plan_shape) carries the library's struct_size; a caller reads only the fields its own
+ * header has.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The N of the soname libtwellrt.so.N (CMakeLists.txt reads it from here). */
+#define TWELL_ABI_VERSION 1
+
+/* The largest struct_size the library accepts (a larger value is a struct that was never
+ * initialised, not a future version). */
+#define TWELL_STRUCT_SIZE_MAX 4096u
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes. One X-macro list generates the enum and its name/message tables.
@@ -117,9 +158,9 @@ typedef enum twell_switch {
 } twell_switch;
 
 /* Plain-data options, passed by pointer and copied by twell_ctx_create (strings included); the
- * caller may free or reuse them right after. Obtain defaults with twell_ctx_options_default() and
- * change the fields you need: fields added in later versions go at the end and keep their
- * defaults.
+ * caller may free or reuse them right after. Initialise them with twell_ctx_options_init(&o)
+ * (struct_size and every default) and change the fields you need; fields added in later versions
+ * go at the end and keep their defaults (see "ABI stability").
  *
  * Environment: a field left at its default (NULL, 0 or TWELL_SWITCH_DEFAULT) takes the value of
  * the environment variable named beside it when that is set (so an operator can steer a program
@@ -127,6 +168,7 @@ typedef enum twell_switch {
  * are read once, by twell_ctx_create (the cache directory's when the cache first opens), never
  * during an op. README's "Environment variables" lists them all. */
 typedef struct twell_ctx_options {
+    size_t struct_size;        /* set by twell_ctx_options_init: sizeof as the caller compiled it */
     twell_backend backend;     /* default TWELL_BACKEND_AUTO */
     int device;                /* CUDA device ordinal; default 0 */
     const char *cache_dir;     /* NULL: $TWELL_CACHE_DIR, else $XDG_CACHE_HOME/twellrt, else
@@ -173,16 +215,31 @@ typedef struct twell_ctx_options {
     const char *cublaslt_library;
 } twell_ctx_options;
 
-/* Default options (AUTO backend, device 0, default cache, no log, WARN, all cores, every
- * environment-backed field at its default). */
-TWELL_API twell_ctx_options twell_ctx_options_default(void);
+/* Writes the default options (AUTO backend, device 0, default cache, no log, WARN, all cores,
+ * every environment-backed field at its default) into the first struct_size bytes at opts: the
+ * fields of this library that fit, zero for bytes past them (fields of a newer header, whose
+ * defaults are zero), and opts->struct_size = struct_size. Call it through
+ * twell_ctx_options_init, which passes the size the program was compiled with. Errors:
+ * TWELL_ERR_INVALID_ARG for NULL opts or struct_size outside [sizeof(size_t),
+ * TWELL_STRUCT_SIZE_MAX] (nothing written). Thread-safe. */
+TWELL_API twell_status twell_ctx_options_init_sized(twell_ctx_options *opts, size_t struct_size);
 
-/* Creates a context. opts may be NULL (defaults). On success *out is the new context; on failure
- * *out is NULL and the status says why: TWELL_ERR_NO_DEVICE when CUDA was requested explicitly and
- * no device is usable (AUTO falls back to CPU instead, logging at INFO why CUDA was not used),
- * TWELL_ERR_INVALID_ARG for bad options, TWELL_ERR_NO_MEMORY. A failed create has no context to
- * hold a message; the reason goes to opts->log. The cache directory is created lazily; a cache that
- * cannot be used degrades to memory only with one warning, never an error. */
+/* twell_ctx_options_init(&o): the defaults, with o.struct_size = sizeof(twell_ctx_options) as
+ * this header defines it. Fails only for NULL (TWELL_ERR_INVALID_ARG). */
+static inline twell_status twell_ctx_options_init(twell_ctx_options *opts) {
+    return twell_ctx_options_init_sized(opts, sizeof(twell_ctx_options));
+}
+
+/* Creates a context. opts may be NULL (defaults); else it must have been initialised by
+ * twell_ctx_options_init (its struct_size is read first, then only the fields inside it: see "ABI
+ * stability"). On success *out is the new context; on failure *out is NULL and the status says
+ * why: TWELL_ERR_NO_DEVICE when CUDA was requested explicitly and no device is usable (AUTO falls
+ * back to CPU instead, logging at INFO why CUDA was not used), TWELL_ERR_INVALID_ARG for bad
+ * options (a struct_size out of range, or a field this library does not know set by a newer
+ * header, included), TWELL_ERR_NO_MEMORY. A failed create has no context to hold a message; the
+ * reason goes to opts->log (not for a struct_size out of range: no field of such a struct can be
+ * trusted). The cache directory is created lazily; a cache that cannot be used degrades to memory
+ * only with one warning, never an error. */
 TWELL_API twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out);
 
 /* Destroys ctx and releases everything it owns (plans and training states created from it must
@@ -246,20 +303,36 @@ TWELL_API const char *twell_ctx_device_name(const twell_ctx *ctx);
 
 typedef enum twell_dtype { TWELL_DTYPE_BF16 = 0, TWELL_DTYPE_FP16 = 1 } twell_dtype;
 
-/* Plain-data description of one feed-forward layer shape. Supported: K a multiple of 16 (the
- * CUDA kernels may additionally require a multiple of 64 and say so), 1 ≤ N ≤ 65536 a multiple
- * of T, T a power of two in [64, 256], C ∈ {2, 4, 8}. */
+/* Plain-data description of one feed-forward layer shape, a sized struct (see "ABI stability"):
+ * initialise it with twell_shape_init. Supported: K a multiple of 16 (the CUDA kernels may
+ * additionally require a multiple of 64 and say so), 1 ≤ N ≤ 65536 a multiple of T, T a power of
+ * two in [64, 256], C ∈ {2, 4, 8}. Every function taking a shape reads its struct_size first; a
+ * struct_size out of range (0: not initialised) or a field this library does not know set is an
+ * invalid shape (TWELL_ERR_INVALID_ARG naming shape.struct_size, or 0 from the pure functions). */
 typedef struct twell_shape {
-    uint32_t K;        /* model width */
-    uint32_t N;        /* hidden width */
-    uint32_t T;        /* TwELL column tile, default 256 */
-    uint32_t C;        /* compression factor, default 8 */
-    twell_dtype dtype; /* element type of x, weights and y */
-    int gated;         /* non-zero: gated block (Wg, Wu, Wd); zero: non-gated (Wu, Wd) */
+    size_t struct_size; /* set by twell_shape_init: sizeof as the caller compiled it */
+    uint32_t K;         /* model width */
+    uint32_t N;         /* hidden width */
+    uint32_t T;         /* TwELL column tile, default 256 */
+    uint32_t C;         /* compression factor, default 8 */
+    twell_dtype dtype;  /* element type of x, weights and y */
+    int gated;          /* non-zero: gated block (Wg, Wu, Wd); zero: non-gated (Wu, Wd) */
 } twell_shape;
 
-/* A gated bf16 shape with T = 256, C = 8 for the given K and N. */
-TWELL_API twell_shape twell_shape_default(uint32_t K, uint32_t N);
+/* Writes a gated bf16 shape with T = 256, C = 8 for the given K and N into the first struct_size
+ * bytes at shape (as twell_ctx_options_init_sized does for options: zero past the library's
+ * fields, shape->struct_size = struct_size). Call it through twell_shape_init. K and N are not
+ * checked here (twell_shape_check, twell_plan_create do). Errors: TWELL_ERR_INVALID_ARG for NULL
+ * shape or struct_size outside [sizeof(size_t), TWELL_STRUCT_SIZE_MAX] (nothing written).
+ * Thread-safe. */
+TWELL_API twell_status twell_shape_init_sized(twell_shape *shape, size_t struct_size, uint32_t K,
+                                              uint32_t N);
+
+/* twell_shape_init(&s, K, N): the default shape for K, N, with s.struct_size =
+ * sizeof(twell_shape) as this header defines it. Fails only for NULL (TWELL_ERR_INVALID_ARG). */
+static inline twell_status twell_shape_init(twell_shape *shape, uint32_t K, uint32_t N) {
+    return twell_shape_init_sized(shape, sizeof(twell_shape), K, N);
+}
 
 /* TWELL_OK if shape is supported, else TWELL_ERR_INVALID_ARG with a message naming the bad
  * field in ctx (ctx may be NULL: no message). Nothing else is touched. */
@@ -350,7 +423,8 @@ TWELL_API twell_status twell_plan_create(twell_ctx *ctx, const twell_shape *shap
 TWELL_API void twell_plan_destroy(twell_plan *plan);
 
 /* The shape plan was created with (borrowed, valid for the plan's lifetime; fixed at create:
- * safe from any thread). */
+ * safe from any thread). Its struct_size is the library's sizeof(twell_shape), which may exceed
+ * the caller's: read only the fields of your header. */
 TWELL_API const twell_shape *twell_plan_shape(const twell_plan *plan);
 
 /* Sets the path (default AUTO) of the plan's next inference and training calls.

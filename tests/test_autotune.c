@@ -125,7 +125,8 @@ static void test_autotune_config_limits(void **state) {
 
     /* Template parameters: the shape first, then the config. */
     tw_tune_config g = tw_cfg2("gate_pack_simt", "BM", 16, "THREADS", 128);
-    twell_shape s = twell_shape_default(512, 768);
+    twell_shape s;
+    twell_shape_init(&s, 512, 768);
     s.dtype = TWELL_DTYPE_FP16;
     tw_param prm[8];
     assert_int_equal(tw_tune_config_params(&g, &s, prm, 6), 0);
@@ -438,7 +439,8 @@ static int tw_rendered_words(const char *src, uint32_t *w, size_t n) {
  * space's default where that fits. */
 static void test_autotune_ffn_space_matches_launcher(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     twell_ctx *ctx = NULL;
@@ -535,7 +537,8 @@ static void test_autotune_ffn_rule_matches_template(void **state) {
     size_t agree_ok = 0, agree_bad = 0, floor_only = 0;
     for (size_t i = 0; i < 400; i++) {
         const uint32_t *sh = shapes[i % 3];
-        twell_shape s = twell_shape_default(sh[0], sh[1]);
+        twell_shape s;
+        twell_shape_init(&s, sh[0], sh[1]);
         s.T = sh[2];
         s.gated = (int)sh[3];
         s.dtype = i % 2 ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
@@ -695,7 +698,8 @@ static void test_autotune_gpu_glue_without_device(void **state) {
     assert_int_equal(tw_tune_device_of(ctx, &d), TWELL_ERR_UNSUPPORTED);
     assert_int_equal(d.sm_count, 0);
     assert_non_null(strstr(twell_ctx_errmsg(ctx), "tuning needs a CUDA device"));
-    twell_shape sh = twell_shape_default(2048, 5632);
+    twell_shape sh;
+    twell_shape_init(&sh, 2048, 5632);
     tw_tune_choice ch;
     assert_int_equal(tw_tune_gpu(ctx, "gate_pack", &sh, 4096, NULL, 0, &ch), TWELL_ERR_UNSUPPORTED);
     /* What this build can launch: the SIMT gate-pack; the others wait for their launchers. */

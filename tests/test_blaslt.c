@@ -18,7 +18,8 @@
 
 /* A CPU context whose options name lib (NULL: leave it to the environment). */
 static twell_ctx *tb_ctx(const char *lib) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.cublaslt_library = lib;
@@ -77,7 +78,8 @@ static void test_blaslt_types(void **state) {
     assert_int_equal(tw_lt_type_of(TWELL_DTYPE_BF16), TW_LT_BF16);
     assert_int_equal(tw_lt_type_of(TWELL_DTYPE_FP16), TW_LT_FP16);
     /* the option is part of the defaults, NULL */
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     assert_null(o.cublaslt_library);
 }
 

@@ -80,7 +80,8 @@ static void test_ctx_cpu_lifecycle(void **state) {
     static const int threads[] = {1, 3};
     static const char *names[] = {"cpu (1 thread)", "cpu (3 threads)"};
     for (int i = 0; i < 2; i++) {
-        twell_ctx_options o = twell_ctx_options_default();
+        twell_ctx_options o;
+        twell_ctx_options_init(&o);
         o.backend = TWELL_BACKEND_CPU;
         o.cpu_threads = threads[i];
         twell_ctx *ctx = (twell_ctx *)(uintptr_t)1;
@@ -97,7 +98,8 @@ static void test_ctx_cpu_lifecycle(void **state) {
 
 static void test_ctx_defaults(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     assert_int_equal(o.backend, TWELL_BACKEND_AUTO);
     assert_int_equal(o.device, 0);
     assert_null(o.cache_dir);
@@ -123,7 +125,8 @@ static void test_ctx_auto_fallback(void **state) {
     (void)state;
     tc_log log;
     memset(&log, 0, sizeof log);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tc_log_fn;
     o.log_user = &log;
@@ -165,7 +168,8 @@ static void test_ctx_bad_options(void **state) {
     (void)state;
     tc_log log;
     memset(&log, 0, sizeof log);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.log = tc_log_fn;
     o.log_user = &log;
     assert_int_equal(twell_ctx_create(&o, NULL), TWELL_ERR_INVALID_ARG);
@@ -231,7 +235,8 @@ static void test_ctx_environment_options(void **state) {
         saved[i] = v ? strdup(v) : NULL;
         unsetenv(vars[i]);
     }
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     /* neither: built-in defaults (no tuning on first use, PDL wanted, built-in locations) */
@@ -283,7 +288,8 @@ static void test_ctx_environment_options(void **state) {
 /* options.pointer_cache: ON by default, OFF from TWELL_POINTER_CACHE=0 when the program leaves the
  * field at DEFAULT, the program's value otherwise; read at creation. */
 static int tc_pointer_cache(twell_switch sw) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.pointer_cache = sw;
@@ -316,11 +322,13 @@ static void test_ctx_pointer_cache_option(void **state) {
 /* A failing call leaves a message naming the argument; the next successful call clears it. */
 static void test_ctx_errmsg(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     twell_ctx *ctx = NULL;
     assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     s.C = 3;
     twell_plan *plan = (twell_plan *)(uintptr_t)1;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_ERR_INVALID_ARG);
@@ -351,7 +359,8 @@ static void test_ctx_log_levels(void **state) {
     for (int thr = TWELL_LOG_DEBUG; thr <= TWELL_LOG_ERROR; thr++) {
         tc_log log;
         memset(&log, 0, sizeof log);
-        twell_ctx_options o = twell_ctx_options_default();
+        twell_ctx_options o;
+        twell_ctx_options_init(&o);
         o.backend = TWELL_BACKEND_CPU;
         o.log = tc_log_fn;
         o.log_user = &log;
@@ -367,7 +376,8 @@ static void test_ctx_log_levels(void **state) {
         snprintf(want, sizeof want, "message %d", TWELL_LOG_ERROR);
         assert_string_equal(log.last, want);
         memset(&log, 0, sizeof log);
-        twell_shape s = twell_shape_default(24, 256);
+        twell_shape s;
+        twell_shape_init(&s, 24, 256);
         assert_int_equal(twell_shape_check(ctx, &s), TWELL_ERR_INVALID_ARG);
         if (thr == TWELL_LOG_DEBUG) {
             assert_int_equal(log.count[TWELL_LOG_DEBUG], 1);

@@ -74,7 +74,8 @@ static void test_cuda_errors_auto_falls_back(void **state) {
     (void)state;
     ce_log log;
     memset(&log, 0, sizeof log);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.log = ce_log_fn;
     o.log_user = &log;
     o.log_level = TWELL_LOG_INFO;
@@ -151,7 +152,7 @@ typedef struct {
  * ambiguous pre-activation: 1 - 1 + 2^-20, far inside the fp32 order-error bound. */
 static void pc_make(pc_fixture *f) {
     memset(f, 0, sizeof *f);
-    f->s = twell_shape_default(PC_K, PC_N);
+    twell_shape_init(&f->s, PC_K, PC_N);
     for (int k = 0; k < PC_K; k++)
         f->x[k] = tw_f32_to_bf16(1.0f);
     uint16_t vals[PC_N];

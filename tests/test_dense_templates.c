@@ -24,7 +24,8 @@ static twell_ctx *td_ctx;
 static int td_setup(void **state) {
     (void)state;
     setenv("TWELL_TEMPLATE_DIR", TWELL_TEST_SOURCE_DIR "/templates", 1);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     return twell_ctx_create(&o, &td_ctx) == TWELL_OK ? 0 : -1;

@@ -292,12 +292,14 @@ static int tf_setup(void **state) {
     (void)mkdir(parent, 0700);
     snprintf(t->dir, sizeof t->dir, "%s/test_fault-XXXXXX", parent);
     assert_non_null(mkdtemp(t->dir));
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 2; /* worker threads allocate too */
     o.cache_dir = t->dir;
     assert_int_equal(twell_ctx_create(&o, &t->ctx), TWELL_OK);
-    twell_shape s = twell_shape_default(TF_K, TF_N);
+    twell_shape s;
+    twell_shape_init(&s, TF_K, TF_N);
     s.T = 64; /* C = 8: 7 slots per row-tile, so the heavy rows' tiles overflow */
     assert_int_equal(twell_plan_create(t->ctx, &s, &t->plan), TWELL_OK);
     tw_synth_params p = tw_synth_params_default();
@@ -346,7 +348,8 @@ static int tf_teardown(void **state) {
 /* Context with a disk cache and worker threads, created and destroyed. */
 static twell_status tf_run_ctx(tf_case *c) {
     tf_fix *t = c->user;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 2;
     o.cache_dir = t->dir;
@@ -366,7 +369,8 @@ static void test_fault_ctx_create(void **state) {
 /* Plans (gated and non-gated) on a working context. */
 static twell_status tf_run_plan(tf_case *c) {
     tf_fix *t = c->user;
-    twell_shape s = twell_shape_default(TF_K, TF_N);
+    twell_shape s;
+    twell_shape_init(&s, TF_K, TF_N);
     twell_status st = TWELL_OK;
     for (int gated = 1; gated >= 0 && st == TWELL_OK; gated--) {
         s.gated = gated;
@@ -384,7 +388,8 @@ static void test_fault_plan_create(void **state) {
     tf_case c = {.name = "twell_plan_create", .run = tf_run_plan, .user = t, .msg_ctx = t->ctx};
     tf_loop(&c); /* a CPU plan may allocate nothing beyond its handle: no minimum */
     twell_plan *plan = NULL;
-    twell_shape s = twell_shape_default(TF_K, TF_N);
+    twell_shape s;
+    twell_shape_init(&s, TF_K, TF_N);
     assert_int_equal(twell_plan_create(t->ctx, &s, &plan), TWELL_OK); /* the ctx still works */
     twell_plan_destroy(plan);
 }

@@ -144,12 +144,14 @@ static void test_ffn_policy_threshold_and_overrides(void **st) {
 /* twell_plan_reserve on the CPU backend: arguments checked, nothing else to do. */
 static void test_ffn_policy_reserve_args_cpu(void **st) {
     (void)st;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     twell_ctx *ctx = NULL;
     assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
     assert_int_equal(twell_plan_reserve(NULL, 1, 0.0), TWELL_ERR_INVALID_ARG);

@@ -16,7 +16,8 @@
 #include <cmocka.h>
 
 static twell_shape tf_shape(uint32_t N, uint32_t T, uint32_t C) {
-    twell_shape s = twell_shape_default(64, N);
+    twell_shape s;
+    twell_shape_init(&s, 64, N);
     s.T = T;
     s.C = C;
     return s;
@@ -164,7 +165,8 @@ static void test_format_unpack_rejects_malformed(void **state) {
 /* Size helpers: T/C words, M·N/C words, ·4 bytes; 0 for invalid shapes and on overflow. */
 static void test_format_sizes(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     assert_int_equal(twell_tile_words(&s), 32);
     assert_int_equal(twell_tile_slots(&s), 31);
     assert_int_equal(twell_packed_words(&s, 3), 3 * 704);

@@ -97,7 +97,8 @@ static long cf_rendered_smem(const twell_shape *s, const tw_gp_cfg *c, twell_sta
 static void test_gate_pack_cfg_sm90_smem_matches_template(void **state) {
     (void)state;
     tw_cuda dev = cf_h200();
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     static const unsigned bks[] = {32, 64}, clusters[] = {1, 2, 4};
     size_t rendered = 0, refused = 0;
     for (size_t b = 0; b < 2; b++)
@@ -160,7 +161,7 @@ static void test_gate_pack_cfg_sm90_space_matches_plans(void **state) {
                     tw_tune_problem p;
                     memset(&p, 0, sizeof p);
                     snprintf(p.op, sizeof p.op, "gate_pack");
-                    p.shape = twell_shape_default(Ks[k], Ns[n]);
+                    twell_shape_init(&p.shape, Ks[k], Ns[n]);
                     p.shape.T = Ts[t];
                     p.shape.C = Cs[c];
                     p.M = 4096;
@@ -193,7 +194,7 @@ static void test_gate_pack_cfg_space_candidates_launchable(void **state) {
                 tw_tune_problem p;
                 memset(&p, 0, sizeof p);
                 snprintf(p.op, sizeof p.op, "gate_pack");
-                p.shape = twell_shape_default(shapes[i][0], shapes[i][1]);
+                twell_shape_init(&p.shape, shapes[i][0], shapes[i][1]);
                 p.shape.T = shapes[i][2];
                 p.shape.C = 4;
                 p.M = Ms[m];
@@ -228,7 +229,8 @@ static void test_gate_pack_cfg_space_candidates_launchable(void **state) {
 }
 
 int main(void) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     if (twell_ctx_create(&o, &cf_ctx) != TWELL_OK)

@@ -92,7 +92,8 @@ static void test_gpu_driver_pointer_kinds(void **state) {
     assert_int_equal(tw_cuda_pointer_kind(gd_ctx, NULL), -1);
 
     /* The op entry points reject host memory on the CUDA backend, naming the argument. */
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     assert_int_equal(twell_plan_create(gd_ctx, &s, &plan), TWELL_OK);
     assert_int_equal(twell_gate_pack(plan, 1, on_heap, d, (uint32_t *)d + 512, NULL),
@@ -168,7 +169,8 @@ static void test_gpu_driver_events_and_streams(void **state) {
 static void test_gpu_driver_simt_module_launch(void **state) {
     (void)state;
     const uint32_t K = 64, N = 256, M = 37;
-    twell_shape s = twell_shape_default(K, N);
+    twell_shape s;
+    twell_shape_init(&s, K, N);
     tw_param params[] = {{"K", NULL, K},        {"N", NULL, N},       {"T", NULL, 256},
                          {"C", NULL, 8},        {"dtype", "bf16", 0}, {"BM", NULL, 32},
                          {"THREADS", NULL, 256}};

@@ -365,7 +365,7 @@ static void test_gpu_fault_train(void **state) {
 static int gf_setup(void **state) {
     (void)state;
     gf.ctx = tw_gpu_open_or_skip("test_gpu_fault");
-    gf.s = twell_shape_default(GF_K, GF_N);
+    twell_shape_init(&gf.s, GF_K, GF_N);
     tw_synth_params p = tw_synth_params_default();
     p.M = GF_M;
     p.K = GF_K;

@@ -233,7 +233,8 @@ static void test_gpu_ffn_dense_gate_case(void **state) {
  * path follows the data one call later each way, and no call waits for the device. */
 static void test_gpu_ffn_dense_auto_switch(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 2048);
+    twell_shape s;
+    twell_shape_init(&s, 512, 2048);
     twell_plan *plan = fd_plan(&s);
     const size_t M = 4096;
     gi_data lo, hi;
@@ -300,7 +301,8 @@ static void test_gpu_ffn_dense_auto_switch(void **state) {
  * checked. */
 static void test_gpu_ffn_dense_chunks(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(64, 65536);
+    twell_shape s;
+    twell_shape_init(&s, 64, 65536);
     twell_plan *plan = fd_plan(&s);
     const size_t M = 4096 + 777;
     gi_data d;
@@ -328,7 +330,8 @@ static void test_gpu_ffn_dense_chunks(void **state) {
  * run. Then a larger M grows the workspace (one counted wait). */
 static void test_gpu_ffn_dense_streams(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 512, 1024);
     s.gated = 0;
     twell_plan *plan = fd_plan(&s);
     gi_data d;
@@ -370,7 +373,8 @@ static void test_gpu_ffn_dense_streams(void **state) {
  * written on error. Then K = 80, which DENSE runs. */
 static void test_gpu_ffn_dense_errors(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(256, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 256, 1024);
     twell_plan *plan = fd_plan(&s);
     gi_data d;
     fd_prepare(&d, &s, 200, SKW, 20, 51, plan);
@@ -403,7 +407,8 @@ static void test_gpu_ffn_dense_errors(void **state) {
     twell_plan_destroy(plan);
 
     /* K = 80: no multiple of 64, which the hand-written GEMMs needed; cuBLASLt runs it */
-    twell_shape s80 = twell_shape_default(80, 512);
+    twell_shape s80;
+    twell_shape_init(&s80, 80, 512);
     plan = fd_plan(&s80);
     fd_prepare(&d, &s80, 100, SKW, 29, 52, plan);
     FD_OK(twell_plan_set_path(plan, TWELL_PATH_DENSE));

@@ -139,7 +139,8 @@ static void test_gpu_ffn_infer_case(void **state) {
 static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
     (void)state;
     const size_t M = 2 * TW_FFN_CHUNK + 777;
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
@@ -182,7 +183,8 @@ static void test_gpu_ffn_infer_chunks_and_streams(void **state) {
  * flags, grows the workspace and is tiled again, with no second probe. */
 static void test_gpu_ffn_infer_growth_without_probe(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 2048);
+    twell_shape s;
+    twell_shape_init(&s, 512, 2048);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     FI_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
@@ -255,7 +257,8 @@ static void fi_two_close(twell_plan *plan, gi_data in[2]) {
 #define FI_ALT_CALLS 16
 static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
     (void)state;
-    const twell_shape s = twell_shape_default(512, 2048);
+    twell_shape s;
+    twell_shape_init(&s, 512, 2048);
     const size_t M = 3000;
     gi_data in[2]; /* [0] sparse, [1] denser */
     twell_plan *plan = fi_two_open(&s, M, in, 21u);
@@ -318,7 +321,8 @@ static void test_gpu_ffn_infer_alternating_no_sync(void **state) {
  * reference; a denser call after that runs no fallback chunk. */
 static void test_gpu_ffn_infer_grow_in_flight(void **state) {
     (void)state;
-    const twell_shape s = twell_shape_default(512, 2048);
+    twell_shape s;
+    twell_shape_init(&s, 512, 2048);
     const size_t M = 3000;
     gi_data in[2]; /* [0] sparse, [1] denser */
     twell_plan *plan = fi_two_open(&s, M, in, 31u);
@@ -387,7 +391,8 @@ static void test_gpu_ffn_infer_grow_in_flight(void **state) {
  * run; tensors off 16-byte alignment go to the portable kernel; an odd address is rejected. */
 static void test_gpu_ffn_infer_paths_and_alignment(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(256, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 256, 1024);
     twell_plan *plan = NULL;
     FI_OK(twell_plan_create(fi_ctx, &s, &plan));
     gi_data d;
@@ -479,8 +484,10 @@ static void fi_heavy_run(twell_shape s, size_t M, double nnz, long long low_thr)
 
 static void test_gpu_ffn_infer_heavy_rows(void **state) {
     (void)state;
-    fi_heavy_run(twell_shape_default(2048, 5632), 4096, 29, 20);
-    twell_shape s = twell_shape_default(512, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
+    fi_heavy_run(s, 4096, 29, 20);
+    twell_shape_init(&s, 512, 1024);
     s.dtype = FP;
     fi_heavy_run(s, 3000, 29, 8);
 }
@@ -488,7 +495,9 @@ static void test_gpu_ffn_infer_heavy_rows(void **state) {
 /* A small case for the sanitizers. */
 static void test_gpu_ffn_infer_heavy_small(void **state) {
     (void)state;
-    fi_heavy_run(twell_shape_default(512, 1024), 333, 29, 12);
+    twell_shape s;
+    twell_shape_init(&s, 512, 1024);
+    fi_heavy_run(s, 333, 29, 12);
 }
 
 int main(int argc, char **argv) {

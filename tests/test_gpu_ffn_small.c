@@ -262,7 +262,8 @@ static void test_gpu_ffn_small_case(void **state) {
 
 static void test_gpu_ffn_small_gate(void **state) {
     const fs_gate_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
+    twell_shape s;
+    twell_shape_init(&s, c->K, c->N);
     s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = 1;
     twell_plan *plan = fs_plan(&s, "force");
     if (!fs_expect_available(plan)) {
@@ -320,7 +321,8 @@ static void fs_expect_which(gi_data *d, twell_plan *plan, int want_gate, int wan
  * one plan. */
 static void test_gpu_ffn_small_auto_rule(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     twell_plan *plan = fs_plan(&s, "auto");
     if (!fs_expect_available(plan)) {
         twell_plan_destroy(plan);

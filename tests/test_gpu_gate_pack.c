@@ -132,7 +132,8 @@ static void gp_check_variant(const gp_case *c, const twell_shape *s, twell_plan 
 
 static void test_gpu_gate_pack_case(void **state) {
     const gp_case *c = *state;
-    twell_shape s = twell_shape_default(c->K, c->N);
+    twell_shape s;
+    twell_shape_init(&s, c->K, c->N);
     s.T = c->T;
     s.C = c->C;
     s.dtype = c->dtype;
@@ -192,7 +193,8 @@ static void test_gpu_gate_pack_case(void **state) {
 static void test_gpu_gate_pack_stream_and_huge_m(void **state) {
     (void)state;
     const size_t M = (size_t)65535 * 32 + 4099;
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     s.gated = 0;
     tw_synth_params sp = tw_synth_params_default();
     sp.M = M, sp.K = 64, sp.N = 256, sp.gated = 0, sp.nnz = 12, sp.seed = 77;

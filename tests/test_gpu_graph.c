@@ -250,7 +250,8 @@ static void test_gpu_graph_replay(void **state) {
     const gr_case *c = *state;
     if (c->want == P_DENSE && !gr_sm90())
         skip();
-    twell_shape s = twell_shape_default(c->K, c->N);
+    twell_shape s;
+    twell_shape_init(&s, c->K, c->N);
     s.dtype = c->dtype, s.gated = c->gated;
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
@@ -311,7 +312,8 @@ static void test_gpu_graph_auto_fixed(void **state) {
     (void)state;
     if (!gr_sm90())
         skip();
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     const size_t M = 64, Mbig = 4096;
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
@@ -379,7 +381,8 @@ static void test_gpu_graph_auto_fixed(void **state) {
 
 static void test_gpu_graph_overflow_beyond_reserve(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     const size_t M = 1000;
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
@@ -424,7 +427,8 @@ static void test_gpu_graph_overflow_beyond_reserve(void **state) {
 
 static void test_gpu_graph_heavy_rows(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     const size_t M = 1000;
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
@@ -461,7 +465,8 @@ static void test_gpu_graph_heavy_rows(void **state) {
 
 static void test_gpu_graph_no_reserve(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     const size_t M = 64;
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
@@ -493,7 +498,8 @@ static void test_gpu_graph_no_reserve(void **state) {
 
 static void test_gpu_graph_reserve_errors(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(512, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 512, 1024);
     twell_plan *plan = NULL;
     GR_OK(twell_plan_create(gr_ctx, &s, &plan));
     assert_int_equal(twell_plan_reserve(NULL, 8, 1.0), TWELL_ERR_INVALID_ARG);

@@ -134,7 +134,8 @@ static void gh_run_free(gh_run *r) {
  * each, so the previous call's work has completed); each counted call's bytes equal the first
  * counted call's. */
 static void gh_run_case(twell_ctx *ctx, const gh_case *c, const tw_synth_ffn *f, gh_run *out) {
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     twell_plan *plan = NULL;
     TW_GPU_OK(ctx, twell_plan_create(ctx, &s, &plan));
     TW_GPU_OK(ctx, twell_plan_set_path(plan, c->path));
@@ -196,7 +197,8 @@ static void gh_run_case(twell_ctx *ctx, const gh_case *c, const tw_synth_ffn *f,
 
 static void test_gpu_host_steady_calls(void **state) {
     const gh_case *c = *state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     tw_synth_params p = tw_synth_params_default();
     p.M = c->M, p.K = s.K, p.N = s.N, p.dtype = s.dtype, p.gated = 1;
     p.nnz = c->nnz, p.dist = TW_SYNTH_UNIFORM, p.seed = 71;
@@ -249,7 +251,8 @@ static void test_gpu_host_steady_calls(void **state) {
  * about again (its next call makes no pointer query). */
 static void test_gpu_host_pointer_contract(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     twell_plan *plan = NULL;
     TW_GPU_OK(gh_ctx, twell_plan_create(gh_ctx, &s, &plan));
     size_t M = 1, xb = M * s.K * 2u, wb = (size_t)s.N * s.K * 2u;
@@ -289,7 +292,8 @@ static void test_gpu_host_pointer_contract(void **state) {
 
 int main(void) {
     gh_ctx = tw_gpu_open_or_skip("test_gpu_host");
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.pointer_cache = TWELL_SWITCH_OFF;
     if (twell_ctx_create(&o, &gh_ctx_off) != TWELL_OK) {

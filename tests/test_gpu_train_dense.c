@@ -299,7 +299,7 @@ static void td_compare(const twell_shape *s, size_t M, const td_out *o, const td
 }
 
 static twell_shape td_shape(const td_case *c) {
-    twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+    twell_shape s = {sizeof(twell_shape), c->K, c->N, c->T, c->C, c->dt, 1};
     return s;
 }
 
@@ -381,7 +381,7 @@ static void td_two_use(td_two *t, int high) {
 }
 
 static void td_two_open(td_two *t, uint32_t seed_lo, uint32_t seed_hi) {
-    twell_shape s = {256, 1024, 256, 8, BF, 1};
+    twell_shape s = {sizeof(twell_shape), 256, 1024, 256, 8, BF, 1};
     t->s = s;
     t->M = 1024;
     tw_t_gen gen[2] = {{0.004, 0, 1, seed_lo}, {0.20, 0, 1, seed_hi}};
@@ -611,7 +611,7 @@ static void test_gpu_train_dense_probe(void **st) {
  * count it, too small a buffer gives TWELL_ERR_NO_MEMORY (DENSE) or the sparse path (AUTO). */
 static void test_gpu_train_dense_workspace(void **st) {
     (void)st;
-    twell_shape s = {128, 512, 256, 8, FP, 1};
+    twell_shape s = {sizeof(twell_shape), 128, 512, 256, 8, FP, 1};
     size_t M = 1100;
     tw_t_gen gen = {0.05, 1, 1, 99u};
     tw_t_data d;
@@ -681,7 +681,7 @@ static void test_gpu_train_dense_workspace(void **st) {
  * author: not run yet. */
 static void test_gpu_train_dense_oom_fallback(void **st) {
     (void)st;
-    twell_shape s = {128, 1024, 256, 8, BF, 1};
+    twell_shape s = {sizeof(twell_shape), 128, 1024, 256, 8, BF, 1};
     size_t M = 2048;
     tw_t_gen gen = {0.10, 0, 1, 31u};
     tw_t_data d;
@@ -737,7 +737,7 @@ static void test_gpu_train_dense_oom_fallback(void **st) {
  * given unaligned tensors; nothing written, clear messages. */
 static void test_gpu_train_dense_errors(void **st) {
     (void)st;
-    twell_shape s = {64, 256, 256, 8, BF, 1};
+    twell_shape s = {sizeof(twell_shape), 64, 256, 256, 8, BF, 1};
     tw_t_gen gen = {0.05, 0, 1, 5u};
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, BF, 40, s.K, s.N, &gen), 0);

@@ -59,7 +59,8 @@ static double tu_now_ms(void) {
 #define TU_OK(ctx, expr) TW_GPU_OK(ctx, expr)
 
 static twell_shape tu_make_shape(uint32_t K, uint32_t N) {
-    twell_shape s = twell_shape_default(K, N);
+    twell_shape s;
+    twell_shape_init(&s, K, N);
     s.dtype = TWELL_DTYPE_BF16;
     return s;
 }
@@ -428,7 +429,8 @@ static twell_status tu_run_both(twell_ctx *ctx, twell_plan *plan, const twell_sh
  * 1 a check failed, 2 only the plan-ready time over TU_READY_MS. */
 static int tu_second_process(uint32_t K, uint32_t N, size_t M) {
     double t0 = tu_now_ms();
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tu_log;
     o.log_level = TWELL_LOG_WARN;
@@ -571,7 +573,8 @@ static void test_gpu_tune_on_first_use(void **state) {
     twell_shape s = tu_make_shape(512, 1280);
     s.T = 128;
     s.C = 4;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tu_log;
     o.log_level = TWELL_LOG_WARN;
@@ -735,7 +738,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     tu_self[n] = '\0';
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tu_log;
     o.log_level = TWELL_LOG_WARN;

@@ -185,7 +185,7 @@ static void test_grad_library_matches_oracle(void **st) {
         params_make(&p, &d, c->zero_dy);
         size_t xk = c->M * c->K, wk = (size_t)c->N * c->K;
 
-        twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+        twell_shape s = {sizeof(twell_shape), c->K, c->N, c->T, c->C, c->dt, 1};
         tw_t_lib L;
         assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
         uint16_t *y = malloc(xk * 2), *dx = malloc(xk * 2);

@@ -15,6 +15,13 @@ test -f "$prefix/include/twellrt.h"
 pc=$(find "$prefix" -name twellrt.pc | head -n 1)
 test -n "$pc"
 libdir=$(dirname "$(dirname "$pc")")
+# The shared library is installed under its soname, libtwellrt.so.TWELL_ABI_VERSION (twellrt.h).
+abi=$(sed -n 's/^#define TWELL_ABI_VERSION \([0-9][0-9]*\)$/\1/p' "$src/runtime/twellrt.h")
+test -n "$abi"
+test -f "$libdir/libtwellrt.so.$abi"
+if command -v readelf >/dev/null 2>&1; then
+    readelf -d "$libdir/libtwellrt.so.$abi" | grep -q "Library soname: \[libtwellrt.so.$abi\]"
+fi
 san=${TWELL_SANITIZE_FLAGS:-}
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 if command -v pkg-config >/dev/null 2>&1; then

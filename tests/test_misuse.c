@@ -31,7 +31,8 @@ static double tm_now(void) {
 }
 
 static twell_ctx *tm_ctx(int threads, twell_log_fn log, void *user) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = threads;
     o.log = log;
@@ -44,7 +45,8 @@ static twell_ctx *tm_ctx(int threads, twell_log_fn log, void *user) {
 
 /* A gated shape with row-tiles that overflow now and then (the exact recount runs too). */
 static twell_shape tm_shape(void) {
-    twell_shape s = twell_shape_default(64, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 64, 1024);
     s.T = 128;
     s.C = 8;
     return s;

@@ -147,7 +147,8 @@ static double tw_ms(void) {
  * main thread: results are recorded and checked after the join. */
 static void *tw_worker(void *arg) {
     tw_queue *q = arg;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     twell_ctx *ctx = NULL;
@@ -421,7 +422,8 @@ static void test_nvrtc_detached_inherits_options(void **state) {
     mkdir(TWELL_TEST_BINARY_DIR "/test-cache", 0700);
     assert_non_null(mkdtemp(dir));
     setenv("TWELL_TEMPLATE_DIR", "/nonexistent/templates", 1);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.cache_dir = dir;
@@ -543,7 +545,8 @@ static void test_nvrtc_prewarmed_cache_without_nvrtc(void **state) {
 
 /* A CPU context whose options name nvrtc (NULL: leave it to the environment), logging into log. */
 static twell_ctx *tw_nvrtc_ctx(const char *nvrtc, tw_logbook *log) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.nvrtc_library = nvrtc;

@@ -115,7 +115,8 @@ static void test_ptr_cache_tick_wrap(void **state) {
  * always named), and the option is validated. */
 static void test_ptr_cache_cpu_backend(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.pointer_cache = (twell_switch)7;
@@ -125,7 +126,8 @@ static void test_ptr_cache_cpu_backend(void **state) {
     o.pointer_cache = TWELL_SWITCH_ON;
     assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
     assert_int_equal(ctx->pointer_cache, 1);
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
     size_t M = 2;

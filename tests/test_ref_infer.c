@@ -43,7 +43,8 @@ static const tri_case tri_cases[] = {
 };
 
 static twell_shape tri_shape(const tri_case *c) {
-    twell_shape s = twell_shape_default(c->K, c->N);
+    twell_shape s;
+    twell_shape_init(&s, c->K, c->N);
     s.T = c->T;
     s.C = c->C;
     s.dtype = c->dtype;

@@ -39,7 +39,7 @@ typedef struct {
 } cfg;
 
 static twell_shape cfg_shape(const cfg *c) {
-    twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+    twell_shape s = {sizeof(twell_shape), c->K, c->N, c->T, c->C, c->dt, 1};
     return s;
 }
 

@@ -301,7 +301,8 @@ static void test_render_shape_params(void **state) {
     (void)state;
     tw_param p[TW_SHAPE_NPARAMS + 1];
     p[TW_SHAPE_NPARAMS] = (tw_param){"guard", "untouched", 7};
-    twell_shape s = twell_shape_default(512, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 512, 5632);
     s.T = 256, s.C = 8, s.dtype = TWELL_DTYPE_BF16;
     assert_int_equal(tw_shape_params(&s, p), TW_SHAPE_NPARAMS);
     assert_int_equal(TW_SHAPE_NPARAMS, TW_NSHAPE);
@@ -317,7 +318,7 @@ static void test_render_shape_params(void **state) {
     }
     assert_string_equal(p[TW_SHAPE_NPARAMS].key, "guard"); /* nothing past the five */
     /* Every field from its own member (distinct values), fp16 named as the templates spell it. */
-    s = twell_shape_default(4096, 11008);
+    twell_shape_init(&s, 4096, 11008);
     s.T = 64, s.C = 16, s.dtype = TWELL_DTYPE_FP16;
     assert_int_equal(tw_shape_params(&s, p), TW_SHAPE_NPARAMS);
     static const char *const keys[] = {"K", "N", "T", "C", "dtype"};
@@ -605,7 +606,8 @@ static void test_render_template_dir(void **state) {
 static void test_render_template_dir_option(void **state) {
     (void)state;
     tw_use_dir(TW_SRC_TEMPLATES);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.template_dir = TW_FIXTURES;

@@ -30,7 +30,8 @@ static tw_synth_params ts_params(size_t M, uint32_t K, uint32_t N, double nnz, t
 
 /* Gate-packs f with shape s (T, C given) and returns its statistics. */
 static void ts_stats(const tw_synth_ffn *f, uint32_t T, uint32_t C, tw_synth_stats *out) {
-    twell_shape s = twell_shape_default(f->p.K, f->p.N);
+    twell_shape s;
+    twell_shape_init(&s, f->p.K, f->p.N);
     s.T = T;
     s.C = C;
     s.dtype = f->p.dtype;
@@ -108,7 +109,8 @@ static void test_synth_skewed_structure(void **state) {
     p.heavy_frac = 0.05;
     tw_synth_ffn *f = NULL;
     assert_int_equal(tw_synth_create(NULL, &p, &f), TWELL_OK);
-    twell_shape s = twell_shape_default(p.K, p.N);
+    twell_shape s;
+    twell_shape_init(&s, p.K, p.N);
     uint32_t *packed = malloc(twell_packed_bytes(&s, p.M));
     uint16_t *dense = malloc(p.N * 2);
     unsigned *fired = calloc(p.N, sizeof *fired);
@@ -191,7 +193,8 @@ static void test_synth_bad_params(void **state) {
 /* Statistics of a hand-made packed buffer: 2 rows, 2 tiles of T = 64, C = 8 (7 slots). */
 static void test_synth_packed_stats(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(16, 128);
+    twell_shape s;
+    twell_shape_init(&s, 16, 128);
     s.T = 64;
     uint32_t packed[2 * 16];
     memset(packed, 0, sizeof packed);
@@ -221,7 +224,8 @@ static void test_synth_ffn64(void **state) {
         p.dtype = gated ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
         tw_synth_ffn *f = NULL;
         assert_int_equal(tw_synth_create(NULL, &p, &f), TWELL_OK);
-        twell_shape s = twell_shape_default(p.K, p.N);
+        twell_shape s;
+        twell_shape_init(&s, p.K, p.N);
         s.dtype = p.dtype;
         s.gated = gated;
         double *want = malloc(p.M * p.K * sizeof *want), *got = malloc(3 * p.K * sizeof *got);
@@ -245,7 +249,8 @@ static void test_synth_ffn64(void **state) {
                     fail_msg("gated %d row %zu col %zu: %.17g vs %.17g", gated, rows[i], k, a, b);
             }
         /* y = the reference, exactly representable: error 0; otherwise below unit roundoff. */
-        twell_ctx_options o = twell_ctx_options_default();
+        twell_ctx_options o;
+        twell_ctx_options_init(&o);
         o.backend = TWELL_BACKEND_CPU;
         twell_ctx *ctx = NULL;
         twell_plan *plan = NULL;

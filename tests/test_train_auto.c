@@ -92,7 +92,8 @@ static void test_train_auto_switching_sequence(void **st) {
  * 256-byte alignment of each part and the forward's per-warp partials; 0 on overflow. */
 static void test_train_auto_dense_bytes(void **st) {
     (void)st;
-    twell_shape s = twell_shape_default(2048, 5632);
+    twell_shape s;
+    twell_shape_init(&s, 2048, 5632);
     size_t M = 16384, b = tw_ctd_bytes(&s, M);
     size_t units = (M / 256) * (5632 / 256); /* 256-row clusters x 256-column tiles */
     assert_int_equal(b, M * 5632 * 10 + units * 2 * 8 * 2 * 4);

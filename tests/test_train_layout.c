@@ -27,7 +27,7 @@
 
 static void check_tile_scan(size_t M, uint32_t K, uint32_t N, uint32_t T, uint32_t C, int skew,
                             double density, uint64_t seed) {
-    twell_shape s = {K, N, T, C, TWELL_DTYPE_BF16, 1};
+    twell_shape s = {sizeof(twell_shape), K, N, T, C, TWELL_DTYPE_BF16, 1};
     tw_t_gen g = {density, skew, 1, seed};
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, s.dtype, M, K, N, &g), 0);
@@ -223,7 +223,7 @@ static void test_train_layout_heavy_threshold(void **state) {
 
 static void check_heavy_rows(size_t M, uint32_t K, uint32_t N, uint32_t T, uint32_t C, uint32_t thr,
                              uint64_t seed) {
-    twell_shape s = {K, N, T, C, TWELL_DTYPE_BF16, 1};
+    twell_shape s = {sizeof(twell_shape), K, N, T, C, TWELL_DTYPE_BF16, 1};
     tw_t_gen g = {0.03, 1, 1, seed};
     tw_t_data d;
     assert_int_equal(tw_t_data_make(&d, s.dtype, M, K, N, &g), 0);

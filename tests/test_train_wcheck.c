@@ -197,7 +197,7 @@ static void test_train_wcheck_library_passes(void **st) {
     for (int i = 0; i < 2; i++) {
         wk_case c;
         wk_open(&c, dts[i], 1 - i, 31u + (uint64_t)i);
-        twell_shape s = {WK_K, WK_N, 64, 4, dts[i], 1};
+        twell_shape s = {sizeof(twell_shape), WK_K, WK_N, 64, 4, dts[i], 1};
         tw_t_lib L;
         assert_int_equal(tw_t_lib_open(&L, &s, 2), 0);
         uint16_t *y = malloc((size_t)WK_M * WK_K * 2), *dx = malloc((size_t)WK_M * WK_K * 2);

@@ -21,7 +21,8 @@
 static void test_train_workspace_size_cpu(void **st) {
     (void)st;
     twell_ctx *ctx = tw_test_cpu_ctx(1);
-    twell_shape s = twell_shape_default(512, 1024);
+    twell_shape s;
+    twell_shape_init(&s, 512, 1024);
     twell_plan *plan = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
     size_t sp = 0, de = 0, au = 0;
@@ -65,7 +66,8 @@ static void test_train_workspace_size_cpu(void **st) {
 static void test_train_workspace_set_cpu(void **st) {
     (void)st;
     twell_ctx *ctx = tw_test_cpu_ctx(1);
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     twell_train_state *state = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);
@@ -84,7 +86,8 @@ static void test_train_workspace_set_cpu(void **st) {
 static void test_train_workspace_probes_cpu(void **st) {
     (void)st;
     twell_ctx *ctx = tw_test_cpu_ctx(1);
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     twell_plan *plan = NULL;
     twell_train_state *state = NULL;
     assert_int_equal(twell_plan_create(ctx, &s, &plan), TWELL_OK);

@@ -187,7 +187,7 @@ static void test_tune_cli_sees_stored_winner(void **state) {
     tw_tune_problem p;
     memset(&p, 0, sizeof p);
     snprintf(p.op, sizeof p.op, "gate_pack");
-    p.shape = twell_shape_default(2048, 5632);
+    twell_shape_init(&p.shape, 2048, 5632);
     p.M = 4096;
     tw_tune_record r;
     memset(&r, 0, sizeof r);

@@ -68,11 +68,13 @@ static void tv_expect(tv_fix *t, twell_status st, const char *what, int line) {
 static int tv_setup(void **state) {
     tv_fix *t = calloc(1, sizeof *t);
     assert_non_null(t);
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 2;
     assert_int_equal(twell_ctx_create(&o, &t->ctx), TWELL_OK);
-    twell_shape s = twell_shape_default(TV_K, TV_N);
+    twell_shape s;
+    twell_shape_init(&s, TV_K, TV_N);
     s.T = 64;
     assert_int_equal(twell_plan_create(t->ctx, &s, &t->gated), TWELL_OK);
     s.gated = 0;
@@ -125,7 +127,8 @@ static void test_validate_shapes(void **state) {
         {2048, 5632, 256, 8, 2, "shape.dtype = 2"},  {2048, 5632, 256, 8, -1, "shape.dtype = -1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        twell_shape s = twell_shape_default(bad[i].K, bad[i].N);
+        twell_shape s;
+        twell_shape_init(&s, bad[i].K, bad[i].N);
         s.T = bad[i].T;
         s.C = bad[i].C;
         s.dtype = (twell_dtype)bad[i].dtype;
@@ -141,8 +144,10 @@ static void test_validate_shapes(void **state) {
         assert_int_equal(twell_packed_bytes(&s, 4), 0);
     }
     /* The edges of the supported set pass. */
-    twell_shape ok[] = {twell_shape_default(16, 64), twell_shape_default(48, 65536),
-                        twell_shape_default(2048, 128)};
+    twell_shape ok[3];
+    twell_shape_init(&ok[0], 16, 64);
+    twell_shape_init(&ok[1], 48, 65536);
+    twell_shape_init(&ok[2], 2048, 128);
     ok[0].T = 64, ok[0].C = 2, ok[0].dtype = TWELL_DTYPE_FP16;
     ok[1].T = 256, ok[1].C = 8, ok[1].gated = 0;
     ok[2].T = 128, ok[2].C = 4;

@@ -246,7 +246,8 @@ static int demo_run_cpu(twell_ctx *ctx, const twell_shape *s, const tw_synth_ffn
 }
 
 static twell_ctx *demo_ctx(twell_backend b) {
-    twell_ctx_options co = twell_ctx_options_default();
+    twell_ctx_options co;
+    twell_ctx_options_init(&co);
     co.backend = b;
     co.log = demo_log;
     co.log_level = TWELL_LOG_WARN;
@@ -264,7 +265,9 @@ int twell_cmd_demo(int argc, char **argv) {
     if (pr)
         return pr > 0 ? 0 : 2;
 
-    twell_shape s = twell_shape_default(o.K, o.N);
+    twell_shape s;
+
+    twell_shape_init(&s, o.K, o.N);
     s.T = o.T;
     s.C = o.C;
     s.dtype = o.dtype;

@@ -172,7 +172,8 @@ static int tw_parse(int argc, char **argv, tw_args *a, int with_compile) {
 
 /* A CPU context whose warnings (an unusable cache directory, say) reach stderr as cmd. */
 static twell_ctx *tw_cpu_ctx(const char *cmd) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.log = tw_cli_log;
@@ -401,7 +402,8 @@ int twell_cmd_info(int argc, char **argv) {
     }
     /* cuBLASLt as the library's dense routes would load it (options from the environment,
      * searched beside the NVRTC found) */
-    twell_ctx_options lo = twell_ctx_options_default();
+    twell_ctx_options lo;
+    twell_ctx_options_init(&lo);
     lo.backend = TWELL_BACKEND_CPU;
     lo.cpu_threads = 1;
     twell_ctx *lctx = NULL;
@@ -420,7 +422,8 @@ int twell_cmd_info(int argc, char **argv) {
     }
 
     char why[512] = "";
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.log = tw_info_log;
     o.log_user = why;
     o.log_level = TWELL_LOG_INFO;

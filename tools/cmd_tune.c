@@ -577,7 +577,8 @@ int twell_cmd_tune(int argc, char **argv) {
         return 2;
 
     tw_model_config model, *m = NULL;
-    twell_shape shape = twell_shape_default(a.K, a.N);
+    twell_shape shape;
+    twell_shape_init(&shape, a.K, a.N);
     shape.T = a.T;
     shape.C = a.C;
     shape.gated = a.gated;
@@ -600,7 +601,8 @@ int twell_cmd_tune(int argc, char **argv) {
 
     /* A context for messages and the cache: the GPU for tuning; for a dry run, whatever is
      * here (a GPU describes itself, otherwise a preset is assumed). */
-    twell_ctx_options co = twell_ctx_options_default();
+    twell_ctx_options co;
+    twell_ctx_options_init(&co);
     co.backend = a.dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
     co.device = a.device;
     co.cpu_threads = 0;

@@ -48,7 +48,7 @@ def test_wheel_is_self_contained(tmp_path, dev):
     site = tmp_path / "site"
     with zipfile.ZipFile(tmp_path / whl[0]) as z:
         names = z.namelist()
-        assert "twellrt/lib/libtwellrt.so.0" in names and "twellrt/lib/liblua5.4.so.0" in names
+        assert f"twellrt/lib/libtwellrt.so.{twellrt._lib.ABI_VERSION}" in names and "twellrt/lib/liblua5.4.so.0" in names
         assert any(n.startswith("twellrt/share/twellrt/templates/") and n.endswith(".lua") for n in names)
         z.extractall(site)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWELL_") and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}

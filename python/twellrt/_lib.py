@@ -36,6 +36,9 @@ DTYPE_FP16 = 1
 
 PATHS = {"auto": 0, "sparse": 1, "dense": 2}
 
+# TWELL_ABI_VERSION of twellrt.h: the package's library is libtwellrt.so.<this>.
+ABI_VERSION = 1
+
 
 class TwellError(RuntimeError):
     """A twellrt call failed. `status` is the library's status name ("TWELL_ERR_INVALID_ARG", ...),
@@ -64,11 +67,14 @@ def invalid(message: str) -> TwellError:
     return _error(TWELL_ERR_INVALID_ARG, message)
 
 
-# Plain-data structs of the header. They are only ever obtained from the library's own default
-# functions (returned by value) and then edited field by field, so a field the library appends
-# later keeps its default: the _pad tail gives such fields room.
+# The sized structs of the header ("ABI stability" in twellrt.h): each begins with struct_size,
+# which the library's *_init_sized sets to ctypes.sizeof of the class below while writing its
+# defaults, and the library reads only those bytes. A library newer than this binding gives the
+# fields it has and the binding lacks their defaults; an older one refuses a field it does not
+# know only when the binding sets it.
 class _CtxOptions(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("backend", ctypes.c_int),
         ("device", ctypes.c_int),
         ("cache_dir", ctypes.c_char_p),
@@ -77,19 +83,24 @@ class _CtxOptions(ctypes.Structure):
         ("log_level", ctypes.c_int),
         ("cpu_threads", ctypes.c_int),
         ("cache_max_bytes", ctypes.c_size_t),
-        ("_pad", ctypes.c_uint8 * 256),
+        ("tune_on_first_use", ctypes.c_int),
+        ("pdl", ctypes.c_int),
+        ("template_dir", ctypes.c_char_p),
+        ("nvrtc_library", ctypes.c_char_p),
+        ("pointer_cache", ctypes.c_int),
+        ("cublaslt_library", ctypes.c_char_p),
     ]
 
 
 class _Shape(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("K", ctypes.c_uint32),
         ("N", ctypes.c_uint32),
         ("T", ctypes.c_uint32),
         ("C", ctypes.c_uint32),
         ("dtype", ctypes.c_int),
         ("gated", ctypes.c_int),
-        ("_pad", ctypes.c_uint8 * 256),
     ]
 
 
@@ -112,7 +123,7 @@ def library_path() -> str:
     env = os.environ.get("TWELL_LIBRARY")
     if env:
         return env
-    return os.path.join(_HERE, "lib", "libtwellrt.so.0")
+    return os.path.join(_HERE, "lib", f"libtwellrt.so.{ABI_VERSION}")
 
 
 def _declare(lib):
@@ -122,12 +133,12 @@ def _declare(lib):
         "twell_version": (ctypes.c_char_p, []),
         "twell_version_number": (I, []),
         "twell_status_name": (ctypes.c_char_p, [I]),
-        "twell_ctx_options_default": (_CtxOptions, []),
+        "twell_ctx_options_init_sized": (I, [ctypes.POINTER(_CtxOptions), SZ]),
         "twell_ctx_create": (I, [ctypes.POINTER(_CtxOptions), ctypes.POINTER(P)]),
         "twell_ctx_destroy": (None, [P]),
         "twell_ctx_errmsg": (ctypes.c_char_p, [P]),
         "twell_ctx_device_name": (ctypes.c_char_p, [P]),
-        "twell_shape_default": (_Shape, [U32, U32]),
+        "twell_shape_init_sized": (I, [ctypes.POINTER(_Shape), SZ, U32, U32]),
         "twell_plan_create": (I, [P, ctypes.POINTER(_Shape), ctypes.POINTER(P)]),
         "twell_plan_destroy": (None, [P]),
         "twell_plan_set_path": (I, [P, I]),
@@ -150,17 +161,34 @@ def _declare(lib):
         fn.argtypes = args
 
 
+def ctx_options() -> _CtxOptions:
+    """Default context options, initialised by the library for this binding's struct size."""
+    o = _CtxOptions()
+    if library().twell_ctx_options_init_sized(ctypes.byref(o), ctypes.sizeof(o)) != TWELL_OK:
+        raise ImportError(f"twellrt: {_lib_path} refused twell_ctx_options_init_sized")
+    return o
+
+
+def shape(K, N, T=256, C=8, dtype_code=DTYPE_BF16, gated=True) -> _Shape:
+    """A twell_shape initialised by the library (struct_size set), with these fields."""
+    s = _Shape()
+    if library().twell_shape_init_sized(ctypes.byref(s), ctypes.sizeof(s), K, N) != TWELL_OK:
+        raise ImportError(f"twellrt: {_lib_path} refused twell_shape_init_sized")
+    s.T, s.C, s.dtype, s.gated = T, C, dtype_code, 1 if gated else 0
+    return s
+
+
 def _check_abi(lib):
     # The struct layouts above mirror twellrt.h; a header that reorders them must fail loudly here
     # rather than pass garbage to the library.
-    s = lib.twell_shape_default(2048, 5632)
-    o = lib.twell_ctx_options_default()
-    if (s.K, s.N, s.T, s.C, s.dtype, s.gated) != (2048, 5632, 256, 8, DTYPE_BF16, 1) or (
-        o.backend,
-        o.device,
-        o.log_level,
-        o.cpu_threads,
-    ) != (0, 0, 2, 0):
+    s, o = _Shape(), _CtxOptions()
+    if (
+        lib.twell_shape_init_sized(ctypes.byref(s), ctypes.sizeof(s), 2048, 5632) != TWELL_OK
+        or lib.twell_ctx_options_init_sized(ctypes.byref(o), ctypes.sizeof(o)) != TWELL_OK
+        or (s.struct_size, s.K, s.N, s.T, s.C, s.dtype, s.gated)
+        != (ctypes.sizeof(s), 2048, 5632, 256, 8, DTYPE_BF16, 1)
+        or (o.struct_size, o.backend, o.device, o.log_level, o.cpu_threads) != (ctypes.sizeof(o), 0, 0, 2, 0)
+    ):
         raise ImportError(
             f"twellrt: {_lib_path} does not match this binding's view of twellrt.h "
             "(twell_shape / twell_ctx_options layout changed): rebuild the package"
@@ -209,7 +237,7 @@ class Context:
 
     def __init__(self, key):
         lib = library()
-        o = lib.twell_ctx_options_default()
+        o = ctx_options()
         if key == "cpu":
             o.backend = BACKEND_CPU
         else:
@@ -271,8 +299,7 @@ def context(device) -> Context:
 class Plan:
     def __init__(self, ctx: Context, K, N, T, C, dtype_code, gated):
         lib = library()
-        s = lib.twell_shape_default(K, N)
-        s.T, s.C, s.dtype, s.gated = T, C, dtype_code, 1 if gated else 0
+        s = shape(K, N, T, C, dtype_code, gated)
         h = ctypes.c_void_p()
         with ctx.lock:
             st = lib.twell_plan_create(ctx.handle, ctypes.byref(s), ctypes.byref(h))

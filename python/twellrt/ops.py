@@ -156,8 +156,7 @@ def _shape_words(K, N, T, C, dtype_code, gated, M):
     """Words per row of the packed tensor for a shape (0 for an invalid one): the library's own
     twell_packed_words, so the fake implementations and the real ops agree with the C side."""
     lib = _lib.library()
-    s = lib.twell_shape_default(K, N)
-    s.T, s.C, s.dtype, s.gated = T, C, dtype_code, 1 if gated else 0
+    s = _lib.shape(K, N, T, C, dtype_code, gated)
     w = lib.twell_packed_words(ctypes.byref(s), M)
     return w // M if M else 0
 

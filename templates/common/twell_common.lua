@@ -7,7 +7,7 @@ local M = {}
 
 -- Validates the shape parameters every kernel takes and returns them with derived sizes:
 -- { K, N, T, C, dtype, W = T/C words per row-tile, SLOTS = W - 1, NW = N/C words per row }.
--- K and N are required; T, C and dtype default as in twell_shape_default (256, 8, bf16).
+-- K and N are required; T, C and dtype default as in twell_shape_init (256, 8, bf16).
 function M.shape()
     local K, N = P.K, P.N
     local T, C, dtype = param("T", 256), param("C", 8), param("dtype", "bf16")

@@ -323,7 +323,8 @@ double tw_t_err_scaled(const double *a, const double *b, const double *s, size_t
 int tw_t_lib_open(tw_t_lib *L, const twell_shape *s, int threads) {
     memset(L, 0, sizeof *L);
     L->shape = *s;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = threads;
     twell_status st = twell_ctx_create(&o, &L->ctx);

@@ -9,7 +9,8 @@
 #include "tw_cpu.h"
 
 twell_ctx *tw_test_cpu_ctx(int threads) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = threads;
     twell_ctx *ctx = NULL;
@@ -18,7 +19,8 @@ twell_ctx *tw_test_cpu_ctx(int threads) {
 }
 
 twell_ctx *tw_test_cpu_ctx_at(const char *dir, tw_logbook *log) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.cache_dir = dir;

@@ -39,7 +39,8 @@ static void tw_gpu_log(void *user, twell_log_level level, const char *msg) {
 }
 
 twell_ctx *tw_gpu_open_or_skip(const char *test) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = tw_gpu_log;
     o.log_user = tw_gpu_why;

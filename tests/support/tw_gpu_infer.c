@@ -18,7 +18,8 @@
 #include <string.h>
 
 twell_shape gi_shape(const gi_case *c) {
-    twell_shape s = twell_shape_default(c->K, c->N);
+    twell_shape s;
+    twell_shape_init(&s, c->K, c->N);
     s.T = c->T, s.C = c->C, s.dtype = c->dtype, s.gated = c->gated;
     return s;
 }

@@ -29,7 +29,7 @@ typedef struct {
     int want_overflow; /* the data must contain overflowing row-tiles */
 } gi_case;
 
-/* The case's shape: twell_shape_default(K, N) with its T, C, dtype and gated. */
+/* The case's shape: twell_shape_init(K, N) with its T, C, dtype and gated. */
 twell_shape gi_shape(const gi_case *c);
 
 /* Room for one test name of gi_case_tests. */

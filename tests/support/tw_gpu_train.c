@@ -29,7 +29,8 @@ static void gt_log(void *user, twell_log_level level, const char *msg) {
 
 void gt_open_or_skip(const char *test) {
     static char why[512];
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.log = gt_log;
     o.log_user = why;
@@ -44,7 +45,7 @@ void gt_open_or_skip(const char *test) {
 }
 
 twell_shape gt_shape(const gt_case *c) {
-    twell_shape s = {c->K, c->N, c->T, c->C, c->dt, 1};
+    twell_shape s = {sizeof(twell_shape), c->K, c->N, c->T, c->C, c->dt, 1};
     return s;
 }
 

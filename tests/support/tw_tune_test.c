@@ -15,7 +15,7 @@ tw_tune_problem tw_problem(const char *op, uint32_t K, uint32_t N, size_t M) {
     tw_tune_problem p;
     memset(&p, 0, sizeof p);
     snprintf(p.op, sizeof p.op, "%s", op);
-    p.shape = twell_shape_default(K, N);
+    twell_shape_init(&p.shape, K, N);
     p.M = M;
     return p;
 }
