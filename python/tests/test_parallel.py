@@ -186,7 +186,10 @@ def test_tensor_parallel_world_one_is_the_module(device):
     assert tp.world == 1 and tp.n_local == N and tp.local.T == T
     tp.reserve(64, 6.0)  # the shard's plan (a checked no-op on the CPU backend)
     with torch.no_grad():
-        assert torch.equal(tp(x), m(x))
+        y_tp, y = tp(x), m(x)
+    # bitwise on the CPU backend; on a GPU the two calls share one plan whose AUTO may take
+    # another route for the second call (its density estimate moved), summing in another order
+    assert torch.equal(y_tp, y) if device.type == "cpu" else rel(y_tp, y) < 2 * ULP
     with pytest.raises(twellrt.TwellInvalidArgument, match="reduce must be one of"):
         twellrt.TensorParallelGatedMLP(K, N, T=T, reduce="all-reduce")
     with pytest.raises(twellrt.TwellInvalidArgument, match="gate_proj.weight has shape"):
