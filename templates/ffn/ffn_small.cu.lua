@@ -55,6 +55,10 @@
 --   Before the grid dependency wait every kernel touches one line of each 2 MB page of the weights
 --   it gathers (inputs no earlier kernel writes), so their address translation overlaps the
 --   previous kernel.
+-- Malformed input (twell_ffn_infer does not check packed unless options.validate_packed): the
+-- values are then unspecified, but no access leaves the buffers: up keeps only columns inside
+-- its block's neurons; down and fused read a stored entry whose column is N or more as the word 0
+-- (column 0, no value).
 --
 -- PROGRAMMATIC DEPENDENT LAUNCH: tw_pdl_enter is the first statement of both kernels (the rule
 -- of ffn_fused.cu.lua).
@@ -473,6 +477,8 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
                 }
                 const int excl = lo ? sincl[lo - 1] : 0;
                 e = __ldg(prow + (size_t)(warp + 8 * (i0 + lo)) * ${S.W} + 1 + (j - excl));
+                if ((e & 0xffffu) >= ${S.N}u)
+                    e = 0u; /* malformed input: a column past N reads no weight row beyond N */
             }
             tw_row_entries<FUSED>(acc, e, j < total, min(32, total - j0), !FUSED && TW_GATED, hrow,
                                   xs, wu, wd, c0, cok, lane);
