@@ -24,7 +24,8 @@ int tw_unpack_row(const twell_shape *s, const uint32_t *row, uint16_t *dense);
 /* ---- the rule a packed word must follow (twellrt.h, "TwELL layout") ----
  * Each word of row-tile t (words w[0..W), W = T/C, stored = min(w[0], W-1)) is judged on its own
  * and its tile's count word (plus, for the order, the slot before it), so the first faulty word
- * of a buffer is well defined: the lowest index whose word has a fault.
+ * of a buffer is well defined: the lowest index whose word has a fault. The CUDA check kernel
+ * (templates/ffn/packed_check.cu.lua) applies the same rule word by word; keep the two equal.
  * Faults, as bits: */
 enum {
     TW_PKF_COUNT = 1u << 0,  /* word 0: the count exceeds T */

@@ -128,3 +128,59 @@ int tw_pk_case_apply(size_t i, const twell_shape *s, size_t M, size_t from, uint
     tw_pk_where(s, bad, where, n);
     return 0;
 }
+
+uint64_t tw_pk_rand(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void tw_pk_mutate(uint64_t *rng, const twell_shape *s, size_t M, uint32_t *packed, unsigned edits) {
+    const uint32_t W = s->T / s->C, NT = s->N / s->T;
+    const tw_pk_bits v = tw_pk_bits_of(s->dtype);
+    const uint16_t values[] = {0u, 0x8000u, v.minus_one, v.nan, v.pinf, v.ninf, 0x0001u};
+    unsigned n = 1u + (unsigned)(tw_pk_rand(rng) % (edits ? edits : 1u));
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t r = tw_pk_rand(rng);
+        size_t g = (size_t)(r % ((uint64_t)M * NT)); /* the row-tile m·NT + t */
+        uint32_t t = (uint32_t)(g % NT), *tile = packed + g * W;
+        uint32_t slot = (uint32_t)((r >> 32) % W), slot1 = 1u + (uint32_t)((r >> 40) % (W - 1));
+        uint32_t e = tile[slot1];
+        switch ((r >> 56) % 10) {
+        case 0: /* random bits anywhere */
+            tile[slot] = (uint32_t)tw_pk_rand(rng);
+            break;
+        case 1: /* the count off by one */
+            tile[0] += (r >> 20) & 1 ? 1u : 0xffffffffu;
+            break;
+        case 2: /* the count past T, or huge */
+            tile[0] = (r >> 20) & 1 ? s->T + 1u + (uint32_t)((r >> 8) & 255u) : 0xffffffffu;
+            break;
+        case 3: /* a special value, column kept */
+            tile[slot1] = (uint32_t)values[(r >> 8) % 7u] << 16 | (e & 0xffffu);
+            break;
+        case 4: /* a column inside the tile, maybe out of order */
+            tile[slot1] = (e & 0xffff0000u) | (t * s->T + (uint32_t)((r >> 8) % s->T));
+            break;
+        case 5: /* a column in another tile */
+            tile[slot1] = (e & 0xffff0000u) | (uint32_t)((r >> 8) % s->N);
+            break;
+        case 6: /* a column past N (or any 16 bits) */
+            tile[slot1] = (e & 0xffff0000u) | (uint32_t)((r >> 8) & 0xffffu);
+            break;
+        case 7: { /* two slots swapped */
+            uint32_t o = 1u + (uint32_t)((r >> 8) % (W - 1));
+            tile[slot1] = tile[o];
+            tile[o] = e;
+            break;
+        }
+        case 8: /* a slot cleared */
+            tile[slot1] = 0u;
+            break;
+        default: /* a positive finite value in a slot past the count */
+            tile[W - 1] = 0x3f800000u | (t * s->T + s->T - 1u);
+            break;
+        }
+    }
+}

@@ -27,4 +27,13 @@ size_t tw_pk_case_count(void);
 int tw_pk_case_apply(size_t i, const twell_shape *s, size_t M, size_t from, uint32_t *packed,
                      tw_pk_case *c, size_t *word, char *where, size_t n);
 
+/* splitmix64: the next value of the stream whose state is *state (any seed). */
+uint64_t tw_pk_rand(uint64_t *state);
+
+/* Breaks up to `edits` (≥ 1) random words of packed (M rows of shape s) the ways real corruption
+ * and misuse do: random bits, a count off by one or past T, a value replaced by +0, -0, a
+ * negative, NaN or ±Inf, a column moved inside, outside or past N, two slots swapped, a slot
+ * cleared. The buffer may end up valid (a mutation can undo another). Deterministic in *rng. */
+void tw_pk_mutate(uint64_t *rng, const twell_shape *s, size_t M, uint32_t *packed, unsigned edits);
+
 #endif
