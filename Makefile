@@ -15,7 +15,7 @@ ifneq ($(TWELL_DEPS_PREFIX),)
 CMAKE_FLAGS += -DTWELL_DEPS_PREFIX=$(TWELL_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test demo install asan format-check clean venv python
+.PHONY: all deps configure build test demo install asan fuzz format-check clean venv python
 
 all: build
 
@@ -53,8 +53,14 @@ asan:
 	$(MAKE) test BUILD=build-asan BUILD_TYPE=Debug CMAKE_FLAGS="$(CMAKE_FLAGS) -DTWELL_SANITIZE=ON" \
 	    ASAN_OPTIONS=protect_shadow_gap=0
 
+# libFuzzer harnesses of the fuzz targets (clang; tests/fuzz/tw_fuzz.h): build-fuzz/fuzz_<target>.
+FUZZ_TARGETS = render cache_entry tune_record model_config packed
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTWELL_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) $(addprefix --target fuzz_,$(FUZZ_TARGETS))
+
 format-check:
 	@files=$$(git ls-files '*.c' '*.h'); clang-format --dry-run --Werror $$files
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz
