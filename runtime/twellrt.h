@@ -518,12 +518,13 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
- * packing weight; see "Packed input" above for what a malformed one gives and for
- * options.validate_packed), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (unless
- * AUTO picks DENSE, which it does at every density from 96 rows) run the small-batch kernels: one
- * launch (up to 16 rows) or two that read each active row of Wu and Wd about once per call for
- * all the rows that use it (sm_80+, K a multiple of 32, x, the weights and y 16-byte aligned;
- * workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at every M.
+ * packing weight; "Packed input" above says what a malformed one gives, and how
+ * options.validate_packed checks it), writing y [M, K] of dtype. On CUDA with the AUTO path, up
+ * to 256 rows (unless AUTO picks DENSE, which it does at every density from 96 rows) run the
+ * small-batch kernels: one launch (up to 16 rows) or two that read each active row of Wu and Wd
+ * about once per call for all the rows that use it (sm_80+, K a multiple of 32, x, the weights
+ * and y 16-byte aligned; workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at
+ * every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
