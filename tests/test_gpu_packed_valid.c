@@ -248,14 +248,14 @@ static void test_gpu_packed_valid_capture_skips(void **state) {
     GV_OK(gv_on, tw_cuda_memcpy_htod(gv_on, d.dp, d.bad, d.pb));
     twell_stream cs = NULL;
     GV_OK(gv_on, tw_cuda_stream_create(gv_on, &cs));
-    int warns = gv_log.warns;
+    memset(&gv_log, 0, sizeof gv_log); /* room in gv_log.all for what the capture logs */
     GV_OK(gv_on, tw_cuda_capture_begin(gv_on, cs, 0));
     twell_status st = twell_ffn_infer(plan, d.M, d.dx, d.dp, d.dwg, d.dwu, d.dwd, d.dy, cs);
     tw_cuda_graph g = NULL;
     twell_status end = tw_cuda_capture_end(gv_on, cs, &g);
     GV_OK(gv_on, st);
     GV_OK(gv_on, end);
-    assert_true(gv_log.warns > warns);
+    assert_true(gv_log.warns > 0);
     assert_non_null(strstr(gv_log.all, "validation is skipped while the stream is being captured"));
     GV_OK(gv_on, tw_cuda_graph_launch(gv_on, g, cs));
     GV_OK(gv_on, tw_cuda_stream_synchronize(gv_on, cs));
