@@ -26,7 +26,8 @@
 --   twell_ffn_small_fused(const unsigned short *x, const unsigned int *packed,
 --                         const unsigned short *wp, const unsigned short *wu,
 --                         const unsigned short *wd, unsigned short *y, int M)
---     grid = (ceil(K/256), M), block = 256, dynamic shared memory = K · 2 bytes.
+--     grid = (ceil(K/256), M), block = 512, dynamic shared memory = K · 2 + 4 · N/C + 8 · N/T
+--     bytes (x_m, the packed row, the tiles' prefix and overflow lists), plus 16 KB static.
 --
 -- Semantics (twell_ffn_infer): a row-tile whose count fits its slots contributes its stored
 -- entries; one that overflows is recomputed: g = round(relu(x · wp_n)) for every column n of the
@@ -49,9 +50,11 @@
 --   warps' sums are then added in warp order. Fixed order everywhere, no atomics on floats:
 --   bitwise reproducible. Each weight row of Wu and Wd is fetched from HBM about once per call
 --   (the rows of a batch that share a neuron find it in L2).
---   fused: the same walk with x_m in shared memory; gated h = g · (x_m · Wu_n) computed per entry
---   by each of the row's K/256 blocks (Wu read K/256 times per pair, from L2 after the first), and
---   overflowing row-tiles recomputed in place (every column's gate, two dot products at a time).
+--   fused: x_m and the packed row staged together, the stored entries indexed flat and shared by
+--   16 warps a pair at a time, each pair's Wd columns and Wu rows loaded together (two dependent
+--   memory steps in all); gated h = g · (x_m · Wu_n) computed per entry by each of the row's K/256
+--   blocks (Wu read K/256 times per pair, from L2 after the first); overflowing row-tiles
+--   recomputed in place (every column's gate, two dot products at a time, spread over the warps).
 --   Before the grid dependency wait every kernel touches one line of each 2 MB page of the weights
 --   it gathers (inputs no earlier kernel writes), so their address translation overlaps the
 --   previous kernel.
@@ -162,7 +165,7 @@ __device__ __forceinline__ void tw_dot2(const unsigned short *a0, const unsigned
 __device__ __forceinline__ void tw_warm(const unsigned short *w, unsigned part, unsigned nparts) {
     const unsigned long long pages = ((unsigned long long)${S.N} * ${S.K} * 2ull + 0x1fffffull) >> 21;
     for (unsigned long long pg = (unsigned long long)threadIdx.x * nparts + part; pg < pages;
-         pg += 256ull * nparts)
+         pg += (unsigned long long)blockDim.x * nparts)
         asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)w + (pg << 21)));
 }
 
@@ -354,12 +357,9 @@ __device__ __forceinline__ void tw_wd_fma(float (&acc)[8], const uint4 (&v)[8], 
 
 /* Up to 32 entries of one row held lane-parallel (lane j: entry word e = value << 16 | column,
  * valid for j < nb), in lane order, eight at a time: the weight rows of Wd are loaded first, then
- * h: FUSED (gated) = g · (x_row · Wu_n) computed here; otherwise from hbuf (from_hbuf) or the
- * value bits (non-gated stored entries: h = g). */
-template <bool FUSED>
+ * h from hbuf (from_hbuf) or the value bits (non-gated stored entries: h = g). */
 __device__ __forceinline__ void tw_row_entries(float (&acc)[8], tw_u32 e, bool valid, int nb,
                                                bool from_hbuf, const float *__restrict__ hrow,
-                                               const uint4 *xs, const unsigned short *__restrict__ wu,
                                                const unsigned short *__restrict__ wd, int c0,
                                                bool cok, int lane) {
     const float hl = from_hbuf && valid ? __ldg(hrow + (e & 0xffffu)) : 0.0f;
@@ -376,68 +376,30 @@ __device__ __forceinline__ void tw_row_entries(float (&acc)[8], tw_u32 e, bool v
         }
         uint4 v[8];
         tw_wd_load(v, wd, c0, cok, nq, bn);
-#if TW_GATED
-        if (FUSED) {
-#pragma unroll
-            for (int q = 0; q < 8; q += 2)
-                if (q < bn) {
-                    float u0, u1;
-                    tw_dot2s(xs, wu + (size_t)nq[q] * ${S.K}, true,
-                             wu + (size_t)nq[q + 1] * ${S.K}, q + 1 < bn, lane, u0, u1);
-                    hq[q] *= u0;
-                    hq[q + 1] *= u1;
-                }
-        }
-#endif
         tw_wd_fma(acc, v, hq, bn);
     }
 }
 
-/* Lane j's entry word for the j-th set bit of `bits` (columns col0 + bit), value bits `val` of
- * that lane's neuron when given (val_lane: the value of neuron col0 + lane); *nb = set bits. */
-__device__ __forceinline__ tw_u32 tw_bits_entry(tw_u32 bits, int col0, tw_u32 val_lane, int lane,
-                                                int *nb) {
+/* Lane j's entry word for the j-th set bit of `bits` (columns col0 + bit; its value comes from
+ * hbuf); *nb = set bits. */
+__device__ __forceinline__ tw_u32 tw_bits_entry(tw_u32 bits, int col0, int lane, int *nb) {
     tw_u32 b = bits;
     for (int k = 0; k < lane && b; k++)
         b &= b - 1u;
-    const int src = b ? __ffs(b) - 1 : 0;
-    const tw_u32 val = (tw_u32)__shfl_sync(TW_FULL, (int)val_lane, src);
     *nb = __popc(bits);
-    return b ? (val << 16) | (tw_u32)(col0 + src) : 0u;
+    return b ? (tw_u32)(col0 + __ffs(b) - 1) : 0u;
 }
 
-/* Row-tile t of the row overflowed. FUSED: recompute its gate from x_row and the packing weight
- * (every column, 32 at a time, two dot products at a time), then treat the active columns as
- * entries. Otherwise: the up kernel's activity masks and h. */
-template <bool FUSED>
+/* Row-tile t of the row overflowed: the up kernel's activity masks of its columns and their h. */
 __device__ __forceinline__ void tw_row_overflow(float (&acc)[8], int t, const tw_u32 *__restrict__ mrow,
-                                                const float *__restrict__ hrow, const uint4 *xs,
-                                                const unsigned short *__restrict__ wp,
-                                                const unsigned short *__restrict__ wu,
+                                                const float *__restrict__ hrow,
                                                 const unsigned short *__restrict__ wd, int c0,
                                                 bool cok, int lane) {
     for (int i = 0; i < ${S.T // 32}; i++) {
         const int col0 = t * ${S.T} + 32 * i;
-        tw_u32 bits, gval = 0u;
-        if (FUSED) {
-            for (int q = 0; q < 32; q += 2) {
-                float r0, r1;
-                tw_dot2s(xs, wp + (size_t)(col0 + q) * ${S.K}, true,
-                         wp + (size_t)(col0 + q + 1) * ${S.K}, true, lane, r0, r1);
-                const unsigned short g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
-                const unsigned short g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
-                if (lane == q)
-                    gval = g0;
-                if (lane == q + 1)
-                    gval = g1;
-            }
-            bits = __ballot_sync(TW_FULL, gval != 0u && (gval & 0x8000u) == 0u);
-        } else {
-            bits = __ldg(mrow + col0 / 32);
-        }
         int nb;
-        const tw_u32 e = tw_bits_entry(bits, col0, gval, lane, &nb);
-        tw_row_entries<FUSED>(acc, e, lane < nb, nb, !FUSED, hrow, xs, wu, wd, c0, cok, lane);
+        const tw_u32 e = tw_bits_entry(__ldg(mrow + col0 / 32), col0, lane, &nb);
+        tw_row_entries(acc, e, lane < nb, nb, true, hrow, wd, c0, cok, lane);
     }
 }
 
@@ -445,12 +407,9 @@ __device__ __forceinline__ void tw_row_overflow(float (&acc)[8], int t, const tw
  * loaded together, their stored entries flattened (a prefix sum over the tiles) and loaded 32 at
  * a time, so a row costs a few dependent memory steps whatever its number of tiles; entries in
  * (tile, slot) order, then the chunk's overflowing tiles in tile order: a fixed order. */
-template <bool FUSED>
 __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const tw_u32 *__restrict__ prow,
                                             const float *__restrict__ hrow,
-                                            const tw_u32 *__restrict__ mrow, const uint4 *xs,
-                                            const unsigned short *__restrict__ wp,
-                                            const unsigned short *__restrict__ wu,
+                                            const tw_u32 *__restrict__ mrow,
                                             const unsigned short *__restrict__ wd, int c0, bool cok,
                                             int warp, int lane) {
     const int ntw = (${NT} - warp + 7) / 8;
@@ -480,16 +439,15 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
                 if ((e & 0xffffu) >= ${S.N}u)
                     e = 0u; /* malformed input: a column past N reads no weight row beyond N */
             }
-            tw_row_entries<FUSED>(acc, e, j < total, min(32, total - j0), !FUSED && TW_GATED, hrow,
-                                  xs, wu, wd, c0, cok, lane);
+            tw_row_entries(acc, e, j < total, min(32, total - j0), TW_GATED, hrow, wd, c0, cok,
+                           lane);
         }
         __syncwarp(); /* sincl is rewritten by the next chunk */
         tw_u32 ob = __ballot_sync(TW_FULL, ovf);
         while (ob) {
             const int L = __ffs(ob) - 1;
             ob &= ob - 1u;
-            tw_row_overflow<FUSED>(acc, warp + 8 * (i0 + L), mrow, hrow, xs, wp, wu, wd, c0, cok,
-                                   lane);
+            tw_row_overflow(acc, warp + 8 * (i0 + L), mrow, hrow, wd, c0, cok, lane);
         }
     }
 }
@@ -537,16 +495,23 @@ twell_ffn_small_down(const tw_u32 *__restrict__ packed, const unsigned short *__
 #pragma unroll
     for (int i = 0; i < 8; i++)
         acc[i] = 0.0f;
-    tw_row_walk<false>(acc, sincl[warp], packed + (size_t)m * ${S.NW}, hbuf + (size_t)m * ${S.N},
-                       mask + (size_t)m * ${S.N // 32}, NULL, NULL, NULL, wd, c0, cok, warp, lane);
+    tw_row_walk(acc, sincl[warp], packed + (size_t)m * ${S.NW}, hbuf + (size_t)m * ${S.N},
+                mask + (size_t)m * ${S.N // 32}, wd, c0, cok, warp, lane);
     tw_row_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
 }
 
-/* Few rows: one kernel, no scratch. Block (s, m): x_m in shared memory, then the down kernel's
- * walk with h computed in place (gated: g · x_m · Wu_n per entry, each block of the row repeating
- * it for its 256 columns: K/256 times the Wu reads of the two-kernel path, from L2) and
- * overflowing row-tiles recomputed in place. Dynamic shared memory: K · 2 bytes. */
-extern "C" __global__ void __launch_bounds__(256, 2)
+/* Few rows: one kernel, no scratch, two dependent memory steps. Block (s, m), 16 warps: x_m and
+ * the packed row m staged in shared memory together (one step), the row-tiles' stored counts
+ * scanned into a flat entry index, then warp w takes the entry pairs (2i, 2i + 1) with
+ * i ≡ w (mod 16): for each pair the Wd columns [256s, 256s + 256) and (gated) the whole Wu rows are
+ * loaded together (the second step), h = g · (x_m · Wu_n) computed in place (each block of the
+ * row repeats the dot for its 256 columns: K/256 times the Wu reads, from L2 after the first) and
+ * accumulated in pair order. Overflowing row-tiles follow as candidates in (tile, column) order,
+ * two at a time: g recomputed from the packing weight, and the active ones treated as entries.
+ * The 16 warps' sums are added in warp order: bitwise reproducible. Dynamic shared memory:
+ * twell_ffn_small_fused_smem bytes. */
+#define TW_FW 16 /* warps of a fused block */
+extern "C" __global__ void __launch_bounds__(TW_FW * 32, 1)
 twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__restrict__ packed,
                       const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
                       const unsigned short *__restrict__ wd, unsigned short *__restrict__ y,
@@ -559,22 +524,122 @@ twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__rest
     tw_pdl_enter();
     extern __shared__ __align__(16) unsigned char tw_smem[];
     uint4 *xs = (uint4 *)tw_smem;
-    __shared__ float4 red[8][32][2];
-    __shared__ int sincl[8][32];
+    tw_u32 *pw = (tw_u32 *)(tw_smem + ${S.K * 2});
+    int *sincl = (int *)(pw + ${S.NW});
+    int *sovf = sincl + ${NT};
+    __shared__ float4 red[TW_FW][32][2];
+    __shared__ int s_tot, s_nov;
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int m = (int)blockIdx.y;
     const int c0 = (int)blockIdx.x * 256 + 8 * lane;
     const bool cok = c0 < ${S.K};
     const uint4 *xrow = (const uint4 *)(x + (size_t)m * ${S.K});
-    for (int i = tid; i < ${K8}; i += 256)
+    const tw_u32 *prow = packed + (size_t)m * ${S.NW};
+    for (int i = tid; i < ${K8}; i += TW_FW * 32)
         xs[i] = __ldg(xrow + i);
+    for (int i = tid; i < ${S.NW}; i += TW_FW * 32)
+        pw[i] = __ldg(prow + i);
     __syncthreads();
+    if (warp == 0) { /* stored counts (0 for an overflowing tile) -> inclusive prefix; ovf list */
+        int run = 0, nov = 0;
+        for (int t0 = 0; t0 < ${NT}; t0 += 32) {
+            const int t = t0 + lane;
+            const tw_u32 cnt = t < ${NT} ? pw[t * ${S.W}] : 0u;
+            const bool ovf = cnt > ${S.SLOTS}u;
+            const int incl = run + (int)tw_warp_incl_scan(ovf ? 0u : cnt, lane);
+            if (t < ${NT})
+                sincl[t] = incl;
+            run = __shfl_sync(TW_FULL, incl, 31);
+            const tw_u32 ob = __ballot_sync(TW_FULL, ovf);
+            if (ovf)
+                sovf[nov + __popc(ob & ((1u << lane) - 1u))] = t;
+            nov += __popc(ob);
+        }
+        if (lane == 0)
+            s_tot = run, s_nov = nov;
+    }
+    __syncthreads();
+    const int total = s_tot, ncand = s_nov * ${S.T};
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; i++)
         acc[i] = 0.0f;
-    tw_row_walk<true>(acc, sincl[warp], packed + (size_t)m * ${S.NW}, NULL, NULL, xs, wp, wu, wd,
-                      c0, cok, warp, lane);
-    tw_row_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int j = 2 * warp; j < total; j += 2 * TW_FW) { /* stored entries, a pair at a time */
+        tw_u32 e[2];
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            const int jq = j + q;
+            e[q] = 0u;
+            if (jq < total) { /* the first tile whose inclusive count exceeds jq */
+                int lo = 0, hi = ${NT} - 1;
+                while (lo < hi) {
+                    const int mid = (lo + hi) >> 1;
+                    if (sincl[mid] > jq)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                e[q] = pw[lo * ${S.W} + 1 + (jq - (lo ? sincl[lo - 1] : 0))];
+            }
+        }
+        const bool two = j + 1 < total;
+        const tw_u32 n0 = e[0] & 0xffffu, n1 = e[1] & 0xffffu;
+        const uint4 v0 = cok ? __ldg((const uint4 *)(wd + (size_t)n0 * ${S.K} + c0)) : zero;
+        const uint4 v1 = cok && two ? __ldg((const uint4 *)(wd + (size_t)n1 * ${S.K} + c0)) : zero;
+        float h[8] = {tw_to_f32((unsigned short)(e[0] >> 16)),
+                      two ? tw_to_f32((unsigned short)(e[1] >> 16)) : 0.0f};
+#if TW_GATED
+        float u0, u1;
+        tw_dot2s(xs, wu + (size_t)n0 * ${S.K}, true, wu + (size_t)n1 * ${S.K}, two, lane, u0, u1);
+        h[0] *= u0;
+        h[1] *= u1;
+#endif
+        const uint4 v[8] = {v0, v1};
+        tw_wd_fma(acc, v, h, two ? 2 : 1);
+    }
+    for (int c = 2 * warp; c < ncand; c += 2 * TW_FW) { /* overflowing tiles' columns, in pairs */
+        const int n0 = sovf[c / ${S.T}] * ${S.T} + c % ${S.T}, n1 = n0 + 1; /* T even: same tile */
+        float r0, r1;
+        tw_dot2s(xs, wp + (size_t)n0 * ${S.K}, true, wp + (size_t)n1 * ${S.K}, true, lane, r0, r1);
+        const unsigned short g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
+        const unsigned short g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
+        const bool a0 = g0 != 0u && (g0 & 0x8000u) == 0u, a1 = g1 != 0u && (g1 & 0x8000u) == 0u;
+        if (!a0 && !a1)
+            continue;
+        const uint4 v0 = cok && a0 ? __ldg((const uint4 *)(wd + (size_t)n0 * ${S.K} + c0)) : zero;
+        const uint4 v1 = cok && a1 ? __ldg((const uint4 *)(wd + (size_t)n1 * ${S.K} + c0)) : zero;
+        float h[8] = {a0 ? tw_to_f32(g0) : 0.0f, a1 ? tw_to_f32(g1) : 0.0f};
+#if TW_GATED
+        float u0, u1;
+        tw_dot2s(xs, wu + (size_t)n0 * ${S.K}, a0, wu + (size_t)n1 * ${S.K}, a1, lane, u0, u1);
+        h[0] *= u0;
+        h[1] *= u1;
+#endif
+        /* an inactive column adds nothing: its h is +0 and the fma is skipped below */
+        const uint4 v[8] = {a0 ? v0 : v1, v1};
+        const float hh[8] = {a0 ? h[0] : h[1], h[1]};
+        tw_wd_fma(acc, v, hh, (int)a0 + (int)a1);
+    }
+    red[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    red[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    __syncthreads();
+    if (warp == 0 && cok) {
+        float s[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s[i] = 0.0f;
+        for (int w2 = 0; w2 < TW_FW; w2++) {
+            const float4 a = red[w2][lane][0], b = red[w2][lane][1];
+            s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w;
+            s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
+        }
+        uint4 o;
+        o.x = (tw_u32)tw_from_f32(s[0]) | (tw_u32)tw_from_f32(s[1]) << 16;
+        o.y = (tw_u32)tw_from_f32(s[2]) | (tw_u32)tw_from_f32(s[3]) << 16;
+        o.z = (tw_u32)tw_from_f32(s[4]) | (tw_u32)tw_from_f32(s[5]) << 16;
+        o.w = (tw_u32)tw_from_f32(s[6]) | (tw_u32)tw_from_f32(s[7]) << 16;
+        *(uint4 *)(y + (size_t)m * ${S.K} + c0) = o;
+    }
 }
 ]==]

@@ -60,6 +60,7 @@ local NT = S.N // S.T
 local MMA = S.dtype == "bf16" and "bf16" or "f16"
 local NG = 2 -- token groups of 8 rows a block (MT ≤ 16)
 local U = 2  -- k32 blocks of w in flight a warp
+local MINB = 4 -- blocks an SM
 
 common.conversions(S.dtype)
 
@@ -102,10 +103,13 @@ __device__ __forceinline__ void tw_pack_from_global(const unsigned short *src, t
                                                     tw_u32 col0, int lane) {
     const tw_u32 below = (1u << lane) - 1u;
     tw_u32 count = 0;
+    unsigned short vs[${S.T // 32}]; /* every load first: one L2 round trip, not T/32 */
+#pragma unroll
+    for (int c = 0; c < ${S.T // 32}; c++)
+        asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(vs[c]) : "l"(src + 32 * c + lane));
 #pragma unroll
     for (int c = 0; c < ${S.T}; c += 32) {
-        unsigned short v;
-        asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(src + c + lane));
+        const unsigned short v = vs[c / 32];
         const bool active = v != 0 && (v & 0x8000u) == 0;
         const tw_u32 ballot = __ballot_sync(TW_FULL, active);
         const tw_u32 pos = count + (tw_u32)__popc(ballot & below);
@@ -119,7 +123,7 @@ __device__ __forceinline__ void tw_pack_from_global(const unsigned short *src, t
         dst[0] = count;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(256, ${MINB})
 twell_gate_pack_small_g2u2(const unsigned short *__restrict__ x,
                            const unsigned short *__restrict__ w, tw_u32 *__restrict__ packed,
                            unsigned short *__restrict__ gs, tw_u32 *__restrict__ tcnt, int M,

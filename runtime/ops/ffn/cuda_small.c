@@ -20,6 +20,7 @@ struct tw_small {
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
     tw_CUfunction gate, up, down, fused;
+    int fused_ok; /* the fused kernel's shared memory fits this device (tw_fused_smem) */
     int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
     int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
@@ -40,6 +41,19 @@ struct tw_small {
 
 /* The up kernel's dynamic shared memory for M rows (ffn_small.cu.lua, TW_UP_SMEM). */
 static unsigned tw_up_smem(size_t M) { return (unsigned)(((M + 31u) & ~(size_t)31u) * 68u); }
+
+/* The fused kernel's dynamic shared memory (ffn_small.cu.lua): x_m, the packed row, the tiles'
+ * prefix and overflow lists; its block is 512 threads with 16 KB of static shared memory. */
+#define TW_FUSED_THREADS 512u
+#define TW_FUSED_STATIC (16u * 1024u + 64u)
+static unsigned tw_fused_smem(const twell_shape *s) {
+    return s->K * 2u + 4u * (s->N / s->C) + 8u * (s->N / s->T);
+}
+
+/* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
+static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
+    return sm->fused_ok && M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
+}
 
 /* ---- modules ---- */
 
@@ -73,6 +87,11 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_up", &sm->up));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_down", &sm->down));
     TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused", &sm->fused));
+    unsigned fsm = tw_fused_smem(s);
+    sm->fused_ok = fsm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin;
+    if (sm->fused_ok)
+        TW_TRY(tw_cu_func_set_attribute(ctx, sm->fused,
+                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsm));
     return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)tw_up_smem(TW_SMALL_MAX_M));
 }
@@ -281,8 +300,7 @@ static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M
                             int capturing) {
     if (!sm || !sm->available || M > TW_SMALL_MAX_M || !aligned16 || plan->path == TWELL_PATH_DENSE)
         return 0;
-    int fused = M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
-    return !capturing || fused || M <= sm->rows;
+    return !capturing || tw_small_fused(plan, sm, M) || M <= sm->rows;
 }
 
 int tw_small_gate_forced(const tw_small *sm) { return sm && sm->mode == TW_SMALL_FORCE; }
@@ -309,7 +327,7 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     sm->last_ran[1] = 0;
-    int fused = M <= TW_SMALL_FUSED_M && s->K <= TW_SMALL_FUSED_K;
+    int fused = tw_small_fused(plan, sm, M);
     if (!tw_small_begin(plan, sm, 1, M, !fused, capturing, stream, st))
         return 0;
     sm->last_ran[1] = 1;
@@ -320,8 +338,8 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
     if (fused) {
         void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
                        (void *)&wd, (void *)&y,      &m};
-        *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, 256, s->K * 2u, 1u,
-                                stream, a_f);
+        *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M, TW_FUSED_THREADS,
+                                tw_fused_smem(s), 1u, stream, a_f);
     } else {
         void *a_up[] = {(void *)&x,        (void *)&packed,   (void *)&wp, (void *)&wu,
                         (void *)&sm->hbuf, (void *)&sm->mask, &m};
