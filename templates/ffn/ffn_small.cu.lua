@@ -581,6 +581,8 @@ twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__rest
                         lo = mid + 1;
                 }
                 e[q] = pw[lo * ${S.W} + 1 + (jq - (lo ? sincl[lo - 1] : 0))];
+                if ((e[q] & 0xffffu) >= ${S.N}u)
+                    e[q] = 0u; /* malformed input: a column past N reads no weight row beyond N */
             }
         }
         const bool two = j + 1 < total;
