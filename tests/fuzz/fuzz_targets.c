@@ -99,11 +99,37 @@ static int tw_fz_write(const char *path, const void *p, size_t n) {
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-/* A fresh private directory under $TMPDIR (else /tmp) into out; 0 on success. */
+/* The temp directories made so far, removed with their files at exit. */
+static char *tw_fz_dirs[4];
+static int tw_fz_ndirs;
+
+static void tw_fz_cleanup(void) {
+    for (int i = 0; i < tw_fz_ndirs; i++) {
+        DIR *d = opendir(tw_fz_dirs[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s", tw_fz_dirs[i], e->d_name);
+            if (e->d_name[0] != '.')
+                unlink(path);
+        }
+        if (d)
+            closedir(d);
+        rmdir(tw_fz_dirs[i]);
+    }
+}
+
+/* A fresh private directory under $TMPDIR (else /tmp) into out, removed at exit; 0 on
+ * success. */
 static int tw_fz_tmpdir(const char *what, char *out, size_t n) {
     const char *base = getenv("TMPDIR");
     snprintf(out, n, "%s/twell-fuzz-%s-XXXXXX", base && *base ? base : "/tmp", what);
-    return mkdtemp(out) ? 0 : -1;
+    if (!mkdtemp(out) || tw_fz_ndirs == (int)(sizeof tw_fz_dirs / sizeof tw_fz_dirs[0]))
+        return -1;
+    if (tw_fz_ndirs == 0)
+        atexit(tw_fz_cleanup);
+    tw_fz_dirs[tw_fz_ndirs++] = out;
+    return 0;
 }
 
 /* The files of dir whose names end with suffix (and, with not_suffix, do not end with it),
