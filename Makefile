@@ -15,8 +15,8 @@ ifneq ($(TWELL_DEPS_PREFIX),)
 CMAKE_FLAGS += -DTWELL_DEPS_PREFIX=$(TWELL_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test demo install asan format-check clean venv python abi-check \
-    abi-update
+.PHONY: all deps configure build test demo install asan fuzz format-check clean venv python \
+    abi-check abi-update
 
 all: build
 
@@ -62,8 +62,14 @@ abi-check:
 abi-update:
 	@sh scripts/check_abi.sh --update
 
+# libFuzzer harnesses of the fuzz targets (clang; tests/fuzz/tw_fuzz.h): build-fuzz/fuzz_<target>.
+FUZZ_TARGETS = render cache_entry tune_record model_config packed
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTWELL_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) $(addprefix --target fuzz_,$(FUZZ_TARGETS))
+
 format-check:
 	@files=$$(git ls-files '*.c' '*.h'); clang-format --dry-run --Werror $$files
 
 clean:
-	rm -rf $(BUILD) build-asan build-abi
+	rm -rf $(BUILD) build-asan build-abi build-fuzz

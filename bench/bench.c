@@ -31,7 +31,7 @@ static void bench_usage(FILE *f) {
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--small-gate auto|g2u2[:WN]] [--lt-gate auto|off|all]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
-            "                   [--gated 1|0]\n"
+            "                   [--gated 1|0] [--validate-packed 0|1]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -70,6 +70,10 @@ static void bench_usage(FILE *f) {
             "calls per call in the note; records ffn_infer_host / ffn_fused_only_host. Use\n"
             "--M 1 for decode. TWELL_POINTER_CACHE=0 gives the calls without the plan's\n"
             "pointer cache (every pointer asked of the driver, as before it existed).\n"
+            "--validate-packed 1 (ffn_infer): the context checks every packed word on entry\n"
+            "(options.validate_packed: a check kernel and one host synchronisation per eager\n"
+            "call; captured calls are not checked); run it with 0 (the default) and 1 to\n"
+            "measure its cost. Records say \"validate_packed\": true|false.\n"
             "The dense path runs through cuBLASLt (its gate reused from the gate-pack when\n"
             "that ran through cuBLASLt too); a dense record's variant says so.\n"
             "Numbers are plain decimal (lists comma-separated): a negative, malformed or\n"
@@ -108,6 +112,7 @@ static void bench_opts_default(bench_opts *o) {
     o->lt_gate = "auto";
     o->mode = "eager";
     o->gated = 1;
+    o->validate_packed = 0;
     o->out_dir = "bench/results";
     o->seed = 1;
 }
@@ -189,6 +194,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             uint32_t g = 1;
             bad = tw_cli_u32(v, 0, 1, &g);
             o->gated = (int)g;
+        } else if (!strcmp(key, "--validate-packed")) {
+            uint32_t g = 0;
+            bad = tw_cli_u32(v, 0, 1, &g);
+            o->validate_packed = (int)g;
         } else if (!strcmp(key, "--path")) {
             o->path = v;
             bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
@@ -282,6 +291,7 @@ void bench_record_init(const bench_env *env, bench_record *r, const char *op, si
     snprintf(r->distribution, sizeof r->distribution, "%s", tw_synth_dist_name(dist));
     r->nnz_target = nnz;
     r->gated = o->gated;
+    r->validate_packed = o->validate_packed;
     snprintf(r->requested_path, sizeof r->requested_path, "%s", o->path);
     snprintf(r->path, sizeof r->path, "unknown");
     r->baseline_ms = r->ratio = -1.0;
@@ -554,6 +564,7 @@ int twell_cmd_bench(int argc, char **argv) {
     co.log = bench_log;
     co.log_user = why;
     co.log_level = TWELL_LOG_ERROR;
+    co.validate_packed = o.validate_packed ? TWELL_SWITCH_ON : TWELL_SWITCH_OFF;
     bench_env env;
     memset(&env, 0, sizeof env);
     env.opts = &o;

@@ -36,9 +36,10 @@ typedef struct bench_opts {
     const char *lt_gate; /* --lt-gate auto|off|all */
     /* ffn_infer, the dense path's GEMMs: "auto" (the policy's split-K) or "U,D" (split factors
      * of the up and down GEMMs; 1 unsplit) */
-    const char *mode; /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
-                         "both" or "host" (host time per call: bench_ffn.c) */
-    int gated;        /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
+    const char *mode;    /* ffn_infer: "eager", "graph" (both sides captured in CUDA graphs),
+                            "both" or "host" (host time per call: bench_ffn.c) */
+    int gated;           /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
+    int validate_packed; /* 1: the context has options.validate_packed ON (else OFF) */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;
@@ -61,9 +62,10 @@ typedef struct bench_record {
      * route; train "sparse", "dense" or "mixed"; gate_pack "small" or "tiled"; "unknown" when
      * no call ran */
     char path[16];
-    int gated;         /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
-    double ours_ms;    /* median */
-    char baseline[32]; /* e.g. "cublas_gemm" */
+    int gated;           /* ffn_infer: the block was gated (1) or non-gated (0); else 1 */
+    int validate_packed; /* the context validated packed input (--validate-packed 1) */
+    double ours_ms;      /* median */
+    char baseline[32];   /* e.g. "cublas_gemm" */
     double baseline_ms;
     double ratio; /* baseline_ms / ours_ms: > 1 means faster than the baseline */
     double ours_min_ms, ours_max_ms, baseline_min_ms, baseline_max_ms;

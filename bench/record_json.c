@@ -46,6 +46,7 @@ int bench_records_write(FILE *f, const bench_record *recs, size_t n) {
         bench_json_str(f, "requested_path", r->requested_path);
         bench_json_str(f, "path", r->path);
         fprintf(f, "    \"gated\": %s,\n", r->gated ? "true" : "false");
+        fprintf(f, "    \"validate_packed\": %s,\n", r->validate_packed ? "true" : "false");
         bench_json_num(f, "ours_ms", r->ours_ms);
         bench_json_num(f, "ours_min_ms", r->ours_min_ms);
         bench_json_num(f, "ours_max_ms", r->ours_max_ms);

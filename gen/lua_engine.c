@@ -40,7 +40,8 @@ typedef struct tw_engine {
     tw_source src[TW_MAX_SOURCES];
     int nsrc;
     tw_out out;
-    char where[320]; /* last position seen by the hook, for memory errors */
+    char where[320];  /* last position seen by the hook, for memory errors */
+    char raised[320]; /* the innermost template position of the error being raised (tw_msgh) */
 } tw_engine;
 
 /* tw_out_text for Lua code: running out of room is the template's error, raised in Lua. */
@@ -950,8 +951,8 @@ static int tw_main(lua_State *L) {
 /* Message handler: when the error passed through more than one template frame (a helper), lists
  * them innermost first, so the caller's line is known too. */
 static int tw_msgh(lua_State *L) {
-    if (lua_type(L, 1) != LUA_TSTRING)
-        return 1;
+    tw_engine *e = tw_eng(L);
+    e->raised[0] = '\0';
     char stack[1024] = "";
     size_t used = 0;
     int frames = 0;
@@ -959,6 +960,10 @@ static int tw_msgh(lua_State *L) {
     for (int lvl = 1; lvl < 40 && lua_getstack(L, lvl, &ar); lvl++) {
         if (!lua_getinfo(L, "Sl", &ar) || ar.source[0] != '@' || ar.currentline <= 0)
             continue;
+        if (!frames) /* where the error was raised, for a value that carries no position */
+            snprintf(e->raised, sizeof e->raised, "%s:%d", ar.source + 1, ar.currentline);
+        if (lua_type(L, 1) != LUA_TSTRING)
+            break;
         if (used < sizeof stack) {
             int w = snprintf(stack + used, sizeof stack - used, "%s%s:%d", frames ? " <- " : "",
                              ar.source + 1, ar.currentline);
@@ -966,7 +971,7 @@ static int tw_msgh(lua_State *L) {
         }
         frames++;
     }
-    if (frames >= 2)
+    if (lua_type(L, 1) == LUA_TSTRING && frames >= 2)
         lua_pushfstring(L, "%s\n  template stack: %s", lua_tostring(L, 1), stack);
     return 1;
 }
@@ -1035,8 +1040,16 @@ twell_status tw_lua_render(const char *dir, const char *name, const tw_param *pa
                              : tw_fmt("%s: out of host memory while rendering", display);
     } else {
         st = e.unsupported ? TWELL_ERR_UNSUPPORTED : TWELL_ERR_TEMPLATE;
-        const char *m = lua_tostring(L, -1);
-        *err = tw_fmt("%s", m ? m : "template error (no message)");
+        /* lua_tostring never calls __tostring (a template's metamethod could loop here) */
+        const char *m = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+        const char *at = e.raised[0] ? e.raised : e.where[0] ? e.where : display;
+        if (!m) /* error(nil), error({}): name the place, not the value */
+            *err =
+                tw_fmt("%s: error raised with a %s value, not a message", at, luaL_typename(L, -1));
+        else if (strncmp(m, "templates/", 10) != 0) /* error("x", 0) has no position */
+            *err = tw_fmt("%s: %s", at, m);
+        else
+            *err = tw_fmt("%s", m);
     }
     lua_close(L);
 done:

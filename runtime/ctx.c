@@ -144,6 +144,11 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
                       "twell_ctx_create: options.pointer_cache is not a twell_switch");
         return TWELL_ERR_INVALID_ARG;
     }
+    if ((unsigned)o.validate_packed > TWELL_SWITCH_OFF) {
+        tw_create_log(&o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.validate_packed is not a twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
     twell_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;
@@ -171,6 +176,9 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     ctx->pointer_cache = o.pointer_cache == TWELL_SWITCH_DEFAULT
                              ? !tw_env_pointer_cache_off()
                              : o.pointer_cache == TWELL_SWITCH_ON;
+    ctx->validate_packed = o.validate_packed == TWELL_SWITCH_DEFAULT
+                               ? tw_env_validate_packed()
+                               : o.validate_packed == TWELL_SWITCH_ON;
 
     twell_status st = tw_pool_create(o.cpu_threads, &ctx->pool);
     if (st != TWELL_OK) {

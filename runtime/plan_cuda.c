@@ -64,6 +64,7 @@ void tw_cuda_plan_release(twell_plan *plan) {
         tw_cuda_dense_release(plan, cp->dense);
         tw_small_release(plan, cp->small);
         tw_gate_lt_release(plan, cp->gate_lt);
+        tw_packed_check_release(cp->packed_check);
         tw_cu_leave(plan->ctx, &sc);
     }
     free(cp);
@@ -147,9 +148,13 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
     twell_status st = tw_cu_enter(plan->ctx, &sc);
     if (st != TWELL_OK)
         return st;
+    /* options.validate_packed: packed is checked before anything reads it (packed_check.c) */
+    if (plan->ctx->validate_packed)
+        st = tw_packed_check_run(plan, &cp->packed_check, M, packed, stream);
     /* the path choice (plan->path, AUTO's policy: small-batch, tiled or dense) and the launch:
      * cuda_dense.c */
-    st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
+    if (st == TWELL_OK)
+        st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
     tw_cu_leave(plan->ctx, &sc);
     return st;
 }

@@ -8,5 +8,6 @@
 #include "cuda_gate_pack.h"
 #include "cuda_small.h"
 #include "op_plan.h"
+#include "packed_check.h"
 
 #endif /* TWELL_PLAN_CUDA_H */

@@ -213,6 +213,15 @@ typedef struct twell_ctx_options {
      * be loaded the dense routes are unavailable: one warning is logged, TWELL_PATH_DENSE
      * returns TWELL_ERR_UNSUPPORTED and AUTO chooses among the sparse routes. */
     const char *cublaslt_library;
+    /* Packed input validation (twell_ffn_infer; see "Packed input" under Inference ops). ON:
+     * every word of `packed` is checked against the TwELL layout on entry (count ≤ T, used slots
+     * holding a positive finite value and a column inside their row-tile in ascending order,
+     * unused slots 0) and the first bad word is reported (TWELL_ERR_INVALID_ARG), nothing
+     * computed. On CUDA this costs a small kernel and one host synchronisation per call, and is
+     * skipped inside stream capture. OFF (the built-in default): packed is trusted; a malformed
+     * one is never read out of bounds but gives unspecified y. DEFAULT: ON when
+     * $TWELL_VALIDATE_PACKED is "1". */
+    twell_switch validate_packed;
 } twell_ctx_options;
 
 /* Writes the default options (AUTO backend, device 0, default cache, no log, WARN, all cores,
@@ -546,6 +555,26 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
  * ("where detectable"); the driver usually keeps freed device addresses reserved, so host memory
  * landing there is unlikely. options.pointer_cache = TWELL_SWITCH_OFF (or TWELL_POINTER_CACHE=0)
  * asks about every pointer of every call, as before the cache. Results never depend on it.
+ *
+ * Packed input (twell_ffn_infer). packed is trusted by default: it should come from
+ * twell_gate_pack of the same plan. A buffer that breaks the TwELL layout is never read out of
+ * bounds, on any backend or route (a count above the slots is an overflowing row-tile and is
+ * recomputed; a column outside its row-tile or past N reads no weight row beyond N), but y is
+ * then unspecified; the CPU backend always rejects a count above T, a stored column outside its
+ * row-tile and columns not ascending (TWELL_ERR_INVALID_ARG), as it always has. With
+ * options.validate_packed ON (or $TWELL_VALIDATE_PACKED=1) every word is checked on entry,
+ * before anything is computed or written: word 0 of each row-tile (the count c) ≤ T; each of the
+ * min(c, W-1) used slots holds a value that is positive and finite in the plan's dtype (not +0,
+ * -0, negative, NaN or ±Inf; subnormals are fine) and a column inside the row-tile, above the
+ * previous slot's; every slot past them is 0. The first bad word (the lowest index) gives
+ * TWELL_ERR_INVALID_ARG with a message naming it: "packed word 133 (row 1, row-tile 0, slot 5)
+ * is 0x80000041: value 0x8000 is -0, not positive and finite". Overflowing row-tiles are checked
+ * like the others; whether their stored entries are the first W-1 of the row-tile is not (that
+ * needs x and the packing weight). Cost: on the CPU backend a pass over packed; on CUDA one small
+ * kernel, an 8-byte copy back and one host synchronisation of the call's stream per call, so the
+ * call is no longer asynchronous. A stream being captured into a CUDA graph cannot synchronise:
+ * captured calls are not validated (one warning per plan is logged; the capture proceeds) and
+ * nor are their replays; validate eager calls with the same buffers before capturing.
  * ------------------------------------------------------------------------------------------- */
 
 /* Packs the activation of the packing weight w into TwELL: packed = twell(relu(x · wᵀ)).
@@ -563,11 +592,13 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
                                        uint32_t *packed, twell_stream stream);
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
- * packing weight), writing y [M, K] of dtype. On CUDA with the AUTO path, up to 256 rows (unless
- * AUTO picks DENSE, which it does at every density from 96 rows) run the small-batch kernels: one
- * launch (up to 16 rows) or two that read each active row of Wu and Wd about once per call for
- * all the rows that use it (sm_80+, K a multiple of 32, x, the weights and y 16-byte aligned;
- * workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at every M.
+ * packing weight; "Packed input" above says what a malformed one gives, and how
+ * options.validate_packed checks it), writing y [M, K] of dtype. On CUDA with the AUTO path, up
+ * to 256 rows (unless AUTO picks DENSE, which it does at every density from 96 rows) run the
+ * small-batch kernels: one launch (up to 16 rows) or two that read each active row of Wu and Wd
+ * about once per call for all the rows that use it (sm_80+, K a multiple of 32, x, the weights
+ * and y 16-byte aligned; workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at
+ * every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */

@@ -69,12 +69,17 @@ static void test_bench_cli_help_and_errors(void **state) {
     assert_non_null(strstr(out, "--gated 0 applies to --op ffn_infer only"));
     assert_int_equal(bc_run("--help", out, sizeof out), 0);
     assert_non_null(strstr(out, "[--gated 1|0]"));
+    /* --validate-packed: 0 or 1, described with the record field it sets */
+    assert_non_null(strstr(out, "[--validate-packed 0|1]"));
+    assert_non_null(strstr(out, "Records say \"validate_packed\": true|false."));
     /* --mode: host times the calling thread per call */
     assert_non_null(strstr(out, "[--mode eager|graph|both|host]"));
     assert_non_null(strstr(out, "--mode host (ffn_infer)"));
     /* the records' requested_path and path are described */
     assert_non_null(
         strstr(out, "Every record also says requested_path (--path as given) and path"));
+    assert_int_equal(bc_run("--op ffn_infer --validate-packed 2", out, sizeof out), 2);
+    assert_non_null(strstr(out, "bad value '2' for --validate-packed"));
     assert_int_equal(bc_run("--op ffn_infer --mode hostile", out, sizeof out), 2);
     assert_non_null(strstr(out, "bad value 'hostile' for --mode"));
 }
@@ -82,8 +87,8 @@ static void test_bench_cli_help_and_errors(void **state) {
 /* The record schema, in the order every object lists it (BENCHMARKS.md's method section). */
 static const char bc_schema[] =
     "op dtype M K N T C distribution nnz_target nnz_mean variant "
-    "requested_path path gated ours_ms ours_min_ms ours_max_ms baseline baseline_ms "
-    "baseline_min_ms baseline_max_ms ratio reps max_rel_err "
+    "requested_path path gated validate_packed ours_ms ours_min_ms ours_max_ms baseline "
+    "baseline_ms baseline_min_ms baseline_max_ms ratio reps max_rel_err "
     "checked_rows correct check gpu commit date";
 
 /* Records as bench_record_init and an op leave them: one measured, one whose baseline never ran
@@ -237,6 +242,18 @@ static void test_bench_cli_non_gated_run(void **state) {
         assert_non_null(strstr(out, "ffn_infer(ng)"));
 }
 
+/* --validate-packed 1: the validated calls still pass the check; records say so. */
+static void test_bench_cli_validate_packed_run(void **state) {
+    (void)state;
+    static char out[65536];
+    const char *keys[] = {"\"op\": \"ffn_infer\"", "\"validate_packed\": true",
+                          "\"correct\": true"};
+    const char *absent[] = {"\"validate_packed\": false", "\"path\": \"unknown\""};
+    (void)bc_device_run("--op ffn_infer --validate-packed 1 --M 33,300 --K 256 --N 1024 --nnz 10 "
+                        "--dist uniform --reps 20",
+                        out, sizeof out, keys, BC_N(keys), absent, BC_N(absent));
+}
+
 /* --mode host at M = 1: records ffn_infer_host and ffn_fused_only_host against the dense
  * baseline's host time, the check passed first, the driver calls per call in the note. */
 static void test_bench_cli_host_run(void **state) {
@@ -317,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_bench_cli_record_json),
         cmocka_unit_test(test_bench_cli_tiny_run),
         cmocka_unit_test(test_bench_cli_non_gated_run),
+        cmocka_unit_test(test_bench_cli_validate_packed_run),
         cmocka_unit_test(test_bench_cli_host_run),
         cmocka_unit_test(test_bench_cli_path_fields),
     };

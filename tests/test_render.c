@@ -278,6 +278,16 @@ static void test_render_error_positions(void **state) {
                     "templates/import_cycle_mod.lua:2: import: module 'import_cycle_mod' imports "
                     "itself",
                     "<- templates/import_cycle.cu.lua:2");
+    /* errors without a position still name the template (a __tostring is never called) */
+    tw_param w = {"what", "table", 0};
+    tw_expect_error("error_value", &w, 1, TWELL_ERR_TEMPLATE, "templates/error_value.cu.lua:",
+                    "error raised with a table value, not a message");
+    w.sval = "nil";
+    tw_expect_error("error_value", &w, 1, TWELL_ERR_TEMPLATE,
+                    "templates/error_value.cu.lua:", "error raised with a nil value");
+    w.sval = "level0";
+    tw_expect_error("error_value", &w, 1, TWELL_ERR_TEMPLATE,
+                    "templates/error_value.cu.lua:", ": no position here");
     tw_param k = {"K", NULL, 64};
     tw_expect_error("missing_param", &k, 1, TWELL_ERR_TEMPLATE,
                     "templates/missing_param.cu.lua:3: template parameter 'Q' was not given", NULL);

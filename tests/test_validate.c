@@ -224,7 +224,7 @@ static void test_validate_ffn_infer(void **state) {
     uint32_t saved = packed[3 * (TV_N / 8)];
     packed[3 * (TV_N / 8)] = 1000;
     TV_EXPECT(t, twell_ffn_infer(g, TV_M, x, packed, wg, wu, wd, t->y, NULL),
-              "packed is malformed at row 3, tile 0");
+              "packed word 48 (row 3, row-tile 0, slot 0) is 0x000003e8: the count 1000 exceeds T");
     packed[3 * (TV_N / 8)] = saved;
     assert_int_equal(twell_ffn_infer(g, TV_M, x, packed, wg, wu, wd, t->y, NULL), TWELL_OK);
     assert_string_equal(twell_ctx_errmsg(t->ctx), "");

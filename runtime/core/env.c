@@ -31,3 +31,8 @@ int tw_env_pointer_cache_off(void) {
     const char *v = tw_env("TWELL_POINTER_CACHE");
     return v && !strcmp(v, "0");
 }
+
+int tw_env_validate_packed(void) {
+    const char *v = tw_env("TWELL_VALIDATE_PACKED");
+    return v && !strcmp(v, "1");
+}

@@ -22,5 +22,7 @@ int tw_env_tune(void);
 int tw_env_pdl_off(void);
 /* TWELL_POINTER_CACHE: 1 when it is exactly "0" (options.pointer_cache OFF), else 0. */
 int tw_env_pointer_cache_off(void);
+/* TWELL_VALIDATE_PACKED: 1 when it is exactly "1" (options.validate_packed ON), else 0. */
+int tw_env_validate_packed(void);
 
 #endif /* TWELL_ENV_H */

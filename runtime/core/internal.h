@@ -32,6 +32,7 @@ struct twell_ctx {
     int tune_on_first_use;  /* 1: a bucket's first call tunes when no winner is stored */
     int pdl;                /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
     int pointer_cache;      /* 1: plans remember accepted device addresses (twell_plan.seen) */
+    int validate_packed;    /* 1: twell_ffn_infer checks every packed word on entry */
     char *template_dir;     /* owned; NULL: the built-in location (gen/render.c) */
     char *nvrtc_library;    /* owned; NULL: the search list (gen/nvrtc.c) */
     char *cublaslt_library; /* owned; NULL: the search list (runtime/cuda/cuda_blaslt.c) */

@@ -44,24 +44,12 @@ void tw_gate_tile_ref(twell_dtype dt, const float *x, const uint16_t *w, size_t 
 
 int tw_packed_find_malformed(const twell_shape *s, size_t M, const uint32_t *packed, size_t *row,
                              uint32_t *tile) {
-    uint32_t words = s->T / s->C, slots = words - 1, tiles = s->N / s->T;
-    for (size_t m = 0; m < M; m++)
-        for (uint32_t t = 0; t < tiles; t++) {
-            const uint32_t *tw = packed + m * (s->N / s->C) + (size_t)t * words;
-            int bad = tw[0] > s->T;
-            uint32_t stored = tw[0] < slots ? tw[0] : slots, prev = 0;
-            for (uint32_t i = 0; i < stored && !bad; i++) {
-                uint32_t col = tw[1 + i] & 0xffffu;
-                bad = col < t * s->T || col >= (t + 1) * s->T || (i > 0 && col <= prev);
-                prev = col;
-            }
-            if (bad) {
-                *row = m;
-                *tile = t;
-                return 1;
-            }
-        }
-    return 0;
+    tw_packed_fault f;
+    if (!tw_packed_find_fault(s, M, packed, TW_PKF_STRUCTURE, &f))
+        return 0;
+    *row = f.row;
+    *tile = f.tile;
+    return 1;
 }
 
 /* The rows of part p of n parts: a pure function of (M, p, n). */
@@ -270,14 +258,19 @@ twell_status tw_cpu_gate_pack(twell_plan *plan, size_t M, const void *x, const v
 
 twell_status tw_cpu_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
                               const void *wg, const void *wu, const void *wd, void *y) {
-    size_t row;
-    uint32_t tile;
-    if (tw_packed_find_malformed(&plan->shape, M, packed, &row, &tile))
-        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG,
-                        "twell_ffn_infer: packed is malformed at row %zu, tile %u (not the output "
-                        "of twell_gate_pack for this plan)",
-                        row, tile);
-    twell_status st = tw_ffn_infer_ref(plan->ctx->pool, &plan->shape, M, x, packed, wg, wu, wd, y);
+    /* The structure is always checked (it keeps the reference inside its buffers); the rest of
+     * the layout's promises only when the context validates packed input. */
+    const twell_shape *s = &plan->shape;
+    const int full = plan->ctx->validate_packed;
+    tw_packed_fault f;
+    if (tw_packed_find_fault(s, M, packed, full ? TW_PKF_ALL : TW_PKF_STRUCTURE, &f)) {
+        char what[256];
+        tw_packed_fault_describe(s, &f, what, sizeof what);
+        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "twell_ffn_infer: %s (%s)", what,
+                        full ? "packed input validation is on"
+                             : "not the output of twell_gate_pack for this plan");
+    }
+    twell_status st = tw_ffn_infer_ref(plan->ctx->pool, s, M, x, packed, wg, wu, wd, y);
     if (st != TWELL_OK)
         return tw_error(plan->ctx, st, "twell_ffn_infer: cannot allocate CPU scratch (%s)",
                         twell_status_name(st));

@@ -12,6 +12,7 @@ typedef struct tw_gate_lt tw_gate_lt;     /* ops/gate_pack: cuBLASLt resources, 
 typedef struct tw_ffn tw_ffn;             /* ops/ffn: sparse path kernels and workspace */
 typedef struct tw_dense tw_dense;         /* ops/ffn: dense path and the AUTO state */
 typedef struct tw_small tw_small;         /* ops/ffn: small-batch path of both inference ops */
+typedef struct tw_packed_check tw_packed_check; /* ops/ffn: options.validate_packed's kernel */
 
 typedef struct tw_cuda_plan {
     tw_gate_pack *gate_pack; /* chosen and loaded by tw_cuda_plan_init */
@@ -19,6 +20,7 @@ typedef struct tw_cuda_plan {
     tw_ffn *ffn;
     tw_dense *dense;
     tw_small *small;
+    tw_packed_check *packed_check; /* created by the first validated twell_ffn_infer */
 } tw_cuda_plan;
 
 /* The CUDA state of plan, or NULL for a CPU plan (or a plan still being created). */

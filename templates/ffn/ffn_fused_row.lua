@@ -98,7 +98,9 @@ TW_KERNEL((256))
             const tw_u32 cnt = prow[t * W];
             if (cnt <= S) {
                 for (tw_u32 j0 = 0; j0 < cnt; j0 += 32) {
-                    const tw_u32 word = j0 + lane < cnt ? prow[t * W + 1 + j0 + lane] : 0u;
+                    tw_u32 word = j0 + lane < cnt ? prow[t * W + 1 + j0 + lane] : 0u;
+                    if ((word & 0xffffu) >= (tw_u32)N)
+                        word = 0u; /* malformed input: no weight row past N is read */
                     const int nb = (int)min(32u, cnt - j0);
                     for (int q = 0; q < nb; q += 2) {
                         const tw_u32 w0 = __shfl_sync(TW_FULL, word, q);

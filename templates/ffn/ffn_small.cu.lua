@@ -65,6 +65,10 @@
 --   Before the grid dependency wait every kernel touches one line of each 2 MB page of the weights
 --   it gathers (inputs no earlier kernel writes), so their address translation overlaps the
 --   previous kernel.
+-- Malformed input (twell_ffn_infer does not check packed unless options.validate_packed): the
+-- values are then unspecified, but no access leaves the buffers: up keeps only columns inside
+-- its block's neurons; down and fused read a stored entry whose column is N or more as the word 0
+-- (column 0, no value).
 --
 -- PROGRAMMATIC DEPENDENT LAUNCH: tw_pdl_enter is the first statement of both kernels (the rule
 -- of ffn_fused.cu.lua).
@@ -443,6 +447,8 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
                 }
                 const int excl = lo ? sincl[lo - 1] : 0;
                 e = __ldg(prow + (size_t)(warp + 8 * (i0 + lo)) * ${S.W} + 1 + (j - excl));
+                if ((e & 0xffffu) >= ${S.N}u)
+                    e = 0u; /* malformed input: a column past N reads no weight row beyond N */
             }
             tw_row_entries(acc, e, j < total, min(32, total - j0), TW_GATED, hrow, wd, c0, cok,
                            lane);
@@ -568,7 +574,8 @@ __device__ __forceinline__ tw_fused_row tw_fused_stage(const unsigned short *__r
     return r;
 }
 
-/* Entry word j of the staged row (j < total): the first tile whose inclusive count exceeds j. */
+/* Entry word j of the staged row (j < total): the first tile whose inclusive count exceeds j; a
+ * word whose column is past N (malformed input) comes back as 0 (value +0, column 0). */
 __device__ __forceinline__ tw_u32 tw_fused_entry(const tw_u32 *pw, const int *sincl, int j) {
     int lo = 0, hi = ${NT} - 1;
     while (lo < hi) {
@@ -578,7 +585,8 @@ __device__ __forceinline__ tw_u32 tw_fused_entry(const tw_u32 *pw, const int *si
         else
             lo = mid + 1;
     }
-    return pw[lo * ${S.W} + 1 + (j - (lo ? sincl[lo - 1] : 0))];
+    const tw_u32 e = pw[lo * ${S.W} + 1 + (j - (lo ? sincl[lo - 1] : 0))];
+    return (e & 0xffffu) < ${S.N}u ? e : 0u; /* malformed input: a column past N reads row 0, +0 */
 }
 
 /* Stored pair (j, j + 1), j even: columns n[0..1], h (gated: g · x_m · Wu_n by the warp); `two`

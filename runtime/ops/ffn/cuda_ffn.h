@@ -71,8 +71,10 @@ void tw_cuda_ffn_release(twell_plan *plan, tw_ffn *f);
 
 /* Enqueues y = ffn(x, packed, weights) on stream (arguments validated by plan.c; context
  * current). packed must be well-formed (as twell_gate_pack writes it): the device kernels do not
- * validate it (that would need a host synchronisation); malformed columns are never read out of
- * bounds by the row kernels, but the result is then unspecified.
+ * validate it (that would need a host synchronisation: options.validate_packed checks it first,
+ * packed_check.h); a malformed one gives unspecified results but is never read out of bounds (a
+ * count above the slots is an overflowing row-tile, a column outside its chunk or past N reads
+ * nothing beyond the weights).
  *
  * Workspace policy (no host synchronisation in the steady state):
  *  - rows are processed in chunks of at most TW_FFN_CHUNK; the workspace holds one chunk;
