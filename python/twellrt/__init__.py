@@ -3,6 +3,7 @@
     import twellrt
     mlp = twellrt.TwELLGatedMLP(2048, 5632, l1_coef=2e-5, device="cuda")
     twellrt.swap_mlps(hf_llama_model, l1_coef=2e-5)     # ReLU Llama MLPs, weights shared
+    model = twellrt.load_sparse_lm("path/or/repo-id")   # a SparseLM checkpoint, twellrt MLPs
 
 Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_train (autograd), ffn_train_backward.
 Errors raise twellrt.TwellError (status name + the library's message)."""
@@ -10,6 +11,7 @@ Errors raise twellrt.TwellError (status name + the library's message)."""
 from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
+from .sparse_lm import load_sparse_lm
 from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "TwELLGatedMLP",
     "TwELLMLP",
     "swap_mlps",
+    "load_sparse_lm",
     "TensorParallelGatedMLP",
     "contiguous_layout",
     "tensor_parallel_mlps",
