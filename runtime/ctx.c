@@ -26,9 +26,10 @@ static const size_t tw_ctx_options_ends[] = {
     TW_FIELD_END(twell_ctx_options, nvrtc_library),
     TW_FIELD_END(twell_ctx_options, pointer_cache),
     TW_FIELD_END(twell_ctx_options, cublaslt_library),
+    TW_FIELD_END(twell_ctx_options, validate_packed),
 };
 /* A field appended to the struct grows it past its last listed field: list it above. */
-_Static_assert(sizeof(twell_ctx_options) - TW_FIELD_END(twell_ctx_options, cublaslt_library) <
+_Static_assert(sizeof(twell_ctx_options) - TW_FIELD_END(twell_ctx_options, validate_packed) <
                    _Alignof(twell_ctx_options),
                "a field of twell_ctx_options is missing from tw_ctx_options_ends");
 

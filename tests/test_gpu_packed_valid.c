@@ -59,7 +59,7 @@ typedef struct {
 
 static void gv_make(const gv_case *c, gv_data *d) {
     memset(d, 0, sizeof *d);
-    d->s = twell_shape_default(c->K, c->N);
+    twell_shape_init(&d->s, c->K, c->N);
     d->s.T = c->T, d->s.C = c->C, d->s.dtype = c->dtype, d->s.gated = c->gated;
     d->M = c->M;
     tw_synth_params p = tw_synth_params_default();
@@ -270,7 +270,8 @@ static void test_gpu_packed_valid_capture_skips(void **state) {
 }
 
 static twell_ctx *gv_open(twell_switch validate, tw_logbook *log) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CUDA;
     o.validate_packed = validate;
     o.log = tw_test_log;

@@ -28,7 +28,8 @@ typedef struct {
 } pv_data;
 
 static twell_ctx *pv_ctx(twell_switch validate) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 2;
     o.validate_packed = validate;
@@ -41,7 +42,7 @@ static twell_ctx *pv_ctx(twell_switch validate) {
  * reference y. */
 static void pv_make(twell_dtype dt, int gated, pv_data *d) {
     memset(d, 0, sizeof *d);
-    d->s = twell_shape_default(PV_K, PV_N);
+    twell_shape_init(&d->s, PV_K, PV_N);
     d->s.T = 128;
     d->s.C = 4;
     d->s.dtype = dt;
@@ -158,7 +159,8 @@ static void test_packed_valid_fp16_plain(void **state) {
 /* The value rule follows the dtype: 0x7c00 is +Inf in fp16 but 65536 in bf16 (accepted). */
 static void test_packed_valid_dtype_rule(void **state) {
     (void)state;
-    twell_shape s = twell_shape_default(64, 256);
+    twell_shape s;
+    twell_shape_init(&s, 64, 256);
     uint32_t tile[32] = {1u, 0x7c000005u};
     assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
     s.dtype = TWELL_DTYPE_FP16;
@@ -223,7 +225,8 @@ static void test_packed_valid_env(void **state) {
 /* An option value that is not a twell_switch fails create. */
 static void test_packed_valid_bad_option(void **state) {
     (void)state;
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.validate_packed = (twell_switch)3;
     twell_ctx *ctx = (twell_ctx *)(uintptr_t)1;

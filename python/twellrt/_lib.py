@@ -89,6 +89,7 @@ class _CtxOptions(ctypes.Structure):
         ("nvrtc_library", ctypes.c_char_p),
         ("pointer_cache", ctypes.c_int),
         ("cublaslt_library", ctypes.c_char_p),
+        ("validate_packed", ctypes.c_int),
     ]
 
 

@@ -495,7 +495,7 @@ static int tw_fz_tune_seed(size_t i, tw_fuzz_buf *out) {
     memset(&p, 0, sizeof p);
     memset(&d, 0, sizeof d);
     snprintf(p.op, sizeof p.op, "%s", i == 1 ? "ffn_infer" : "gate_pack");
-    p.shape = twell_shape_default(2048, 5632);
+    twell_shape_init(&p.shape, 2048, 5632);
     p.M = 4096;
     snprintf(d.name, sizeof d.name, "NVIDIA H200");
     snprintf(d.arch, sizeof d.arch, "sm_90a");
@@ -711,7 +711,8 @@ static uint32_t *tw_fz_words;
 static uint16_t *tw_fz_y_on, *tw_fz_y_off, *tw_fz_dense;
 
 static twell_ctx *tw_fz_cpu(twell_switch validate) {
-    twell_ctx_options o = twell_ctx_options_default();
+    twell_ctx_options o;
+    twell_ctx_options_init(&o);
     o.backend = TWELL_BACKEND_CPU;
     o.cpu_threads = 1;
     o.validate_packed = validate;
@@ -730,7 +731,7 @@ static int tw_fz_packed_init(void) {
     size_t words = 0, K = 0, N = 0;
     for (int i = 0; i < TW_FZ_SHAPES; i++) {
         tw_fz_shape *z = &tw_fz_sh[i];
-        z->s = twell_shape_default(dims[i][0], dims[i][1]);
+        twell_shape_init(&z->s, dims[i][0], dims[i][1]);
         z->s.T = dims[i][2], z->s.C = dims[i][3];
         z->s.dtype = i == 1 ? TWELL_DTYPE_FP16 : TWELL_DTYPE_BF16;
         z->s.gated = i != 1;
