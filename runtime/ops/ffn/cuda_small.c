@@ -20,9 +20,9 @@ struct tw_small {
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
     tw_CUfunction gate, up, down, fused, fused_cl; /* fused_cl: sm_90+ and its smem fits */
-    int fused_ok;    /* the fused kernel's shared memory fits this device (tw_fused_smem) */
-    int fused_plain; /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
-    int fused_ran;   /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl */
+    int fused_ok;      /* the fused kernel's shared memory fits this device (tw_fused_smem) */
+    int fused_plain;   /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
+    int fused_ran;     /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl */
     int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
     int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
@@ -69,8 +69,7 @@ static unsigned tw_fused_cl_smem(const twell_shape *s) {
 /* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
 static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
     return (sm->fused_ok || (sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M)) &&
-           M <= TW_SMALL_FUSED_M &&
-           plan->shape.K <= TW_SMALL_FUSED_K;
+           M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
 }
 
 /* ---- modules ---- */
@@ -108,12 +107,12 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
     unsigned fsm = tw_fused_smem(s), csm = tw_fused_cl_smem(s);
     sm->fused_ok = fsm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin;
     if (sm->fused_ok)
-        TW_TRY(tw_cu_func_set_attribute(ctx, sm->fused,
-                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsm));
+        TW_TRY(tw_cu_func_set_attribute(
+            ctx, sm->fused, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsm));
     if (ctx->cuda->cc_major >= 9 && csm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin) {
         TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused_cl", &sm->fused_cl));
-        TW_TRY(tw_cu_func_set_attribute(ctx, sm->fused_cl,
-                                        TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)csm));
+        TW_TRY(tw_cu_func_set_attribute(
+            ctx, sm->fused_cl, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)csm));
     }
     return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)tw_up_smem(TW_SMALL_MAX_M));
@@ -363,8 +362,11 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
                        (void *)&wd, (void *)&y,      &m};
         sm->fused_ran = sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M ? 2 : 1;
         if (sm->fused_ran == 2) {
-            tw_cu_launch_cfg c = {{TW_FUSED_CL, (unsigned)M, 1}, {TW_FUSED_THREADS, 1, 1},
-                                  {TW_FUSED_CL, 1, 1}, tw_fused_cl_smem(s), 1u};
+            tw_cu_launch_cfg c = {{TW_FUSED_CL, (unsigned)M, 1},
+                                  {TW_FUSED_THREADS, 1, 1},
+                                  {TW_FUSED_CL, 1, 1},
+                                  tw_fused_cl_smem(s),
+                                  1u};
             *st = tw_cu_launch(ctx, sm->fused_cl, &c, stream, a_f);
         } else {
             *st = tw_cu_launch_grid(ctx, sm->fused, tw_cdiv(s->K, 256), (unsigned)M,
