@@ -463,10 +463,11 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
     }
 }
 
-/* The 8 warps' partial sums of the block's 256 columns, added in warp order, rounded once. */
-__device__ __forceinline__ void tw_row_store(float4 (*red)[32][2], const float (&acc)[8],
-                                             unsigned short *__restrict__ yrow, int c0, bool cok,
-                                             int warp, int lane) {
+/* The nw warps' partial sums of the block's 256 columns, added in warp order, rounded once,
+ * stored; red may be reused after it returns. */
+__device__ __forceinline__ void tw_store_sums(float4 (*red)[32][2], const float (&acc)[8],
+                                              unsigned short *__restrict__ yrow, int c0, bool cok,
+                                              int warp, int lane, int nw) {
     red[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     red[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     __syncthreads();
@@ -475,7 +476,7 @@ __device__ __forceinline__ void tw_row_store(float4 (*red)[32][2], const float (
 #pragma unroll
         for (int i = 0; i < 8; i++)
             s[i] = 0.0f;
-        for (int w2 = 0; w2 < 8; w2++) {
+        for (int w2 = 0; w2 < nw; w2++) {
             const float4 a = red[w2][lane][0], b = red[w2][lane][1];
             s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w;
             s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
@@ -487,6 +488,7 @@ __device__ __forceinline__ void tw_row_store(float4 (*red)[32][2], const float (
         o.w = (tw_u32)tw_from_f32(s[6]) | (tw_u32)tw_from_f32(s[7]) << 16;
         *(uint4 *)(yrow + c0) = o;
     }
+    __syncthreads();
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2)
@@ -508,7 +510,7 @@ twell_ffn_small_down(const tw_u32 *__restrict__ packed, const unsigned short *__
         acc[i] = 0.0f;
     tw_row_walk(acc, sincl[warp], packed + (size_t)m * ${S.NW}, hbuf + (size_t)m * ${S.N},
                 mask + (size_t)m * ${S.N // 32}, wd, c0, cok, warp, lane);
-    tw_row_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, 8);
 }
 
 /* The address of shared-memory word `addr` in the block of cluster rank `rank` (sm_90+). */
@@ -654,33 +656,6 @@ __device__ __forceinline__ void tw_pair_wd(const unsigned short *__restrict__ wd
     v[1] = cok && l1 ? __ldg((const uint4 *)(wd + (size_t)n[1] * ${S.K} + c0)) : TW_ZERO4;
 }
 
-/* The 16 warps' sums of a block's 256 columns, added in warp order, rounded once, stored. */
-__device__ __forceinline__ void tw_fused_store(float4 (*red)[32][2], const float (&acc)[8],
-                                               unsigned short *__restrict__ yrow, int c0, bool cok,
-                                               int warp, int lane) {
-    red[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    red[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    __syncthreads();
-    if (warp == 0 && cok) {
-        float s[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            s[i] = 0.0f;
-        for (int w2 = 0; w2 < TW_FW; w2++) {
-            const float4 a = red[w2][lane][0], b = red[w2][lane][1];
-            s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w;
-            s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
-        }
-        uint4 o;
-        o.x = (tw_u32)tw_from_f32(s[0]) | (tw_u32)tw_from_f32(s[1]) << 16;
-        o.y = (tw_u32)tw_from_f32(s[2]) | (tw_u32)tw_from_f32(s[3]) << 16;
-        o.z = (tw_u32)tw_from_f32(s[4]) | (tw_u32)tw_from_f32(s[5]) << 16;
-        o.w = (tw_u32)tw_from_f32(s[6]) | (tw_u32)tw_from_f32(s[7]) << 16;
-        *(uint4 *)(yrow + c0) = o;
-    }
-    __syncthreads(); /* red is reused by the block's next column slice */
-}
-
 /* Block (s, m): columns [256s, 256s + 256) of row m. Warp w takes the pairs p ≡ w (mod 16); each
  * block of the row repeats the dots for its columns (K/256 times the Wu reads, from L2 after the
  * first). Dynamic shared memory: K·2 + 4·N/C + 8·N/T bytes. */
@@ -733,7 +708,7 @@ twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__rest
         tw_pair_wd(wd, n, a[0], a[1], c0, cok, v);
         tw_pair_fma(acc, v, h, a[0], a[1]);
     }
-    tw_fused_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, TW_FW);
 }
 
 /* Hopper: the same in a thread-block cluster of ${CL} blocks a row, so that each block computes
@@ -830,7 +805,7 @@ twell_ffn_small_fused_cl(const unsigned short *__restrict__ x, const tw_u32 *__r
                          : "r"(tw_dsmem(hc_a + 8u * l, rank)));
             tw_pair_fma(acc, v, h, bits & 1u, bits & 2u);
         }
-        tw_fused_store(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane);
+        tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, TW_FW);
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;"
                  ::: "memory");
