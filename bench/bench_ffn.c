@@ -1,7 +1,7 @@
 /*
  * bench_ffn.c — the ffn_infer benchmark: ours end to end (twell_gate_pack + twell_ffn_infer)
  * against a dense cuBLAS FFN on the same data (gate GEMM, up GEMM, h = relu(g) ⊙ u by a small
- * kernel of ours (templates/ffn_dense_ew.cu.lua), down GEMM), and the fused part alone
+ * kernel of ours (templates/ffn/ffn_dense_ew.cu.lua), down GEMM), and the fused part alone
  * (twell_ffn_infer on a packed buffer already made) against the same dense FFN. The three are
  * timed interleaved; two records per case: op "ffn_infer" and op "ffn_fused_only". The plan's
  * path is --path (default AUTO: sparse or the dense path, chosen from the previous call's counts);

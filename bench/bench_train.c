@@ -20,7 +20,7 @@
  * their rows and neurons are left out, at most 1% of rows allowed) and some gate values sit one
  * 16-bit step apart (their neurons are left out of the fp32 weight-gradient comparison, their
  * rows stay within the 16-bit tolerance). Tolerances: y, dx row-relative 5e-3 (bf16) / 1e-3
- * (fp16); dWg, dWu, dWd by the library's stated rule (runtime/train_wcheck.h, the rule of
+ * (fp16); dWg, dWu, dWd by the library's stated rule (tests/verify/train_wcheck.h, the rule of
  * tests/test_ref_train.c and of the tiled route in tests/test_gpu_train.c): against an fp64
  * model on the CPU's support and gate values, |got − fp64| ≤ 2e-5 · Σ|terms| per element, Σ|terms|
  * from the same model on absolute values; the CPU reference's own worst on that scale is printed

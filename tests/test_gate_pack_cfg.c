@@ -21,7 +21,7 @@
 
 static twell_ctx *cf_ctx;
 
-/* An H200 as the launcher sees it (runtime/cuda_driver.h), matching the "h200" preset. */
+/* An H200 as the launcher sees it (runtime/cuda/cuda_driver.h), matching the "h200" preset. */
 static tw_cuda cf_h200(void) {
     tw_cuda d;
     memset(&d, 0, sizeof d);

@@ -66,8 +66,7 @@ static int sk_fail(sk_worker *w, const char *fmt, ...) {
     do {                                                                                           \
         twell_status st_ = (expr);                                                                 \
         if (st_ != TWELL_OK)                                                                       \
-            return sk_fail(w, "%s: %s: %s", #expr, twell_status_name(st_),                         \
-                           twell_ctx_errmsg(ctx));                                                 \
+            return sk_fail(w, "%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(ctx)); \
     } while (0)
 
 static twell_ctx *sk_ctx(twell_backend b) {
@@ -116,11 +115,11 @@ typedef struct {
     tw_synth_ffn *f;
     void *dx, *dwg, *dwu, *dwd, *dy, *ddx, *ddwg, *ddwu, *ddwd;
     uint32_t *dp;
-    uint32_t *packed;       /* host: the GPU's packed bytes */
-    uint16_t *y, *yref;     /* host [SK_MAX_M, K] */
-    uint16_t *gdx, *cdx;    /* host [SK_TRAIN_M, K]: GPU step, CPU reference */
-    float *gdw, *cdw;       /* host [3, N, K] */
-    uint16_t *first_dx;     /* the first GPU step's gradients */
+    uint32_t *packed;    /* host: the GPU's packed bytes */
+    uint16_t *y, *yref;  /* host [SK_MAX_M, K] */
+    uint16_t *gdx, *cdx; /* host [SK_TRAIN_M, K]: GPU step, CPU reference */
+    float *gdw, *cdw;    /* host [3, N, K] */
+    uint16_t *first_dx;  /* the first GPU step's gradients */
     float *first_dw;
 } sk_env;
 
@@ -142,8 +141,8 @@ static int sk_setup(sk_worker *w, sk_env *e) {
     SK_TRY(w, e->gpu, tw_cuda_stream_create(e->gpu, &e->stream));
     size_t xb = (size_t)SK_MAX_M * s->K * 2, wb = (size_t)s->N * s->K * 2;
     size_t wf = (size_t)s->N * s->K * sizeof(float), pb = twell_packed_bytes(s, SK_MAX_M);
-    void **bufs[] = {&e->dx, &e->dwg, &e->dwu, &e->dwd, &e->dy, &e->ddx,
-                     &e->ddwg, &e->ddwu, &e->ddwd, (void **)&e->dp};
+    void **bufs[] = {&e->dx,  &e->dwg,  &e->dwu,  &e->dwd,  &e->dy,
+                     &e->ddx, &e->ddwg, &e->ddwu, &e->ddwd, (void **)&e->dp};
     size_t sizes[] = {xb, wb, wb, wb, xb, xb, wf, wf, wf, pb};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         SK_TRY(w, e->gpu, tw_cuda_malloc(e->gpu, sizes[i], bufs[i]));
@@ -234,11 +233,11 @@ static void *sk_run(void *raw) {
             /* a training step */
             const size_t M = SK_TRAIN_M, nk = (size_t)s->N * s->K;
             const float lambda = 1e-3f;
-            twell_status st = twell_ffn_forward_train(e.gplan, M, e.dx, e.dwg, e.dwu, e.dwd,
-                                                      e.ddx, NULL, e.gst, e.stream);
+            twell_status st = twell_ffn_forward_train(e.gplan, M, e.dx, e.dwg, e.dwu, e.dwd, e.ddx,
+                                                      NULL, e.gst, e.stream);
             if (st == TWELL_OK)
-                st = twell_ffn_backward(e.gplan, e.gst, M, e.dx, e.dwg, e.dwu, e.dwd, e.dy,
-                                        lambda, e.ddx, e.ddwg, e.ddwu, e.ddwd, e.stream);
+                st = twell_ffn_backward(e.gplan, e.gst, M, e.dx, e.dwg, e.dwu, e.dwd, e.dy, lambda,
+                                        e.ddx, e.ddwg, e.ddwu, e.ddwd, e.stream);
             if (st == TWELL_OK)
                 st = tw_cuda_stream_synchronize(e.gpu, e.stream);
             if (st == TWELL_OK)

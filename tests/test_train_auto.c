@@ -1,6 +1,6 @@
-/* test_train_auto.c — the AUTO rule of the training path choice (runtime/train_auto.c): a probe
- * (the sparse path's counts decide) on the first forward from min_rows up, then by the latest known
- * density against the threshold with the stay band after a dense step; the sequence the GPU
+/* test_train_auto.c — the AUTO rule of the training path choice (runtime/ops/train/train_auto.c): a
+ * probe (the sparse path's counts decide) on the first forward from min_rows up, then by the latest
+ * known density against the threshold with the stay band after a dense step; the sequence the GPU
  * switching test drives, replayed. labels: unit */
 #include "cuda_train_dense.h"
 #include "train_auto.h"

@@ -1,7 +1,7 @@
-/* test_train_wcheck.c — the bench's scaled weight-gradient check (runtime/train_wcheck.c) against
- * the dense fp64 model of tests/support/ref64_train.c: the exact gradients pass, its scale is the
- * model's Σ|terms| (an error of 1.5e-5 of it reads 1.5e-5), one element off by 3e-5 of its scale
- * or two neurons swapped fail at that element, the mask leaves neurons out, the library's CPU
+/* test_train_wcheck.c — the bench's scaled weight-gradient check (tests/verify/train_wcheck.c)
+ * against the dense fp64 model of tests/support/ref64_train.c: the exact gradients pass, its scale
+ * is the model's Σ|terms| (an error of 1.5e-5 of it reads 1.5e-5), one element off by 3e-5 of its
+ * scale or two neurons swapped fail at that element, the mask leaves neurons out, the library's CPU
  * result passes, and the L1 term of an entry whose U sign fp32 cannot fix gets its allowance.
  * labels: unit */
 #include "ref64_train.h"

@@ -19,9 +19,9 @@
 #define TW_PRINTF(f, a)
 #endif
 
-typedef struct tw_pool tw_pool;   /* runtime/pool.c: CPU worker threads */
+typedef struct tw_pool tw_pool;   /* runtime/core/pool.c: CPU worker threads */
 typedef struct tw_cache tw_cache; /* cache/cache.c: disk + memory cache */
-typedef struct tw_cuda tw_cuda;   /* runtime/cuda_*.c: CUDA backend state */
+typedef struct tw_cuda tw_cuda;   /* runtime/cuda/cuda_*.c: CUDA backend state */
 
 struct twell_ctx {
     twell_ctx_options opts; /* copy; its strings point at the owned copies below */
@@ -106,7 +106,7 @@ void tw_log(twell_ctx *ctx, twell_log_level level, const char *fmt, ...) TW_PRIN
 /* strdup that returns NULL on allocation failure (C11 has no strdup). */
 char *tw_strdup(const char *s);
 
-/* ---- CPU backend worker pool (runtime/pool.c) ---- */
+/* ---- CPU backend worker pool (runtime/core/pool.c) ---- */
 twell_status tw_pool_create(int threads, tw_pool **out); /* threads 0 = online cores */
 void tw_pool_destroy(tw_pool *pool);                     /* NULL is a no-op */
 int tw_pool_threads(const tw_pool *pool);
@@ -118,7 +118,7 @@ int tw_pool_threads(const tw_pool *pool);
 void tw_pool_for(tw_pool *pool, size_t n, void (*fn)(void *arg, size_t begin, size_t end),
                  void *arg);
 
-/* ---- CPU backend ops (runtime/cpu_backend.c; arguments already validated) ---- */
+/* ---- CPU backend ops (runtime/cpu/cpu_backend.c; arguments already validated) ---- */
 twell_status tw_cpu_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                               uint32_t *packed);
 twell_status tw_cpu_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
@@ -131,7 +131,7 @@ twell_status tw_cpu_backward(twell_plan *plan, twell_train_state *state, size_t 
                              float lambda, void *dx, float *dwg, float *dwu, float *dwd);
 void tw_cpu_train_state_release(twell_train_state *state);
 
-/* ---- CUDA backend (runtime/cuda_*.c; arguments already validated) ---- */
+/* ---- CUDA backend (runtime/cuda/cuda_*.c; arguments already validated) ---- */
 /* Opens device `device`: loads the driver, creates/retains the primary context, fills
  * ctx->cuda and ctx->device_name. TWELL_ERR_NOT_FOUND (no libcuda), TWELL_ERR_NO_DEVICE. */
 twell_status tw_cuda_open(twell_ctx *ctx, int device);

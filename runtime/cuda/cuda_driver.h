@@ -188,7 +188,7 @@ twell_status tw_cu_func_occupancy(twell_ctx *ctx, tw_CUfunction fn, int block, s
  * device allows it (ctx->cuda->pdl), programmatic stream serialization: the kernel may start while
  * the stream's previous kernel is still running. Set pdl only for kernels that execute
  * `griddepcontrol.wait` in every thread before touching memory a predecessor reads or writes
- * (the rule: templates/ffn_fused.cu.lua, "PROGRAMMATIC DEPENDENT LAUNCH"). */
+ * (the rule: templates/ffn/ffn_fused.cu.lua, "PROGRAMMATIC DEPENDENT LAUNCH"). */
 typedef struct tw_cu_launch_cfg {
     unsigned grid[3];
     unsigned block[3];

@@ -1,7 +1,7 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # the parameter lists are split into words on purpose
 # render_sets_ffn_fused.sh — parameter sets of ffn_fused for render_compare.sh (the sets the split
-# of templates/ffn_fused.cu.lua into modules was checked with).
+# of templates/ffn/ffn_fused.cu.lua into modules was checked with).
 # Usage: render_sets_ffn_fused.sh sets|cubin [ffn_fused]
 set -eu
 if [ "$1" = cubin ]; then # the default configuration and the other branches: T, dtype, gated,

@@ -1,7 +1,7 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # the parameter lists are split into words on purpose
 # render_sets_train_ffn.sh — parameter sets of train_ffn for render_compare.sh (the sets the split
-# of templates/train_ffn.cu.lua into modules was checked with).
+# of templates/train/train_ffn.cu.lua into modules was checked with).
 # Usage: render_sets_train_ffn.sh sets|cubin [train_ffn]
 set -eu
 if [ "$1" = cubin ]; then # VEC 8 MMA at K 2048 (KC 64), KC 32 and 16 (no MMA), VEC 1 fp16

@@ -1,5 +1,5 @@
 #!/bin/sh
-# train_ffn_render_compare.sh — render_compare.sh for templates/train_ffn.cu.lua and its modules
+# train_ffn_render_compare.sh — render_compare.sh for templates/train/train_ffn.cu.lua and its modules
 # with the parameter sets of render_sets_train_ffn.sh (used for the split into modules, h/split).
 # Usage: [CUBIN=1] scripts/render/train_ffn_render_compare.sh TWELL_BINARY [REV (default HEAD)] [OUTDIR]
 d=$(dirname "$0")

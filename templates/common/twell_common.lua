@@ -1,7 +1,7 @@
 -- twell_common.lua — helpers shared by kernel templates (import "twell_common"):
 -- shape validation, exact 16-bit conversions, a TwELL row's active count, warp prefix sums and
 -- the warp-cooperative TwELL row-tile packer.
--- Everything here must stay bit-exact with runtime/half.h and runtime/cpu_ref.h.
+-- Everything here must stay bit-exact with runtime/core/half.h and runtime/cpu/cpu_ref.h.
 
 local M = {}
 
@@ -27,7 +27,7 @@ end
 
 -- Emits tw_to_f32(unsigned short) and tw_from_f32(float) for dtype: exact widening, and
 -- narrowing with round to nearest even (NaN stays NaN), written with integer operations only so
--- they need no CUDA header and match runtime/half.h bit for bit.
+-- they need no CUDA header and match runtime/core/half.h bit for bit.
 function M.conversions(dtype)
     cuda [==[
 __device__ __forceinline__ float tw_bits_f32(unsigned int u) { return __uint_as_float(u); }

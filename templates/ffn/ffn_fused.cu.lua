@@ -1,6 +1,6 @@
 -- ffn_fused.cu.lua — fused TwELL FFN inference: gated (x + packed gate + Wu + Wd -> y) or
 -- non-gated (packed h + Wd -> y), exact for overflowing row-tiles, deterministic, tensor cores.
--- This file and its modules templates/ffn_fused_*.lua (list after the parameter checks) are the
+-- This file and its modules templates/ffn/ffn_fused_*.lua (list after the parameter checks) are the
 -- only source of these kernels (`twell render ffn_fused ...` prints what NVRTC compiles). The
 -- algorithm, then the launch contract, follow.
 --

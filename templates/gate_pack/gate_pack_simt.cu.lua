@@ -13,7 +13,7 @@
 --   (static shared memory below 48 KB).
 -- Contract: CTA (bx, by) owns rows [by·BM, by·BM + BM) ∩ [0, M) and columns [bx·T, bx·T + T),
 -- and writes every word of those row-tiles. Each pre-activation is the reference dot product of
--- runtime/cpu_ref.h: products rounded to fp32 (__fmul_rn), added to one fp32 accumulator that
+-- runtime/cpu/cpu_ref.h: products rounded to fp32 (__fmul_rn), added to one fp32 accumulator that
 -- starts at +0 with k ascending (__fadd_rn, never contracted into an FMA). The stored value is
 -- round_to_dtype(pre) (nearest even) when pre > 0, else +0 (NaN included), so packed is
 -- bit-identical to tw_gate_pack_ref for every input. Entries go in ascending column order

@@ -8,7 +8,7 @@
 --             STAGES (pipeline depth, default 3; the shared memory must fit in 227 KB),
 --             CLUSTER (CTAs per cluster along M sharing the weight tile by TMA multicast:
 --                      1, 2 or 4; default 2).
--- ABI (runtime/cuda_gate_pack_sm90.c launches it):
+-- ABI (runtime/ops/gate_pack/cuda_gate_pack_sm90.c launches it):
 --   extern "C" __global__ void twell_gate_pack_sm90(
 --       const __grid_constant__ tw_tmap map_x,  // x [M, K]: dims {K, M}, box {BK, 128}
 --       const __grid_constant__ tw_tmap map_w,  // w [N, K]: dims {K, N}, box {BK, 256/CLUSTER}
@@ -29,7 +29,7 @@
 -- Contract: writes every word of packed rows [0, M): count, entries in ascending column order,
 -- unused slots 0; bytes are a deterministic function of (x, w, M, gridDim.x). Values are
 -- round_to_dtype(pre) (nearest even) for pre > 0, else not stored (NaN included), where pre is
--- an fp32 tensor-core dot product: equal to runtime/cpu_ref.h up to fp32 summation order.
+-- an fp32 tensor-core dot product: equal to runtime/cpu/cpu_ref.h up to fp32 summation order.
 --
 -- Design: warpgroup 0 produces (one thread issues TMA into a STAGES-deep ring of (x 128xBK,
 -- w 256xBK) tiles completing on mbarriers) and packs (its warps 1..3); warpgroups 1 and 2 consume

@@ -1,4 +1,4 @@
--- gemm_sm90.cu.lua — Hopper (sm_90a) dense GEMM of the dense FFN path (runtime/cuda_dense.c):
+-- gemm_sm90.cu.lua — Hopper (sm_90a) dense GEMM of the dense FFN path (runtime/ops/ffn/cuda_dense.c):
 -- out[M, N] = epilogue(A[M, K] · B[N, K]ᵀ), both operands K-major ("NT", as gate_pack_sm90), on
 -- tensor cores (wgmma m64n256k16, fp32 accumulation), TMA 128-byte swizzle, persistent clusters
 -- of 2 CTAs along M sharing the B tile by multicast. Same main loop as gate_pack_sm90.cu.lua.
@@ -38,7 +38,7 @@
 --   MODE mm (the training path's y and dx on a small block of heavy rows) keeps the training ABI
 --   with nseg = nsplit, stores plane 0 to part the same way and writes nothing else; the caller
 --   reduces with twell_dense_reduce_plain (out = round(Σ)).
--- Training modes (runtime/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
+-- Training modes (runtime/ops/train/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
 -- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
 -- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
 --   fwd    2 passes per unit: P = tw_act(A·Gᵀ) into the staging buffer, then U = A·Bᵀ;
@@ -55,7 +55,7 @@
 --          others map_g; the reduction length is runtime (kred_blocks k-blocks, K unused).
 -- Unit = the 128·CLUSTER rows x 256 columns a cluster computes: t = mp·NB + nb, NB = ceil(N/256),
 -- rows [128·CLUSTER·mp, +128·CLUSTER), columns [256·nb, +256).
--- ABI (runtime/cuda_dense.c launches it):
+-- ABI (runtime/ops/ffn/cuda_dense.c launches it):
 --   extern "C" __global__ void twell_gemm_sm90(
 --       const __grid_constant__ tw_tmap map_a,  // A [M, K]: dims {K, M}, box {64, 128}
 --       const __grid_constant__ tw_tmap map_b,  // B [N, K]: dims {K, N}, box {64, 256/CLUSTER}

@@ -1,12 +1,12 @@
 -- train_ffn.cu.lua — CUDA training forward and backward of a gated TwELL FFN (docs/DESIGN.md §6,
 -- twellrt.h "Training"), every step exact and deterministic (fixed orders, integer scans, no
--- floating-point atomics). runtime/cuda_train.c owns the buffers and launches these kernels.
+-- floating-point atomics). runtime/ops/train/cuda_train.c owns the buffers and launches these kernels.
 --
 -- Parameters: K, N, T, C, dtype (see twellrt.h); VEC (8: 16-byte vector loads and stores, every
 -- tensor 16-byte aligned; 1: element loads, any 2-byte alignment; default 8); WPB (warps per
 -- block of the kernels that keep a token row in shared memory, default 4).
 --
--- Arithmetic. Every dot product is the reference sequence of runtime/cpu_ref.h (tw_dot_ref):
+-- Arithmetic. Every dot product is the reference sequence of runtime/cpu/cpu_ref.h (tw_dot_ref):
 -- one lane walks k ascending, products rounded to fp32 (__fmul_rn), one accumulator from +0
 -- (__fadd_rn), so U and dy·Wd are bit-identical to the CPU reference (and so is a gate value
 -- recomputed by the SIMT recount of VEC 1 builds). Gate values come from tensor cores otherwise,
@@ -16,7 +16,7 @@
 -- (ascending column, ascending token); a row or neuron split into chunks adds its chunk partials
 -- in chunk order afterwards (deterministic, not bit-identical to the CPU's single chain).
 --
--- Saved state (mirrors runtime/cpu_train.h; r = m·NT + t is a row-tile, entries e are numbered
+-- Saved state (mirrors runtime/cpu/cpu_train.h; r = m·NT + t is a row-tile, entries e are numbered
 -- row-major, ascending column within a row):
 --   packed [M, N/C] u32   TwELL of P (gate-pack, then overflowing row-tiles rewritten by recount)
 --   u_ell  [M, N/C] f32   U of the entry in the same word (count words and empty slots untouched)
@@ -91,7 +91,7 @@
 --                              per block, smem STW bytes per warp (the token row as dtype + the
 --                              stages). Same per-lane sequence of roundings:
 --                              bitwise the same results. With `pre` (tiled U / dT, see
---                              runtime/cuda_train_tiled.h) they read the precomputed values and
+--                              runtime/ops/train/cuda_train_tiled.h) they read the precomputed values and
 --                              compute only what twell_train_udt / ovf_udt did not cover; those
 --                              values are summed in tensor-core order (not the reference's).
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
@@ -111,17 +111,17 @@ local G = S.K // VEC -- VEC-groups per row
 local SW = 32 * VEC -- K slice of one warp item
 local NS = (S.K + SW - 1) // SW
 -- Overflowing row-tiles on tensor cores: 16-byte fragment loads (VEC 8), k blocks of 32, warp
--- tiles of 64 columns. runtime/cuda_train.c tests the same condition (tw_ct_mma).
+-- tiles of 64 columns. runtime/ops/train/cuda_train.c tests the same condition (tw_ct_mma).
 local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
 local OVF_BM = 16           -- listed rows per CTA step
 local OVF_WM = OVF_BM // 16 -- warps along the rows
 local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Tiled U / dT of overflowing row-tiles (twell_train_ovf_udt): fp32 values of 16 rows x T
--- columns in static shared memory (T <= 512). runtime/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
+-- columns in static shared memory (T <= 512). runtime/ops/train/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
 local OVF_UDT = MMA and S.T <= 512
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
--- (conflict-free 16-byte reads). runtime/cuda_train.c computes the same STW (tw_ct_stw).
+-- (conflict-free 16-byte reads). runtime/ops/train/cuda_train.c computes the same STW (tw_ct_stw).
 -- KC 64 (K permitting, else 32 or 16), 2 stages, SWP 4 warps per block, the token row kept as
 -- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants on the
 -- H200 at K = 2048, N = 5632, 29 nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with
@@ -149,7 +149,7 @@ common.pack_row_tile_warp(S)
 common.row_active(S)
 common.warp_scan()
 
--- The kernels, by concern, in modules (templates/train_ffn_*.lua). Each returns a function of D
+-- The kernels, by concern, in modules (templates/train/train_ffn_*.lua). Each returns a function of D
 -- (the constants above) that emits its CUDA; the calls below fix the order of the source.
 local D = {
     S = S, VEC = VEC, WPB = WPB, NT = NT, TM = TM, G = G, NS = NS, LB = LB, LB2 = LB2,

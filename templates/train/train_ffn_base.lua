@@ -1,6 +1,6 @@
 -- train_ffn_base.lua — module of train_ffn.cu.lua: the kernels' shared definitions (integer
 -- types, the 16-bit activation, grid-stride warp indices), the VEC-specific group loads and
--- stores, a token row into shared fp32, the reference dot product (runtime/cpu_ref.h's order)
+-- stores, a token row into shared fp32, the reference dot product (runtime/cpu/cpu_ref.h's order)
 -- and the row-chunk frame of the y and dx kernels (D.chunk_sum_open / D.chunk_sum_close).
 return function(D)
     local S, VEC, NT, G = D.S, D.VEC, D.NT, D.G

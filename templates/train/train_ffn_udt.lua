@@ -28,7 +28,7 @@ return function(D)
         const tw_u64 *to = tw_row_tiles(sto, tile_off, m, lane);
 ]], STO)
     cuda [==[
-/* Tiled U / dT: the fused inference pipeline's phase A (templates/ffn_fused.cu.lua) left, per
+/* Tiled U / dT: the fused inference pipeline's phase A (templates/ffn/ffn_fused.cu.lua) left, per
  * pair slot p of its lists, the partial dot products of 64-column slices at
  * partial[s·pstride + p], and its build the index of each listed entry's word in packed
  * (eidx[p]). One thread per slot, flat over the total[0] slots (coalesced): the slices summed in

@@ -1,7 +1,7 @@
 /*
- * cuda_ffn.h — twell_ffn_infer on CUDA: the fused TwELL kernels of templates/ffn_fused.cu.lua
+ * cuda_ffn.h — twell_ffn_infer on CUDA: the fused TwELL kernels of templates/ffn/ffn_fused.cu.lua
  * (tiled, tensor cores, exact overflow recompute, device-side fallback) and the portable row
- * kernel of templates/ffn_rows.cu.lua, with a per-plan workspace sized from the data.
+ * kernel of templates/ffn/ffn_rows.cu.lua, with a per-plan workspace sized from the data.
  */
 #ifndef TWELL_CUDA_FFN_H
 #define TWELL_CUDA_FFN_H

@@ -88,8 +88,8 @@ int tw_cuda_gate_pack_modules_loaded(const tw_gate_pack *gp);
 twell_status tw_gate_pack_test_control(int op, va_list ap);
 
 /* ---------------------------------------------------------------------------------------------
- * The SM90 variant's launcher (cuda_gate_pack_sm90.c), for templates/gate_pack_sm90.cu.lua (its
- * configurations' rules are in gate_pack_config.c):
+ * The SM90 variant's launcher (cuda_gate_pack_sm90.c), for
+ * templates/gate_pack/gate_pack_sm90.cu.lua (its configurations' rules are in gate_pack_config.c):
  *
  * - tw_sm90_kernel_prepare: after loading, sets the dynamic shared memory limit and sizes the
  *   persistent grid.

@@ -1,7 +1,8 @@
 /*
  * cuda_train.c — training forward and backward on CUDA: owns the saved state's device buffers
- * (the layout of cpu_train.h, see templates/train_ffn.cu.lua) and enqueues the kernels in order.
- * The one host synchronisation per forward reads the totals that size the spill and the chunks.
+ * (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua) and enqueues the kernels in
+ * order. The one host synchronisation per forward reads the totals that size the spill and the
+ * chunks.
  */
 #include "cuda_train.h"
 #include "cuda_train_int.h"

@@ -1,6 +1,6 @@
 /*
  * cuda_train.h — twell_ffn_forward_train / twell_ffn_backward on CUDA (kernels in
- * templates/train_ffn.cu.lua), plus the test controls the GPU tests and the benchmark use to
+ * templates/train/train_ffn.cu.lua), plus the test controls the GPU tests and the benchmark use to
  * look inside a CUDA training state.
  */
 #ifndef TWELL_CUDA_TRAIN_H

@@ -1,7 +1,7 @@
 /*
  * cuda_train_dense.h — the dense path of twell_ffn_forward_train / twell_ffn_backward on Hopper
- * (five tensor-core GEMMs from templates/gemm_sm90.cu.lua's training modes, elementwise work in
- * their epilogues) and the choice between it and the sparse path (cuda_train.c).
+ * (five tensor-core GEMMs from templates/gemm/gemm_sm90.cu.lua's training modes, elementwise work
+ * in their epilogues) and the choice between it and the sparse path (cuda_train.c).
  */
 #ifndef TWELL_CUDA_TRAIN_DENSE_H
 #define TWELL_CUDA_TRAIN_DENSE_H

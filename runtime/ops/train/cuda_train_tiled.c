@@ -1,7 +1,7 @@
 /*
  * cuda_train_tiled.c — tiled U and dT for CUDA training (cuda_train_tiled.h): loads the plan
  * shape's ffn_fused module (default tile configuration), owns the list workspace and enqueues the
- * launch contract's steps 1-4 and 7 (templates/ffn_fused.cu.lua) plus train_ffn's
+ * launch contract's steps 1-4 and 7 (templates/ffn/ffn_fused.cu.lua) plus train_ffn's
  * twell_train_udt. The overflow steps (ovf_gu, ovf_down) and phase B are not run: the training
  * kernels handle overflowing row-tiles themselves.
  */

@@ -1,6 +1,6 @@
 /*
  * cuda_train_tiled.h — tiled U and dT for the CUDA training path: the fused inference pipeline's
- * list build and phase A (templates/ffn_fused.cu.lua, launch contract there) compute x·Wu (and
+ * list build and phase A (templates/ffn/ffn_fused.cu.lua, launch contract there) compute x·Wu (and
  * dy·Wd) at the active pairs of the packed gate with weight chunks reused across token groups on
  * tensor cores; train_ffn's twell_train_udt sums the slices and stores each value at its entry's
  * word (u_ell layout). Row-tiles that overflow are not in the lists: the per-entry kernels compute

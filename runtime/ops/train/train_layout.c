@@ -1,6 +1,6 @@
 /*
  * train_layout.c — host mirrors of the CUDA training layout steps (see train_layout.h); the
- * formulas here and in templates/train_ffn.cu.lua must stay the same.
+ * formulas here and in templates/train/train_ffn.cu.lua must stay the same.
  */
 #include "train_layout.h"
 

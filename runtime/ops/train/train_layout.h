@@ -1,8 +1,9 @@
 /*
  * train_layout.h — host mirrors of the layout steps the CUDA training kernels run
- * (templates/train_ffn.cu.lua): the row-tile scan that sizes the spill, row and neuron chunking,
- * and the blocked counting-sort transpose. Pure functions: the unit tests check them against the
- * CPU reference (cpu_train.h), and the GPU tests check the device's arrays against them.
+ * (templates/train/train_ffn.cu.lua): the row-tile scan that sizes the spill, row and neuron
+ * chunking, and the blocked counting-sort transpose. Pure functions: the unit tests check them
+ * against the CPU reference (cpu_train.h), and the GPU tests check the device's arrays against
+ * them.
  */
 #ifndef TWELL_TRAIN_LAYOUT_H
 #define TWELL_TRAIN_LAYOUT_H
