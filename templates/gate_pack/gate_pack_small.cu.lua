@@ -17,10 +17,9 @@
 --   WN ∈ {1, 2, 4, 8} with 16·WN ≤ T; MT ∈ {8, 16}, TB·MT ≥ M and no token block empty (more
 --   rows: more token blocks). runtime/ops/ffn/small_gate.c picks the geometry.
 --   The name: 2 token groups of 8 a block, 2 k32 blocks of w in flight a warp (4 blocks an SM).
---   Kernel versions (H100, bf16, K 2048, N 5632, BENCHMARKS.md "Small gate-pack kernels"): g2 (4
---   k32 blocks in flight, 3 blocks an SM), g8 (up to 64 rows a block) and x8/x16/x32 (the block's
---   rows of x staged in shared memory by cp.async, up to 256 rows) lost to this one up to 128
---   rows and to the sm90 gate-pack from about 40 rows, and were removed.
+--   Other versions (4 k32 blocks in flight and 3 blocks an SM, up to 64 rows a block, the block's
+--   rows of x staged in shared memory, w streamed into shared memory by bulk copies) lost to this
+--   one; docs/DESIGN.md §9 says why.
 --
 -- Work split. Block b owns token block tb = b % TB (rows [tb·MT, tb·MT + MT) ∩ [0, M)) and
 -- neuron block nb = b / TB (NB = 16·WN neurons; token blocks of one neuron block are neighbours

@@ -123,9 +123,9 @@ local OVF_UDT = MMA and S.T <= 512
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
 -- (conflict-free 16-byte reads). runtime/ops/train/cuda_train.c computes the same STW (tw_ct_stw).
 -- KC 64 (K permitting, else 32 or 16), 2 stages, SWP 4 warps per block, the token row kept as
--- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants on the
--- H200 at K = 2048, N = 5632, 29 nnz/row (2 stages, 4 warps: 16 warps per SM instead of 8 with
--- 4 stages, 2 warps). runtime/ops/train/cuda_train.c uses the same constants.
+-- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants at K 2048,
+-- N 5632, 29 nnz/row (2 stages, 4 warps keep 16 warps per SM instead of 8 with 4 stages, 2 warps:
+-- the per-entry gathers need warps in flight more than a deep ring). runtime/ops/train/cuda_train.c uses the same constants.
 local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
@@ -133,8 +133,8 @@ local RPI = 32 // PPR       -- rows one warp-wide copy covers
 local STAGES = 2
 local SWP = 4
 -- Entries whose rows a lane loads before summing them, in the K-slice kernels: LB for fwd_y (one
--- Wd row per entry), LB2 for bwd_dx (Wu and Wg rows), LBW for dw (x and dy rows). Swept on the
--- H100 (docs/lab/NOTES-train-dw.md): LB 3 of 2..6, 8, 10, 16; LB2 4 of 3..6; LBW 5 of 3..6, 8.
+-- Wd row per entry), LB2 for bwd_dx (Wu and Wg rows), LBW for dw (x and dy rows): the fastest of
+-- a sweep of each (docs/lab/NOTES-train-dw.md).
 local LB = 3
 local LB2 = 4
 local LBW = 5

@@ -225,7 +225,7 @@ ${store8}}
  * its aggregate (flag 2·epoch + 1), and its first warp adds its predecessors' aggregates, 32 a
  * step (one per lane, nearest first), up to the nearest that has published its inclusive prefix
  * (flag 2·epoch + 2); it publishes its own, then stores. (One thread walking back one block a
- * step was 2x slower than three launches on 700 blocks: H200, 3da1dea.) A
+ * step was slower than three launches: the walk is a chain of dependent loads.) A
  * block waits only on lower tickets, which are already running: no deadlock at any grid size.
  * Integer sums: the result does not depend on the order. The last block writes the totals. */
 extern "C" __global__ void __launch_bounds__(256) twell_train_scan_${md.name}(tw_sa a,

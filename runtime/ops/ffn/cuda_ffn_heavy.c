@@ -36,10 +36,10 @@ struct tw_ffn_heavy {
     tw_cuda_keep keep;
 };
 
-/* Cost model. Per active value the sparse pipeline takes ~1.2 ns at 16384 x 29 (H100, fused part
- * 0.59 ms for 475 k values; overflowing row-tiles cost more: their own GEMM kernels), a dense row
- * ~3 K N multiply-adds on tensor cores at block sizes of a few hundred rows ~150 ns at N 5632,
- * K 2048: equal near N / 44 values. N / 32 leaves margin for the block's under-filled grids. */
+/* Cost model. The sparse pipeline costs about a constant per active value (more for overflowing
+ * row-tiles: their own GEMM kernels), a row of the dense block ~3·K·N multiply-adds on tensor
+ * cores; at K 2048, N 5632 and large M the two are equal near N / 44 values a row.
+ * N / 32 leaves margin for the block's under-filled grids. */
 uint32_t tw_ffn_heavy_threshold(const twell_shape *s) {
     uint32_t thr = s->N / 32u;
     return thr < 64u ? 64u : thr;

@@ -38,12 +38,11 @@ typedef enum tw_small_mode {
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
 /* AUTO's gate-pack limit: the small gate kernel (g2u2, small_gate.h) up to it, the plan's own
- * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). Measured
- * on an H100, 2026-11-26, bf16, K = 2048, N = 5632, 29 active per row, medians, L2 flushed
- * (`twell bench --op gate_pack --variant small --small-gate g2u2 --M 1,8,32,64,128,256`, and
- * --variant sm90): g2u2 19.5 / 21.2 / 27.8 / 39.7 / 54.4 / 93.2 us at M = 1 / 8 / 32 / 64 / 128 /
- * 256; the sm90 kernel flat, 29.0 / 29.7 / 31.1 us at M = 8 / 64 / 256 (crossover between 32 and
- * 64; cuBLAS's gate GEMM ~16 us at every M). The inference kernels' limit is the policy's
+ * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). The
+ * small kernel re-reads the weight once per token block of 16 rows, so its time grows with M
+ * while the other gate-packs' stays flat; the crossover lies between 32 and 64 rows
+ * (BENCHMARKS.md, "Gate-pack: the cuBLASLt route against the fused kernels"; re-measure with
+ * `twell bench --op gate_pack --variant small --M 1,8,32,64,128,256` against --lt-gate all). The inference kernels' limit is the policy's
  * TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)
 

@@ -39,10 +39,9 @@
 enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
 
 /* Most bytes of fp32 partials one split GEMM may write for a tuned or rule-chosen split: the
- * partials are written once and read once by the reduction, so at 128 MiB (~80 µs of HBM
- * traffic on an H100) a split already costs more than the GEMMs it would rebalance at the sizes
- * where splitting pays (session 4, H100: the whole dense call takes 0.15 ms at M ≤ 256); it also
- * bounds the workspace a stored record could ask for. A forced pair is exempt: it only clamps to
+ * partials are written once and read once by the reduction, so at 128 MiB (tens of µs of HBM
+ * traffic) a split already costs more than the GEMMs it would rebalance at the small M where
+ * splitting pays; it also bounds the workspace a stored record could ask for. A forced pair is exempt: it only clamps to
  * the k-blocks. */
 #define TW_DENSE_SPLIT_PART_MAX ((size_t)128 << 20)
 

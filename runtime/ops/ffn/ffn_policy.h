@@ -2,7 +2,7 @@
  * ffn_policy.h — the one place where twell_ffn_infer's TWELL_PATH_AUTO chooses its path, from the
  * call's M, the plan's estimate of the density and what the device can run. Pure (no CUDA):
  * tests/test_ffn_policy.c checks its decision table on the CPU. The crossovers are the named
- * constants below, each with how it was measured.
+ * constants below, each with its reason; the measurements behind them are in BENCHMARKS.md.
  */
 #ifndef TWELL_FFN_POLICY_H
 #define TWELL_FFN_POLICY_H
@@ -61,11 +61,10 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * values and the runs behind them: BENCHMARKS.md "AUTO thresholds" (re-measure when a route
  * changes: `twell bench --op ffn_infer --path small|sparse|dense --M ... --nnz ...`). ---- */
 
-/* Largest M the small-batch path takes (when it can run). Measured on an H100, K = 2048,
- * N = 5632, bf16, uniform, 29 active per row, medians of 20, L2 flushed (BENCHMARKS.md "Small
- * batches"), twell_ffn_infer alone, small against tiled: 0.014 / 0.026 / 0.061 / 0.104 ms against
- * 0.054 / 0.086 / 0.092 / 0.104 at M = 1 / 64 / 256 / 512 (crossover near 512; 0.220 against
- * 0.117 at 1000); kept at 256, the last M where small clearly wins. */
+/* Largest M the small-batch path takes (when it can run): its kernels read each active weight row
+ * once per call but gather per (row, neuron) pair, so past a few hundred rows the tiled pipeline
+ * wins; the crossover with tiled lies near 512 rows, and 256 is the last M where small clearly
+ * wins (BENCHMARKS.md, "AUTO's crossovers"). */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
 /* The smallest M AUTO may run dense: 1 (the dense route beats the small path at decode sizes once

@@ -738,8 +738,8 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     {
         void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
                         &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
-        /* not tw_ct_resident: on the H100 that cut dx's DRAM reads 347 -> 62 MB and its time 2-5%
-         * at K 2048, but made it 10% slower at K 4096, N 11008 (docs/lab/NOTES-train-dw.md) */
+        /* not tw_ct_resident: keeping the weights resident cuts dx's DRAM reads at K 2048 but
+         * loses more at the 7B-class shape than it gains there (docs/lab/NOTES-train-dw.md) */
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
                             stream, args));
     }

@@ -108,20 +108,12 @@ void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws);
 /* tw_ctd_bytes, tw_ctd_set_workspace, tw_ctd_held and tw_ctd_release are declared in
  * internal.h (plan.c calls them). */
 
-/* Density threshold of AUTO, in active values per row per unit of N. Measured on the H200
- * (bf16, K = 2048, N = 5632, M = 16384, uniform), each path forced in its own run of one device
- * call (records bench/results/train2-2026-11-21T0148-{sparse,dense}.json):
- * dense step 1.063-1.067x the same run's cuBLAS step at every density (4.77-4.81 ms); sparse
- * step with tiled U/dT 1.666 / 1.264 / 1.095 / 0.951 / 0.823x at 29.3 / 45.4 / 56.1 / 68.9 /
- * 84.1 active per row (2.87 / 3.70 / 4.34 / 5.00 / 5.82 ms). Normalised by each run's cuBLAS
- * (the method of the earlier thresholds) they cross at 58.8 per row, 1.05% of N; raw ms across
- * the two runs would say 65, but cuBLAS itself ran 6.7% slower in the dense run (5.09 vs
- * 4.77 ms: the GPU's state under back-to-back GEMMs), so the normalised figure is used. It was
- * 51 (0.9%) before tiled U/dT and 32.5 (0.58%) before the staged kernels. Skewed rows cost the
- * sparse path more at the same mean (skewed 29, 44 mean per row: 0.996x, even with cuBLAS):
- * AUTO reads only the mean, so such data run sparse up to 59 per row where dense would be up to
- * ~1.2x faster. Re-measure when either path changes (twell bench --op train --path
- * sparse|dense). After a dense step AUTO stays dense down to TW_TD_STAY of
+/* Density threshold of AUTO, in active values per row per unit of N: where the sparse step,
+ * whose cost grows with the active values, crosses the dense step, whose cost does not; each
+ * path is normalised by the cuBLAS step of its own run (BENCHMARKS.md, "Training step"). Skewed
+ * rows cost the sparse path more at the same mean, and AUTO reads only the mean, so such data run
+ * sparse a little past their own crossover. Re-measure when either path changes (twell bench --op
+ * train --path sparse|dense). After a dense step AUTO stays dense down to TW_TD_STAY of
  * the threshold (against flapping on noisy L0; narrow, because below the crossover every dense
  * step costs time). */
 #define TW_TD_DENSITY 0.0105
@@ -129,9 +121,9 @@ void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws);
 #define TW_TD_MIN_ROWS ((size_t)1024)
 
 /* Release of the dense path's own workspace (M·N·10 bytes: 0.86 GiB at M = 16384, N = 5632)
- * once the state runs sparse. AUTO's first forward of a large M is dense, and the workspace then
- * sat idle beside the sparse state for the rest of training (session 4, H100: 1.18 GiB held in
- * AUTO at 29 active per row, 0.32 GiB of it the sparse state). Rule: after release_after
+ * once the state runs sparse. AUTO's first forward of a large M may be dense, and the workspace
+ * would then sit idle beside the sparse state for the rest of training (several times the sparse
+ * state's own size at low density). Rule: after release_after
  * consecutive sparse forwards (TW_TD_RELEASE_FIRST at first) the workspace is freed at the end
  * of the next sparse forward whose check finds the work that last used it finished (an event
  * recorded after each dense forward and backward, queried, never waited for: the sparse

@@ -58,12 +58,11 @@ void tw_tl_transpose_blocked(size_t M, uint32_t N, const uint64_t *row_off, cons
  *   dense  ≈ TW_TL_HEAVY_BLOCK · TW_TL_HEAVY_DENSE_PS · K · N   (seven K·N GEMM rows' worth)
  *   sparse ≈ TW_TL_HEAVY_ENTRY_PS · K · count                  (per active entry: U, y, dT, dx,
  *                                                                dW gathers of weight/token rows)
- * so a row is cheaper dense once count > (BLOCK · DENSE_PS / ENTRY_PS) · N. The constants are
- * session 4's H100 measurements at K = 2048, N = 5632, M = 16384, bf16 (twell bench --op train):
- * DENSE_PS the cuBLAS step per row and K·N (4.632 ms / (16384·2048·5632) = 0.0245 ps), ENTRY_PS
- * the sparse step's marginal cost per entry and K between 29 and 56 active per row ((4.54 −
- * 2.995) ms / (16384 · 26.8 · 2048) = 1.72 ps); BLOCK (an estimate, not measured) the block
- * GEMMs' efficiency loss at a few hundred rows and the gather/scatter. At N = 5632: over 120
+ * so a row is cheaper dense once count > (BLOCK · DENSE_PS / ENTRY_PS) · N. DENSE_PS is the
+ * dense (cuBLAS) step's time per row and K·N, ENTRY_PS the sparse step's marginal time per
+ * entry and K (the slope between two densities of `twell bench --op train` at K 2048, N 5632,
+ * M 16384), BLOCK an estimate of the block GEMMs' efficiency loss at a few hundred rows plus the
+ * gather/scatter. At N = 5632: over 120
  * active per row (2.1% of N; the skewed set's heavy rows hold ~900–1600, its other rows ~29). Never
  * below TW_TL_HEAVY_MIN (short rows are one chunk of the per-entry route) nor above N.
  * Re-measure with twell bench --op train --dist skewed and TWELL_TRAIN_HEAVY (bench_train.c). */
