@@ -42,8 +42,8 @@ typedef enum tw_small_mode {
  * small kernel re-reads the weight once per token block of 16 rows, so its time grows with M
  * while the other gate-packs' stays flat; the crossover lies between 32 and 64 rows
  * (BENCHMARKS.md, "Gate-pack: the cuBLASLt route against the fused kernels"; re-measure with
- * `twell bench --op gate_pack --variant small --M 1,8,32,64,128,256` against --lt-gate all). The inference kernels' limit is the policy's
- * TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
+ * `twell bench --op gate_pack --variant small --M 1,8,32,64,128,256` against --lt-gate all). The
+ * inference kernels' limit is the policy's TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)
 
 /* Prepares the path for plan->shape: renders/compiles (or takes from the cache) and loads both
