@@ -41,8 +41,8 @@ enum { TW_DENSE_UP = 0, TW_DENSE_DOWN = 1 };
 /* Most bytes of fp32 partials one split GEMM may write for a tuned or rule-chosen split: the
  * partials are written once and read once by the reduction, so at 128 MiB (tens of µs of HBM
  * traffic) a split already costs more than the GEMMs it would rebalance at the small M where
- * splitting pays; it also bounds the workspace a stored record could ask for. A forced pair is exempt: it only clamps to
- * the k-blocks. */
+ * splitting pays; it also bounds the workspace a stored record could ask for. A forced pair is
+ * exempt: it only clamps to the k-blocks. */
 #define TW_DENSE_SPLIT_PART_MAX ((size_t)128 << 20)
 
 /* Units (cluster tiles, 256 rows x 256 columns) of a GEMM of m rows and ncols output columns. */
