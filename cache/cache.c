@@ -125,10 +125,6 @@ void tw_cache_test_set_access(int (*fn)(const char *path, int mode)) {
     tw_access_fn = fn ? fn : access;
 }
 
-void tw_cache_join(const tw_cache *c, const char *name, char *out) {
-    snprintf(out, TW_PATH_MAX, "%s/%s", c->dir, name);
-}
-
 /* ---- memory layer (caller holds c->mu) ---- */
 
 static size_t tw_mem_cost(size_t len) { return len + sizeof(tw_mem); }
@@ -214,7 +210,7 @@ static void tw_mem_insert(tw_cache *c, tw_cache_kind kind, const tw_key *key, ui
     tw_mem_trim(c);
 }
 
-void tw_cache_mem_clear(tw_cache *c) {
+static void tw_cache_mem_clear(tw_cache *c) {
     while (c->head)
         tw_mem_drop(c, c->head);
 }
@@ -508,5 +504,21 @@ twell_status tw_cache_put(tw_cache *c, tw_cache_kind kind, const tw_key *key, co
     pthread_mutex_unlock(&c->mu);
     if (atomic_load(&c->disk_rw) && (uint64_t)len <= TW_CACHE_MAX_PAYLOAD)
         tw_publish(c, kind, key, payload ? payload : "", len);
+    return TWELL_OK;
+}
+
+twell_status tw_cache_clear(tw_cache *c, size_t *n_removed) {
+    if (n_removed)
+        *n_removed = 0;
+    size_t gone = 0;
+    twell_status st = tw_cache_scan_remove_all(c, &gone);
+    if (st != TWELL_OK)
+        return st;
+    pthread_mutex_lock(&c->mu);
+    tw_cache_mem_clear(c);
+    c->disk_estimate = -1;
+    pthread_mutex_unlock(&c->mu);
+    if (n_removed)
+        *n_removed = gone;
     return TWELL_OK;
 }

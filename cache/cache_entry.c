@@ -1,5 +1,5 @@
 /* cache_entry.c — one disk-cache entry: its bytes (format in cache_int.h), its file name, and
- * reading and validating an entry file. */
+ * reading and validating an entry file, and its path in the directory. */
 #include "cache_int.h"
 
 #include <errno.h>
@@ -198,4 +198,8 @@ twell_status tw_cache_read_file(const char *path, tw_cache_kind kind, const tw_k
         return TWELL_ERR_NOT_FOUND;
     }
     return TWELL_OK;
+}
+
+void tw_cache_join(const tw_cache *c, const char *name, char *out) {
+    snprintf(out, TW_PATH_MAX, "%s/%s", c->dir, name);
 }

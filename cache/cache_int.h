@@ -113,13 +113,8 @@ int tw_cache_parse_name(const char *name, tw_cache_kind *kind, tw_key *key);
 twell_status tw_cache_read_file(const char *path, tw_cache_kind kind, const tw_key *key, int touch,
                                 uint8_t **out, size_t *outlen, int *verdict);
 
-/* ---- cache.c ---- */
-
 /* <dir>/<name> into out (TW_PATH_MAX); dir length was checked at open. */
 void tw_cache_join(const tw_cache *c, const char *name, char *out);
-
-/* Drops every entry of the memory layer (caller holds c->mu). */
-void tw_cache_mem_clear(tw_cache *c);
 
 /* ---- cache_scan.c ---- */
 
@@ -130,5 +125,9 @@ twell_status tw_cache_scan(tw_cache *c, tw_file **files, size_t *nfiles);
 /* Measures the directory and deletes least recently used entries until it fits the cap, never
  * the one just written (keep is its name). */
 void tw_cache_scan_evict(tw_cache *c, const char *keep);
+
+/* Deletes every entry file of the directory (tw_cache_clear's disk part: cache.c drops the
+ * memory layer); *n_removed gets how many. TWELL_OK or TWELL_ERR_IO. */
+twell_status tw_cache_scan_remove_all(tw_cache *c, size_t *n_removed);
 
 #endif /* TWELL_CACHE_INT_H */

@@ -1,5 +1,6 @@
 /* cache_scan.c — the disk cache's directory as a whole: scans, LRU eviction to the cap, and
- * the maintenance calls behind `twell cache` (list, verify, clear). */
+ * the maintenance calls behind `twell cache` (list, verify, the disk part of clear). It calls
+ * cache_entry.c only; cache.c calls it (the eviction after a write, clear). */
 #include "cache_int.h"
 
 #include <dirent.h>
@@ -213,18 +214,7 @@ static int tw_clear_one(tw_cache *c, const tw_file *f, const char *path, void *u
     return 0;
 }
 
-twell_status tw_cache_clear(tw_cache *c, size_t *n_removed) {
-    if (n_removed)
-        *n_removed = 0;
-    size_t gone = 0;
-    twell_status st = tw_each_path(c, tw_clear_one, &gone);
-    if (st != TWELL_OK)
-        return st;
-    pthread_mutex_lock(&c->mu);
-    tw_cache_mem_clear(c);
-    c->disk_estimate = -1;
-    pthread_mutex_unlock(&c->mu);
-    if (n_removed)
-        *n_removed = gone;
-    return TWELL_OK;
+twell_status tw_cache_scan_remove_all(tw_cache *c, size_t *n_removed) {
+    *n_removed = 0;
+    return tw_each_path(c, tw_clear_one, n_removed);
 }
