@@ -219,7 +219,7 @@ int tw_tune_op_winner(twell_ctx *ctx, const tw_tune_op *op, const char *kernel,
                p.shape.K, p.shape.N, p.M);
         if (tw_tune_op_gpu(ctx, op, NULL, shape, M, &o, 0, &ch) != TWELL_OK) {
             tw_log(ctx, TWELL_LOG_WARN, "%s: tuning failed, using the default: %s", p.op,
-                   twell_ctx_errmsg(ctx));
+                   tw_errmsg(ctx));
             return -1;
         }
         rec.config = ch.config;

@@ -24,7 +24,7 @@ void tw_gpu_harness_free(tw_gpu_harness *h, twell_status st) {
             tw_cuda_event_destroy(ctx, h->ev[i]);
     if (st != TWELL_OK && h->first_err[0]) {
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
+        snprintf(msg, sizeof msg, "%s", tw_errmsg(ctx));
         tw_error(ctx, st, "%s; first failure: %s", msg, h->first_err);
     }
     tw_gpu_harness_init(h, ctx);
@@ -79,7 +79,7 @@ twell_status tw_gpu_harness_measure(tw_gpu_harness *h, const tw_tune_config *cfg
         st = tw_cuda_event_elapsed(ctx, h->ev[0], h->ev[1], &ms);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_gpu_harness_note(h, cfg, "failed to launch", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(h, cfg, "failed to launch", tw_errmsg(ctx));
         return st;
     }
     *ms_out = (double)ms;

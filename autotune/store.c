@@ -312,7 +312,7 @@ twell_status tw_tune_select(twell_ctx *ctx, const tw_tune_problem *p, const tw_t
     free(cands);
     if (st != TWELL_OK) {
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", twell_ctx_errmsg(ctx));
+        snprintf(msg, sizeof msg, "%s", tw_errmsg(ctx));
         tw_error(ctx, st, "tune %s: %s", what, strncmp(msg, "tune: ", 6) ? msg : msg + 6);
         tw_tune_result_free(&res);
         goto fail;
@@ -339,7 +339,7 @@ twell_status tw_tune_select(twell_ctx *ctx, const tw_tune_problem *p, const tw_t
     tw_tune_record w = {out->config, out->ms, out->default_ms, (int64_t)time(NULL)};
     if (tw_tune_store_save(ctx, &pb, d, &w) != TWELL_OK)
         tw_log(ctx, TWELL_LOG_WARN, "twell: tuning result for %s not stored: %s", what,
-               twell_ctx_errmsg(ctx));
+               tw_errmsg(ctx));
     tw_clear_error(ctx);
     return TWELL_OK;
 fail : {

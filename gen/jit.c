@@ -213,7 +213,7 @@ twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *p
         return vst;
     }
     char why[768]; /* NVRTC's loading error, kept across the cache calls */
-    snprintf(why, sizeof why, "%s", vst == TWELL_OK ? "" : twell_ctx_errmsg(ctx));
+    snprintf(why, sizeof why, "%s", vst == TWELL_OK ? "" : tw_errmsg(ctx));
     tw_cache *cache = NULL;
     st = tw_ctx_cache(ctx, &cache);
     if (st != TWELL_OK) {
@@ -297,7 +297,7 @@ twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
     }
     st = tw_jit_cubin(w, name, params, nparams, arch, out);
     if (st != TWELL_OK && err)
-        snprintf(err, errlen, "%s", twell_ctx_errmsg(w));
+        snprintf(err, errlen, "%s", tw_errmsg(w));
     twell_ctx_destroy(w);
     return st;
 }

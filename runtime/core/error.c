@@ -43,6 +43,12 @@ twell_status tw_error(twell_ctx *ctx, twell_status status, const char *fmt, ...)
     return status;
 }
 
+const char *tw_errmsg(const twell_ctx *ctx) {
+    if (!ctx)
+        return "no context";
+    return ctx->errmsg ? ctx->errmsg : "";
+}
+
 void tw_clear_error(twell_ctx *ctx) {
     if (ctx && ctx->errmsg && ctx->errmsg[0]) {
         if (ctx->errmsg != tw_oom_msg)

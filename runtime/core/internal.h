@@ -72,6 +72,10 @@ struct twell_train_state {
  * callers write `return tw_error(ctx, TWELL_ERR_INVALID_ARG, "x is NULL")`. ctx may be NULL. */
 twell_status tw_error(twell_ctx *ctx, twell_status status, const char *fmt, ...) TW_PRINTF(3, 4);
 twell_status tw_verror(twell_ctx *ctx, twell_status status, const char *fmt, va_list ap);
+/* The message the calling thread's last tw_error left on ctx ("" for none, "no context" for
+ * NULL), for a layer that adds to it; only the thread inside the call may ask (the public
+ * twell_ctx_errmsg is for callers outside it). */
+const char *tw_errmsg(const twell_ctx *ctx);
 
 /* Returns from the enclosing function (which returns twell_status) with expr's status unless it
  * is TWELL_OK. */

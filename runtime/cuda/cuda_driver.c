@@ -307,7 +307,7 @@ twell_status tw_cu_module_function(twell_ctx *ctx, tw_CUmodule mod, const char *
     tw_CUresult r = TW_CU(ctx, ModuleGetFunction)(out, mod, name);
     if (r != TW_CUDA_SUCCESS) {
         twell_status st = tw_cu_fail(ctx, "cuModuleGetFunction", r);
-        return tw_error(ctx, st, "%s (kernel \"%s\")", twell_ctx_errmsg(ctx), name);
+        return tw_error(ctx, st, "%s (kernel \"%s\")", tw_errmsg(ctx), name);
     }
     return TWELL_OK;
 }
@@ -338,7 +338,7 @@ twell_status tw_cu_module_global(twell_ctx *ctx, tw_CUmodule mod, const char *na
     if (r != TW_CUDA_SUCCESS) {
         *bytes = 0;
         twell_status st = tw_cu_fail(ctx, "cuModuleGetGlobal_v2", r);
-        return tw_error(ctx, st, "%s (variable \"%s\")", twell_ctx_errmsg(ctx), name);
+        return tw_error(ctx, st, "%s (variable \"%s\")", tw_errmsg(ctx), name);
     }
     *dptr = (void *)(uintptr_t)d;
     return TWELL_OK;
@@ -527,7 +527,7 @@ twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAlloc_v2", r);
-        return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
+        return tw_error(ctx, st, "%s (%zu bytes)", tw_errmsg(ctx), bytes);
     }
     atomic_fetch_add(&tw_live_allocs, 1);
     *dptr = (void *)(uintptr_t)d;
@@ -693,7 +693,7 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
-        return tw_error(ctx, st, "%s (%zu bytes)", twell_ctx_errmsg(ctx), bytes);
+        return tw_error(ctx, st, "%s (%zu bytes)", tw_errmsg(ctx), bytes);
     }
     atomic_fetch_add(&tw_live_allocs, 1);
     *out = p;

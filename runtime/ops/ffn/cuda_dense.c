@@ -398,8 +398,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
             return st;
         if (st != TWELL_OK) { /* AUTO: the sparse path is exact too */
             tw_log(ctx, TWELL_LOG_WARN,
-                   "ffn_infer: dense workspace unavailable (%s); running sparse",
-                   twell_ctx_errmsg(ctx));
+                   "ffn_infer: dense workspace unavailable (%s); running sparse", tw_errmsg(ctx));
             dense = 0;
         }
     }

@@ -133,7 +133,7 @@ static int tw_ffn_realloc(twell_ctx *ctx, tw_ffn *f, void **buf, size_t bytes, c
         tw_log(ctx, TWELL_LOG_WARN,
                "ffn_infer: cannot grow the %s workspace to %zu bytes (%s); chunks that do not fit "
                "run the exact row kernel",
-               what, bytes, twell_ctx_errmsg(ctx));
+               what, bytes, tw_errmsg(ctx));
         return 0;
     }
     if (f->retiring && *buf && !f->captured && f->nretired < 3)
@@ -539,7 +539,7 @@ static tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int c
                        TWELL_OK) {
                 tw_log(plan->ctx, TWELL_LOG_WARN,
                        "ffn_infer: tuned module failed to load, using the default: %s",
-                       twell_ctx_errmsg(plan->ctx));
+                       tw_errmsg(plan->ctx));
             } else {
                 pick = f->ntk++;
                 f->modules++;

@@ -196,7 +196,7 @@ twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, i
             tw_log(ctx, TWELL_LOG_INFO,
                    "ffn_infer: heavy-row route off for this plan (%s); overflowing row-tiles "
                    "run the sparse pipeline's overflow kernels",
-                   why ? why : twell_ctx_errmsg(ctx));
+                   why ? why : tw_errmsg(ctx));
             hv_unload(h);
             h->state = -1;
             return TWELL_OK;
@@ -205,8 +205,7 @@ twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, i
     }
     twell_status st = hv_reserve(plan, h, R, used, may_wait, stream);
     if (st != TWELL_OK) { /* the sparse pipeline is exact without it */
-        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: heavy-row block unavailable (%s)",
-               twell_ctx_errmsg(ctx));
+        tw_log(ctx, TWELL_LOG_WARN, "ffn_infer: heavy-row block unavailable (%s)", tw_errmsg(ctx));
         return TWELL_OK;
     }
     *on = 1;

@@ -83,7 +83,7 @@ twell_status tw_ffn_tk_load(twell_ctx *ctx, const twell_shape *s, const tw_ffn_c
             tw_log(ctx, TWELL_LOG_INFO,
                    "ffn_infer: twell_ffn_cfg not readable from the module (%s); using the "
                    "launcher's configuration",
-                   bytes ? "size differs" : twell_ctx_errmsg(ctx));
+                   bytes ? "size differs" : tw_errmsg(ctx));
             memcpy(got, want, sizeof out->words);
         } else {
             st = tw_cuda_memcpy_dtoh(ctx, got, dcfg, sizeof out->words);
@@ -203,8 +203,7 @@ twell_status tw_cuda_ffn_init(twell_plan *plan, tw_ffn **out) {
             /* Not fatal: the portable row kernel is exact for every shape. A failure other than
              * "unsupported" is a bug worth a warning. */
             tw_log(ctx, st == TWELL_ERR_UNSUPPORTED ? TWELL_LOG_INFO : TWELL_LOG_WARN,
-                   "ffn_infer: tiled kernels not used (%s); using the row kernel",
-                   twell_ctx_errmsg(ctx));
+                   "ffn_infer: tiled kernels not used (%s); using the row kernel", tw_errmsg(ctx));
             st = tw_ffn_load_generic(plan, f);
         }
     }

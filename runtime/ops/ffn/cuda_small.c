@@ -140,7 +140,7 @@ twell_status tw_small_init(twell_plan *plan, tw_small **out) {
         return st;
     }
     if (st != TWELL_OK) { /* not fatal: the other kernels are exact for every M */
-        tw_log(ctx, TWELL_LOG_WARN, "small path unavailable: %s", twell_ctx_errmsg(ctx));
+        tw_log(ctx, TWELL_LOG_WARN, "small path unavailable: %s", tw_errmsg(ctx));
         tw_small_unload(sm);
     } else {
         sm->available = 1;
@@ -244,7 +244,7 @@ static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, int 
     if (*st == TWELL_ERR_NO_MEMORY && sm->mode == TW_SMALL_AUTO) {
         tw_log(plan->ctx, TWELL_LOG_WARN,
                "small path: workspace for %zu rows unavailable (%s); using the other kernels", M,
-               twell_ctx_errmsg(plan->ctx));
+               tw_errmsg(plan->ctx));
         return 0;
     }
     if (*st == TWELL_OK && sm->used[op] && stream != sm->last_stream[op])

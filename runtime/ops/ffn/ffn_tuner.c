@@ -198,7 +198,7 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
         st = tw_cuda_memcpy_dtoh(ctx, t->got, t->y, t->P * K * 2u);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", tw_errmsg(ctx));
         return st;
     }
     char canon[TW_TUNE_CANON_MAX], why[160];

@@ -175,7 +175,7 @@ twell_status tw_cuda_gate_pack_init(twell_plan *plan, tw_gp_variant want, tw_gat
             return st;
         }
         tw_log(ctx, TWELL_LOG_INFO, "gate_pack: sm90 variant unavailable (%s); using SIMT",
-               twell_ctx_errmsg(ctx));
+               tw_errmsg(ctx));
     }
     gp->variant = TW_GP_SIMT;
     tw_gp_cfg d = tw_gp_cfg_default(TW_GP_SIMT);
@@ -240,7 +240,7 @@ static void tw_gp_resolve(twell_plan *plan, tw_gate_pack *gp, size_t M, int tune
                        TWELL_OK) {
                 tw_log(plan->ctx, TWELL_LOG_WARN,
                        "gate_pack: tuned kernel failed to load, using the default: %s",
-                       twell_ctx_errmsg(plan->ctx));
+                       tw_errmsg(plan->ctx));
             } else {
                 pick = gp->nk++;
                 gp->modules_loaded++;

@@ -61,7 +61,7 @@ twell_status tw_gate_lt_init(twell_plan *plan, tw_gate_lt **out) {
 static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
     twell_ctx *ctx = plan->ctx;
     char saved[512];
-    snprintf(saved, sizeof saved, "%s", twell_ctx_errmsg(ctx));
+    snprintf(saved, sizeof saved, "%s", tw_errmsg(ctx));
     char beside[512] = "";
     snprintf(beside, sizeof beside, "%s", tw_nvrtc_path());
     const char *dir = beside[0] ? dirname(beside) : NULL;
@@ -89,7 +89,7 @@ static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
         tw_cu_leave(ctx, &sc);
     }
     if (st != TWELL_OK) {
-        snprintf(lt->why, sizeof lt->why, "%s", twell_ctx_errmsg(ctx));
+        snprintf(lt->why, sizeof lt->why, "%s", tw_errmsg(ctx));
         tw_log(ctx, TWELL_LOG_WARN,
                "twellrt: the dense routes and the cuBLASLt gate-pack are unavailable (%s); AUTO "
                "chooses among the sparse routes",

@@ -205,7 +205,7 @@ static twell_status tw_gpu_verify(void *user, const tw_tune_config *cfg) {
         st = tw_cuda_memcpy_dtoh(ctx, d->got, d->packed, d->P * row_words * 4u);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
-        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", twell_ctx_errmsg(ctx));
+        tw_gpu_harness_note(&t->h, cfg, "failed to load or run", tw_errmsg(ctx));
         return st;
     }
     tw_pack_check chk;

@@ -605,8 +605,7 @@ twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, co
     if (st == TWELL_OK && dense) {
         st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
         if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
-            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path",
-                   twell_ctx_errmsg(plan->ctx));
+            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path", tw_errmsg(plan->ctx));
             /* AUTO: the sparse path may still fit */
             st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, 0.0, &to_dense,
                                      stream);

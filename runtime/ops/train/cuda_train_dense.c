@@ -233,7 +233,7 @@ static twell_status td_prepare(twell_plan *plan, tw_tdense *d, int forced) {
         if (st == TWELL_ERR_NO_MEMORY || forced)
             return st;
         snprintf(d->why, sizeof d->why, "the dense kernels could not be prepared: %s",
-                 twell_ctx_errmsg(ctx));
+                 tw_errmsg(ctx));
         tw_log(ctx, TWELL_LOG_WARN, "twell_ffn_forward_train: %s; AUTO runs the sparse path",
                d->why);
     }
@@ -307,10 +307,10 @@ twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, siz
     tw_tdense *d = state->dense;
     const void *p[] = {x, wg, wu, wd, y};
     char why[320];
-    snprintf(why, sizeof why, "%s", twell_ctx_errmsg(ctx));
+    snprintf(why, sizeof why, "%s", tw_errmsg(ctx));
     if (d && td_prepare(plan, d, 0) != TWELL_OK)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback could not be built: %s)",
-                        why, twell_ctx_errmsg(ctx));
+                        why, tw_errmsg(ctx));
     if (!d || !d->available || !td_aligned(p, 5) || M > (size_t)INT_MAX)
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback cannot run: %s)", why,
                         d && d->why[0] ? d->why : "tensors not 16-byte aligned or M too large");
@@ -683,7 +683,7 @@ static void td_split_load(twell_plan *plan, tw_tdense *d) {
         return;
     }
     tw_log(ctx, TWELL_LOG_WARN, "heavy-row block: split-K GEMMs unavailable (%s); running unsplit",
-           twell_ctx_errmsg(ctx));
+           tw_errmsg(ctx));
     for (int i = 0; i < TS_NMOD; i++) {
         tw_cu_module_unload(d->smod[i]);
         d->smod[i] = NULL;

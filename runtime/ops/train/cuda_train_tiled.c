@@ -53,7 +53,7 @@ int tw_ctt_ready(twell_plan *plan, tw_ctt **tp, size_t M) {
         if (st != TWELL_OK) {
             tw_log(ctx, TWELL_LOG_WARN,
                    "training: tiled U/dT module not loaded (%s); per-entry kernels run",
-                   twell_ctx_errmsg(ctx));
+                   tw_errmsg(ctx));
             return 0;
         }
         c->ok = 1;
