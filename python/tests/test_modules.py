@@ -420,10 +420,11 @@ def test_swap_hf_llama(device):
     out.loss.backward()
     g = model.model.layers[0].mlp.gate_proj.weight.grad
     assert g is not None and torch.isfinite(g.float()).all() and g.abs().sum() > 0
-    # an MLP with another activation is left alone
+    # an MLP with another activation is refused, naming the option (test_recipe.py converts)
     cfg.hidden_act = "silu"
     other = transformers.LlamaForCausalLM(cfg)
-    assert twellrt.swap_mlps(other) == 0
+    with pytest.raises(twellrt.TwellInvalidArgument, match="convert_to_relu"):
+        twellrt.swap_mlps(other)
 
 
 def test_save_pretrained_round_trip(tmp_path):

@@ -4,6 +4,7 @@
     mlp = twellrt.TwELLGatedMLP(2048, 5632, l1_coef=2e-5, device="cuda")
     twellrt.swap_mlps(hf_llama_model, l1_coef=2e-5)     # ReLU Llama MLPs, weights shared
     model = twellrt.load_sparse_lm("path/or/repo-id")   # a SparseLM checkpoint, twellrt MLPs
+    twellrt.L1Schedule, twellrt.ActivityTracker, twellrt.reinit_dead_neurons   # training recipe
 
 Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_train (autograd), ffn_train_backward.
 Errors raise twellrt.TwellError (status name + the library's message)."""
@@ -12,6 +13,7 @@ from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .sparse_lm import load_sparse_lm
+from .recipe import L1Schedule, ActivityTracker, reinit_neurons, reinit_dead_neurons
 from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
 
 __all__ = [
@@ -30,6 +32,10 @@ __all__ = [
     "TwELLMLP",
     "swap_mlps",
     "load_sparse_lm",
+    "L1Schedule",
+    "ActivityTracker",
+    "reinit_neurons",
+    "reinit_dead_neurons",
     "TensorParallelGatedMLP",
     "contiguous_layout",
     "tensor_parallel_mlps",

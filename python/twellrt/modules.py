@@ -17,6 +17,7 @@ parameters, and rebinding such a weight's .data to a row-major tensor would cost
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
@@ -307,16 +308,30 @@ def _plain_linear(m) -> bool:
     return isinstance(m, nn.Linear) and m.bias is None
 
 
-def swap_mlps(model: nn.Module, l1_coef: float = 0.0, T: int = 256, C: int = 8, path: str = "auto", train_path: str = "auto") -> int:
+def _act_name(act) -> str:
+    return getattr(act, "__name__", None) or type(act).__name__
+
+
+def swap_mlps(
+    model: nn.Module, l1_coef: float = 0.0, T: int = 256, C: int = 8, path: str = "auto", train_path: str = "auto",
+    *, convert_to_relu: bool = False,
+) -> int:
     """Replaces, in place, every Llama-style MLP of `model` (a module with gate_proj, up_proj,
-    down_proj bias-free nn.Linear children and a ReLU `act_fn`, as Hugging Face's LlamaMLP with
-    hidden_act="relu") by a TwELLGatedMLP that holds the same gate_proj and up_proj modules and a
-    DownProj with down_proj's weight (transposed into the library's layout: one copy per layer,
-    here, never per call; the old down_proj is dropped). state_dict keys, shapes and values are
-    unchanged; named_parameters() has down_proj.weight_t [N, K] where it had down_proj.weight.
-    Returns how many were swapped. An MLP with another activation is left alone (twellrt
-    computes ReLU only)."""
-    swapped = 0
+    down_proj bias-free nn.Linear children and an `act_fn`, as Hugging Face's LlamaMLP) by a
+    TwELLGatedMLP that holds the same gate_proj and up_proj modules and a DownProj with
+    down_proj's weight (transposed into the library's layout: one copy per layer, here, never
+    per call; the old down_proj is dropped). state_dict keys, shapes and values are unchanged;
+    named_parameters() has down_proj.weight_t [N, K] where it had down_proj.weight. Returns how
+    many were swapped.
+
+    twellrt computes ReLU gates only. An MLP whose act_fn is not ReLU (SiLU, GELU, ...) makes
+    the call raise TwellInvalidArgument naming convert_to_relu, before anything is swapped,
+    unless convert_to_relu=True: then it is swapped too, its activation becoming ReLU, with a
+    warning (the model computes another function and needs fine-tuning with the sparsity
+    recipe, twellrt.recipe, before its outputs mean anything), and model.config.hidden_act (a
+    Hugging Face config) becomes "relu" so that save_pretrained writes what the model computes.
+    A module with the three projections but no act_fn is left alone."""
+    found = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, TwELLGatedMLP):
@@ -324,13 +339,34 @@ def swap_mlps(model: nn.Module, l1_coef: float = 0.0, T: int = 256, C: int = 8, 
             g, u, d = (getattr(child, a, None) for a in ("gate_proj", "up_proj", "down_proj"))
             if not (_plain_linear(g) and _plain_linear(u) and _plain_linear(d)):
                 continue
-            if not _is_relu(getattr(child, "act_fn", None)):
+            act = getattr(child, "act_fn", None)
+            if act is None:
                 continue
-            new = TwELLGatedMLP(
-                g.in_features, g.out_features, l1_coef, T, C, path, train_path,
-                gate_proj=g, up_proj=u, down_proj=d,
-            )
-            new.train(child.training)
-            setattr(parent, name, new)
-            swapped += 1
-    return swapped
+            found.append((parent, name, child, g, u, d, _is_relu(act)))
+    other = sorted({_act_name(c.act_fn) for _p, _n, c, *_r, relu in found if not relu})
+    if other and not convert_to_relu:
+        raise invalid(
+            f"twellrt.swap_mlps: {sum(1 for f in found if not f[-1])} MLP(s) use {', '.join(other)}, not ReLU, "
+            "and twellrt computes ReLU gates only; pass convert_to_relu=True to swap them with ReLU "
+            "(the model then needs fine-tuning with the sparsity recipe), or use a model trained "
+            "with hidden_act=\"relu\""
+        )
+    if other:
+        warnings.warn(
+            f"twellrt.swap_mlps: converting {sum(1 for f in found if not f[-1])} MLP(s) from {', '.join(other)} "
+            "to ReLU: the model now computes a different function and needs fine-tuning (twellrt.recipe: "
+            "L1Schedule, ActivityTracker, reinit_dead_neurons) before use",
+            UserWarning,
+            stacklevel=2,
+        )
+        cfg = getattr(model, "config", None)
+        if cfg is not None and hasattr(cfg, "hidden_act"):
+            cfg.hidden_act = "relu"
+    for parent, name, child, g, u, d, _relu in found:
+        new = TwELLGatedMLP(
+            g.in_features, g.out_features, l1_coef, T, C, path, train_path,
+            gate_proj=g, up_proj=u, down_proj=d,
+        )
+        new.train(child.training)
+        setattr(parent, name, new)
+    return len(found)
