@@ -5,6 +5,8 @@
 #   sh python/device.sh tests                      # ctest -R test_python (gpu tests included)
 #   sh python/device.sh all [bench_model args]     # both, benchmark first
 #   sh python/device.sh diag [bench_model args]    # forward diagnostics (TWELL_PDL=1 and 0), tests
+#   sh python/device.sh hf [bench_hf args]         # bench/python/bench_hf.py (Hugging Face models),
+#                                                  # records and log into $OUT, then the plot
 # Carry .deps/ (sh scripts/device.sh fetch) and, when the image's python has no pytest, .wheels/
 # with pytest's wheels (pip download pytest -d .wheels).
 set -u
@@ -37,6 +39,14 @@ diag() { # forward diagnostics, with and without programmatic dependent launch
         grep -E "diag|overhead|   [0-9 .]+ ms|mean over|Error|error" "$OUT/diag_pdl$pdl.log" | tail -45
     done
 }
+hf() { # BENCH_TIMEOUT bounds the run; bench_hf.json is rewritten per record, so a cut run keeps its records
+    TWELL_CACHE_DIR=$PWD/$B/bench-cache TWELL_LIBRARY=$PWD/$B/libtwellrt.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
+        timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/python/bench_hf.py --out "$OUT" "$@" >"$OUT/bench_hf.log" 2>&1
+    echo "bench_hf exit $?"
+    "$PY" bench/python/plot_hf.py "$OUT" >/dev/null 2>&1 || echo "plot_hf failed"
+    # the progress lines: a result per measurement, the checks, errors and skips
+    grep -E " -> |active/token|ERROR|FAILED|skipped|check \(|done:" "$OUT/bench_hf.log" | tail -60
+}
 tests() {
     (cd $B && TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-300}" ctest -R test_python --output-on-failure) \
         >"$OUT/ctest_python.log" 2>&1
@@ -44,6 +54,7 @@ tests() {
 }
 case "$cmd" in
 bench) bench "$@" ;;
+hf) hf "$@" ;;
 tests) tests ;;
 diag)
     diag "$@"
