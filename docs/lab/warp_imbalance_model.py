@@ -1,9 +1,8 @@
-# docs/lab/warp_imbalance_model.py — session 3 (tma helper): how much of phases A/B a per-chunk
-# barrier costs if warps ran independently (work per warp and chunk from list sizes of uniform
-# data and session-3 SASS counts per round / visit). Pure Python: python3 docs/lab/warp_imbalance_model.py
-# Per-chunk warp imbalance model: uniform synthetic data (29.3 active of 5632 per token), groups of
-# 8 tokens, chunks of 512 neurons, lists padded to 8; work per group visit from session-3 SASS
-# counts (instructions): phase A full round 57, half 37, visit 26; phase B 49, 34, 21.
+# docs/lab/warp_imbalance_model.py — how much of phases A/B a per-chunk barrier would cost if warps
+# ran independently (NOTES-fused.md, the TMA ring): uniform synthetic data (29.3 active of 5632 per
+# token), groups of 8 tokens, chunks of 512 neurons, lists padded to 8; work per group visit from
+# the SASS counts of the rounds (instructions): phase A full round 57, half 37, visit 26; phase B
+# 49, 34, 21. Pure Python: python3 docs/lab/warp_imbalance_model.py
 import random
 random.seed(1)
 N, CN, NNZ = 5632, 512, 29.3
