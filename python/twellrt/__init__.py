@@ -12,7 +12,7 @@ from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_
 from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .sparse_lm import load_sparse_lm
-from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
+from .parallel import TensorParallelGatedMLP, TensorParallelMLP, contiguous_layout, tensor_parallel_mlps
 
 __all__ = [
     "TwellError",
@@ -31,6 +31,7 @@ __all__ = [
     "swap_mlps",
     "load_sparse_lm",
     "TensorParallelGatedMLP",
+    "TensorParallelMLP",
     "contiguous_layout",
     "tensor_parallel_mlps",
     "balance",
