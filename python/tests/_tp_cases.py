@@ -479,11 +479,14 @@ def tp_graphs(rank, world, device="cuda"):
                 if kind != "gated" or M not in (1, 64):  # inductor compiles take long: two cases
                     continue
                 torch._dynamo.reset()
-                c = torch.compile(tp, mode="reduce-overhead", fullgraph=True)
-                for _ in range(3):
-                    c(static_x)
-                xn = activity.synthetic_inputs(M, K, M + 200, device=dev, bos_every=bos)
-                yc = c(xn).clone()
-                out[f"reduce-overhead {kind} M={M}"] = _rel(yc, tp(xn))
+                try:  # reported, not raised: the eager captures above still come back
+                    c = torch.compile(tp, mode="reduce-overhead", fullgraph=True)
+                    for _ in range(3):
+                        c(static_x)
+                    xn = activity.synthetic_inputs(M, K, M + 200, device=dev, bos_every=bos)
+                    yc = c(xn).clone()
+                    out[f"reduce-overhead {kind} M={M}"] = _rel(yc, tp(xn))
+                except Exception as e:  # noqa: BLE001
+                    out[f"reduce-overhead {kind} M={M}"] = f"{type(e).__name__}: {e}"[:2000]
                 torch._dynamo.reset()
     return out

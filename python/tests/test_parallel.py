@@ -519,6 +519,7 @@ def test_tp_cuda_graphs_nccl():
     CUDA graphs on 2 GPUs (NCCL all-reduce inside the graph), replayed on new inputs against
     eager calls; torch.compile(mode="reduce-overhead") the same."""
     _need("nccl")
-    for r in _dist.run(2, _tp_cases.tp_graphs, "cuda", backend="nccl"):
-        for k, v in r.items():
-            assert v < 2 * ULP, (k, v)
+    res = _dist.run(2, _tp_cases.tp_graphs, "cuda", backend="nccl")
+    for r in res:  # torch.cuda.graph of the eager forward first, then inductor's graphs
+        for k, v in sorted(r.items(), key=lambda kv: kv[0].startswith("reduce-overhead")):
+            assert isinstance(v, float) and v < 2 * ULP, (k, v)
