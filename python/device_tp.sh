@@ -1,10 +1,11 @@
 #!/bin/sh
-# python/device_tp.sh — tensor parallelism (issue 16) on a lent machine with 2 GPUs (no network,
-# python3 with torch): builds libtwellrt, runs the NCCL tests of test_parallel.py, then the
-# tensor-parallel benchmark (python -m twellrt.bench_tp), JSON and logs into $OUT.
+# python/device_tp.sh — tensor parallelism on a lent machine with 2 or more GPUs (no network,
+# python3 with torch): builds libtwellrt, runs the NCCL tests of test_parallel.py (2 GPUs: shards,
+# torch.compile, CUDA graphs, the Hugging Face swap), then the scaling benchmark
+# (bench/python/bench_tp.py over every GPU unless --world says otherwise), JSON and logs into $OUT.
 #   sh python/device_tp.sh [all]          # tests, then benchmark (default)
-#   sh python/device_tp.sh tests          # the 2-GPU tests only
-#   sh python/device_tp.sh bench [args]   # the benchmark only, args to bench_tp
+#   sh python/device_tp.sh tests          # the multi-GPU tests only
+#   sh python/device_tp.sh bench [args]   # the benchmark only, args to bench_tp.py
 # Carry .deps/ (sh scripts/device.sh fetch); .wheels/ with pytest's wheels if the image lacks it.
 set -u
 OUT=${OUT:-/tmp/twell-out}
@@ -26,13 +27,13 @@ tests() {
         "$PY" -m pip install -q --no-index --find-links .wheels pytest 2>/dev/null ||
             { echo "tests: no pytest (carry .wheels/), skipped"; return 0; }
     fi
-    TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-180}" "$PY" -m pytest python/tests/test_parallel.py -q -rs \
+    TWELL_REQUIRE_GPU=1 timeout "${TEST_TIMEOUT:-480}" "$PY" -m pytest python/tests/test_parallel.py -q -rs \
         -p no:cacheprovider -m gpu >"$OUT/test_parallel_gpu.log" 2>&1
     echo "test_parallel (gpu, NCCL) exit $?"
     tail -5 "$OUT/test_parallel_gpu.log"
 }
 bench() {
-    timeout "${BENCH_TIMEOUT:-330}" "$PY" -m twellrt.bench_tp --out "$OUT" "$@" >"$OUT/bench_tp.log" 2>&1
+    timeout "${BENCH_TIMEOUT:-540}" "$PY" bench/python/bench_tp.py --out "$OUT" "$@" >"$OUT/bench_tp.log" 2>&1
     echo "bench_tp exit $?"
     sed -n '/^== tensor-parallel/,$p' "$OUT/bench_tp.log"
     grep -E "Error|error" "$OUT/bench_tp.log" | tail -5

@@ -14,7 +14,7 @@ from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_col
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .sparse_lm import load_sparse_lm
 from .recipe import L1Schedule, ActivityTracker, reinit_neurons, reinit_dead_neurons
-from .parallel import TensorParallelGatedMLP, contiguous_layout, tensor_parallel_mlps  # issue 16
+from .parallel import TensorParallelGatedMLP, TensorParallelMLP, contiguous_layout, tensor_parallel_mlps
 
 __all__ = [
     "TwellError",
@@ -37,6 +37,7 @@ __all__ = [
     "reinit_neurons",
     "reinit_dead_neurons",
     "TensorParallelGatedMLP",
+    "TensorParallelMLP",
     "contiguous_layout",
     "tensor_parallel_mlps",
     "balance",

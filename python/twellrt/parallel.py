@@ -9,20 +9,32 @@ collective (all-reduce, or reduce-scatter under sequence parallelism).
     full = twellrt.TwELLGatedMLP(4096, 11008)             # or any Llama-style MLP state_dict
     tp = twellrt.TensorParallelGatedMLP.from_full(full, pad=True, device="cuda")
     y = tp(x)                                             # x replicated on every rank, y too
+    twellrt.TensorParallelMLP.from_full(twellrt.TwELLMLP(4096, 11008), pad=True)  # non-gated
+    twellrt.tensor_parallel_mlps(hf_model, pad=True)      # every ReLU MLP of a model, in place
 
 A shard is an ordinary layer of n_local neurons, n_local a multiple of the TwELL tile T (the
 library's rule). Which neurons a rank holds is its row of a *layout*: an int64 tensor
 [world, n_local] of neuron indices, -1 for a padding neuron (zero weights: it never fires and adds
 nothing, so padding is exact). The default layout is contiguous; twellrt.balance computes one that
-balances active entries across ranks. Numerics: every shard computes its partial y exactly as
-the single-device module computes the whole (fp32 accumulation, rounded to the dtype), so the
-result differs from the single-device module only by the rounding of the partials to bf16/fp16
-and the all-reduce's own sum order and precision (NCCL and gloo sum bf16 in bf16).
+balances the work across ranks. Numerics: every shard computes its partial y exactly as the
+single-device module computes the whole (fp32 accumulation, rounded to the dtype), so the result
+differs from the single-device module only by the rounding of the partials to bf16/fp16 and the
+all-reduce's own sum order and precision (NCCL and gloo sum bf16 in bf16).
 
-Collectives are issued with async_op=False, which torch.distributed passes to the backend as
-asyncOp=false; since pytorch/pytorch#150398 (2025, before the 2.11 this package pins)
-ProcessGroupNCCL launches such collectives on the caller's current stream, so a forward is ordered
-on the current stream like any other op and never synchronises the host."""
+Collectives. Eagerly they are torch.distributed's in-place collectives with async_op=False, which
+torch.distributed passes to the backend as asyncOp=false; since pytorch/pytorch#150398 (2025,
+before the 2.11 this package pins) ProcessGroupNCCL launches such collectives on the caller's
+current stream, so a forward is ordered on the current stream like any other op and never
+synchronises the host. Under torch.compile they are the functional collectives
+(torch.distributed._functional_collectives: _c10d_functional ops and wait_tensor in the graph), so
+a shard traces with fullgraph=True, training included. Not Dynamo's own rewrite of the in-place
+calls: in torch 2.11 that rewrite drops the result of all_gather_into_tensor into a fresh tensor
+inside an autograd.Function's backward (zero gradients under sequence parallelism).
+
+CUDA graphs (inference): call reserve() on every rank and run one eager forward (the NCCL
+communicator is made on first use, which a capture must not do), then capture the forward with
+torch.cuda.graph; the twellrt ops and the all-reduce are both issued on the capturing stream and
+nothing is reserved or loaded at replay. torch.compile(mode="reduce-overhead") captures the same."""
 
 from __future__ import annotations
 
@@ -30,13 +42,15 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch import nn
 
 from ._lib import invalid
-from .modules import TwELLGatedMLP
+from .modules import TwELLGatedMLP, TwELLMLP, _is_relu, _plain_linear
 
 __all__ = [
     "TensorParallelGatedMLP",
+    "TensorParallelMLP",
     "shard_width",
     "contiguous_layout",
     "check_layout",
@@ -132,18 +146,30 @@ def shard_weights(state_dict, neurons: torch.Tensor, prefix: str = "", gated: bo
 # ---------------------------------------------------------------------------------------------
 
 
+def _pg(group):
+    return group if group is not None else dist.group.WORLD
+
+
 def _all_reduce(t, group):
+    """t summed over the ranks of `group`: in place eagerly (t is returned), a new tensor under
+    torch.compile (the module docstring says why)."""
+    if torch.compiler.is_compiling():
+        return funcol.all_reduce(t, "sum", _pg(group))
     dist.all_reduce(t, group=group)
     return t
 
 
 def _reduce_scatter(t, group, world):
+    if torch.compiler.is_compiling():
+        return funcol.reduce_scatter_tensor(t.contiguous(), "sum", 0, _pg(group))
     out = t.new_empty((t.shape[0] // world,) + tuple(t.shape[1:]))
     dist.reduce_scatter_tensor(out, t.contiguous(), group=group)
     return out
 
 
 def _all_gather(t, group, world):
+    if torch.compiler.is_compiling():
+        return funcol.all_gather_tensor(t.contiguous(), 0, _pg(group))
     out = t.new_empty((t.shape[0] * world,) + tuple(t.shape[1:]))
     dist.all_gather_into_tensor(out, t.contiguous(), group=group)
     return out
@@ -167,7 +193,8 @@ class _ReduceOut(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, group):
-        ctx.mark_dirty(y)  # summed in place
+        if not torch.compiler.is_compiling():
+            ctx.mark_dirty(y)  # summed in place (under compile: out of place)
         return _all_reduce(y, group)
 
     @staticmethod
@@ -198,11 +225,113 @@ class _GatherIn(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------------------------
-# the tensor-parallel module
+# the tensor-parallel modules
 # ---------------------------------------------------------------------------------------------
 
 
-class TensorParallelGatedMLP(nn.Module):
+class _TensorParallel(nn.Module):
+    """What the gated and the non-gated shard share: the layout, loading a shard out of the full
+    layer's weights, reserve, and a forward around `self.local` (a TwELLGatedMLP or TwELLMLP of
+    n_local neurons). Subclasses set `gated`, the full layer's class and the module attributes
+    from_full copies from a full twellrt layer."""
+
+    gated = True
+    _full_attrs = ()
+
+    def _setup(self, hidden_size, intermediate_size, group, T, reduce, gather_input, layout, pad) -> None:
+        name = type(self).__name__
+        if reduce not in REDUCE_MODES:
+            raise invalid(f"twellrt.{name}: reduce must be one of {REDUCE_MODES}, got {reduce!r}")
+        self.group = group
+        self.world, self.rank = _world(group), _rank(group)
+        self.hidden_size, self.intermediate_size = int(hidden_size), int(intermediate_size)
+        self.reduce, self.gather_input = reduce, bool(gather_input)
+        if layout is None:
+            layout = contiguous_layout(self.intermediate_size, self.world, T, pad)
+        layout = check_layout(layout, self.intermediate_size, self.world, T)
+        self.n_local = layout.shape[1]
+        self.register_buffer("layout", layout, persistent=False)
+        self.register_buffer("neurons", layout[self.rank].clone(), persistent=False)
+
+    @property
+    def _packing_key(self) -> str:
+        return "gate_proj.weight" if self.gated else "up_proj.weight"
+
+    @classmethod
+    def from_full(cls, full, group=None, *, layout=None, pad=False, device=None, **kw):
+        """This rank's shard of `full`: a full twellrt layer of this kind, a dense Llama-style MLP
+        (any module whose state_dict has the keys below) or a state_dict: gate_proj.weight
+        (gated only), up_proj.weight [N, K], down_proj.weight [K, N]. T, C, path (and l1_coef,
+        train_path for the gated shard) are taken from a twellrt layer unless given in kw;
+        device defaults to the weights'. Only the shard is copied."""
+        sd = full.state_dict() if isinstance(full, nn.Module) else full
+        key = "gate_proj.weight" if cls.gated else "up_proj.weight"
+        if key not in sd:
+            raise invalid(f"twellrt.{cls.__name__}.from_full: the full layer has no {key!r}")
+        if not cls.gated and "gate_proj.weight" in sd:
+            raise invalid(f"twellrt.{cls.__name__}.from_full: the full layer is gated (has gate_proj.weight); "
+                          "use TensorParallelGatedMLP")
+        N, K = sd[key].shape
+        for a in cls._full_attrs:
+            if a not in kw and hasattr(full, a):
+                kw[a] = getattr(full, a)
+        w = sd[key]
+        dev = device if device is not None else w.device
+        m = cls(K, N, group, device=dev, dtype=w.dtype, layout=layout, pad=pad, **kw)
+        m.load_full_state_dict(sd)
+        return m
+
+    @torch.no_grad()
+    def load_full_state_dict(self, state_dict, prefix: str = "") -> None:
+        """Copies this rank's shard out of a full layer's state_dict (keys `prefix` +
+        gate_proj.weight (gated only), up_proj.weight [N, K], down_proj.weight [K, N]; tensors on
+        any device). Only the shard is copied to the module's device."""
+        key = prefix + self._packing_key
+        w = state_dict.get(key)
+        if w is None or tuple(w.shape) != (self.intermediate_size, self.hidden_size):
+            got = "is missing" if w is None else f"has shape {tuple(w.shape)}"
+            raise invalid(
+                f"twellrt.{type(self).__name__}: {key} {got}, expected ({self.intermediate_size}, {self.hidden_size})"
+            )
+        shard = shard_weights(state_dict, self.neurons, prefix, gated=self.gated)
+        dev = self.local.up_proj.weight.device
+        self.local.load_state_dict({k: v.to(dev) for k, v in shard.items()})
+
+    def reserve(self, max_rows: int, nnz_per_row: float) -> None:
+        """The local layer's reserve (twell_plan_reserve) for this rank's shard: max_rows = the
+        rows the shard computes (world × the local rows under gather_input), nnz_per_row = active
+        neurons per row in this shard (about the layer's ÷ world with a balanced layout). With it
+        (and one eager forward) the inference forward can be captured in a CUDA graph."""
+        self.local.reserve(max_rows, nnz_per_row)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, world = self.group, self.world
+        if world == 1:  # every collective is the identity (also without an initialised group)
+            return self.local(x)
+        grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        if self.gather_input:
+            x = _GatherIn.apply(x, g, world) if grad else _all_gather(x, g, world)
+        elif self.reduce == "reduce_scatter" and x.shape[0] % world:
+            raise invalid(
+                f"twellrt.{type(self).__name__}: reduce_scatter needs dim 0 ({x.shape[0]}) divisible by world ({world})"
+            )
+        elif grad and self.reduce != "none":
+            x = _CopyIn.apply(x, g)
+        y = self.local(x)
+        if self.reduce == "all_reduce":
+            return _ReduceOut.apply(y, g) if grad else _all_reduce(y, g)
+        if self.reduce == "reduce_scatter":
+            return _ReduceScatterOut.apply(y, g, world) if grad else _reduce_scatter(y, g, world)
+        return y
+
+    def extra_repr(self) -> str:
+        return (
+            f"hidden={self.hidden_size}, intermediate={self.intermediate_size}, rank={self.rank}/{self.world}, "
+            f"n_local={self.n_local}, reduce={self.reduce!r}, gather_input={self.gather_input}"
+        )
+
+
+class TensorParallelGatedMLP(_TensorParallel):
     """This rank's shard of a gated TwELL layer (y = down(relu(gate(x)) ⊙ up(x))) of hidden width
     `intermediate_size` split over the ranks of `group` (default: the whole world).
 
@@ -217,6 +346,9 @@ class TensorParallelGatedMLP(nn.Module):
     other half of sequence parallelism. Training works (autograd through the collectives: dx is
     all-reduced or reduce-scattered, weight gradients are this shard's slices of the full ones,
     and each shard's L1 term covers its own neurons, so their sum is the full layer's)."""
+
+    gated = True
+    _full_attrs = ("l1_coef", "T", "C", "path", "train_path")
 
     def __init__(
         self,
@@ -237,96 +369,91 @@ class TensorParallelGatedMLP(nn.Module):
         pad: bool = False,
     ):
         super().__init__()
-        if reduce not in REDUCE_MODES:
-            raise invalid(f"twellrt.TensorParallelGatedMLP: reduce must be one of {REDUCE_MODES}, got {reduce!r}")
-        self.group = group
-        self.world, self.rank = _world(group), _rank(group)
-        self.hidden_size, self.intermediate_size = int(hidden_size), int(intermediate_size)
-        self.reduce, self.gather_input = reduce, bool(gather_input)
-        if layout is None:
-            layout = contiguous_layout(self.intermediate_size, self.world, T, pad)
-        layout = check_layout(layout, self.intermediate_size, self.world, T)
-        self.n_local = layout.shape[1]
-        self.register_buffer("layout", layout, persistent=False)
-        self.register_buffer("neurons", layout[self.rank].clone(), persistent=False)
+        self._setup(hidden_size, intermediate_size, group, T, reduce, gather_input, layout, pad)
         self.local = TwELLGatedMLP(hidden_size, self.n_local, l1_coef, T, C, path, train_path, device, dtype)
 
-    @classmethod
-    def from_full(cls, full, group=None, *, layout=None, pad=False, device=None, **kw) -> "TensorParallelGatedMLP":
-        """This rank's shard of `full`: a TwELLGatedMLP (or any module / state_dict with
-        gate_proj.weight, up_proj.weight, down_proj.weight). T, C, l1_coef and the paths are
-        taken from a TwELLGatedMLP unless given in kw; device defaults to the weights'."""
-        sd = full.state_dict() if isinstance(full, nn.Module) else full
-        N, K = sd["gate_proj.weight"].shape
-        for a in ("l1_coef", "T", "C", "path", "train_path"):
-            if a not in kw and hasattr(full, a):
-                kw[a] = getattr(full, a)
-        w = sd["gate_proj.weight"]
-        dev = device if device is not None else w.device
-        m = cls(K, N, group, device=dev, dtype=w.dtype, layout=layout, pad=pad, **kw)
-        m.load_full_state_dict(sd)
-        return m
 
-    @torch.no_grad()
-    def load_full_state_dict(self, state_dict, prefix: str = "") -> None:
-        """Copies this rank's shard out of a full layer's state_dict (keys `prefix` +
-        gate_proj.weight / up_proj.weight [N, K], down_proj.weight [K, N]; tensors on any
-        device). Only the shard is copied to the module's device."""
-        g = state_dict[f"{prefix}gate_proj.weight"]
-        if tuple(g.shape) != (self.intermediate_size, self.hidden_size):
-            raise invalid(
-                f"twellrt.TensorParallelGatedMLP: {prefix}gate_proj.weight has shape {tuple(g.shape)}, "
-                f"expected ({self.intermediate_size}, {self.hidden_size})"
-            )
-        shard = shard_weights(state_dict, self.neurons, prefix)
-        self.local.load_state_dict({k: v.to(self.local.gate_proj.weight.device) for k, v in shard.items()})
+class TensorParallelMLP(_TensorParallel):
+    """This rank's shard of a non-gated TwELL layer (y = down(relu(up(x))), TwELLMLP) split as
+    TensorParallelGatedMLP splits a gated one: `local` is a TwELLMLP of n_local neurons (up_proj
+    rows and down_proj columns of this rank's `neurons`), the same reduce / gather_input modes
+    and layouts. Inference only, as TwELLMLP (with grad enabled it raises)."""
 
-    def reserve(self, max_rows: int, nnz_per_row: float) -> None:
-        """TwELLGatedMLP.reserve for this rank's shard (twell_plan_reserve): max_rows = the rows
-        the shard computes (world × the local rows under gather_input), nnz_per_row = active
-        neurons per row in this shard (about the layer's ÷ world with a balanced layout)."""
-        self.local.reserve(max_rows, nnz_per_row)
+    gated = False
+    _full_attrs = ("T", "C", "path")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g, world = self.group, self.world
-        if world == 1:  # every collective is the identity (also without an initialised group)
-            return self.local(x)
-        grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        if self.gather_input:
-            x = _GatherIn.apply(x, g, world) if grad else _all_gather(x, g, world)
-        elif self.reduce == "reduce_scatter" and x.shape[0] % world:
-            raise invalid(f"twellrt.TensorParallelGatedMLP: reduce_scatter needs dim 0 ({x.shape[0]}) divisible by world ({world})")
-        elif grad and self.reduce != "none":
-            x = _CopyIn.apply(x, g)
-        y = self.local(x)
-        if self.reduce == "all_reduce":
-            return _ReduceOut.apply(y, g) if grad else _all_reduce(y, g)
-        if self.reduce == "reduce_scatter":
-            return _ReduceScatterOut.apply(y, g, world) if grad else _reduce_scatter(y, g, world)
-        return y
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        group=None,
+        T: int = 256,
+        C: int = 8,
+        path: str = "auto",
+        device=None,
+        dtype=torch.bfloat16,
+        *,
+        reduce: str = "all_reduce",
+        gather_input: bool = False,
+        layout: Optional[torch.Tensor] = None,
+        pad: bool = False,
+    ):
+        super().__init__()
+        self._setup(hidden_size, intermediate_size, group, T, reduce, gather_input, layout, pad)
+        self.local = TwELLMLP(hidden_size, self.n_local, T, C, path, device, dtype)
 
-    def extra_repr(self) -> str:
-        return (
-            f"hidden={self.hidden_size}, intermediate={self.intermediate_size}, rank={self.rank}/{self.world}, "
-            f"n_local={self.n_local}, reduce={self.reduce!r}, gather_input={self.gather_input}"
-        )
+
+def _shard_kind(m: nn.Module):
+    """The tensor-parallel class for a full feed-forward layer, or None: twellrt layers by type,
+    dense ones as swap_mlps finds them (bias-free nn.Linear children and a ReLU act_fn)."""
+    if type(m) is TwELLGatedMLP:
+        return TensorParallelGatedMLP
+    if type(m) is TwELLMLP:
+        return TensorParallelMLP
+    if not _is_relu(getattr(m, "act_fn", None)):
+        return None
+    g, u, d = (getattr(m, a, None) for a in ("gate_proj", "up_proj", "down_proj"))
+    if not (_plain_linear(u) and _plain_linear(d)):
+        return None
+    if g is None:
+        return TensorParallelMLP
+    return TensorParallelGatedMLP if _plain_linear(g) else None
+
+
+_GATED_ONLY = ("l1_coef", "train_path")
 
 
 def tensor_parallel_mlps(model: nn.Module, group=None, layouts: Optional[dict] = None, **kw) -> int:
-    """Replaces, in place, every TwELLGatedMLP of `model` by this rank's TensorParallelGatedMLP
-    shard of it (weights copied out of the full module, which is then dropped). `layouts` maps a
-    module's name (as in model.named_modules()) to its layout; others are contiguous. kw goes to
-    TensorParallelGatedMLP.from_full (reduce, pad, ...). Returns how many were replaced."""
+    """Replaces, in place, every feed-forward layer of `model` that twellrt computes by this
+    rank's shard of it: TwELLGatedMLP, and dense Llama-style MLPs with gate_proj, up_proj,
+    down_proj (bias-free nn.Linear) and a ReLU act_fn (Hugging Face's LlamaMLP and its kind with
+    hidden_act="relu", as swap_mlps finds them), by TensorParallelGatedMLP; TwELLMLP and dense
+    non-gated ReLU MLPs (up_proj, down_proj, act_fn, no gate_proj: sparse_lm.ReLUMLP) by
+    TensorParallelMLP. Only the shard's weights are copied (onto kw's `device` if given, else the
+    weights' device) and the full layer is dropped; a dense MLP is sharded directly, with no full
+    twellrt layer made first. Serving a Hugging Face model: every rank loads the same checkpoint
+    (from_pretrained), then calls this; attention, norms and embeddings stay replicated.
+
+    `layouts` maps a module's name (as in model.named_modules()) to its layout; others are
+    contiguous. kw goes to from_full (T, C, path, l1_coef, train_path, reduce, pad, device;
+    l1_coef and train_path only to gated shards); a twellrt layer's own T, C, path, ... are kept
+    unless kw gives them, a dense layer gets the defaults (T = 256). Shards already in the
+    model are left alone, and so are MLPs with another activation. Returns how many were
+    replaced."""
     layouts = layouts or {}
+    names = {id(m): n for n, m in model.named_modules()}
     n = 0
-    mods = list(model.named_modules())
-    inside = tuple(nm + "." for nm, m in mods if isinstance(m, TensorParallelGatedMLP))
-    for name, mod in mods:
-        if type(mod) is not TwELLGatedMLP or (inside and (name + ".").startswith(inside)):
-            continue  # not a full layer, or the `local` of a shard
-        parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
-        tp = TensorParallelGatedMLP.from_full(mod, group, layout=layouts.get(name), **kw)
-        tp.train(mod.training)
-        setattr(parent, name.rpartition(".")[2], tp)
-        n += 1
+    for parent in list(model.modules()):
+        if isinstance(parent, _TensorParallel):
+            continue  # a shard's `local` is not a full layer
+        for child_name, child in list(parent.named_children()):
+            cls = _shard_kind(child)
+            if cls is None:
+                continue
+            name = names[id(child)]
+            args = kw if cls.gated else {k: v for k, v in kw.items() if k not in _GATED_ONLY}
+            tp = cls.from_full(child, group, layout=layouts.get(name), **args)
+            tp.train(child.training)
+            setattr(parent, child_name, tp)
+            n += 1
     return n
