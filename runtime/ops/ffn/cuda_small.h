@@ -41,7 +41,7 @@ typedef enum tw_small_mode {
  * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). The
  * small kernel re-reads the weight once per token block of 16 rows, so its time grows with M
  * while the other gate-packs' stays flat; the crossover lies between 32 and 64 rows
- * (BENCHMARKS.md, "Gate-pack: the cuBLASLt route against the fused kernels"; re-measure with
+ * (BENCHMARKS.md, "Gate-pack routes and AUTO's crossovers"; re-measure with
  * `twell bench --op gate_pack --variant small --M 1,8,32,64,128,256` against --lt-gate all). The
  * inference kernels' limit is the policy's TW_POLICY_SMALL_MAX_ROWS (ffn_policy.h). */
 #define TW_SMALL_GATE_AUTO_M ((size_t)32)

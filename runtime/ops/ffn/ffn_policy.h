@@ -58,13 +58,14 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * density; the sparse routes grow with the active values. Where the sparse route AUTO would take
  * is slower than that even at the lowest densities served (the small-batch kernels above ~96
  * rows, the tiled pipeline below ~1448), dense runs at every density (threshold 0). The table's
- * values and the runs behind them: BENCHMARKS.md "AUTO thresholds" (re-measure when a route
- * changes: `twell bench --op ffn_infer --path small|sparse|dense --M ... --nnz ...`). ---- */
+ * values and the runs behind them: BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"
+ * (re-measure when a route changes: `twell bench --op ffn_infer --path small|sparse|dense --M ...
+ * --nnz ...`). ---- */
 
 /* Largest M the small-batch path takes (when it can run): its kernels read each active weight row
  * once per call but gather per (row, neuron) pair, so past a few hundred rows the tiled pipeline
  * wins; the crossover with tiled lies near 512 rows, and 256 is the last M where small clearly
- * wins (BENCHMARKS.md, "AUTO's crossovers"). */
+ * wins (BENCHMARKS.md, "Gate-pack routes and AUTO's crossovers"). */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
 /* The smallest M AUTO may run dense: 1 (the dense route beats the small path at decode sizes once
@@ -74,7 +75,8 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 /* The rows twell_gate_pack runs through cuBLASLt (a GEMM with the relu epilogue into an
  * L2-resident buffer, then a packing pass) on its own: above the small-batch gate-pack's rows and
  * below where the fused Hopper kernel wins again (measured between 1024 and 2048 rows; table in
- * BENCHMARKS.md "Gate-pack"). Calls the dense route will reuse run it at any M. */
+ * BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"). Calls the dense route will reuse run it
+ * at any M. */
 #define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
 #define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)1447)
 
