@@ -404,10 +404,11 @@ typedef void *twell_stream;
  *           most recent call that have reached the host, else the nnz_per_row given to
  *           twell_plan_reserve, else nothing (then not DENSE, except where the crossover is 0).
  *           Small-batch calls count one call in 16, and every call while the estimate is within
- *           half the crossover. The crossover, as a fraction of N active per row: 3% up to 47 rows,
- *           2% up to 95, 0 (dense at every density) from 96 to 1447, 0.85% from 1448, 1.39% from
- *           2896, 1.31% from 8192; after a DENSE call AUTO stays dense down to 0.8 of it (the table
- *           is runtime/ops/ffn/ffn_policy.c; its measurements are in BENCHMARKS.md). The counts
+ *           half the crossover. The crossover is a fraction of N active per row for each range of
+ *           M: a few percent at decode sizes, 0 (dense at every density) over the middle range
+ *           where the sparse routes lose to cuBLAS, about 1% for large M; after a DENSE call AUTO
+ *           stays dense down to a fraction of it. The one table is tw_policy_dense in
+ *           runtime/ops/ffn/ffn_policy.c; its measurements are in BENCHMARKS.md. The counts
  *           are copied back asynchronously and read only once they have arrived, so no call waits
  *           for the device in the steady state and the choice follows the data one call later.
  *           Where DENSE cannot run, AUTO chooses among the sparse routes. In a captured call the
