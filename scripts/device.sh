@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds and runs twellrt on the lent GPU machine (Ubuntu, CUDA, no apt, no network).
 # Carry .deps/ (made here by `sh scripts/device.sh fetch`) with the call; then on the device:
-#   sh scripts/device.sh test            # build + all tests (gpu ones included), logs to $OUT
+#   sh scripts/device.sh test            # build + all tests (gpu ones included, TEST_JOBS=8 at once), logs to $OUT
 #   sh scripts/device.sh sanitize        # compute-sanitizer memcheck/racecheck on small gpu cases
 #   sh scripts/device.sh bench [args]    # `twell bench` with args, JSON into $OUT
 #   sh scripts/device.sh all [bench args] # test + sanitize + bench in one call (one lease)
@@ -26,7 +26,7 @@ cmake --build $B -j 16 >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/b
 rm -f "$OUT/cmake.log" "$OUT/build.log" # built: keep the 8 returned files for results
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 run_tests() {
-    (cd $B && ctest --output-on-failure -j 4 --timeout ${TEST_TIMEOUT:-300} "$@") >"$OUT/ctest.log" 2>&1 || true
+    (cd $B && ctest --output-on-failure -j ${TEST_JOBS:-8} --timeout ${TEST_TIMEOUT:-300} "$@") >"$OUT/ctest.log" 2>&1 || true
     grep -E "tests passed|Passed|Failed|\*\*\*|Skipped|Not Run" "$OUT/ctest.log" | tail -60
     # the per-case lines of the gpu tests (worst ulp, max_rel_err, variant) for the record
     grep -hE "^# |FAILED|\[  FAILED|fail" $B/Testing/Temporary/LastTest.log 2>/dev/null |
