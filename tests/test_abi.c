@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "tw_cpu.h"
+
 #include "tw_log.h"
 
 #define OPT_END(f) TW_FIELD_END(twell_ctx_options, f)
@@ -199,12 +201,7 @@ static void test_abi_options_uninitialised(void **state) {
  * which the plan reports; the pure functions read it the same way. */
 static void test_abi_shape_older_caller(void **state) {
     (void)state;
-    twell_ctx_options o;
-    twell_ctx_options_init(&o);
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     const size_t sizes[] = {SHAPE_END(N), SHAPE_END(C), SHAPE_END(dtype)};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t n = sizes[i];
@@ -244,12 +241,7 @@ static void test_abi_shape_older_caller(void **state) {
  * initialised: invalid shapes, named as such, for every function that takes one. */
 static void test_abi_shape_refused(void **state) {
     (void)state;
-    twell_ctx_options o;
-    twell_ctx_options_init(&o);
-    o.backend = TWELL_BACKEND_CPU;
-    o.cpu_threads = 1;
-    twell_ctx *ctx = NULL;
-    assert_int_equal(twell_ctx_create(&o, &ctx), TWELL_OK);
+    twell_ctx *ctx = tw_test_cpu_ctx(1);
     const size_t lib = sizeof(twell_shape), n = lib + 8;
     twell_shape *s = ta_block(n);
     assert_int_equal(twell_shape_init_sized(s, n, 64, 256), TWELL_OK);
