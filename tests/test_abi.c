@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "tw_cpu.h"
-
 #include "tw_log.h"
 
 #define OPT_END(f) TW_FIELD_END(twell_ctx_options, f)
