@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "tw_gpu.h"
+#include "tw_gpu_infer.h"
 
 #define SK_THREADS 8
 #define SK_MAX_M 300
@@ -78,22 +79,15 @@ static twell_ctx *sk_ctx(twell_backend b) {
     return twell_ctx_create(&o, &ctx) == TWELL_OK ? ctx : NULL;
 }
 
-/* Largest row-relative L2 error of got against ref over M rows of K. */
+/* Rows 0..SK_MAX_M-1, for tw_gpu_max_row_err over every row of a result. */
+static size_t sk_rows[SK_MAX_M];
+
+/* Largest row-relative L2 error of got against ref over their first M rows of K (pure: safe in
+ * a worker thread). */
 static double sk_row_err(twell_dtype dt, const uint16_t *got, const uint16_t *ref, size_t M,
                          uint32_t K) {
-    double worst = 0.0;
-    for (size_t m = 0; m < M; m++) {
-        double num = 0.0, den = 0.0;
-        for (uint32_t k = 0; k < K; k++) {
-            double a = tw_half_to_f32(dt, got[m * K + k]), b = tw_half_to_f32(dt, ref[m * K + k]);
-            num += (a - b) * (a - b);
-            den += b * b;
-        }
-        double e = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (!(e <= worst)) /* NaN counts as the worst */
-            worst = e;
-    }
-    return worst;
+    size_t worst_row;
+    return tw_gpu_max_row_err(dt, K, got, sk_rows, M, ref, &worst_row);
 }
 
 /* Relative L2 error of n floats. */
@@ -221,7 +215,7 @@ static void *sk_run(void *raw) {
                     break;
                 }
                 double err = sk_row_err(s->dtype, e.y, e.yref, M, s->K);
-                double tol = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
+                double tol = gi_tol(s->dtype);
                 if (!(err <= tol)) {
                     sk_fail(w, "worker %d: inference M=%zu call %zu: row error %.3g > %.3g", w->id,
                             M, w->infer_calls, err, tol);
@@ -299,6 +293,8 @@ static void test_gpu_soak(void **state) {
     twell_ctx *probe = tw_gpu_open_or_skip("test_gpu_soak"); /* fails or skips without a GPU */
     printf("# %s, %d threads x %.0f s\n", twell_ctx_device_name(probe), SK_THREADS, sk_seconds);
     twell_ctx_destroy(probe);
+    for (size_t m = 0; m < SK_MAX_M; m++)
+        sk_rows[m] = m;
     sk_worker w[SK_THREADS];
     pthread_t th[SK_THREADS];
     memset(w, 0, sizeof w);
