@@ -1,5 +1,5 @@
 /* test_gpu_ffn_small.c — the small-batch path (runtime/ops/ffn/cuda_small.c: gate_pack_small, then
- * ffn_small's fused kernel or its up and down kernels) forced on, against the CPU reference, over
+ * ffn_small's fused kernel, its row kernel or its up and down kernels) forced on, against the CPU reference, over
  * M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M = 1024 rows), every
  * C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data with overflowing
  * row-tiles; the gate-pack kernel forced by name (TW_TC_SMALL_SET_GATE: g2u2 with each WN, one
@@ -250,6 +250,16 @@ static void test_gpu_ffn_small_case(void **state) {
             assert_string_equal(fused, "fused");
             fs_expect(&d, "small, plain fused kernel");
         }
+    } else if (s.K <= 4096u) {
+        /* more rows: the row kernel (K ≤ 4096, cuda_small.c), then the up and down kernels */
+        assert_string_equal(fused, "row");
+        FS_OK(tw_test_control(TW_TC_SMALL_SET_UPDOWN, plan, 1));
+        fs_ffn_run(&d, plan, FS_POISON_A, stream);
+        FS_OK(tw_test_control(TW_TC_SMALL_LAST_FUSED_KERNEL, plan, &fused));
+        assert_string_equal(fused, "");
+        fs_expect(&d, "small, up and down kernels");
+        FS_OK(tw_test_control(TW_TC_SMALL_SET_UPDOWN, plan, 0));
+        fused = "row";
     } else {
         assert_string_equal(fused, "");
     }

@@ -155,8 +155,11 @@ enum {
     /* (plan, int plain): 1 runs few-row twell_ffn_infer calls on the one-kernel fused kernel
      * without a cluster where the cluster kernel would run (sm_90+), 0 (the default) the rule's */
     TW_TC_SMALL_SET_FUSED_PLAIN,
+    /* (plan, int on): 1 runs the up and down kernels where the row kernel would run (more rows
+     * than the fused kernel's), 0 (the default) the rule's */
+    TW_TC_SMALL_SET_UPDOWN,
     /* (plan, const char **out): the one-kernel kernel the last small-path twell_ffn_infer ran
-     * ("fused", "fused_cl"), "" when it ran the up and down kernels or elsewhere */
+     * ("fused", "fused_cl", "row"), "" when it ran the up and down kernels or elsewhere */
     TW_TC_SMALL_LAST_FUSED_KERNEL,
     TW_TC_SMALL_LAST,
 

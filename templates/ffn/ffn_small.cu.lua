@@ -366,29 +366,38 @@ __device__ __forceinline__ void tw_wd_fma(float (&acc)[8], const uint4 (&v)[8], 
         }
 }
 
-/* Up to 32 entries of one row held lane-parallel (lane j: entry word e = value << 16 | column,
- * valid for j < nb), in lane order, eight at a time: the weight rows of Wd are loaded first, then
- * h from hbuf (from_hbuf) or the value bits (non-gated stored entries: h = g). */
-__device__ __forceinline__ void tw_row_entries(float (&acc)[8], tw_u32 e, bool valid, int nb,
-                                               bool from_hbuf, const float *__restrict__ hrow,
-                                               const unsigned short *__restrict__ wd, int c0,
-                                               bool cok, int lane) {
-    const float hl = from_hbuf && valid ? __ldg(hrow + (e & 0xffffu)) : 0.0f;
+/* acc += h_j · (the lane's 8 columns of Wd row n_j) for nb ≤ 32 (column, h) pairs held
+ * lane-parallel (lane j: n, h, for j < nb), in lane order, eight at a time: the eight Wd rows'
+ * loads are issued together. */
+__device__ __forceinline__ void tw_lane_fma(float (&acc)[8], tw_u32 n, float h, int nb,
+                                            const unsigned short *__restrict__ wd, int c0,
+                                            bool cok) {
     for (int q0 = 0; q0 < nb; q0 += 8) {
         const int bn = min(8, nb - q0);
         tw_u32 nq[8];
         float hq[8];
 #pragma unroll
         for (int q = 0; q < 8; q++) {
-            const tw_u32 eq = (tw_u32)__shfl_sync(TW_FULL, (int)e, q0 + q);
-            const float hv = __shfl_sync(TW_FULL, hl, q0 + q);
-            nq[q] = eq & 0xffffu;
-            hq[q] = from_hbuf ? hv : tw_to_f32((unsigned short)(eq >> 16));
+            nq[q] = (tw_u32)__shfl_sync(TW_FULL, (int)n, q0 + q);
+            hq[q] = __shfl_sync(TW_FULL, h, q0 + q);
         }
         uint4 v[8];
         tw_wd_load(v, wd, c0, cok, nq, bn);
         tw_wd_fma(acc, v, hq, bn);
     }
+}
+
+/* Up to 32 entries of one row held lane-parallel (lane j: entry word e = value << 16 | column,
+ * valid for j < nb), in lane order: h from hbuf (from_hbuf) or the value bits (non-gated stored
+ * entries: h = g). */
+__device__ __forceinline__ void tw_row_entries(float (&acc)[8], tw_u32 e, bool valid, int nb,
+                                               bool from_hbuf, const float *__restrict__ hrow,
+                                               const unsigned short *__restrict__ wd, int c0,
+                                               bool cok, int lane) {
+    const float h = !valid      ? 0.0f
+                    : from_hbuf ? __ldg(hrow + (e & 0xffffu))
+                                : tw_to_f32((unsigned short)(e >> 16));
+    tw_lane_fma(acc, e & 0xffffu, h, nb, wd, c0, cok);
 }
 
 /* Lane j's entry word for the j-th set bit of `bits` (columns col0 + bit; its value comes from
@@ -463,20 +472,21 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
     }
 }
 
-/* The nw warps' partial sums of the block's 256 columns, added in warp order, rounded once,
- * stored; red may be reused after it returns. */
+/* The partial sums of warps w0 .. w0 + nw - 1 for the lane's 8 columns c0.. of a 256-column
+ * slice, added in warp order by warp w0, rounded once, stored; every thread of the block calls it
+ * (a warp whose w0 is -1 only writes its partial); red may be reused after it returns. */
 __device__ __forceinline__ void tw_store_sums(float4 (*red)[32][2], const float (&acc)[8],
                                               unsigned short *__restrict__ yrow, int c0, bool cok,
-                                              int warp, int lane, int nw) {
+                                              int warp, int lane, int w0, int nw) {
     red[warp][lane][0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     red[warp][lane][1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     __syncthreads();
-    if (warp == 0 && cok) {
+    if (warp == w0 && cok) {
         float s[8];
 #pragma unroll
         for (int i = 0; i < 8; i++)
             s[i] = 0.0f;
-        for (int w2 = 0; w2 < nw; w2++) {
+        for (int w2 = w0; w2 < w0 + nw; w2++) {
             const float4 a = red[w2][lane][0], b = red[w2][lane][1];
             s[0] += a.x, s[1] += a.y, s[2] += a.z, s[3] += a.w;
             s[4] += b.x, s[5] += b.y, s[6] += b.z, s[7] += b.w;
@@ -510,7 +520,7 @@ twell_ffn_small_down(const tw_u32 *__restrict__ packed, const unsigned short *__
         acc[i] = 0.0f;
     tw_row_walk(acc, sincl[warp], packed + (size_t)m * ${S.NW}, hbuf + (size_t)m * ${S.N},
                 mask + (size_t)m * ${S.N // 32}, wd, c0, cok, warp, lane);
-    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, 8);
+    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, 0, 8);
 }
 
 /* The address of shared-memory word `addr` in the block of cluster rank `rank` (sm_90+). */
@@ -708,7 +718,7 @@ twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__rest
         tw_pair_wd(wd, n, a[0], a[1], c0, cok, v);
         tw_pair_fma(acc, v, h, a[0], a[1]);
     }
-    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, TW_FW);
+    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, 0, TW_FW);
 }
 
 /* Hopper: the same in a thread-block cluster of ${CL} blocks a row, so that each block computes
@@ -805,10 +815,134 @@ twell_ffn_small_fused_cl(const unsigned short *__restrict__ x, const tw_u32 *__r
                          : "r"(tw_dsmem(hc_a + 8u * l, rank)));
             tw_pair_fma(acc, v, h, bits & 1u, bits & 2u);
         }
-        tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, TW_FW);
+        tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, 0, TW_FW);
     }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;"
                  ::: "memory");
 #endif
 }
 ]==]
+
+-- ---- the row kernel for the rows above the fused kernel's (mid batches), K ≤ 4096 ----
+-- twell_ffn_small_row(...the fused kernel's arguments...)
+--   grid = M, block = 512, dynamic shared memory = the fused kernel's + 8 · ceil(N/T · (T/C − 1) / 2)
+--   + 12 · 512 bytes; emitted only when K ≤ 4096 (16 column slices of 256 at most).
+-- Block m: row m, every column. Its 16 warps first compute h of the row's stored pairs (warp w
+-- the pairs p ≡ w mod 16: each Wu row read once, by one warp) into shared memory, then each warp
+-- sums h · Wd for one 256-column slice over its share of the pairs (NSW warps a slice, warp part
+-- q the pairs p ≡ q mod NSW, loads eight Wd rows at a time), and the slice's NSW partials are
+-- added in part order. Candidate columns of overflowing row-tiles go in chunks of 512 pairs
+-- through the same two phases (the active ones only, in column order). Fixed order everywhere:
+-- bitwise reproducible.
+local NSW = 1
+while NSW * 2 * NSL <= 16 do
+    NSW = NSW * 2
+end
+local RQ = 512
+local PLR = (NT * S.SLOTS + 1) // 2
+if NSL <= 16 then
+    cuda [==[
+#define TW_ROW_NSW ${NSW}
+#define TW_ROW_RQ ${RQ}
+
+/* Lane j of the warp takes the (column, h) of the j-th lane whose `on` is set (in lane order);
+ * returns the number set. */
+__device__ __forceinline__ int tw_compact(bool on, tw_u32 &n, float &h, int lane) {
+    const tw_u32 bal = __ballot_sync(TW_FULL, on);
+    tw_u32 b = bal;
+    for (int q = 0; q < lane && b; q++)
+        b &= b - 1u;
+    const int src = b ? __ffs(b) - 1 : 0;
+    n = (tw_u32)__shfl_sync(TW_FULL, (int)n, src);
+    h = __shfl_sync(TW_FULL, h, src);
+    return __popc(bal);
+}
+
+extern "C" __global__ void __launch_bounds__(TW_FW * 32, 2)
+twell_ffn_small_row(const unsigned short *__restrict__ x, const tw_u32 *__restrict__ packed,
+                    const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
+                    const unsigned short *__restrict__ wd, unsigned short *__restrict__ y, int M) {
+    if (blockIdx.x < 8u) {
+        const unsigned nparts = gridDim.x < 8u ? gridDim.x : 8u;
+        tw_warm(wd, blockIdx.x, nparts);
+        if (TW_GATED)
+            tw_warm(wu, blockIdx.x, nparts);
+    }
+    tw_pdl_enter();
+    extern __shared__ __align__(16) unsigned char tw_smem[];
+    uint4 *xs = (uint4 *)tw_smem;
+    tw_u32 *pw = (tw_u32 *)(tw_smem + ${S.K * 2});
+    int *sincl = (int *)(pw + ${S.NW});
+    int *sovf = sincl + ${NT};
+    float *hs = (float *)(sovf + ${NT});         /* [2·PLR] h of the stored entries, by entry */
+    float *hc = hs + 2 * ${PLR};                 /* [2·RQ] h of a chunk's candidate columns */
+    tw_u32 *ac = (tw_u32 *)(hc + 2 * TW_ROW_RQ); /* [RQ] their pairs' active bits */
+    __shared__ float4 red[TW_FW][32][2];
+    __shared__ int s_two[2];
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int m = (int)blockIdx.x;
+    const tw_fused_row r = tw_fused_stage(x, packed, m, xs, pw, sincl, sovf, s_two);
+    const int np = (r.total + 1) >> 1;
+    const int part = warp % TW_ROW_NSW, sl = warp / TW_ROW_NSW;
+    const bool task = sl < ${NSL};
+    const int c0 = sl * 256 + 8 * lane;
+    const bool cok = task && c0 < ${S.K};
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        acc[i] = 0.0f;
+    for (int cb = 0;; cb += 2 * TW_ROW_RQ) {
+        /* phase 1: h of the stored pairs (first round) and of this chunk's candidate pairs */
+        if (cb == 0)
+            for (int p = warp; p < np; p += TW_FW) {
+                tw_u32 n[2];
+                float h[2];
+                bool two;
+                tw_pair_cols(pw, sincl, 2 * p, r.total, n, h, two);
+                tw_pair_h(xs, wu, n, two, lane, h);
+                if (lane == 0)
+                    hs[2 * p] = h[0], hs[2 * p + 1] = h[1];
+            }
+        const int nqc = min(TW_ROW_RQ, (r.ncand - cb) >> 1);
+        for (int l = warp; l < nqc; l += TW_FW) {
+            tw_u32 n[2];
+            bool a[2];
+            float h[2];
+            tw_cand_cols(sovf, cb + 2 * l, n);
+            tw_cand_h(xs, wp, wu, n, lane, a, h);
+            if (lane == 0)
+                hc[2 * l] = h[0], hc[2 * l + 1] = h[1], ac[l] = (tw_u32)a[0] | (tw_u32)a[1] << 1;
+        }
+        __syncthreads();
+        /* phase 2: this warp's slice over its part's pairs, 32 entries at a time */
+        if (task) {
+            if (cb == 0)
+                for (int i0 = 0; 2 * (part + TW_ROW_NSW * (i0 >> 1)) < r.total; i0 += 32) {
+                    const int i = i0 + lane;
+                    const int j = 2 * (part + TW_ROW_NSW * (i >> 1)) + (i & 1);
+                    const bool on = j < r.total;
+                    const tw_u32 n = on ? tw_fused_entry(pw, sincl, j) & 0xffffu : 0u;
+                    const float h = on ? hs[j] : 0.0f;
+                    /* j grows with the lane: the entries are the first lanes */
+                    tw_lane_fma(acc, n, h, __popc(__ballot_sync(TW_FULL, on)), wd, c0, cok);
+                }
+            for (int i0 = 0; part + TW_ROW_NSW * (i0 >> 1) < nqc; i0 += 32) {
+                const int i = i0 + lane;
+                const int l = part + TW_ROW_NSW * (i >> 1), k = i & 1;
+                const bool on = l < nqc && ((ac[l] >> k) & 1u) != 0u;
+                const int c = cb + 2 * l + k;
+                tw_u32 n = on ? (tw_u32)(sovf[c / ${S.T}] * ${S.T} + c % ${S.T}) : 0u;
+                float h = on ? hc[2 * l + k] : 0.0f;
+                const int nb = tw_compact(on, n, h, lane);
+                tw_lane_fma(acc, n, h, nb, wd, c0, cok);
+            }
+        }
+        if (cb + 2 * TW_ROW_RQ >= r.ncand)
+            break;
+        __syncthreads(); /* the next chunk rewrites hc and ac */
+    }
+    tw_store_sums(red, acc, y + (size_t)m * ${S.K}, c0, cok, warp, lane, task ? warp - part : -1,
+                  TW_ROW_NSW);
+}
+]==]
+end

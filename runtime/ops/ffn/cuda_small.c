@@ -20,9 +20,11 @@ struct tw_small {
     tw_small_mode mode;
     tw_CUmodule mod_gate, mod_ffn;
     tw_CUfunction gate, up, down, fused, fused_cl; /* fused_cl: sm_90+ and its smem fits */
+    tw_CUfunction row; /* K ≤ TW_ROW_MAX_K and its smem fits: the rows above the fused kernel's */
     int fused_ok;      /* the fused kernel's shared memory fits this device (tw_fused_smem) */
     int fused_plain;   /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
-    int fused_ran;     /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl */
+    int updown;        /* TW_TC_SMALL_SET_UPDOWN: the up and down kernels where row would run */
+    int fused_ran;     /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl, 3 row */
     int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
     int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
@@ -66,6 +68,22 @@ static unsigned tw_fused_cl_smem(const twell_shape *s) {
     return tw_fused_smem(s) + 8u * pl + 12u * ql;
 }
 
+/* The row kernel's (ffn_small.cu.lua, twell_ffn_small_row): one block of 512 threads a row, every
+ * column slice of 256 taken by at least one of its 16 warps (hence K ≤ 4096); dynamic shared
+ * memory: the fused kernel's plus the h of the row's stored entries and of a chunk of 512
+ * candidate pairs with their active bits. */
+#define TW_ROW_MAX_K 4096u
+#define TW_ROW_RQ 512u
+static unsigned tw_row_smem(const twell_shape *s) {
+    unsigned entries = (s->N / s->T) * (s->T / s->C - 1u);
+    return tw_fused_smem(s) + 8u * ((entries + 1u) / 2u) + 12u * TW_ROW_RQ;
+}
+
+/* The row kernel serves this call: more rows than the fused kernel's, loaded, not turned off. */
+static int tw_small_row(const tw_small *sm, size_t M) {
+    return sm->row && !sm->updown && M > TW_SMALL_FUSED_M;
+}
+
 /* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
 static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
     return (sm->fused_ok || (sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M)) &&
@@ -88,7 +106,7 @@ static void tw_small_unload(tw_small *sm) {
     tw_cu_module_unload(sm->mod_gate);
     tw_cu_module_unload(sm->mod_ffn);
     sm->mod_gate = sm->mod_ffn = NULL;
-    sm->gate = sm->up = sm->down = sm->fused = sm->fused_cl = NULL;
+    sm->gate = sm->up = sm->down = sm->fused = sm->fused_cl = sm->row = NULL;
 }
 
 static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
@@ -113,6 +131,12 @@ static twell_status tw_small_load(twell_plan *plan, tw_small *sm) {
         TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_fused_cl", &sm->fused_cl));
         TW_TRY(tw_cu_func_set_attribute(
             ctx, sm->fused_cl, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)csm));
+    }
+    unsigned rsm = tw_row_smem(s);
+    if (s->K <= TW_ROW_MAX_K && rsm + TW_FUSED_STATIC <= (unsigned)ctx->cuda->smem_optin) {
+        TW_TRY(tw_cu_module_function(ctx, sm->mod_ffn, "twell_ffn_small_row", &sm->row));
+        TW_TRY(tw_cu_func_set_attribute(
+            ctx, sm->row, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)rsm));
     }
     return tw_cu_func_set_attribute(ctx, sm->up, TW_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     (int)tw_up_smem(TW_SMALL_MAX_M));
@@ -322,7 +346,7 @@ static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M
                             int capturing) {
     if (!sm || !sm->available || M > TW_SMALL_MAX_M || !aligned16 || plan->path == TWELL_PATH_DENSE)
         return 0;
-    return !capturing || tw_small_fused(plan, sm, M) || M <= sm->rows;
+    return !capturing || tw_small_fused(plan, sm, M) || tw_small_row(sm, M) || M <= sm->rows;
 }
 
 int tw_small_gate_forced(const tw_small *sm) { return sm && sm->mode == TW_SMALL_FORCE; }
@@ -349,17 +373,21 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     sm->last_ran[1] = 0, sm->fused_ran = 0;
-    int fused = tw_small_fused(plan, sm, M);
-    if (!tw_small_begin(plan, sm, 1, M, !fused, capturing, stream, st))
+    int fused = tw_small_fused(plan, sm, M), row = !fused && tw_small_row(sm, M);
+    if (!tw_small_begin(plan, sm, 1, M, !fused && !row, capturing, stream, st))
         return 0;
     sm->last_ran[1] = 1;
     if (*st != TWELL_OK)
         return 1;
     const void *wp = s->gated ? wg : wu;
     int m = (int)M;
-    if (fused) {
-        void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
-                       (void *)&wd, (void *)&y,      &m};
+    void *a_f[] = {(void *)&x, (void *)&packed, (void *)&wp, (void *)&wu,
+                   (void *)&wd, (void *)&y,      &m};
+    if (row) {
+        sm->fused_ran = 3;
+        *st = tw_cu_launch_grid(ctx, sm->row, (unsigned)M, 1, TW_FUSED_THREADS, tw_row_smem(s), 1u,
+                                stream, a_f);
+    } else if (fused) {
         sm->fused_ran = sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M ? 2 : 1;
         if (sm->fused_ran == 2) {
             tw_cu_launch_cfg c = {{TW_FUSED_CL, (unsigned)M, 1},
@@ -501,10 +529,18 @@ twell_status tw_small_test_control(int op, va_list ap) {
         sm->fused_plain = va_arg(ap, int) != 0;
         return TWELL_OK;
     }
+    case TW_TC_SMALL_SET_UPDOWN: {
+        tw_small *sm = tw_plan_small(plan);
+        if (!sm)
+            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
+        sm->updown = va_arg(ap, int) != 0;
+        return TWELL_OK;
+    }
     case TW_TC_SMALL_LAST_FUSED_KERNEL: {
         const tw_small *sm = tw_plan_small(plan);
         const char **out = va_arg(ap, const char **);
-        *out = !sm || !sm->fused_ran ? "" : sm->fused_ran == 2 ? "fused_cl" : "fused";
+        static const char *const names[] = {"", "fused", "fused_cl", "row"};
+        *out = sm ? names[sm->fused_ran] : "";
         return TWELL_OK;
     }
     case TW_TC_SMALL_LAST_GATE_KERNEL: {
