@@ -83,6 +83,42 @@ static void test_ffn_policy_table(void **st) {
 
 /* What cannot run is never chosen; the small-batch path, when it can run, takes the small M the
  * tiled pipeline would. */
+/* Rule 0, the row kernel: with it available, more rows than the fused kernel's up to
+ * TW_POLICY_ROW_MAX_ROWS take the small path while the estimate is at most the row threshold
+ * (1.5% of N from 17 rows, 1% from 256) and no overflowing row-tile has been seen; otherwise the
+ * table above decides. */
+static void test_ffn_policy_row(void **st) {
+    (void)st;
+    static const struct {
+        size_t M;
+        double est;
+        int was_dense, ovf_seen;
+        tw_ffn_route want;
+    } t[] = {
+        {17, -1.0, 0, 0, SM},   {64, 29.0, 0, 0, SM},   {64, 84.0, 0, 0, SM},
+        {64, 85.0, 0, 0, SM}, /* rule 2: the small path up to 256 rows (dense only above 2%) */
+        {200, 85.0, 0, 0, DE},  {256, 56.0, 0, 0, SM},  {256, 57.0, 0, 0, DE},
+        {256, 50.0, 1, 0, DE}, /* after a dense call: row only below 0.8 of the threshold */
+        {256, 40.0, 1, 0, SM},  {1024, 29.0, 0, 0, SM}, {1025, 29.0, 0, 0, DE},
+        {512, 29.0, 0, 1, DE}, /* overflow seen: the table (dense at every density here) */
+        {2048, -1.0, 0, 0, TI},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        tw_ffn_policy_in in;
+        memset(&in, 0, sizeof in);
+        in.M = t[i].M, in.N = 5632, in.est = t[i].est;
+        in.small_ok = 1, in.dense_ok = 1, in.was_dense = t[i].was_dense;
+        in.row_ok = t[i].M > 16, in.ovf_seen = t[i].ovf_seen;
+        tw_ffn_route got = tw_ffn_policy(&in);
+        if (got != t[i].want)
+            fail_msg("M=%zu est=%.1f was_dense=%d ovf=%d: %s, expected %s", t[i].M, t[i].est,
+                     t[i].was_dense, t[i].ovf_seen, tw_ffn_route_name(got),
+                     tw_ffn_route_name(t[i].want));
+    }
+    assert_true(fabs(tw_ffn_policy_row_threshold(100, 5632) - 0.015 * 5632) < 1e-9);
+    assert_true(fabs(tw_ffn_policy_row_threshold(16, 5632)) < 1e-9);
+}
+
 static void test_ffn_policy_availability(void **st) {
     (void)st;
     assert_int_equal(route(16384, 1126.0, 0, 0, 0), TI); /* no dense path: tiled */
@@ -220,6 +256,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ffn_policy_dense_split),
         cmocka_unit_test(test_ffn_policy_table),
+        cmocka_unit_test(test_ffn_policy_row),
         cmocka_unit_test(test_ffn_policy_availability),
         cmocka_unit_test(test_ffn_policy_threshold_and_overrides),
         cmocka_unit_test(test_ffn_policy_reserve_args_cpu),

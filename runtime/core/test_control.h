@@ -111,7 +111,8 @@ enum {
     TW_TC_DENSE_SET_THRESHOLD,
     /* (plan, size_t rows): the smallest M that AUTO runs dense (0: the policy's) */
     TW_TC_DENSE_SET_MIN_ROWS,
-    /* (plan, uint64_t out[2]): the last counting call's [0] Σ counts, [1] 0 (unused) */
+    /* (plan, uint64_t out[2]): the last counting call's [0] Σ counts, [1] its overflowing
+     * row-tiles (0 from the tiled pipeline's pre-pass, which does not count them) */
     TW_TC_DENSE_COUNTS,
     TW_TC_DENSE_GROW_SYNCS,      /* (plan, int *out): host waits to grow the dense workspace */
     TW_TC_DENSE_WORKSPACE_BYTES, /* (plan, size_t *out): device bytes of the dense workspace */

@@ -9,12 +9,14 @@
 --                    unsigned long long *acc, unsigned long long *out)
 --       g [M, N] dtype (16-byte aligned). packed [M, N/C] receives every word (entries in
 --       ascending column order by lane scans, unused slots 0, exact counts; no atomics), a warp
---       per row-tile, two in flight. When out is not NULL, *out = Σ counts (a plain store, e.g.
---       into mapped page-locked memory): the blocks add into acc[0] (integer atomics: exact in any
---       order) and count their arrivals in acc[1]; the last block stores the total and zeroes
---       both for the next launch (acc: 2 device words, zero before the first launch).
+--       per row-tile, two in flight. When out is not NULL, out[0] = Σ counts and out[1] = the
+--       overflowing row-tiles (plain stores, e.g. into mapped page-locked memory): the blocks add
+--       into acc[0] and acc[2] (integer atomics: exact in any order) and count their arrivals in
+--       acc[1]; the last block stores the totals and zeroes the three words for the next launch
+--       (acc: 3 device words, zero before the first launch).
 --   twell_pack_count(const unsigned *packed, long long M, unsigned long long *stats)
---       stats[0] += Σ of the count words of packed [M, N/C] (AUTO's density estimate).
+--       stats[0] += Σ of the count words of packed [M, N/C] (AUTO's density estimate), stats[1]
+--       += the row-tiles whose count exceeds their slots (AUTO's overflow rule).
 --   twell_dense_mul(const unsigned short *g, const float *u, unsigned short *h, long long n8)
 --       h[i] = round(g[i] · u[i]) (fp32 product, rounded once to dtype, nearest even) for the
 --       n8·8 values (all 16-byte aligned).
@@ -101,30 +103,26 @@ static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__r
     return total;
 }
 
-/* stats[0] += the block's sum of its 8 warps' values held by lane 0 of each (integer atomics:
- * exact in any order). All 256 threads call it. */
-static __device__ __forceinline__ void tw_block_add(tw_u64 *__restrict__ stats, tw_u64 warp_sum) {
-    __shared__ tw_u64 tw_sum[8];
+/* The block's sums of its 8 warps' two values held by lane 0 of each, in thread 0 (the others
+ * get 0). All 256 threads call it. */
+static __device__ __forceinline__ void tw_block_sum2(tw_u64 a, tw_u64 b, tw_u64 &sa, tw_u64 &sb) {
+    __shared__ tw_u64 tw_sum[8][2];
     if ((threadIdx.x & 31) == 0)
-        tw_sum[threadIdx.x >> 5] = warp_sum;
+        tw_sum[threadIdx.x >> 5][0] = a, tw_sum[threadIdx.x >> 5][1] = b;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        tw_u64 s = 0;
+    sa = sb = 0;
+    if (threadIdx.x == 0)
         for (int w = 0; w < 8; ++w)
-            s += tw_sum[w];
-        if (s != 0)
-            atomicAdd(stats, s);
-    }
+            sa += tw_sum[w][0], sb += tw_sum[w][1];
 }
 
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_dense(const tw_u16 *__restrict__ g, long long M, tw_u32 *__restrict__ packed,
                      tw_u64 *__restrict__ acc, tw_u64 *__restrict__ out) {
-    __shared__ tw_u64 tw_sum[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long items = M * ${NT};
     const long long step = (long long)gridDim.x * 8;
-    tw_u64 sum = 0;
+    tw_u64 sum = 0, ovf = 0;
     /* two row-tiles a warp per round: both loads in flight before either is packed */
     for (long long i = (long long)blockIdx.x * 8 + warp; i < items; i += 2 * step) {
         const long long i2 = i + step;
@@ -134,26 +132,28 @@ extern "C" __global__ void __launch_bounds__(256)
             b = tw_vec_load(g + i2 * ${S.T} + lane * V);
         /* row-tile i of the row-major [M, N/T] grid of tiles: row i / NT, tile i % NT; g is
          * [M, N] so tile i starts at value i·T, and packed row-tile i at word i·W */
-        sum += tw_pack_tile(a, packed + i * ${S.W}, (tw_u32)(i % ${NT}) * ${S.T}u);
-        if (i2 < items)
-            sum += tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
+        const tw_u32 ca = tw_pack_tile(a, packed + i * ${S.W}, (tw_u32)(i % ${NT}) * ${S.T}u);
+        sum += ca, ovf += ca > ${S.SLOTS}u;
+        if (i2 < items) {
+            const tw_u32 cb =
+                tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
+            sum += cb, ovf += cb > ${S.SLOTS}u;
+        }
     }
     if (out == 0)
         return;
-    if (lane == 0)
-        tw_sum[warp] = sum; /* every lane holds its warp's counts */
-    __syncthreads();
+    tw_u64 s, o; /* every lane holds its warp's counts */
+    tw_block_sum2(sum, ovf, s, o);
     if (threadIdx.x == 0) {
-        tw_u64 s = 0;
-        for (int w = 0; w < 8; ++w)
-            s += tw_sum[w];
         atomicAdd(acc, s);
-        __threadfence(); /* the sum lands before the arrival is counted */
+        atomicAdd(acc + 2, o);
+        __threadfence(); /* the sums land before the arrival is counted */
         if (atomicAdd(acc + 1, 1ull) == (tw_u64)gridDim.x - 1u) {
             __threadfence();
-            const tw_u64 total = atomicExch(acc, 0ull);
+            const tw_u64 total = atomicExch(acc, 0ull), tiles = atomicExch(acc + 2, 0ull);
             atomicExch(acc + 1, 0ull);
-            *(volatile tw_u64 *)out = total;
+            ((volatile tw_u64 *)out)[1] = tiles;
+            ((volatile tw_u64 *)out)[0] = total;
         }
     }
 }
@@ -162,15 +162,23 @@ extern "C" __global__ void __launch_bounds__(256)
     twell_pack_count(const tw_u32 *__restrict__ packed, long long M, tw_u64 *__restrict__ stats) {
     const long long items = M * ${NT};
     const long long stride = (long long)gridDim.x * blockDim.x;
-    tw_u64 sum = 0;
+    tw_u64 sum = 0, ovf = 0;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
         const long long m = i / ${NT};
-        sum += __ldg(packed + m * ${S.NW} + (i - m * ${NT}) * ${S.W});
+        const tw_u32 c = __ldg(packed + m * ${S.NW} + (i - m * ${NT}) * ${S.W});
+        sum += c, ovf += c > ${S.SLOTS}u;
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+    for (int o = 16; o > 0; o >>= 1) {
         sum += __shfl_down_sync(0xffffffffu, sum, o);
-    tw_block_add(stats, sum);
+        ovf += __shfl_down_sync(0xffffffffu, ovf, o);
+    }
+    tw_u64 s, o;
+    tw_block_sum2(sum, ovf, s, o);
+    if (threadIdx.x == 0 && s != 0)
+        atomicAdd(stats, s);
+    if (threadIdx.x == 0 && o != 0)
+        atomicAdd(stats + 1, o);
 }
 
 /* Rounds two floats to dtype (nearest even): lo in bits 15..0, hi in bits 31..16. */

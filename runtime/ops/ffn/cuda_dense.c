@@ -45,6 +45,7 @@ struct tw_dense {
                              writes its counts there, no copy enqueued */
     int last_in_host;     /* the last counted slot was written to hstats directly */
     size_t slot_rows[TW_DENSE_SLOTS];
+    unsigned char slot_ovf[TW_DENSE_SLOTS]; /* the slot's [1] counts overflowing row-tiles */
     unsigned next_slot, last_slot;
     int counted;     /* some call has counted (last_slot valid) */
     int cnt_pending; /* the last copy has not been read yet */
@@ -56,6 +57,7 @@ struct tw_dense {
     int gp_pending;
     unsigned gp_slot;
     double est;       /* mean active values per row of the latest counts read; -1 none */
+    int ovf_seen;     /* the latest counts read that count them had overflowing row-tiles */
     double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
     double threshold; /* > 0: set through test control (TW_TC_DENSE_SET_THRESHOLD) */
     size_t min_rows;  /* > 0: set through test control (TW_TC_DENSE_SET_MIN_ROWS) */
@@ -149,7 +151,7 @@ static twell_status tw_dense_count(twell_plan *plan, tw_dense *d, size_t m, cons
  * so its completion still says the counts have landed. */
 static twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned slot, size_t M,
                                        int in_host, twell_stream stream, tw_cuda_event ev,
-                                       int recorded) {
+                                       int recorded, int ovf) {
     twell_ctx *ctx = plan->ctx;
     d->cnt_pending = 0; /* until ev is recorded after this slot's counts */
     if (!in_host)
@@ -159,6 +161,7 @@ static twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned s
         TW_TRY(tw_cuda_event_record(ctx, ev, stream));
     d->cnt_ev = ev;
     d->slot_rows[slot] = M;
+    d->slot_ovf[slot] = (unsigned char)ovf;
     d->last_slot = slot;
     d->last_in_host = in_host;
     d->counted = 1;
@@ -176,6 +179,8 @@ static twell_status tw_dense_collect(twell_plan *plan, tw_dense *d) {
         return TWELL_OK;
     d->cnt_pending = 0;
     d->est = (double)d->hstats[2u * d->last_slot] / (double)d->slot_rows[d->last_slot];
+    if (d->slot_ovf[d->last_slot])
+        d->ovf_seen = d->hstats[2u * d->last_slot + 1u] != 0;
     return TWELL_OK;
 }
 
@@ -275,7 +280,7 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
      * (tw_gate_lt_end), marks the counts too */
     return capturing ? TWELL_OK
                      : tw_dense_count_end(plan, d, slot, M, from_gp, stream,
-                                          tw_gate_lt_done_event(d->lt), 1);
+                                          tw_gate_lt_done_event(d->lt), 1, 1);
 }
 
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
@@ -291,6 +296,7 @@ void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per
  * can run it). */
 static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
                                    int dense_ok, int small_ok) {
+    const tw_cuda_plan *cp = tw_op_plan(plan);
     tw_ffn_policy_in in;
     memset(&in, 0, sizeof in);
     in.M = M;
@@ -301,6 +307,8 @@ static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, si
     in.was_dense = d->last == TWELL_PATH_DENSE;
     in.dense_thr = d->threshold;
     in.dense_min_rows = d->min_rows;
+    in.row_ok = small_ok && tw_small_row_ok(cp ? cp->small : NULL, M);
+    in.ovf_seen = d->ovf_seen;
     return tw_ffn_policy(&in);
 }
 
@@ -365,11 +373,17 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
              * row-tiles slow (dense first tokens, dense layers) within a call or two */
             const double est = d->est >= 0.0 ? d->est : d->hint;
             const int near = est >= 0.5 * tw_dense_thr(d, s, M);
-            if (can && !capturing && (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
+            if (!capturing && d->gp_pending) {
+                /* the cuBLASLt gate-pack counted this packed into mapped memory: free counts */
+                d->gp_pending = 0;
+                TW_TRY(tw_dense_count_end(plan, d, d->gp_slot, M, 1, stream,
+                                          tw_gate_lt_done_event(d->lt), 1, 1));
+            } else if (can && !capturing &&
+                       (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
                 unsigned slot = tw_dense_slot_take(d);
                 TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
                 TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
-                TW_TRY(tw_dense_count_end(plan, d, slot, M, 0, stream, d->cnt_done, 0));
+                TW_TRY(tw_dense_count_end(plan, d, slot, M, 0, stream, d->cnt_done, 0, 1));
             }
             d->last = TWELL_PATH_SPARSE;
             d->calls[d->last]++;
@@ -427,7 +441,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
          * marks the counts too; else the counting kernels or the copy come after it */
         int in_host = counted && d->hstats_dev;
         TW_TRY(tw_dense_count_end(plan, d, slot, M, in_host, stream,
-                                  in_host ? tw_cuda_ffn_done_event(f) : d->cnt_done, in_host));
+                                  in_host ? tw_cuda_ffn_done_event(f) : d->cnt_done, in_host,
+                                  !counted));
     } else {
         TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL));
@@ -466,7 +481,7 @@ uint64_t *tw_cuda_dense_gate_count(tw_dense *d, int take) {
     if (!take || !d || d->available != 1 || !d->hstats_dev)
         return NULL;
     d->gp_slot = tw_dense_slot_take(d);
-    d->hstats[2u * d->gp_slot + 1u] = 0; /* unused by this count (TW_TC_DENSE_COUNTS' [1]) */
+    d->hstats[2u * d->gp_slot + 1u] = 0; /* the packing pass stores its overflowing tiles */
     d->gp_pending = 1;
     return d->hstats_dev + 2u * d->gp_slot;
 }

@@ -84,6 +84,10 @@ static int tw_small_row(const tw_small *sm, size_t M) {
     return sm->row && !sm->updown && M > TW_SMALL_FUSED_M;
 }
 
+int tw_small_row_ok(const tw_small *sm, size_t M) {
+    return sm && sm->available && tw_small_row(sm, M) && M <= TW_SMALL_MAX_M;
+}
+
 /* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
 static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
     return (sm->fused_ok || (sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M)) &&
@@ -381,7 +385,7 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
         return 1;
     const void *wp = s->gated ? wg : wu;
     int m = (int)M;
-    void *a_f[] = {(void *)&x, (void *)&packed, (void *)&wp, (void *)&wu,
+    void *a_f[] = {(void *)&x,  (void *)&packed, (void *)&wp, (void *)&wu,
                    (void *)&wd, (void *)&y,      &m};
     if (row) {
         sm->fused_ran = 3;

@@ -37,6 +37,10 @@ typedef enum tw_small_mode {
 #define TW_SMALL_FUSED_K 8192u
 /* The most rows the path takes (its workspace grows to at most this many rows). */
 #define TW_SMALL_MAX_M ((size_t)1024)
+
+/* The row kernel would serve a call of M rows (loaded for this plan, more rows than the fused
+ * kernel's, not turned off by test control): AUTO's rule 0 (ffn_policy.h). NULL: 0. */
+int tw_small_row_ok(const tw_small *sm, size_t M);
 /* AUTO's gate-pack limit: the small gate kernel (g2u2, small_gate.h) up to it, the plan's own
  * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). The
  * small kernel re-reads the weight once per token block of 16 rows, so its time grows with M

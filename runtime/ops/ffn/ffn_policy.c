@@ -33,12 +33,42 @@ static const struct {
     {8192, 0.0131},
 };
 
+/* The row kernel's crossover with the dense route by M (the same form as tw_policy_dense). */
+static const struct {
+    size_t rows;
+    double density;
+} tw_policy_row[] = {
+    {17, 0.0150},
+    {256, 0.0100},
+};
+
+#define TW_POLICY_LOOKUP(table, M)                                                                 \
+    do {                                                                                           \
+        for (size_t i_ = 0; i_ < sizeof table / sizeof table[0]; i_++)                             \
+            if ((M) >= table[i_].rows)                                                             \
+                density = table[i_].density;                                                       \
+    } while (0)
+
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N) {
     double density = INFINITY;
-    for (size_t i = 0; i < sizeof tw_policy_dense / sizeof tw_policy_dense[0]; i++)
-        if (M >= tw_policy_dense[i].rows)
-            density = tw_policy_dense[i].density;
+    TW_POLICY_LOOKUP(tw_policy_dense, M);
     return density * (double)N;
+}
+
+double tw_ffn_policy_row_threshold(size_t M, uint32_t N) {
+    double density = 0.0;
+    TW_POLICY_LOOKUP(tw_policy_row, M);
+    return density * (double)N;
+}
+
+/* Rule 0: the row kernel. */
+static int tw_policy_wants_row(const tw_ffn_policy_in *in) {
+    if (!in->small_ok || !in->row_ok || in->ovf_seen || in->M > TW_POLICY_ROW_MAX_ROWS)
+        return 0;
+    double thr = in->dense_thr > 0.0 ? in->dense_thr : tw_ffn_policy_row_threshold(in->M, in->N);
+    if (!(in->est >= 0.0))
+        return 1;
+    return in->est <= (in->was_dense ? TW_POLICY_STAY * thr : thr);
 }
 
 /* Whether the dense path beats the tiled pipeline for `in` (ffn_policy.h, rule 1). */
@@ -59,6 +89,8 @@ static int tw_policy_wants_dense(const tw_ffn_policy_in *in) {
 }
 
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
+    if (tw_policy_wants_row(in))
+        return TW_ROUTE_SMALL;
     if (tw_policy_wants_dense(in))
         return TW_ROUTE_DENSE;
     if (in->small_ok && in->M <= TW_POLICY_SMALL_MAX_ROWS)

@@ -32,9 +32,16 @@ typedef struct tw_ffn_policy_in {
     double dense_thr; /* > 0: replaces the dense threshold at every M (test control), in active
                          values per row */
     size_t dense_min_rows; /* > 0: replaces the smallest M that may run dense (test control) */
+    int row_ok;   /* the small path's row kernel can run this call (more rows than its fused
+                     kernel's, K ≤ 4096) */
+    int ovf_seen; /* the latest counts read had row-tiles that overflow (0: none, or not known) */
 } tw_ffn_policy_in;
 
 /* The route for `in`, in this order:
+ *  0. SMALL (its row kernel) when row_ok, M ≤ TW_POLICY_ROW_MAX_ROWS, no overflowing row-tile
+ *     seen (one block a row recomputes a row's overflowing tiles alone: a heavy row would hold up
+ *     the call) and the estimate unknown or at most tw_ffn_policy_row_threshold(M, N) (dense_thr
+ *     when set; TW_POLICY_STAY of it after a dense call);
  *  1. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
  *     overridden) and the estimate exceeds tw_ffn_policy_dense_threshold(M, N) (TW_POLICY_STAY
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
@@ -52,6 +59,10 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
  * N per range of M, from the table below (+inf below TW_POLICY_DENSE_MIN_ROWS). */
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 
+/* The mean active values per row up to which the row kernel beats the dense route at M rows
+ * (a fraction of N per range of M, table tw_policy_row in ffn_policy.c). */
+double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
+
 /* ---- crossovers ----
  * The dense route (cuBLASLt: gate reused from the cuBLASLt gate-pack, up GEMM, h = g ⊙ u, down
  * GEMM) costs what the framework's dense FFN costs plus a packing pass and a count, whatever the
@@ -67,6 +78,10 @@ double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
  * wins; the crossover with tiled lies near 512 rows, and 256 is the last M where small clearly
  * wins (BENCHMARKS.md, "Gate-pack routes and AUTO's crossovers"). */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
+
+/* Largest M the row kernel takes in AUTO (rule 0): one 512-thread block a row, no workspace; past
+ * this the tiled pipeline's staged weight chunks win (BENCHMARKS.md, "Every batch size"). */
+#define TW_POLICY_ROW_MAX_ROWS ((size_t)1024)
 
 /* The smallest M AUTO may run dense: 1 (the dense route beats the small path at decode sizes once
  * its row-tiles overflow, above ~6% active). */

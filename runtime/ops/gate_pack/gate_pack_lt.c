@@ -36,7 +36,8 @@ struct tw_gate_lt {
     int captured;      /* a captured call used the buffers: replaced ones go to keep */
     tw_cuda_keep keep; /* buffers captured graphs may still use */
     tw_cuda_event done;
-    uint64_t *acc;  /* the packing pass's count accumulator and arrivals (zero between launches) */
+    uint64_t *acc;  /* the packing pass's count and overflow accumulators and arrivals (zero between
+                     * launches) */
     int acc_zeroed; /* acc was allocated and zeroed (by the first eager call that counts) */
     int last;       /* the plan's last gate-pack ran this route */
     int used;
@@ -255,8 +256,8 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
         /* allocated and zeroed by the first eager call that counts: the load may run inside a
          * global-mode capture, which an allocation or a copy would invalidate */
         if (!lt->acc)
-            TW_TRY(tw_cuda_malloc(ctx, 16u, (void **)&lt->acc));
-        TW_TRY(tw_cuda_memset_d32(ctx, lt->acc, 0u, 4u, stream));
+            TW_TRY(tw_cuda_malloc(ctx, 24u, (void **)&lt->acc));
+        TW_TRY(tw_cuda_memset_d32(ctx, lt->acc, 0u, 6u, stream));
         lt->acc_zeroed = 1;
     }
     void *args[] = {&g, &m, (void *)&packed, (void *)&lt->acc, (void *)&out};
