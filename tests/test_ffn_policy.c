@@ -85,8 +85,8 @@ static void test_ffn_policy_table(void **st) {
  * tiled pipeline would. */
 /* Rule 0, the row kernel: with it available, more rows than the fused kernel's up to
  * TW_POLICY_ROW_MAX_ROWS take the small path while the estimate is at most the row threshold
- * (1.5% of N from 17 rows, 1% from 256) and no overflowing row-tile has been seen; otherwise the
- * table above decides. */
+ * (2% of N from 17 rows, 1.8% from 512, 1.4% from 1024) and no overflowing row-tile has been seen;
+ * otherwise the table above decides. */
 static void test_ffn_policy_row(void **st) {
     (void)st;
     static const struct {
@@ -95,12 +95,14 @@ static void test_ffn_policy_row(void **st) {
         int was_dense, ovf_seen;
         tw_ffn_route want;
     } t[] = {
-        {17, -1.0, 0, 0, SM},   {64, 29.0, 0, 0, SM},   {64, 84.0, 0, 0, SM},
-        {64, 85.0, 0, 0, SM}, /* rule 2: the small path up to 256 rows (dense only above 2%) */
-        {200, 85.0, 0, 0, DE},  {256, 56.0, 0, 0, SM},  {256, 57.0, 0, 0, DE},
-        {256, 50.0, 1, 0, DE}, /* after a dense call: row only below 0.8 of the threshold */
-        {256, 40.0, 1, 0, SM},  {1024, 29.0, 0, 0, SM}, {1025, 29.0, 0, 0, DE},
-        {512, 29.0, 0, 1, DE}, /* overflow seen: the table (dense at every density here) */
+        {17, -1.0, 0, 0, SM},   {64, 29.0, 0, 0, SM},   {64, 112.0, 0, 0, SM},
+        {64, 113.0, 0, 0, DE}, /* rule 1: dense above 2% from 48 rows */
+        {200, 113.0, 0, 0, DE}, {256, 112.0, 0, 0, SM}, {512, 101.0, 0, 0, SM},
+        {512, 102.0, 0, 0, DE}, {256, 100.0, 1, 0, DE}, /* after a dense call: row only below 0.8 of
+                                                           the threshold */
+        {256, 85.0, 1, 0, SM},  {1024, 78.0, 0, 0, SM}, {1024, 79.0, 0, 0, DE},
+        {1025, 29.0, 0, 0, DE}, {512, 29.0, 0, 1, DE}, /* overflow seen: the table (dense at every
+                                                          density here) */
         {2048, -1.0, 0, 0, TI},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -115,7 +117,7 @@ static void test_ffn_policy_row(void **st) {
                      t[i].was_dense, t[i].ovf_seen, tw_ffn_route_name(got),
                      tw_ffn_route_name(t[i].want));
     }
-    assert_true(fabs(tw_ffn_policy_row_threshold(100, 5632) - 0.015 * 5632) < 1e-9);
+    assert_true(fabs(tw_ffn_policy_row_threshold(100, 5632) - 0.02 * 5632) < 1e-9);
     assert_true(fabs(tw_ffn_policy_row_threshold(16, 5632)) < 1e-9);
 }
 

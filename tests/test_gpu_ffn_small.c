@@ -338,15 +338,21 @@ static void test_gpu_ffn_small_auto_rule(void **state) {
         twell_plan_destroy(plan);
         skip();
     }
-    const size_t big = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS
-                           ? TW_SMALL_GATE_AUTO_M + 1
-                           : TW_POLICY_SMALL_MAX_ROWS + 1;
-    gi_data d, db;
+    /* above the row kernel's AUTO limit (ffn_policy.h, rule 0) and the small path's rows */
+    const size_t big = TW_POLICY_ROW_MAX_ROWS + 1;
+    gi_data d, db, dm;
     gi_setup(&d, fs_ctx, &s, 8, UNI, 29, 61);
     gi_setup(&db, fs_ctx, &s, big, UNI, 29, 62);
+    gi_setup(&dm, fs_ctx, &s, 300, UNI, 29, 63);
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));
     fs_expect_which(&d, plan, 1, 1, "M=8, path AUTO");
     fs_expect_which(&db, plan, 0, 0, "M above both AUTO limits");
+    /* 300 rows, no overflow: the cuBLASLt gate-pack, then the row kernel (rule 0) */
+    fs_expect_which(&dm, plan, 0, 1, "M=300, path AUTO (row kernel)");
+    const char *k = NULL;
+    FS_OK(tw_test_control(TW_TC_SMALL_LAST_FUSED_KERNEL, plan, &k));
+    assert_string_equal(k, "row");
+    gi_free(&dm);
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_SPARSE));
     fs_expect_which(&d, plan, 1, 0, "M=8, path SPARSE (the tiled pipeline)");
     FS_OK(twell_plan_set_path(plan, TWELL_PATH_AUTO));

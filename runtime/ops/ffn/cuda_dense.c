@@ -340,6 +340,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     twell_status sst = TWELL_OK;
     /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows (counted now
      * and then for AUTO, below) */
+    tw_small_avoid_row(sm, 0); /* forced: the rule's kernels */
     if (tw_small_ffn_forced(plan, sm, M, (any & 15u) == 0, capturing)) {
         if (tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
@@ -362,6 +363,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                             "aligned");
         dense = 1;
     } else if (plan->path == TWELL_PATH_AUTO) {
+        /* overflowing row-tiles seen: not the row kernel (rule 0), the up and down kernels */
+        tw_small_avoid_row(sm, d->ovf_seen);
         tw_ffn_route r = tw_dense_route(plan, d, M, can,
                                         tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing));
         if (r == TW_ROUTE_SMALL &&

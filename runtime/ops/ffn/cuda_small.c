@@ -24,8 +24,10 @@ struct tw_small {
     int fused_ok;      /* the fused kernel's shared memory fits this device (tw_fused_smem) */
     int fused_plain;   /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
     int updown;        /* TW_TC_SMALL_SET_UPDOWN: the up and down kernels where row would run */
-    int fused_ran;     /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl, 3 row */
-    int gate_wn;       /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
+    int avoid_row; /* AUTO saw overflowing row-tiles: the up and down kernels (tw_small_avoid_row)
+                    */
+    int fused_ran; /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl, 3 row */
+    int gate_wn;   /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
     int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
     /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
     void *ws;
@@ -81,7 +83,12 @@ static unsigned tw_row_smem(const twell_shape *s) {
 
 /* The row kernel serves this call: more rows than the fused kernel's, loaded, not turned off. */
 static int tw_small_row(const tw_small *sm, size_t M) {
-    return sm->row && !sm->updown && M > TW_SMALL_FUSED_M;
+    return sm->row && !sm->updown && !sm->avoid_row && M > TW_SMALL_FUSED_M;
+}
+
+void tw_small_avoid_row(tw_small *sm, int avoid) {
+    if (sm)
+        sm->avoid_row = avoid;
 }
 
 int tw_small_row_ok(const tw_small *sm, size_t M) {

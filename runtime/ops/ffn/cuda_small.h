@@ -41,6 +41,11 @@ typedef enum tw_small_mode {
 /* The row kernel would serve a call of M rows (loaded for this plan, more rows than the fused
  * kernel's, not turned off by test control): AUTO's rule 0 (ffn_policy.h). NULL: 0. */
 int tw_small_row_ok(const tw_small *sm, size_t M);
+
+/* AUTO's calls from now on keep off (1) or may take (0) the row kernel: its one block a row
+ * recomputes a row's overflowing row-tiles alone, so once AUTO's counts show overflow the up and
+ * down kernels, which spread that work over the neurons, serve instead. */
+void tw_small_avoid_row(tw_small *sm, int avoid);
 /* AUTO's gate-pack limit: the small gate kernel (g2u2, small_gate.h) up to it, the plan's own
  * gate-pack above (FORCE runs g2u2 at any M up to TW_SMALL_MAX_M, in more token blocks). The
  * small kernel re-reads the weight once per token block of 16 rows, so its time grows with M

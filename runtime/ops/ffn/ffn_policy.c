@@ -38,8 +38,9 @@ static const struct {
     size_t rows;
     double density;
 } tw_policy_row[] = {
-    {17, 0.0150},
-    {256, 0.0100},
+    {17, 0.0200},
+    {512, 0.0180},
+    {1024, 0.0140},
 };
 
 #define TW_POLICY_LOOKUP(table, M)                                                                 \
