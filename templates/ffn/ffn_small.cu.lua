@@ -891,19 +891,6 @@ twell_ffn_small_row(const unsigned short *__restrict__ x, const tw_u32 *__restri
 #pragma unroll
     for (int i = 0; i < 8; i++)
         acc[i] = 0.0f;
-    /* the Wd lines phase 2 will read for this warp's stored entries, into L2 while phase 1
-     * loads Wu (4 lines of 128 bytes an entry: the warp's 256-column slice) */
-    if (task)
-        for (int q = lane;; q += 32) {
-            const int i = q >> 2, j = 2 * (part + TW_ROW_NSW * (i >> 1)) + (i & 1);
-            const int col = sl * 256 + 64 * (q & 3);
-            if (j >= r.total)
-                break;
-            if (col < ${S.K}) {
-                const tw_u32 n = tw_fused_entry(pw, sincl, j) & 0xffffu;
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wd + (size_t)n * ${S.K} + col));
-            }
-        }
     for (int cb = 0;; cb += 2 * TW_ROW_RQ) {
         /* phase 1: h of the stored pairs (first round) and of this chunk's candidate pairs */
         if (cb == 0)

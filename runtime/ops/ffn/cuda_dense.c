@@ -376,12 +376,14 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
              * row-tiles slow (dense first tokens, dense layers) within a call or two */
             const double est = d->est >= 0.0 ? d->est : d->hint;
             const int near = est >= 0.5 * tw_dense_thr(d, s, M);
-            if (!capturing && d->gp_pending) {
-                /* the cuBLASLt gate-pack counted this packed into mapped memory: free counts */
+            /* a count still in flight is kept until it lands (each new one would re-record the
+             * event the next call asks, which a host ahead of the device never sees complete) */
+            if (!capturing && d->gp_pending && !d->cnt_pending) {
+                /* the cuBLASLt gate-pack counted this packed into mapped memory: free counts,
+                 * landed once this call's event (recorded after the gate-pack) completes */
                 d->gp_pending = 0;
-                TW_TRY(tw_dense_count_end(plan, d, d->gp_slot, M, 1, stream,
-                                          tw_gate_lt_done_event(d->lt), 1, 1));
-            } else if (can && !capturing &&
+                TW_TRY(tw_dense_count_end(plan, d, d->gp_slot, M, 1, stream, d->cnt_done, 0, 1));
+            } else if (can && !capturing && !d->cnt_pending &&
                        (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
                 unsigned slot = tw_dense_slot_take(d);
                 TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
