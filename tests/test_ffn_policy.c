@@ -84,9 +84,9 @@ static void test_ffn_policy_table(void **st) {
 /* What cannot run is never chosen; the small-batch path, when it can run, takes the small M the
  * tiled pipeline would. */
 /* Rule 0, the row kernel: with it available, more rows than the fused kernel's up to
- * TW_POLICY_ROW_MAX_ROWS take the small path while the estimate is at most the row threshold
- * (2% of N from 17 rows, 1.8% from 512, 1.4% from 1024) and no overflowing row-tile has been seen;
- * otherwise the table above decides. */
+ * TW_POLICY_ROW_MAX_ROWS (from TW_POLICY_ROW_MIN_ROWS) take the small path while the estimate is at
+ * most the row threshold (2% of N from 17 rows, 1.8% from 512, 1.4% from 1024) and no overflowing
+ * row-tile has been seen; otherwise the table above decides. */
 static void test_ffn_policy_row(void **st) {
     (void)st;
     static const struct {
@@ -119,6 +119,17 @@ static void test_ffn_policy_row(void **st) {
     }
     assert_true(fabs(tw_ffn_policy_row_threshold(100, 5632) - 0.02 * 5632) < 1e-9);
     assert_true(fabs(tw_ffn_policy_row_threshold(16, 5632)) < 1e-9);
+    /* rule 0 alone: from TW_POLICY_ROW_MIN_ROWS (below, the small path's up and down kernels) */
+    tw_ffn_policy_in in;
+    memset(&in, 0, sizeof in);
+    in.N = 5632, in.est = 29.0, in.small_ok = 1, in.dense_ok = 1, in.row_ok = 1;
+    in.M = TW_POLICY_ROW_MIN_ROWS - 1;
+    assert_int_equal(tw_ffn_policy_row(&in), 0);
+    assert_int_equal(tw_ffn_policy(&in), SM);
+    in.M = TW_POLICY_ROW_MIN_ROWS;
+    assert_int_equal(tw_ffn_policy_row(&in), 1);
+    in.ovf_seen = 1;
+    assert_int_equal(tw_ffn_policy_row(&in), 0);
 }
 
 static void test_ffn_policy_availability(void **st) {

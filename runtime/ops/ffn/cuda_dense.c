@@ -293,9 +293,9 @@ twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t ma
 void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per_row; }
 
 /* AUTO's route for a call of M rows (dense_ok, small_ok: the dense route, the small-batch path
- * can run it). */
+ * can run it); *row (when not NULL): the route is SMALL by rule 0, the row kernel's. */
 static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
-                                   int dense_ok, int small_ok) {
+                                   int dense_ok, int small_ok, int *row) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     tw_ffn_policy_in in;
     memset(&in, 0, sizeof in);
@@ -309,6 +309,8 @@ static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, si
     in.dense_min_rows = d->min_rows;
     in.row_ok = small_ok && tw_small_row_ok(cp ? cp->small : NULL, M);
     in.ovf_seen = d->ovf_seen;
+    if (row)
+        *row = tw_ffn_policy_row(&in);
     return tw_ffn_policy(&in);
 }
 
@@ -317,7 +319,7 @@ int tw_cuda_dense_expected(twell_plan *plan, tw_dense *d, size_t M) {
         return 0;
     int want =
         plan->path == TWELL_PATH_DENSE ||
-        (plan->path == TWELL_PATH_AUTO && tw_dense_route(plan, d, M, 1, 0) == TW_ROUTE_DENSE);
+        (plan->path == TWELL_PATH_AUTO && tw_dense_route(plan, d, M, 1, 0, NULL) == TW_ROUTE_DENSE);
     return want && tw_dense_ready(plan, d);
 }
 
@@ -363,10 +365,17 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                             "aligned");
         dense = 1;
     } else if (plan->path == TWELL_PATH_AUTO) {
-        /* overflowing row-tiles seen: not the row kernel (rule 0), the up and down kernels */
-        tw_small_avoid_row(sm, d->ovf_seen);
-        tw_ffn_route r = tw_dense_route(plan, d, M, can,
-                                        tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing));
+        /* the row kernel only where rule 0 chose it; other small-path calls run the up and down
+         * kernels (whose workspace a captured call must then have) */
+        int row = 0;
+        tw_small_avoid_row(sm, 0);
+        tw_ffn_route r = tw_dense_route(
+            plan, d, M, can, tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing), &row);
+        if (r == TW_ROUTE_SMALL && !row) {
+            tw_small_avoid_row(sm, 1);
+            r = tw_dense_route(plan, d, M, can,
+                               tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing), NULL);
+        }
         if (r == TW_ROUTE_SMALL &&
             tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
@@ -530,7 +539,7 @@ static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
     const tw_dense *d = tw_plan_dense(plan);
     return d ? tw_ffn_route_name(
                    tw_dense_route(plan, d, M, d->available == 1,
-                                  tw_small_ffn_ok(plan, tw_op_plan(plan)->small, M, 1, 0)))
+                                  tw_small_ffn_ok(plan, tw_op_plan(plan)->small, M, 1, 0), NULL))
              : NULL;
 }
 

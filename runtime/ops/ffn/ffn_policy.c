@@ -38,7 +38,7 @@ static const struct {
     size_t rows;
     double density;
 } tw_policy_row[] = {
-    {17, 0.0200},
+    {TW_POLICY_ROW_MIN_ROWS, 0.0200},
     {512, 0.0180},
     {1024, 0.0140},
 };
@@ -62,9 +62,9 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N) {
     return density * (double)N;
 }
 
-/* Rule 0: the row kernel. */
-static int tw_policy_wants_row(const tw_ffn_policy_in *in) {
-    if (!in->small_ok || !in->row_ok || in->ovf_seen || in->M > TW_POLICY_ROW_MAX_ROWS)
+int tw_ffn_policy_row(const tw_ffn_policy_in *in) {
+    if (!in->small_ok || !in->row_ok || in->ovf_seen || in->M < TW_POLICY_ROW_MIN_ROWS ||
+        in->M > TW_POLICY_ROW_MAX_ROWS)
         return 0;
     double thr = in->dense_thr > 0.0 ? in->dense_thr : tw_ffn_policy_row_threshold(in->M, in->N);
     if (!(in->est >= 0.0))
@@ -90,7 +90,7 @@ static int tw_policy_wants_dense(const tw_ffn_policy_in *in) {
 }
 
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
-    if (tw_policy_wants_row(in))
+    if (tw_ffn_policy_row(in))
         return TW_ROUTE_SMALL;
     if (tw_policy_wants_dense(in))
         return TW_ROUTE_DENSE;

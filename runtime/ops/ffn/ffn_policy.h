@@ -38,10 +38,10 @@ typedef struct tw_ffn_policy_in {
 } tw_ffn_policy_in;
 
 /* The route for `in`, in this order:
- *  0. SMALL (its row kernel) when row_ok, M ≤ TW_POLICY_ROW_MAX_ROWS, no overflowing row-tile
- *     seen (one block a row recomputes a row's overflowing tiles alone: a heavy row would hold up
- *     the call) and the estimate unknown or at most tw_ffn_policy_row_threshold(M, N) (dense_thr
- *     when set; TW_POLICY_STAY of it after a dense call);
+ *  0. SMALL (its row kernel) when row_ok, M in [TW_POLICY_ROW_MIN_ROWS, TW_POLICY_ROW_MAX_ROWS],
+ *     no overflowing row-tile seen (one block a row recomputes a row's overflowing tiles alone: a
+ *     heavy row would hold up the call) and the estimate unknown or at most
+ * tw_ffn_policy_row_threshold(M, N) (dense_thr when set; TW_POLICY_STAY of it after a dense call);
  *  1. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
  *     overridden) and the estimate exceeds tw_ffn_policy_dense_threshold(M, N) (TW_POLICY_STAY
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
@@ -58,6 +58,9 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
  * take at M rows of hidden width N (small to TW_POLICY_SMALL_MAX_ROWS, else tiled): a fraction of
  * N per range of M, from the table below (+inf below TW_POLICY_DENSE_MIN_ROWS). */
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
+
+/* Rule 0 alone: whether `in` takes the row kernel. Pure. */
+int tw_ffn_policy_row(const tw_ffn_policy_in *in);
 
 /* The mean active values per row up to which the row kernel beats the dense route at M rows
  * (a fraction of N per range of M, table tw_policy_row in ffn_policy.c). */
@@ -79,8 +82,12 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
  * wins (BENCHMARKS.md, "Gate-pack routes and AUTO's crossovers"). */
 #define TW_POLICY_SMALL_MAX_ROWS ((size_t)256)
 
-/* Largest M the row kernel takes in AUTO (rule 0): one 512-thread block a row, no workspace; past
- * this the tiled pipeline's staged weight chunks win (BENCHMARKS.md, "Every batch size"). */
+/* The rows the row kernel takes in AUTO (rule 0): one 512-thread block a row, no workspace; past
+ * the largest the tiled pipeline's staged weight chunks win (BENCHMARKS.md, "Every batch size").
+ * Below the smallest the up and down kernels serve: a kernel of one block a row lasts as long as
+ * its densest row, and at 32-64 rows a sequence's dense first token (~185 active) made it 2.5x
+ * slower than they are (skewed data: 0.68 / 0.76 of cuBLAS against 0.98 / 1.04). */
+#define TW_POLICY_ROW_MIN_ROWS ((size_t)96)
 #define TW_POLICY_ROW_MAX_ROWS ((size_t)1024)
 
 /* The smallest M AUTO may run dense: 1 (the dense route beats the small path at decode sizes once
