@@ -398,9 +398,11 @@ typedef void *twell_stream;
  *           cannot be reused, g for a chunk of rows (about 48 MiB of u: 2048 rows at N = 5632),
  *           32 MiB for cuBLASLt, allocated at the first dense call or by twell_plan_reserve and
  *           grown (after waiting for the previous dense call) when a chunk grows.
- *   AUTO    the default: DENSE when the mean number of active values per row the plan knows
- *           exceeds the crossover for the call's M; else, up to 256 rows, the small-batch
- *           kernels (see twell_ffn_infer); else SPARSE. What the plan knows: the counts of the
+ *   AUTO    the default: from 96 to 1024 rows the small-batch row kernel (see twell_ffn_infer)
+ *           while the mean active values per row stay under its crossover (1.4-2% of N) and the
+ *           counts show no overflowing row-tile; else DENSE when that mean exceeds the dense
+ *           crossover for the call's M; else, up to 256 rows, the small-batch kernels; else
+ *           SPARSE. What the plan knows: the counts of the
  *           most recent call that have reached the host, else the nnz_per_row given to
  *           twell_plan_reserve, else nothing (then not DENSE, except where the crossover is 0).
  *           Small-batch calls count one call in 16, and every call while the estimate is within
@@ -594,12 +596,13 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
 
 /* Fused inference from a packed activation (from twell_gate_pack with the same plan, x and
  * packing weight; "Packed input" above says what a malformed one gives, and how
- * options.validate_packed checks it), writing y [M, K] of dtype. On CUDA with the AUTO path, up
- * to 256 rows (unless AUTO picks DENSE, which it does at every density from 96 rows) run the
- * small-batch kernels: one launch (up to 16 rows) or two that read each active row of Wu and Wd
- * about once per call for all the rows that use it (sm_80+, K a multiple of 32, x, the weights
- * and y 16-byte aligned; workspace as for twell_gate_pack); SPARSE runs the tiled pipeline at
- * every M.
+ * options.validate_packed checks it), writing y [M, K] of dtype. On CUDA with the AUTO path the
+ * small-batch kernels (sm_80+, K a multiple of 32, x, the weights and y 16-byte aligned) run: one
+ * launch up to 16 rows; from 96 to 1024 rows (K ≤ 4096, no overflowing row-tile seen, below its
+ * crossover) the row kernel, one launch of one block a row, no workspace; otherwise up to 256 rows
+ * (unless AUTO picks DENSE) two launches that read each active row of Wu and Wd about once per
+ * call for all the rows that use it (workspace as for twell_gate_pack); SPARSE runs the tiled
+ * pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
