@@ -5,6 +5,9 @@
 --   twell_ffn_small_down  row-major: y = Σ h · Wd over each row's active neurons
 -- or, for the fewest rows, in one:
 --   twell_ffn_small_fused the down kernel computing h itself (no scratch, one launch)
+-- or, for 96 to 1024 rows in AUTO (K ≤ 4096), in one block a row:
+--   twell_ffn_small_row   h of the row's pairs into shared memory, then y by column slices
+--                         (its ABI and rule at the end of this file)
 --
 -- Parameters: K (multiple of 32), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1).
 -- ABI (fixed; runtime/ops/ffn/cuda_small.c launches up then down, or fused alone, on one
