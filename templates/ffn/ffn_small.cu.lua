@@ -550,6 +550,37 @@ struct tw_fused_row {
     int total, ncand; /* stored entries; candidate columns (T per overflowing row-tile) */
 };
 
+/* The one-kernel kernels' opening: blocks `part` < nparts (warm) warm the page translations of
+ * Wd and (gated) Wu, then the grid dependency wait. */
+__device__ __forceinline__ void tw_fused_enter(const unsigned short *__restrict__ wd,
+                                               const unsigned short *__restrict__ wu, bool warm,
+                                               unsigned part, unsigned nparts) {
+    if (warm) {
+        tw_warm(wd, part, nparts);
+        if (TW_GATED)
+            tw_warm(wu, part, nparts);
+    }
+    tw_pdl_enter();
+}
+
+/* Their dynamic shared memory's common part: x_m (K·2 bytes), the packed row (4·N/C), the tiles'
+ * inclusive counts and the overflowing tiles (4·N/T each); `rest` is what follows. */
+struct tw_fused_smem {
+    uint4 *xs;
+    tw_u32 *pw;
+    int *sincl, *sovf;
+    unsigned char *rest;
+};
+__device__ __forceinline__ tw_fused_smem tw_fused_layout(unsigned char *base) {
+    tw_fused_smem L;
+    L.xs = (uint4 *)base;
+    L.pw = (tw_u32 *)(base + ${S.K * 2});
+    L.sincl = (int *)(L.pw + ${S.NW});
+    L.sovf = L.sincl + ${NT};
+    L.rest = (unsigned char *)(L.sovf + ${NT});
+    return L;
+}
+
 /* Stages x_m and the packed row m (both K·2 + 4·N/C bytes of the dynamic shared memory), then
  * warp 0 scans the tiles: sincl[t] = stored entries of tiles 0..t (0 for an overflowing tile),
  * sovf = the overflowing tiles ascending. All threads call it. */
@@ -677,17 +708,12 @@ twell_ffn_small_fused(const unsigned short *__restrict__ x, const tw_u32 *__rest
                       const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
                       const unsigned short *__restrict__ wd, unsigned short *__restrict__ y,
                       int M) {
-    if (blockIdx.y == 0) {
-        tw_warm(wd, blockIdx.x, gridDim.x);
-        if (TW_GATED)
-            tw_warm(wu, blockIdx.x, gridDim.x);
-    }
-    tw_pdl_enter();
+    tw_fused_enter(wd, wu, blockIdx.y == 0, blockIdx.x, gridDim.x);
     extern __shared__ __align__(16) unsigned char tw_smem[];
-    uint4 *xs = (uint4 *)tw_smem;
-    tw_u32 *pw = (tw_u32 *)(tw_smem + ${S.K * 2});
-    int *sincl = (int *)(pw + ${S.NW});
-    int *sovf = sincl + ${NT};
+    const tw_fused_smem L = tw_fused_layout(tw_smem);
+    uint4 *xs = L.xs;
+    tw_u32 *pw = L.pw;
+    int *sincl = L.sincl, *sovf = L.sovf;
     __shared__ float4 red[TW_FW][32][2];
     __shared__ int s_two[2];
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -739,18 +765,13 @@ twell_ffn_small_fused_cl(const unsigned short *__restrict__ x, const tw_u32 *__r
                          const unsigned short *__restrict__ wd, unsigned short *__restrict__ y,
                          int M) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (blockIdx.y == 0) {
-        tw_warm(wd, blockIdx.x, gridDim.x);
-        if (TW_GATED)
-            tw_warm(wu, blockIdx.x, gridDim.x);
-    }
-    tw_pdl_enter();
+    tw_fused_enter(wd, wu, blockIdx.y == 0, blockIdx.x, gridDim.x);
     extern __shared__ __align__(16) unsigned char tw_smem[];
-    uint4 *xs = (uint4 *)tw_smem;
-    tw_u32 *pw = (tw_u32 *)(tw_smem + ${S.K * 2});
-    int *sincl = (int *)(pw + ${S.NW});
-    int *sovf = sincl + ${NT};
-    float *hs = (float *)(sovf + ${NT});        /* [2·PL] h of this block's stored pairs */
+    const tw_fused_smem L = tw_fused_layout(tw_smem);
+    uint4 *xs = L.xs;
+    tw_u32 *pw = L.pw;
+    int *sincl = L.sincl, *sovf = L.sovf;
+    float *hs = (float *)L.rest;                /* [2·PL] h of this block's stored pairs */
     float *hc = hs + 2 * ${PL};                 /* [2·QL] h of its candidate pairs */
     tw_u32 *ac = (tw_u32 *)(hc + 2 * ${QL});    /* [QL] their active bits */
     __shared__ float4 red[TW_FW][32][2];
@@ -865,19 +886,13 @@ extern "C" __global__ void __launch_bounds__(TW_FW * 32, 2)
 twell_ffn_small_row(const unsigned short *__restrict__ x, const tw_u32 *__restrict__ packed,
                     const unsigned short *__restrict__ wp, const unsigned short *__restrict__ wu,
                     const unsigned short *__restrict__ wd, unsigned short *__restrict__ y, int M) {
-    if (blockIdx.x < 8u) {
-        const unsigned nparts = gridDim.x < 8u ? gridDim.x : 8u;
-        tw_warm(wd, blockIdx.x, nparts);
-        if (TW_GATED)
-            tw_warm(wu, blockIdx.x, nparts);
-    }
-    tw_pdl_enter();
+    tw_fused_enter(wd, wu, blockIdx.x < 8u, blockIdx.x, gridDim.x < 8u ? gridDim.x : 8u);
     extern __shared__ __align__(16) unsigned char tw_smem[];
-    uint4 *xs = (uint4 *)tw_smem;
-    tw_u32 *pw = (tw_u32 *)(tw_smem + ${S.K * 2});
-    int *sincl = (int *)(pw + ${S.NW});
-    int *sovf = sincl + ${NT};
-    float *hs = (float *)(sovf + ${NT});         /* [2·PLR] h of the stored entries, by entry */
+    const tw_fused_smem L = tw_fused_layout(tw_smem);
+    uint4 *xs = L.xs;
+    tw_u32 *pw = L.pw;
+    int *sincl = L.sincl, *sovf = L.sovf;
+    float *hs = (float *)L.rest;                 /* [2·PLR] h of the stored entries, by entry */
     float *hc = hs + 2 * ${PLR};                 /* [2·RQ] h of a chunk's candidate columns */
     tw_u32 *ac = (tw_u32 *)(hc + 2 * TW_ROW_RQ); /* [RQ] their pairs' active bits */
     __shared__ float4 red[TW_FW][32][2];
