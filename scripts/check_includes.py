@@ -59,7 +59,8 @@ THIRD_PARTY = [
      {"gen/nvrtc.c", "runtime/cuda/cuda_driver_load.c", "runtime/cuda/cuda_blaslt.c",
       "bench/cublas.c"}),
     ("the CUDA driver's function table", re.compile(r"\btw_cu\.[A-Z]"),
-     {"runtime/cuda/cuda_driver.c", "runtime/cuda/cuda_driver_load.c"}),
+     {"runtime/cuda/cuda_driver.c", "runtime/cuda/cuda_driver_load.c",
+      "runtime/cuda/cuda_launch.c", "runtime/cuda/cuda_memory.c"}),
     ("a CUDA toolkit header (the build never needs one)",
      re.compile(r"^\s*#\s*include\s*<(cuda|cuda_runtime|nvrtc|cublas\w*)\.h>"), set()),
 ]
