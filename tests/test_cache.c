@@ -524,20 +524,12 @@ static void test_cache_verify_unremovable(void **state) {
     (void)state;
     char dir[1024], path[1200];
     tw_case_dir("verify_kept", dir, sizeof dir);
-    uint8_t a[1200];
-    tw_fill(a, sizeof a, 31);
-    tw_key good = tw_test_key(1100), bad = tw_test_key(1101);
-    tw_cache *c = tw_open(dir, 0, NULL);
-    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &good, a, sizeof a), TWELL_OK);
-    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &bad, a, sizeof a), TWELL_OK);
-    tw_cache_close(c);
-    tw_entry_path(dir, TW_CACHE_CUBIN, &bad, path, sizeof path);
-    tw_damage(path, DMG_PAYLOAD_BYTE, &bad);
+    tw_key bad = tw_put_good_and_corrupt(dir, 1200, 31, 1100, path, sizeof path);
 
     tw_unlink_errno = EROFS;
     tw_unlink_path = path;
     tw_logbook log = {0};
-    c = tw_open(dir, 0, &log);
+    tw_cache *c = tw_open(dir, 0, &log);
     tw_cache_verify_report r;
     assert_int_equal(tw_cache_verify(c, &r), TWELL_OK);
     assert_int_equal(r.ok, 1);

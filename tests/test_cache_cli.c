@@ -181,15 +181,7 @@ static void test_cache_cli_verify_read_only(void **state) {
     (void)state;
     char dir[1024], path[1200], cmd[4096], out[8192];
     tw_case_dir("cli_verify_ro", dir, sizeof dir);
-    uint8_t a[900];
-    tw_fill(a, sizeof a, 41);
-    tw_key good = tw_test_key(1300), bad = tw_test_key(1301);
-    tw_cache *c = tw_open(dir, 0, NULL);
-    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &good, a, sizeof a), TWELL_OK);
-    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &bad, a, sizeof a), TWELL_OK);
-    tw_cache_close(c);
-    tw_entry_path(dir, TW_CACHE_CUBIN, &bad, path, sizeof path);
-    tw_damage(path, DMG_PAYLOAD_BYTE, &bad);
+    (void)tw_put_good_and_corrupt(dir, 900, 41, 1300, path, sizeof path);
 
     snprintf(cmd, sizeof cmd,
              "unshare -m sh -c 'mount --bind -o ro \"$0\" \"$0\" 2>/dev/null || exit 77; "

@@ -172,3 +172,19 @@ void tw_damage(const char *path, int mode, const tw_key *k) {
     tw_write_file(path, b, n);
     free(b);
 }
+
+tw_key tw_put_good_and_corrupt(const char *dir, size_t n, uint32_t seed, int key, char *bad_path,
+                               size_t cap) {
+    uint8_t *a = malloc(n);
+    assert_non_null(a);
+    tw_fill(a, n, seed);
+    tw_key good = tw_test_key(key), bad = tw_test_key(key + 1);
+    tw_cache *c = tw_open(dir, 0, NULL);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &good, a, n), TWELL_OK);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &bad, a, n), TWELL_OK);
+    tw_cache_close(c);
+    free(a);
+    tw_entry_path(dir, TW_CACHE_CUBIN, &bad, bad_path, cap);
+    tw_damage(bad_path, DMG_PAYLOAD_BYTE, &bad);
+    return bad;
+}
