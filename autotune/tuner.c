@@ -167,6 +167,155 @@ static twell_status tw_all_failed(twell_ctx *ctx, const tw_tune_config *cands, s
     return tw_error(ctx, TWELL_ERR_INTERNAL, "tune: no candidate was timed");
 }
 
+/* opt (NULL: the defaults) with every unset or out-of-range field at its default, the batch at
+ * most n. */
+static tw_tune_options tw_tune_options_fill(const tw_tune_options *opt, size_t n) {
+    tw_tune_options o = opt ? *opt : tw_tune_options_default();
+    if (o.reps < TW_TUNE_MIN_REPS)
+        o.reps = TW_TUNE_MIN_REPS;
+    if (o.warmup < 0)
+        o.warmup = 0;
+    if (o.threads <= 0)
+        o.threads = tw_default_threads();
+    if (o.batch == 0)
+        o.batch = 8;
+    if (o.batch > n)
+        o.batch = n;
+    if (!(o.margin >= 0.0))
+        o.margin = TW_TUNE_DEFAULT_MARGIN;
+    return o;
+}
+
+/* The order candidates are run in: default and incumbent first, so they are timed even when the
+ * budget cuts the rest, then the others by index. */
+static void tw_tune_order(size_t *order, size_t n, size_t default_index, size_t incumbent_index) {
+    size_t no = 0;
+    if (default_index != SIZE_MAX)
+        order[no++] = default_index;
+    if (incumbent_index != SIZE_MAX && incumbent_index != default_index)
+        order[no++] = incumbent_index;
+    for (size_t i = 0; i < n; i++)
+        if (i != default_index && i != incumbent_index)
+            order[no++] = i;
+}
+
+/* Scratch of one batch: its candidates, their compile/verify status, which are still alive and
+ * the timing samples (batch × reps). */
+typedef struct tw_batch_scratch {
+    size_t *idx;
+    twell_status *cst;
+    int *alive;
+    double *samples;
+} tw_batch_scratch;
+
+/* Runs the k candidates of b->idx: compiled on worker threads, verified, timed, released; their
+ * outcomes and the counts into out. */
+static void tw_run_batch(const tw_tune_callbacks *cb, const tw_tune_config *cands, size_t k,
+                         const tw_tune_options *o, tw_batch_scratch *b, size_t done, size_t n,
+                         tw_tune_result *out) {
+    size_t *idx = b->idx;
+    for (size_t j = 0; j < k; j++)
+        b->cst[j] = TWELL_OK;
+    if (cb->compile)
+        tw_compile_batch(cb, cands, idx, k, o->threads, b->cst);
+    if (o->progress)
+        o->progress(o->progress_user, done, n, "compiled");
+    for (size_t j = 0; j < k; j++) {
+        tw_tune_outcome *t = &out->outcomes[idx[j]];
+        b->alive[j] = 0;
+        if (b->cst[j] != TWELL_OK) {
+            t->state = TW_CAND_FAIL_COMPILE;
+            t->status = b->cst[j];
+        } else if (cb->verify && (b->cst[j] = cb->verify(cb->user, &cands[idx[j]])) != TWELL_OK) {
+            t->state = TW_CAND_FAIL_VERIFY;
+            t->status = b->cst[j];
+        } else {
+            b->alive[j] = 1;
+        }
+    }
+    tw_time_batch(cb, cands, idx, k, b->alive, o, b->samples, out->outcomes, &out->measure_calls);
+    for (size_t j = 0; j < k; j++) {
+        if (cb->release)
+            cb->release(cb->user, &cands[idx[j]]);
+        if (out->outcomes[idx[j]].state == TW_CAND_MEASURED)
+            out->n_measured++;
+        else
+            out->n_failed++;
+    }
+}
+
+/* The run itself: the candidates in order, batch by batch, until the budget is spent (then the
+ * rest are marked skipped). TWELL_ERR_NO_MEMORY (nothing run) or TWELL_OK. */
+static twell_status tw_run_batches(const tw_tune_config *cands, size_t n, size_t default_index,
+                                   size_t incumbent_index, const tw_tune_callbacks *cb,
+                                   const tw_tune_options *o, tw_tune_result *out) {
+    double (*clk)(void *) = o->clock ? o->clock : tw_monotonic_s;
+    size_t *order = malloc(n * sizeof *order);
+    tw_batch_scratch b = {malloc(o->batch * sizeof *b.idx), malloc(o->batch * sizeof *b.cst),
+                          malloc(o->batch * sizeof *b.alive),
+                          malloc(o->batch * (size_t)o->reps * sizeof *b.samples)};
+    if (!order || !b.idx || !b.cst || !b.alive || !b.samples) {
+        free(order), free(b.idx), free(b.cst), free(b.alive), free(b.samples);
+        return TWELL_ERR_NO_MEMORY;
+    }
+    tw_tune_order(order, n, default_index, incumbent_index);
+    const double t0 = clk(o->clock_user);
+    size_t done = 0;
+    for (size_t pos = 0; pos < n; pos += o->batch) {
+        if (pos > 0 && o->budget_s > 0.0 && out->n_measured > 0 &&
+            clk(o->clock_user) - t0 >= o->budget_s) {
+            for (size_t q = pos; q < n; q++)
+                out->outcomes[order[q]].state = TW_CAND_SKIPPED;
+            out->n_skipped = n - pos;
+            out->budget_cut = 1;
+            break;
+        }
+        size_t k = n - pos < o->batch ? n - pos : o->batch;
+        memcpy(b.idx, order + pos, k * sizeof *b.idx);
+        tw_run_batch(cb, cands, k, o, &b, done, n, out);
+        done += k;
+        if (o->progress)
+            o->progress(o->progress_user, done, n, "timed");
+    }
+    if (out->budget_cut && o->progress)
+        o->progress(o->progress_user, n, n, "budget spent");
+    out->elapsed_s = clk(o->clock_user) - t0;
+    free(order), free(b.idx), free(b.cst), free(b.alive), free(b.samples);
+    return TWELL_OK;
+}
+
+/* The winner: the fastest measured candidate (ties to the smaller configuration), unless the
+ * incumbent is within the margin of it. */
+static twell_status tw_pick_best(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
+                                 size_t default_index, size_t incumbent_index, double margin,
+                                 tw_tune_result *out) {
+    if (default_index != SIZE_MAX) {
+        const tw_tune_outcome *d = &out->outcomes[default_index];
+        out->default_ms = d->state == TW_CAND_MEASURED ? d->ms : INFINITY;
+    }
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const tw_tune_outcome *t = &out->outcomes[i];
+        if (t->state != TW_CAND_MEASURED)
+            continue;
+        if (best == SIZE_MAX || t->ms < out->outcomes[best].ms ||
+            (t->ms == out->outcomes[best].ms && tw_tune_config_cmp(&cands[i], &cands[best]) < 0))
+            best = i;
+    }
+    if (best == SIZE_MAX)
+        return tw_all_failed(ctx, cands, n, out->outcomes);
+    if (incumbent_index != SIZE_MAX && best != incumbent_index &&
+        out->outcomes[incumbent_index].state == TW_CAND_MEASURED &&
+        !(out->outcomes[best].ms * (1.0 + margin) <= out->outcomes[incumbent_index].ms)) {
+        best = incumbent_index;
+        out->kept_incumbent = 1;
+    }
+    out->best = best;
+    out->config = cands[best];
+    out->ms = out->outcomes[best].ms;
+    return TWELL_OK;
+}
+
 twell_status tw_tune_run(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
                          size_t default_index, size_t incumbent_index, const tw_tune_callbacks *cb,
                          const tw_tune_options *opt, tw_tune_result *out) {
@@ -180,22 +329,9 @@ twell_status tw_tune_run(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
         return tw_error(ctx, TWELL_ERR_INVALID_ARG,
                         "tune: default_index %zu or incumbent_index %zu outside %zu candidates",
                         default_index, incumbent_index, n);
-    tw_tune_options o = opt ? *opt : tw_tune_options_default();
+    tw_tune_options o = tw_tune_options_fill(opt, n);
     if (o.mode != TW_TUNE_DEFAULT_ONLY && (!cb || !cb->measure))
         return tw_error(ctx, TWELL_ERR_INVALID_ARG, "tune: no measure callback");
-    if (o.reps < TW_TUNE_MIN_REPS)
-        o.reps = TW_TUNE_MIN_REPS;
-    if (o.warmup < 0)
-        o.warmup = 0;
-    if (o.threads <= 0)
-        o.threads = tw_default_threads();
-    if (o.batch == 0)
-        o.batch = 8;
-    if (o.batch > n)
-        o.batch = n;
-    if (!(o.margin >= 0.0))
-        o.margin = TW_TUNE_DEFAULT_MARGIN;
-    double (*clk)(void *) = o.clock ? o.clock : tw_monotonic_s;
 
     out->n_candidates = n;
     out->outcomes = malloc(n * sizeof *out->outcomes);
@@ -219,100 +355,9 @@ twell_status tw_tune_run(twell_ctx *ctx, const tw_tune_config *cands, size_t n,
             return bst;
         }
     }
-
-    /* Default and incumbent first, so they are timed even when the budget cuts the rest. */
-    size_t *order = malloc(n * sizeof *order);
-    size_t *idx = malloc(o.batch * sizeof *idx);
-    twell_status *cst = malloc(o.batch * sizeof *cst);
-    int *alive = malloc(o.batch * sizeof *alive);
-    double *samples = malloc(o.batch * (size_t)o.reps * sizeof *samples);
-    if (!order || !idx || !cst || !alive || !samples) {
-        free(order), free(idx), free(cst), free(alive), free(samples);
+    if (tw_run_batches(cands, n, default_index, incumbent_index, cb, &o, out) != TWELL_OK) {
         tw_tune_result_free(out);
         return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tune: out of memory");
     }
-    size_t no = 0;
-    if (default_index != SIZE_MAX)
-        order[no++] = default_index;
-    if (incumbent_index != SIZE_MAX && incumbent_index != default_index)
-        order[no++] = incumbent_index;
-    for (size_t i = 0; i < n; i++)
-        if (i != default_index && i != incumbent_index)
-            order[no++] = i;
-
-    const double t0 = clk(o.clock_user);
-    size_t done = 0;
-    for (size_t pos = 0; pos < n; pos += o.batch) {
-        if (pos > 0 && o.budget_s > 0.0 && out->n_measured > 0 &&
-            clk(o.clock_user) - t0 >= o.budget_s) {
-            for (size_t q = pos; q < n; q++)
-                out->outcomes[order[q]].state = TW_CAND_SKIPPED;
-            out->n_skipped = n - pos;
-            out->budget_cut = 1;
-            break;
-        }
-        size_t k = n - pos < o.batch ? n - pos : o.batch;
-        memcpy(idx, order + pos, k * sizeof *idx);
-        for (size_t j = 0; j < k; j++)
-            cst[j] = TWELL_OK;
-        if (cb->compile)
-            tw_compile_batch(cb, cands, idx, k, o.threads, cst);
-        if (o.progress)
-            o.progress(o.progress_user, done, n, "compiled");
-        for (size_t j = 0; j < k; j++) {
-            tw_tune_outcome *t = &out->outcomes[idx[j]];
-            alive[j] = 0;
-            if (cst[j] != TWELL_OK) {
-                t->state = TW_CAND_FAIL_COMPILE;
-                t->status = cst[j];
-            } else if (cb->verify && (cst[j] = cb->verify(cb->user, &cands[idx[j]])) != TWELL_OK) {
-                t->state = TW_CAND_FAIL_VERIFY;
-                t->status = cst[j];
-            } else {
-                alive[j] = 1;
-            }
-        }
-        tw_time_batch(cb, cands, idx, k, alive, &o, samples, out->outcomes, &out->measure_calls);
-        for (size_t j = 0; j < k; j++) {
-            if (cb->release)
-                cb->release(cb->user, &cands[idx[j]]);
-            if (out->outcomes[idx[j]].state == TW_CAND_MEASURED)
-                out->n_measured++;
-            else
-                out->n_failed++;
-        }
-        done += k;
-        if (o.progress)
-            o.progress(o.progress_user, done, n, "timed");
-    }
-    if (out->budget_cut && o.progress)
-        o.progress(o.progress_user, n, n, "budget spent");
-    out->elapsed_s = clk(o.clock_user) - t0;
-    free(order), free(idx), free(cst), free(alive), free(samples);
-
-    if (default_index != SIZE_MAX) {
-        const tw_tune_outcome *d = &out->outcomes[default_index];
-        out->default_ms = d->state == TW_CAND_MEASURED ? d->ms : INFINITY;
-    }
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        const tw_tune_outcome *t = &out->outcomes[i];
-        if (t->state != TW_CAND_MEASURED)
-            continue;
-        if (best == SIZE_MAX || t->ms < out->outcomes[best].ms ||
-            (t->ms == out->outcomes[best].ms && tw_tune_config_cmp(&cands[i], &cands[best]) < 0))
-            best = i;
-    }
-    if (best == SIZE_MAX)
-        return tw_all_failed(ctx, cands, n, out->outcomes);
-    if (incumbent_index != SIZE_MAX && best != incumbent_index &&
-        out->outcomes[incumbent_index].state == TW_CAND_MEASURED &&
-        !(out->outcomes[best].ms * (1.0 + o.margin) <= out->outcomes[incumbent_index].ms)) {
-        best = incumbent_index;
-        out->kept_incumbent = 1;
-    }
-    out->best = best;
-    out->config = cands[best];
-    out->ms = out->outcomes[best].ms;
-    return TWELL_OK;
+    return tw_pick_best(ctx, cands, n, default_index, incumbent_index, o.margin, out);
 }

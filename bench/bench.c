@@ -117,6 +117,118 @@ static void bench_opts_default(bench_opts *o) {
     o->seed = 1;
 }
 
+/* The options of the data and the timing: 0 set, 1 a bad value, -1 not one of them. */
+static int bench_set_data_option(bench_opts *o, const char *key, const char *v) {
+    int bad = 0;
+    if (!strcmp(key, "--M"))
+        bad = tw_cli_size_list(v, 1, BENCH_MAX_M, o->M, BENCH_MAX_LIST, &o->nM);
+    else if (!strcmp(key, "--nnz")) {
+        bad = tw_cli_double_list(v, 0.0, 65536.0, o->nnz, BENCH_MAX_LIST, &o->nnnz);
+        for (size_t k = 0; !bad && k < o->nnnz; k++)
+            bad = !(o->nnz[k] > 0.0);
+    } else if (!strcmp(key, "--dist"))
+        bad = bench_parse_dists(v, o->dist, &o->ndist);
+    else if (!strcmp(key, "--K"))
+        bad = tw_cli_u32(v, 1, UINT32_MAX, &o->K);
+    else if (!strcmp(key, "--N"))
+        bad = tw_cli_u32(v, 1, UINT32_MAX, &o->N);
+    else if (!strcmp(key, "--T"))
+        bad = tw_cli_u32(v, 1, UINT32_MAX, &o->T);
+    else if (!strcmp(key, "--C"))
+        bad = tw_cli_u32(v, 1, UINT32_MAX, &o->C);
+    else if (!strcmp(key, "--dtype")) {
+        if (!strcmp(v, "bf16"))
+            o->dtype = TWELL_DTYPE_BF16;
+        else if (!strcmp(v, "fp16"))
+            o->dtype = TWELL_DTYPE_FP16;
+        else
+            bad = 1;
+    } else if (!strcmp(key, "--reps") || !strcmp(key, "--warmup") || !strcmp(key, "--check-rows")) {
+        uint32_t n = 0;
+        bad = tw_cli_u32(v, 1, 100000, &n);
+        if (!bad && !strcmp(key, "--reps"))
+            o->reps = (int)n;
+        else if (!bad && !strcmp(key, "--warmup"))
+            o->warmup = (int)n;
+        else if (!bad)
+            o->check_rows = n;
+    } else if (!strcmp(key, "--seed")) {
+        uint32_t n = 1;
+        bad = tw_cli_u32(v, 1, UINT32_MAX, &n);
+        o->seed = n;
+    } else
+        return -1;
+    return bad != 0; /* the parsers' failures are nonzero, some negative */
+}
+
+/* The options of what runs and where records go: 0 set, 1 a bad value, -1 not one of them. */
+static int bench_set_run_option(bench_opts *o, const char *key, const char *v) {
+    int bad = 0;
+    if (!strcmp(key, "--op"))
+        o->op = v;
+    else if (!strcmp(key, "--variant")) {
+        o->variant = v;
+        bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
+    } else if (!strcmp(key, "--mode")) {
+        o->mode = v;
+        bad = strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both") && strcmp(v, "host");
+    } else if (!strcmp(key, "--gated")) {
+        uint32_t g = 1;
+        bad = tw_cli_u32(v, 0, 1, &g);
+        o->gated = (int)g;
+    } else if (!strcmp(key, "--validate-packed")) {
+        uint32_t g = 0;
+        bad = tw_cli_u32(v, 0, 1, &g);
+        o->validate_packed = (int)g;
+    } else if (!strcmp(key, "--path")) {
+        o->path = v;
+        bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") && strcmp(v, "small");
+    } else if (!strcmp(key, "--lt-gate")) {
+        o->lt_gate = v;
+        bad = strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "all");
+    } else if (!strcmp(key, "--small-gate")) {
+        static const char *const k[] = {"auto", "g2u2"};
+        o->small_gate = v;
+        size_t len = strcspn(v, ":");
+        bad = 1;
+        for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
+            bad = bad && !(strlen(k[j]) == len && !strncmp(v, k[j], len));
+        /* ":WN", the neuron groups a block: 1, 2, 4 or 8 */
+        if (v[len] == ':')
+            bad = bad || strlen(v + len) != 2 || !strchr("1248", v[len + 1]) || v[len + 1] == '\0';
+    } else if (!strcmp(key, "--out"))
+        o->out_dir = v;
+    else
+        return -1;
+    return bad != 0;
+}
+
+/* What no single option can check: the shape, nnz within N, --gated's op. Returns 0, or 2 after
+ * printing what is wrong. */
+static int bench_check_opts(const bench_opts *o) {
+    twell_shape s;
+    twell_shape_init(&s, o->K, o->N);
+    s.T = o->T, s.C = o->C, s.dtype = o->dtype;
+    if (twell_shape_check(NULL, &s) != TWELL_OK) {
+        fprintf(stderr, "twell bench: unsupported shape K=%u N=%u T=%u C=%u\n", o->K, o->N, o->T,
+                o->C);
+        return 2;
+    }
+    for (size_t i = 0; i < o->nnnz; i++)
+        if (o->nnz[i] > (double)o->N) {
+            fprintf(stderr, "twell bench: --nnz %g exceeds N = %u\n", o->nnz[i], o->N);
+            return 2;
+        }
+    if (!o->gated && strcmp(o->op, "ffn_infer") != 0) {
+        fprintf(stderr, "twell bench: --gated 0 applies to --op ffn_infer only\n");
+        return 2;
+    }
+    if (o->reps < 20)
+        fprintf(stderr, "twell bench: note: --reps %d is below the 20 the protocol asks for\n",
+                o->reps);
+    return 0;
+}
+
 /* Returns 0, or 2 after printing what is wrong. */
 static int bench_parse(int argc, char **argv, bench_opts *o) {
     bench_opts_default(o);
@@ -147,82 +259,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             fprintf(stderr, "twell bench: %s needs a value\n", key);
             return 2;
         }
-        int bad = 0;
-        if (!strcmp(key, "--op"))
-            o->op = v;
-        else if (!strcmp(key, "--M"))
-            bad = tw_cli_size_list(v, 1, BENCH_MAX_M, o->M, BENCH_MAX_LIST, &o->nM);
-        else if (!strcmp(key, "--nnz")) {
-            bad = tw_cli_double_list(v, 0.0, 65536.0, o->nnz, BENCH_MAX_LIST, &o->nnnz);
-            for (size_t k = 0; !bad && k < o->nnnz; k++)
-                bad = !(o->nnz[k] > 0.0);
-        } else if (!strcmp(key, "--dist"))
-            bad = bench_parse_dists(v, o->dist, &o->ndist);
-        else if (!strcmp(key, "--K"))
-            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->K);
-        else if (!strcmp(key, "--N"))
-            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->N);
-        else if (!strcmp(key, "--T"))
-            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->T);
-        else if (!strcmp(key, "--C"))
-            bad = tw_cli_u32(v, 1, UINT32_MAX, &o->C);
-        else if (!strcmp(key, "--dtype")) {
-            if (!strcmp(v, "bf16"))
-                o->dtype = TWELL_DTYPE_BF16;
-            else if (!strcmp(v, "fp16"))
-                o->dtype = TWELL_DTYPE_FP16;
-            else
-                bad = 1;
-        } else if (!strcmp(key, "--reps") || !strcmp(key, "--warmup") ||
-                   !strcmp(key, "--check-rows")) {
-            uint32_t n = 0;
-            bad = tw_cli_u32(v, 1, 100000, &n);
-            if (!bad && !strcmp(key, "--reps"))
-                o->reps = (int)n;
-            else if (!bad && !strcmp(key, "--warmup"))
-                o->warmup = (int)n;
-            else if (!bad)
-                o->check_rows = n;
-        } else if (!strcmp(key, "--variant")) {
-            o->variant = v;
-            bad = strcmp(v, "auto") && strcmp(v, "simt") && strcmp(v, "sm90") && strcmp(v, "small");
-        } else if (!strcmp(key, "--mode")) {
-            o->mode = v;
-            bad =
-                strcmp(v, "eager") && strcmp(v, "graph") && strcmp(v, "both") && strcmp(v, "host");
-        } else if (!strcmp(key, "--gated")) {
-            uint32_t g = 1;
-            bad = tw_cli_u32(v, 0, 1, &g);
-            o->gated = (int)g;
-        } else if (!strcmp(key, "--validate-packed")) {
-            uint32_t g = 0;
-            bad = tw_cli_u32(v, 0, 1, &g);
-            o->validate_packed = (int)g;
-        } else if (!strcmp(key, "--path")) {
-            o->path = v;
-            bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") &&
-                  strcmp(v, "small");
-        } else if (!strcmp(key, "--lt-gate")) {
-            o->lt_gate = v;
-            bad = strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "all");
-        } else if (!strcmp(key, "--small-gate")) {
-            static const char *const k[] = {"auto", "g2u2"};
-            o->small_gate = v;
-            size_t len = strcspn(v, ":");
-            bad = 1;
-            for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
-                bad = bad && !(strlen(k[j]) == len && !strncmp(v, k[j], len));
-            /* ":WN", the neuron groups a block: 1, 2, 4 or 8 */
-            if (v[len] == ':')
-                bad = bad || strlen(v + len) != 2 || !strchr("1248", v[len + 1]) ||
-                      v[len + 1] == '\0';
-        } else if (!strcmp(key, "--seed")) {
-            uint32_t n = 1;
-            bad = tw_cli_u32(v, 1, UINT32_MAX, &n);
-            o->seed = n;
-        } else if (!strcmp(key, "--out"))
-            o->out_dir = v;
-        else {
+        int bad = bench_set_data_option(o, key, v);
+        if (bad < 0)
+            bad = bench_set_run_option(o, key, v);
+        if (bad < 0) {
             fprintf(stderr, "twell bench: unknown option '%s'\n\n", key);
             bench_usage(stderr);
             return 2;
@@ -232,27 +272,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o) {
             return 2;
         }
     }
-    twell_shape s;
-    twell_shape_init(&s, o->K, o->N);
-    s.T = o->T, s.C = o->C, s.dtype = o->dtype;
-    if (twell_shape_check(NULL, &s) != TWELL_OK) {
-        fprintf(stderr, "twell bench: unsupported shape K=%u N=%u T=%u C=%u\n", o->K, o->N, o->T,
-                o->C);
-        return 2;
-    }
-    for (size_t i = 0; i < o->nnnz; i++)
-        if (o->nnz[i] > (double)o->N) {
-            fprintf(stderr, "twell bench: --nnz %g exceeds N = %u\n", o->nnz[i], o->N);
-            return 2;
-        }
-    if (!o->gated && strcmp(o->op, "ffn_infer") != 0) {
-        fprintf(stderr, "twell bench: --gated 0 applies to --op ffn_infer only\n");
-        return 2;
-    }
-    if (o->reps < 20)
-        fprintf(stderr, "twell bench: note: --reps %d is below the 20 the protocol asks for\n",
-                o->reps);
-    return 0;
+    return bench_check_opts(o);
 }
 
 /* ---- records ---- */

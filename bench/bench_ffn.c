@@ -96,6 +96,90 @@ static twell_status bench_ffn_load_ew(twell_ctx *ctx, twell_dtype dt, int gated,
     return bench_ew_load(ctx, "ffn_dense_ew", params, 2, 1, names, mod, fn);
 }
 
+/* The rows the check compares: ~check_rows sampled over M, plus up to 16 rows with an
+ * overflowing row-tile (hp: the packed output). Their count, 0 with *rows NULL out of memory. */
+static size_t bench_ffn_check_rows(bench_env *env, const twell_shape *s, size_t M,
+                                   const uint32_t *hp, size_t **rows_out) {
+    size_t want = env->opts->check_rows ? env->opts->check_rows : 1, extra = 16;
+    size_t row_words = s->N / s->C;
+    size_t *rows = malloc((want + extra) * sizeof *rows);
+    size_t nr = rows ? tw_pack_sample_rows(M, want, rows) : 0;
+    uint32_t W = s->T / s->C, NT = s->N / s->T;
+    for (size_t m = 0, added = 0; rows && m < M && added < extra; m++) {
+        int ovf = 0, dup = 0;
+        for (uint32_t t = 0; t < NT; t++)
+            ovf |= hp[m * row_words + t * W] > W - 1;
+        for (size_t i = 0; i < nr && ovf; i++)
+            dup |= rows[i] == m;
+        if (ovf && !dup)
+            rows[nr++] = m, added++;
+    }
+    *rows_out = rows;
+    return nr;
+}
+
+/* The worst row-relative L2 error of the rows of y (hy, all M) against the reference's (ref, the
+ * nr rows in order), and in *worst_row which row it is. */
+static double bench_ffn_worst(const twell_shape *s, const uint16_t *hy, const uint16_t *ref,
+                              const size_t *rows, size_t nr, size_t *worst_row) {
+    double worst = 0.0;
+    *worst_row = 0;
+    for (size_t i = 0; i < nr; i++) {
+        double num = 0.0, den = 0.0;
+        for (uint32_t k = 0; k < s->K; k++) {
+            double a = tw_half_to_f32(s->dtype, hy[rows[i] * s->K + k]);
+            double b = tw_half_to_f32(s->dtype, ref[i * s->K + k]);
+            num += (a - b) * (a - b);
+            den += b * b;
+        }
+        double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
+        if (!(e <= worst))
+            worst = e, *worst_row = rows[i];
+    }
+    return worst;
+}
+
+/* The check's note: the error against its tolerance and what ran (the small-batch path, the dense
+ * path, the tiled pipeline or the row kernel) with that route's own figures; fl: the plan's
+ * TW_TC_FFN_FLAGS after the checked run. */
+static void bench_ffn_check_note(bench_env *env, twell_plan *plan, size_t M, double worst,
+                                 size_t worst_row, double tol, const tw_synth_stats *stats,
+                                 const uint32_t *fl, bench_record *r) {
+    size_t chunk_rows = 0;
+    (void)tw_test_control(TW_TC_FFN_CHUNK_ROWS, &chunk_rows);
+    size_t chunk = M < chunk_rows ? M : chunk_rows;
+    if (bench_plan_int(plan, TW_TC_SMALL_LAST_FFN))
+        snprintf(r->check_note, sizeof r->check_note,
+                 "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); small-batch "
+                 "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
+                 worst, worst_row, tol, stats->overflow_tiles,
+                 (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
+    else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE) {
+        unsigned long gr[2] = {0, 0};
+        (void)tw_test_control(TW_TC_DENSE_GATE_REUSED, plan, gr);
+        snprintf(r->check_note, sizeof r->check_note,
+                 "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
+                 "through cuBLASLt (plan path %s, estimate %.1f/row, AUTO threshold %.1f; "
+                 "gate reused %lu, computed %lu calls); overflowing row-tiles %zu (all M); "
+                 "dense workspace %.0f MB",
+                 worst, worst_row, tol, env->opts->path,
+                 bench_plan_double(plan, TW_TC_DENSE_ESTIMATE), bench_plan_threshold(plan, M),
+                 gr[0], gr[1], stats->overflow_tiles,
+                 (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
+    } else
+        snprintf(r->check_note, sizeof r->check_note,
+                 "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair "
+                 "slots %.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB; "
+                 "estimate %.1f/row",
+                 worst, worst_row, tol,
+                 !bench_plan_int(plan, TW_TC_FFN_TILED) ? "portable row kernel"
+                 : fl[0] ? "tiled pipeline FELL BACK to the row kernel"
+                         : "tiled pipeline",
+                 (double)fl[1] / (double)chunk, stats->overflow_tiles,
+                 (double)bench_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6,
+                 bench_plan_double(plan, TW_TC_DENSE_ESTIMATE));
+}
+
 /* Correctness of one M (see the file comment). Leaves a valid packed buffer for the fused-only
  * timing. */
 static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *plan, size_t M,
@@ -126,19 +210,8 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     tw_synth_packed_stats(s, M, hp, &stats);
     r->nnz_mean = stats.mean_row;
 
-    size_t want = env->opts->check_rows ? env->opts->check_rows : 1, extra = 16;
-    size_t *rows = malloc((want + extra) * sizeof *rows);
-    size_t nr = rows ? tw_pack_sample_rows(M, want, rows) : 0;
-    uint32_t W = s->T / s->C, NT = s->N / s->T;
-    for (size_t m = 0, added = 0; rows && m < M && added < extra; m++) {
-        int ovf = 0, dup = 0;
-        for (uint32_t t = 0; t < NT; t++)
-            ovf |= hp[m * row_words + t * W] > W - 1;
-        for (size_t i = 0; i < nr && ovf; i++)
-            dup |= rows[i] == m;
-        if (ovf && !dup)
-            rows[nr++] = m, added++;
-    }
+    size_t *rows = NULL;
+    size_t nr = bench_ffn_check_rows(env, s, M, hp, &rows);
     uint16_t *xs = malloc(nr * s->K * 2 + 2), *ref = malloc(nr * s->K * 2 + 2);
     uint32_t *ps = malloc(nr * row_words * 4 + 4);
     int ok = 0;
@@ -155,57 +228,13 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
                      twell_status_name(st),
                      st == TWELL_ERR_INVALID_ARG ? " (malformed packed rows from the GPU)" : "");
         } else {
-            double worst = 0.0;
             size_t worst_row = 0;
-            for (size_t i = 0; i < nr; i++) {
-                double num = 0.0, den = 0.0;
-                for (uint32_t k = 0; k < s->K; k++) {
-                    double a = tw_half_to_f32(s->dtype, hy[rows[i] * s->K + k]);
-                    double b = tw_half_to_f32(s->dtype, ref[i * s->K + k]);
-                    num += (a - b) * (a - b);
-                    den += b * b;
-                }
-                double e = den > 0.0 ? sqrt(num / den) : sqrt(num);
-                if (!(e <= worst))
-                    worst = e, worst_row = rows[i];
-            }
+            double worst = bench_ffn_worst(s, hy, ref, rows, nr, &worst_row);
             double tol = s->dtype == TWELL_DTYPE_BF16 ? 5e-3 : 1e-3;
-            size_t chunk_rows = 0;
-            (void)tw_test_control(TW_TC_FFN_CHUNK_ROWS, &chunk_rows);
-            size_t chunk = M < chunk_rows ? M : chunk_rows;
             r->checked_rows = nr;
             r->max_rel_err = worst;
             ok = worst <= tol;
-            if (bench_plan_int(plan, TW_TC_SMALL_LAST_FFN))
-                snprintf(r->check_note, sizeof r->check_note,
-                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); small-batch "
-                         "path; overflowing row-tiles %zu (all M); workspace %.0f MB",
-                         worst, worst_row, tol, stats.overflow_tiles,
-                         (double)bench_plan_size(plan, TW_TC_SMALL_WORKSPACE_BYTES) / 1e6);
-            else if (bench_plan_path(plan, TW_TC_DENSE_LAST_PATH) == TWELL_PATH_DENSE) {
-                unsigned long gr[2] = {0, 0};
-                (void)tw_test_control(TW_TC_DENSE_GATE_REUSED, plan, gr);
-                snprintf(r->check_note, sizeof r->check_note,
-                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); dense path "
-                         "through cuBLASLt (plan path %s, estimate %.1f/row, AUTO threshold %.1f; "
-                         "gate reused %lu, computed %lu calls); overflowing row-tiles %zu (all M); "
-                         "dense workspace %.0f MB",
-                         worst, worst_row, tol, env->opts->path,
-                         bench_plan_double(plan, TW_TC_DENSE_ESTIMATE),
-                         bench_plan_threshold(plan, M), gr[0], gr[1], stats.overflow_tiles,
-                         (double)bench_plan_size(plan, TW_TC_DENSE_WORKSPACE_BYTES) / 1e6);
-            } else
-                snprintf(r->check_note, sizeof r->check_note,
-                         "row-rel L2 vs tw_ffn_infer_ref %.2e (row %zu, tol %.0e); %s; pair "
-                         "slots %.1f/row; overflowing row-tiles %zu (all M); workspace %.0f MB; "
-                         "estimate %.1f/row",
-                         worst, worst_row, tol,
-                         !bench_plan_int(plan, TW_TC_FFN_TILED) ? "portable row kernel"
-                         : fl[0] ? "tiled pipeline FELL BACK to the row kernel"
-                                 : "tiled pipeline",
-                         (double)fl[1] / (double)chunk, stats.overflow_tiles,
-                         (double)bench_plan_size(plan, TW_TC_FFN_WORKSPACE_BYTES) / 1e6,
-                         bench_plan_double(plan, TW_TC_DENSE_ESTIMATE));
+            bench_ffn_check_note(env, plan, M, worst, worst_row, tol, &stats, fl, r);
         }
     }
     free(rows);
@@ -503,164 +532,222 @@ static int bench_ffn_host_case(bench_env *env, const bench_record *checked, benc
     return r.correct ? 0 : 1;
 }
 
-int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
+/* One run of the op: the plan over every case, the dense baseline's kernel, the modes, the
+ * device buffers (ours, then the baseline's when it runs) and the host copies of the outputs. */
+typedef struct {
+    bench_env *env;
+    void (*emit)(bench_env *, const bench_record *);
+    twell_shape s;
+    size_t Mmax;
+    twell_plan *plan;
+    int have_dense;
+    tw_CUmodule ew_mod;
+    tw_CUfunction ew;
+    int host, eager, graph;
+    twell_stream cs; /* the stream graphs are captured on */
+    void *dx, *dwg, *dwu, *dwd, *dp, *dy;
+    void *dwdt, *dg, *du, *dh, *dy2;
+    uint32_t *hp;
+    uint16_t *hy, *hy2;
+} bench_ffn_session;
+
+/* The plan (with --path and TWELL_FFN_HEAVY), the dense baseline's kernel when cuBLAS is there,
+ * the capture stream and the buffers. 0, or 1 with the reason on stderr (bench_ffn_close
+ * releases what was made). */
+static int bench_ffn_open(bench_ffn_session *b) {
+    bench_env *env = b->env;
     const bench_opts *o = env->opts;
     twell_ctx *ctx = env->ctx;
-    int rc = 0;
-    size_t Mmax = bench_max_M(o);
-    twell_shape s;
-    twell_shape_init(&s, o->K, o->N);
-    s.T = o->T, s.C = o->C, s.dtype = o->dtype;
-    s.gated = o->gated; /* gated unless --gated 0 */
-
-    twell_plan *plan = NULL;
-    if (bench_plan_open(env, &s, &plan) != 0)
+    twell_shape *s = &b->s;
+    twell_shape_init(s, o->K, o->N);
+    s->T = o->T, s->C = o->C, s->dtype = o->dtype;
+    s->gated = o->gated; /* gated unless --gated 0 */
+    if (bench_plan_open(env, s, &b->plan) != 0)
         return 1;
     twell_path path = bench_path_parse(o->path);
-    if (twell_plan_set_path(plan, path) != TWELL_OK ||
-        (path == TWELL_PATH_DENSE && !bench_plan_int(plan, TW_TC_DENSE_AVAILABLE))) {
+    if (twell_plan_set_path(b->plan, path) != TWELL_OK ||
+        (path == TWELL_PATH_DENSE && !bench_plan_int(b->plan, TW_TC_DENSE_AVAILABLE))) {
         fprintf(stderr,
                 "twell bench: --path %s: the dense path is not available for this plan "
                 "(cuBLASLt could not be loaded)\n",
                 o->path);
-        twell_plan_destroy(plan);
         return 1;
     }
-
     /* TWELL_FFN_HEAVY: the sparse path's heavy-row route (test control TW_TC_FFN_SET_HEAVY): a
      * row count threshold, 0 off, negative the library's default; unset: the default */
     const char *heavy = getenv("TWELL_FFN_HEAVY");
     if (heavy && *heavy &&
-        tw_test_control(TW_TC_FFN_SET_HEAVY, plan, strtoll(heavy, NULL, 10)) != TWELL_OK) {
+        tw_test_control(TW_TC_FFN_SET_HEAVY, b->plan, strtoll(heavy, NULL, 10)) != TWELL_OK) {
         fprintf(stderr, "twell bench: TWELL_FFN_HEAVY=%s: %s\n", heavy, twell_ctx_errmsg(ctx));
-        twell_plan_destroy(plan);
         return 1;
     }
-
-    tw_CUmodule ew_mod = NULL;
-    tw_CUfunction ew = NULL;
-    int have_dense = env->cublas != NULL;
-    if (have_dense && bench_ffn_load_ew(ctx, s.dtype, s.gated, &ew_mod, &ew) != TWELL_OK) {
+    b->have_dense = env->cublas != NULL;
+    if (b->have_dense &&
+        bench_ffn_load_ew(ctx, s->dtype, s->gated, &b->ew_mod, &b->ew) != TWELL_OK) {
         fprintf(stderr, "twell bench: dense baseline kernel: %s\n", twell_ctx_errmsg(ctx));
-        have_dense = 0;
+        b->have_dense = 0;
     }
-
-    size_t xb = Mmax * s.K * 2, wb = (size_t)s.N * s.K * 2, hb = Mmax * s.N * 2;
-    size_t words_max = twell_packed_words(&s, Mmax);
-    void *dx = NULL, *dwg = NULL, *dwu = NULL, *dwd = NULL, *dwdt = NULL, *dp = NULL, *dy = NULL;
-    void *dg = NULL, *du = NULL, *dh = NULL, *dy2 = NULL;
-    uint32_t *hp = malloc(words_max * 4);
-    uint16_t *hy = malloc(xb), *hy2 = malloc(xb);
-    int host = !strcmp(o->mode, "host");
-    int eager = strcmp(o->mode, "graph") != 0 && !host;
-    int graph = strcmp(o->mode, "eager") != 0 && !host;
-    twell_stream cs = NULL;
-    if (graph && tw_cuda_stream_create(ctx, &cs) != TWELL_OK) {
+    size_t xb = b->Mmax * s->K * 2, wb = (size_t)s->N * s->K * 2, hb = b->Mmax * s->N * 2;
+    size_t words_max = twell_packed_words(s, b->Mmax);
+    b->hp = malloc(words_max * 4);
+    b->hy = malloc(xb), b->hy2 = malloc(xb);
+    b->host = !strcmp(o->mode, "host");
+    b->eager = strcmp(o->mode, "graph") != 0 && !b->host;
+    b->graph = strcmp(o->mode, "eager") != 0 && !b->host;
+    if (b->graph && tw_cuda_stream_create(ctx, &b->cs) != TWELL_OK) {
         fprintf(stderr, "twell bench: stream: %s\n", twell_ctx_errmsg(ctx));
-        rc = 1;
-        goto done;
+        return 1;
     }
-    if (!hp || !hy || !hy2 || tw_cuda_malloc(ctx, xb, &dx) != TWELL_OK ||
-        tw_cuda_malloc(ctx, wb, &dwg) != TWELL_OK || tw_cuda_malloc(ctx, wb, &dwu) != TWELL_OK ||
-        tw_cuda_malloc(ctx, wb, &dwd) != TWELL_OK ||
-        tw_cuda_malloc(ctx, words_max * 4, &dp) != TWELL_OK ||
-        tw_cuda_malloc(ctx, xb, &dy) != TWELL_OK ||
-        (have_dense &&
-         (tw_cuda_malloc(ctx, wb, &dwdt) != TWELL_OK || tw_cuda_malloc(ctx, hb, &dg) != TWELL_OK ||
-          tw_cuda_malloc(ctx, hb, &du) != TWELL_OK || tw_cuda_malloc(ctx, hb, &dh) != TWELL_OK ||
-          tw_cuda_malloc(ctx, xb, &dy2) != TWELL_OK))) {
-        fprintf(stderr, "twell bench: allocation: %s\n", hp && hy ? twell_ctx_errmsg(ctx) : "host");
-        rc = 1;
-        goto done;
+    if (!b->hp || !b->hy || !b->hy2 || tw_cuda_malloc(ctx, xb, &b->dx) != TWELL_OK ||
+        tw_cuda_malloc(ctx, wb, &b->dwg) != TWELL_OK ||
+        tw_cuda_malloc(ctx, wb, &b->dwu) != TWELL_OK ||
+        tw_cuda_malloc(ctx, wb, &b->dwd) != TWELL_OK ||
+        tw_cuda_malloc(ctx, words_max * 4, &b->dp) != TWELL_OK ||
+        tw_cuda_malloc(ctx, xb, &b->dy) != TWELL_OK ||
+        (b->have_dense && (tw_cuda_malloc(ctx, wb, &b->dwdt) != TWELL_OK ||
+                           tw_cuda_malloc(ctx, hb, &b->dg) != TWELL_OK ||
+                           tw_cuda_malloc(ctx, hb, &b->du) != TWELL_OK ||
+                           tw_cuda_malloc(ctx, hb, &b->dh) != TWELL_OK ||
+                           tw_cuda_malloc(ctx, xb, &b->dy2) != TWELL_OK))) {
+        fprintf(stderr, "twell bench: allocation: %s\n",
+                b->hp && b->hy ? twell_ctx_errmsg(ctx) : "host");
+        return 1;
     }
+    return 0;
+}
 
+static void bench_ffn_close(bench_ffn_session *b) {
+    twell_ctx *ctx = b->env->ctx;
+    free(b->hp);
+    free(b->hy);
+    free(b->hy2);
+    tw_cuda_stream_destroy(ctx, b->cs);
+    void *bufs[] = {b->dx, b->dwg, b->dwu, b->dwd, b->dwdt, b->dp,
+                    b->dy, b->dg,  b->du,  b->dh,  b->dy2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        tw_cuda_free(ctx, bufs[i]);
+    bench_ew_unload(ctx, b->ew_mod);
+    twell_plan_destroy(b->plan);
+}
+
+/* The case's data f on the device, with Wd transposed for the baseline. 0, or 1 with the reason
+ * on stderr. */
+static int bench_ffn_upload(bench_ffn_session *b, const tw_synth_ffn *f) {
+    twell_ctx *ctx = b->env->ctx;
+    const twell_shape *s = &b->s;
+    size_t xb = b->Mmax * s->K * 2, wb = (size_t)s->N * s->K * 2;
+    uint16_t *wdt = b->have_dense ? bench_transpose(f->wd, s->N, s->K) : NULL;
+    int rc = 0;
+    if ((b->have_dense && !wdt) || tw_cuda_memcpy_htod(ctx, b->dx, f->x, xb) != TWELL_OK ||
+        (s->gated && tw_cuda_memcpy_htod(ctx, b->dwg, f->wg, wb) != TWELL_OK) ||
+        tw_cuda_memcpy_htod(ctx, b->dwu, f->wu, wb) != TWELL_OK ||
+        tw_cuda_memcpy_htod(ctx, b->dwd, f->wd, wb) != TWELL_OK ||
+        (b->have_dense && tw_cuda_memcpy_htod(ctx, b->dwdt, wdt, wb) != TWELL_OK)) {
+        fprintf(stderr, "twell bench: upload: %s\n", twell_ctx_errmsg(ctx));
+        rc = 1;
+    }
+    free(wdt);
+    return rc;
+}
+
+/* Eager timing of a checked case: ours end to end, ours fused only and the dense FFN; the route
+ * the timed calls ran, the two records emitted, then the graph case when --mode both. 0, or 1
+ * when the case failed. */
+static int bench_ffn_eager_case(bench_ffn_session *b, bench_record *r, bench_ffn_ours *ours,
+                                bench_ffn_dense *dense, twell_path eager_path) {
+    bench_env *env = b->env;
+    twell_plan *plan = b->plan;
+    int rc = 0;
+    bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
+    void *args[3] = {ours, ours, dense};
+    double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
+    bench_ffn_calls c0 = bench_ffn_calls_now(plan);
+    (void)bench_time_case(env, r, b->have_dense ? 3 : 2, fns, args, med, mn, mx);
+    bench_ffn_path(plan, c0, r->path, sizeof r->path);
+    char after[sizeof r->variant];
+    bench_ffn_variant(plan, after, sizeof after);
+    if (strcmp(after, r->variant) != 0) { /* AUTO changed its mind while timing */
+        size_t len = strlen(r->check_note);
+        snprintf(r->check_note + len, sizeof r->check_note - len,
+                 "; path changed during timing: %s", after);
+    }
+    bench_record fused = *r;
+    snprintf(fused.op, sizeof fused.op, "ffn_fused_only");
+    bench_record_times(env, r, "cublas_ffn", med, mn, mx, 0, 2, b->have_dense);
+    b->emit(env, r);
+    bench_record_times(env, &fused, "cublas_ffn", med, mn, mx, 1, 2, b->have_dense);
+    b->emit(env, &fused);
+    if (!r->correct)
+        rc = 1;
+    if (b->graph && bench_ffn_graph_case(env, plan, r, *ours, *dense, b->have_dense, b->cs, b->hy,
+                                         b->hy2, eager_path, b->emit) != 0)
+        rc = 1;
+    return rc;
+}
+
+/* One case (M rows of distribution di at target nnz ni): reserved as a server would, checked,
+ * then timed in the modes asked for. 0, or 1 when something in it failed. */
+static int bench_ffn_case(bench_ffn_session *b, const tw_synth_ffn *f, size_t M, size_t di,
+                          size_t ni) {
+    bench_env *env = b->env;
+    const bench_opts *o = env->opts;
+    twell_plan *plan = b->plan;
+    int rc = 0;
+    bench_record r;
+    bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
+    const void *wg = b->s.gated ? b->dwg : NULL;
+    bench_ffn_ours ours = {plan, M, b->dx, wg, b->dwu, b->dwd, b->dp, b->dy, NULL};
+    bench_ffn_dense dense = {env,   M,     b->dx, wg,     b->dwu, b->dwdt,
+                             b->dg, b->du, b->dh, b->dy2, b->ew,  NULL};
+    /* everything sized and resolved before the first call, as a server would (and must before
+     * capturing): the workspace for M, AUTO's estimate the data's density until counts of its own
+     * calls replace it (decode-size calls count nothing) */
+    if (twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {
+        fprintf(stderr, "twell bench: twell_plan_reserve: %s\n", twell_ctx_errmsg(env->ctx));
+        rc = 1;
+    }
+    r.correct = bench_ffn_check(env, &b->s, plan, M, f, &ours, b->hp, b->hy, &r);
+    bench_ffn_variant(plan, r.variant, sizeof r.variant);
+    twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
+    bench_check_report(&r);
+    int failed;
+    if (b->host)
+        failed = bench_ffn_host_case(env, &r, &ours, &dense, b->have_dense, b->emit) != 0;
+    else if (!b->eager)
+        failed = b->graph && bench_ffn_graph_case(env, plan, &r, ours, dense, b->have_dense, b->cs,
+                                                  b->hy, b->hy2, eager_path, b->emit) != 0;
+    else
+        failed = bench_ffn_eager_case(b, &r, &ours, &dense, eager_path) != 0;
+    return failed ? 1 : rc;
+}
+
+int bench_ffn_run(bench_env *env, void (*emit)(bench_env *, const bench_record *)) {
+    const bench_opts *o = env->opts;
+    bench_ffn_session b;
+    memset(&b, 0, sizeof b);
+    b.env = env, b.emit = emit, b.Mmax = bench_max_M(o);
+    int rc = bench_ffn_open(&b);
+    if (rc != 0)
+        goto done;
     for (size_t di = 0; di < o->ndist; di++) {
         for (size_t ni = 0; ni < o->nnnz; ni++) {
-            tw_synth_ffn *f = bench_synth(env, &s, Mmax, s.gated, di, ni);
+            tw_synth_ffn *f = bench_synth(env, &b.s, b.Mmax, b.s.gated, di, ni);
             if (!f) {
                 rc = 1;
                 goto done;
             }
-            uint16_t *wdt = have_dense ? bench_transpose(f->wd, s.N, s.K) : NULL;
-            if ((have_dense && !wdt) || tw_cuda_memcpy_htod(ctx, dx, f->x, xb) != TWELL_OK ||
-                (s.gated && tw_cuda_memcpy_htod(ctx, dwg, f->wg, wb) != TWELL_OK) ||
-                tw_cuda_memcpy_htod(ctx, dwu, f->wu, wb) != TWELL_OK ||
-                tw_cuda_memcpy_htod(ctx, dwd, f->wd, wb) != TWELL_OK ||
-                (have_dense && tw_cuda_memcpy_htod(ctx, dwdt, wdt, wb) != TWELL_OK)) {
-                fprintf(stderr, "twell bench: upload: %s\n", twell_ctx_errmsg(ctx));
-                free(wdt);
+            if (bench_ffn_upload(&b, f) != 0) {
                 tw_synth_destroy(f);
                 rc = 1;
                 goto done;
             }
-            free(wdt);
-            for (size_t mi = 0; mi < o->nM; mi++) {
-                size_t M = o->M[mi];
-                bench_record r;
-                bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
-                const void *wg = s.gated ? dwg : NULL;
-                bench_ffn_ours ours = {plan, M, dx, wg, dwu, dwd, dp, dy, NULL};
-                bench_ffn_dense dense = {env, M, dx, wg, dwu, dwdt, dg, du, dh, dy2, ew, NULL};
-                /* everything sized and resolved before the first call, as a server would (and
-                 * must before capturing): the workspace for M, AUTO's estimate the data's density
-                 * until counts of its own calls replace it (decode-size calls count nothing) */
-                if (twell_plan_reserve(plan, M, o->nnz[ni]) != TWELL_OK) {
-                    fprintf(stderr, "twell bench: twell_plan_reserve: %s\n", twell_ctx_errmsg(ctx));
+            for (size_t mi = 0; mi < o->nM; mi++)
+                if (bench_ffn_case(&b, f, o->M[mi], di, ni) != 0)
                     rc = 1;
-                }
-                r.correct = bench_ffn_check(env, &s, plan, M, f, &ours, hp, hy, &r);
-                bench_ffn_variant(plan, r.variant, sizeof r.variant);
-                twell_path eager_path = bench_plan_path(plan, TW_TC_DENSE_LAST_PATH);
-                bench_check_report(&r);
-                if (host) {
-                    if (bench_ffn_host_case(env, &r, &ours, &dense, have_dense, emit) != 0)
-                        rc = 1;
-                    continue;
-                }
-                if (!eager) {
-                    if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs,
-                                                      hy, hy2, eager_path, emit) != 0)
-                        rc = 1;
-                    continue;
-                }
-
-                bench_fn fns[3] = {bench_ffn_run_e2e, bench_ffn_run_fused, bench_ffn_run_dense};
-                void *args[3] = {&ours, &ours, &dense};
-                double med[3] = {0, 0, 0}, mn[3] = {0, 0, 0}, mx[3] = {0, 0, 0};
-                bench_ffn_calls c0 = bench_ffn_calls_now(plan);
-                (void)bench_time_case(env, &r, have_dense ? 3 : 2, fns, args, med, mn, mx);
-                bench_ffn_path(plan, c0, r.path, sizeof r.path);
-                char after[sizeof r.variant];
-                bench_ffn_variant(plan, after, sizeof after);
-                if (strcmp(after, r.variant) != 0) { /* AUTO changed its mind while timing */
-                    size_t len = strlen(r.check_note);
-                    snprintf(r.check_note + len, sizeof r.check_note - len,
-                             "; path changed during timing: %s", after);
-                }
-                bench_record fused = r;
-                snprintf(fused.op, sizeof fused.op, "ffn_fused_only");
-                bench_record_times(env, &r, "cublas_ffn", med, mn, mx, 0, 2, have_dense);
-                emit(env, &r);
-                bench_record_times(env, &fused, "cublas_ffn", med, mn, mx, 1, 2, have_dense);
-                emit(env, &fused);
-                if (!r.correct)
-                    rc = 1;
-                if (graph && bench_ffn_graph_case(env, plan, &r, ours, dense, have_dense, cs, hy,
-                                                  hy2, eager_path, emit) != 0)
-                    rc = 1;
-            }
             tw_synth_destroy(f);
         }
     }
 done:
-    free(hp);
-    free(hy);
-    free(hy2);
-    tw_cuda_stream_destroy(ctx, cs);
-    void *bufs[] = {dx, dwg, dwu, dwd, dwdt, dp, dy, dg, du, dh, dy2};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        tw_cuda_free(ctx, bufs[i]);
-    bench_ew_unload(ctx, ew_mod);
-    twell_plan_destroy(plan);
+    bench_ffn_close(&b);
     return rc;
 }

@@ -1,7 +1,7 @@
 /*
- * lua_text.h — the Lua-free half of rendering a template (lua_engine.c keeps everything that
- * touches the Lua C API): template source files, module names, the output buffer with its
- * #line mapping, and formatted messages.
+ * lua_text.h — the Lua-free half of rendering a template (the engine's files, lua_state.h, keep
+ * everything that touches the Lua C API): template source files, module names, the output buffer
+ * with its #line mapping, and formatted messages.
  */
 #ifndef TWELL_LUA_TEXT_H
 #define TWELL_LUA_TEXT_H

@@ -1,7 +1,7 @@
 #!/bin/sh
 # python/device.sh — the PyTorch package on the lent GPU machine (no network, python3 with torch):
 # builds libtwellrt, then runs the model benchmark and/or the package's tests through ctest.
-#   sh python/device.sh bench [bench_model args]   # python -m twellrt.bench_model, JSON into $OUT
+#   sh python/device.sh bench [bench_model args]   # bench/python/bench_model.py, JSON into $OUT
 #   sh python/device.sh tests                      # ctest -R test_python (gpu tests included)
 #   sh python/device.sh all [bench_model args]     # both, benchmark first
 #   sh python/device.sh diag [bench_model args]    # forward diagnostics (TWELL_PDL=1 and 0), tests
@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 "$PY" -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
 bench() {
     TWELL_CACHE_DIR=$PWD/$B/bench-cache TWELL_LIBRARY=$PWD/$B/libtwellrt.so PYTHONPATH=$PWD/python \
-        timeout "${BENCH_TIMEOUT:-300}" "$PY" -m twellrt.bench_model --json "$OUT/bench_model.json" "$@" \
+        timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/python/bench_model.py --json "$OUT/bench_model.json" "$@" \
         >"$OUT/bench_model.log" 2>&1
     echo "bench_model exit $?"
     grep -v "^  *[0-9]*:" "$OUT/bench_model.log" | tail -40
@@ -34,7 +34,7 @@ bench() {
 diag() { # forward diagnostics, with and without programmatic dependent launch
     for pdl in 1 0; do
         TWELL_PDL=$pdl TWELL_CACHE_DIR=$PWD/$B/bench-cache TWELL_LIBRARY=$PWD/$B/libtwellrt.so PYTHONPATH=$PWD/python \
-            timeout "${BENCH_TIMEOUT:-300}" "$PY" -m twellrt.bench_model --diag "$@" >"$OUT/diag_pdl$pdl.log" 2>&1
+            timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/python/bench_model.py --diag "$@" >"$OUT/diag_pdl$pdl.log" 2>&1
         echo "== TWELL_PDL=$pdl: exit $?"
         grep -E "diag|overhead|   [0-9 .]+ ms|mean over|Error|error" "$OUT/diag_pdl$pdl.log" | tail -45
     done

@@ -106,6 +106,37 @@ static void tw_create_log(const twell_ctx_options *o, twell_log_level lvl, const
         o->log(o->log_user, lvl, msg);
 }
 
+/* The options' ranges: TWELL_ERR_INVALID_ARG, reported through o's log, when one is out. */
+static twell_status tw_ctx_options_check(const twell_ctx_options *o) {
+    if (o->backend != TWELL_BACKEND_AUTO && o->backend != TWELL_BACKEND_CPU &&
+        o->backend != TWELL_BACKEND_CUDA) {
+        tw_create_log(o, TWELL_LOG_ERROR, "twell_ctx_create: options.backend is not a backend");
+        return TWELL_ERR_INVALID_ARG;
+    }
+    if (o->device < 0 || o->cpu_threads < 0 || o->cpu_threads > 1024) {
+        tw_create_log(o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.device or options.cpu_threads out of range");
+        return TWELL_ERR_INVALID_ARG;
+    }
+    if ((unsigned)o->tune_on_first_use > TWELL_SWITCH_OFF || (unsigned)o->pdl > TWELL_SWITCH_OFF) {
+        tw_create_log(o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.tune_on_first_use or options.pdl is not a "
+                      "twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
+    if ((unsigned)o->pointer_cache > TWELL_SWITCH_OFF) {
+        tw_create_log(o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.pointer_cache is not a twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
+    if ((unsigned)o->validate_packed > TWELL_SWITCH_OFF) {
+        tw_create_log(o, TWELL_LOG_ERROR,
+                      "twell_ctx_create: options.validate_packed is not a twell_switch");
+        return TWELL_ERR_INVALID_ARG;
+    }
+    return TWELL_OK;
+}
+
 twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     if (!out)
         return TWELL_ERR_INVALID_ARG;
@@ -124,32 +155,9 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
             return st;
         }
     }
-    if (o.backend != TWELL_BACKEND_AUTO && o.backend != TWELL_BACKEND_CPU &&
-        o.backend != TWELL_BACKEND_CUDA) {
-        tw_create_log(&o, TWELL_LOG_ERROR, "twell_ctx_create: options.backend is not a backend");
-        return TWELL_ERR_INVALID_ARG;
-    }
-    if (o.device < 0 || o.cpu_threads < 0 || o.cpu_threads > 1024) {
-        tw_create_log(&o, TWELL_LOG_ERROR,
-                      "twell_ctx_create: options.device or options.cpu_threads out of range");
-        return TWELL_ERR_INVALID_ARG;
-    }
-    if ((unsigned)o.tune_on_first_use > TWELL_SWITCH_OFF || (unsigned)o.pdl > TWELL_SWITCH_OFF) {
-        tw_create_log(&o, TWELL_LOG_ERROR,
-                      "twell_ctx_create: options.tune_on_first_use or options.pdl is not a "
-                      "twell_switch");
-        return TWELL_ERR_INVALID_ARG;
-    }
-    if ((unsigned)o.pointer_cache > TWELL_SWITCH_OFF) {
-        tw_create_log(&o, TWELL_LOG_ERROR,
-                      "twell_ctx_create: options.pointer_cache is not a twell_switch");
-        return TWELL_ERR_INVALID_ARG;
-    }
-    if ((unsigned)o.validate_packed > TWELL_SWITCH_OFF) {
-        tw_create_log(&o, TWELL_LOG_ERROR,
-                      "twell_ctx_create: options.validate_packed is not a twell_switch");
-        return TWELL_ERR_INVALID_ARG;
-    }
+    twell_status vst = tw_ctx_options_check(&o);
+    if (vst != TWELL_OK)
+        return vst;
     twell_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;

@@ -180,108 +180,114 @@ static void sk_teardown(sk_env *e) {
     free(e->gdw), free(e->cdw), free(e->first_dw);
 }
 
+/* One inference of M rows on the worker's stream, checked against the CPU backend. 0, or 1
+ * after sk_fail. */
+static int sk_infer(sk_worker *w, sk_env *e, size_t M) {
+    const twell_shape *s = &w->s;
+    /* y goes to ddx (a scratch of [SK_MAX_M, K]) */
+    twell_status st = twell_gate_pack(e->gplan, M, e->dx, e->dwg, e->dp, e->stream);
+    if (st == TWELL_OK)
+        st = twell_ffn_infer(e->gplan, M, e->dx, e->dp, e->dwg, e->dwu, e->dwd, e->ddx, e->stream);
+    if (st == TWELL_OK)
+        st = tw_cuda_stream_synchronize(e->gpu, e->stream);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(e->gpu, e->packed, e->dp, twell_packed_bytes(s, M));
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(e->gpu, e->y, e->ddx, M * s->K * 2);
+    if (st != TWELL_OK) {
+        sk_fail(w, "worker %d: inference M=%zu: %s: %s", w->id, M, twell_status_name(st),
+                twell_ctx_errmsg(e->gpu));
+        return 1;
+    }
+    st = twell_ffn_infer(e->cplan, M, e->f->x, e->packed, e->f->wg, e->f->wu, e->f->wd, e->yref,
+                         NULL);
+    if (st != TWELL_OK) {
+        sk_fail(w, "worker %d: CPU reference M=%zu: %s: %s", w->id, M, twell_status_name(st),
+                twell_ctx_errmsg(e->cpu));
+        return 1;
+    }
+    double err = sk_row_err(s->dtype, e->y, e->yref, M, s->K);
+    double tol = gi_tol(s->dtype);
+    if (!(err <= tol)) {
+        sk_fail(w, "worker %d: inference M=%zu call %zu: row error %.3g > %.3g", w->id, M,
+                w->infer_calls, err, tol);
+        return 1;
+    }
+    w->infer_calls++;
+    return 0;
+}
+
+/* One training step: the first against the CPU backend, every later one bit-identical to it. 0,
+ * or 1 after sk_fail. */
+static int sk_train(sk_worker *w, sk_env *e) {
+    const twell_shape *s = &w->s;
+    const size_t M = SK_TRAIN_M, nk = (size_t)s->N * s->K;
+    const float lambda = 1e-3f;
+    twell_status st = twell_ffn_forward_train(e->gplan, M, e->dx, e->dwg, e->dwu, e->dwd, e->ddx,
+                                              NULL, e->gst, e->stream);
+    if (st == TWELL_OK)
+        st = twell_ffn_backward(e->gplan, e->gst, M, e->dx, e->dwg, e->dwu, e->dwd, e->dy, lambda,
+                                e->ddx, e->ddwg, e->ddwu, e->ddwd, e->stream);
+    if (st == TWELL_OK)
+        st = tw_cuda_stream_synchronize(e->gpu, e->stream);
+    if (st == TWELL_OK)
+        st = tw_cuda_memcpy_dtoh(e->gpu, e->gdx, e->ddx, M * s->K * 2);
+    float *dw[3] = {e->ddwg, e->ddwu, e->ddwd};
+    for (int i = 0; i < 3 && st == TWELL_OK; i++)
+        st = tw_cuda_memcpy_dtoh(e->gpu, e->gdw + (size_t)i * nk, dw[i], nk * sizeof(float));
+    if (st != TWELL_OK) {
+        sk_fail(w, "worker %d: training step: %s: %s", w->id, twell_status_name(st),
+                twell_ctx_errmsg(e->gpu));
+        return 1;
+    }
+    if (w->train_calls == 0) { /* the first step: against the CPU backend, then kept */
+        uint16_t *ycpu = e->yref;
+        st = twell_ffn_forward_train(e->cplan, M, e->f->x, e->f->wg, e->f->wu, e->f->wd, ycpu, NULL,
+                                     e->cst, NULL);
+        uint16_t *dyh = e->y; /* the same dy on the host */
+        if (st == TWELL_OK)
+            st = tw_cuda_memcpy_dtoh(e->gpu, dyh, e->dy, M * s->K * 2);
+        if (st == TWELL_OK)
+            st = twell_ffn_backward(e->cplan, e->cst, M, e->f->x, e->f->wg, e->f->wu, e->f->wd, dyh,
+                                    lambda, e->cdx, e->cdw, e->cdw + nk, e->cdw + 2 * nk, NULL);
+        if (st != TWELL_OK) {
+            sk_fail(w, "worker %d: CPU training reference: %s", w->id, twell_status_name(st));
+            return 1;
+        }
+        double edx = sk_row_err(s->dtype, e->gdx, e->cdx, M, s->K);
+        double edw = 0.0;
+        for (int i = 0; i < 3; i++) {
+            double r = sk_rel(e->gdw + (size_t)i * nk, e->cdw + (size_t)i * nk, nk);
+            edw = r > edw || r != r ? r : edw;
+        }
+        /* the gate's fp32 order differs from the CPU's: a neuron at its threshold may
+         * fire on one side only, so the bound is looser than the output rounding */
+        if (!(edx <= 2e-2) || !(edw <= 2e-2)) {
+            sk_fail(w, "worker %d: first training step against the CPU: dx %.3g, dw %.3g", w->id,
+                    edx, edw);
+            return 1;
+        }
+        memcpy(e->first_dx, e->gdx, M * s->K * 2);
+        memcpy(e->first_dw, e->gdw, 3 * nk * sizeof(float));
+    } else if (memcmp(e->first_dx, e->gdx, M * s->K * 2) != 0 ||
+               memcmp(e->first_dw, e->gdw, 3 * nk * sizeof(float)) != 0) {
+        sk_fail(w, "worker %d: training step %zu differs from the first", w->id, w->train_calls);
+        return 1;
+    }
+    w->train_calls++;
+    return 0;
+}
+
 static void *sk_run(void *raw) {
     sk_worker *w = raw;
     sk_env e;
     memset(&e, 0, sizeof e);
     if (sk_setup(w, &e)) {
-        const twell_shape *s = &w->s;
         double end = sk_now() + sk_seconds;
         for (size_t it = 0; !w->failed && sk_now() < end; it++) {
-            size_t op = it % (SK_NM + 1);
-            if (op < SK_NM) {
-                size_t M = sk_ms[(op + (size_t)w->id) % SK_NM];
-                /* y goes to ddx (a scratch of [SK_MAX_M, K]) */
-                twell_status st = twell_gate_pack(e.gplan, M, e.dx, e.dwg, e.dp, e.stream);
-                if (st == TWELL_OK)
-                    st = twell_ffn_infer(e.gplan, M, e.dx, e.dp, e.dwg, e.dwu, e.dwd, e.ddx,
-                                         e.stream);
-                if (st == TWELL_OK)
-                    st = tw_cuda_stream_synchronize(e.gpu, e.stream);
-                if (st == TWELL_OK)
-                    st = tw_cuda_memcpy_dtoh(e.gpu, e.packed, e.dp, twell_packed_bytes(s, M));
-                if (st == TWELL_OK)
-                    st = tw_cuda_memcpy_dtoh(e.gpu, e.y, e.ddx, M * s->K * 2);
-                if (st != TWELL_OK) {
-                    sk_fail(w, "worker %d: inference M=%zu: %s: %s", w->id, M,
-                            twell_status_name(st), twell_ctx_errmsg(e.gpu));
-                    break;
-                }
-                st = twell_ffn_infer(e.cplan, M, e.f->x, e.packed, e.f->wg, e.f->wu, e.f->wd,
-                                     e.yref, NULL);
-                if (st != TWELL_OK) {
-                    sk_fail(w, "worker %d: CPU reference M=%zu: %s: %s", w->id, M,
-                            twell_status_name(st), twell_ctx_errmsg(e.cpu));
-                    break;
-                }
-                double err = sk_row_err(s->dtype, e.y, e.yref, M, s->K);
-                double tol = gi_tol(s->dtype);
-                if (!(err <= tol)) {
-                    sk_fail(w, "worker %d: inference M=%zu call %zu: row error %.3g > %.3g", w->id,
-                            M, w->infer_calls, err, tol);
-                    break;
-                }
-                w->infer_calls++;
-                continue;
-            }
-            /* a training step */
-            const size_t M = SK_TRAIN_M, nk = (size_t)s->N * s->K;
-            const float lambda = 1e-3f;
-            twell_status st = twell_ffn_forward_train(e.gplan, M, e.dx, e.dwg, e.dwu, e.dwd, e.ddx,
-                                                      NULL, e.gst, e.stream);
-            if (st == TWELL_OK)
-                st = twell_ffn_backward(e.gplan, e.gst, M, e.dx, e.dwg, e.dwu, e.dwd, e.dy, lambda,
-                                        e.ddx, e.ddwg, e.ddwu, e.ddwd, e.stream);
-            if (st == TWELL_OK)
-                st = tw_cuda_stream_synchronize(e.gpu, e.stream);
-            if (st == TWELL_OK)
-                st = tw_cuda_memcpy_dtoh(e.gpu, e.gdx, e.ddx, M * s->K * 2);
-            float *dw[3] = {e.ddwg, e.ddwu, e.ddwd};
-            for (int i = 0; i < 3 && st == TWELL_OK; i++)
-                st = tw_cuda_memcpy_dtoh(e.gpu, e.gdw + (size_t)i * nk, dw[i], nk * sizeof(float));
-            if (st != TWELL_OK) {
-                sk_fail(w, "worker %d: training step: %s: %s", w->id, twell_status_name(st),
-                        twell_ctx_errmsg(e.gpu));
+            size_t op = it % (SK_NM + 1); /* every M's inference, then a training step */
+            if (op < SK_NM ? sk_infer(w, &e, sk_ms[(op + (size_t)w->id) % SK_NM]) : sk_train(w, &e))
                 break;
-            }
-            if (w->train_calls == 0) { /* the first step: against the CPU backend, then kept */
-                uint16_t *ycpu = e.yref;
-                st = twell_ffn_forward_train(e.cplan, M, e.f->x, e.f->wg, e.f->wu, e.f->wd, ycpu,
-                                             NULL, e.cst, NULL);
-                uint16_t *dyh = e.y; /* the same dy on the host */
-                if (st == TWELL_OK)
-                    st = tw_cuda_memcpy_dtoh(e.gpu, dyh, e.dy, M * s->K * 2);
-                if (st == TWELL_OK)
-                    st = twell_ffn_backward(e.cplan, e.cst, M, e.f->x, e.f->wg, e.f->wu, e.f->wd,
-                                            dyh, lambda, e.cdx, e.cdw, e.cdw + nk, e.cdw + 2 * nk,
-                                            NULL);
-                if (st != TWELL_OK) {
-                    sk_fail(w, "worker %d: CPU training reference: %s", w->id,
-                            twell_status_name(st));
-                    break;
-                }
-                double edx = sk_row_err(s->dtype, e.gdx, e.cdx, M, s->K);
-                double edw = 0.0;
-                for (int i = 0; i < 3; i++) {
-                    double r = sk_rel(e.gdw + (size_t)i * nk, e.cdw + (size_t)i * nk, nk);
-                    edw = r > edw || r != r ? r : edw;
-                }
-                /* the gate's fp32 order differs from the CPU's: a neuron at its threshold may
-                 * fire on one side only, so the bound is looser than the output rounding */
-                if (!(edx <= 2e-2) || !(edw <= 2e-2)) {
-                    sk_fail(w, "worker %d: first training step against the CPU: dx %.3g, dw %.3g",
-                            w->id, edx, edw);
-                    break;
-                }
-                memcpy(e.first_dx, e.gdx, M * s->K * 2);
-                memcpy(e.first_dw, e.gdw, 3 * nk * sizeof(float));
-            } else if (memcmp(e.first_dx, e.gdx, M * s->K * 2) != 0 ||
-                       memcmp(e.first_dw, e.gdw, 3 * nk * sizeof(float)) != 0) {
-                sk_fail(w, "worker %d: training step %zu differs from the first", w->id,
-                        w->train_calls);
-                break;
-            }
-            w->train_calls++;
         }
     }
     sk_teardown(&e);

@@ -785,18 +785,13 @@ int main(int argc, char **argv) {
     size_t n = ncases;
     struct CMUnitTest t1 = cmocka_unit_test(test_gpu_train_dense_errors);
     tests[n++] = t1;
-    if (!small) {
-        struct CMUnitTest t2 = cmocka_unit_test(test_gpu_train_dense_switching);
-        struct CMUnitTest t3 = cmocka_unit_test(test_gpu_train_dense_workspace);
-        struct CMUnitTest t4 = cmocka_unit_test(test_gpu_train_dense_oom_fallback);
-        struct CMUnitTest t5 = cmocka_unit_test(test_gpu_train_dense_release);
-        struct CMUnitTest t6 = cmocka_unit_test(test_gpu_train_dense_probe);
-        tests[n++] = t6;
-        tests[n++] = t2;
-        tests[n++] = t3;
-        tests[n++] = t4;
-        tests[n++] = t5;
-    }
+    static const struct CMUnitTest more[] = {cmocka_unit_test(test_gpu_train_dense_probe),
+                                             cmocka_unit_test(test_gpu_train_dense_switching),
+                                             cmocka_unit_test(test_gpu_train_dense_workspace),
+                                             cmocka_unit_test(test_gpu_train_dense_oom_fallback),
+                                             cmocka_unit_test(test_gpu_train_dense_release)};
+    for (size_t i = 0; !small && i < sizeof more / sizeof more[0]; i++)
+        tests[n++] = more[i];
     int rc = _cmocka_run_group_tests("test_gpu_train_dense", tests, n, NULL, NULL);
     twell_ctx_destroy(g_ctx);
     return rc;

@@ -57,14 +57,38 @@ static const th_case th_cases[] = {
 
 static int th_hopper(void) { return strcmp(gt_ctx->cuda->arch, "sm_90a") == 0; }
 
-static void th_same(const gt_out *a, const gt_out *b, size_t M, uint32_t K, uint32_t N) {
-    size_t xk = M * K, wk = (size_t)N * K;
-    assert_memory_equal(a->y, b->y, xk * 2);
-    assert_memory_equal(a->dx, b->dx, xk * 2);
-    assert_memory_equal(a->dwg, b->dwg, wk * 4);
-    assert_memory_equal(a->dwu, b->dwu, wk * 4);
-    assert_memory_equal(a->dwd, b->dwd, wk * 4);
-    assert_memory_equal(a->stats, b->stats, 8);
+/* With heavy rows (want_nh of M): the rows the sparse route kept (light) within its own bounds,
+ * every row of every output within the dense path's, L0 exact, L1 close; the per-entry route
+ * (off) printed beside it. */
+static void th_expect_heavy(const twell_shape *s, const gt_case *c, const gt_out *on,
+                            const gt_out *off, const gt_out *r, const unsigned char *light,
+                            size_t want_nh) {
+    int bf = c->dt == BF;
+    double t16 = bf ? 1.5e-2 : 3e-3, t32 = bf ? 1e-2 : 2e-3, tl1 = bf ? 4e-3 : 1e-3;
+    gt_errs e_light, e_all, e_off;
+    gt_compare(s, c->M, on, r, light, NULL, &e_light);
+    gt_compare(s, c->M, on, r, NULL, NULL, &e_all);
+    gt_compare(s, c->M, off, r, NULL, NULL, &e_off);
+    double l1rel = fabs((double)on->stats[1] - (double)r->stats[1]) /
+                   (r->stats[1] != 0.0f ? fabs((double)r->stats[1]) : 1.0);
+    printf("#   heavy route: y %.2e dx %.2e dWg %.2e dWu %.2e dWd %.2e; other rows y "
+           "%.2e dx %.2e; L0 %.9g (CPU %.9g) L1 rel %.1e\n"
+           "#   per-entry route: y %.2e dx %.2e dWg %.2e dWu %.2e dWd %.2e\n",
+           e_all.e[0], e_all.e[1], e_all.e[2], e_all.e[3], e_all.e[4], e_light.e[0], e_light.e[1],
+           (double)on->stats[0], (double)r->stats[0], l1rel, e_off.e[0], e_off.e[1], e_off.e[2],
+           e_off.e[3], e_off.e[4]);
+    if (want_nh < c->M) { /* the rows the sparse route kept: its own bounds */
+        GT_LE(e_light.e[0], bf ? 5e-3 : 1e-3, "y of the other rows");
+        GT_LE(e_light.e[1], bf ? 5e-3 : 1e-3, "dx of the other rows");
+    }
+    for (int t = 0; t < 5; t++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s row %zu", gt_names[t], e_all.at[t]);
+        GT_LE(e_all.e[t], t < 2 ? t16 : t32, what);
+    }
+    if (on->stats[0] != r->stats[0])
+        fail_msg("L0 = %.9g, CPU %.9g", (double)on->stats[0], (double)r->stats[0]);
+    GT_LE(l1rel, tl1, "L1");
 }
 
 static void test_gpu_train_heavy_case(void **st) {
@@ -109,7 +133,7 @@ static void test_gpu_train_heavy_case(void **st) {
         gt_out_alloc(&on[run], c->M, c->K, c->N);
         gt_gpu_run(&g, c->lambda, poison[run], &on[run]);
     }
-    th_same(&on[0], &on[1], c->M, c->K, c->N);
+    gt_expect_same(&on[0], &on[1], c->M, c->K, c->N);
     size_t nh = 0;
     uint64_t hnnz = 0;
     uint32_t ran_thr = 0;
@@ -137,41 +161,16 @@ static void test_gpu_train_heavy_case(void **st) {
     if (!hopper) {
         assert_int_equal(nh, 0);
         assert_int_equal(ran_thr, 0);
-        th_same(&on[0], &off, c->M, c->K, c->N);
+        gt_expect_same(&on[0], &off, c->M, c->K, c->N);
     } else {
         assert_int_equal(ran_thr, thr);
         assert_int_equal(nh, want_nh);
         assert_int_equal(hnnz, want_nnz);
         assert_memory_equal(h_on.packed, mirror, words * 4);
         if (want_nh == 0) {
-            th_same(&on[0], &off, c->M, c->K, c->N);
+            gt_expect_same(&on[0], &off, c->M, c->K, c->N);
         } else {
-            int bf = c->dt == BF;
-            double t16 = bf ? 1.5e-2 : 3e-3, t32 = bf ? 1e-2 : 2e-3, tl1 = bf ? 4e-3 : 1e-3;
-            gt_errs e_light, e_all, e_off;
-            gt_compare(&s, c->M, &on[0], &r, light, NULL, &e_light);
-            gt_compare(&s, c->M, &on[0], &r, NULL, NULL, &e_all);
-            gt_compare(&s, c->M, &off, &r, NULL, NULL, &e_off);
-            double l1rel = fabs((double)on[0].stats[1] - (double)r.stats[1]) /
-                           (r.stats[1] != 0.0f ? fabs((double)r.stats[1]) : 1.0);
-            printf("#   heavy route: y %.2e dx %.2e dWg %.2e dWu %.2e dWd %.2e; other rows y "
-                   "%.2e dx %.2e; L0 %.9g (CPU %.9g) L1 rel %.1e\n"
-                   "#   per-entry route: y %.2e dx %.2e dWg %.2e dWu %.2e dWd %.2e\n",
-                   e_all.e[0], e_all.e[1], e_all.e[2], e_all.e[3], e_all.e[4], e_light.e[0],
-                   e_light.e[1], (double)on[0].stats[0], (double)r.stats[0], l1rel, e_off.e[0],
-                   e_off.e[1], e_off.e[2], e_off.e[3], e_off.e[4]);
-            if (want_nh < c->M) { /* the rows the sparse route kept: its own bounds */
-                GT_LE(e_light.e[0], bf ? 5e-3 : 1e-3, "y of the other rows");
-                GT_LE(e_light.e[1], bf ? 5e-3 : 1e-3, "dx of the other rows");
-            }
-            for (int t = 0; t < 5; t++) {
-                char what[64];
-                snprintf(what, sizeof what, "%s row %zu", gt_names[t], e_all.at[t]);
-                GT_LE(e_all.e[t], t < 2 ? t16 : t32, what);
-            }
-            if (on[0].stats[0] != r.stats[0])
-                fail_msg("L0 = %.9g, CPU %.9g", (double)on[0].stats[0], (double)r.stats[0]);
-            GT_LE(l1rel, tl1, "L1");
+            th_expect_heavy(&s, c, &on[0], &off, &r, light, want_nh);
         }
     }
     free(mirror);
@@ -221,7 +220,7 @@ static void test_gpu_train_heavy_default(void **st) {
     }
     GT_OK(tw_test_control(TW_TC_TRAIN_SET_HEAVY, g.state, -1LL));
     gt_gpu_run(&g, c->lambda, 0x7FC17FC1u, &knob);
-    th_same(&def, &knob, c->M, c->K, c->N);
+    gt_expect_same(&def, &knob, c->M, c->K, c->N);
     gt_out_free(&def);
     gt_out_free(&knob);
     gt_gpu_close(&g);

@@ -89,6 +89,44 @@ static int tw_total(tw_cache *c, int print_entries) {
     return 0;
 }
 
+/* `twell cache verify`: removes corrupt entries; exit 1 when one could not be removed. */
+static int tw_cmd_verify(tw_cache *c) {
+    tw_cache_verify_report r;
+    twell_status st = tw_cache_verify(c, &r);
+    size_t n = r.ok + r.removed + r.kept;
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell cache: verify: %s\n", twell_status_str(st));
+        return 1;
+    }
+    if (r.kept) {
+        /* Still on disk: exit 0 would call clean a cache that still holds corrupt files. */
+        const char *why = strerror(r.kept_errno);
+        printf("verified %zu entr%s: %zu ok, %zu corrupt (%zu removed, %zu could not be "
+               "removed: %s)\n",
+               n, n == 1 ? "y" : "ies", r.ok, r.removed + r.kept, r.removed, r.kept, why);
+        fprintf(stderr,
+                "twell cache: verify: %zu corrupt entr%s could not be removed from %s: %s\n",
+                r.kept, r.kept == 1 ? "y" : "ies", tw_cache_dir(c), why);
+        tw_total(c, 0);
+        return 1;
+    }
+    printf("verified %zu entr%s: %zu ok, %zu corrupt removed\n", n, n == 1 ? "y" : "ies", r.ok,
+           r.removed);
+    return tw_total(c, 0);
+}
+
+/* `twell cache clear`: removes every entry. */
+static int tw_cmd_clear(tw_cache *c) {
+    size_t removed;
+    twell_status st = tw_cache_clear(c, &removed);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell cache: clear: %s\n", twell_status_str(st));
+        return 1;
+    }
+    printf("removed %zu entr%s\n", removed, removed == 1 ? "y" : "ies");
+    return tw_total(c, 0);
+}
+
 int twell_cmd_cache(int argc, char **argv) {
     const char *action = NULL, *dir = NULL;
     size_t max_bytes = 0;
@@ -152,43 +190,9 @@ int twell_cmd_cache(int argc, char **argv) {
         tw_cache_close(c);
         return 1;
     }
-    int rc = 0;
-    if (!strcmp(action, "ls")) {
-        rc = tw_total(c, 1);
-    } else if (!strcmp(action, "verify")) {
-        tw_cache_verify_report r;
-        st = tw_cache_verify(c, &r);
-        size_t n = r.ok + r.removed + r.kept;
-        if (st != TWELL_OK) {
-            fprintf(stderr, "twell cache: verify: %s\n", twell_status_str(st));
-            rc = 1;
-        } else if (r.kept) {
-            /* Still on disk: exit 0 would call clean a cache that still holds corrupt files. */
-            const char *why = strerror(r.kept_errno);
-            printf("verified %zu entr%s: %zu ok, %zu corrupt (%zu removed, %zu could not be "
-                   "removed: %s)\n",
-                   n, n == 1 ? "y" : "ies", r.ok, r.removed + r.kept, r.removed, r.kept, why);
-            fprintf(stderr,
-                    "twell cache: verify: %zu corrupt entr%s could not be removed from %s: %s\n",
-                    r.kept, r.kept == 1 ? "y" : "ies", tw_cache_dir(c), why);
-            tw_total(c, 0);
-            rc = 1;
-        } else {
-            printf("verified %zu entr%s: %zu ok, %zu corrupt removed\n", n, n == 1 ? "y" : "ies",
-                   r.ok, r.removed);
-            rc = tw_total(c, 0);
-        }
-    } else {
-        size_t removed;
-        st = tw_cache_clear(c, &removed);
-        if (st != TWELL_OK) {
-            fprintf(stderr, "twell cache: clear: %s\n", twell_status_str(st));
-            rc = 1;
-        } else {
-            printf("removed %zu entr%s\n", removed, removed == 1 ? "y" : "ies");
-            rc = tw_total(c, 0);
-        }
-    }
+    int rc = !strcmp(action, "ls")       ? tw_total(c, 1)
+             : !strcmp(action, "verify") ? tw_cmd_verify(c)
+                                         : tw_cmd_clear(c);
     tw_cache_close(c);
     return rc;
 }

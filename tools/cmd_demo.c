@@ -259,6 +259,88 @@ static twell_ctx *demo_ctx(twell_backend b) {
     return ctx;
 }
 
+/* What the demo runs on and with: version, backend, shape and the data's distribution. */
+static void demo_print_setup(twell_ctx *ctx, const twell_shape *s, const demo_opts *o, size_t M,
+                             uint32_t slots) {
+    printf("twell demo %s: synthetic sparse FFN, gate-pack + fused inference\n", twell_version());
+    printf("backend   %s: %s\n", twell_backend_name(twell_ctx_backend(ctx)),
+           twell_ctx_device_name(ctx));
+    printf("shape     M=%zu K=%u N=%u T=%u C=%u %s gated (%u slots per row-tile)\n", M, s->K, s->N,
+           s->T, s->C, s->dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", slots);
+    if (o->dist == TW_SYNTH_SKEWED)
+        printf("data      skewed: target %g active neurons per ordinary row; 30%% dead neurons, "
+               "log-normal activity,\n          denser first token per 2048, %g%% heavy rows "
+               "(~20%% active); seed %llu\n",
+               o->nnz, 100.0 * tw_synth_params_default().heavy_frac, (unsigned long long)o->seed);
+    else
+        printf("data      uniform: target %g active neurons per row, seed %llu\n", o->nnz,
+               (unsigned long long)o->seed);
+}
+
+/* The synthetic layer of M rows, timed on stdout; NULL after saying why on stderr. */
+static tw_synth_ffn *demo_synth(twell_ctx *ctx, const twell_shape *s, const demo_opts *o,
+                                size_t M) {
+    tw_synth_params p = tw_synth_params_default();
+    p.M = M;
+    p.K = s->K;
+    p.N = s->N;
+    p.dtype = s->dtype;
+    p.gated = 1;
+    p.nnz = o->nnz;
+    p.dist = o->dist;
+    p.seed = o->seed;
+    printf("  generating data ...");
+    fflush(stdout);
+    double t0 = demo_now();
+    tw_synth_ffn *f = NULL;
+    twell_status st = tw_synth_create(ctx->pool, &p, &f);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "\ntwell demo: cannot build the synthetic data: %s\n",
+                twell_status_name(st));
+        return NULL;
+    }
+    printf(" %.2f s\n", demo_now() - t0);
+    return f;
+}
+
+/* y (all M rows) against the dense fp64 reference on up to DEMO_CHECK_ROWS evenly spaced rows
+ * (rows, y64: room for nrows), and the report: the packed rows' statistics, the times, the
+ * error. 0 within tolerance, 1 otherwise or when the reference fails. */
+static int demo_check(twell_ctx *ctx, const twell_shape *s, const tw_synth_ffn *f,
+                      const uint32_t *packed, const uint16_t *y, size_t M, size_t *rows,
+                      size_t nrows, double *y64, double t_pack, double t_infer) {
+    for (size_t i = 0; i < nrows; i++)
+        rows[i] = i * M / nrows; /* evenly spaced from row 0 */
+    if (nrows < M)
+        printf("  computing the dense fp64 reference on %zu of %zu rows (evenly spaced "
+               "sample) ...",
+               nrows, M);
+    else
+        printf("  computing the dense fp64 reference on all %zu rows ...", M);
+    fflush(stdout);
+    double t0 = demo_now();
+    twell_status st = tw_synth_ffn64(ctx->pool, s, f->x, f->wg, f->wu, f->wd, rows, nrows, y64);
+    if (st != TWELL_OK) {
+        fprintf(stderr, "\ntwell demo: fp64 reference: %s\n", twell_status_name(st));
+        return 1;
+    }
+    printf(" %.2f s\n", demo_now() - t0);
+
+    tw_synth_stats ns;
+    tw_synth_packed_stats(s, M, packed, &ns);
+    double err = tw_synth_rel_error(s, y, rows, nrows, y64);
+    double tol = s->dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
+    printf("nnz/row   mean %.2f, min %u, max %u; max per row-tile %u (slots %u)\n", ns.mean_row,
+           ns.min_row, ns.max_row, ns.max_tile, twell_tile_slots(s));
+    printf("overflow  %zu of %zu row-tiles (%zu rows) recomputed exactly from x and Wg\n",
+           ns.overflow_tiles, M * (s->N / s->T), ns.overflow_rows);
+    printf("time      gate-pack %.3f ms, fused inference %.3f ms (%s backend)\n", t_pack * 1e3,
+           t_infer * 1e3, twell_backend_name(twell_ctx_backend(ctx)));
+    printf("error     |y - y64| / |y64| = %.3e over %s%zu rows (tolerance %.0e): %s\n", err,
+           nrows < M ? "a sample of " : "all ", nrows, tol, err <= tol ? "OK" : "FAILED");
+    return err <= tol ? 0 : 1;
+}
+
 int twell_cmd_demo(int argc, char **argv) {
     demo_opts o;
     int pr = demo_parse(argc, argv, &o);
@@ -288,43 +370,12 @@ int twell_cmd_demo(int argc, char **argv) {
         return 1;
     int on_cuda = twell_ctx_backend(ctx) == TWELL_BACKEND_CUDA;
     size_t M = o.M ? o.M : on_cuda ? 4096 : 256;
-    uint32_t slots = twell_tile_slots(&s);
-
-    printf("twell demo %s: synthetic sparse FFN, gate-pack + fused inference\n", twell_version());
-    printf("backend   %s: %s\n", twell_backend_name(twell_ctx_backend(ctx)),
-           twell_ctx_device_name(ctx));
-    printf("shape     M=%zu K=%u N=%u T=%u C=%u %s gated (%u slots per row-tile)\n", M, s.K, s.N,
-           s.T, s.C, s.dtype == TWELL_DTYPE_BF16 ? "bf16" : "fp16", slots);
-    if (o.dist == TW_SYNTH_SKEWED)
-        printf("data      skewed: target %g active neurons per ordinary row; 30%% dead neurons, "
-               "log-normal activity,\n          denser first token per 2048, %g%% heavy rows "
-               "(~20%% active); seed %llu\n",
-               o.nnz, 100.0 * tw_synth_params_default().heavy_frac, (unsigned long long)o.seed);
-    else
-        printf("data      uniform: target %g active neurons per row, seed %llu\n", o.nnz,
-               (unsigned long long)o.seed);
-
-    tw_synth_params p = tw_synth_params_default();
-    p.M = M;
-    p.K = s.K;
-    p.N = s.N;
-    p.dtype = s.dtype;
-    p.gated = 1;
-    p.nnz = o.nnz;
-    p.dist = o.dist;
-    p.seed = o.seed;
-    printf("  generating data ...");
-    fflush(stdout);
-    double t0 = demo_now();
-    tw_synth_ffn *f = NULL;
-    twell_status st = tw_synth_create(ctx->pool, &p, &f);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "\ntwell demo: cannot build the synthetic data: %s\n",
-                twell_status_name(st));
+    demo_print_setup(ctx, &s, &o, M, twell_tile_slots(&s));
+    tw_synth_ffn *f = demo_synth(ctx, &s, &o, M);
+    if (!f) {
         twell_ctx_destroy(ctx);
         return 1;
     }
-    printf(" %.2f s\n", demo_now() - t0);
 
     size_t pbytes = twell_packed_bytes(&s, M);
     uint32_t *packed = pbytes ? malloc(pbytes) : NULL;
@@ -340,7 +391,7 @@ int twell_cmd_demo(int argc, char **argv) {
     }
     if (on_cuda) {
         const char *why = "";
-        st = demo_run_cuda(ctx, &s, f, packed, y, &t_pack, &t_infer, &why);
+        twell_status st = demo_run_cuda(ctx, &s, f, packed, y, &t_pack, &t_infer, &why);
         if (st != TWELL_OK) {
             printf("\n  CUDA backend: %s failed: %s: %s.\n  Falling back to the CPU backend.\n",
                    why, twell_status_name(st), twell_ctx_errmsg(ctx));
@@ -354,37 +405,7 @@ int twell_cmd_demo(int argc, char **argv) {
     }
     if (!on_cuda && demo_run_cpu(ctx, &s, f, packed, y, &t_pack, &t_infer))
         goto done;
-
-    for (size_t i = 0; i < nrows; i++)
-        rows[i] = i * M / nrows; /* evenly spaced from row 0 */
-    if (nrows < M)
-        printf("  computing the dense fp64 reference on %zu of %zu rows (evenly spaced "
-               "sample) ...",
-               nrows, M);
-    else
-        printf("  computing the dense fp64 reference on all %zu rows ...", M);
-    fflush(stdout);
-    t0 = demo_now();
-    st = tw_synth_ffn64(ctx->pool, &s, f->x, f->wg, f->wu, f->wd, rows, nrows, y64);
-    if (st != TWELL_OK) {
-        fprintf(stderr, "\ntwell demo: fp64 reference: %s\n", twell_status_name(st));
-        goto done;
-    }
-    printf(" %.2f s\n", demo_now() - t0);
-
-    tw_synth_stats ns;
-    tw_synth_packed_stats(&s, M, packed, &ns);
-    double err = tw_synth_rel_error(&s, y, rows, nrows, y64);
-    double tol = s.dtype == TWELL_DTYPE_BF16 ? 1e-2 : 2e-3;
-    printf("nnz/row   mean %.2f, min %u, max %u; max per row-tile %u (slots %u)\n", ns.mean_row,
-           ns.min_row, ns.max_row, ns.max_tile, slots);
-    printf("overflow  %zu of %zu row-tiles (%zu rows) recomputed exactly from x and Wg\n",
-           ns.overflow_tiles, M * (s.N / s.T), ns.overflow_rows);
-    printf("time      gate-pack %.3f ms, fused inference %.3f ms (%s backend)\n", t_pack * 1e3,
-           t_infer * 1e3, twell_backend_name(twell_ctx_backend(ctx)));
-    printf("error     |y - y64| / |y64| = %.3e over %s%zu rows (tolerance %.0e): %s\n", err,
-           nrows < M ? "a sample of " : "all ", nrows, tol, err <= tol ? "OK" : "FAILED");
-    rc = err <= tol ? 0 : 1;
+    rc = demo_check(ctx, &s, f, packed, y, M, rows, nrows, y64, t_pack, t_infer);
 done:
     free(packed);
     free(y);

@@ -115,6 +115,52 @@ static int tw_list_ops(const char *val, tw_tune_args *a) {
     return a->nops ? 1 : tw_bad("--ops", val);
 }
 
+/* The option o that takes a value, v: 1 set, 0 a bad value (message printed). */
+static int tw_set_option(tw_tune_args *a, const char *o, const char *v) {
+    int ok = 1;
+    if (!strcmp(o, "--model"))
+        a->model = v;
+    else if (!strcmp(o, "--json"))
+        a->json = v;
+    else if (!strcmp(o, "--assume-device")) {
+        tw_tune_device d;
+        if (tw_tune_device_preset(v, &d) != 0) {
+            fprintf(stderr, "twell tune: unknown device '%s' (h200, h100, a100, l4)\n", v);
+            return 0;
+        }
+        a->assume = v;
+    } else if (!strcmp(o, "--K"))
+        ok = a->have_K = tw_u32(o, v, &a->K);
+    else if (!strcmp(o, "--N"))
+        ok = a->have_N = tw_u32(o, v, &a->N);
+    else if (!strcmp(o, "--T"))
+        ok = tw_u32(o, v, &a->T);
+    else if (!strcmp(o, "--C"))
+        ok = tw_u32(o, v, &a->C);
+    else if (!strcmp(o, "--dtype")) {
+        a->have_dtype = 1;
+        if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16"))
+            a->dtype = TWELL_DTYPE_BF16;
+        else if (!strcmp(v, "fp16") || !strcmp(v, "float16"))
+            a->dtype = TWELL_DTYPE_FP16;
+        else
+            ok = tw_bad(o, v);
+    } else if (!strcmp(o, "--M"))
+        ok = tw_list_m(v, a);
+    else if (!strcmp(o, "--ops"))
+        ok = tw_list_ops(v, a);
+    else if (!strcmp(o, "--budget")) {
+        if (tw_cli_double(v, 0.0, 1e6, &a->budget) != 0)
+            ok = tw_bad(o, v);
+    } else if (!strcmp(o, "--reps"))
+        ok = tw_int(o, v, 1, 100000, &a->reps);
+    else if (!strcmp(o, "--threads"))
+        ok = tw_int(o, v, 1, 64, &a->threads);
+    else if (!strcmp(o, "--device"))
+        ok = tw_int(o, v, 0, 1024, &a->device);
+    return ok;
+}
+
 /* 1 parsed, 0 usage error (message printed), -1 --help. */
 static int tw_parse_args(int argc, char **argv, tw_tune_args *a) {
     memset(a, 0, sizeof *a);
@@ -162,49 +208,7 @@ static int tw_parse_args(int argc, char **argv, tw_tune_args *a) {
             fprintf(stderr, "twell tune: %s needs a value\n", o);
             return 0;
         }
-        const char *v = argv[++i];
-        int ok = 1;
-        if (!strcmp(o, "--model"))
-            a->model = v;
-        else if (!strcmp(o, "--json"))
-            a->json = v;
-        else if (!strcmp(o, "--assume-device")) {
-            tw_tune_device d;
-            if (tw_tune_device_preset(v, &d) != 0) {
-                fprintf(stderr, "twell tune: unknown device '%s' (h200, h100, a100, l4)\n", v);
-                return 0;
-            }
-            a->assume = v;
-        } else if (!strcmp(o, "--K"))
-            ok = a->have_K = tw_u32(o, v, &a->K);
-        else if (!strcmp(o, "--N"))
-            ok = a->have_N = tw_u32(o, v, &a->N);
-        else if (!strcmp(o, "--T"))
-            ok = tw_u32(o, v, &a->T);
-        else if (!strcmp(o, "--C"))
-            ok = tw_u32(o, v, &a->C);
-        else if (!strcmp(o, "--dtype")) {
-            a->have_dtype = 1;
-            if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16"))
-                a->dtype = TWELL_DTYPE_BF16;
-            else if (!strcmp(v, "fp16") || !strcmp(v, "float16"))
-                a->dtype = TWELL_DTYPE_FP16;
-            else
-                ok = tw_bad(o, v);
-        } else if (!strcmp(o, "--M"))
-            ok = tw_list_m(v, a);
-        else if (!strcmp(o, "--ops"))
-            ok = tw_list_ops(v, a);
-        else if (!strcmp(o, "--budget")) {
-            if (tw_cli_double(v, 0.0, 1e6, &a->budget) != 0)
-                ok = tw_bad(o, v);
-        } else if (!strcmp(o, "--reps"))
-            ok = tw_int(o, v, 1, 100000, &a->reps);
-        else if (!strcmp(o, "--threads"))
-            ok = tw_int(o, v, 1, 64, &a->threads);
-        else if (!strcmp(o, "--device"))
-            ok = tw_int(o, v, 0, 1024, &a->device);
-        if (!ok)
+        if (!tw_set_option(a, o, argv[++i]))
             return 0;
     }
     if (a->model && (a->have_K || a->have_N)) {
@@ -566,6 +570,170 @@ static void tw_prewarm_shape(twell_ctx *ctx, const twell_shape *s, const size_t 
     r->compiles = (unsigned long long)(st1.puts - st0.puts);
 }
 
+/* The shape to tune: --K/--N, or the model's FFN (and its dtype unless --dtype). 0, or the exit
+ * code 2 after saying why; *m is the model when one was read. */
+static int tw_tune_shape(const tw_tune_args *a, twell_shape *shape, tw_model_config *model,
+                         tw_model_config **m) {
+    *m = NULL;
+    twell_shape_init(shape, a->K, a->N);
+    shape->T = a->T;
+    shape->C = a->C;
+    shape->gated = a->gated;
+    shape->dtype = a->have_dtype ? a->dtype : TWELL_DTYPE_BF16;
+    if (!a->model)
+        return 0;
+    char err[512];
+    if (tw_model_config_load(a->model, model, err, sizeof err) != TWELL_OK) {
+        fprintf(stderr, "twell tune: %s\n", err);
+        return 2;
+    }
+    *m = model;
+    shape->K = model->hidden_size;
+    shape->N = model->intermediate_size;
+    if (!a->have_dtype &&
+        tw_model_config_dtype(model, &shape->dtype, err, sizeof err) != TWELL_OK) {
+        fprintf(stderr, "twell tune: %s: %s\n", a->model, err);
+        return 2;
+    }
+    return 0;
+}
+
+/* A context for messages and the cache (the GPU for tuning; for a dry run, whatever is here),
+ * the shape checked on it, and the device tuned for (*assumed: a preset, not the GPU present).
+ * 0, or the exit code after saying why (*ctx then NULL). */
+static int tw_tune_open(const tw_tune_args *a, const twell_shape *shape, twell_ctx **ctx,
+                        tw_tune_device *dev, int *assumed) {
+    twell_ctx_options co;
+    twell_ctx_options_init(&co);
+    co.backend = a->dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
+    co.device = a->device;
+    co.cpu_threads = 0;
+    co.log = tw_cli_log;
+    co.log_user = "twell tune";
+    *ctx = NULL;
+    *assumed = 0;
+    twell_status st = twell_ctx_create(&co, ctx);
+    if (st != TWELL_OK && !a->dry_run) {
+        fprintf(stderr,
+                "twell tune: tuning needs a CUDA device, and none is usable here (%s); "
+                "`twell tune --dry-run` lists the shapes and candidates without one\n",
+                twell_status_name(st));
+        return 3;
+    }
+    if (st != TWELL_OK) {
+        fprintf(stderr, "twell tune: cannot create a context: %s\n", twell_status_name(st));
+        return 1;
+    }
+    int rc = 0;
+    if (twell_shape_check(*ctx, shape) != TWELL_OK) {
+        fprintf(stderr, "twell tune: unsupported shape%s%s: %s\n", a->model ? " from " : "",
+                a->model ? a->model : "", twell_ctx_errmsg(*ctx));
+        rc = 2;
+    } else if (a->assume || twell_ctx_backend(*ctx) != TWELL_BACKEND_CUDA) {
+        tw_tune_device_preset(a->assume ? a->assume : "h200", dev);
+        *assumed = 1;
+    } else if (tw_tune_device_of(*ctx, dev) != TWELL_OK) {
+        fprintf(stderr, "twell tune: %s\n", twell_ctx_errmsg(*ctx));
+        rc = 1;
+    }
+    if (rc == 0 && *assumed && !a->dry_run) {
+        fprintf(stderr, "twell tune: --assume-device only applies to --dry-run: tuning measures "
+                        "the GPU present\n");
+        rc = 2;
+    }
+    if (rc != 0) {
+        twell_ctx_destroy(*ctx);
+        *ctx = NULL;
+    }
+    return rc;
+}
+
+/* The model, shape and device lines before the table. */
+static void tw_tune_print_setup(const tw_tune_args *a, const tw_model_config *m,
+                                const twell_shape *shape, const tw_tune_device *dev, int assumed) {
+    if (m) {
+        printf("model: %s (%s%s", a->model, m->model_type[0] ? m->model_type : "unknown type",
+               m->section[0] ? ", sizes from text_config" : "");
+        if (m->num_layers >= 0)
+            printf(", %lld layers share this FFN shape", (long long)m->num_layers);
+        printf(")\n");
+        if (m->hidden_act[0] && strcmp(m->hidden_act, "relu"))
+            printf("note: hidden_act is %s; TwELL kernels apply relu to the gate (sparse models "
+                   "are trained or fine-tuned with relu)\n",
+                   m->hidden_act);
+    }
+    printf("shape: K=%u N=%u T=%u C=%u %s %s\n", shape->K, shape->N, shape->T, shape->C,
+           tw_dt(shape->dtype), shape->gated ? "gated" : "non-gated");
+    printf("device: %s (%s, %d SMs)%s\n", dev->name, dev->arch, dev->sm_count,
+           assumed ? (a->assume ? " [assumed]" : " [assumed: no CUDA device here]") : "");
+}
+
+/* One row per op and M: tuned on the GPU (progress on stderr unless --quiet), or planned for a
+ * dry run. 1 when a tuning failed for a reason other than an unsupported shape. */
+static int tw_tune_rows(twell_ctx *ctx, const tw_tune_args *a, const tw_tune_device *dev,
+                        const twell_shape *shape, tw_row *rows, size_t nrows) {
+    tw_tune_options opt = tw_tune_options_default();
+    opt.budget_s = a->budget;
+    opt.reps = a->reps;
+    opt.threads = a->threads;
+    tw_progress prog = {!a->quiet && !a->dry_run, isatty(2), 0, nrows, NULL, 0};
+    opt.progress = tw_progress_cb;
+    opt.progress_user = &prog;
+    int failed = 0;
+    for (size_t o = 0; o < a->nops; o++)
+        for (size_t i = 0; i < a->nM; i++) {
+            tw_row *r = &rows[o * a->nM + i];
+            r->op = a->ops[o];
+            r->M = a->M[i];
+            r->bucket = tw_tune_m_bucket(a->M[i]);
+            r->ch.ms = r->ch.default_ms = NAN;
+            if (a->dry_run) {
+                tw_plan_row(ctx, dev, shape, r);
+                continue;
+            }
+            prog.job = o * a->nM + i;
+            prog.op = r->op;
+            prog.M = r->M;
+            tw_progress_draw(&prog, 0, 0, "start");
+            r->st = tw_tune_gpu(ctx, r->op, shape, r->M, &opt, a->retune, &r->ch);
+            if (r->st != TWELL_OK) {
+                snprintf(r->err, sizeof r->err, "%s", twell_ctx_errmsg(ctx));
+                failed |= r->st != TWELL_ERR_UNSUPPORTED;
+            } else {
+                snprintf(r->kernel, sizeof r->kernel, "%s", r->ch.config.kernel);
+            }
+        }
+    tw_progress_end(&prog);
+    return failed;
+}
+
+/* After tuning: the row kernel's background compile joined, the prewarm of the shape, and
+ * whether everything reached the cache (before: its stats before tuning). Into pw; printed. 1
+ * when the prewarm failed. */
+static int tw_tune_prewarm(twell_ctx *ctx, const tw_tune_args *a, const twell_shape *shape,
+                           tw_bg_compile *bg, tw_cache *cache, const tw_cache_stats *before,
+                           tw_prewarm *pw) {
+    tw_bg_compile_join(bg);
+    if (bg->st != TWELL_OK) /* the prewarm compiles it (or reports why it cannot) */
+        printf("note: compiling the row kernel alongside tuning failed (%s)\n",
+               twell_status_name(bg->st));
+    tw_prewarm_shape(ctx, shape, a->M, a->nM, pw);
+    if (pw->st == TWELL_OK && cache && tw_cli_check_stored("twell tune", cache, before)) {
+        pw->st = TWELL_ERR_IO;
+        snprintf(pw->err, sizeof pw->err,
+                 "tuning records or kernels were not stored in the cache (see above): a "
+                 "deployed process would tune and compile them again");
+    }
+    if (pw->st == TWELL_OK)
+        printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
+               "(%llu kernels compiled now; %d gate-pack and %d ffn_infer modules); a new "
+               "process compiles nothing for it\n",
+               pw->s, pw->compiles, pw->gp_modules, pw->ffn_modules);
+    else
+        printf("prewarm: FAILED: %s\n", pw->err);
+    return pw->st != TWELL_OK;
+}
+
 int twell_cmd_tune(int argc, char **argv) {
     tw_tune_args a;
     int pr = tw_parse_args(argc, argv, &a);
@@ -578,88 +746,15 @@ int twell_cmd_tune(int argc, char **argv) {
 
     tw_model_config model, *m = NULL;
     twell_shape shape;
-    twell_shape_init(&shape, a.K, a.N);
-    shape.T = a.T;
-    shape.C = a.C;
-    shape.gated = a.gated;
-    shape.dtype = a.have_dtype ? a.dtype : TWELL_DTYPE_BF16;
-    if (a.model) {
-        char err[512];
-        if (tw_model_config_load(a.model, &model, err, sizeof err) != TWELL_OK) {
-            fprintf(stderr, "twell tune: %s\n", err);
-            return 2;
-        }
-        m = &model;
-        shape.K = model.hidden_size;
-        shape.N = model.intermediate_size;
-        if (!a.have_dtype &&
-            tw_model_config_dtype(&model, &shape.dtype, err, sizeof err) != TWELL_OK) {
-            fprintf(stderr, "twell tune: %s: %s\n", a.model, err);
-            return 2;
-        }
-    }
-
-    /* A context for messages and the cache: the GPU for tuning; for a dry run, whatever is
-     * here (a GPU describes itself, otherwise a preset is assumed). */
-    twell_ctx_options co;
-    twell_ctx_options_init(&co);
-    co.backend = a.dry_run ? TWELL_BACKEND_AUTO : TWELL_BACKEND_CUDA;
-    co.device = a.device;
-    co.cpu_threads = 0;
-    co.log = tw_cli_log;
-    co.log_user = "twell tune";
+    int rc = tw_tune_shape(&a, &shape, &model, &m);
+    if (rc != 0)
+        return rc;
     twell_ctx *ctx = NULL;
-    twell_status st = twell_ctx_create(&co, &ctx);
-    if (st != TWELL_OK && !a.dry_run) {
-        fprintf(stderr,
-                "twell tune: tuning needs a CUDA device, and none is usable here (%s); "
-                "`twell tune --dry-run` lists the shapes and candidates without one\n",
-                twell_status_name(st));
-        return 3;
-    }
-    if (st != TWELL_OK) {
-        fprintf(stderr, "twell tune: cannot create a context: %s\n", twell_status_name(st));
-        return 1;
-    }
-    if (twell_shape_check(ctx, &shape) != TWELL_OK) {
-        fprintf(stderr, "twell tune: unsupported shape%s%s: %s\n", a.model ? " from " : "",
-                a.model ? a.model : "", twell_ctx_errmsg(ctx));
-        twell_ctx_destroy(ctx);
-        return 2;
-    }
-
     tw_tune_device dev;
     int assumed = 0;
-    if (a.assume || twell_ctx_backend(ctx) != TWELL_BACKEND_CUDA) {
-        tw_tune_device_preset(a.assume ? a.assume : "h200", &dev);
-        assumed = 1;
-    } else if (tw_tune_device_of(ctx, &dev) != TWELL_OK) {
-        fprintf(stderr, "twell tune: %s\n", twell_ctx_errmsg(ctx));
-        twell_ctx_destroy(ctx);
-        return 1;
-    }
-    if (assumed && !a.dry_run) {
-        fprintf(stderr, "twell tune: --assume-device only applies to --dry-run: tuning measures "
-                        "the GPU present\n");
-        twell_ctx_destroy(ctx);
-        return 2;
-    }
-
-    if (m) {
-        printf("model: %s (%s%s", a.model, model.model_type[0] ? model.model_type : "unknown type",
-               model.section[0] ? ", sizes from text_config" : "");
-        if (model.num_layers >= 0)
-            printf(", %lld layers share this FFN shape", (long long)model.num_layers);
-        printf(")\n");
-        if (model.hidden_act[0] && strcmp(model.hidden_act, "relu"))
-            printf("note: hidden_act is %s; TwELL kernels apply relu to the gate (sparse models "
-                   "are trained or fine-tuned with relu)\n",
-                   model.hidden_act);
-    }
-    printf("shape: K=%u N=%u T=%u C=%u %s %s\n", shape.K, shape.N, shape.T, shape.C,
-           tw_dt(shape.dtype), shape.gated ? "gated" : "non-gated");
-    printf("device: %s (%s, %d SMs)%s\n", dev.name, dev.arch, dev.sm_count,
-           assumed ? (a.assume ? " [assumed]" : " [assumed: no CUDA device here]") : "");
+    if ((rc = tw_tune_open(&a, &shape, &ctx, &dev, &assumed)) != 0)
+        return rc;
+    tw_tune_print_setup(&a, m, &shape, &dev, assumed);
 
     size_t nrows = a.nops * a.nM;
     tw_row *rows = calloc(nrows, sizeof *rows);
@@ -667,10 +762,6 @@ int twell_cmd_tune(int argc, char **argv) {
         twell_ctx_destroy(ctx);
         return 1;
     }
-    tw_tune_options opt = tw_tune_options_default();
-    opt.budget_s = a.budget;
-    opt.reps = a.reps;
-    opt.threads = a.threads;
     /* The cache opened now (its warning, if any, comes first); its stats say at the end whether
      * the records and kernels reached the directory. */
     tw_cache *cache = NULL;
@@ -678,68 +769,22 @@ int twell_cmd_tune(int argc, char **argv) {
     memset(&before, 0, sizeof before);
     if (!a.dry_run && tw_ctx_cache(ctx, &cache) == TWELL_OK)
         tw_cache_get_stats(cache, &before);
-    tw_progress prog = {!a.quiet && !a.dry_run, isatty(2), 0, nrows, NULL, 0};
-    opt.progress = tw_progress_cb;
-    opt.progress_user = &prog;
-    int failed = 0;
     double t_start = tw_now_s();
     tw_bg_compile bg;
     memset(&bg, 0, sizeof bg);
     if (!a.dry_run)
         tw_bg_compile_start(ctx, &shape, &bg);
-    for (size_t o = 0; o < a.nops; o++)
-        for (size_t i = 0; i < a.nM; i++) {
-            tw_row *r = &rows[o * a.nM + i];
-            r->op = a.ops[o];
-            r->M = a.M[i];
-            r->bucket = tw_tune_m_bucket(a.M[i]);
-            r->ch.ms = r->ch.default_ms = NAN;
-            if (a.dry_run) {
-                tw_plan_row(ctx, &dev, &shape, r);
-                continue;
-            }
-            prog.job = o * a.nM + i;
-            prog.op = r->op;
-            prog.M = r->M;
-            tw_progress_draw(&prog, 0, 0, "start");
-            r->st = tw_tune_gpu(ctx, r->op, &shape, r->M, &opt, a.retune, &r->ch);
-            if (r->st != TWELL_OK) {
-                snprintf(r->err, sizeof r->err, "%s", twell_ctx_errmsg(ctx));
-                failed |= r->st != TWELL_ERR_UNSUPPORTED;
-            } else {
-                snprintf(r->kernel, sizeof r->kernel, "%s", r->ch.config.kernel);
-            }
-        }
-    tw_progress_end(&prog);
+    int failed = tw_tune_rows(ctx, &a, &dev, &shape, rows, nrows);
     tw_print_table(rows, nrows, a.dry_run);
     tw_prewarm pw;
     memset(&pw, 0, sizeof pw);
     pw.st = TWELL_ERR_UNSUPPORTED; /* not done (dry run) */
-    if (!a.dry_run) {
-        tw_bg_compile_join(&bg);
-        if (bg.st != TWELL_OK) /* the prewarm compiles it (or reports why it cannot) */
-            printf("note: compiling the row kernel alongside tuning failed (%s)\n",
-                   twell_status_name(bg.st));
-        tw_prewarm_shape(ctx, &shape, a.M, a.nM, &pw);
-        if (pw.st == TWELL_OK && cache && tw_cli_check_stored("twell tune", cache, &before)) {
-            pw.st = TWELL_ERR_IO;
-            snprintf(pw.err, sizeof pw.err,
-                     "tuning records or kernels were not stored in the cache (see above): a "
-                     "deployed process would tune and compile them again");
-        }
-        if (pw.st == TWELL_OK)
-            printf("prewarm: a plan of this shape and its winners for every M loaded in %.2f s "
-                   "(%llu kernels compiled now; %d gate-pack and %d ffn_infer modules); a new "
-                   "process compiles nothing for it\n",
-                   pw.s, pw.compiles, pw.gp_modules, pw.ffn_modules);
-        else
-            printf("prewarm: FAILED: %s\n", pw.err);
-        failed |= pw.st != TWELL_OK;
-    }
+    if (!a.dry_run)
+        failed |= tw_tune_prewarm(ctx, &a, &shape, &bg, cache, &before, &pw);
     double wall_s = tw_now_s() - t_start;
     if (!a.dry_run)
         printf("total: %.2f s (tuning and prewarm, this process)\n", wall_s);
-    int rc = failed ? 1 : 0;
+    rc = failed ? 1 : 0;
     if (a.json) {
         if (tw_write_json(a.json, &a, m, &shape, &dev, assumed, rows, nrows, &pw, wall_s))
             printf("report: %s\n", a.json);

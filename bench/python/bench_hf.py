@@ -12,7 +12,7 @@ installed package) and transformers. Stages run in the order given, each for eve
 (or STAGE:MODE for one mode: --stages prefill:eager,train,decode:static,prefill:compiled);
 --budget-s stops starting new measurements after that many seconds (they are recorded as skipped).
 
-Models: the shapes of hf_synth.SHAPES (1.5b, 2b: twellrt.bench_model's; 7b: hidden 4096,
+Models: the shapes of hf_synth.SHAPES (1.5b, 2b: bench_model's; 7b: hidden 4096,
 intermediate 11008, 32 layers, 32 heads), hidden_act="relu", SDPA attention, bf16, with synthetic
 weights calibrated to trained-like activity (bench_model.calibrate: 0.51% of N active per token on
 average over layers, low first layers, a bump in the early-middle ones, 30% dead neurons, first

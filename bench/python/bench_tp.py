@@ -21,7 +21,7 @@ Per layer, for each activity profile (twellrt.activity: uniform, skewed, cluster
   decode   batches --batches (1 … 64), non-BOS rows, in CUDA graphs: every shard reserved
            (twell_plan_reserve), warmed up eagerly, one forward captured with its all-reduce and
            replayed (--decode-profiles only, balanced layout).
-Model (the weights of twellrt.bench_model with each profile's firing probabilities; attention
+Model (the weights of bench_model.py with each profile's firing probabilities; attention
 split by heads, column-parallel q/k/v and row-parallel o_proj with its all-reduce, in this file):
   prefill  the same tokens, logits of the last position (eager; two all-reduces per layer);
   decode   one new token per sequence attending over a static KV cache of --ctx positions
@@ -327,7 +327,7 @@ class TPAttention(nn.Module):
         return t.view(B, S, self.h, self.hd).transpose(1, 2)
 
     def forward(self, x, cos, sin):
-        from twellrt.bench_model import rope
+        from bench_model import rope
 
         B, S, _ = x.shape
         q, k, v = (self._heads(F.linear(x, w), B, S) for w in (self.wq, self.wk, self.wv))
@@ -337,7 +337,7 @@ class TPAttention(nn.Module):
     def decode(self, x, cache, cos, sin):
         """x [B, 1, K] at position ctx, attending over cache = (k, v) [B, h, ctx, hd] (static;
         the new token's own key and value are not appended: the cost of one row)."""
-        from twellrt.bench_model import rope
+        from bench_model import rope
 
         B = x.shape[0]
         q = rope(self._heads(F.linear(x, self.wq), B, 1), cos, sin)
@@ -384,8 +384,8 @@ def decode_step(model, layers, caches, ids, cos, sin):
 
 @torch.no_grad()
 def init_weights_on(model, seed, dev):
-    """twellrt.bench_model.init_weights, drawn on the device (a 7B model in seconds)."""
-    from twellrt import bench_model as bm
+    """bench_model.init_weights, drawn on the device (a 7B model in seconds)."""
+    import bench_model as bm
 
     g = torch.Generator(device=dev).manual_seed(seed)
     for name, p in model.named_parameters():
@@ -403,7 +403,7 @@ def init_weights_on(model, seed, dev):
 def calibrate_profile(model, targets, ids, seed, profile):
     """bench_model.calibrate with each layer's firing probabilities drawn from
     twellrt.activity.firing_probs(profile) instead of its own log-normal."""
-    from twellrt import bench_model as bm
+    import bench_model as bm
     from twellrt.activity import firing_probs
 
     bm.calibrate(model, targets, ids, seed, probs=lambda i, N, target: firing_probs(N, target, profile, seed + 101 * i))
@@ -413,7 +413,7 @@ def _model_decode(a, recs, shape, profile, model, variants, rank, world, dev, cl
     """One decode step of the whole model per batch, captured in a graph, for each variant
     (impl, p, layout, layers); the caches are made once per p for the largest batch."""
     from twellrt import balance
-    from twellrt import bench_model as bm
+    import bench_model as bm
 
     maxb = max(a.model_batches)
     gen = torch.Generator().manual_seed(99)
@@ -454,7 +454,7 @@ def _model_decode(a, recs, shape, profile, model, variants, rank, world, dev, cl
 def model_bench(a, recs, shape, profile, rank, world, dev, clock, first):
     import twellrt
     from twellrt import balance
-    from twellrt import bench_model as bm
+    import bench_model as bm
 
     K, N, L, H = SHAPES[shape]
     L = min(L, a.model_layers.get(shape, L))

@@ -1,6 +1,6 @@
 """The models the Hugging Face benchmark runs: transformers' LlamaForCausalLM at the paper's shapes
 with synthetic weights whose ReLU MLPs have trained-like activity (calibrated by
-twellrt.bench_model.calibrate, reached through a small adapter), or a SparseLM checkpoint
+bench_model.calibrate, reached through a small adapter), or a SparseLM checkpoint
 (twellrt.load_sparse_lm); and the twellrt copy of a dense model, sharing its weights."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from twellrt import bench_model as bm
+import bench_model as bm
 
-# hidden, intermediate, layers, heads. 1.5b and 2b as twellrt.bench_model's; 7b Llama-2-7B's widths.
+# hidden, intermediate, layers, heads. 1.5b and 2b as bench_model's; 7b Llama-2-7B's widths.
 SHAPES = {
     "1.5b": (2048, 5632, 28, 16),
     "2b": (2304, 6144, 30, 18),

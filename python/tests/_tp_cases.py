@@ -3,12 +3,19 @@ processes). Every function takes (rank, world, ...) inside an initialised proces
 returns plain tensors and numbers for the parent to check; all ranks build the same full layer
 or model from fixed seeds, as a checkpoint load would."""
 
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 
 import twellrt
 from twellrt import activity, balance
-from twellrt import bench_model as bm
+
+# the model benchmark's model (bench/python/bench_model.py, outside the package); spawned ranks
+# import this module first, so they find it too
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "python"))
+import bench_model as bm  # noqa: E402
 
 T = 64  # small tiles keep the CPU backend fast and still give several tiles per shard
 

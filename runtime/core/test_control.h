@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 enum {
-    /* ---- the CUDA layer, process-wide (runtime/cuda/cuda_driver.c) ---- */
+    /* ---- the CUDA layer, process-wide (runtime/cuda/cuda_memory.c) ---- */
     TW_TC_CUDA_FIRST = 100,
     /* (long n): the n-th device or page-locked allocation from now fails as
      * CUDA_ERROR_OUT_OF_MEMORY; 0 disarms (the countdown is process-wide). */
@@ -33,7 +33,7 @@ enum {
      * (synchronize, stream/event synchronize, event elapsed, synchronous copies to the host) */
     TW_TC_CUDA_HOST_WAITS,
     /* (const twell_ctx *ctx, unsigned long *out): driver calls made on ctx so far through the
-     * wrappers (runtime/cuda/cuda_driver.c); 0 for a context not on CUDA. The steady-state cost
+     * wrappers (runtime/cuda/cuda_driver_api.h); 0 for a context not on CUDA. The steady-state cost
      * of an op's host path is the difference around a call. ctx's threading rule applies. */
     TW_TC_CUDA_DRIVER_CALLS,
     /* (const twell_ctx *ctx, const char **names, size_t cap, size_t *n): the names

@@ -1,7 +1,8 @@
 /*
  * cuda_driver_api.h — the CUDA driver's function table, filled with dlsym by cuda_driver_load.c
- * and called through by cuda_driver.c (the only two files that see it), and the launch
- * configuration types its entries take, laid out as in the driver ABI.
+ * and called through by the wrappers of cuda_driver.c, cuda_launch.c and cuda_memory.c (the only
+ * files that see it), the launch configuration types its entries take, laid out as in the driver
+ * ABI, and the wrappers' counted call.
  */
 #ifndef TWELL_CUDA_DRIVER_API_H
 #define TWELL_CUDA_DRIVER_API_H
@@ -103,5 +104,29 @@ typedef struct tw_cu_api {
 /* The table: filled once by tw_cu_load (cuda_driver_load.c); entries stay NULL until it has
  * succeeded, optional ones also after when the driver lacks them. */
 extern tw_cu_api tw_cu;
+
+/* ---- calling through the table (the wrapper files) ---- */
+
+/* Counts one driver call on ctx's device record (tw_cuda.calls and .trace; a ctx that is NULL or
+ * not on CUDA yet counts nothing). */
+static inline void tw_cu_count(twell_ctx *ctx, const char *name) {
+    if (ctx && ctx->cuda) {
+        tw_cuda *d = ctx->cuda;
+        d->trace[d->calls % TW_CU_TRACE] = name;
+        d->calls++;
+    }
+}
+
+/* The driver entry point `call`, counted on ctx: TW_CU(ctx, EventRecord)(ev, stream). Every call
+ * an op makes on a context goes through this (errors' name lookups and unloads aside). */
+#define TW_CU(ctx, call) (tw_cu_count((ctx), "cu" #call), tw_cu.call)
+
+/* Calls a driver entry point and returns its mapped failure, naming the call. */
+#define TW_CU_TRY(ctx, call, ...)                                                                  \
+    do {                                                                                           \
+        tw_CUresult r_ = TW_CU(ctx, call)(__VA_ARGS__);                                            \
+        if (r_ != TW_CUDA_SUCCESS)                                                                 \
+            return tw_cu_fail((ctx), "cu" #call, r_);                                              \
+    } while (0)
 
 #endif

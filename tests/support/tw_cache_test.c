@@ -112,3 +112,79 @@ void tw_expect_miss(tw_cache *c, tw_cache_kind kind, const tw_key *k) {
     assert_null(p);
     assert_int_equal(len, 0);
 }
+
+void tw_damage(const char *path, int mode, const tw_key *k) {
+    size_t n;
+    uint8_t *b = tw_read_whole(path, &n);
+    assert_true(n > TW_CACHE_HEADER_BYTES + 10);
+    size_t plen = n - TW_CACHE_HEADER_BYTES;
+    switch (mode) {
+    case DMG_TRUNC_HALF:
+        n /= 2;
+        break;
+    case DMG_TRUNC_HEADER:
+        n = 10;
+        break;
+    case DMG_EMPTY:
+        n = 0;
+        break;
+    case DMG_PAYLOAD_BYTE:
+        b[TW_CACHE_HEADER_BYTES + plen / 2] ^= 0x10;
+        break;
+    case DMG_HEADER_BYTE:
+        b[20] ^= 0x01;
+        break; /* inside the key echo */
+    case DMG_MAGIC:
+        memcpy(b, "NOTTWELL", 8);
+        break;
+    case DMG_VERSION:
+        b[8] = (uint8_t)(TW_CACHE_FORMAT_VERSION + 1);
+        break;
+    case DMG_KIND: { /* a valid tuning record under the cubin's name */
+        uint8_t *p = malloc(plen);
+        assert_non_null(p);
+        memcpy(p, b + TW_CACHE_HEADER_BYTES, plen);
+        tw_cache_entry_write(b, TW_CACHE_TUNING, k, p, plen);
+        free(p);
+        break;
+    }
+    case DMG_FOREIGN_KEY: { /* a valid entry for another key */
+        tw_key other = tw_test_key(999);
+        uint8_t *p = malloc(plen);
+        assert_non_null(p);
+        memcpy(p, b + TW_CACHE_HEADER_BYTES, plen);
+        tw_cache_entry_write(b, TW_CACHE_CUBIN, &other, p, plen);
+        free(p);
+        break;
+    }
+    case DMG_TRAILING: {
+        uint8_t *nb = realloc(b, n + 3);
+        assert_non_null(nb);
+        b = nb;
+        memcpy(b + n, "xyz", 3);
+        n += 3;
+        break;
+    }
+    case DMG_GARBAGE:
+        tw_fill(b, n, 4242);
+        break;
+    }
+    tw_write_file(path, b, n);
+    free(b);
+}
+
+tw_key tw_put_good_and_corrupt(const char *dir, size_t n, uint32_t seed, int key, char *bad_path,
+                               size_t cap) {
+    uint8_t *a = malloc(n);
+    assert_non_null(a);
+    tw_fill(a, n, seed);
+    tw_key good = tw_test_key(key), bad = tw_test_key(key + 1);
+    tw_cache *c = tw_open(dir, 0, NULL);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &good, a, n), TWELL_OK);
+    assert_int_equal(tw_cache_put(c, TW_CACHE_CUBIN, &bad, a, n), TWELL_OK);
+    tw_cache_close(c);
+    free(a);
+    tw_entry_path(dir, TW_CACHE_CUBIN, &bad, bad_path, cap);
+    tw_damage(bad_path, DMG_PAYLOAD_BYTE, &bad);
+    return bad;
+}

@@ -38,4 +38,28 @@ tw_cache *tw_open(const char *dir, size_t cap, tw_logbook *log);
 void tw_expect_hit(tw_cache *c, tw_cache_kind kind, const tw_key *k, const void *want, size_t n);
 void tw_expect_miss(tw_cache *c, tw_cache_kind kind, const tw_key *k);
 
+/* How tw_damage damages an entry file. */
+typedef enum tw_damage_mode {
+    DMG_TRUNC_HALF,
+    DMG_TRUNC_HEADER,
+    DMG_EMPTY,
+    DMG_PAYLOAD_BYTE,
+    DMG_HEADER_BYTE,
+    DMG_MAGIC,
+    DMG_VERSION,
+    DMG_KIND,
+    DMG_FOREIGN_KEY,
+    DMG_TRAILING,
+    DMG_GARBAGE,
+    DMG_COUNT
+} tw_damage_mode;
+
+/* Damages the entry file at path (an entry of key k, for the modes that rewrite it) per mode. */
+void tw_damage(const char *path, int mode, const tw_key *k);
+/* Fills the cache at dir with two cubin entries of n bytes (tw_fill's from seed) under keys
+ * tw_test_key(key) and tw_test_key(key + 1), the second damaged (DMG_PAYLOAD_BYTE); returns that
+ * key and writes its file's path into bad_path. */
+tw_key tw_put_good_and_corrupt(const char *dir, size_t n, uint32_t seed, int key, char *bad_path,
+                               size_t cap);
+
 #endif

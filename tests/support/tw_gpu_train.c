@@ -79,6 +79,16 @@ void gt_out_free(gt_out *o) {
     free(o->dwd);
 }
 
+void gt_expect_same(const gt_out *a, const gt_out *b, size_t M, uint32_t K, uint32_t N) {
+    size_t xk = M * K, wk = (size_t)N * K;
+    assert_memory_equal(a->y, b->y, xk * 2);
+    assert_memory_equal(a->dx, b->dx, xk * 2);
+    assert_memory_equal(a->dwg, b->dwg, wk * 4);
+    assert_memory_equal(a->dwu, b->dwu, wk * 4);
+    assert_memory_equal(a->dwd, b->dwd, wk * 4);
+    assert_memory_equal(a->stats, b->stats, 8);
+}
+
 void gt_gpu_open(gt_gpu *g, const twell_shape *s, const gt_case *c) {
     memset(g, 0, sizeof *g);
     GT_OK(twell_plan_create(gt_ctx, s, &g->plan));

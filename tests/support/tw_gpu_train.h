@@ -72,6 +72,8 @@ typedef struct {
 /* Host outputs for M tokens, K features, N neurons (assert on failure); gt_out_free frees them. */
 void gt_out_alloc(gt_out *o, size_t M, uint32_t K, uint32_t N);
 void gt_out_free(gt_out *o);
+/* Two runs' outputs (M rows) bit for bit the same. */
+void gt_expect_same(const gt_out *a, const gt_out *b, size_t M, uint32_t K, uint32_t N);
 
 /* The GPU side of a case: plan, state, uploaded inputs, outputs. */
 typedef struct {

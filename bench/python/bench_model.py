@@ -1,9 +1,12 @@
 """End-to-end model benchmark: a Llama-style model with dense PyTorch MLPs against the same model
 with twellrt MLPs (same weights, swapped in place), on one GPU, in one run.
 
-    python -m twellrt.bench_model [--shape 0.5b|1.5b|2b] [--batch 8] [--train-batch 8]
-                                  [--seq 2048] [--l1 2e-5] [--json out.json]
-    python -m twellrt.bench_model --overhead      # host overhead per call only (CPU or GPU)
+    PYTHONPATH=python python bench/python/bench_model.py [--shape 0.5b|1.5b|2b] [--batch 8]
+        [--train-batch 8] [--seq 2048] [--l1 2e-5] [--json out.json]
+    PYTHONPATH=python python bench/python/bench_model.py --overhead   # host overhead per call only
+
+Outside the installed package, over its public API (PYTHONPATH=python, or twellrt installed);
+hf_synth.py, bench_tp.py and the package's tests import it from this folder.
 
 Model: RMSNorm, multi-head attention with RoPE through PyTorch's SDPA (causal), ReLU gated MLP,
 untied lm_head, bf16. Reported: forward (prefill) tokens/ms over batches of `--seq` tokens,
