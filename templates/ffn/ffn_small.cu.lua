@@ -176,6 +176,19 @@ __device__ __forceinline__ void tw_dot2(const unsigned short *a0, const unsigned
     r1 = tw_warp_sum(s1);
 }
 
+/* The first i in [0, n) with incl[i] > j (incl non-decreasing, incl[n - 1] > j): binary search. */
+__device__ __forceinline__ int tw_first_above(const int *incl, int n, int j) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (incl[mid] > j)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 /* Warms the address translation (and one line) of every 2 MB page of weight matrix w, [N, K],
  * pages split over `nparts` blocks: run BEFORE the grid dependency wait (w is an input no earlier
  * kernel writes), it overlaps the page walks of the weight rows this kernel will gather with the

@@ -104,14 +104,7 @@ __device__ __forceinline__ tw_fused_row tw_fused_stage(const unsigned short *__r
 /* Entry word j of the staged row (j < total): the first tile whose inclusive count exceeds j; a
  * word whose column is past N (malformed input) comes back as 0 (value +0, column 0). */
 __device__ __forceinline__ tw_u32 tw_fused_entry(const tw_u32 *pw, const int *sincl, int j) {
-    int lo = 0, hi = ${NT} - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (sincl[mid] > j)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
+    const int lo = tw_first_above(sincl, ${NT}, j);
     const tw_u32 e = pw[lo * ${S.W} + 1 + (j - (lo ? sincl[lo - 1] : 0))];
     return (e & 0xffffu) < ${S.N}u ? e : 0u; /* malformed input: a column past N reads row 0, +0 */
 }

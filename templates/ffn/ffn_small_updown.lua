@@ -215,14 +215,7 @@ __device__ __forceinline__ void tw_row_walk(float (&acc)[8], int *sincl, const t
             const int j = j0 + lane;
             tw_u32 e = 0u;
             if (j < total) {
-                int lo = 0, hi = 31; /* the first tile whose inclusive count exceeds j */
-                while (lo < hi) {
-                    const int mid = (lo + hi) >> 1;
-                    if (sincl[mid] > j)
-                        hi = mid;
-                    else
-                        lo = mid + 1;
-                }
+                const int lo = tw_first_above(sincl, 32, j); /* the tile whose count covers j */
                 const int excl = lo ? sincl[lo - 1] : 0;
                 e = __ldg(prow + (size_t)(warp + 8 * (i0 + lo)) * ${S.W} + 1 + (j - excl));
                 if ((e & 0xffffu) >= ${S.N}u)
