@@ -229,29 +229,29 @@ def test_reinit_dense_mlp_columns_and_fallback():
     assert mlp.gate_proj.weight[dead].abs().max().item() <= 1.0 / math.sqrt(K)
 
 
+def _train_steps(_hf, model, opt, tracker, steps=2):
+    """`steps` optimiser steps on fixed prompts, then the tracker's dead masks and counts and a
+    copy of every layer's gate weight."""
+    for s in range(steps):
+        ids = _hf.prompt(2, 6, seed=20 + s)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    gates = {n: m.gate_proj.weight.detach().clone() for n, m in tracker.layers.items()}
+    return tracker.dead(), tracker.dead_counts(), gates
+
+
 def test_reinit_dead_neurons_from_tracker():
     _hf = pytest.importorskip("_hf")
     model = _hf.twell_copy(_hf.dense_model("llama"), l1_coef=0.01).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tracker = twellrt.ActivityTracker(model)
-    for s in range(2):
-        ids = _hf.prompt(2, 6, seed=20 + s)
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad()
-    dead, counts = tracker.dead(), tracker.dead_counts()
-    gates = {n: m.gate_proj.weight.detach().clone() for n, m in tracker.layers.items()}
+    dead, counts, gates = _train_steps(_hf, model, opt, tracker)
     with pytest.raises(twellrt.TwellInvalidArgument, match="min_steps"):
         twellrt.reinit_dead_neurons(tracker, min_steps=0)
     assert twellrt.reinit_dead_neurons(tracker, min_steps=3) == {n: 0 for n in counts}  # too few steps
     assert tracker.steps() == {n: 0 for n in counts}  # it started a new window anyway
-    for s in range(2):
-        ids = _hf.prompt(2, 6, seed=20 + s)
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad()
-    dead, counts = tracker.dead(), tracker.dead_counts()
-    gates = {n: m.gate_proj.weight.detach().clone() for n, m in tracker.layers.items()}
+    dead, counts, gates = _train_steps(_hf, model, opt, tracker)
     assert twellrt.reinit_dead_neurons(tracker, optimizer=opt) == counts
     assert all(v > 0 for v in counts.values())
     for n, m in tracker.layers.items():
