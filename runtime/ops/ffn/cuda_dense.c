@@ -342,7 +342,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     twell_status sst = TWELL_OK;
     /* the small-batch kernels (cuda_small.c): forced, or AUTO's route for few rows (counted now
      * and then for AUTO, below) */
-    tw_small_avoid_row(sm, 0); /* forced: the rule's kernels */
+    tw_small_avoid_row(sm, 0); /* forced and rule 0: the rule's kernels */
     if (tw_small_ffn_forced(plan, sm, M, (any & 15u) == 0, capturing)) {
         if (tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
@@ -367,8 +367,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     } else if (plan->path == TWELL_PATH_AUTO) {
         /* the row kernel only where rule 0 chose it; other small-path calls run the up and down
          * kernels (whose workspace a captured call must then have) */
-        int row = 0;
-        tw_small_avoid_row(sm, 0);
+        int row = 0; /* the row kernel may run (set above) while rule 0 decides */
         tw_ffn_route r = tw_dense_route(
             plan, d, M, can, tw_small_ffn_ok(plan, sm, M, (any & 15u) == 0, capturing), &row);
         if (r == TW_ROUTE_SMALL && !row) {
