@@ -230,14 +230,14 @@ typedef struct {
 } gr_case;
 
 /* The first two are small (sanitizer). AUTO's route is ffn_policy's for M and the reserve's
- * estimate (the dense crossover 6.0% of N up to 47 rows, 1.6% at 256, 1.39% at 4096): the sparse
- * routes at 29 per row (10 at N = 1024), dense at 280 from 160 rows. */
+ * estimate: the row kernel from 96 to 1024 rows below 2.0-1.4% of N (rule 0), the sparse routes
+ * at 29 per row (10 at N = 1024), dense at 280 from 160 rows. */
 static const gr_case gr_cases[] = {
     {1, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_DENSE, 29, 29, P_DENSE},
     {8, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE},
     {64, 2048, 5632, BF, 1, P_SPARSE, 29, 29, P_SPARSE},
-    {256, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_DENSE}, /* AUTO: dense at every density there */
+    {256, 2048, 5632, BF, 1, P_AUTO, 29, 29, P_SPARSE}, /* AUTO: the row kernel (rule 0) */
     {256, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},
     {1000, 2048, 5632, BF, 1, P_DENSE, 110, 110, P_DENSE},
     {4096, 2048, 5632, BF, 1, P_AUTO, 280, 280, P_DENSE},
