@@ -402,7 +402,9 @@ typedef void *twell_stream;
  *           while the mean active values per row stay under its crossover (1.4-2% of N) and the
  *           counts show no overflowing row-tile; else DENSE when that mean exceeds the dense
  *           crossover for the call's M; else, up to 256 rows, the small-batch kernels; else
- *           SPARSE. What the plan knows: the counts of the
+ *           DENSE up to 2895 rows once the plan has met rows with overflowing row-tiles (heavy
+ *           rows, e.g. sequences' first tokens: SPARSE recomputes them at a fixed cost a call);
+ *           else SPARSE. What the plan knows: the counts of the
  *           most recent call that have reached the host, else the nnz_per_row given to
  *           twell_plan_reserve, else nothing (then not DENSE, except where the crossover is 0).
  *           Small-batch calls count one call in 16, and every call while the estimate is within

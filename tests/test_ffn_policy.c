@@ -132,6 +132,38 @@ static void test_ffn_policy_row(void **st) {
     assert_int_equal(tw_ffn_policy_row(&in), 0);
 }
 
+/* Rule 3: once the tiled pipeline has had rows with overflowing row-tiles (or the counts showed
+ * overflowing row-tiles), the calls it would take up to TW_POLICY_HEAVY_DENSE_MAX_ROWS run dense;
+ * the small path and larger M are unchanged. */
+static void test_ffn_policy_heavy(void **st) {
+    (void)st;
+    static const struct {
+        size_t M;
+        int heavy, ovf, dense_ok;
+        tw_ffn_route want;
+    } t[] = {
+        {2048, 0, 0, 1, TI},
+        {2048, 1, 0, 1, DE},
+        {2048, 0, 1, 1, DE},
+        {1448, 1, 0, 1, DE},
+        {TW_POLICY_HEAVY_DENSE_MAX_ROWS, 1, 0, 1, DE},
+        {TW_POLICY_HEAVY_DENSE_MAX_ROWS + 1, 1, 0, 1, TI},
+        {4096, 1, 1, 1, TI},
+        {2048, 1, 1, 0, TI}, /* no dense path */
+        {8, 1, 1, 1, SM},    /* the small path keeps its rows */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        tw_ffn_policy_in in;
+        memset(&in, 0, sizeof in);
+        in.M = t[i].M, in.N = 5632, in.est = 29.0, in.small_ok = 1, in.row_ok = t[i].M > 16;
+        in.dense_ok = t[i].dense_ok, in.heavy_seen = t[i].heavy, in.ovf_seen = t[i].ovf;
+        tw_ffn_route got = tw_ffn_policy(&in);
+        if (got != t[i].want)
+            fail_msg("M=%zu heavy=%d ovf=%d dense_ok=%d: %s, expected %s", t[i].M, t[i].heavy,
+                     t[i].ovf, t[i].dense_ok, tw_ffn_route_name(got), tw_ffn_route_name(t[i].want));
+    }
+}
+
 static void test_ffn_policy_availability(void **st) {
     (void)st;
     assert_int_equal(route(16384, 1126.0, 0, 0, 0), TI); /* no dense path: tiled */
@@ -270,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_ffn_policy_dense_split),
         cmocka_unit_test(test_ffn_policy_table),
         cmocka_unit_test(test_ffn_policy_row),
+        cmocka_unit_test(test_ffn_policy_heavy),
         cmocka_unit_test(test_ffn_policy_availability),
         cmocka_unit_test(test_ffn_policy_threshold_and_overrides),
         cmocka_unit_test(test_ffn_policy_reserve_args_cpu),

@@ -439,9 +439,20 @@ def diag(model, ids, dense_mlps, tw_mlps, a):
         host = (time.perf_counter() - t0) * 1e3
         _sync()
         print(f"diag forward {name:16s} GPU {gpu:7.1f} ms, host issue {host:7.1f} ms")
-    # one layer's MLP called back to back on one input vs across layers (the shared plan)
-    x = model.embed_tokens(ids)
-    xs = [torch.randn_like(x) for _ in range(2)]
+    # each layer's MLP alone on the input it gets in the forward, dense and twellrt
+    set_mlps(model, dense_mlps)
+    inputs = []
+    hooks = [lyr.mlp.register_forward_pre_hook(lambda mod, args: inputs.append(args[0].detach()))
+             for lyr in model.layers]
+    with torch.no_grad():
+        model(ids)
+    for h in hooks:
+        h.remove()
+    with torch.no_grad():
+        for i, x in enumerate(inputs):
+            td = cuda_time(lambda: dense_mlps[i](x), 5, 2)
+            tt = cuda_time(lambda: tw_mlps[i](x), 5, 2)
+            print(f"diag layer {i:2d} MLP dense {1e3 * td:7.1f} us, twellrt {1e3 * tt:7.1f} us ({td / tt:.2f}x)")
     from torch.profiler import ProfilerActivity, profile
 
     for name, mlps in (("dense", dense_mlps), ("twellrt", tw_mlps)):
@@ -455,8 +466,10 @@ def diag(model, ids, dense_mlps, tw_mlps, a):
         print(f"diag profile {name}: total kernel time {tot:.1f} ms; top by device time:")
         for e in rows[:14]:
             print(f"   {e.device_time_total / 1e3:8.2f} ms  x{e.count:4d}  cpu {e.cpu_time_total / 1e3:7.2f} ms  {e.key[:90]}")
+        for e in rows[14:]:  # the library's own kernels, all of them
+            if e.key.startswith("twell_"):
+                print(f"   {e.device_time_total / 1e3:8.2f} ms  x{e.count:4d}  {e.key[:90]}")
     set_mlps(model, dense_mlps)
-    del xs
 
 
 def main(argv=None):

@@ -309,6 +309,7 @@ static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, si
     in.dense_min_rows = d->min_rows;
     in.row_ok = small_ok && tw_small_row_ok(cp ? cp->small : NULL, M);
     in.ovf_seen = d->ovf_seen;
+    in.heavy_seen = tw_cuda_ffn_rows_overflowed(cp ? cp->ffn : NULL);
     if (row)
         *row = tw_ffn_policy_row(&in);
     return tw_ffn_policy(&in);

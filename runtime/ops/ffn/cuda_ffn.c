@@ -602,6 +602,10 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
 
 tw_cuda_event tw_cuda_ffn_done_event(const tw_ffn *f) { return f->done; }
 
+int tw_cuda_ffn_rows_overflowed(const tw_ffn *f) {
+    return f && f->hflags && ((volatile const uint32_t *)f->hflags)[3] != 0u;
+}
+
 twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, double nnz_per_row) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;

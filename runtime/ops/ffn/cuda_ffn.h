@@ -124,6 +124,10 @@ twell_status tw_cuda_ffn_launch(twell_plan *plan, tw_ffn *f, size_t M, const voi
  * instead of recording an event of its own at the same point (one record and one query fewer). */
 tw_cuda_event tw_cuda_ffn_done_event(const tw_ffn *f);
 
+/* Whether some chunk of this plan's tiled pipeline has had rows with overflowing row-tiles (the
+ * host mirror of its needs, read without waiting; never reset). 0 for NULL. */
+int tw_cuda_ffn_rows_overflowed(const tw_ffn *f);
+
 /* twell_plan_reserve's part: resolves the tiled module of every M bucket up to max_M (as their
  * first calls would) and sizes the workspace for chunks of min(max_M, TW_FFN_CHUNK) rows with
  * nnz_per_row mean active values per row: pair slots for all of them plus the lists' padding,

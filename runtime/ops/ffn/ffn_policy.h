@@ -32,9 +32,11 @@ typedef struct tw_ffn_policy_in {
     double dense_thr; /* > 0: replaces the dense threshold at every M (test control), in active
                          values per row */
     size_t dense_min_rows; /* > 0: replaces the smallest M that may run dense (test control) */
-    int row_ok;   /* the small path's row kernel can run this call (more rows than its fused
-                     kernel's, K ≤ 4096) */
-    int ovf_seen; /* the latest counts read had row-tiles that overflow (0: none, or not known) */
+    int row_ok;     /* the small path's row kernel can run this call (more rows than its fused
+                       kernel's, K ≤ 4096) */
+    int ovf_seen;   /* the latest counts read had row-tiles that overflow (0: none, or not known) */
+    int heavy_seen; /* the plan's tiled pipeline has had rows with overflowing row-tiles (its
+                       heavy-row route recomputes them from then on, at a fixed cost a call) */
 } tw_ffn_policy_in;
 
 /* The route for `in`, in this order:
@@ -50,7 +52,10 @@ typedef struct tw_ffn_policy_in {
  *     that one would run (the measured comparison, below); the dense thresholds up to 256 rows
  *     were measured against the small path (at ~6% active and more its row-tiles overflow and
  *     are recomputed on CUDA cores);
- *  3. TILED otherwise (it runs everywhere and is exact for any data).
+ *  3. DENSE when dense_ok, M ≥ the dense path's smallest M, M ≤ TW_POLICY_HEAVY_DENSE_MAX_ROWS
+ *     and heavy_seen or ovf_seen: the tiled pipeline's recomputation of heavy rows costs a fixed
+ *     part of a call that is too large at these M;
+ *  4. TILED otherwise (it runs everywhere and is exact for any data).
  * Pure; never fails. */
 tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
 
@@ -101,6 +106,13 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
  * at any M. */
 #define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
 #define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)1447)
+
+/* Rule 3's largest M (the edge of tw_policy_dense's 1448-row range): below 1448 rows dense wins
+ * at every density anyway. At 2048 rows a batch with one heavy row (a sequence's first token,
+ * ~1450 of 5632 active) ran the tiled pipeline at 0.55-0.64 of the dense FFN (its heavy-row block
+ * and overflow kernels: ~100 us a call), the dense route at ~0.9; from ~4096 rows the tiled
+ * pipeline's margin covers that cost (skewed data, BENCHMARKS.md "Whole model"). */
+#define TW_POLICY_HEAVY_DENSE_MAX_ROWS ((size_t)2895)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */
 #define TW_POLICY_STAY 0.8
