@@ -93,7 +93,7 @@ static void nf_infer_case(twell_dtype dt, int gated, tw_nf_where where) {
     NF_OK(ctx, twell_ffn_infer(plan, M, d.x, packed, d.wg, d.wu, d.wd, y, NULL));
     printf("  %s %s, %s: %zu active in row 0\n", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16",
            gated ? "gated" : "non-gated", tw_nf_where_name(where), r.active[0]);
-    assert_int_equal(tw_nf_compare(dt, y, NULL, r.y, M * s.K, s.K, 1, "y"), 0);
+    assert_int_equal(tw_nf_compare(dt, y, NULL, r.y, M * s.K, s.K, TW_NF_EXACT, "y"), 0);
     free(packed);
     free(y);
     twell_plan_destroy(plan);
@@ -145,11 +145,11 @@ static void nf_train_case(twell_dtype dt, tw_nf_where where) {
     /* L0 counts NaN activations as active: exactly the reference's count */
     assert_true(stats[0] == (float)((double)nnz / (double)M));
     assert_int_equal(tw_nf_classf(stats[1]), r.l1);
-    size_t bad = tw_nf_compare(dt, y, NULL, r.y, M * K, K, 1, "y");
-    bad += tw_nf_compare(dt, dx, NULL, r.dx, M * K, K, 1, "dx");
-    bad += tw_nf_compare(dt, NULL, dwg, r.dwg, N * K, K, 1, "dwg");
-    bad += tw_nf_compare(dt, NULL, dwu, r.dwu, N * K, K, 1, "dwu");
-    bad += tw_nf_compare(dt, NULL, dwd, r.dwd, N * K, K, 1, "dwd");
+    size_t bad = tw_nf_compare(dt, y, NULL, r.y, M * K, K, TW_NF_EXACT, "y");
+    bad += tw_nf_compare(dt, dx, NULL, r.dx, M * K, K, TW_NF_EXACT, "dx");
+    bad += tw_nf_compare(dt, NULL, dwg, r.dwg, N * K, K, TW_NF_EXACT, "dwg");
+    bad += tw_nf_compare(dt, NULL, dwu, r.dwu, N * K, K, TW_NF_EXACT, "dwu");
+    bad += tw_nf_compare(dt, NULL, dwd, r.dwd, N * K, K, TW_NF_EXACT, "dwd");
     assert_int_equal(bad, 0);
     free(y);
     free(dx);

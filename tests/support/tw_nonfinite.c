@@ -219,13 +219,15 @@ void tw_nf_ref_free(tw_nf_ref *r) {
 }
 
 size_t tw_nf_compare(twell_dtype dt, const uint16_t *got16, const float *got32,
-                     const unsigned char *want, size_t n, size_t row_len, int strict,
+                     const unsigned char *want, size_t n, size_t row_len, int mode,
                      const char *name) {
     static const char *const cls[] = {"finite", "+Inf", "-Inf", "NaN"};
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char g = got32 ? tw_nf_classf(got32[i]) : tw_nf_class16(dt, got16[i]);
-        int ok = strict ? g == want[i] : (want[i] == TW_NF_FIN || g != TW_NF_FIN);
+        int ok = mode == TW_NF_EXACT    ? g == want[i]
+                 : mode == TW_NF_FINITE ? (g == TW_NF_FIN) == (want[i] == TW_NF_FIN)
+                                        : want[i] == TW_NF_FIN || g != TW_NF_FIN;
         if (ok)
             continue;
         if (bad++ == 0)

@@ -52,12 +52,19 @@ void tw_nf_ref_free(tw_nf_ref *r);
 unsigned char tw_nf_class16(twell_dtype dt, uint16_t v);
 unsigned char tw_nf_classf(float v);
 
-/* Compares the classes of got (n values, 16-bit of dt when f32 is NULL, else f32) with want.
- * strict: every class equal; else only "not finite where want is not finite" (the CUDA
- * tensor-core routes may spread a non-finite weight to other rows of a tile: twellrt.h).
+/* How tw_nf_compare judges a value against its reference class. */
+enum {
+    TW_NF_ONE_SIDED = 0, /* not finite where the reference is not (the CUDA routes may spread a
+                            non-finite weight row to other rows of a tile: twellrt.h) */
+    TW_NF_EXACT = 1,     /* the same class (the CPU backend) */
+    TW_NF_FINITE = 2     /* finite exactly where the reference is (the CUDA routes' promise) */
+};
+
+/* Compares the classes of got (n values, 16-bit of dt when got32 is NULL, else got32) with want
+ * under mode (above).
  * Returns the number of mismatches and prints the first as "<name>[i]: got <c>, want <c>". */
 size_t tw_nf_compare(twell_dtype dt, const uint16_t *got16, const float *got32,
-                     const unsigned char *want, size_t n, size_t row_len, int strict,
+                     const unsigned char *want, size_t n, size_t row_len, int mode,
                      const char *name);
 
 /* Whether the scenario's results are promised element for element on every route (x and the
