@@ -216,11 +216,11 @@ typedef struct twell_ctx_options {
     /* Packed input validation (twell_ffn_infer; see "Packed input" under Inference ops). ON:
      * every word of `packed` is checked against the TwELL layout on entry (count ≤ T, used slots
      * holding a positive value (finite, +Inf or the canonical NaN) and a column inside their
-     * row-tile in ascending order, unused slots 0) and the first bad word is reported (TWELL_ERR_INVALID_ARG), nothing
-     * computed. On CUDA this costs a small kernel and one host synchronisation per call, and is
-     * skipped inside stream capture. OFF (the built-in default): packed is trusted; a malformed
-     * one is never read out of bounds but gives unspecified y. DEFAULT: ON when
-     * $TWELL_VALIDATE_PACKED is "1". */
+     * row-tile in ascending order, unused slots 0) and the first bad word is reported
+     * (TWELL_ERR_INVALID_ARG), nothing computed. On CUDA this costs a small kernel and one host
+     * synchronisation per call, and is skipped inside stream capture. OFF (the built-in default):
+     * packed is trusted; a malformed one is never read out of bounds but gives unspecified y.
+     * DEFAULT: ON when $TWELL_VALIDATE_PACKED is "1". */
     twell_switch validate_packed;
 } twell_ctx_options;
 
