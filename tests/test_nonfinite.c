@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "half.h"
+#include "tw_gpu.h" /* TW_GPU_OK: any context's calls */
 #include "tw_nonfinite.h"
 #include "twellrt.h"
 
@@ -22,13 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NF_OK(ctx, expr)                                                                           \
-    do {                                                                                           \
-        twell_status st_ = (expr);                                                                 \
-        if (st_ != TWELL_OK)                                                                       \
-            fail_msg("%s: %s: %s", #expr, twell_status_name(st_), twell_ctx_errmsg(ctx));          \
-    } while (0)
 
 static twell_ctx *nf_cpu(int validate) {
     twell_ctx_options o;
@@ -82,15 +76,15 @@ static void nf_infer_case(twell_dtype dt, int gated, tw_nf_where where) {
     assert_int_equal(tw_nf_reference(&d, 0, 0.0, &r), 0);
     twell_ctx *ctx = nf_cpu(1);
     twell_plan *plan = NULL;
-    NF_OK(ctx, twell_plan_create(ctx, &s, &plan));
+    TW_GPU_OK(ctx, twell_plan_create(ctx, &s, &plan));
     uint32_t *packed = malloc(twell_packed_bytes(&s, M));
     uint16_t *y = malloc(M * s.K * 2u);
     assert_non_null(packed);
     assert_non_null(y);
     memset(y, 0xab, M * s.K * 2u);
-    NF_OK(ctx, twell_gate_pack(plan, M, d.x, gated ? d.wg : d.wu, packed, NULL));
+    TW_GPU_OK(ctx, twell_gate_pack(plan, M, d.x, gated ? d.wg : d.wu, packed, NULL));
     nf_check_packed(&d, packed, r.active);
-    NF_OK(ctx, twell_ffn_infer(plan, M, d.x, packed, d.wg, d.wu, d.wd, y, NULL));
+    TW_GPU_OK(ctx, twell_ffn_infer(plan, M, d.x, packed, d.wg, d.wu, d.wd, y, NULL));
     printf("  %s %s, %s: %zu active in row 0\n", dt == TWELL_DTYPE_BF16 ? "bf16" : "fp16",
            gated ? "gated" : "non-gated", tw_nf_where_name(where), r.active[0]);
     assert_int_equal(tw_nf_compare(dt, y, NULL, r.y, M * s.K, s.K, TW_NF_EXACT, "y"), 0);
@@ -127,15 +121,15 @@ static void nf_train_case(twell_dtype dt, tw_nf_where where) {
     twell_ctx *ctx = nf_cpu(0);
     twell_plan *plan = NULL;
     twell_train_state *ts = NULL;
-    NF_OK(ctx, twell_plan_create(ctx, &s, &plan));
-    NF_OK(ctx, twell_train_state_create(plan, &ts));
+    TW_GPU_OK(ctx, twell_plan_create(ctx, &s, &plan));
+    TW_GPU_OK(ctx, twell_train_state_create(plan, &ts));
     uint16_t *y = malloc(M * K * 2u), *dx = malloc(M * K * 2u);
     float *dwg = malloc(N * K * 4u), *dwu = malloc(N * K * 4u), *dwd = malloc(N * K * 4u);
     assert_true(y && dx && dwg && dwu && dwd);
     float stats[2] = {-1.0f, -1.0f};
-    NF_OK(ctx, twell_ffn_forward_train(plan, M, d.x, d.wg, d.wu, d.wd, y, stats, ts, NULL));
-    NF_OK(ctx, twell_ffn_backward(plan, ts, M, d.x, d.wg, d.wu, d.wd, d.dy, lambda, dx, dwg, dwu,
-                                  dwd, NULL));
+    TW_GPU_OK(ctx, twell_ffn_forward_train(plan, M, d.x, d.wg, d.wu, d.wd, y, stats, ts, NULL));
+    TW_GPU_OK(ctx, twell_ffn_backward(plan, ts, M, d.x, d.wg, d.wu, d.wd, d.dy, lambda, dx, dwg,
+                                      dwu, dwd, NULL));
     size_t nnz = 0;
     for (size_t m = 0; m < M; m++)
         nnz += r.active[m];

@@ -93,24 +93,18 @@ void tw_nf_free(tw_nf_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-unsigned char tw_nf_classf(float v) {
-    if (isnan(v))
-        return TW_NF_NAN;
-    if (isinf(v))
-        return v > 0 ? TW_NF_PINF : TW_NF_NINF;
-    return TW_NF_FIN;
-}
-
-unsigned char tw_nf_class16(twell_dtype dt, uint16_t v) {
-    return tw_nf_classf(tw_half_to_f32(dt, v));
-}
-
 static unsigned char tw_nf_classd(double v) {
     if (isnan(v))
         return TW_NF_NAN;
     if (isinf(v))
         return v > 0 ? TW_NF_PINF : TW_NF_NINF;
     return TW_NF_FIN;
+}
+
+unsigned char tw_nf_classf(float v) { return tw_nf_classd((double)v); }
+
+unsigned char tw_nf_class16(twell_dtype dt, uint16_t v) {
+    return tw_nf_classf(tw_half_to_f32(dt, v));
 }
 
 static double *tw_nf_f64(twell_dtype dt, const uint16_t *p, size_t n) {
