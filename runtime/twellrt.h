@@ -215,12 +215,12 @@ typedef struct twell_ctx_options {
     const char *cublaslt_library;
     /* Packed input validation (twell_ffn_infer; see "Packed input" under Inference ops). ON:
      * every word of `packed` is checked against the TwELL layout on entry (count ≤ T, used slots
-     * holding a positive finite value and a column inside their row-tile in ascending order,
-     * unused slots 0) and the first bad word is reported (TWELL_ERR_INVALID_ARG), nothing
-     * computed. On CUDA this costs a small kernel and one host synchronisation per call, and is
-     * skipped inside stream capture. OFF (the built-in default): packed is trusted; a malformed
-     * one is never read out of bounds but gives unspecified y. DEFAULT: ON when
-     * $TWELL_VALIDATE_PACKED is "1". */
+     * holding a positive value (finite, +Inf or the canonical NaN) and a column inside their
+     * row-tile in ascending order, unused slots 0) and the first bad word is reported
+     * (TWELL_ERR_INVALID_ARG), nothing computed. On CUDA this costs a small kernel and one host
+     * synchronisation per call, and is skipped inside stream capture. OFF (the built-in default):
+     * packed is trusted; a malformed one is never read out of bounds but gives unspecified y.
+     * DEFAULT: ON when $TWELL_VALIDATE_PACKED is "1". */
     twell_switch validate_packed;
 } twell_ctx_options;
 
@@ -301,13 +301,38 @@ TWELL_API const char *twell_ctx_device_name(const twell_ctx *ctx);
  *   word 0         the exact number of non-zero activations in that row-tile (0..T); it may
  *                  exceed the slots (W-1): the row-tile then "overflows";
  *   words 1..W-1   slots, one active entry each, in ascending column order:
- *                    bits 31..16  the 16-bit value (bf16 or fp16 bit pattern, always > 0)
+ *                    bits 31..16  the 16-bit value (bf16 or fp16 bit pattern, always > 0:
+ *                                 positive finite, +Inf or the canonical NaN, below)
  *                    bits 15..0   the column index n within the full width N (0..N-1)
  *                  unused slots are 0. An overflowing row-tile stores its first W-1 entries; the
  *                  consumers recompute that row-tile exactly from x and the packing weight, so
  *                  nothing is lost. An activation is "non-zero" iff its rounded 16-bit value is
  *                  positive (relu output that rounds to +0 is not stored).
  * The bytes are a pure function of the inputs: deterministic across runs and backends.
+ *
+ * Non-finite values. NaN and ±Inf in x, Wg, Wu or Wd propagate as the dense computation
+ * propagates them. relu is NaN-preserving: a NaN pre-activation (any sign or payload) is active
+ * and stored as the dtype's canonical positive NaN (bf16 0x7fc0, fp16 0x7e00); +Inf (and a value
+ * that rounds to +Inf) is active and stored as +Inf; -Inf, ±0 and negatives are inactive. So a NaN
+ * in row m of x makes every activation of row m NaN and active (y row m NaN, as dense gives), a
+ * NaN in row n of the packing weight makes neuron n active with a NaN gate in every row, and
+ * every consumer multiplies a NaN or infinite gate or u into y as dense does (NaN·u = NaN,
+ * Inf·0 = NaN). Training follows the same support: L0 counts NaN activations, L1 = Σ|Tm| and the
+ * gradients (sign(U) of a NaN U is NaN) carry the non-finite values of the rows and neurons they
+ * reach. What is promised, against the dense computation in which an inactive neuron contributes
+ * nothing (h = 0 exactly, never 0·Wu or 0·Wd):
+ *   - x, and the packing weight: on every backend and route, a value of y and dx is non-finite
+ *     exactly where that dense computation's is; the CPU backend gives the same class (NaN, +Inf,
+ *     -Inf) value for value, the weight gradients included (on CUDA a weight gradient of a
+ *     neuron that a non-finite row of x does not use may be NaN: 0·Inf in a tile);
+ *   - a non-finite value in a row n of Wu (gated) or Wd: the rows that use neuron n get the dense
+ *     result's non-finite values; on the CPU backend every other row is finite. On CUDA the
+ *     routes that compute rows and neurons in tensor-core tiles (the tiled pipeline and its
+ *     overflow and heavy-row paths, the up/down small-batch kernels, the DENSE route, which
+ *     computes every h = relu(g)·u including 0·NaN, and the training kernels) may also make
+ *     other rows of the same tile, and the weight gradients they sum into, NaN: only rows whose
+ *     dense result is non-finite are guaranteed non-finite; the other rows of a tile that holds
+ *     a non-finite weight row are undefined (finite or NaN).
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum twell_dtype { TWELL_DTYPE_BF16 = 0, TWELL_DTYPE_FP16 = 1 } twell_dtype;
@@ -569,11 +594,13 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
  * row-tile and columns not ascending (TWELL_ERR_INVALID_ARG), as it always has. With
  * options.validate_packed ON (or $TWELL_VALIDATE_PACKED=1) every word is checked on entry,
  * before anything is computed or written: word 0 of each row-tile (the count c) ≤ T; each of the
- * min(c, W-1) used slots holds a value that is positive and finite in the plan's dtype (not +0,
- * -0, negative, NaN or ±Inf; subnormals are fine) and a column inside the row-tile, above the
+ * min(c, W-1) used slots holds a value gate-pack can store in the plan's dtype: positive finite
+ * (subnormals are fine), +Inf or the canonical NaN (see "Non-finite values"; not +0, -0,
+ * negative, -Inf or another NaN) and a column inside the row-tile, above the
  * previous slot's; every slot past them is 0. The first bad word (the lowest index) gives
  * TWELL_ERR_INVALID_ARG with a message naming it: "packed word 133 (row 1, row-tile 0, slot 5)
- * is 0x80000041: value 0x8000 is -0, not positive and finite". Overflowing row-tiles are checked
+ * is 0x80000041: value 0x8000 is -0, not an activation (positive, +Inf or the canonical NaN
+ * 0x7fc0)". Overflowing row-tiles are checked
  * like the others; whether their stored entries are the first W-1 of the row-tile is not (that
  * needs x and the packing weight). Cost: on the CPU backend a pass over packed; on CUDA one small
  * kernel, an 8-byte copy back and one host synchronisation of the call's stream per call, so the

@@ -33,14 +33,15 @@ run_tests() {
         grep -E "M=|cuda:|simt|sm90|FAIL" | head -80 >"$OUT/gpu_cases.log" || true
 }
 # Small cases only: the sanitizers slow kernels down 10-100x. test_gpu_gate_pack, test_gpu_ffn_small,
-# test_gpu_ffn_infer, test_gpu_train, test_gpu_train_dense, test_gpu_train_heavy and
-# test_gpu_packed_valid (malformed packed input on every route: memory safety) take `small`;
+# test_gpu_ffn_infer, test_gpu_train, test_gpu_train_dense, test_gpu_train_heavy,
+# test_gpu_packed_valid (malformed packed input on every route: memory safety) and
+# test_gpu_nonfinite (NaN and Inf through the routes) take `small`;
 # test_gpu_fault (its loops are small) runs whole, memcheck only; test_gpu_soak small (8 threads,
 # 3 s) memcheck only. SAN_TESTS="t1 t2" picks a subset.
 run_sanitize() {
     for t in ${SAN_TESTS:-test_gpu_driver test_gpu_gate_pack test_gpu_ffn_infer test_gpu_ffn_dense \
         test_gpu_ffn_small test_gpu_train test_gpu_train_dense test_gpu_train_heavy test_gpu_fault \
-        test_gpu_packed_valid test_gpu_soak}; do
+        test_gpu_packed_valid test_gpu_nonfinite test_gpu_soak}; do
         [ -x "$B/$t" ] || { echo "sanitize: $t not built"; continue; }
         arg=""; [ $t != test_gpu_driver ] && [ $t != test_gpu_fault ] && arg=small
         tools="memcheck racecheck"

@@ -156,14 +156,28 @@ static void test_packed_valid_fp16_plain(void **state) {
     pv_cases(TWELL_DTYPE_FP16, 0);
 }
 
-/* The value rule follows the dtype: 0x7c00 is +Inf in fp16 but 65536 in bf16 (accepted). */
+/* The value rule follows the dtype: 0x7c01 is a NaN (not the canonical 0x7e00) in fp16 but a
+ * number in bf16 (accepted); +Inf and the canonical NaN are valid (gate-pack stores them). */
 static void test_packed_valid_dtype_rule(void **state) {
     (void)state;
     twell_shape s;
     twell_shape_init(&s, 64, 256);
-    uint32_t tile[32] = {1u, 0x7c000005u};
+    uint32_t tile[32] = {1u, 0x7c010005u};
     assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
+    tile[1] = 0x7fc00005u; /* bf16's canonical NaN, +Inf: valid; -NaN not */
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
+    tile[1] = 0x7f800005u;
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
+    tile[1] = 0xffc00005u;
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), TW_PKF_VALUE);
     s.dtype = TWELL_DTYPE_FP16;
+    tile[1] = 0x7c010005u;
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), TW_PKF_VALUE);
+    tile[1] = 0x7e000005u; /* fp16's canonical NaN and +Inf */
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
+    tile[1] = 0x7c000005u;
+    assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);
+    tile[1] = 0xfc000005u; /* -Inf */
     assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), TW_PKF_VALUE);
     tile[1] = 0x00010005u; /* the smallest positive subnormal is a valid value */
     assert_int_equal(tw_packed_word_faults(&s, tile, 0, 1), 0);

@@ -331,7 +331,13 @@ static void test_ref_infer_dot_order(void **state) {
     float z[2] = {-0.0f, 0.0f}, o[2] = {1.0f, 1.0f};
     assert_true(tw_f32_bits(tw_dot_ref(z, o, 1)) == 0u); /* +0 start: +0 + -0 = +0 */
     assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, -1.0f), 0);
-    assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, NAN), 0);
+    /* a NaN is active as the canonical positive NaN, whatever its sign; -Inf is inactive */
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, NAN), 0x7fc0);
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, -NAN), 0x7fc0);
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_FP16, -NAN), 0x7e00);
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, INFINITY), 0x7f80);
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_FP16, -INFINITY), 0);
+    assert_int_equal(tw_act_ref(TWELL_DTYPE_FP16, 1e6f), 0x7c00); /* rounds to +Inf: active */
     assert_int_equal(tw_act_ref(TWELL_DTYPE_BF16, 1.0f), 0x3f80);
     assert_int_equal(tw_act_ref(TWELL_DTYPE_FP16, 1.0f), 0x3c00);
     assert_int_equal(tw_act_ref(TWELL_DTYPE_FP16, 1e-9f), 0); /* rounds to +0: inactive */

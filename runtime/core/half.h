@@ -71,4 +71,42 @@ static inline uint16_t tw_f32_to_half(twell_dtype dt, float f) {
     return dt == TWELL_DTYPE_BF16 ? tw_f32_to_bf16(f) : tw_f32_to_fp16(f);
 }
 
+/* ---- the activation rule (twellrt.h, "Non-finite values") ----
+ * g = relu(pre) rounded to dtype, with NaN propagating as the dense computation propagates it: a
+ * NaN pre-activation is active and stored as the dtype's canonical positive NaN (whatever its
+ * sign and payload), +Inf is active, -Inf and everything <= 0 (±0 included) is inactive. */
+
+/* The canonical positive NaN pattern of dtype: bf16 0x7fc0, fp16 0x7e00. */
+static inline uint16_t tw_half_nan(twell_dtype dt) {
+    return dt == TWELL_DTYPE_BF16 ? (uint16_t)0x7fc0u : (uint16_t)0x7e00u;
+}
+/* The exponent field of dtype's 16-bit pattern: all ones means NaN or infinity. */
+static inline uint16_t tw_half_exp_mask(twell_dtype dt) {
+    return dt == TWELL_DTYPE_BF16 ? (uint16_t)0x7f80u : (uint16_t)0x7c00u;
+}
+static inline int tw_half_is_nan(twell_dtype dt, uint16_t v) {
+    const uint16_t em = tw_half_exp_mask(dt);
+    return (v & em) == em && (v & (uint16_t)~em & 0x7fffu) != 0;
+}
+/* The stored activation of an fp32 pre-activation: its rounded value when active, else +0. */
+static inline uint16_t tw_half_act(twell_dtype dt, float pre) {
+    if (pre != pre)
+        return tw_half_nan(dt);
+    return pre > 0.0f ? tw_f32_to_half(dt, pre) : (uint16_t)0;
+}
+/* Whether a stored activation is active: a non-zero pattern with the sign bit clear (the
+ * canonical NaN included). */
+static inline int tw_half_active(uint16_t v) { return v != 0 && !(v & 0x8000u); }
+/* Whether v may sit in a TwELL slot: positive finite, +Inf or the canonical NaN; not ±0, a
+ * negative, -Inf or another NaN. */
+static inline int tw_half_slot_ok(twell_dtype dt, uint16_t v) {
+    if (!tw_half_active(v))
+        return 0;
+    return !tw_half_is_nan(dt, v) || v == tw_half_nan(dt);
+}
+/* sign(u) as the dense gradient of |T| has it: ±1, 0 for ±0, NaN for NaN. */
+static inline float tw_sign_nan(float u) {
+    return u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : (u == 0.0f ? 0.0f : u));
+}
+
 #endif /* TWELL_HALF_H */

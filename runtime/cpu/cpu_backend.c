@@ -28,11 +28,7 @@ float tw_dot_ref(const float *a, const float *b, size_t K) {
     return acc;
 }
 
-uint16_t tw_act_ref(twell_dtype dt, float pre) {
-    return pre > 0.0f ? tw_f32_to_half(dt, pre) : (uint16_t)0;
-}
-
-static int tw_active(uint16_t v) { return v != 0 && !(v & 0x8000u); }
+uint16_t tw_act_ref(twell_dtype dt, float pre) { return tw_half_act(dt, pre); }
 
 void tw_gate_tile_ref(twell_dtype dt, const float *x, const uint16_t *w, size_t K, uint32_t col0,
                       uint32_t T, float *wrow, uint16_t *vals) {
@@ -215,7 +211,7 @@ static void tw_infer_part(void *arg, size_t begin, size_t end) {
                 /* Overflow: the stored entries are a prefix only; recompute the whole tile. */
                 tw_gate_tile_ref(dt, xf, job->wpack, K, t * T, T, wrow, vals);
                 for (uint32_t j = 0; j < T; j++)
-                    if (tw_active(vals[j]))
+                    if (tw_half_active(vals[j]))
                         tw_infer_neuron(job, xf, wrow, yacc, t * T + j,
                                         tw_half_to_f32(dt, vals[j]));
             }

@@ -18,8 +18,9 @@ void tw_to_f32_ref(twell_dtype dt, const uint16_t *src, float *dst, size_t n);
  * recomputed elsewhere (overflowing row-tiles, training) is bit-identical. */
 float tw_dot_ref(const float *a, const float *b, size_t K);
 
-/* The stored activation: round_to_dtype(relu(pre)) as a 16-bit pattern; +0 when pre is not
- * positive (NaN included). Active iff the result is non-zero. */
+/* The stored activation: round_to_dtype(relu(pre)) as a 16-bit pattern, the rule of
+ * tw_half_act: +0 when pre is -Inf or not positive, the canonical positive NaN when pre is NaN
+ * (active, as the dense computation propagates it), +Inf for +Inf. Active iff non-zero. */
 uint16_t tw_act_ref(twell_dtype dt, float pre);
 
 /* One dense row-tile of the packed activation, exact: vals[j] = tw_act_ref(dt, dot(x, w[col0+j]))

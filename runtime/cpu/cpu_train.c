@@ -221,7 +221,7 @@ static int tw_fwd_row(const tw_train_job *j, size_t m, float *xf, float *acc, fl
             } else {
                 if (i == stored) /* skip the columns already held by the slots */
                     next = (sv->packed[w0 + stored] & 0xffffu) - t * T + 1;
-                while (next < T && !(vals[next] && !(vals[next] & 0x8000u)))
+                while (next < T && !tw_half_active(vals[next]))
                     next++;
                 if (next == T)
                     return 1;
@@ -245,7 +245,7 @@ static int tw_fwd_row(const tw_train_job *j, size_t m, float *xf, float *acc, fl
             }
         }
         if (count > slots) { /* the recomputed tile must hold exactly count entries */
-            while (next < T && !(vals[next] && !(vals[next] & 0x8000u)))
+            while (next < T && !tw_half_active(vals[next]))
                 next++;
             if (next != T)
                 return 1;
@@ -388,7 +388,7 @@ static void tw_bwd_row(const tw_train_job *j, size_t m, float *dyf, float *acc, 
         size_t n = sv->e_col[e];
         float p = sv->e_p[e], u = sv->e_u[e];
         tw_to_f32_ref(dt, j->wd + n * K, wdf, K);
-        float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+        float sgn = tw_sign_nan(u); /* NaN for a NaN u, as the dense gradient */
         float l1term = j->l1c * sgn;
         float dtv = tw_dot_ref(dyf, wdf, K) + l1term;
         float du = dtv * p, dp = dtv * u;

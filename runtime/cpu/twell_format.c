@@ -14,7 +14,7 @@ uint32_t tw_pack_row_tile(const uint16_t *vals, uint32_t T, uint32_t C, uint32_t
     memset(dst, 0, (size_t)words * sizeof *dst);
     for (uint32_t j = 0; j < T; j++) {
         uint16_t v = vals[j];
-        if (v == 0 || (v & 0x8000u)) /* active iff positive */
+        if (!tw_half_active(v)) /* active iff positive (the canonical NaN included) */
             continue;
         if (count < slots)
             dst[1 + count] = ((uint32_t)v << 16) | ((col0 + j) & 0xffffu);
@@ -42,11 +42,6 @@ int tw_unpack_row(const twell_shape *s, const uint32_t *row, uint16_t *dense) {
     return overflowing;
 }
 
-/* The exponent field of the 16-bit pattern: all ones means NaN or infinity. */
-static uint16_t tw_exp_mask(twell_dtype dt) {
-    return dt == TWELL_DTYPE_BF16 ? (uint16_t)0x7f80u : (uint16_t)0x7c00u;
-}
-
 unsigned tw_packed_word_faults(const twell_shape *s, const uint32_t *tile, uint32_t t,
                                uint32_t slot) {
     const uint32_t slots = s->T / s->C - 1, count = tile[0];
@@ -56,11 +51,11 @@ unsigned tw_packed_word_faults(const twell_shape *s, const uint32_t *tile, uint3
     if (slot > stored)
         return e != 0 ? TW_PKF_UNUSED : 0u;
     unsigned f = 0;
-    const uint16_t v = (uint16_t)(e >> 16), em = tw_exp_mask(s->dtype);
+    const uint16_t v = (uint16_t)(e >> 16);
     const uint32_t col = e & 0xffffu;
     if (e == 0)
         f |= TW_PKF_EMPTY;
-    if (v == 0 || (v & 0x8000u) || (v & em) == em)
+    if (!tw_half_slot_ok(s->dtype, v))
         f |= TW_PKF_VALUE;
     if (col < t * s->T || col >= (t + 1) * s->T)
         f |= TW_PKF_COLUMN;
@@ -106,13 +101,15 @@ int tw_packed_find_fault(const twell_shape *s, size_t M, const uint32_t *packed,
     return 0;
 }
 
-/* "+0", "-0", "NaN", "+Inf", "-Inf" or the number itself. */
+/* "+0", "-0", "NaN", "-NaN", "+Inf", "-Inf" or the number itself. */
 static void tw_value_name(twell_dtype dt, uint16_t v, char *buf, size_t n) {
-    const uint16_t em = tw_exp_mask(dt);
+    const uint16_t em = tw_half_exp_mask(dt);
     if ((v & 0x7fffu) == 0)
         snprintf(buf, n, "%s0", (v & 0x8000u) ? "-" : "+");
+    else if (tw_half_is_nan(dt, v))
+        snprintf(buf, n, "%sNaN", (v & 0x8000u) ? "-" : "");
     else if ((v & em) == em)
-        snprintf(buf, n, "%s", (v & ~em & 0x7fffu) ? "NaN" : (v & 0x8000u) ? "-Inf" : "+Inf");
+        snprintf(buf, n, "%s", (v & 0x8000u) ? "-Inf" : "+Inf");
     else
         snprintf(buf, n, "%.6g", (double)tw_half_to_f32(dt, v));
 }
@@ -130,7 +127,10 @@ void tw_packed_fault_describe(const twell_shape *s, const tw_packed_fault *f, ch
         snprintf(what, sizeof what, "the slot is empty but the count is %u", f->count);
         break;
     case TW_PKF_VALUE:
-        snprintf(what, sizeof what, "value 0x%04x is %s, not positive and finite", v, vname);
+        snprintf(what, sizeof what,
+                 "value 0x%04x is %s, not an activation (positive, +Inf or the canonical NaN "
+                 "0x%04x)",
+                 v, vname, tw_half_nan(s->dtype));
         break;
     case TW_PKF_COLUMN:
         snprintf(what, sizeof what, "column %u is outside the row-tile's columns %u..%u", col,

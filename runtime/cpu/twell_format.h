@@ -9,9 +9,10 @@
 #include <stdint.h>
 
 /* Packs one row-tile. vals[0..T) are the 16-bit patterns of the tile's activations after relu
- * and rounding (an entry is active iff its value is positive, i.e. non-zero with the sign bit
- * clear); col0 is the tile's first column in the full width. Writes all T/C words of dst (count,
- * then up to T/C-1 entries in ascending column order, the rest 0). Returns the count. */
+ * and rounding (tw_half_act: an entry is active iff its value is positive, i.e. non-zero with the
+ * sign bit clear, the canonical NaN included); col0 is the tile's first column in the full width.
+ * Writes all T/C words of dst (count, then up to T/C-1 entries in ascending column order, the rest
+ * 0). Returns the count. */
 uint32_t tw_pack_row_tile(const uint16_t *vals, uint32_t T, uint32_t C, uint32_t col0,
                           uint32_t *dst);
 
@@ -30,8 +31,9 @@ int tw_unpack_row(const twell_shape *s, const uint32_t *row, uint16_t *dense);
 enum {
     TW_PKF_COUNT = 1u << 0,  /* word 0: the count exceeds T */
     TW_PKF_EMPTY = 1u << 1,  /* a slot below the count (1..stored) is the word 0 */
-    TW_PKF_VALUE = 1u << 2,  /* a used slot's value is not positive and finite: +0, -0,
-                                negative, NaN or ±Inf in the dtype's bit pattern */
+    TW_PKF_VALUE = 1u << 2,  /* a used slot's value is not one gate-pack stores (positive
+                                finite, +Inf or the canonical NaN): +0, -0, negative, -Inf
+                                or a NaN of another sign or payload (tw_half_slot_ok) */
     TW_PKF_COLUMN = 1u << 3, /* a used slot's column lies outside [t·T, (t+1)·T) */
     TW_PKF_ORDER = 1u << 4,  /* a used slot's column is not above the previous slot's */
     TW_PKF_UNUSED = 1u << 5  /* a slot past the count (stored+1..W-1) is not 0 */
@@ -70,7 +72,8 @@ int tw_packed_tile_fault(const twell_shape *s, const uint32_t *tile, uint32_t t,
                          unsigned *fault);
 
 /* One line naming f for an error message: "packed word 1234 (row 3, row-tile 2, slot 5) is
- * 0x80000105: value 0x8000 is -0, not positive and finite". Always NUL-terminates buf (n > 0). */
+ * 0x80000105: value 0x8000 is -0, not an activation (positive, +Inf or the canonical NaN
+ * 0x7fc0)". Always NUL-terminates buf (n > 0). */
 void tw_packed_fault_describe(const twell_shape *s, const tw_packed_fault *f, char *buf, size_t n);
 
 #endif /* TWELL_FORMAT_H */

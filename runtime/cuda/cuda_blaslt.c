@@ -40,9 +40,6 @@ enum {
     TW_CUBLAS_OP_T = 1,
     TW_LT_DESC_TRANSA = 3,
     TW_LT_DESC_TRANSB = 4,
-    TW_LT_DESC_EPILOGUE = 7,
-    TW_LT_EPILOGUE_DEFAULT = 1,
-    TW_LT_EPILOGUE_RELU = 2,
     TW_LT_PREF_MAX_WORKSPACE_BYTES = 1
 };
 
@@ -231,7 +228,7 @@ static void tw_lt_gemm_free(tw_lt_gemm *g) {
 static int tw_lt_same(const tw_lt_gemm *g, const tw_lt_shape *s, size_t ws_bytes) {
     return g->shape.m == s->m && g->shape.n == s->n && g->shape.k == s->k &&
            g->shape.b_nk == s->b_nk && g->shape.ab == s->ab && g->shape.d == s->d &&
-           g->shape.epi == s->epi && g->ws_bytes == ws_bytes;
+           g->ws_bytes == ws_bytes;
 }
 
 static twell_status tw_lt_handle_of(twell_ctx *ctx, tw_lt_handle *out) {
@@ -261,7 +258,6 @@ static twell_status tw_lt_prepare(twell_ctx *ctx, const tw_lt_shape *s, size_t w
     twell_status st = TWELL_OK;
     tw_lt_status r;
     const int ta = s->b_nk ? TW_CUBLAS_OP_T : TW_CUBLAS_OP_N, tb = TW_CUBLAS_OP_N;
-    const int epi = s->epi == TW_LT_EPI_RELU ? TW_LT_EPILOGUE_RELU : TW_LT_EPILOGUE_DEFAULT;
     const int tab = tw_lt_cuda_type(s->ab);
     const char *call = "cublasLtMatmulDescCreate";
     r = tw_lt.DescCreate(&g->desc, TW_CUBLAS_COMPUTE_32F, TW_CUDA_R_32F);
@@ -269,8 +265,6 @@ static twell_status tw_lt_prepare(twell_ctx *ctx, const tw_lt_shape *s, size_t w
         r = tw_lt.DescSet(g->desc, TW_LT_DESC_TRANSA, &ta, sizeof ta);
     if (!r)
         r = tw_lt.DescSet(g->desc, TW_LT_DESC_TRANSB, &tb, sizeof tb);
-    if (!r)
-        r = tw_lt.DescSet(g->desc, TW_LT_DESC_EPILOGUE, &epi, sizeof epi);
     if (!r && (call = "cublasLtMatrixLayoutCreate", 1))
         r = s->b_nk ? tw_lt.LayoutCreate(&g->la, tab, s->k, s->n, (int64_t)s->k)
                     : tw_lt.LayoutCreate(&g->la, tab, s->n, s->k, (int64_t)s->n);

@@ -30,10 +30,9 @@ typedef enum tw_lt_type { TW_LT_BF16 = 0, TW_LT_FP16 = 1, TW_LT_FP32 = 2 } tw_lt
 /* The dtype's element type. */
 tw_lt_type tw_lt_type_of(twell_dtype dt);
 
-/* What is applied to the fp32 accumulator before the result is rounded to its type. */
-typedef enum tw_lt_epi { TW_LT_EPI_NONE = 0, TW_LT_EPI_RELU = 1 } tw_lt_epi;
-
-/* A row-major GEMM D[m, n] = epi(A[m, k] · op(B)), fp32 accumulation, fixed shape:
+/* A row-major GEMM D[m, n] = A[m, k] · op(B), fp32 accumulation, fixed shape, no epilogue (the
+ * callers' relu is their own elementwise pass: cuBLASLt's relu epilogue maps NaN to 0, and a NaN
+ * pre-activation must stay active, twellrt.h "Non-finite values"):
  *   b_nk = 1: B is [n, k] row-major and op(B) = Bᵀ (x · Wᵀ, the nn.Linear form);
  *   b_nk = 0: B is [k, n] row-major (h · Wd).
  * Leading dimensions are the dense row lengths (k for A, k or n for B, n for D). */
@@ -42,7 +41,6 @@ typedef struct tw_lt_shape {
     uint32_t n, k;
     int b_nk;
     tw_lt_type ab, d;
-    tw_lt_epi epi;
 } tw_lt_shape;
 
 /* A prepared GEMM: cuBLASLt descriptors and the algorithm its heuristic chose for the shape,

@@ -27,7 +27,8 @@ end
 
 -- Emits tw_to_f32(unsigned short) and tw_from_f32(float) for dtype: exact widening, and
 -- narrowing with round to nearest even (NaN stays NaN), written with integer operations only so
--- they need no CUDA header and match runtime/core/half.h bit for bit.
+-- they need no CUDA header and match runtime/core/half.h bit for bit; then the activation rule's
+-- helpers (M.act_rule below) and tw_act16(pre), the stored activation of an fp32 pre-activation.
 function M.conversions(dtype)
     cuda [==[
 __device__ __forceinline__ float tw_bits_f32(unsigned int u) { return __uint_as_float(u); }
@@ -86,6 +87,76 @@ __device__ __forceinline__ unsigned short tw_from_f32(float f) {
 }
 ]==]
     end
+    M.act_rule(dtype)
+    cuda [==[
+/* The stored activation of an fp32 pre-activation (tw_half_act): round(relu(pre)), the
+ * canonical NaN for NaN, else +0. */
+__device__ __forceinline__ unsigned short tw_act16(float pre) {
+    return pre > 0.0f ? tw_from_f32(pre) : tw_act_nan(pre, (unsigned short)0);
+}
+]==]
+end
+
+-- The activation rule of runtime/core/half.h (tw_half_act; twellrt.h, "Non-finite values"):
+-- g = relu(pre) rounded to dtype, a NaN pre-activation active and stored as the canonical
+-- positive NaN, +Inf active, -Inf and everything <= 0 inactive. M.nan16(dtype) is that NaN's
+-- pattern, M.expm(dtype) the pattern's exponent field (as C literals).
+function M.nan16(dtype)
+    return dtype == "bf16" and "0x7fc0u" or "0x7e00u"
+end
+function M.expm(dtype)
+    return dtype == "bf16" and "0x7f80u" or "0x7c00u"
+end
+
+-- Emits the rule's device helpers that need no conversion function:
+--   TW_NAN16                 the canonical NaN pattern;
+--   tw_act_on(pre)           an fp32 pre-activation is active (> 0, +Inf or NaN);
+--   tw_act_nan(pre, v16)     v16 (the rounded active value) unless pre is NaN: TW_NAN16;
+--   tw_act_bits(v)           the activation of a pre-activation already rounded to a 16-bit
+--                            pattern v: v when positive, TW_NAN16 for any NaN (sign and payload
+--                            ignored), else +0;
+--   tw_slot_ok(v)            v may sit in a TwELL slot: positive, +Inf or TW_NAN16;
+--   tw_relu_nan(v)           relu in fp32 keeping NaN (NaN·u stays NaN downstream);
+--   tw_sign_nan(u)           sign(u) as the dense gradient of |T|: ±1, 0, NaN for NaN.
+-- Templates that call M.conversions get them from it.
+function M.act_rule(dtype)
+    local NAN, EXPM = M.nan16(dtype), M.expm(dtype)
+    cuda [==[
+#define TW_NAN16 ${NAN}
+__device__ __forceinline__ bool tw_act_on(float pre) { return pre > 0.0f || pre != pre; }
+__device__ __forceinline__ unsigned short tw_act_nan(float pre, unsigned short v16) {
+    return pre != pre ? (unsigned short)TW_NAN16 : v16;
+}
+__device__ __forceinline__ unsigned short tw_act_bits(unsigned short v) {
+    if ((v & ${EXPM}) == ${EXPM} && (v & (0x7fffu & ~${EXPM})) != 0u)
+        return (unsigned short)TW_NAN16;
+    return (v & 0x8000u) != 0u ? (unsigned short)0 : v;
+}
+__device__ __forceinline__ bool tw_slot_ok(unsigned short v) {
+    if (v == 0u || (v & 0x8000u) != 0u)
+        return false;
+    return (v & ${EXPM}) != ${EXPM} || (v & (0x7fffu & ~${EXPM})) == 0u || v == TW_NAN16;
+}
+__device__ __forceinline__ float tw_relu_nan(float v) { return v > 0.0f || v != v ? v : 0.0f; }
+__device__ __forceinline__ float tw_sign_nan(float u) {
+    return u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : (u == 0.0f ? 0.0f : u));
+}
+]==]
+end
+
+-- Emits tw_canon_nan2(r): the word r of two 16-bit values (of dtype) with each NaN half replaced
+-- by the canonical NaN (hardware conversions give a NaN of their own, e.g. PTX's 0x7fff). A half
+-- is NaN iff its magnitude exceeds the infinity's: adding ADD per half sets bit 15 exactly then.
+-- Needs M.act_rule (or M.conversions) first.
+function M.canon_nan2(dtype)
+    local ADD = dtype == "bf16" and "0x007f007fu" or "0x03ff03ffu" -- 0x8000 - (Inf + 1), twice
+    cuda [==[
+__device__ __forceinline__ unsigned int tw_canon_nan2(unsigned int r) {
+    const unsigned int nan = ((r & 0x7fff7fffu) + ${ADD}) & 0x80008000u;
+    const unsigned int sel = (nan >> 15) * 0xffffu; /* 0xffff in the NaN halves */
+    return (r & ~sel) | ((TW_NAN16 | (TW_NAN16 << 16)) & sel);
+}
+]==]
 end
 
 -- Emits tw_row_active(row): the number of active values of one TwELL row (row = its first
@@ -151,7 +222,7 @@ __device__ __forceinline__ void tw_pack_row_tile_warp(const unsigned short *vals
 #pragma unroll
     for (unsigned int c = 0; c < ${S.T}u; c += 32u) {
         const unsigned short v = vals[c + lane];
-        const bool active = v != 0 && (v & 0x8000u) == 0;
+        const bool active = v != 0 && (v & 0x8000u) == 0; /* tw_act16's: NaN canonical */
         const unsigned int ballot = __ballot_sync(0xffffffffu, active);
         const unsigned int pos = count + (unsigned int)__popc(ballot & below);
         if (active && pos < ${S.SLOTS}u)

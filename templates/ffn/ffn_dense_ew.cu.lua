@@ -18,7 +18,8 @@ check(GATED == 0 or GATED == 1, "gated=%s must be 0 or 1", tostring(GATED))
 common.conversions(dtype)
 
 cuda [==[
-__device__ __forceinline__ float tw_relu(float v) { return v > 0.0f ? v : 0.0f; }
+/* relu keeping NaN, as PyTorch's */
+__device__ __forceinline__ float tw_relu(float v) { return tw_relu_nan(v); }
 
 extern "C" __global__ void __launch_bounds__(256)
 twell_dense_ew(const unsigned short *__restrict__ g, const unsigned short *__restrict__ u,

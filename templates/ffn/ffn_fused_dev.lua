@@ -102,9 +102,18 @@ template <int DT> __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi)
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-// relu then round: the packed value convention (active iff the result is positive).
+// relu then round: the packed value convention (active iff the result is positive; a NaN is
+// active and stored as the canonical positive NaN, the rule of runtime/core/half.h tw_half_act).
 template <int DT> __device__ __forceinline__ tw_u32 tw_relu_round(float v) {
+    if (v != v)
+        return DT == 0 ? 0x7fc0u : 0x7e00u;
     return v > 0.0f ? (tw_u32)tw_f2h<DT>(v) : 0u;
+}
+// |v| for a block's max-abs scale, 0 for NaN and ±Inf: one non-finite value must not move the
+// scale of its block's finite values (it still propagates through its own hi half).
+__device__ __forceinline__ float tw_abs_fin(float v) {
+    const float a = fabsf(v);
+    return a <= 3.40282347e38f ? a : 0.0f;
 }
 
 __device__ __forceinline__ tw_u32 tw_smem_addr(const void *p) {
@@ -249,12 +258,14 @@ __device__ __forceinline__ void tw_mma8(float (&d)[4], tw_u32 a0, tw_u32 a1, tw_
 template <int DT> __device__ __forceinline__ float tw_ex_inv(tw_u32 ex) {
     return DT == 1 ? __uint_as_float((ex - 14u) << 23) : 1.0f;
 }
-// hi + lo 16-bit split of v (fp16: of v * 2^(141 - ex)); hi in bits 31..16.
+// hi + lo 16-bit split of v (fp16: of v * 2^(141 - ex)); hi in bits 31..16. A non-finite hi
+// (NaN or ±Inf) carries v alone: lo = +0, so ±Inf stays ±Inf instead of Inf - Inf = NaN.
 template <int DT> __device__ __forceinline__ tw_u32 tw_split_hl(float v, tw_u32 ex) {
     if constexpr (DT == 1)
         v *= __uint_as_float((268u - ex) << 23);
     const tw_u16 hi = tw_f2h<DT>(v);
-    const tw_u16 lo = tw_f2h<DT>(v - tw_h2f<DT>(hi));
+    const float hf = tw_h2f<DT>(hi);
+    const tw_u16 lo = fabsf(hf) <= 3.40282347e38f ? tw_f2h<DT>(v - hf) : (tw_u16)0;
     return ((tw_u32)hi << 16) | lo;
 }
 

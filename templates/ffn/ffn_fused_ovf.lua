@@ -115,7 +115,8 @@ TW_KERNEL((128))
                 for (int e = 0; e < 4; e++) {
                     const float gq = tw_h2f<DT>(tw_relu_round<DT>(ag[mi][j][e]));
                     h[mi][j][e] = GATED ? gq * au[mi][j][e] : gq;
-                    am[mi][e >> 1] = fmaxf(am[mi][e >> 1], fabsf(h[mi][j][e]));
+                    /* the scale from finite values only (tw_abs_fin) */
+                    am[mi][e >> 1] = fmaxf(am[mi][e >> 1], tw_abs_fin(h[mi][j][e]));
                 }
         }
         tw_u32 ex[2][2] = {{0u, 0u}, {0u, 0u}};

@@ -28,7 +28,7 @@ TW_KERNEL((256)) tw_k_reduce(const tw_u16 *__restrict__ gv, const float *__restr
         }
         tw_u32 ex = 0;
         if constexpr (DT == 1) { /* total is a multiple of 16 here: 16-lane groups are whole */
-            float am = fabsf(h);
+            float am = tw_abs_fin(h); /* the scale from finite values only */
 #pragma unroll
             for (int o = 1; o < 16; o <<= 1)
                 am = fmaxf(am, __shfl_xor_sync(TW_FULL, am, o));

@@ -17,7 +17,8 @@
 --   block = 256 threads (8 warps), any grid (warps stride over rows); no shared memory.
 -- Semantics (twell_ffn_infer): for each row, row-tiles are visited in order; a row-tile whose
 -- count fits its slots contributes its stored entries, an overflowing one is recomputed from x
--- and wp (g = round(relu(x . wp_n)), active iff positive), in ascending column order. Gated:
+-- and wp (g = tw_act16(x . wp_n): round(relu), a NaN active as the canonical NaN), in ascending
+-- column order. Gated:
 -- h = g * (x . Wu_n) in fp32; non-gated: h = g. y = sum h Wd_n in fp32, rounded once. Dot
 -- products are lane-strided fp32 sums reduced with a butterfly, so every lane holds the same
 -- value and the result is deterministic. An entry whose column is >= N (malformed input) is
@@ -104,7 +105,7 @@ twell_ffn_rows_generic(const unsigned short *__restrict__ x, const unsigned int 
                 for (int c = 0; c < ${S.T}; c++) {
                     const unsigned int n = (unsigned int)(t * ${S.T} + c);
                     const float pre = tw_row_dot(xf, wp + (long long)n * ${S.K}, lane);
-                    const unsigned short gb = pre > 0.0f ? tw_from_f32(pre) : (unsigned short)0;
+                    const unsigned short gb = tw_act16(pre);
                     if (gb != 0)
                         tw_row_entry(ya, xf, n, tw_to_f32(gb), wu, wd, lane);
                 }

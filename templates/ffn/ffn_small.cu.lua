@@ -36,8 +36,8 @@
 --     kernel's + 8 · ceil(ceil(N/T · (T/C − 1) / 2) / 8) + 12 · ceil(N/16) bytes.
 --
 -- Semantics (twell_ffn_infer): a row-tile whose count fits its slots contributes its stored
--- entries; one that overflows is recomputed: g = round(relu(x · wp_n)) for every column n of the
--- tile, active iff positive. Gated: h = g · (x · Wu_n) in fp32; non-gated: h = g. y = Σ h · Wd_n
+-- entries; one that overflows is recomputed: g = tw_act16(x · wp_n) (round(relu), a NaN active as
+-- the canonical NaN) for every column n of the tile, active iff positive. Gated: h = g · (x · Wu_n) in fp32; non-gated: h = g. y = Σ h · Wd_n
 -- in fp32, rounded once.
 --   up: block b scans the row-tiles of its column t for all M rows into a [32, M] table in
 --   shared memory (the 16-bit gate of each stored entry of its neurons; 0xFFFF, never a stored

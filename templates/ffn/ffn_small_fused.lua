@@ -143,10 +143,9 @@ __device__ __forceinline__ void tw_cand_h(const uint4 *xs, const unsigned short 
                                           float (&h)[2]) {
     float r0, r1;
     tw_dot2s(xs, wp + (size_t)n[0] * ${S.K}, true, wp + (size_t)n[1] * ${S.K}, true, lane, r0, r1);
-    const unsigned short g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
-    const unsigned short g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
-    a[0] = g0 != 0u && (g0 & 0x8000u) == 0u;
-    a[1] = g1 != 0u && (g1 & 0x8000u) == 0u;
+    const unsigned short g0 = tw_act16(r0), g1 = tw_act16(r1); /* a NaN: active, canonical */
+    a[0] = g0 != 0u;
+    a[1] = g1 != 0u;
     h[0] = a[0] ? tw_to_f32(g0) : 0.0f;
     h[1] = a[1] ? tw_to_f32(g1) : 0.0f;
 #if TW_GATED

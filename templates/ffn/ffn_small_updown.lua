@@ -38,16 +38,12 @@ __device__ __forceinline__ void tw_up_pairs(const tw_pair (&p)[2], bool two,
         tw_dot2(x0, wp + (size_t)n0a * ${S.K}, o0, x1, wp + (size_t)n1a * ${S.K}, o1, lane, r0,
                 r1);
         if (o0) {
-            g0 = r0 > 0.0f ? tw_from_f32(r0) : (unsigned short)0;
-            if ((g0 & 0x8000u) != 0)
-                g0 = 0; /* never: r0 > 0 rounds to a positive pattern or +0 */
+            g0 = tw_act16(r0); /* a positive pattern (NaN: the canonical one) or +0 */
             if (g0 != 0 && lane == 0)
                 atomicOr(&smask[p[0].m], 1u << p[0].nl);
         }
         if (o1) {
-            g1 = r1 > 0.0f ? tw_from_f32(r1) : (unsigned short)0;
-            if ((g1 & 0x8000u) != 0)
-                g1 = 0;
+            g1 = tw_act16(r1);
             if (g1 != 0 && lane == 0)
                 atomicOr(&smask[p[1].m], 1u << p[1].nl);
         }

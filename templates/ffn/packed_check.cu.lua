@@ -14,15 +14,16 @@
 -- A word is faulty when (W = T/C, t its row-tile's column tile, s its slot, c the row-tile's
 -- word 0, stored = min(c, W-1)):
 --   s = 0:            c > T;
---   1 <= s <= stored: its 16-bit value is +0, -0, negative, NaN or ±Inf, or its column is
---                     outside [t·T, (t+1)·T), or (s >= 2) not above slot s-1's column;
+--   1 <= s <= stored: its 16-bit value is not one gate-pack stores (tw_slot_ok: positive finite,
+--                     +Inf or the canonical NaN; so +0, -0, negative, -Inf or another NaN is
+--                     bad), or its column is outside [t·T, (t+1)·T), or (s >= 2) not above slot
+--                     s-1's column;
 --   s > stored:       the word is not 0.
 
 local common = import "twell_common"
 local S = common.shape()
 local NT = S.N // S.T
--- the exponent field of the 16-bit pattern: all ones is NaN or infinity
-local EXPM = S.dtype == "bf16" and "0x7f80u" or "0x7c00u"
+common.act_rule(S.dtype)
 
 cuda [==[
 typedef unsigned int tw_u32;
@@ -40,7 +41,7 @@ static __device__ __forceinline__ bool tw_word_bad(const tw_u32 *__restrict__ ti
     if (s > stored)
         return e != 0u;
     const tw_u32 v = e >> 16, col = e & 0xffffu, lo = t * ${S.T}u;
-    bool bad = v == 0u || (v & 0x8000u) != 0u || (v & ${EXPM}) == ${EXPM};
+    bool bad = !tw_slot_ok((unsigned short)v);
     bad = bad || col < lo || col >= lo + ${S.T}u;
     if (s >= 2u)
         bad = bad || col <= (__ldg(tile + s - 1u) & 0xffffu);

@@ -1,7 +1,9 @@
 -- gate_pack_dense.cu.lua — the packing pass of the cuBLASLt gate-pack route
--- (runtime/ops/gate_pack/gate_pack_lt.c): a dense activation g = relu(x · wᵀ), already rounded to
--- dtype by cuBLASLt's epilogue, packed into TwELL; and the elementwise h = g ⊙ u of the dense
--- inference route.
+-- (runtime/ops/gate_pack/gate_pack_lt.c): the dense pre-activations g = x · wᵀ, rounded to dtype
+-- by cuBLASLt (no epilogue: cuBLASLt's relu maps NaN to 0), packed into TwELL under the
+-- activation rule (tw_act_bits: positive values, +Inf and any NaN, stored as the canonical NaN,
+-- are active; ±0, negatives and -Inf are not); and the dense inference route's elementwise
+-- h = relu(g) ⊙ u and h = relu(g), relu keeping NaN.
 --
 -- Parameters: K, N, T, C, dtype (the plan's shape, see twellrt.h).
 -- ABI (block = 256 threads, any grid: grid-stride loops):
@@ -18,8 +20,11 @@
 --       stats[0] += Σ of the count words of packed [M, N/C] (AUTO's density estimate), stats[1]
 --       += the row-tiles whose count exceeds their slots (AUTO's overflow rule).
 --   twell_dense_mul(const unsigned short *g, const float *u, unsigned short *h, long long n8)
---       h[i] = round(g[i] · u[i]) (fp32 product, rounded once to dtype, nearest even) for the
---       n8·8 values (all 16-byte aligned).
+--       h[i] = round(relu(g[i]) · u[i]) (fp32 product, rounded once to dtype, nearest even) for
+--       the n8·8 values (all 16-byte aligned); relu keeps NaN, so a NaN gate gives a NaN h.
+--   twell_dense_relu(const unsigned short *g, unsigned short *h, long long n8)
+--       h[i] = relu(g[i]) (the non-gated route's h; NaN kept, -0 and negatives +0) for the n8·8
+--       values (16-byte aligned; h may be g: in place).
 
 local common = import "twell_common"
 local S = common.shape()
@@ -74,8 +79,8 @@ cuda [==[
 /* One row-tile of g (T values at src) into its W words at dst, by one warp: lane l holds the V
  * consecutive values l·V .. l·V+V−1 (one 16-, 8- or 4-byte load), so its entries follow the
  * lower lanes' in column order; an exclusive scan of the lanes' counts places them. Unused slots
- * are written 0; word 0 is the exact count. Active = a positive 16-bit pattern (the rule of
- * tw_pack_row_tile_warp). Returns the count in every lane. */
+ * are written 0; word 0 is the exact count. v holds raw pre-activations: tw_act_bits gives each
+ * its activation (the rule of tw_half_act). Returns the count in every lane. */
 static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__restrict__ dst,
                                                       tw_u32 col0) {
     const tw_u32 lane = threadIdx.x & 31u;
@@ -83,8 +88,10 @@ static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__r
     tw_vec_split(v, val);
     tw_u32 mask = 0;
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-        mask |= (val[j] != 0 && (val[j] & 0x8000u) == 0) ? 1u << j : 0u;
+    for (int j = 0; j < V; ++j) {
+        val[j] = tw_act_bits(val[j]);
+        mask |= val[j] != 0 ? 1u << j : 0u;
+    }
     const tw_u32 mine = (tw_u32)__popc(mask);
     tw_u32 incl = tw_warp_incl_scan(mine, lane);
     const tw_u32 total = __shfl_sync(0xffffffffu, incl, 31);
@@ -188,9 +195,16 @@ static __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi) {
     return r;
 }
 
-/* round(g · u) for two values: g two dtype values (lo, hi), u two floats. */
+/* round(relu(g) · u) for two values: g two dtype pre-activations (lo, hi), u two floats; relu
+ * keeps NaN (the product is then NaN, as the dense computation's). */
 static __device__ __forceinline__ tw_u32 tw_mul2(tw_u32 g, float u0, float u1) {
-    return tw_pack2(tw_to_f32((tw_u16)(g & 0xffffu)) * u0, tw_to_f32((tw_u16)(g >> 16)) * u1);
+    return tw_pack2(tw_relu_nan(tw_to_f32((tw_u16)(g & 0xffffu))) * u0,
+                    tw_relu_nan(tw_to_f32((tw_u16)(g >> 16))) * u1);
+}
+/* relu of two dtype values in place of their patterns: ±0 and negatives (-Inf too) +0. */
+static __device__ __forceinline__ tw_u32 tw_relu2(tw_u32 g) {
+    const tw_u32 lo = g & 0xffffu, hi = g >> 16;
+    return (tw_u32)tw_act_bits((tw_u16)lo) | ((tw_u32)tw_act_bits((tw_u16)hi) << 16);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -202,6 +216,15 @@ extern "C" __global__ void __launch_bounds__(256)
         const float4 u0 = __ldg((const float4 *)u + 2 * i), u1 = __ldg((const float4 *)u + 2 * i + 1);
         ((uint4 *)h)[i] = make_uint4(tw_mul2(a.x, u0.x, u0.y), tw_mul2(a.y, u0.z, u0.w),
                                      tw_mul2(a.z, u1.x, u1.y), tw_mul2(a.w, u1.z, u1.w));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    twell_dense_relu(const tw_u16 *g, tw_u16 *h, long long n8) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += stride) {
+        const uint4 a = ((const uint4 *)g)[i]; /* no __ldg: h may be g */
+        ((uint4 *)h)[i] = make_uint4(tw_relu2(a.x), tw_relu2(a.y), tw_relu2(a.z), tw_relu2(a.w));
     }
 }
 ]==]

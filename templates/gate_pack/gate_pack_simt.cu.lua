@@ -15,7 +15,8 @@
 -- and writes every word of those row-tiles. Each pre-activation is the reference dot product of
 -- runtime/cpu/cpu_ref.h: products rounded to fp32 (__fmul_rn), added to one fp32 accumulator that
 -- starts at +0 with k ascending (__fadd_rn, never contracted into an FMA). The stored value is
--- round_to_dtype(pre) (nearest even) when pre > 0, else +0 (NaN included), so packed is
+-- tw_act16(pre): round_to_dtype(pre) (nearest even) when pre > 0, the canonical NaN when pre is
+-- NaN (active), else +0, so packed is
 -- bit-identical to tw_gate_pack_ref for every input. Entries go in ascending column order
 -- (warp ballots and prefix popcounts, no atomics); unused slots are 0; count is exact even when
 -- it exceeds the slots.
@@ -107,7 +108,7 @@ twell_gate_pack_simt(const unsigned short *__restrict__ x, const unsigned short 
 #pragma unroll
     for (int i = 0; i < ${OUT}; i++) {
         const int idx = tid + i * ${THREADS};
-        sm.vals[idx / ${S.T}][idx % ${S.T}] = acc[i] > 0.0f ? tw_from_f32(acc[i]) : (unsigned short)0;
+        sm.vals[idx / ${S.T}][idx % ${S.T}] = tw_act16(acc[i]);
     }
     __syncthreads();
 

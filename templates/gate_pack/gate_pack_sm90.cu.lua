@@ -28,7 +28,8 @@
 --   "PROGRAMMATIC DEPENDENT LAUNCH"); it never triggers its dependents early (see there, (e)).
 -- Contract: writes every word of packed rows [0, M): count, entries in ascending column order,
 -- unused slots 0; bytes are a deterministic function of (x, w, M, gridDim.x). Values are
--- round_to_dtype(pre) (nearest even) for pre > 0, else not stored (NaN included), where pre is
+-- round_to_dtype(pre) (nearest even) for pre > 0, the canonical positive NaN for a NaN pre
+-- (active: the rule of runtime/core/half.h tw_half_act), else not stored, where pre is
 -- an fp32 tensor-core dot product: equal to runtime/cpu/cpu_ref.h up to fp32 summation order.
 --
 -- Design: warpgroup 0 produces (one thread issues TMA into a STAGES-deep ring of (x 128xBK,
@@ -88,15 +89,18 @@ sm90.helpers({ -- types, tensor map, mbarriers, cluster, TMA, wgmma (shared with
 /* K-major operand descriptor: start address, LBO 16 B (unused when swizzled), SBO = 8 rows. */
 ]==],
 })
+common.act_rule(S.dtype)
+common.canon_nan2(S.dtype)
 cuda [==[
 
 /* ---- epilogue helpers ---- */
-/* relu, round to nearest even, pack two values: lo in bits 15..0, hi in bits 31..16. NaN becomes
- * the canonical NaN 0x7fff, which the packer treats as inactive. */
+/* relu, round to nearest even, pack two values: lo in bits 15..0, hi in bits 31..16. cvt.relu
+ * turns any NaN into a NaN of PTX's choosing; the activation rule stores the dtype's canonical
+ * positive NaN instead (active, as tw_half_act). */
 static __device__ __forceinline__ tw_u32 tw_relu_pack(float lo, float hi) {
     tw_u32 r;
     asm("cvt.rn.relu.${DT}x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
+    return tw_canon_nan2(r);
 }
 static __device__ __forceinline__ void tw_stmatrix4(tw_u32 addr, tw_u32 r0, tw_u32 r1, tw_u32 r2,
                                                     tw_u32 r3) {
@@ -159,9 +163,8 @@ static __device__ __forceinline__ void tw_pack_rows(const tw_u32 (&row_addr)[NR]
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             /* bit 15 / 31 of u: that 16-bit half h is active: h & 0x7fff non-zero (relu leaves
-             * no negative value but -0) and h not the canonical NaN 0x7fff */
-            const tw_u32 u = ((v[r][q] & 0x7fff7fffu) + 0x7fff7fffu) &
-                             (((v[r][q] ^ 0x7fff7fffu) & 0x7fff7fffu) + 0x7fff7fffu);
+             * no negative value but -0; NaN is the positive canonical one, active) */
+            const tw_u32 u = (v[r][q] & 0x7fff7fffu) + 0x7fff7fffu;
             m |= ((u >> (15 - 2 * q)) & (1u << (2 * q))) | ((u >> (30 - 2 * q)) & (2u << (2 * q)));
         }
         m8[r] = m;

@@ -37,7 +37,8 @@
 -- exact fp32-accumulated sums in some fixed order: deterministic, not the CPU's order (the
 -- results differ from tw_gate_pack_ref only as pack_check.h allows).
 --
--- Packing. Each block rounds its sums (relu, round to nearest even, +0 when not positive) into
+-- Packing. Each block rounds its sums (tw_act16: relu, round to nearest even, +0 when not
+-- positive, NaN the canonical NaN, active) into
 -- gs, then counts its arrival on the counter of (row-tile column t, token block tb). The T/NB-th
 -- (last) block to arrive packs those MT rows of tile t from gs (warp ballots and prefix
 -- popcounts: ascending columns, exact count, unused slots 0, the first SLOTS entries kept when a
@@ -91,10 +92,6 @@ __device__ __forceinline__ void tw_mma(float (&d)[4], tw_u32 a0, tw_u32 a1, tw_u
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The stored activation of a pre-activation: round(relu(pre)), +0 when not positive (NaN too). */
-__device__ __forceinline__ unsigned short tw_act(float pre) {
-    return pre > 0.0f ? tw_from_f32(pre) : (unsigned short)0;
-}
 
 /* Packs one row-tile from its T activations in global memory (written by other blocks of this
  * grid: read through L2). All 32 lanes call it together. */
@@ -204,12 +201,12 @@ twell_gate_pack_small_g2u2(const unsigned short *__restrict__ x,
         }
         const int n = n0 + 16 * iw + (ln >> 2), m = m0 + 8 * j + 2 * (ln & 3);
         if (m < M) {
-            gs[(size_t)m * ${S.N} + n] = tw_act(s.x);
-            gs[(size_t)m * ${S.N} + n + 8] = tw_act(s.z);
+            gs[(size_t)m * ${S.N} + n] = tw_act16(s.x);
+            gs[(size_t)m * ${S.N} + n + 8] = tw_act16(s.z);
         }
         if (m + 1 < M) {
-            gs[(size_t)(m + 1) * ${S.N} + n] = tw_act(s.y);
-            gs[(size_t)(m + 1) * ${S.N} + n + 8] = tw_act(s.w);
+            gs[(size_t)(m + 1) * ${S.N} + n] = tw_act16(s.y);
+            gs[(size_t)(m + 1) * ${S.N} + n + 8] = tw_act16(s.w);
         }
     }
     /* count the block's arrival on its (token block, tile) counter; the last block to arrive

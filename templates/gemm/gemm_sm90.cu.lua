@@ -14,7 +14,8 @@
 --             nor stored (M stays the extent of the maps and of the split-K partials' layout), so
 --             a row count known only on the device (the inference heavy-row block) costs only
 --             its own rows.
--- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0 else +0):
+-- MODE (all values rounded once to dtype, nearest even; tw_act(v) = round(v) for v > 0, the
+-- canonical positive NaN for a NaN v (active: twell_common's act_rule), else +0):
 --   gated  the up projection with the gate applied: out = round(g ⊙ (x·Wuᵀ)), A = x, B = Wu,
 --          G = Wg. g is the TwELL gate `packed` (same rows as A) expanded in shared memory by the
 --          idle warps of the producer warpgroup while the tensor cores run; a unit whose flags
@@ -42,11 +43,13 @@
 -- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
 -- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
 --   fwd    2 passes per unit: P = tw_act(A·Gᵀ) into the staging buffer, then U = A·Bᵀ;
---          out0 (pitch LDO) = Tm = round(P ⊙ U) where P > 0 else +0; aux[M, N] u32 words
---          (P bits | round(U) bits << 16); part[unit·16 + warp] = {Σ|Tm| fp32, count(P > 0)} of
+--          out0 (pitch LDO) = Tm = round(P ⊙ U) where P is active (> 0 or NaN) else +0; aux[M, N]
+--          u32 words (P bits | round(U) bits << 16); part[unit·16 + warp] = {Σ|Tm| fp32,
+--          count(P active)} of
 --          each consumer warp's 16 x 256 block (summed in a fixed order by the caller).
 --   dt     acc = A·Bᵀ (dy·Wdᵀ); with (P, U) from aux: dT = acc + scal·sign(U);
---          out0 = round(dT·P), out1 = round(dT·U) where P > 0, else +0 (both pitch LDO; out1
+--          out0 = round(dT·P), out1 = round(dT·U) where P is active, else +0 (sign(NaN) = NaN;
+--          both pitch LDO; out1
 --          4-byte aligned: stored from the fragments).
 --   mm     out0 (pitch LDO) = round(A·Bᵀ); the reduction's k-blocks kb < bsplit read map_b,
 --          the others map_g from k-block 0 (two stacked B operands: dx = [dU dP]·[Wu; Wg]).
@@ -166,6 +169,9 @@ local ADV_A = TA == 1 and 128 or 2
 local ADV_B = TB == 1 and 128 or 2
 
 emitf("// twell_gemm_sm90 smem=%d\n", SMEM)
+local act = import "twell_common"
+act.act_rule(dtype)
+act.canon_nan2(dtype)
 local sm90 = import "sm90_tma"
 sm90.helpers({ -- types, tensor map, mbarriers, cluster, TMA, wgmma (shared with gate_pack)
     DT = DT, SBO = SBO, SWZ = 1, TA = TA, TB = TB,
@@ -229,9 +235,10 @@ static __device__ __forceinline__ tw_u32 tw_pack2(float lo, float hi) {
     asm("cvt.rn.${DT}x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-/* tw_act of two values: fmaxf gives +0 for NaN and for negatives (the reference's inactive). */
+/* tw_act of two values, the rule of tw_half_act: relu keeping NaN (active), then the canonical
+ * NaN; -0, negatives and -Inf give +0. */
 static __device__ __forceinline__ tw_u32 tw_act2(float lo, float hi) {
-    return tw_pack2(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
+    return tw_canon_nan2(tw_pack2(tw_relu_nan(lo), tw_relu_nan(hi)));
 }
 /* The two 16-bit values of w as floats (exact). */
 static __device__ __forceinline__ void tw_unpack2(tw_u32 w, float &lo, float &hi) {
@@ -344,10 +351,8 @@ end
 
 if TRAIN then
     cuda [==[
-/* (lo, hi) of a 16-bit pair word as floats, and the sign the L1 term uses. */
-static __device__ __forceinline__ float tw_sign(float v) {
-    return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f);
-}
+/* The sign the L1 term uses: NaN for a NaN U, as the dense gradient of |T|. */
+static __device__ __forceinline__ float tw_sign(float v) { return tw_sign_nan(v); }
 ]==]
 end
 
@@ -664,12 +669,14 @@ cuda [==[
                     const tw_u32 pw = tw_lds32(a);
                     float p0, p1;
                     tw_unpack2(pw, p0, p1);
-                    const tw_u32 tm = tw_pack2(p0 > 0.0f ? p0 * lo : 0.0f, p1 > 0.0f ? p1 * hi : 0.0f);
+                    /* the support: P active (positive or NaN: tw_act_on) */
+                    const tw_u32 tm =
+                        tw_pack2(tw_act_on(p0) ? p0 * lo : 0.0f, tw_act_on(p1) ? p1 * hi : 0.0f);
                     tw_sts32(a, tm);
                     float t0, t1;
                     tw_unpack2(tm, t0, t1);
                     l1 += fabsf(t0) + fabsf(t1);
-                    cnt += (p0 > 0.0f ? 1.0f : 0.0f) + (p1 > 0.0f ? 1.0f : 0.0f);
+                    cnt += (tw_act_on(p0) ? 1.0f : 0.0f) + (tw_act_on(p1) ? 1.0f : 0.0f);
                     const tw_u32 uu = tw_pack2(lo, hi);
                     const int row = m0 + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
                     const int col = n0 + 8 * j + 2 * (lane & 3);
@@ -697,12 +704,12 @@ cuda [==[
                         float p0, u0, p1, u1;
                         tw_unpack2(w.x, p0, u0);
                         tw_unpack2(w.y, p1, u1);
-                        if (p0 > 0.0f) {
+                        if (tw_act_on(p0)) {
                             const float t = lo + scal * tw_sign(u0);
                             du0 = t * p0;
                             dp0 = t * u0;
                         }
-                        if (p1 > 0.0f) {
+                        if (tw_act_on(p1)) {
                             const float t = hi + scal * tw_sign(u1);
                             du1 = t * p1;
                             dp1 = t * u1;

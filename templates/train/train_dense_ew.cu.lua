@@ -30,7 +30,7 @@ twell_train_dense_fwd(const unsigned short *__restrict__ g, const unsigned short
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float gv = tw_to_f32(g[i]);
-        h[i] = tw_from_f32(gv > 0.0f ? gv * tw_to_f32(u[i]) : 0.0f);
+        h[i] = tw_from_f32(tw_act_on(gv) ? gv * tw_to_f32(u[i]) : 0.0f); /* relu keeps NaN */
     }
 }
 
@@ -43,8 +43,8 @@ twell_train_dense_bwd(const unsigned short *__restrict__ g, const unsigned short
         const long long m = i / N, c = i % N;
         const float gv = tw_to_f32(g[i]), uv = tw_to_f32(u[i]);
         float du = 0.0f, dg = 0.0f;
-        if (gv > 0.0f) {
-            const float s = uv > 0.0f ? 1.0f : (uv < 0.0f ? -1.0f : 0.0f);
+        if (tw_act_on(gv)) {
+            const float s = tw_sign_nan(uv);
             const float dt = tw_to_f32(dh[i]) + l1c * s;
             du = dt * gv;
             dg = dt * uv;

@@ -14,10 +14,9 @@ typedef unsigned short tw_u16;
 #define TW_W ${S.W}
 #define TW_SLOTS ${S.SLOTS}u
 
-/* The 16-bit activation of a pre-activation: round_to_dtype(relu(pre)), +0 when not positive. */
-__device__ __forceinline__ tw_u16 tw_act(float pre) {
-    return pre > 0.0f ? tw_from_f32(pre) : (tw_u16)0;
-}
+/* The 16-bit activation of a pre-activation: tw_act16 (round_to_dtype(relu(pre)), a NaN active
+ * as the canonical NaN, +0 when not positive), and whether a stored one is active. */
+__device__ __forceinline__ tw_u16 tw_act(float pre) { return tw_act16(pre); }
 __device__ __forceinline__ bool tw_active(tw_u16 v) { return v != 0 && (v & 0x8000u) == 0; }
 
 /* Global warp index and warp count of a grid-stride kernel. */

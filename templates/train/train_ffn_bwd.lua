@@ -31,7 +31,7 @@ twell_train_bwd_ent(const tw_u16 *__restrict__ dy, const tw_u16 *__restrict__ wd
                 float *up;
                 tw_locate(m, e, packed, tile_off, spill_off, spill, u_ell, u_spill, word, up);
                 const float u = *up, p = tw_to_f32((tw_u16)(word >> 16));
-                const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+                const float sgn = tw_sign_nan(u); /* NaN for a NaN u, as the dense gradient */
                 const float dt =
                     __fadd_rn(tw_dot_ref(ds, wd + (long long)(word & 0xffffu) * ${S.K}),
                               __fmul_rn(l1c, sgn));

@@ -119,7 +119,7 @@ __device__ __forceinline__ void tw_bwd_entry_out(tw_u64 e, tw_u32 word, float u,
                                                  float *__restrict__ e_du,
                                                  float *__restrict__ e_dp) {
     const float p = tw_to_f32((tw_u16)(word >> 16));
-    const float sgn = u > 0.0f ? 1.0f : (u < 0.0f ? -1.0f : 0.0f);
+    const float sgn = tw_sign_nan(u); /* NaN for a NaN u, as the dense gradient */
     const float dt = __fadd_rn(d, __fmul_rn(l1c, sgn));
     e_du[e] = __fmul_rn(dt, p);
     e_dp[e] = __fmul_rn(dt, u);

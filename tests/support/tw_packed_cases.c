@@ -3,24 +3,25 @@
 
 #include <stdio.h>
 
-/* 16-bit patterns of -1, NaN, +Inf, -Inf in dtype dt. */
+/* 16-bit patterns of -1, a positive NaN of another payload than the canonical one, the negative
+ * canonical NaN, -Inf in dtype dt (+Inf and the canonical NaN are valid slot values). */
 typedef struct {
-    uint16_t minus_one, nan, pinf, ninf;
+    uint16_t minus_one, nan_payload, nan_neg, ninf;
 } tw_pk_bits;
 
 static tw_pk_bits tw_pk_bits_of(twell_dtype dt) {
     if (dt == TWELL_DTYPE_BF16)
-        return (tw_pk_bits){0xbf80u, 0x7fc0u, 0x7f80u, 0xff80u};
-    return (tw_pk_bits){0xbc00u, 0x7e00u, 0x7c00u, 0xfc00u};
+        return (tw_pk_bits){0xbf80u, 0x7fc1u, 0xffc0u, 0xff80u};
+    return (tw_pk_bits){0xbc00u, 0x7e01u, 0xfe00u, 0xfc00u};
 }
 
 static const tw_pk_case tw_pk_cases[] = {
-    {"value +0 (column kept)", "is +0, not positive and finite", 0},
-    {"value -0", "is -0, not positive and finite", 0},
-    {"value -1", "is -1, not positive and finite", 0},
-    {"value NaN", "is NaN, not positive and finite", 0},
-    {"value +Inf", "is +Inf, not positive and finite", 0},
-    {"value -Inf", "is -Inf, not positive and finite", 0},
+    {"value +0 (column kept)", "is +0, not an activation", 0},
+    {"value -0", "is -0, not an activation", 0},
+    {"value -1", "is -1, not an activation", 0},
+    {"value NaN of another payload", "is NaN, not an activation", 0},
+    {"value -NaN", "is -NaN, not an activation", 0},
+    {"value -Inf", "is -Inf, not an activation", 0},
     {"column outside the row-tile", "is outside the row-tile's columns", 1},
     {"column 65535 (past N when N < 65536)", "is outside the row-tile's columns", 1},
     {"columns not ascending (duplicate)", "(ascending order)", 1},
@@ -29,7 +30,7 @@ static const tw_pk_case tw_pk_cases[] = {
     {"count one too large (an empty slot below it)", "the slot is empty but the count is", 1},
     {"count above T", "exceeds T", 1},
     {"garbage in the last unused slot", "past the count", 0},
-    {"two faults: the lower word is named", "is -0, not positive and finite", 0},
+    {"two faults: the lower word is named", "is -0, not an activation", 0},
 };
 
 size_t tw_pk_case_count(void) { return sizeof tw_pk_cases / sizeof tw_pk_cases[0]; }
@@ -76,10 +77,10 @@ int tw_pk_case_apply(size_t i, const twell_shape *s, size_t M, size_t from, uint
         packed[b + 1] = (uint32_t)v.minus_one << 16 | col1;
         break;
     case 3:
-        packed[b + 1] = (uint32_t)v.nan << 16 | col1;
+        packed[b + 1] = (uint32_t)v.nan_payload << 16 | col1;
         break;
     case 4:
-        packed[b + 1] = (uint32_t)v.pinf << 16 | col1;
+        packed[b + 1] = (uint32_t)v.nan_neg << 16 | col1;
         break;
     case 5:
         packed[b + 1] = (uint32_t)v.ninf << 16 | col1;
@@ -116,7 +117,7 @@ int tw_pk_case_apply(size_t i, const twell_shape *s, size_t M, size_t from, uint
         size_t b2;
         if (tw_pk_find(s, M, b / NW + 1, packed, &b2) != 0)
             return -1;
-        packed[b2 + 1] = (uint32_t)v.nan << 16 | (packed[b2 + 1] & 0xffffu); /* not named */
+        packed[b2 + 1] = (uint32_t)v.nan_payload << 16 | (packed[b2 + 1] & 0xffffu); /* not named */
         packed[b + 1] = 0x80000000u | col1;
         break;
     }
@@ -139,7 +140,7 @@ uint64_t tw_pk_rand(uint64_t *state) {
 void tw_pk_mutate(uint64_t *rng, const twell_shape *s, size_t M, uint32_t *packed, unsigned edits) {
     const uint32_t W = s->T / s->C, NT = s->N / s->T;
     const tw_pk_bits v = tw_pk_bits_of(s->dtype);
-    const uint16_t values[] = {0u, 0x8000u, v.minus_one, v.nan, v.pinf, v.ninf, 0x0001u};
+    const uint16_t values[] = {0u, 0x8000u, v.minus_one, v.nan_payload, v.nan_neg, v.ninf, 0x0001u};
     unsigned n = 1u + (unsigned)(tw_pk_rand(rng) % (edits ? edits : 1u));
     for (unsigned k = 0; k < n; k++) {
         uint64_t r = tw_pk_rand(rng);

@@ -261,17 +261,20 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
         void *yc = (char *)y + r0 * s->K * 2u;
         const void *g = gate ? (const char *)gate + r0 * row_bytes : d->g;
         if (!gate) {
-            const tw_lt_shape gs = {m, s->N, s->K, 1, t, t, TW_LT_EPI_RELU};
+            const tw_lt_shape gs = {m, s->N, s->K, 1, t, t};
             TW_TRY(tw_gate_lt_matmul(plan, d->lt, &gs, xc, s->gated ? wg : wu, d->g, stream));
         }
-        const void *h = g;
-        if (s->gated) {
-            const tw_lt_shape us = {m, s->N, s->K, 1, t, TW_LT_FP32, TW_LT_EPI_NONE};
+        const void *h = g; /* g holds raw pre-activations: relu is applied below */
+        if (!s->gated) {
+            /* in place: relu is idempotent, so a gate-pack buffer reused again stays valid */
+            TW_TRY(tw_gate_lt_relu(plan, d->lt, (void *)(uintptr_t)g, m * s->N, stream));
+        } else {
+            const tw_lt_shape us = {m, s->N, s->K, 1, t, TW_LT_FP32};
             TW_TRY(tw_gate_lt_matmul(plan, d->lt, &us, xc, wu, d->u, stream));
             TW_TRY(tw_gate_lt_mul(plan, d->lt, g, d->u, d->h, m * s->N, stream));
             h = d->h;
         }
-        const tw_lt_shape ds = {m, s->K, s->N, 0, t, t, TW_LT_EPI_NONE};
+        const tw_lt_shape ds = {m, s->K, s->N, 0, t, t};
         TW_TRY(tw_gate_lt_matmul(plan, d->lt, &ds, h, wd, yc, stream));
     }
     gate ? d->gate_reused++ : d->gate_computed++;

@@ -53,10 +53,11 @@ size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M);
  *
  * Dense route (per chunk of rows, through cuBLASLt with fp32 accumulation; buffers [rows, N]
  * dtype in the plan's workspace):
- *   g: the gate-pack's g = relu(x·Wᵀ) of this call when the plan's cuBLASLt gate-pack left it
- *      for exactly these arguments (gate_pack_lt.h), else computed here by a cuBLASLt GEMM with
- *      the relu epilogue (W = Wg gated, Wu non-gated);
- *   gated: u = x·Wuᵀ (rounded to dtype), h = round(g ⊙ u); non-gated: h = g;
+ *   g: the gate-pack's pre-activations g = x·Wᵀ of this call when the plan's cuBLASLt gate-pack
+ *      left them for exactly these arguments (gate_pack_lt.h), else computed here by a cuBLASLt
+ *      GEMM (W = Wg gated, Wu non-gated; no epilogue: cuBLASLt's relu maps NaN to 0);
+ *   gated: u = x·Wuᵀ (fp32), h = round(relu(g) ⊙ u); non-gated: h = relu(g) (in place in g);
+ *   relu keeps NaN, as the dense computation propagates it;
  *   y = h · Wd (Wd [N, K] read as it is).
  * Every value is exact as the dense computation a framework runs (three GEMMs and an elementwise
  * product), whatever row-tiles overflow: the packed activation is only counted.

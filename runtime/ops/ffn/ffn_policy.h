@@ -99,8 +99,8 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
  * its row-tiles overflow, above ~6% active). */
 #define TW_POLICY_DENSE_MIN_ROWS ((size_t)1)
 
-/* The rows twell_gate_pack runs through cuBLASLt (a GEMM with the relu epilogue into an
- * L2-resident buffer, then a packing pass) on its own: above the small-batch gate-pack's rows and
+/* The rows twell_gate_pack runs through cuBLASLt (a GEMM into an L2-resident buffer, then a
+ * packing pass that applies relu) on its own: above the small-batch gate-pack's rows and
  * below where the fused Hopper kernel wins again (measured between 1024 and 2048 rows; table in
  * BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"). Calls the dense route will reuse run it
  * at any M. */

@@ -26,7 +26,7 @@ struct tw_gate_lt {
     int available;
     char why[400];
     tw_CUmodule mod;
-    tw_CUfunction pack, count, mul;
+    tw_CUfunction pack, count, mul, relu;
     tw_lt_set set; /* prepared GEMMs */
     void *ws;      /* cuBLASLt workspace (TW_LT_WORKSPACE bytes), allocated on first need */
     size_t ws_bytes;
@@ -74,15 +74,15 @@ static void tw_glt_load(twell_plan *plan, tw_gate_lt *lt) {
             tw_param prm[TW_SHAPE_NPARAMS];
             size_t n = tw_shape_params(&plan->shape, prm);
             static const char *const fns[] = {"twell_pack_dense", "twell_pack_count",
-                                              "twell_dense_mul"};
+                                              "twell_dense_mul", "twell_dense_relu"};
             tw_cubin cubin;
             memset(&cubin, 0, sizeof cubin);
             st = tw_jit_cubin(ctx, "gate_pack_dense", prm, n, ctx->cuda->arch, &cubin);
-            tw_CUfunction f[3] = {NULL, NULL, NULL};
+            tw_CUfunction f[4] = {NULL, NULL, NULL, NULL};
             if (st == TWELL_OK)
-                st = tw_cu_module_open(ctx, cubin.data, fns, 3, &lt->mod, f);
+                st = tw_cu_module_open(ctx, cubin.data, fns, 4, &lt->mod, f);
             tw_cubin_free(&cubin);
-            lt->pack = f[0], lt->count = f[1], lt->mul = f[2];
+            lt->pack = f[0], lt->count = f[1], lt->mul = f[2], lt->relu = f[3];
         }
         if (st == TWELL_OK)
             st = tw_cuda_event_create(ctx, &lt->done);
@@ -210,6 +210,13 @@ twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, con
     return tw_glt_grid(plan, lt->mul, n / 8u, 256u, stream, args);
 }
 
+twell_status tw_gate_lt_relu(twell_plan *plan, tw_gate_lt *lt, void *g, size_t n,
+                             twell_stream stream) {
+    long long n8 = (long long)(n / 8u);
+    void *args[] = {&g, &g, &n8};
+    return tw_glt_grid(plan, lt->relu, n / 8u, 256u, stream, args);
+}
+
 twell_status tw_gate_lt_count(twell_plan *plan, tw_gate_lt *lt, size_t M, const uint32_t *packed,
                               uint64_t *stats, twell_stream stream) {
     long long m = (long long)M;
@@ -247,8 +254,7 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
         tag = &lt->tag_eager;
     }
     tag->valid = 0;
-    const tw_lt_shape gemm = {
-        M, s->N, s->K, 1, tw_lt_type_of(s->dtype), tw_lt_type_of(s->dtype), TW_LT_EPI_RELU};
+    const tw_lt_shape gemm = {M, s->N, s->K, 1, tw_lt_type_of(s->dtype), tw_lt_type_of(s->dtype)};
     TW_TRY(tw_gate_lt_matmul(plan, lt, &gemm, x, w, g, stream));
     long long m = (long long)M;
     uint64_t *out = capturing ? NULL : count_out; /* captured calls count nothing */

@@ -1,9 +1,10 @@
 /*
  * gate_pack_lt.h — a plan's cuBLASLt resources and the gate-pack route through them: the gate GEMM
- * g = relu(x · wᵀ) by cuBLASLt into a buffer of the plan (L2-resident at the batch sizes the route
- * serves), then a packing pass (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference
- * route (ops/ffn/cuda_dense.c) reuses that g when it is known to hold the gate of its call, and
- * runs its own GEMMs through the same workspace.
+ * pre-activations g = x · wᵀ by cuBLASLt into a buffer of the plan (L2-resident at the batch sizes
+ * the route serves), then a packing pass that applies relu
+ * (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference route (ops/ffn/cuda_dense.c)
+ * reuses that g when it is known to hold the gate of its call, and runs its own GEMMs through the
+ * same workspace.
  *
  * Which g a dense call may reuse. The plan keeps two gate buffers: one written only by eager
  * calls (so host order is device order, on one stream), one written only by captured calls. Each
@@ -36,14 +37,16 @@ int tw_gate_lt_available(twell_plan *plan, tw_gate_lt *lt, const char **why);
  * buffer (rows · N values). May wait for the plan's earlier eager work. Context current. */
 twell_status tw_gate_lt_reserve(twell_plan *plan, tw_gate_lt *lt, size_t rows);
 
-/* The route's gate-pack: g = relu(x · wᵀ) by cuBLASLt (fp32 accumulation, rounded to dtype) into
- * the gate buffer of the call's kind, then packed [M, N/C] from it. x, w, packed 16-byte aligned.
- * count_out (an eager call's; may be NULL; ignored while capturing): device address where the
- * packing pass stores Σ of packed's count words (e.g. mapped page-locked memory), valid once the
- * event tw_gate_lt_end records after the call has completed.
- * Eager calls grow the eager buffer as needed. A captured call needs M ≤
- * the rows twell_plan_reserve gave the captured gate buffer; otherwise *ran = 0 and nothing is
- * enqueued (the caller runs another kernel). Context current. */
+/* The route's gate-pack: the pre-activations g = x · wᵀ by cuBLASLt (fp32 accumulation, rounded
+ * to dtype, no epilogue) into the gate buffer of the call's kind, then packed [M, N/C] from them
+ * under the activation rule (a NaN active; twellrt.h "Non-finite values"). The buffer keeps the
+ * raw pre-activations: its readers apply relu themselves (tw_gate_lt_mul, tw_gate_lt_relu). x, w,
+ * packed 16-byte aligned. count_out (an eager call's; may be NULL; ignored while capturing): device
+ * address where the packing pass stores Σ of packed's count words (e.g. mapped page-locked memory),
+ * valid once the event tw_gate_lt_end records after the call has completed. Eager calls grow the
+ * eager buffer as needed. A captured call needs M ≤ the rows twell_plan_reserve gave the captured
+ * gate buffer; otherwise *ran = 0 and nothing is enqueued (the caller runs another kernel). Context
+ * current. */
 twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const void *x,
                              const void *w, uint32_t *packed, uint64_t *count_out, int capturing,
                              twell_stream stream, int *ran);
@@ -60,15 +63,21 @@ void tw_gate_lt_forget(tw_gate_lt *lt);
 /* 1 when the plan's last gate-pack ran this route. */
 int tw_gate_lt_last(const tw_gate_lt *lt);
 
-/* D = epi(A · op(B)) through cuBLASLt with the plan's workspace (cuda_blaslt.h's shape rules).
+/* D = A · op(B) through cuBLASLt with the plan's workspace (cuda_blaslt.h's shape rules).
  * Context current. */
 twell_status tw_gate_lt_matmul(twell_plan *plan, tw_gate_lt *lt, const tw_lt_shape *shape,
                                const void *a, const void *b, void *d, twell_stream stream);
 
-/* h[i] = round(g[i] · u[i]) for n values (n a multiple of 8; g, h dtype, u fp32; 16-byte
- * aligned). */
+/* h[i] = round(relu(g[i]) · u[i]) for n values, g raw pre-activations (n a multiple of 8; g, h
+ * dtype, u fp32; 16-byte aligned). relu keeps NaN: a NaN gate gives a NaN h. */
 twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, const float *u,
                             void *h, size_t n, twell_stream stream);
+
+/* g[i] = relu(g[i]) in place for n values (n a multiple of 8, 16-byte aligned): ±0, negatives and
+ * -Inf become +0, NaN the canonical NaN. Idempotent, so a gate buffer that a later call may
+ * reuse stays valid. */
+twell_status tw_gate_lt_relu(twell_plan *plan, tw_gate_lt *lt, void *g, size_t n,
+                             twell_stream stream);
 
 /* stats[0] += Σ of the count words of packed [M, N/C]. */
 twell_status tw_gate_lt_count(twell_plan *plan, tw_gate_lt *lt, size_t M, const uint32_t *packed,

@@ -14,13 +14,8 @@
 
 #define TW_CHECK_DEEP_MAX 64 /* bad tiles examined in depth before only counting */
 
-/* relu then round to dtype; +0 for non-positive or NaN. */
-static uint16_t tw_act(twell_dtype dt, double v) {
-    if (!(v > 0.0))
-        return 0;
-    uint16_t h = tw_f32_to_half(dt, (float)v);
-    return (h & 0x8000u) ? 0 : h;
-}
+/* relu then round to dtype, the rule of tw_half_act (NaN: the canonical NaN, active). */
+static uint16_t tw_act(twell_dtype dt, double v) { return tw_half_act(dt, (float)v); }
 
 /* Exact pre-activation and its fp32 error bound for one (row, column). */
 static void tw_z(twell_dtype dt, const uint16_t *xr, const uint16_t *wr, uint32_t K, double *z,
@@ -63,6 +58,8 @@ static int tw_check_tile(const twell_shape *s, const uint16_t *xr, const uint16_
     for (uint32_t j = 0; j < s->T; j++) {
         double z, e;
         tw_z(s->dtype, xr, w + (size_t)(col0 + j) * s->K, s->K, &z, &e);
+        if (!isfinite(z) || !isfinite(e))
+            e = 0.0; /* non-finite terms: the fp32 sum is the exact one (NaN, or ±Inf) */
         lo[j] = tw_act(s->dtype, z - e);
         hi[j] = tw_act(s->dtype, z + e);
         n_lo += lo[j] != 0;
@@ -82,7 +79,7 @@ static int tw_check_tile(const twell_shape *s, const uint16_t *xr, const uint16_
             return 0;
         }
         uint32_t j = col - col0;
-        if (v == 0 || (v & 0x8000u) || hi[j] == 0 || v < lo[j] || v > hi[j]) {
+        if (!tw_half_active((uint16_t)v) || hi[j] == 0 || v < lo[j] || v > hi[j]) {
             tw_bad(out, row, t, "value outside its fp32 rounding range, value vs lower bound",
                    (long)v, (long)lo[j]);
             return 0;
@@ -158,6 +155,8 @@ void tw_pack_check_rows(const twell_shape *s, const uint16_t *x, const uint16_t 
                 uint32_t col = gt[1 + q] & 0xffffu;
                 double z, e, v = (double)tw_half_to_f32(s->dtype, (uint16_t)(gt[1 + q] >> 16));
                 tw_z(s->dtype, xr, w + (size_t)col * s->K, s->K, &z, &e);
+                if (!isfinite(v) || !isfinite(z))
+                    continue; /* non-finite values are checked bit for bit above */
                 err2 += (v - z) * (v - z);
                 ref2 += z * z;
                 out->entries++;

@@ -17,8 +17,8 @@
  *    with strictly ascending columns inside the tile, positive values, unused slots 0) and, with
  *    z_j the exact (fp64) pre-activation of column j and e_j = K·2⁻²³·Σ_k|x_k·w_jk| a bound on the
  *    error of any fp32 summation order (twice the classic K·u bound, for non-IEEE tensor-core
- *    accumulation), with lo_j = act(z_j − e_j), hi_j = act(z_j + e_j) (act = relu, round to
- *    dtype):
+ *    accumulation; e_j = 0 where z_j or the bound is not finite), with lo_j = act(z_j − e_j),
+ *    hi_j = act(z_j + e_j) (act = tw_half_act: relu, round to dtype, NaN the canonical NaN):
  *      * count lies in [#{j : lo_j > 0}, #{j : hi_j > 0}];
  *      * every stored entry (j, v) has lo_j ≤ v ≤ hi_j (hi_j > 0, so j may be active);
  *      * every column with lo_j > 0 (certainly active) below the last stored column — or any
