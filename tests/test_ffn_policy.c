@@ -141,22 +141,26 @@ static void test_ffn_policy_heavy(void **st) {
         size_t M;
         int heavy, ovf, dense_ok;
         tw_ffn_route want;
+        double thr; /* a test's dense threshold (0: the measured rules) */
     } t[] = {
-        {2048, 0, 0, 1, TI},
-        {2048, 1, 0, 1, DE},
-        {2048, 0, 1, 1, DE},
-        {1448, 1, 0, 1, DE},
-        {TW_POLICY_HEAVY_DENSE_MAX_ROWS, 1, 0, 1, DE},
-        {TW_POLICY_HEAVY_DENSE_MAX_ROWS + 1, 1, 0, 1, TI},
-        {4096, 1, 1, 1, TI},
-        {2048, 1, 1, 0, TI}, /* no dense path */
-        {8, 1, 1, 1, SM},    /* the small path keeps its rows */
+        {2048, 0, 0, 1, TI, 0},
+        {2048, 1, 0, 1, DE, 0},
+        {2048, 0, 1, 1, DE, 0},
+        {1448, 1, 0, 1, DE, 0},
+        {TW_POLICY_HEAVY_DENSE_MAX_ROWS, 1, 0, 1, DE, 0},
+        {TW_POLICY_HEAVY_DENSE_MAX_ROWS + 1, 1, 0, 1, TI, 0},
+        {4096, 1, 1, 1, TI, 0},
+        {2048, 1, 1, 0, TI, 0},   /* no dense path */
+        {8, 1, 1, 1, SM, 0},      /* the small path keeps its rows */
+        {2048, 1, 1, 1, TI, 1e9}, /* a test's threshold decides alone: sparse */
+        {2048, 1, 0, 1, DE, 1.0}, /* ... and dense above it */
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         tw_ffn_policy_in in;
         memset(&in, 0, sizeof in);
         in.M = t[i].M, in.N = 5632, in.est = 29.0, in.small_ok = 1, in.row_ok = t[i].M > 16;
         in.dense_ok = t[i].dense_ok, in.heavy_seen = t[i].heavy, in.ovf_seen = t[i].ovf;
+        in.dense_thr = t[i].thr;
         tw_ffn_route got = tw_ffn_policy(&in);
         if (got != t[i].want)
             fail_msg("M=%zu heavy=%d ovf=%d dense_ok=%d: %s, expected %s", t[i].M, t[i].heavy,

@@ -97,8 +97,9 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
     if (in->small_ok && in->M <= TW_POLICY_SMALL_MAX_ROWS)
         return TW_ROUTE_SMALL;
     size_t min_rows = in->dense_min_rows > 0 ? in->dense_min_rows : TW_POLICY_DENSE_MIN_ROWS;
-    if (in->dense_ok && (in->heavy_seen || in->ovf_seen) && in->M >= min_rows &&
-        in->M <= TW_POLICY_HEAVY_DENSE_MAX_ROWS)
+    /* a test's threshold (dense_thr) replaces the measured rules, this one included */
+    if (in->dense_ok && !(in->dense_thr > 0.0) && (in->heavy_seen || in->ovf_seen) &&
+        in->M >= min_rows && in->M <= TW_POLICY_HEAVY_DENSE_MAX_ROWS)
         return TW_ROUTE_DENSE; /* rule 3 */
     return TW_ROUTE_TILED;
 }

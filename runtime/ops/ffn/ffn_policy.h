@@ -53,7 +53,8 @@ typedef struct tw_ffn_policy_in {
  *     were measured against the small path (at ~6% active and more its row-tiles overflow and
  *     are recomputed on CUDA cores);
  *  3. DENSE when dense_ok, M ≥ the dense path's smallest M, M ≤ TW_POLICY_HEAVY_DENSE_MAX_ROWS
- *     and heavy_seen or ovf_seen: the tiled pipeline's recomputation of heavy rows costs a fixed
+ *     and heavy_seen or ovf_seen, unless dense_thr is set (a test's threshold then decides
+ *     alone): the tiled pipeline's recomputation of heavy rows costs a fixed
  *     part of a call that is too large at these M;
  *  4. TILED otherwise (it runs everywhere and is exact for any data).
  * Pure; never fails. */
