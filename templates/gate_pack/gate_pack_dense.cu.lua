@@ -11,7 +11,7 @@
 --                    unsigned long long *acc, unsigned long long *out)
 --       g [M, N] dtype (16-byte aligned). packed [M, N/C] receives every word (entries in
 --       ascending column order by lane scans, unused slots 0, exact counts; no atomics), a warp
---       per row-tile, two in flight. When out is not NULL, out[0] = Σ counts and out[1] = the
+--       per row-tile, four in flight, each written by coalesced stores. When out is not NULL, out[0] = Σ counts and out[1] = the
 --       overflowing row-tiles (plain stores, e.g. into mapped page-locked memory): the blocks add
 --       into acc[0] and acc[2] (integer atomics: exact in any order) and count their arrivals in
 --       acc[1]; the last block stores the totals and zeroes the three words for the next launch
@@ -32,25 +32,25 @@ local NT = S.N // S.T
 local DT = S.dtype == "bf16" and "bf16" or "f16"
 
 common.conversions(S.dtype)
+common.canon_nan2(S.dtype)
 common.warp_scan()
 local V = S.T // 32 -- values a lane packs: 8, 4 or 2
+local VW = V // 2   -- the 32-bit words holding them
+local TILES = 4     -- row-tiles a warp has in flight (their loads issued before any is packed)
 
 cuda [==[
 typedef unsigned int tw_u32;
 typedef unsigned long long tw_u64;
 typedef unsigned short tw_u16;
-constexpr int V = ${V};
+constexpr int V = ${V}, VW = ${VW}, TILES = ${TILES};
 ]==]
 if V == 8 then
     cuda [==[
 typedef uint4 TwVec;
 static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const uint4 *)p); }
 static __device__ __forceinline__ TwVec tw_vec_zero() { return make_uint4(0u, 0u, 0u, 0u); }
-static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
-    const tw_u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-        o[2 * k] = (tw_u16)(w[k] & 0xffffu), o[2 * k + 1] = (tw_u16)(w[k] >> 16);
+static __device__ __forceinline__ void tw_vec_words(const TwVec v, tw_u32 (&w)[VW]) {
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
 }
 ]==]
 elseif V == 4 then
@@ -58,9 +58,8 @@ elseif V == 4 then
 typedef uint2 TwVec;
 static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const uint2 *)p); }
 static __device__ __forceinline__ TwVec tw_vec_zero() { return make_uint2(0u, 0u); }
-static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
-    o[0] = (tw_u16)(v.x & 0xffffu), o[1] = (tw_u16)(v.x >> 16);
-    o[2] = (tw_u16)(v.y & 0xffffu), o[3] = (tw_u16)(v.y >> 16);
+static __device__ __forceinline__ void tw_vec_words(const TwVec v, tw_u32 (&w)[VW]) {
+    w[0] = v.x, w[1] = v.y;
 }
 ]==]
 else
@@ -68,45 +67,61 @@ else
 typedef tw_u32 TwVec;
 static __device__ __forceinline__ TwVec tw_vec_load(const tw_u16 *p) { return __ldg((const tw_u32 *)p); }
 static __device__ __forceinline__ TwVec tw_vec_zero() { return 0u; }
-static __device__ __forceinline__ void tw_vec_split(const TwVec v, tw_u16 (&o)[V]) {
-    o[0] = (tw_u16)(v & 0xffffu), o[1] = (tw_u16)(v >> 16);
-}
+static __device__ __forceinline__ void tw_vec_words(const TwVec v, tw_u32 (&w)[VW]) { w[0] = v; }
 ]==]
 end
 
 cuda [==[
 
-/* One row-tile of g (T values at src) into its W words at dst, by one warp: lane l holds the V
- * consecutive values l·V .. l·V+V−1 (one 16-, 8- or 4-byte load), so its entries follow the
- * lower lanes' in column order; an exclusive scan of the lanes' counts places them. Unused slots
- * are written 0; word 0 is the exact count. v holds raw pre-activations: tw_act_bits gives each
- * its activation (the rule of tw_half_act). Returns the count in every lane. */
+/* The activation (tw_act_bits) of the two 16-bit pre-activations of a word, branch-free: NaN
+ * halves become the canonical NaN, halves with the sign set (-0, negatives, -Inf) +0. */
+static __device__ __forceinline__ tw_u32 tw_act2(tw_u32 r) {
+    const tw_u32 c = tw_canon_nan2(r); /* canonical NaN is positive: its sign bit is clear */
+    return c & ~(((c & 0x80008000u) >> 15) * 0xffffu);
+}
+
+/* One row-tile of g (v: lane l's V consecutive values l·V .. l·V+V−1) into its W words at dst, by
+ * one warp: an exclusive scan of the lanes' counts places each lane's entries after the lower
+ * lanes' (column order) in the warp's staging words, then the warp writes the W words in
+ * coalesced stores: word 0 the exact count, the used slots, 0 in the rest. Every lane of the warp
+ * calls it (the shuffles see all 32); store = 0 (a tile past the end) writes nothing. Returns the
+ * count in every lane. */
 static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__restrict__ dst,
-                                                      tw_u32 col0) {
+                                                      tw_u32 col0, tw_u32 *__restrict__ stage,
+                                                      bool store) {
     const tw_u32 lane = threadIdx.x & 31u;
-    tw_u16 val[V];
-    tw_vec_split(v, val);
+    tw_u32 a[VW];
+    tw_vec_words(v, a);
     tw_u32 mask = 0;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-        val[j] = tw_act_bits(val[j]);
-        mask |= val[j] != 0 ? 1u << j : 0u;
+    for (int k = 0; k < VW; ++k) {
+        a[k] = tw_act2(a[k]);
+        /* a half is active iff nonzero: its sign bit is clear, so adding 0x7fff sets bit 15
+         * exactly then, with no carry into the other half */
+        const tw_u32 nz = (a[k] + 0x7fff7fffu) & 0x80008000u;
+        mask |= ((nz >> 15) & 1u) << (2 * k) | (nz >> 31) << (2 * k + 1);
     }
     const tw_u32 mine = (tw_u32)__popc(mask);
-    tw_u32 incl = tw_warp_incl_scan(mine, lane);
+    const tw_u32 incl = tw_warp_incl_scan(mine, (int)lane);
     const tw_u32 total = __shfl_sync(0xffffffffu, incl, 31);
-    tw_u32 pos = incl - mine;
+    if (mask) { /* few lanes have any: no shuffle in here */
+        tw_u32 pos = incl - mine;
+        const tw_u32 col = col0 + lane * V;
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-        if (mask & (1u << j)) {
-            if (pos < ${S.SLOTS}u)
-                dst[1u + pos] = ((tw_u32)val[j] << 16) | (col0 + lane * V + (tw_u32)j);
-            ++pos;
-        }
-    for (tw_u32 s = total + lane; s < ${S.SLOTS}u; s += 32u)
-        dst[1u + s] = 0u;
-    if (lane == 0)
-        dst[0] = total;
+        for (int j = 0; j < V; ++j)
+            if (mask & (1u << j)) {
+                const tw_u32 w = a[j >> 1];
+                if (pos < ${S.SLOTS}u)
+                    stage[pos] = ((j & 1) ? (w & 0xffff0000u) : (w << 16)) | (col + (tw_u32)j);
+                ++pos;
+            }
+    }
+    __syncwarp();
+    const tw_u32 used = total < ${S.SLOTS}u ? total : ${S.SLOTS}u;
+    if (store)
+        for (tw_u32 w = lane; w < ${S.W}u; w += 32u)
+            dst[w] = w == 0u ? total : (w - 1u < used ? stage[w - 1u] : 0u);
+    __syncwarp(); /* the stage is read before the next tile writes it */
     return total;
 }
 
@@ -126,25 +141,37 @@ static __device__ __forceinline__ void tw_block_sum2(tw_u64 a, tw_u64 b, tw_u64 
 extern "C" __global__ void __launch_bounds__(256)
     twell_pack_dense(const tw_u16 *__restrict__ g, long long M, tw_u32 *__restrict__ packed,
                      tw_u64 *__restrict__ acc, tw_u64 *__restrict__ out) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const long long items = M * ${NT};
-    const long long step = (long long)gridDim.x * 8;
+    __shared__ tw_u32 tw_stage[8][${S.SLOTS}];
+    const tw_u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    tw_u32 *const stage = tw_stage[warp];
+    const tw_u64 items = (tw_u64)M * ${NT}u;
+    /* warp gw takes row-tiles i = gw + r·nw of the row-major [M, N/T] grid of tiles (row i / NT,
+     * tile i % NT), stepped in 32-bit arithmetic: nw = dm·NT + dt */
+    const tw_u32 nw = gridDim.x * 8u, gw = blockIdx.x * 8u + warp;
+    const tw_u32 dt = nw % ${NT}u, dm = nw / ${NT}u;
+    tw_u32 t = gw % ${NT}u;
+    tw_u64 m = gw / ${NT}u;
     tw_u64 sum = 0, ovf = 0;
-    /* two row-tiles a warp per round: both loads in flight before either is packed */
-    for (long long i = (long long)blockIdx.x * 8 + warp; i < items; i += 2 * step) {
-        const long long i2 = i + step;
-        const TwVec a = tw_vec_load(g + i * ${S.T} + lane * V);
-        TwVec b = tw_vec_zero();
-        if (i2 < items)
-            b = tw_vec_load(g + i2 * ${S.T} + lane * V);
-        /* row-tile i of the row-major [M, N/T] grid of tiles: row i / NT, tile i % NT; g is
-         * [M, N] so tile i starts at value i·T, and packed row-tile i at word i·W */
-        const tw_u32 ca = tw_pack_tile(a, packed + i * ${S.W}, (tw_u32)(i % ${NT}) * ${S.T}u);
-        sum += ca, ovf += ca > ${S.SLOTS}u;
-        if (i2 < items) {
-            const tw_u32 cb =
-                tw_pack_tile(b, packed + i2 * ${S.W}, (tw_u32)(i2 % ${NT}) * ${S.T}u);
-            sum += cb, ovf += cb > ${S.SLOTS}u;
+    for (tw_u64 i = gw; i < items; i += (tw_u64)TILES * nw) {
+        TwVec v[TILES];
+        tw_u32 tt[TILES];
+        tw_u64 mm[TILES];
+#pragma unroll
+        for (int q = 0; q < TILES; ++q) {
+            tt[q] = t, mm[q] = m;
+            v[q] = i + (tw_u64)q * nw < items
+                       ? tw_vec_load(g + m * ${S.N}u + t * ${S.T}u + lane * V)
+                       : tw_vec_zero();
+            t += dt, m += dm;
+            if (t >= ${NT}u)
+                t -= ${NT}u, ++m;
+        }
+#pragma unroll
+        for (int q = 0; q < TILES; ++q) {
+            const bool ok = i + (tw_u64)q * nw < items;
+            const tw_u32 c = tw_pack_tile(v[q], packed + mm[q] * ${S.NW}u + tt[q] * ${S.W}u,
+                                          tt[q] * ${S.T}u, stage, ok);
+            sum += c, ovf += c > ${S.SLOTS}u;
         }
     }
     if (out == 0)

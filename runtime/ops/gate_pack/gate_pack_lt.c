@@ -196,11 +196,18 @@ twell_status tw_gate_lt_matmul(twell_plan *plan, tw_gate_lt *lt, const tw_lt_sha
                         stream);
 }
 
+/* A grid-stride launch of 256-thread blocks over `items`, `per` a block, at most `per_sm` blocks
+ * an SM. */
+static twell_status tw_glt_grid_cap(twell_plan *plan, tw_CUfunction fn, size_t items, size_t per,
+                                    size_t per_sm, twell_stream stream, void **args) {
+    size_t sms = (size_t)plan->ctx->cuda->sm_count;
+    size_t blocks = tw_glt_min((items + per - 1) / per, per_sm * sms);
+    return tw_cu_launch_grid(plan->ctx, fn, blocks ? blocks : 1u, 1u, 256u, 0u, 0u, stream, args);
+}
+
 static twell_status tw_glt_grid(twell_plan *plan, tw_CUfunction fn, size_t items, size_t per,
                                 twell_stream stream, void **args) {
-    size_t sms = (size_t)plan->ctx->cuda->sm_count;
-    size_t blocks = tw_glt_min((items + per - 1) / per, 16u * sms);
-    return tw_cu_launch_grid(plan->ctx, fn, blocks ? blocks : 1u, 1u, 256u, 0u, 0u, stream, args);
+    return tw_glt_grid_cap(plan, fn, items, per, 16u, stream, args);
 }
 
 twell_status tw_gate_lt_mul(twell_plan *plan, tw_gate_lt *lt, const void *g, const float *u,
@@ -267,7 +274,9 @@ twell_status tw_gate_lt_pack(twell_plan *plan, tw_gate_lt *lt, size_t M, const v
         lt->acc_zeroed = 1;
     }
     void *args[] = {&g, &m, (void *)&packed, (void *)&lt->acc, (void *)&out};
-    TW_TRY(tw_glt_grid(plan, lt->pack, M * (s->N / s->T), 8u, stream, args));
+    /* 8 warps a block, 4 row-tiles a warp in flight; one wave of 4 blocks an SM (its registers
+     * allow 4), each looping over its share: fewer blocks also mean fewer same-address atomics */
+    TW_TRY(tw_glt_grid_cap(plan, lt->pack, M * (s->N / s->T), 32u, 4u, stream, args));
     if (capturing)
         lt->captured = 1;
     else
