@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds and runs twellrt on the lent GPU machine (Ubuntu, CUDA, no apt, no network).
-# Carry .deps/ (made here by `sh scripts/device.sh fetch`) with the call; then on the device:
+# Carry .deps/ (made here by `sh scripts/device.sh fetch`; `sh scripts/device.sh stamp` before each
+# call records the commit for the results) with the call; then on the device:
 #   sh scripts/device.sh test            # build + all tests (gpu ones included, TEST_JOBS=8 at once), logs to $OUT
 #   sh scripts/device.sh sanitize        # compute-sanitizer memcheck/racecheck on small gpu cases
 #   sh scripts/device.sh bench [args]    # `twell bench` with args, JSON into $OUT
@@ -9,9 +10,17 @@
 set -eu
 cmd=${1:-test}
 [ $# -gt 0 ] && shift
+stamp() { # the commit (and whether the tree differs from it) the device's records will name
+    mkdir -p .deps && git describe --always --dirty --abbrev=7 >.deps/commit
+}
 if [ "$cmd" = fetch ]; then # on the development machine: download the packages to carry
     mkdir -p .deps/py && (cd .deps && apt-get download liblua5.4-0 liblua5.4-dev libcmocka0 libcmocka-dev)
     pip download -q pytest -d .deps/py # pure-Python wheels for the package's tests there
+    stamp
+    exit 0
+fi
+if [ "$cmd" = stamp ]; then # on the development machine, before every device call
+    stamp
     exit 0
 fi
 OUT=${OUT:-/tmp/twell-out}

@@ -21,3 +21,11 @@ else
     TWELL_PYTHON_ARG=""
 fi
 export TWELL_PYTHON_ARG
+# The commit the records name: the copy of the tree on the device may carry a stale .git (its
+# HEAD was seen to stay at the first call's commit), so `sh scripts/device.sh fetch` and
+# `sh scripts/device.sh stamp` write the development machine's `git describe` into
+# .deps/commit, carried with .deps; twell bench and the Python benchmarks read TWELL_COMMIT.
+if [ -z "${TWELL_COMMIT:-}" ] && [ -s .deps/commit ]; then
+    TWELL_COMMIT=$(cat .deps/commit)
+    export TWELL_COMMIT
+fi
