@@ -30,6 +30,7 @@ forward's own tensor and never recomputes)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import struct
 from typing import Optional, Tuple
@@ -152,9 +153,21 @@ def _weights(op, x, ws, names, optional=()):
     return N
 
 
+@functools.lru_cache(maxsize=256)
+def _row_words(K, N, T, C, dtype_code, gated):
+    """Words of one packed row for a shape (0 for an invalid one): the library's own
+    twell_packed_words, asked once per shape (a pure function of it; the ops ask on every call)."""
+    lib = _lib.library()
+    s = _lib.shape(K, N, T, C, dtype_code, gated)
+    return int(lib.twell_packed_words(ctypes.byref(s), 1))
+
+
 def _shape_words(K, N, T, C, dtype_code, gated, M):
-    """Words per row of the packed tensor for a shape (0 for an invalid one): the library's own
-    twell_packed_words, so the fake implementations and the real ops agree with the C side."""
+    """Words per row of the packed tensor for a shape (0 for an invalid one), so the fake
+    implementations and the real ops agree with the C side. Symbolic sizes (torch.compile with
+    dynamic shapes) are asked of the library directly."""
+    if all(type(v) is int for v in (K, N, T, C)):
+        return _row_words(K, N, T, C, dtype_code, bool(gated)) if M else 0
     lib = _lib.library()
     s = _lib.shape(K, N, T, C, dtype_code, gated)
     w = lib.twell_packed_words(ctypes.byref(s), M)
