@@ -73,7 +73,7 @@ size_t tw_tune_config_params(const tw_tune_config *c, const twell_shape *s, tw_p
 /* ---- the device a space is pruned against ---- */
 
 typedef struct tw_tune_device {
-    char name[96];             /* marketing name, e.g. "NVIDIA H200" (part of tuning keys) */
+    char name[96];             /* marketing name (cuDeviceGetName; part of tuning keys) */
     char arch[16];             /* NVRTC target: "sm_90a", "sm_80" */
     int cc_major, cc_minor;    /* compute capability */
     int sm_count;              /* part of tuning keys */

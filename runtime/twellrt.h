@@ -277,8 +277,8 @@ TWELL_API twell_backend twell_ctx_backend(const twell_ctx *ctx);
 TWELL_API const char *twell_backend_name(twell_backend b);
 
 /* A one-line description of what the context runs on, e.g. "cpu (2 threads)" or
- * "cuda:0 NVIDIA H200 (sm_90a, 132 SMs)". Borrowed from ctx; fixed at create: safe from any
- * thread. */
+ * "cuda:0 <the driver's device name> (sm_90a, 132 SMs)". Borrowed from ctx; fixed at create: safe
+ * from any thread. */
 TWELL_API const char *twell_ctx_device_name(const twell_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------

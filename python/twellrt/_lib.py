@@ -286,9 +286,9 @@ def context(device) -> Context:
 
 # --------------------------------------------------------------------------------------------
 # Plans: one per (context, shape), shared by every layer of that shape. A plan owns device
-# workspaces sized to the largest M and density it has run (28 per-layer plans of a 1.5B model
-# held 41 GiB at M = 16384 in one H100 run, on data 5x denser than intended), so a plan per layer
-# multiplies them by the depth of the model. The cost of sharing: the inference path AUTO picks
+# workspaces sized to the largest M and density it has run, so a plan per layer multiplies them by
+# the depth of the model (tens of GiB at large M for a model of a few dozen layers, more still on
+# data denser than intended). The cost of sharing: the inference path AUTO picks
 # from the plan's previous call, i.e. the previous layer's density. The sparse lists are sized
 # for the densest layer by the library itself: every call accumulates its needs on the device
 # and later calls grow the lists from them without waiting (runtime/ops/ffn/cuda_ffn.c), so a

@@ -91,7 +91,7 @@ struct tw_cuda {
     int driver_version; /* e.g. 13000 */
     size_t total_mem;
     char arch[16]; /* "sm_90a" for CC 9.0, else "sm_XY": the NVRTC/cubin target */
-    char name[96]; /* the device's marketing name, e.g. "NVIDIA H200" */
+    char name[96]; /* the device's marketing name (cuDeviceGetName) */
     int pdl;       /* launches asking for it overlap their predecessor (tw_cu_launch_cfg.pdl) */
     /* Driver calls made through the wrappers on this context (TW_TC_CUDA_DRIVER_CALLS) and the
      * names of the last TW_CU_TRACE of them, slot (calls - 1) % TW_CU_TRACE the newest

@@ -10,7 +10,7 @@
 -- B, even, 16 / 16), PF (1: shared-memory list loads one step ahead; default 1), DCAPA / DCAPB
 -- (list slots staged in shared memory per chunk, defaults fill the 227 KB limit). Rejected
 -- (unsupported): K not a multiple of 64, shared memory over 227 KB. Fixed (other values were
--- measured slower; git history has them): tokens per list group GT = 8 (one mma n8 tile), weight
+-- slower, docs/DESIGN.md §9): tokens per list group GT = 8 (one mma n8 tile), weight
 -- chunks in flight in phases A and B STAGES = 2 (a ring of two buffers).
 --
 -- Algorithm. Tokens form groups of GT = 8 (one mma n8 tile), neurons form chunks of CN. Row-tiles
@@ -121,8 +121,8 @@
 --       ovf_gu GU_BPS, ovf_down DOWN_BPS by shared memory) or the grid is many waves (build),
 --       harmful for a one-wave memory-bound grid that fits on a few SMs: prep (NB blocks, up to
 --       8 per SM). So the kernel before prep (the gate-pack) does not trigger early: prep then
---       starts when every gate-pack CTA has exited, spread over the whole GPU (measured:
---       triggering at the gate-pack's start cost 8-18 us end to end at M 4096-16384). The rows
+--       starts when every gate-pack CTA has exited, spread over the whole GPU (an early
+--       trigger there is slower end to end: docs/DESIGN.md §4, "Launch overlap"). The rows
 --       kernel before the next chunk's prep (M > 65536) does trigger early; its blocks fill
 --       every SM 8 deep and, without the fallback, exit together, so that prep spreads too.
 -- Every kernel writes only its own outputs; y is written once (bf16/fp16, rounded once from

@@ -285,7 +285,7 @@ cuda [==[
      * the set-up above touches only shared memory. No launch_dependents: the next kernel (the
      * fused pipeline's prep, a one-wave memory-bound grid) would then be scheduled onto the
      * first SMs our persistent CTAs free, up to 8 blocks each, and run on a fraction of the
-     * GPU (measured: +10-18 us end to end); its launch still starts as our CTAs exit. No-op
+     * GPU (slower end to end: docs/DESIGN.md §4); its launch still starts as our CTAs exit. No-op
      * without the launch attribute. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

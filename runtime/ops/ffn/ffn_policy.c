@@ -18,9 +18,10 @@ const char *tw_ffn_route_name(tw_ffn_route r) {
     return NULL;
 }
 
-/* The dense crossover by M (ffn_policy.h's measurements): from `rows` up to the next entry, dense
- * wins above `density`·N active values per row (0: at every density). Each range takes the value
- * measured inside it; the edges sit between the measured M. */
+/* The dense crossover by M (the runs: BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"):
+ * from `rows` up to the next entry, dense wins above `density`·N active values per row (0: at
+ * every density). Each range takes the value measured inside it; the edges sit between the
+ * measured M. */
 static const struct {
     size_t rows;
     double density;

@@ -49,9 +49,9 @@ typedef struct tw_ffn_policy_in {
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
  *     (dense would win at every density there; no such M in the measured table);
  *  2. SMALL when small_ok and M ≤ TW_POLICY_SMALL_MAX_ROWS: it replaces the tiled pipeline where
- *     that one would run (the measured comparison, below); the dense thresholds up to 256 rows
- *     were measured against the small path (at ~6% active and more its row-tiles overflow and
- *     are recomputed on CUDA cores);
+ *     that one would run (it is the faster of the two there, below); the dense thresholds up to
+ *     256 rows are crossovers with the small path, not the tiled one (at ~6% active and more its
+ *     row-tiles overflow and are recomputed on CUDA cores);
  *  3. DENSE when dense_ok, M ≥ the dense path's smallest M, M ≤ TW_POLICY_HEAVY_DENSE_MAX_ROWS
  *     and heavy_seen or ovf_seen, unless dense_thr is set (a test's threshold then decides
  *     alone): the tiled pipeline's recomputation of heavy rows costs a fixed
@@ -78,9 +78,9 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
  * density; the sparse routes grow with the active values. Where the sparse route AUTO would take
  * is slower than that even at the lowest densities served (the small-batch kernels above ~96
  * rows, the tiled pipeline below ~1448), dense runs at every density (threshold 0). The table's
- * values and the runs behind them: BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"
- * (re-measure when a route changes: `twell bench --op ffn_infer --path small|sparse|dense --M ...
- * --nnz ...`). ---- */
+ * values are measured crossovers; the runs behind them are in BENCHMARKS.md "Gate-pack routes and
+ * AUTO's crossovers" (re-measure when a route changes: `twell bench --op ffn_infer --path
+ * small|sparse|dense --M ... --nnz ...`). ---- */
 
 /* Largest M the small-batch path takes (when it can run): its kernels read each active weight row
  * once per call but gather per (row, neuron) pair, so past a few hundred rows the tiled pipeline
@@ -91,8 +91,9 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
 /* The rows the row kernel takes in AUTO (rule 0): one 512-thread block a row, no workspace; past
  * the largest the tiled pipeline's staged weight chunks win (BENCHMARKS.md, "Every batch size").
  * Below the smallest the up and down kernels serve: a kernel of one block a row lasts as long as
- * its densest row, and at 32-64 rows a sequence's dense first token (~185 active) made it 2.5x
- * slower than they are (skewed data: 0.68 / 0.76 of cuBLAS against 0.98 / 1.04). */
+ * its densest row, so at those M a sequence's dense first token holds the whole call up, while
+ * the up and down kernels spread that row over the neurons (the runs: docs/DESIGN.md §9,
+ * "Mid-batch row kernel"). */
 #define TW_POLICY_ROW_MIN_ROWS ((size_t)96)
 #define TW_POLICY_ROW_MAX_ROWS ((size_t)1024)
 
@@ -102,17 +103,16 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
 
 /* The rows twell_gate_pack runs through cuBLASLt (a GEMM into an L2-resident buffer, then a
  * packing pass that applies relu) on its own: above the small-batch gate-pack's rows and
- * below where the fused Hopper kernel wins again (measured between 1024 and 2048 rows; table in
- * BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"). Calls the dense route will reuse run it
- * at any M. */
+ * below where the fused Hopper kernel wins again (the crossover and its table: BENCHMARKS.md
+ * "Gate-pack routes and AUTO's crossovers"). Calls the dense route will reuse run it at any M. */
 #define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
 #define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)1447)
 
 /* Rule 3's largest M (the edge of tw_policy_dense's 1448-row range): below 1448 rows dense wins
- * at every density anyway. At 2048 rows a batch with one heavy row (a sequence's first token,
- * ~1450 of 5632 active) ran the tiled pipeline at 0.55-0.64 of the dense FFN (its heavy-row block
- * and overflow kernels: ~100 us a call), the dense route at ~0.9; from ~4096 rows the tiled
- * pipeline's margin covers that cost (skewed data, BENCHMARKS.md "Whole model"). */
+ * at every density anyway. Above it, a batch with one heavy row (a sequence's first token) costs
+ * the tiled pipeline a fixed time a call (its heavy-row block and overflow kernels), which leaves
+ * it behind the dense route up to this M; from ~4096 rows the tiled pipeline's margin covers that
+ * cost (skewed data; the runs: docs/DESIGN.md §5, BENCHMARKS.md "Whole model"). */
 #define TW_POLICY_HEAVY_DENSE_MAX_ROWS ((size_t)2895)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */

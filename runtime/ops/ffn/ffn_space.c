@@ -10,13 +10,12 @@
  *    is tuned: larger chunks mean fewer chunk iterations and less list padding but take shared
  *    memory from the staged lists (which wins depends on the shape).
  *  - GPWA/GPWB, NWA/NWB (groups per warp, warps per block) and PF are axes of one value each,
- *    the defaults: every other value measured slower at K=2048 N=5632 (10–30% for the warp
- *    shapes); widen an axis here when a shape is found where it wins.
+ *    the defaults: every other value was slower where it was tried (docs/DESIGN.md §9); widen an
+ *    axis here when a shape is found where it wins.
  *  - The weight chunks in flight are fixed at 2 in the template (TW_FFN_STAGES): 3 and 4 never
- *    won (exhaustive runs at K/N 2048/5632 and 1024/4096, `twell tune` on four shapes, no gain
- *    at 16384/29) and doubled the candidates, so the first use of K = 8192 N = 28672 took 23.4 s
- *    instead of 17.5 s. So are the tokens per list group, 8 (TW_FFN_GT; 16 was exact but 13%
- *    slower at K=2048 N=5632 M=16384, 29 nnz: phase B's mmas double).
+ *    won (exhaustive runs and `twell tune` over several shapes, docs/DESIGN.md §9), and as an
+ *    axis they doubled the candidates and so the first use's tuning time. So are the tokens per
+ *    list group, 8 (TW_FFN_GT; 16 was exact but slower: phase B's mmas double).
  *  - DCAPA / DCAPB (list slots staged in shared memory per chunk) are not axes: they follow from
  *    the rest (the launcher fills the shared memory left). Phases A and B run one CTA per SM at
  *    the default warp shapes (128 registers x 512 threads: the whole register file), so a

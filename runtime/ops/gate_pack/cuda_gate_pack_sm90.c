@@ -8,13 +8,13 @@
 #include <limits.h>
 #include <string.h>
 
-/* The kernel can split the tiles of its last partial wave along K through a workspace (about 2%
- * faster at M = 4096), but a workspace owned by the plan would be shared by launches that the
+/* The kernel can split the tiles of its last partial wave along K through a workspace (a small
+ * gain, docs/DESIGN.md §3), but a workspace owned by the plan would be shared by launches that the
  * caller may run concurrently on different streams, so the launcher passes none (ws = NULL). */
 
 twell_status tw_sm90_kernel_prepare(twell_ctx *ctx, tw_gp_kernel *k) {
     k->smem = tw_sm90_smem(&k->cfg);
-    /* Every GPC of an H100/H200 holds an even number of SMs, so sm_count / 2 clusters of 2 are
+    /* Every GPC of the Hopper parts holds an even number of SMs, so sm_count / 2 clusters of 2 are
      * co-resident; where fewer are (clusters of 4), the extra clusters only run later (no CTA
      * ever waits on another cluster, so this cannot deadlock). */
     k->max_clusters = (unsigned)ctx->cuda->sm_count / k->cfg.cluster;
