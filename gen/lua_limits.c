@@ -37,13 +37,17 @@ void *tw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
         double now = tw_lua_clock();
         /* Past the deadline the hook is armed for the next instruction, which reports it with
          * the template line (lua_sethook may be called at any point); should the time still
-         * run on inside C, allocations are refused, a cruder stop without a line. */
-        if (now > e->deadline + e->seconds) {
+         * run on inside C for another whole limit after that, allocations are refused, a cruder
+         * stop without a line. Counting from the arming, not from the deadline, keeps the line
+         * when the process was descheduled across the deadline (a loaded machine). */
+        if (e->armed_at > 0.0 && now > e->armed_at + e->seconds) {
             e->timed_out = 1;
             return NULL;
         }
-        if (now > e->deadline && e->L)
+        if (now > e->deadline && e->L && e->armed_at == 0.0) {
+            e->armed_at = now;
             lua_sethook(e->L, tw_lua_hook, LUA_MASKCOUNT, 1);
+        }
     }
     void *p = realloc(ptr, nsize);
     if (p)

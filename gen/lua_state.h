@@ -21,6 +21,7 @@ typedef struct tw_engine {
     int mem_refused; /* an allocation was refused because of the cap */
     unsigned long long instr, instr_cap;
     double deadline, seconds; /* monotonic clock, s */
+    double armed_at;          /* when an allocation past the deadline armed the hook (0: not) */
     int timed_out;            /* an allocation was refused because the deadline passed */
     lua_State *L;             /* for the allocator to arm the hook; NULL while the state opens */
     int unsupported;          /* unsupported(...) was called */
