@@ -146,6 +146,8 @@ twell_status tw_cuda_plan_init(twell_plan *plan);
 void tw_cuda_plan_release(twell_plan *plan);
 /* twell_plan_tune on CUDA (arguments validated): gate-pack, then fused inference. */
 twell_status tw_cuda_plan_tune(twell_plan *plan, size_t M, unsigned flags);
+/* twell_gate_pack's route on CUDA (runtime/ops/ffn/gate_route.c: the training forward uses it
+ * too, so it lives below both). */
 twell_status tw_cuda_gate_pack(twell_plan *plan, size_t M, const void *x, const void *w,
                                uint32_t *packed, twell_stream stream);
 twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per_row);

@@ -912,7 +912,8 @@ twell_status tw_td_test_control(int op, va_list ap) {
         int reset = va_arg(ap, int);
         size_t *out = va_arg(ap, size_t *);
         tw_tdense *d = state->dense;
-        size_t now = twell_train_state_bytes(state);
+        /* twell_train_state_bytes's sum, without a public call from below the API */
+        size_t now = state->bytes + tw_ctd_held(state);
         *out = d && d->peak > now ? d->peak : now;
         if (d && reset)
             d->peak = now;
