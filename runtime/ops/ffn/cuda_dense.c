@@ -327,6 +327,91 @@ int tw_cuda_dense_expected(twell_plan *plan, tw_dense *d, size_t M) {
     return want && tw_dense_ready(plan, d);
 }
 
+/* The counts of an AUTO call the small-batch kernels ran (can: the dense route could run it). */
+static twell_status tw_dense_small_count(twell_plan *plan, tw_dense *d, size_t M,
+                                         const uint32_t *packed, int can, int capturing,
+                                         twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    /* the small kernels count nothing: one eager call in TW_DENSE_SMALL_COUNT (the first
+     * included), and every call while the estimate is within half the threshold, counts
+     * its packed activation, so AUTO learns a density that makes their overflowing
+     * row-tiles slow (dense first tokens, dense layers) within a call or two */
+    const double est = d->est >= 0.0 ? d->est : d->hint;
+    const int near = est >= 0.5 * tw_dense_thr(d, s, M);
+    /* a count still in flight is kept until it lands (each new one would re-record the
+     * event the next call asks, which a host ahead of the device never sees complete) */
+    if (!capturing && d->gp_pending && !d->cnt_pending) {
+        /* the cuBLASLt gate-pack counted this packed into mapped memory: free counts,
+         * landed once this call's event (recorded after the gate-pack) completes */
+        d->gp_pending = 0;
+        TW_TRY(tw_dense_count_end(plan, d, d->gp_slot, M, 1, stream, d->cnt_done, 0, 1));
+    } else if (can && !capturing && !d->cnt_pending &&
+               (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
+        unsigned slot = tw_dense_slot_take(d);
+        TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+        TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
+        TW_TRY(tw_dense_count_end(plan, d, slot, M, 0, stream, d->cnt_done, 0, 1));
+    }
+    return TWELL_OK;
+}
+
+/* The workspace of a call AUTO or TWELL_PATH_DENSE sends to the dense route (gate: the
+ * gate-pack's g it reuses, or NULL): reserved now when eager, checked when captured. Where it is
+ * missing, TWELL_PATH_DENSE fails and AUTO runs the sparse path instead (*dense = 0). */
+static twell_status tw_dense_workspace(twell_plan *plan, tw_dense *d, size_t M, const void *gate,
+                                       int capturing, int *dense) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    if (capturing &&
+        (d->rows == 0 || (!gate && !d->g) || (s->gated && !d->h) || (!gate && M > d->rows))) {
+        /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
+         * (or an earlier eager dense call) */
+        if (plan->path == TWELL_PATH_DENSE)
+            return tw_error(ctx, TWELL_ERR_INVALID_ARG,
+                            "twell_ffn_infer: TWELL_PATH_DENSE during stream capture needs its "
+                            "workspace reserved first (twell_plan_reserve)");
+        tw_log(ctx, TWELL_LOG_WARN,
+               "ffn_infer: captured call: the dense workspace is not reserved; running sparse");
+        *dense = 0;
+    } else if (!capturing) {
+        twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows), gate == NULL);
+        if (st != TWELL_OK && plan->path == TWELL_PATH_DENSE)
+            return st;
+        if (st != TWELL_OK) { /* AUTO: the sparse path is exact too */
+            tw_log(ctx, TWELL_LOG_WARN,
+                   "ffn_infer: dense workspace unavailable (%s); running sparse", tw_errmsg(ctx));
+            *dense = 0;
+        }
+    }
+    return TWELL_OK;
+}
+
+/* An eager AUTO call on the sparse path, its active values counted for the next calls' route.
+ * The sparse pre-pass counts the active values into the slot (no counting kernel, no memset); a
+ * call that runs a simple kernel instead is counted here. */
+static twell_status tw_dense_sparse_counted(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
+                                            const void *x, const uint32_t *packed, const void *wg,
+                                            const void *wu, const void *wd, void *y,
+                                            twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    unsigned slot = tw_dense_slot_take(d);
+    int counted = 0;
+    uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
+    TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, 0, dst, &counted));
+    if (!counted) {
+        TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
+        TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
+    }
+    /* counted into mapped memory: the event tw_cuda_ffn_launch recorded after the pipeline
+     * marks the counts too; else the counting kernels or the copy come after it */
+    int in_host = counted && d->hstats_dev;
+    TW_TRY(tw_dense_count_end(plan, d, slot, M, in_host, stream,
+                              in_host ? tw_cuda_ffn_done_event(f) : d->cnt_done, in_host,
+                              !counted));
+    return TWELL_OK;
+}
+
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream) {
@@ -382,26 +467,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         if (r == TW_ROUTE_SMALL &&
             tw_small_ffn_try(plan, sm, M, x, packed, wg, wu, wd, y, capturing, stream, &sst)) {
             TW_TRY(sst);
-            /* the small kernels count nothing: one eager call in TW_DENSE_SMALL_COUNT (the first
-             * included), and every call while the estimate is within half the threshold, counts
-             * its packed activation, so AUTO learns a density that makes their overflowing
-             * row-tiles slow (dense first tokens, dense layers) within a call or two */
-            const double est = d->est >= 0.0 ? d->est : d->hint;
-            const int near = est >= 0.5 * tw_dense_thr(d, s, M);
-            /* a count still in flight is kept until it lands (each new one would re-record the
-             * event the next call asks, which a host ahead of the device never sees complete) */
-            if (!capturing && d->gp_pending && !d->cnt_pending) {
-                /* the cuBLASLt gate-pack counted this packed into mapped memory: free counts,
-                 * landed once this call's event (recorded after the gate-pack) completes */
-                d->gp_pending = 0;
-                TW_TRY(tw_dense_count_end(plan, d, d->gp_slot, M, 1, stream, d->cnt_done, 0, 1));
-            } else if (can && !capturing && !d->cnt_pending &&
-                       (d->small_calls++ % TW_DENSE_SMALL_COUNT == 0 || near)) {
-                unsigned slot = tw_dense_slot_take(d);
-                TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
-                TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
-                TW_TRY(tw_dense_count_end(plan, d, slot, M, 0, stream, d->cnt_done, 0, 1));
-            }
+            TW_TRY(tw_dense_small_count(plan, d, M, packed, can, capturing, stream));
             d->last = TWELL_PATH_SPARSE;
             d->calls[d->last]++;
             return TWELL_OK;
@@ -412,27 +478,8 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
     if (dense)
         gate =
             tw_gate_lt_gate_for(plan, d->lt, M, x, s->gated ? wg : wu, packed, capturing, stream);
-    if (dense && capturing &&
-        (d->rows == 0 || (!gate && !d->g) || (s->gated && !d->h) || (!gate && M > d->rows))) {
-        /* nothing may be allocated during capture: the workspace comes from twell_plan_reserve
-         * (or an earlier eager dense call) */
-        if (plan->path == TWELL_PATH_DENSE)
-            return tw_error(ctx, TWELL_ERR_INVALID_ARG,
-                            "twell_ffn_infer: TWELL_PATH_DENSE during stream capture needs its "
-                            "workspace reserved first (twell_plan_reserve)");
-        tw_log(ctx, TWELL_LOG_WARN,
-               "ffn_infer: captured call: the dense workspace is not reserved; running sparse");
-        dense = 0;
-    } else if (dense && !capturing) {
-        twell_status st = tw_dense_reserve(plan, d, tw_min(M, d->chunk_rows), gate == NULL);
-        if (st != TWELL_OK && plan->path == TWELL_PATH_DENSE)
-            return st;
-        if (st != TWELL_OK) { /* AUTO: the sparse path is exact too */
-            tw_log(ctx, TWELL_LOG_WARN,
-                   "ffn_infer: dense workspace unavailable (%s); running sparse", tw_errmsg(ctx));
-            dense = 0;
-        }
-    }
+    if (dense)
+        TW_TRY(tw_dense_workspace(plan, d, M, gate, capturing, &dense));
     if (dense) {
         /* eager: ordered after the plan's earlier cuBLASLt work on other streams (the dense
          * buffers are shared), and its event recorded after this call's last work */
@@ -444,22 +491,7 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
         else
             d->captured = 1; /* the graph holds u, h and g from now on */
     } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
-        /* The sparse pre-pass counts the active values into the slot (no counting kernel, no
-         * memset); a call that runs a simple kernel instead is counted here. */
-        unsigned slot = tw_dense_slot_take(d);
-        int counted = 0;
-        uint64_t *dst = d->hstats_dev ? d->hstats_dev + 2u * slot : d->dstats + 2u * slot;
-        TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, 0, dst, &counted));
-        if (!counted) {
-            TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
-            TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
-        }
-        /* counted into mapped memory: the event tw_cuda_ffn_launch recorded after the pipeline
-         * marks the counts too; else the counting kernels or the copy come after it */
-        int in_host = counted && d->hstats_dev;
-        TW_TRY(tw_dense_count_end(plan, d, slot, M, in_host, stream,
-                                  in_host ? tw_cuda_ffn_done_event(f) : d->cnt_done, in_host,
-                                  !counted));
+        TW_TRY(tw_dense_sparse_counted(plan, d, f, M, x, packed, wg, wu, wd, y, stream));
     } else {
         TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL));

@@ -1,7 +1,7 @@
 /*
- * cuda_ffn_int.h — what cuda_ffn.c (workspace, launches, test controls) and cuda_ffn_load.c (module
- * loading, plan set-up) share: the module's kernel indices and the per-plan state (the
- * configuration words' indices are ffn_config.h's).
+ * cuda_ffn_int.h — what cuda_ffn.c (launches, test controls), cuda_ffn_ws.c (workspace) and
+ * cuda_ffn_load.c (module loading, plan set-up) share: the module's kernel indices and the
+ * per-plan state (the configuration words' indices are ffn_config.h's).
  */
 #ifndef TWELL_CUDA_FFN_INT_H
 #define TWELL_CUDA_FFN_INT_H
@@ -51,7 +51,7 @@ struct tw_ffn {
     tw_CUfunction generic;
     int modules;
     uint32_t NT, NSL;
-    /* Workspace: three device buffers, grown independently (layouts below). */
+    /* Workspace: three device buffers, grown independently (layouts: cuda_ffn_ws.c). */
     void *ws_rows; /* control words + per-row arrays for rows_cap rows */
     size_t rows_cap;
     void *ws_ovf;    /* dense path: ovf_cap overflowing row-tiles, orow_cap overflowing rows */
