@@ -1,8 +1,8 @@
 /*
- * cuda_train.c — training forward and backward on CUDA: owns the saved state's device buffers
- * (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua) and enqueues the kernels in
- * order. The one host synchronisation per forward reads the totals that size the spill and the
- * chunks.
+ * cuda_train.c — training forward and backward on CUDA: fills the saved state's device buffers
+ * (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua; cuda_train_state.c holds
+ * them) and enqueues the kernels in order. The one host synchronisation per forward reads the
+ * totals that size the spill and the chunks.
  */
 #include "cuda_train.h"
 #include "cuda_train_int.h"
@@ -13,7 +13,6 @@
 #include "train_layout.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char *const tf_names[] = {
@@ -27,16 +26,6 @@ static const char *const tf_names[] = {
     "twell_train_bwd_ent_p",  "twell_train_ovf_list",     "twell_train_ovf_tiles",
     "twell_train_ovf_udt"};
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
-
-const char *const tw_ct_buf_names[TB_COUNT] = {
-    "packed gate",    "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
-    "row offsets",    "row chunks",     "row slots",       "scan blocks",    "totals",
-    "spill",          "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
-    "entry Tm",       "row partials",   "entry dU",        "entry dP",       "histograms",
-    "cursors",        "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
-    "neuron slots",   "chunk neurons",  "neuron partials", "entry dT",       "spill dT",
-    "heavy flags",    "heavy rows",     "heavy x",         "heavy y",        "heavy dy",
-    "heavy workspace"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -53,40 +42,7 @@ typedef struct {
 
 static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-/* ---- state, modules, buffers ---- */
-
-static size_t tw_ct_bytes(const tw_ctrain *t) {
-    size_t b = sizeof *t + 8u * sizeof(uint64_t);
-    for (int i = 0; i < TB_COUNT; i++)
-        b += t->buf[i].cap;
-    return b + tw_ctt_bytes(t->tiled);
-}
-
-twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
-    *out = state->backend_data;
-    if (*out)
-        return TWELL_OK;
-    tw_ctrain *t = calloc(1, sizeof *t);
-    if (!t)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_ffn_forward_train: out of host memory");
-    void *h = NULL;
-    twell_status st = tw_cuda_host_alloc(ctx, 8u * sizeof(uint64_t), &h);
-    if (st == TWELL_OK)
-        st = tw_cuda_event_create(ctx, &t->ev);
-    if (st != TWELL_OK) {
-        tw_cuda_host_free(ctx, h);
-        free(t);
-        return st;
-    }
-    t->htot = h;
-    memset(t->htot, 0, 8u * sizeof(uint64_t));
-    t->udt = 1;    /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
-    t->heavy = -1; /* heavy rows by dense block at the cost model's threshold where it can run */
-    state->backend_data = t;
-    state->bytes = tw_ct_bytes(t);
-    *out = t;
-    return TWELL_OK;
-}
+/* ---- modules ---- */
 
 /* Warps per block of the kernels that hold a token row (fp32) in shared memory, and the shared
  * memory they need. 0 if even one warp does not fit the device. */
@@ -185,73 +141,6 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
         return st;
     }
     t->mods[vi] = m;
-    return TWELL_OK;
-}
-
-/* Makes buf hold at least `bytes`. Growing frees the old buffer, so the device is synchronised
- * first (earlier work may still read it). Contents are not kept. */
-twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
-                           size_t bytes, const char *fn, int *synced) {
-    tw_dbuf *d = &t->buf[b];
-    if (bytes == 0)
-        bytes = 16;
-    if (d->p && d->cap >= bytes)
-        return TWELL_OK;
-    if (!*synced) {
-        twell_status st = tw_cuda_synchronize(ctx);
-        if (st != TWELL_OK)
-            return st;
-        *synced = 1;
-    }
-    tw_cuda_free(ctx, d->p);
-    d->p = NULL;
-    d->cap = 0;
-    size_t want = bytes + bytes / 8u; /* some headroom: step-to-step jitter does not reallocate */
-    void *p = NULL;
-    twell_status st = tw_cuda_malloc(ctx, want, &p);
-    if (st != TWELL_OK) {
-        want = bytes;
-        st = tw_cuda_malloc(ctx, want, &p);
-    }
-    if (st != TWELL_OK && tw_ctd_trim(state)) { /* the idle dense workspace makes room */
-        tw_log(ctx, TWELL_LOG_INFO,
-               "%s: freed the dense path's idle workspace to make room for the %s", fn,
-               tw_ct_buf_names[b]);
-        st = tw_cuda_malloc(ctx, want, &p);
-    }
-    state->bytes = tw_ct_bytes(t);
-    if (st != TWELL_OK)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
-                        "%s: cannot allocate %zu bytes of device memory for the %s (the state "
-                        "holds %zu bytes)",
-                        fn, bytes, tw_ct_buf_names[b], state->bytes);
-    if (b == TB_SCAN) { /* the scans' flags and ticket start at zero (every byte they use) */
-        st = tw_cuda_memset_d32(ctx, p, 0u, want / 4u, NULL);
-        if (st == TWELL_OK)
-            st = tw_cuda_synchronize(ctx);
-        if (st != TWELL_OK) {
-            tw_cuda_free(ctx, p);
-            return st;
-        }
-    }
-    d->p = p;
-    d->cap = want;
-    state->bytes = tw_ct_bytes(t);
-    return TWELL_OK;
-}
-
-/* Frees every device buffer of t (the device synchronised first: work on any stream may still
- * read them); the modules, events and pinned totals stay. */
-static twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t) {
-    twell_status st = tw_cuda_synchronize(ctx);
-    if (st != TWELL_OK)
-        return st;
-    for (int i = 0; i < TB_COUNT; i++) {
-        tw_cuda_free(ctx, t->buf[i].p);
-        t->buf[i].p = NULL;
-        t->buf[i].cap = 0;
-    }
-    state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
 
@@ -808,32 +697,4 @@ twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, 
         tw_ctd_note_bytes(state);
     tw_cu_leave(plan->ctx, &sc);
     return st;
-}
-
-void tw_cuda_train_release(twell_train_state *state) {
-    tw_ctd_release(state);
-    if (!state || !state->backend_data)
-        return;
-    tw_ctrain *t = state->backend_data;
-    twell_ctx *ctx = state->plan->ctx;
-    tw_cu_scope sc;
-    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
-        (void)tw_cuda_synchronize(ctx); /* work on any stream may still use the buffers */
-        for (int i = 0; i < TB_COUNT; i++)
-            tw_cuda_free(ctx, t->buf[i].p);
-        for (int i = 0; i < 2; i++)
-            tw_cu_module_unload(t->mods[i].mod);
-        tw_ctt_release(ctx, t->tiled);
-        tw_cu_module_unload(t->hmod);
-        tw_cuda_event_destroy(ctx, t->ev);
-        for (int i = 0; i < TW_CT_PROF_MAX; i++)
-            if (t->pev[i])
-                tw_cuda_event_destroy(ctx, t->pev[i]);
-        tw_cuda_host_free(ctx, t->htot);
-        tw_cu_leave(ctx, &sc);
-    }
-    free(t);
-    state->backend_data = NULL;
-    state->bytes = 0;
-    state->M = 0;
 }

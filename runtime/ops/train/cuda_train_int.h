@@ -1,6 +1,7 @@
 /*
- * cuda_train_int.h — what cuda_train.c and cuda_train_hooks.c share: the kernel and buffer
- * indices of a CUDA training state and its layout (not part of any public or test API).
+ * cuda_train_int.h — what cuda_train.c, cuda_train_state.c and cuda_train_hooks.c share: the
+ * kernel and buffer indices of a CUDA training state and its layout (not part of any public or
+ * test API).
  */
 #ifndef TWELL_CUDA_TRAIN_INT_H
 #define TWELL_CUDA_TRAIN_INT_H
@@ -149,10 +150,17 @@ typedef struct tw_ctrain {
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
 
+/* The bytes t holds (host record, pinned totals, device buffers, the tiled route's state): what
+ * state->bytes reports. */
+size_t tw_ct_bytes(const tw_ctrain *t);
+
 /* Makes buffer b hold at least `bytes` (grows after a device synchronisation, *synced set; the
  * contents are not kept). */
 twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
                            size_t bytes, const char *fn, int *synced);
+/* Frees every device buffer of t after a device synchronisation; the modules, events and pinned
+ * totals stay. */
+twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t);
 /* Grid of a grid-stride kernel for warp_items warp items at warps_per_block (capped). */
 unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block);
 /* Launch on a (grid, gy) grid of `block` threads. */
