@@ -1,13 +1,11 @@
 /*
- * cuda_train.c — training forward and backward on CUDA: fills the saved state's device buffers
- * (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua; cuda_train_state.c holds
- * them) and enqueues the kernels in order. The one host synchronisation per forward reads the
- * totals that size the spill and the chunks.
+ * cuda_train.c — the sparse training path on CUDA: forward and backward fill the saved state's
+ * device buffers (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua;
+ * cuda_train_state.c holds them) and enqueue the kernels in order. The one host synchronisation
+ * per forward reads the totals that size the spill and the chunks.
  */
-#include "cuda_train.h"
 #include "cuda_train_int.h"
 
-#include "cuda_train_dense.h"
 #include "cuda_train_heavy.h"
 #include "jit.h"
 #include "train_layout.h"
@@ -424,10 +422,10 @@ static twell_status tw_ct_fwd_y(twell_plan *plan, tw_ctrain *t, const tw_tmod *m
 
 /* The sparse forward. probe > 0 (AUTO's first forward): stops after the counts (nothing saved,
  * *to_dense = 1) when the active values exceed probe per row, for the dense path to run instead. */
-static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                  const void *wu, const void *wd, void *y, float *stats,
-                                  twell_train_state *state, double probe, int *to_dense,
-                                  twell_stream stream) {
+twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                           const void *wu, const void *wd, void *y, float *stats,
+                           twell_train_state *state, double probe, int *to_dense,
+                           twell_stream stream) {
     static const char fn[] = "twell_ffn_forward_train";
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
@@ -515,53 +513,6 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
-}
-
-/* The sparse forward, its count noted for AUTO (a probe's too, which stopped after it). */
-static twell_status tw_ct_forward_noted(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                        const void *wu, const void *wd, void *y, float *stats,
-                                        twell_train_state *state, double probe, int *to_dense,
-                                        twell_stream stream) {
-    twell_status st =
-        tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, probe, to_dense, stream);
-    if (st == TWELL_OK) {
-        const tw_ctrain *t = state->backend_data;
-        if (*to_dense)
-            tw_ctd_note_probe(state, M, t->nnz + t->hnnz);
-        else
-            tw_ctd_note_sparse(state, M, t->nnz + t->hnnz);
-    }
-    return st;
-}
-
-twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                   const void *wu, const void *wd, void *y, float *stats,
-                                   twell_train_state *state, twell_stream stream) {
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(plan->ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below, which under
-     * AUTO's probe (the first forward) may stop after its counts and hand over to the dense one */
-    int dense = 0, to_dense = 0;
-    double probe = 0.0;
-    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense, &probe);
-    if (st == TWELL_OK && !dense) {
-        st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, probe, &dense, stream);
-        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
-            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
-    }
-    if (st == TWELL_OK && dense) {
-        st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
-        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
-            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path", tw_errmsg(plan->ctx));
-            /* AUTO: the sparse path may still fit */
-            st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, 0.0, &to_dense,
-                                     stream);
-        }
-    }
-    tw_cu_leave(plan->ctx, &sc);
-    return st;
 }
 
 /* ---- backward ---- */
@@ -705,10 +656,10 @@ static twell_status tw_ct_bwd_weights(twell_plan *plan, tw_ctrain *t, const tw_t
     return TWELL_OK;
 }
 
-static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M,
-                                   const void *x, const void *wg, const void *wu, const void *wd,
-                                   const void *dy, float lambda, void *dx, float *dwg, float *dwu,
-                                   float *dwd, twell_stream stream) {
+twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, const void *dy,
+                            float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                            twell_stream stream) {
     static const char fn[] = "twell_ffn_backward";
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
@@ -792,22 +743,4 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
     tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
-}
-
-twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, size_t M,
-                                    const void *x, const void *wg, const void *wu, const void *wd,
-                                    const void *dy, float lambda, void *dx, float *dwg, float *dwu,
-                                    float *dwd, twell_stream stream) {
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(plan->ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    if (tw_ctd_saved(state, M)) /* the backward follows the forward's path */
-        st = tw_ctd_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
-    else
-        st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
-    if (st == TWELL_OK)
-        tw_ctd_note_bytes(state);
-    tw_cu_leave(plan->ctx, &sc);
-    return st;
 }

@@ -1,7 +1,7 @@
 /*
- * cuda_train_int.h — what cuda_train.c, cuda_train_state.c and cuda_train_hooks.c share: the
- * kernel and buffer indices of a CUDA training state and its layout (not part of any public or
- * test API).
+ * cuda_train_int.h — what cuda_train.c, cuda_train_state.c, cuda_train_route.c and
+ * cuda_train_hooks.c share: the kernel and buffer indices of a CUDA training state and its
+ * layout, the sparse path's entry points (not part of any public or test API).
  */
 #ifndef TWELL_CUDA_TRAIN_INT_H
 #define TWELL_CUDA_TRAIN_INT_H
@@ -173,5 +173,17 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
  * at the end of an op the intervals added to their labels' totals (waits for the events). */
 void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream);
 void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t);
+
+/* The sparse path (cuda_train.c), inside tw_cu_enter/leave. Forward: probe > 0 (AUTO's first
+ * forward) stops after the counts (nothing saved, *to_dense = 1) when the active values exceed
+ * probe per row. Backward: on the state's saved sparse forward of M rows. */
+twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                           const void *wu, const void *wd, void *y, float *stats,
+                           twell_train_state *state, double probe, int *to_dense,
+                           twell_stream stream);
+twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, const void *dy,
+                            float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                            twell_stream stream);
 
 #endif /* TWELL_CUDA_TRAIN_INT_H */
