@@ -1,19 +1,16 @@
 /*
- * cuda_train.c — training forward and backward on CUDA: owns the saved state's device buffers
- * (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua) and enqueues the kernels in
- * order. The one host synchronisation per forward reads the totals that size the spill and the
- * chunks.
+ * cuda_train.c — the sparse training path on CUDA: forward and backward fill the saved state's
+ * device buffers (the layout of cpu_train.h, see templates/train/train_ffn.cu.lua;
+ * cuda_train_state.c holds them) and enqueue the kernels in order. The one host synchronisation
+ * per forward reads the totals that size the spill and the chunks.
  */
-#include "cuda_train.h"
 #include "cuda_train_int.h"
 
-#include "cuda_train_dense.h"
 #include "cuda_train_heavy.h"
 #include "jit.h"
 #include "train_layout.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char *const tf_names[] = {
@@ -27,16 +24,6 @@ static const char *const tf_names[] = {
     "twell_train_bwd_ent_p",  "twell_train_ovf_list",     "twell_train_ovf_tiles",
     "twell_train_ovf_udt"};
 _Static_assert(sizeof tf_names / sizeof tf_names[0] == TF_COUNT, "a name per kernel");
-
-const char *const tw_ct_buf_names[TB_COUNT] = {
-    "packed gate",    "u_ell",          "overflow mask",   "tile offsets",   "spill offsets",
-    "row offsets",    "row chunks",     "row slots",       "scan blocks",    "totals",
-    "spill",          "u_spill",        "chunk rows",      "chunk L1",       "entry columns",
-    "entry Tm",       "row partials",   "entry dU",        "entry dP",       "histograms",
-    "cursors",        "neuron offsets", "neuron tokens",   "neuron entries", "neuron chunks",
-    "neuron slots",   "chunk neurons",  "neuron partials", "entry dT",       "spill dT",
-    "heavy flags",    "heavy rows",     "heavy x",         "heavy y",        "heavy dy",
-    "heavy workspace"};
 
 /* train_ffn's scan argument block: eleven 8-byte fields, as struct tw_sa in the template. */
 typedef struct {
@@ -53,40 +40,7 @@ typedef struct {
 
 static uint64_t tw_dp(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-/* ---- state, modules, buffers ---- */
-
-static size_t tw_ct_bytes(const tw_ctrain *t) {
-    size_t b = sizeof *t + 8u * sizeof(uint64_t);
-    for (int i = 0; i < TB_COUNT; i++)
-        b += t->buf[i].cap;
-    return b + tw_ctt_bytes(t->tiled);
-}
-
-twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out) {
-    *out = state->backend_data;
-    if (*out)
-        return TWELL_OK;
-    tw_ctrain *t = calloc(1, sizeof *t);
-    if (!t)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "twell_ffn_forward_train: out of host memory");
-    void *h = NULL;
-    twell_status st = tw_cuda_host_alloc(ctx, 8u * sizeof(uint64_t), &h);
-    if (st == TWELL_OK)
-        st = tw_cuda_event_create(ctx, &t->ev);
-    if (st != TWELL_OK) {
-        tw_cuda_host_free(ctx, h);
-        free(t);
-        return st;
-    }
-    t->htot = h;
-    memset(t->htot, 0, 8u * sizeof(uint64_t));
-    t->udt = 1;    /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
-    t->heavy = -1; /* heavy rows by dense block at the cost model's threshold where it can run */
-    state->backend_data = t;
-    state->bytes = tw_ct_bytes(t);
-    *out = t;
-    return TWELL_OK;
-}
+/* ---- modules ---- */
 
 /* Warps per block of the kernels that hold a token row (fp32) in shared memory, and the shared
  * memory they need. 0 if even one warp does not fit the device. */
@@ -188,73 +142,6 @@ static twell_status tw_ct_load(twell_plan *plan, tw_ctrain *t, int vi) {
     return TWELL_OK;
 }
 
-/* Makes buf hold at least `bytes`. Growing frees the old buffer, so the device is synchronised
- * first (earlier work may still read it). Contents are not kept. */
-twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
-                           size_t bytes, const char *fn, int *synced) {
-    tw_dbuf *d = &t->buf[b];
-    if (bytes == 0)
-        bytes = 16;
-    if (d->p && d->cap >= bytes)
-        return TWELL_OK;
-    if (!*synced) {
-        twell_status st = tw_cuda_synchronize(ctx);
-        if (st != TWELL_OK)
-            return st;
-        *synced = 1;
-    }
-    tw_cuda_free(ctx, d->p);
-    d->p = NULL;
-    d->cap = 0;
-    size_t want = bytes + bytes / 8u; /* some headroom: step-to-step jitter does not reallocate */
-    void *p = NULL;
-    twell_status st = tw_cuda_malloc(ctx, want, &p);
-    if (st != TWELL_OK) {
-        want = bytes;
-        st = tw_cuda_malloc(ctx, want, &p);
-    }
-    if (st != TWELL_OK && tw_ctd_trim(state)) { /* the idle dense workspace makes room */
-        tw_log(ctx, TWELL_LOG_INFO,
-               "%s: freed the dense path's idle workspace to make room for the %s", fn,
-               tw_ct_buf_names[b]);
-        st = tw_cuda_malloc(ctx, want, &p);
-    }
-    state->bytes = tw_ct_bytes(t);
-    if (st != TWELL_OK)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
-                        "%s: cannot allocate %zu bytes of device memory for the %s (the state "
-                        "holds %zu bytes)",
-                        fn, bytes, tw_ct_buf_names[b], state->bytes);
-    if (b == TB_SCAN) { /* the scans' flags and ticket start at zero (every byte they use) */
-        st = tw_cuda_memset_d32(ctx, p, 0u, want / 4u, NULL);
-        if (st == TWELL_OK)
-            st = tw_cuda_synchronize(ctx);
-        if (st != TWELL_OK) {
-            tw_cuda_free(ctx, p);
-            return st;
-        }
-    }
-    d->p = p;
-    d->cap = want;
-    state->bytes = tw_ct_bytes(t);
-    return TWELL_OK;
-}
-
-/* Frees every device buffer of t (the device synchronised first: work on any stream may still
- * read them); the modules, events and pinned totals stay. */
-static twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t) {
-    twell_status st = tw_cuda_synchronize(ctx);
-    if (st != TWELL_OK)
-        return st;
-    for (int i = 0; i < TB_COUNT; i++) {
-        tw_cuda_free(ctx, t->buf[i].p);
-        t->buf[i].p = NULL;
-        t->buf[i].cap = 0;
-    }
-    state->bytes = tw_ct_bytes(t);
-    return TWELL_OK;
-}
-
 /* ---- launches ---- */
 
 unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block) {
@@ -339,12 +226,206 @@ static int tw_ct_aligned(const void *const *p, size_t n) {
 
 /* ---- forward ---- */
 
+/* Steps 1 to 3 of the sparse forward, on the count buffers: the packed gate, the heavy rows
+ * classified, the overflowing row-tiles recomputed (on tensor cores where ovf_tc), the scans.
+ * *heavy: the heavy-row route classified rows; *ovf_gx: the overflow kernels' grid (ovf_tc). */
+static twell_status tw_ct_fwd_count(twell_plan *plan, twell_train_state *state, tw_ctrain *t,
+                                    const tw_tmod *md, int vi, int ovf_tc, size_t M, const void *x,
+                                    const void *wg, int *synced, int *heavy, uint32_t *ovf_gx,
+                                    twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    uint32_t NT = s->N / s->T;
+    uint64_t tiles = (uint64_t)M * NT;
+    void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
+    void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    void *pslot_off = t->buf[TB_PSLOT_OFF].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
+    long long Ml = (long long)M;
+    unsigned rthreads = 32u * t->wpb;
+
+    /* 1. the packed gate: exact counts, the first slots entries of each row-tile. The plan's
+     * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
+     * the recount kernel itself, every row-tile in the reference order. */
+    int all = vi != 0;
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    if (!all) {
+        TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
+        tw_ct_mark(ctx, t, "gate_pack", stream);
+    }
+    /* the forward's counters, zeroed by one memset: the heavy rows' number and count sum
+     * (tot[6], tot[7]), then (tensor-core overflow tiles) the overflowing row-tiles per tile
+     * after the 16 totals (tot[8..15] are the backward's, written before they are read) */
+    void *ovf_cnt = tot + 16;
+    TW_CT_TRY(tw_cuda_memset_d32(ctx, tot + 6, 0u, 20u + (ovf_tc ? NT : 0u), stream));
+    tw_ct_mark(ctx, t, "memset_tot", stream);
+    /* heavy rows (the knob on): flagged for the dense block route and emptied in packed, so
+     * every kernel below sees them as rows without entries (by ovf_list's pass where it runs) */
+    TW_CT_TRY(tw_cth_classify(plan, state, t, M, packed, tot, vi, ovf_tc, synced, heavy, stream));
+    /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
+     * tile over the listed rows, or one warp per row-tile in the reference order */
+    if (ovf_tc) {
+        /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
+        uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
+        *ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
+        void *hflag = *heavy ? t->buf[TB_H_FLAG].p : NULL, *htot = tot + 6;
+        uint32_t hthr = t->hthr;
+        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask, &hthr, &hflag, &htot};
+        TW_CT_TRY(
+            tw_ct_run(ctx, t, md, TF_OVF_LIST, tw_ct_blocks(ctx, M, 8u), 256, 0, stream, largs));
+        void *none = NULL;
+        int mode = 0;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &none,      &none,       &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], *ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
+    } else {
+        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_recount, stream, args));
+    }
+    /* 3. scans: row-tiles (entries, spill), then rows (chunks, partial slots) */
+    tw_ct_sa a;
+    memset(&a, 0, sizeof a);
+    a.packed = tw_dp(packed), a.o0 = tw_dp(tile_off), a.o1 = tw_dp(spill_off);
+    a.o2 = tw_dp(row_off), a.tot = tw_dp(tot), a.n = tiles;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_TILES, &a, stream));
+    memset(&a, 0, sizeof a);
+    a.in64 = tw_dp(row_off), a.o0 = tw_dp(chunk_off), a.o1 = tw_dp(pslot_off);
+    a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
+    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
+    return TWELL_OK;
+}
+
+/* Step 5 of the sparse forward up to the entries: the spill words, the chunk owners, U (tiled
+ * where it can run) and Tm per entry. */
+static twell_status tw_ct_fwd_entries(twell_plan *plan, twell_train_state *state, tw_ctrain *t,
+                                      const tw_tmod *md, int ovf_tc, uint32_t ovf_gx, size_t M,
+                                      const void *x, const void *wg, const void *wu, uint64_t nnz,
+                                      uint64_t spill, uint64_t nchunks, uint64_t E, int *synced,
+                                      twell_stream stream) {
+    static const char fn[] = "twell_ffn_forward_train";
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    uint32_t NT = s->N / s->T, NW = s->N / s->C;
+    uint64_t tiles = (uint64_t)M * NT;
+    void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
+    void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
+    void *ovf_cnt = tot + 16;
+    long long Ml = (long long)M;
+    unsigned rthreads = 32u * t->wpb;
+    void *u_ell = t->buf[TB_U_ELL].p, *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
+    void *chunk_row = t->buf[TB_CHUNK_ROW].p, *chunk_l1 = t->buf[TB_CHUNK_L1].p;
+    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
+
+    if (ovf_tc) {
+        int mode = 1;
+        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
+                         &spill_off, &sp,         &Ml,     &mode};
+        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                stream, targs));
+        tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
+    } else {
+        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
+                            t->smem_row, stream, args));
+    }
+    {
+        void *args[] = {&chunk_off, &Ml, &chunk_row};
+        TW_CT_TRY(
+            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
+    }
+    /* tiled U (staged builds): the fused pipeline's lists and phase A, values into u_ell; the
+     * per-entry kernel then computes only the overflowing row-tiles' entries */
+    const uint32_t *pre = NULL;
+    int pre_all = 0;
+    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, synced));
+        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_SPILL, spill * 4u, fn, synced));
+        TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
+        tw_ct_mark(ctx, t, "u_lists", stream);
+        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
+        tw_ct_mark(ctx, t, "u_phase_a", stream);
+        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, u_ell, md->fn[TF_UDT], stream));
+        tw_ct_mark(ctx, t, "u_sum", stream);
+        if (md->ovf_udt) { /* overflowing row-tiles: dense per listed row-tile, tensor cores */
+            void *oargs[] = {(void *)&x, (void *)&wu, &packed, &ovf_cnt, &mask,
+                             &spill_off, &sp,         &u_ell,  &u_spill, &Ml};
+            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
+                                    stream, oargs));
+            tw_ct_mark(ctx, t, "u_ovf", stream);
+            pre_all = 1;
+        }
+        t->fwd_tiled = 1 + pre_all;
+        state->bytes = tw_ct_bytes(t);
+    }
+    if (pre && pre_all) { /* every U precomputed: the lean pass (the staged one then returns) */
+        void *args[] = {&packed,  &u_ell,   &tile_off,  &spill_off, &sp,
+                        &u_spill, &row_off, &chunk_off, &chunk_row, &E,
+                        &e_col,   &e_tm,    &chunk_l1,  &Ml,        &pre};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT_P, tw_ct_blocks(ctx, nchunks, 8u), 256, 0,
+                            stream, args));
+    }
+    {
+        void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
+                        &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
+                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
+        int sg = md->staged && !t->legacy;
+        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
+                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_SWP : t->wpb),
+                            sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
+                            stream, args));
+    }
+    return TWELL_OK;
+}
+
+/* The rest of step 5: y, the split rows reduced, the stats, the heavy block's part. */
+static twell_status tw_ct_fwd_y(twell_plan *plan, tw_ctrain *t, const tw_tmod *md, size_t M,
+                                const void *wd, void *y, float *stats, uint64_t nchunks,
+                                uint64_t pslots, uint64_t E, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    void *pslot_off = t->buf[TB_PSLOT_OFF].p;
+    long long Ml = (long long)M;
+    void *chunk_row = t->buf[TB_CHUNK_ROW].p, *chunk_l1 = t->buf[TB_CHUNK_L1].p;
+    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
+    void *partial = t->buf[TB_PARTIAL].p;
+    uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
+    {
+        void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
+                        &chunk_row,  &E,     &y,    &partial, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_resident(ctx, md, TF_FWD_Y, nchunks * NS),
+                            256, 0, stream, args));
+    }
+    if (pslots) {
+        void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    if (stats && t->nh == 0) {
+        void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
+    }
+    /* the heavy block's y into its rows (the sparse y left them zero), stats of both parts */
+    TW_CT_TRY(tw_cth_finish_forward(plan, t, M, y, stats, stream));
+    return TWELL_OK;
+}
+
 /* The sparse forward. probe > 0 (AUTO's first forward): stops after the counts (nothing saved,
  * *to_dense = 1) when the active values exceed probe per row, for the dense path to run instead. */
-static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                  const void *wu, const void *wd, void *y, float *stats,
-                                  twell_train_state *state, double probe, int *to_dense,
-                                  twell_stream stream) {
+twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                           const void *wu, const void *wd, void *y, float *stats,
+                           twell_train_state *state, double probe, int *to_dense,
+                           twell_stream stream) {
     static const char fn[] = "twell_ffn_forward_train";
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
@@ -381,69 +462,12 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u + NT * 4u, fn, &synced));
 
-    void *packed = t->buf[TB_PACKED].p, *mask = t->buf[TB_MASK].p;
-    void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
-    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
-    void *pslot_off = t->buf[TB_PSLOT_OFF].p;
     uint64_t *tot = t->buf[TB_TOT].p;
-    long long Ml = (long long)M;
-    unsigned rthreads = 32u * t->wpb;
-
-    /* 1. the packed gate: exact counts, the first slots entries of each row-tile. The plan's
-     * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
-     * the recount kernel itself, every row-tile in the reference order. */
-    int all = vi != 0;
-    t->npev = 0;
-    tw_ct_mark(ctx, t, "start", stream);
-    if (!all) {
-        TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
-        tw_ct_mark(ctx, t, "gate_pack", stream);
-    }
-    /* the forward's counters, zeroed by one memset: the heavy rows' number and count sum
-     * (tot[6], tot[7]), then (tensor-core overflow tiles) the overflowing row-tiles per tile
-     * after the 16 totals (tot[8..15] are the backward's, written before they are read) */
-    int ovf_tc = md->mma && !t->legacy;
-    void *ovf_cnt = tot + 16;
-    TW_CT_TRY(tw_cuda_memset_d32(ctx, tot + 6, 0u, 20u + (ovf_tc ? NT : 0u), stream));
-    tw_ct_mark(ctx, t, "memset_tot", stream);
-    /* heavy rows (the knob on): flagged for the dense block route and emptied in packed, so
-     * every kernel below sees them as rows without entries (by ovf_list's pass where it runs) */
+    int ovf_tc = md->mma && !t->legacy; /* overflowing row-tiles on tensor cores (steps 2, 5) */
     int heavy = 0;
-    TW_CT_TRY(tw_cth_classify(plan, state, t, M, packed, tot, vi, ovf_tc, &synced, &heavy, stream));
-    /* 2. overflowing row-tiles recomputed (they define the spill): on tensor cores, batched per
-     * tile over the listed rows, or one warp per row-tile in the reference order */
     uint32_t ovf_gx = 0;
-    if (ovf_tc) {
-        /* 16 listed rows per CTA step (train_ffn.cu.lua's OVF_BM), one warp per 64 columns */
-        uint64_t gx = (M + 15) / 16, cap = 16u * (uint64_t)ctx->cuda->sm_count / NT;
-        ovf_gx = (uint32_t)(gx < cap ? gx : (cap ? cap : 1u));
-        void *hflag = heavy ? t->buf[TB_H_FLAG].p : NULL, *htot = tot + 6;
-        uint32_t hthr = t->hthr;
-        void *largs[] = {&packed, &Ml, &ovf_cnt, &mask, &hthr, &hflag, &htot};
-        TW_CT_TRY(
-            tw_ct_run(ctx, t, md, TF_OVF_LIST, tw_ct_blocks(ctx, M, 8u), 256, 0, stream, largs));
-        void *none = NULL;
-        int mode = 0;
-        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
-                         &none,      &none,       &Ml,     &mode};
-        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
-                                stream, targs));
-        tw_ct_mark(ctx, t, "ovf_tiles_pack", stream);
-    } else {
-        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &Ml, &all};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_RECOUNT, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                            t->smem_recount, stream, args));
-    }
-    /* 3. scans: row-tiles (entries, spill), then rows (chunks, partial slots) */
-    tw_ct_sa a;
-    memset(&a, 0, sizeof a);
-    a.packed = tw_dp(packed), a.o0 = tw_dp(tile_off), a.o1 = tw_dp(spill_off);
-    a.o2 = tw_dp(row_off), a.tot = tw_dp(tot), a.n = tiles;
-    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_TILES, &a, stream));
-    memset(&a, 0, sizeof a);
-    a.in64 = tw_dp(row_off), a.o0 = tw_dp(chunk_off), a.o1 = tw_dp(pslot_off);
-    a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
-    TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
+    TW_CT_TRY(tw_ct_fwd_count(plan, state, t, md, vi, ovf_tc, M, x, wg, &synced, &heavy, &ovf_gx,
+                              stream));
     /* 4. the one host read: totals size the spill, the entry arrays and the chunks */
     TW_CT_TRY(
         tw_cuda_memcpy_dtoh_async(ctx, t->htot, tot, (heavy ? 8u : 6u) * sizeof(uint64_t), stream));
@@ -481,216 +505,36 @@ static twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, con
 
     if (heavy) /* their x gathered, the dense forward GEMMs on the block */
         TW_CT_TRY(tw_cth_forward(plan, state, t, M, x, wg, wu, wd, &synced, stream));
-    void *u_ell = t->buf[TB_U_ELL].p, *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
-    void *chunk_row = t->buf[TB_CHUNK_ROW].p, *chunk_l1 = t->buf[TB_CHUNK_L1].p;
-    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
-    void *partial = t->buf[TB_PARTIAL].p;
-    uint32_t NS = (s->K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     /* 5. spill words, chunk owners, U and Tm, y, split rows, stats */
-    if (ovf_tc) {
-        int mode = 1;
-        void *targs[] = {(void *)&x, (void *)&wg, &packed, &ovf_cnt, &mask,
-                         &spill_off, &sp,         &Ml,     &mode};
-        TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_TILES], ovf_gx, NT, 32u * (s->T / 64u), 0,
-                                stream, targs));
-        tw_ct_mark(ctx, t, "ovf_tiles_spill", stream);
-    } else {
-        void *args[] = {(void *)&x, (void *)&wg, &packed, &mask, &spill_off, &sp, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SPILL, tw_ct_blocks(ctx, tiles, t->wpb), rthreads,
-                            t->smem_row, stream, args));
-    }
-    {
-        void *args[] = {&chunk_off, &Ml, &chunk_row};
-        TW_CT_TRY(
-            tw_ct_run(ctx, t, md, TF_OWNERS, tw_ct_blocks(ctx, M, 256u), 256, 0, stream, args));
-    }
-    /* tiled U (staged builds): the fused pipeline's lists and phase A, values into u_ell; the
-     * per-entry kernel then computes only the overflowing row-tiles' entries */
-    const uint32_t *pre = NULL;
-    int pre_all = 0;
-    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
-        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, &synced));
-        TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_SPILL, spill * 4u, fn, &synced));
-        TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
-        tw_ct_mark(ctx, t, "u_lists", stream);
-        TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, x, wu, stream));
-        tw_ct_mark(ctx, t, "u_phase_a", stream);
-        TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, u_ell, md->fn[TF_UDT], stream));
-        tw_ct_mark(ctx, t, "u_sum", stream);
-        if (md->ovf_udt) { /* overflowing row-tiles: dense per listed row-tile, tensor cores */
-            void *oargs[] = {(void *)&x, (void *)&wu, &packed, &ovf_cnt, &mask,
-                             &spill_off, &sp,         &u_ell,  &u_spill, &Ml};
-            TW_CT_TRY(tw_ct_launch2(ctx, md->fn[TF_OVF_UDT], ovf_gx, NT, 32u * (s->T / 64u), 0,
-                                    stream, oargs));
-            tw_ct_mark(ctx, t, "u_ovf", stream);
-            pre_all = 1;
-        }
-        t->fwd_tiled = 1 + pre_all;
-        state->bytes = tw_ct_bytes(t);
-    }
-    if (pre && pre_all) { /* every U precomputed: the lean pass (the staged one then returns) */
-        void *args[] = {&packed,  &u_ell,   &tile_off,  &spill_off, &sp,
-                        &u_spill, &row_off, &chunk_off, &chunk_row, &E,
-                        &e_col,   &e_tm,    &chunk_l1,  &Ml,        &pre};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_ENT_P, tw_ct_blocks(ctx, nchunks, 8u), 256, 0,
-                            stream, args));
-    }
-    {
-        void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
-                        &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
-                        &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
-        int sg = md->staged && !t->legacy;
-        TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
-                            tw_ct_blocks(ctx, nchunks, sg ? TW_CT_SWP : t->wpb),
-                            sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
-                            stream, args));
-    }
-    {
-        void *args[] = {(void *)&wd, &e_col, &e_tm, &row_off, &chunk_off, &pslot_off,
-                        &chunk_row,  &E,     &y,    &partial, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_FWD_Y, tw_ct_resident(ctx, md, TF_FWD_Y, nchunks * NS),
-                            256, 0, stream, args));
-    }
-    if (pslots) {
-        void *args[] = {&partial, &chunk_off, &pslot_off, &y, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                            stream, args));
-    }
-    if (stats && t->nh == 0) {
-        void *args[] = {&chunk_l1, &chunk_off, &row_off, &Ml, &stats};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_STATS, 1, 256, 0, stream, args));
-    }
-    /* the heavy block's y into its rows (the sparse y left them zero), stats of both parts */
-    TW_CT_TRY(tw_cth_finish_forward(plan, t, M, y, stats, stream));
+    TW_CT_TRY(tw_ct_fwd_entries(plan, state, t, md, ovf_tc, ovf_gx, M, x, wg, wu, nnz, spill,
+                                nchunks, E, &synced, stream));
+    TW_CT_TRY(tw_ct_fwd_y(plan, t, md, M, wd, y, stats, nchunks, pslots, E, stream));
     t->M = M, t->nnz = nnz, t->spill = spill, t->nchunks = nchunks, t->pslots = pslots, t->E = E;
     tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
 }
 
-/* The sparse forward, its count noted for AUTO (a probe's too, which stopped after it). */
-static twell_status tw_ct_forward_noted(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                        const void *wu, const void *wd, void *y, float *stats,
-                                        twell_train_state *state, double probe, int *to_dense,
-                                        twell_stream stream) {
-    twell_status st =
-        tw_ct_forward(plan, M, x, wg, wu, wd, y, stats, state, probe, to_dense, stream);
-    if (st == TWELL_OK) {
-        const tw_ctrain *t = state->backend_data;
-        if (*to_dense)
-            tw_ctd_note_probe(state, M, t->nnz + t->hnnz);
-        else
-            tw_ctd_note_sparse(state, M, t->nnz + t->hnnz);
-    }
-    return st;
-}
-
-twell_status tw_cuda_train_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
-                                   const void *wu, const void *wd, void *y, float *stats,
-                                   twell_train_state *state, twell_stream stream) {
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(plan->ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    /* dispatch hook: the dense path (cuda_train_dense.c) or the sparse one below, which under
-     * AUTO's probe (the first forward) may stop after its counts and hand over to the dense one */
-    int dense = 0, to_dense = 0;
-    double probe = 0.0;
-    st = tw_ctd_pick(plan, state, M, x, wg, wu, wd, y, &dense, &probe);
-    if (st == TWELL_OK && !dense) {
-        st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, probe, &dense, stream);
-        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO)
-            st = tw_ctd_oom_fallback(plan, state, M, x, wg, wu, wd, y, stats, stream);
-    }
-    if (st == TWELL_OK && dense) {
-        st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
-        if (st == TWELL_ERR_NO_MEMORY && plan->path == TWELL_PATH_AUTO) {
-            tw_log(plan->ctx, TWELL_LOG_WARN, "%s; running the sparse path", tw_errmsg(plan->ctx));
-            /* AUTO: the sparse path may still fit */
-            st = tw_ct_forward_noted(plan, M, x, wg, wu, wd, y, stats, state, 0.0, &to_dense,
-                                     stream);
-        }
-    }
-    tw_cu_leave(plan->ctx, &sc);
-    return st;
-}
-
 /* ---- backward ---- */
 
-static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M,
-                                   const void *x, const void *wg, const void *wu, const void *wd,
-                                   const void *dy, float lambda, void *dx, float *dwg, float *dwu,
-                                   float *dwd, twell_stream stream) {
-    static const char fn[] = "twell_ffn_backward";
+/* Step 1 of the sparse backward: dT, dU and dP per entry (dT tiled where the saved forward ran
+ * tiled U). */
+static twell_status tw_ct_bwd_entries(twell_plan *plan, tw_ctrain *t, const tw_tmod *md, size_t M,
+                                      const void *dy, const void *wd, float l1c,
+                                      twell_stream stream) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     twell_status st;
-    tw_ctrain *t = state->backend_data;
-    if (!t || t->M == 0 || t->M != M)
-        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: state holds no forward of M = %zu", fn, M);
-    const void *ptrs[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
-    int vi = tw_ct_aligned(ptrs, 9) ? 0 : 1;
-    TW_CT_TRY(tw_ct_load(plan, t, vi));
-    const tw_tmod *md = &t->mods[vi];
-    t->last_vec = vi == 0 ? 8 : 1;
-    t->have_bwd = 0;
-
-    uint32_t N = s->N, K = s->K;
-    uint64_t nnz = t->nnz;
-    size_t R, B;
-    tw_tl_row_blocks(M, N, &R, &B);
-    uint64_t E2 = t->nrn_len ? t->nrn_len : tw_tl_nrn_chunk_len(nnz, N, TW_TL_NRN_CHUNK_MIN);
-    uint64_t nchunk_bound = N + nnz / E2, nslot_bound = nnz / E2 + 1u;
-    uint64_t nhist = (uint64_t)N * B;
-    uint64_t nb = (nhist + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
-    int synced = 0;
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DU, nnz * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DP, nnz * 4u, fn, &synced));
-    /* the histograms, then the queue of twell_train_dw (u64, 8-byte aligned): zeroed together */
-    uint64_t nhist2 = (nhist + 1u) & ~(uint64_t)1u;
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_HIST, nhist2 * 4u + 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CURSOR, nhist * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_OFF, ((size_t)N + 1) * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ROW, nnz * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ENT, nnz * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_OFF, ((size_t)N + 1) * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NSLOT_OFF, ((size_t)N + 1) * 8u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_NRN, nchunk_bound * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NPART, nslot_bound * 3u * K * 4u, fn, &synced));
-    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
-
     void *packed = t->buf[TB_PACKED].p, *u_ell = t->buf[TB_U_ELL].p;
     void *tile_off = t->buf[TB_TILE_OFF].p, *spill_off = t->buf[TB_SPILL_OFF].p;
     void *sp = t->buf[TB_SPILL].p, *u_spill = t->buf[TB_U_SPILL].p;
     void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
-    void *pslot_off = t->buf[TB_PSLOT_OFF].p, *chunk_row = t->buf[TB_CHUNK_ROW].p;
-    void *e_col = t->buf[TB_E_COL].p, *e_tm = t->buf[TB_E_TM].p;
-    void *partial = t->buf[TB_PARTIAL].p;
+    void *chunk_row = t->buf[TB_CHUNK_ROW].p;
     void *e_du = t->buf[TB_E_DU].p, *e_dp = t->buf[TB_E_DP].p;
-    void *hist = t->buf[TB_HIST].p, *cursor = t->buf[TB_CURSOR].p;
-    void *col_off = t->buf[TB_COL_OFF].p, *col_row = t->buf[TB_COL_ROW].p;
-    void *col_ent = t->buf[TB_COL_ENT].p, *nchunk_off = t->buf[TB_NCHUNK_OFF].p;
-    void *nslot_off = t->buf[TB_NSLOT_OFF].p, *nchunk_nrn = t->buf[TB_NCHUNK_NRN].p;
-    void *npart = t->buf[TB_NPART].p;
     uint64_t *tot = t->buf[TB_TOT].p;
-    long long Ml = (long long)M, Rl = (long long)R, Bl = (long long)B;
+    long long Ml = (long long)M;
     uint64_t E = t->E;
-    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
-    uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
     unsigned rthreads = 32u * t->wpb;
-
-    if (t->nh && vi != 0)
-        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                        "%s: the saved forward ran its heavy rows on the dense GEMMs, whose "
-                        "backward needs every tensor 16-byte aligned",
-                        fn);
-    t->npev = 0;
-    tw_ct_mark(ctx, t, "start", stream);
-    /* 0. heavy rows: the dense backward GEMMs on the block; the weight gradients stored here,
-     * the sparse kernel adds its sums (acc) */
-    TW_CT_TRY(
-        tw_cth_backward(plan, state, t, M, wg, wu, wd, dy, l1c, dwg, dwu, dwd, &synced, stream));
-    int acc = t->nh != 0;
     /* 1. per entry: dT, dU, dP (tiled dT: dy·Wd from the forward's lists and phase A for the
      * entries of non-overflowing row-tiles) */
     const uint32_t *pre = NULL;
@@ -733,21 +577,23 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
                             sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
                             stream, args));
     }
-    /* 2. dx per row chunk, split rows reduced */
-    {
-        void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
-                        &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
-        /* not tw_ct_resident: keeping the weights resident cuts dx's DRAM reads at K 2048 but
-         * loses more at the 7B-class shape than it gains there (docs/lab/NOTES-train-dw.md) */
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
-                            stream, args));
-    }
-    if (t->pslots) {
-        void *args[] = {&partial, &chunk_off, &pslot_off, &dx, &Ml};
-        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
-                            stream, args));
-    }
-    TW_CT_TRY(tw_cth_finish_backward(plan, t, dx, stream)); /* the heavy block's dx */
+    return TWELL_OK;
+}
+
+/* Step 3 of the sparse backward: the neuron-major lists, over B row blocks of R rows
+ * (tw_tl_row_blocks) with nhist = N·B histogram counters, nhist2 of them rounded up to even. */
+static twell_status tw_ct_bwd_lists(twell_plan *plan, tw_ctrain *t, const tw_tmod *md, size_t M,
+                                    size_t R, size_t B, uint64_t nhist, uint64_t nhist2,
+                                    twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    twell_status st;
+    void *row_off = t->buf[TB_ROW_OFF].p;
+    void *e_col = t->buf[TB_E_COL].p;
+    void *hist = t->buf[TB_HIST].p, *cursor = t->buf[TB_CURSOR].p;
+    void *col_off = t->buf[TB_COL_OFF].p, *col_row = t->buf[TB_COL_ROW].p;
+    void *col_ent = t->buf[TB_COL_ENT].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
+    long long Ml = (long long)M, Rl = (long long)R, Bl = (long long)B;
     /* 3. neuron-major lists: histograms per row block, one scan, stable placement */
     TW_CT_TRY(tw_cuda_memset_d32(ctx, hist, 0u, nhist2 + 2u, stream));
     tw_ct_mark(ctx, t, "memset_hist", stream);
@@ -766,7 +612,28 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256,
                             ranked ? md->scatter_smem : 0u, stream, args));
     }
+    return TWELL_OK;
+}
+
+/* Step 4 of the sparse backward: the neuron chunks (E2 entries each, at most nchunk_bound), the
+ * weight gradients (added to what is there when acc), the split neurons reduced. */
+static twell_status tw_ct_bwd_weights(twell_plan *plan, tw_ctrain *t, const tw_tmod *md,
+                                      uint64_t nhist2, uint64_t E2, uint64_t nchunk_bound,
+                                      uint32_t NS, const void *x, const void *dy, int acc,
+                                      float *dwg, float *dwu, float *dwd, twell_stream stream) {
+    twell_ctx *ctx = plan->ctx;
+    uint32_t N = plan->shape.N;
+    twell_status st;
+    void *e_tm = t->buf[TB_E_TM].p;
+    void *e_du = t->buf[TB_E_DU].p, *e_dp = t->buf[TB_E_DP].p;
+    void *hist = t->buf[TB_HIST].p;
+    void *col_off = t->buf[TB_COL_OFF].p, *col_row = t->buf[TB_COL_ROW].p;
+    void *col_ent = t->buf[TB_COL_ENT].p, *nchunk_off = t->buf[TB_NCHUNK_OFF].p;
+    void *nslot_off = t->buf[TB_NSLOT_OFF].p, *nchunk_nrn = t->buf[TB_NCHUNK_NRN].p;
+    void *npart = t->buf[TB_NPART].p;
+    uint64_t *tot = t->buf[TB_TOT].p;
     /* 4. neuron chunks, weight gradients, split neurons reduced */
+    tw_ct_sa a;
     memset(&a, 0, sizeof a);
     a.in64 = tw_dp(col_off), a.o0 = tw_dp(nchunk_off), a.o1 = tw_dp(nslot_off);
     a.o32 = tw_dp(nchunk_nrn); /* the chunks' owners too (no twell_train_owners launch) */
@@ -786,54 +653,94 @@ static twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, s
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_DW_REDUCE, tw_ct_blocks(ctx, (uint64_t)N * NS, 8u), 256,
                             0, stream, args));
     }
+    return TWELL_OK;
+}
+
+twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, const void *dy,
+                            float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                            twell_stream stream) {
+    static const char fn[] = "twell_ffn_backward";
+    twell_ctx *ctx = plan->ctx;
+    const twell_shape *s = &plan->shape;
+    twell_status st;
+    tw_ctrain *t = state->backend_data;
+    if (!t || t->M == 0 || t->M != M)
+        return tw_error(ctx, TWELL_ERR_INVALID_ARG, "%s: state holds no forward of M = %zu", fn, M);
+    const void *ptrs[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
+    int vi = tw_ct_aligned(ptrs, 9) ? 0 : 1;
+    TW_CT_TRY(tw_ct_load(plan, t, vi));
+    const tw_tmod *md = &t->mods[vi];
+    t->last_vec = vi == 0 ? 8 : 1;
+    t->have_bwd = 0;
+
+    uint32_t N = s->N, K = s->K;
+    uint64_t nnz = t->nnz;
+    size_t R, B;
+    tw_tl_row_blocks(M, N, &R, &B);
+    uint64_t E2 = t->nrn_len ? t->nrn_len : tw_tl_nrn_chunk_len(nnz, N, TW_TL_NRN_CHUNK_MIN);
+    uint64_t nchunk_bound = N + nnz / E2, nslot_bound = nnz / E2 + 1u;
+    uint64_t nhist = (uint64_t)N * B;
+    uint64_t nb = (nhist + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
+    int synced = 0;
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DU, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_E_DP, nnz * 4u, fn, &synced));
+    /* the histograms, then the queue of twell_train_dw (u64, 8-byte aligned): zeroed together */
+    uint64_t nhist2 = (nhist + 1u) & ~(uint64_t)1u;
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_HIST, nhist2 * 4u + 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_CURSOR, nhist * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ROW, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_COL_ENT, nnz * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NSLOT_OFF, ((size_t)N + 1) * 8u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NCHUNK_NRN, nchunk_bound * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_NPART, nslot_bound * 3u * K * 4u, fn, &synced));
+    TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_SCAN, TW_CT_SCAN_BYTES(nb), fn, &synced));
+
+    void *row_off = t->buf[TB_ROW_OFF].p, *chunk_off = t->buf[TB_CHUNK_OFF].p;
+    void *pslot_off = t->buf[TB_PSLOT_OFF].p, *chunk_row = t->buf[TB_CHUNK_ROW].p;
+    void *e_col = t->buf[TB_E_COL].p;
+    void *partial = t->buf[TB_PARTIAL].p;
+    void *e_du = t->buf[TB_E_DU].p, *e_dp = t->buf[TB_E_DP].p;
+    long long Ml = (long long)M;
+    uint64_t E = t->E;
+    float l1c = (float)((double)lambda / (double)M); /* as the CPU reference */
+    uint32_t NS = (K + 32u * (uint32_t)t->last_vec - 1) / (32u * (uint32_t)t->last_vec);
+
+    if (t->nh && vi != 0)
+        return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
+                        "%s: the saved forward ran its heavy rows on the dense GEMMs, whose "
+                        "backward needs every tensor 16-byte aligned",
+                        fn);
+    t->npev = 0;
+    tw_ct_mark(ctx, t, "start", stream);
+    /* 0. heavy rows: the dense backward GEMMs on the block; the weight gradients stored here,
+     * the sparse kernel adds its sums (acc) */
+    TW_CT_TRY(
+        tw_cth_backward(plan, state, t, M, wg, wu, wd, dy, l1c, dwg, dwu, dwd, &synced, stream));
+    int acc = t->nh != 0;
+    TW_CT_TRY(tw_ct_bwd_entries(plan, t, md, M, dy, wd, l1c, stream));
+    /* 2. dx per row chunk, split rows reduced */
+    {
+        void *args[] = {(void *)&wu, (void *)&wg, &e_col, &e_du, &e_dp,    &row_off, &chunk_off,
+                        &pslot_off,  &chunk_row,  &E,     &dx,   &partial, &Ml};
+        /* not tw_ct_resident: keeping the weights resident cuts dx's DRAM reads at K 2048 but
+         * loses more at the 7B-class shape than it gains there (docs/lab/NOTES-train-dw.md) */
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_BWD_DX, tw_ct_blocks(ctx, t->nchunks * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    if (t->pslots) {
+        void *args[] = {&partial, &chunk_off, &pslot_off, &dx, &Ml};
+        TW_CT_TRY(tw_ct_run(ctx, t, md, TF_ROW_REDUCE, tw_ct_blocks(ctx, M * NS, 8u), 256, 0,
+                            stream, args));
+    }
+    TW_CT_TRY(tw_cth_finish_backward(plan, t, dx, stream)); /* the heavy block's dx */
+    TW_CT_TRY(tw_ct_bwd_lists(plan, t, md, M, R, B, nhist, nhist2, stream));
+    TW_CT_TRY(tw_ct_bwd_weights(plan, t, md, nhist2, E2, nchunk_bound, NS, x, dy, acc, dwg, dwu,
+                                dwd, stream));
     t->have_bwd = 1, t->R = R, t->B = B, t->E2 = E2;
     tw_ct_prof_collect(ctx, t);
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
-}
-
-twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, size_t M,
-                                    const void *x, const void *wg, const void *wu, const void *wd,
-                                    const void *dy, float lambda, void *dx, float *dwg, float *dwu,
-                                    float *dwd, twell_stream stream) {
-    tw_cu_scope sc;
-    twell_status st = tw_cu_enter(plan->ctx, &sc);
-    if (st != TWELL_OK)
-        return st;
-    if (tw_ctd_saved(state, M)) /* the backward follows the forward's path */
-        st = tw_ctd_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
-    else
-        st = tw_ct_backward(plan, state, M, x, wg, wu, wd, dy, lambda, dx, dwg, dwu, dwd, stream);
-    if (st == TWELL_OK)
-        tw_ctd_note_bytes(state);
-    tw_cu_leave(plan->ctx, &sc);
-    return st;
-}
-
-void tw_cuda_train_release(twell_train_state *state) {
-    tw_ctd_release(state);
-    if (!state || !state->backend_data)
-        return;
-    tw_ctrain *t = state->backend_data;
-    twell_ctx *ctx = state->plan->ctx;
-    tw_cu_scope sc;
-    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
-        (void)tw_cuda_synchronize(ctx); /* work on any stream may still use the buffers */
-        for (int i = 0; i < TB_COUNT; i++)
-            tw_cuda_free(ctx, t->buf[i].p);
-        for (int i = 0; i < 2; i++)
-            tw_cu_module_unload(t->mods[i].mod);
-        tw_ctt_release(ctx, t->tiled);
-        tw_cu_module_unload(t->hmod);
-        tw_cuda_event_destroy(ctx, t->ev);
-        for (int i = 0; i < TW_CT_PROF_MAX; i++)
-            if (t->pev[i])
-                tw_cuda_event_destroy(ctx, t->pev[i]);
-        tw_cuda_host_free(ctx, t->htot);
-        tw_cu_leave(ctx, &sc);
-    }
-    free(t);
-    state->backend_data = NULL;
-    state->bytes = 0;
-    state->M = 0;
 }

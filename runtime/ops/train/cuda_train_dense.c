@@ -1,15 +1,13 @@
 /*
  * cuda_train_dense.c — the dense training path on Hopper: five launches of gemm_sm90's training
- * modes (no elementwise kernels: the epilogues do that work) plus a stats kernel, and the AUTO
- * choice between it and the sparse path from L0 known to the host without waiting.
+ * modes (no elementwise kernels: the epilogues do that work) plus a stats kernel, its record,
+ * modules and workspace (AUTO's choice between it and the sparse path: cuda_train_dense_auto.c).
  */
-#include "cuda_train_dense.h"
+#include "cuda_train_dense_int.h"
 
 #include "cuda_module.h"
 #include "dense_split.h"
 #include "jit.h"
-#include "test_control.h"
-#include "train_auto.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -29,51 +27,6 @@
  * afford a deeper ring for its long reduction over M (default TD_WG_STAGES). */
 #define TD_WG_STAGES 4u
 #define TD_WG_SMEM(st) (1024u + (st) * (TD_BM + TD_BN) * 64u * 2u + 2u * (st)*8u)
-
-enum { TD_FWD, TD_Y, TD_DT, TD_DX, TD_WG, TD_AUX, TD_NMOD };
-
-/* Split-K for the mm GEMMs (y, dx) on small row blocks (the heavy rows): their grids cover
- * ceil(Mb / 256) · ceil(K / 256) clusters, a few of the device's, each with a long reduction (N
- * for y, 2N for dx). Slices of the reduction give the idle SMs work; fp32 partials reduced in a
- * fixed order by dense_aux's twell_dense_reduce_plain (loaded on first use). */
-enum { TS_Y, TS_DX, TS_RED, TS_NMOD };
-#define TD_SPLIT_MAX 8u
-
-struct tw_tdense {
-    int loaded, available; /* modules tried / usable */
-    char why[256];         /* why not available */
-    tw_CUmodule mod[TD_NMOD];
-    tw_CUfunction fn[TD_NMOD];
-    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: TD_WG_STAGES) */
-    /* own workspace (unused while the caller lends one) */
-    void *own;
-    size_t own_bytes;
-    /* count read back: device u64, pinned copy, event */
-    uint64_t *dcount, *hcount;
-    tw_cuda_event ev;
-    int pending;
-    size_t pending_M;
-    double est; /* active values per row AUTO decides from; -1 none */
-    double threshold;
-    size_t min_rows;
-    /* the saved forward */
-    size_t saved_M; /* 0: none (or the saved forward is sparse) */
-    void *buf, *pu, *part;
-    twell_path last;
-    unsigned long calls[3];
-    /* AUTO's release of the own workspace while it runs sparse (tw_ctd_note_sparse) */
-    tw_cuda_event ws_ev;    /* recorded after the last enqueued work that uses the workspace */
-    int ws_ev_set;          /* ws_ev has been recorded */
-    unsigned sparse_run;    /* sparse forwards since the last dense one */
-    unsigned release_after; /* sparse forwards before the release (TW_TD_RELEASE_*) */
-    int released;           /* freed by that rule and not allocated again since */
-    unsigned long releases; /* times it was freed so */
-    size_t peak;            /* high-water mark of twell_train_state_bytes (TW_TC_TD_PEAK_BYTES) */
-    /* split-K modules of the block GEMMs (TS_*): tried once; split_ok = 1 when loaded */
-    int split_tried, split_ok;
-    tw_CUmodule smod[TS_NMOD];
-    tw_CUfunction sfn[TS_NMOD];
-};
 
 static size_t td_align(size_t a) { return (a + 255u) & ~(size_t)255u; }
 
@@ -101,9 +54,7 @@ size_t tw_ctd_bytes(const twell_shape *s, size_t M) {
            td_align(td_units(s, M) * TD_CLUSTER * 8u * 2u * sizeof(float));
 }
 
-static tw_tdense *td_get(twell_train_state *state) { return state->dense; }
-
-static twell_status td_create(twell_ctx *ctx, twell_train_state *state, tw_tdense **out) {
+twell_status tw_ctd_create(twell_ctx *ctx, twell_train_state *state, tw_tdense **out) {
     *out = state->dense;
     if (*out)
         return TWELL_OK;
@@ -206,7 +157,7 @@ static void td_unload(tw_tdense *d) {
 }
 
 /* Whether the dense path can run on this plan/device at all (modules loaded on first use). */
-static twell_status td_prepare(twell_plan *plan, tw_tdense *d, int forced) {
+twell_status tw_ctd_prepare(twell_plan *plan, tw_tdense *d, int forced) {
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     const tw_cuda *dev = ctx->cuda;
@@ -240,150 +191,11 @@ static twell_status td_prepare(twell_plan *plan, tw_tdense *d, int forced) {
     return TWELL_OK;
 }
 
-static int td_aligned(const void *const *p, size_t n) {
+int tw_ctd_aligned(const void *const *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         if ((uintptr_t)p[i] % 16u != 0)
             return 0;
     return 1;
-}
-
-/* Reads the last dense count if its copy has landed (never waits). */
-static twell_status td_collect(twell_ctx *ctx, tw_tdense *d) {
-    if (!d->pending)
-        return TWELL_OK;
-    int done = 0;
-    TW_TRY(tw_cuda_event_query(ctx, d->ev, &done));
-    if (done) {
-        d->pending = 0;
-        d->est = (double)*d->hcount / (double)d->pending_M;
-    }
-    return TWELL_OK;
-}
-
-twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                         const void *wg, const void *wu, const void *wd, const void *y, int *dense,
-                         double *probe) {
-    twell_ctx *ctx = plan->ctx;
-    *dense = 0;
-    *probe = 0.0;
-    tw_tdense *d = NULL;
-    TW_TRY(td_create(ctx, state, &d));
-    d->saved_M = 0; /* the forward about to run replaces the saved one, whatever its path */
-    TW_TRY(td_collect(ctx, d));
-    if (plan->path == TWELL_PATH_SPARSE)
-        return TWELL_OK;
-    const void *p[] = {x, wg, wu, wd, y};
-    int forced = plan->path == TWELL_PATH_DENSE;
-    if (!forced && M < d->min_rows)
-        return TWELL_OK; /* AUTO runs sparse: no need to build the dense kernels for it */
-    TW_TRY(td_prepare(plan, d, forced));
-    int can = d->available && td_aligned(p, 5) && M <= (size_t)INT_MAX;
-    if (forced) {
-        if (!d->available)
-            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                            "twell_ffn_forward_train: TWELL_PATH_DENSE is not available: %s",
-                            d->why);
-        if (!can)
-            return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
-                            "twell_ffn_forward_train: TWELL_PATH_DENSE needs x, the weights and y "
-                            "16-byte aligned and M < 2^31");
-        *dense = 1;
-        return TWELL_OK;
-    }
-    if (!can)
-        return TWELL_OK;
-    double thr = d->threshold > 0.0 ? d->threshold : TW_TD_DENSITY * (double)plan->shape.N;
-    int pick = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
-    *dense = pick == TW_AUTO_DENSE;
-    if (pick == TW_AUTO_PROBE)
-        *probe = thr;
-    return TWELL_OK;
-}
-
-twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, size_t M,
-                                 const void *x, const void *wg, const void *wu, const void *wd,
-                                 void *y, float *stats, twell_stream stream) {
-    twell_ctx *ctx = plan->ctx;
-    tw_tdense *d = state->dense;
-    const void *p[] = {x, wg, wu, wd, y};
-    char why[320];
-    snprintf(why, sizeof why, "%s", tw_errmsg(ctx));
-    if (d && td_prepare(plan, d, 0) != TWELL_OK)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback could not be built: %s)",
-                        why, tw_errmsg(ctx));
-    if (!d || !d->available || !td_aligned(p, 5) || M > (size_t)INT_MAX)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "%s (the dense fallback cannot run: %s)", why,
-                        d && d->why[0] ? d->why : "tensors not 16-byte aligned or M too large");
-    tw_log(ctx, TWELL_LOG_WARN, "%s; running the dense path instead", why);
-    twell_status st = tw_ctd_forward(plan, state, M, x, wg, wu, wd, y, stats, stream);
-    if (st == TWELL_ERR_NO_MEMORY)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY,
-                        "twell_ffn_forward_train: neither path fits in device memory: the sparse "
-                        "state could not grow (%s), and the dense path needs %zu bytes",
-                        why, tw_ctd_bytes(&plan->shape, M));
-    return st;
-}
-
-void tw_ctd_note_bytes(twell_train_state *state) {
-    tw_tdense *d = td_get(state);
-    size_t b = state->bytes + tw_ctd_held(state);
-    if (d && b > d->peak)
-        d->peak = b;
-}
-
-/* Frees the own workspace if the work that used it has finished (queried, never waited for);
- * 1 if it was freed. */
-static int td_release(twell_ctx *ctx, tw_tdense *d) {
-    int done = 1;
-    if (d->ws_ev_set && tw_cuda_event_query(ctx, d->ws_ev, &done) != TWELL_OK)
-        done = 0; /* a failing query: keep it (the error shows up at the next sync) */
-    if (!done)
-        return 0;
-    tw_cuda_free(ctx, d->own);
-    d->own = NULL;
-    d->own_bytes = 0;
-    d->buf = d->pu = d->part = NULL;
-    d->ws_ev_set = 0;
-    d->released = 1;
-    d->releases++;
-    return 1;
-}
-
-int tw_ctd_trim(twell_train_state *state) {
-    tw_tdense *d = td_get(state);
-    if (!d || !d->own || state->ws || d->saved_M != 0)
-        return 0;
-    d->ws_ev_set = 0; /* the caller synchronised the device */
-    return td_release(state->plan->ctx, d);
-}
-
-void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
-    tw_tdense *d = td_get(state);
-    if (!d)
-        return;
-    d->est = (double)nnz / (double)M;
-    d->pending = 0; /* newer than any dense count still in flight */
-    d->last = TWELL_PATH_SPARSE;
-    d->calls[TWELL_PATH_SPARSE]++;
-    tw_ctd_note_bytes(state); /* before a release: the step held both */
-    if (d->sparse_run < UINT_MAX)
-        d->sparse_run++;
-    /* the saved dense forward is gone (tw_ctd_pick), so nothing reads the workspace any more */
-    if (d->own && !state->ws && d->sparse_run >= d->release_after)
-        (void)td_release(state->plan->ctx, d);
-}
-
-void tw_ctd_note_probe(twell_train_state *state, size_t M, uint64_t nnz) {
-    tw_tdense *d = td_get(state);
-    if (!d)
-        return;
-    d->est = (double)nnz / (double)M;
-    d->pending = 0;
-}
-
-int tw_ctd_saved(const twell_train_state *state, size_t M) {
-    const tw_tdense *d = state->dense;
-    return d && d->saved_M != 0 && d->saved_M == M;
 }
 
 /* Workspace for M rows: the caller's when set (never allocating), else our own, grown after a
@@ -557,8 +369,8 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     tw_tdense *d = NULL;
-    TW_TRY(td_create(ctx, state, &d));
-    TW_TRY(td_prepare(plan, d, 1));
+    TW_TRY(tw_ctd_create(ctx, state, &d));
+    TW_TRY(tw_ctd_prepare(plan, d, 1));
     if (!d->available)
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED, "twell_ffn_forward_train: %s", d->why);
     d->saved_M = 0;
@@ -642,7 +454,7 @@ twell_status tw_ctd_backward(twell_plan *plan, twell_train_state *state, size_t 
     const twell_shape *s = &plan->shape;
     tw_tdense *d = state->dense;
     const void *p[] = {x, wg, wu, wd, dy, dx, dwg, dwu, dwd};
-    if (!td_aligned(p, 9))
+    if (!tw_ctd_aligned(p, 9))
         return tw_error(ctx, TWELL_ERR_UNSUPPORTED,
                         "twell_ffn_backward: the saved forward ran the dense path, which needs "
                         "every tensor 16-byte aligned");
@@ -694,8 +506,8 @@ static void td_split_load(twell_plan *plan, tw_tdense *d) {
 twell_status tw_ctd_block_prepare(twell_plan *plan, twell_train_state *state, int *available) {
     tw_tdense *d = NULL;
     *available = 0;
-    TW_TRY(td_create(plan->ctx, state, &d));
-    TW_TRY(td_prepare(plan, d, 0));
+    TW_TRY(tw_ctd_create(plan->ctx, state, &d));
+    TW_TRY(tw_ctd_prepare(plan, d, 0));
     if (d->available && !d->split_tried)
         td_split_load(plan, d);
     *available = d->available;
@@ -813,112 +625,9 @@ size_t tw_ctd_held(const twell_train_state *state) {
     return d ? d->own_bytes + 8u : 0u;
 }
 
-/* ---- test control (test_control.h's TW_TC_TD_*) ---- */
-
-static twell_path tw_ctd_last_path(const twell_train_state *state) {
-    const tw_tdense *d = state ? state->dense : NULL;
-    return d ? d->last : TWELL_PATH_AUTO;
-}
-
-static double tw_ctd_estimate(const twell_train_state *state) {
-    const tw_tdense *d = state ? state->dense : NULL;
-    return d ? d->est : -1.0;
-}
-
-static twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_per_row,
-                                         size_t min_rows) {
-    tw_tdense *d = NULL;
-    TW_TRY(td_create(state->plan->ctx, state, &d));
-    d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
-    d->min_rows = min_rows;
-    return TWELL_OK;
-}
-
-static twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned stages) {
-    tw_tdense *d = NULL;
-    TW_TRY(td_create(state->plan->ctx, state, &d));
-    if (d->loaded || (stages != 0 && (stages < 2 || stages > 4)))
-        return tw_error(state->plan->ctx, TWELL_ERR_INVALID_ARG,
-                        "TW_TC_TD_SET_WGRAD_STAGES: %u (2..4, 0 default) must be set before the "
-                        "first dense forward",
-                        stages);
-    d->wg_stages = stages;
-    return TWELL_OK;
-}
-
-static twell_status tw_ctd_download_p(twell_train_state *state, size_t M, uint16_t *p) {
-    tw_tdense *d = state ? state->dense : NULL;
-    if (!d || d->saved_M != M)
-        return TWELL_ERR_INVALID_ARG;
-    twell_ctx *ctx = state->plan->ctx;
-    size_t n = M * state->plan->shape.N;
-    uint32_t *w = malloc(n * 4u);
-    if (!w)
-        return tw_error(ctx, TWELL_ERR_NO_MEMORY, "tw_ctd_download_p: out of host memory");
-    twell_status st = tw_cuda_synchronize(ctx);
-    if (st == TWELL_OK)
-        st = tw_cuda_memcpy_dtoh(ctx, w, d->pu, n * 4u);
-    for (size_t i = 0; st == TWELL_OK && i < n; i++)
-        p[i] = (uint16_t)(w[i] & 0xffffu);
-    free(w);
-    return st;
-}
-
-static unsigned long tw_ctd_calls(const twell_train_state *state, twell_path path) {
-    const tw_tdense *d = state ? state->dense : NULL;
-    if (!d || (int)path < 0 || (int)path > 2)
-        return 0;
-    return d->calls[path];
-}
-
-twell_status tw_td_test_control(int op, va_list ap) {
-    twell_train_state *state = va_arg(ap, twell_train_state *);
-    if (!state)
-        return TWELL_ERR_INVALID_ARG;
-    switch (op) {
-    case TW_TC_TD_LAST_PATH:
-        *va_arg(ap, twell_path *) = tw_ctd_last_path(state);
-        return TWELL_OK;
-    case TW_TC_TD_ESTIMATE:
-        *va_arg(ap, double *) = tw_ctd_estimate(state);
-        return TWELL_OK;
-    case TW_TC_TD_SET_THRESHOLD: {
-        double nnz_per_row = va_arg(ap, double);
-        size_t min_rows = va_arg(ap, size_t);
-        return tw_ctd_set_threshold(state, nnz_per_row, min_rows);
-    }
-    case TW_TC_TD_SET_WGRAD_STAGES:
-        return tw_ctd_set_wgrad_stages(state, va_arg(ap, unsigned));
-    case TW_TC_TD_DOWNLOAD_P: {
-        size_t M = va_arg(ap, size_t);
-        return tw_ctd_download_p(state, M, va_arg(ap, uint16_t *));
-    }
-    case TW_TC_TD_CALLS: {
-        twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
-        *va_arg(ap, unsigned long *) = tw_ctd_calls(state, path);
-        return TWELL_OK;
-    }
-    case TW_TC_TD_WORKSPACE_BYTES: {
-        const tw_tdense *d = state->dense;
-        *va_arg(ap, size_t *) = d ? d->own_bytes : 0u;
-        return TWELL_OK;
-    }
-    case TW_TC_TD_RELEASES: {
-        const tw_tdense *d = state->dense;
-        *va_arg(ap, unsigned long *) = d ? d->releases : 0u;
-        return TWELL_OK;
-    }
-    case TW_TC_TD_PEAK_BYTES: {
-        int reset = va_arg(ap, int);
-        size_t *out = va_arg(ap, size_t *);
-        tw_tdense *d = state->dense;
-        /* twell_train_state_bytes's sum, without a public call from below the API */
-        size_t now = state->bytes + tw_ctd_held(state);
-        *out = d && d->peak > now ? d->peak : now;
-        if (d && reset)
-            d->peak = now;
-        return TWELL_OK;
-    }
-    }
-    return TWELL_ERR_INVALID_ARG;
+void tw_ctd_note_bytes(twell_train_state *state) {
+    tw_tdense *d = state->dense;
+    size_t b = state->bytes + tw_ctd_held(state);
+    if (d && b > d->peak)
+        d->peak = b;
 }

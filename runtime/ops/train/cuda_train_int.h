@@ -1,6 +1,7 @@
 /*
- * cuda_train_int.h — what cuda_train.c and cuda_train_hooks.c share: the kernel and buffer
- * indices of a CUDA training state and its layout (not part of any public or test API).
+ * cuda_train_int.h — what cuda_train.c, cuda_train_state.c, cuda_train_route.c and
+ * cuda_train_hooks.c share: the kernel and buffer indices of a CUDA training state and its
+ * layout, the sparse path's entry points (not part of any public or test API).
  */
 #ifndef TWELL_CUDA_TRAIN_INT_H
 #define TWELL_CUDA_TRAIN_INT_H
@@ -149,10 +150,17 @@ typedef struct tw_ctrain {
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
 
+/* The bytes t holds (host record, pinned totals, device buffers, the tiled route's state): what
+ * state->bytes reports. */
+size_t tw_ct_bytes(const tw_ctrain *t);
+
 /* Makes buffer b hold at least `bytes` (grows after a device synchronisation, *synced set; the
  * contents are not kept). */
 twell_status tw_ct_reserve(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t, int b,
                            size_t bytes, const char *fn, int *synced);
+/* Frees every device buffer of t after a device synchronisation; the modules, events and pinned
+ * totals stay. */
+twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctrain *t);
 /* Grid of a grid-stride kernel for warp_items warp items at warps_per_block (capped). */
 unsigned tw_ct_blocks(const twell_ctx *ctx, uint64_t warp_items, uint32_t warps_per_block);
 /* Launch on a (grid, gy) grid of `block` threads. */
@@ -165,5 +173,17 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
  * at the end of an op the intervals added to their labels' totals (waits for the events). */
 void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream);
 void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t);
+
+/* The sparse path (cuda_train.c), inside tw_cu_enter/leave. Forward: probe > 0 (AUTO's first
+ * forward) stops after the counts (nothing saved, *to_dense = 1) when the active values exceed
+ * probe per row. Backward: on the state's saved sparse forward of M rows. */
+twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void *wg,
+                           const void *wu, const void *wd, void *y, float *stats,
+                           twell_train_state *state, double probe, int *to_dense,
+                           twell_stream stream);
+twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
+                            const void *wg, const void *wu, const void *wd, const void *dy,
+                            float lambda, void *dx, float *dwg, float *dwu, float *dwd,
+                            twell_stream stream);
 
 #endif /* TWELL_CUDA_TRAIN_INT_H */
