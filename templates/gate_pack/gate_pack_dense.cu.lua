@@ -32,11 +32,11 @@ local NT = S.N // S.T
 local DT = S.dtype == "bf16" and "bf16" or "f16"
 
 common.conversions(S.dtype)
-common.canon_nan2(S.dtype)
 common.warp_scan()
 local V = S.T // 32 -- values a lane packs: 8, 4 or 2
 local VW = V // 2   -- the 32-bit words holding them
 local TILES = 4     -- row-tiles a warp has in flight (their loads issued before any is packed)
+local EXPM = common.expm(S.dtype)
 
 cuda [==[
 typedef unsigned int tw_u32;
@@ -73,48 +73,66 @@ end
 
 cuda [==[
 
-/* The activation (tw_act_bits) of the two 16-bit pre-activations of a word, branch-free: NaN
- * halves become the canonical NaN, halves with the sign set (-0, negatives, -Inf) +0. */
-static __device__ __forceinline__ tw_u32 tw_act2(tw_u32 r) {
-    const tw_u32 c = tw_canon_nan2(r); /* canonical NaN is positive: its sign bit is clear */
-    return c & ~(((c & 0x80008000u) >> 15) * 0xffffu);
+/* The activity (tw_act_bits) of the two 16-bit pre-activations of a word, branch-free: bit 15
+ * set iff the low half is active, bit 31 iff the high half is, every other bit 0. A half whose
+ * sign is clear is active iff its magnitude is nonzero (adding 0x7fff sets bit 15 exactly then);
+ * one whose sign is set iff it is NaN (its magnitude exceeds Inf's: adding 0x8000 − (Inf + 1)
+ * sets bit 15 exactly then). Neither sum carries into the other half. */
+static __device__ __forceinline__ tw_u32 tw_active2(tw_u32 r) {
+    const tw_u32 mag = r & 0x7fff7fffu;
+    const tw_u32 nz = mag + 0x7fff7fffu;
+    const tw_u32 nan = mag + (0x8000u - ${EXPM} - 1u) * 0x10001u;
+    return ((nz & ~r) | (nan & r)) & 0x80008000u;
+}
+
+/* Word k of a[] for a k known only at run time, by selects (no local-memory array). */
+static __device__ __forceinline__ tw_u32 tw_word(const tw_u32 (&a)[VW], tw_u32 k) {
+    tw_u32 w = a[0];
+#pragma unroll
+    for (int q = 1; q < VW; ++q)
+        w = k == (tw_u32)q ? a[q] : w;
+    return w;
 }
 
 /* One row-tile of g (v: lane l's V consecutive values l·V .. l·V+V−1) into its W words at dst, by
  * one warp: an exclusive scan of the lanes' counts places each lane's entries after the lower
  * lanes' (column order) in the warp's staging words, then the warp writes the W words in
- * coalesced stores: word 0 the exact count, the used slots, 0 in the rest. Every lane of the warp
- * calls it (the shuffles see all 32); store = 0 (a tile past the end) writes nothing. Returns the
- * count in every lane. */
+ * coalesced stores: word 0 the exact count, the used slots, 0 in the rest. Only the lanes with an
+ * active value extract entries, lowest column first; a NaN value is stored as the canonical NaN.
+ * Every lane of the warp calls it (the shuffles see all 32); store = 0 (a tile past the end)
+ * writes nothing. Returns the count in every lane. */
 static __device__ __forceinline__ tw_u32 tw_pack_tile(const TwVec v, tw_u32 *__restrict__ dst,
                                                       tw_u32 col0, tw_u32 *__restrict__ stage,
                                                       bool store) {
     const tw_u32 lane = threadIdx.x & 31u;
-    tw_u32 a[VW];
+    tw_u32 a[VW], act[VW];
     tw_vec_words(v, a);
-    tw_u32 mask = 0;
+    tw_u32 mine = 0;
 #pragma unroll
     for (int k = 0; k < VW; ++k) {
-        a[k] = tw_act2(a[k]);
-        /* a half is active iff nonzero: its sign bit is clear, so adding 0x7fff sets bit 15
-         * exactly then, with no carry into the other half */
-        const tw_u32 nz = (a[k] + 0x7fff7fffu) & 0x80008000u;
-        mask |= ((nz >> 15) & 1u) << (2 * k) | (nz >> 31) << (2 * k + 1);
+        act[k] = tw_active2(a[k]);
+        mine += (tw_u32)__popc(act[k]);
     }
-    const tw_u32 mine = (tw_u32)__popc(mask);
     const tw_u32 incl = tw_warp_incl_scan(mine, (int)lane);
     const tw_u32 total = __shfl_sync(0xffffffffu, incl, 31);
-    if (mask) { /* few lanes have any: no shuffle in here */
+    if (mine) { /* few lanes have any: no shuffle in here */
+        tw_u32 mask = 0;
+#pragma unroll
+        for (int k = 0; k < VW; ++k)
+            mask |= (((act[k] >> 15) | (act[k] >> 30)) & 3u) << (2 * k);
         tw_u32 pos = incl - mine;
         const tw_u32 col = col0 + lane * V;
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-            if (mask & (1u << j)) {
-                const tw_u32 w = a[j >> 1];
-                if (pos < ${S.SLOTS}u)
-                    stage[pos] = ((j & 1) ? (w & 0xffff0000u) : (w << 16)) | (col + (tw_u32)j);
-                ++pos;
-            }
+        while (mask) {
+            const tw_u32 j = (tw_u32)__ffs(mask) - 1u;
+            mask &= mask - 1u;
+            const tw_u32 w = tw_word(a, j >> 1);
+            tw_u32 h = (j & 1u) ? w >> 16 : w & 0xffffu;
+            if ((h & 0x7fffu) > ${EXPM})
+                h = TW_NAN16;
+            if (pos < ${S.SLOTS}u)
+                stage[pos] = h << 16 | (col + j);
+            ++pos;
+        }
     }
     __syncwarp();
     const tw_u32 used = total < ${S.SLOTS}u ? total : ${S.SLOTS}u;
@@ -166,13 +184,15 @@ extern "C" __global__ void __launch_bounds__(256)
             if (t >= ${NT}u)
                 t -= ${NT}u, ++m;
         }
+        tw_u32 s4 = 0, o4 = 0; /* at most TILES·T: 32-bit sums within an iteration */
 #pragma unroll
         for (int q = 0; q < TILES; ++q) {
             const bool ok = i + (tw_u64)q * nw < items;
             const tw_u32 c = tw_pack_tile(v[q], packed + mm[q] * ${S.NW}u + tt[q] * ${S.W}u,
                                           tt[q] * ${S.T}u, stage, ok);
-            sum += c, ovf += c > ${S.SLOTS}u;
+            s4 += c, o4 += c > ${S.SLOTS}u;
         }
+        sum += s4, ovf += o4;
     }
     if (out == 0)
         return;
