@@ -7,6 +7,7 @@
 #include "gpu_tune.h"
 
 #include "cuda_driver.h"
+#include "shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -117,7 +118,8 @@ static twell_status tw_session_open(twell_ctx *ctx, const tw_tune_op *op, const 
     twell_status st = tw_tune_device_of(ctx, &t->dev);
     if (st != TWELL_OK)
         return st;
-    if ((st = twell_shape_check(ctx, shape)) != TWELL_OK)
+    twell_shape checked;
+    if ((st = tw_shape_import(ctx, "tune", shape, &checked)) != TWELL_OK)
         return st;
     tw_tune_op_problem(op, shape, M, &t->p);
     const tw_tune_space *sp = NULL;
