@@ -281,24 +281,27 @@ twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
                                    const tw_param *params, size_t nparams, const char *arch,
                                    tw_cubin *out, char *err, size_t errlen) {
     /* The parent's options (their strings are the parent's resolved copies), on the CPU backend
-     * with one thread and no log: the log callback belongs to the parent's thread. */
+     * with no log: the log callback belongs to the parent's thread. The worker needs no pool and
+     * no device, only its options, its cache (opened by the first lookup) and its message. */
     twell_ctx_options o = parent->opts;
     o.backend = TWELL_BACKEND_CPU;
     o.device = 0;
     o.cpu_threads = 1;
     o.log = NULL;
     o.log_user = NULL;
-    twell_ctx *w = NULL;
-    twell_status st = twell_ctx_create(&o, &w);
+    twell_ctx w;
+    memset(&w, 0, sizeof w);
+    twell_status st = tw_ctx_init(&w, &o);
     if (st != TWELL_OK) {
         if (err)
             snprintf(err, errlen, "cannot create a compile context");
-        return st;
+    } else {
+        st = tw_jit_cubin(&w, name, params, nparams, arch, out);
+        if (st != TWELL_OK && err)
+            snprintf(err, errlen, "%s", tw_errmsg(&w));
     }
-    st = tw_jit_cubin(w, name, params, nparams, arch, out);
-    if (st != TWELL_OK && err)
-        snprintf(err, errlen, "%s", tw_errmsg(w));
-    twell_ctx_destroy(w);
+    tw_cache_close(w.cache);
+    tw_ctx_fini(&w);
     return st;
 }
 

@@ -71,12 +71,13 @@ void tw_cubin_free(tw_cubin *c);
 twell_status tw_jit_cubin_ex(twell_ctx *ctx, const char *name, const tw_param *params,
                              size_t nparams, const char *arch, unsigned flags, tw_cubin *out);
 
-/* tw_jit_cubin for a worker thread (contexts are single-threaded): on a context of its own (CPU
- * backend, one thread, no log) with parent's options (its disk cache, template directory and
- * NVRTC library), so the cubin is also published for later processes. Reads only parent's
- * options, which never change after creation, so the parent may be in use on another thread; it
- * must outlive the call. The worker context dies with its message: on failure err (errlen bytes;
- * NULL: not wanted) says why. Errors: those of twell_ctx_create and tw_jit_cubin. */
+/* tw_jit_cubin for a worker thread (contexts are single-threaded): on a context of its own
+ * (tw_ctx_init's: no pool, no device, no log; not a public context) with parent's options (its disk
+ * cache, template directory and NVRTC library), so the cubin is also published for later processes.
+ * Reads only parent's options, which never change after creation, so the parent may be in use on
+ * another thread; it must outlive the call. The worker context dies with its message: on failure
+ * err (errlen bytes; NULL: not wanted) says why. Errors: TWELL_ERR_NO_MEMORY (the worker's copies
+ * of the options, tw_ctx_init) and those of tw_jit_cubin. */
 twell_status tw_jit_cubin_detached(const twell_ctx *parent, const char *name,
                                    const tw_param *params, size_t nparams, const char *arch,
                                    tw_cubin *out, char *err, size_t errlen);

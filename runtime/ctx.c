@@ -3,7 +3,6 @@
 
 #include "abi.h"
 #include "cache.h"
-#include "env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,33 +160,10 @@ twell_status twell_ctx_create(const twell_ctx_options *opts, twell_ctx **out) {
     twell_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return TWELL_ERR_NO_MEMORY;
-    ctx->opts = o;
-    atomic_init(&ctx->owner, 0);
-    /* Environment-backed options: the program's value, else the operator's, else built-in. */
-    const char *tdir = o.template_dir ? o.template_dir : tw_env_template_dir();
-    const char *nvrtc = o.nvrtc_library ? o.nvrtc_library : tw_env_nvrtc_library();
-    const char *lt = o.cublaslt_library ? o.cublaslt_library : tw_env_cublaslt_library();
-    if ((o.cache_dir && !(ctx->cache_dir = tw_strdup(o.cache_dir))) ||
-        (tdir && !(ctx->template_dir = tw_strdup(tdir))) ||
-        (nvrtc && !(ctx->nvrtc_library = tw_strdup(nvrtc))) ||
-        (lt && !(ctx->cublaslt_library = tw_strdup(lt)))) {
+    if (tw_ctx_init(ctx, &o) != TWELL_OK) {
         twell_ctx_destroy(ctx);
         return TWELL_ERR_NO_MEMORY;
     }
-    ctx->opts.cache_dir = ctx->cache_dir;
-    ctx->opts.template_dir = ctx->template_dir;
-    ctx->opts.nvrtc_library = ctx->nvrtc_library;
-    ctx->opts.cublaslt_library = ctx->cublaslt_library;
-    ctx->tune_on_first_use = o.tune_on_first_use == TWELL_SWITCH_DEFAULT
-                                 ? tw_env_tune()
-                                 : o.tune_on_first_use == TWELL_SWITCH_ON;
-    ctx->pdl = o.pdl == TWELL_SWITCH_DEFAULT ? !tw_env_pdl_off() : o.pdl == TWELL_SWITCH_ON;
-    ctx->pointer_cache = o.pointer_cache == TWELL_SWITCH_DEFAULT
-                             ? !tw_env_pointer_cache_off()
-                             : o.pointer_cache == TWELL_SWITCH_ON;
-    ctx->validate_packed = o.validate_packed == TWELL_SWITCH_DEFAULT
-                               ? tw_env_validate_packed()
-                               : o.validate_packed == TWELL_SWITCH_ON;
 
     twell_status st = tw_pool_create(o.cpu_threads, &ctx->pool);
     if (st != TWELL_OK) {
@@ -235,10 +211,6 @@ void twell_ctx_destroy(twell_ctx *ctx) {
         tw_cuda_close(ctx);
     tw_cache_close(ctx->cache);
     tw_pool_destroy(ctx->pool);
-    tw_clear_error(ctx);
-    free(ctx->cache_dir);
-    free(ctx->template_dir);
-    free(ctx->nvrtc_library);
-    free(ctx->cublaslt_library);
+    tw_ctx_fini(ctx);
     free(ctx);
 }

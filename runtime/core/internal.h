@@ -27,7 +27,7 @@ struct twell_ctx {
     twell_ctx_options opts; /* copy; its strings point at the owned copies below */
     twell_backend backend;  /* CPU or CUDA, never AUTO */
     char *cache_dir;        /* owned copy of opts.cache_dir (NULL: resolved when the cache opens) */
-    /* The environment-backed options, resolved by twell_ctx_create (option, else environment,
+    /* The environment-backed options, resolved by tw_ctx_init (option, else environment,
      * else built-in): read by the ops, which never look at the environment themselves. */
     int tune_on_first_use;  /* 1: a bucket's first call tunes when no winner is stored */
     int pdl;                /* 1: PDL wanted (the device decides whether it can: tw_cuda.pdl) */
@@ -100,6 +100,16 @@ static inline size_t tw_al(size_t v) { return (v + 255u) & ~(size_t)255u; }
  * with `return tw_ctx_leave(ctx, body(...))`. */
 twell_status tw_ctx_enter(twell_ctx *ctx);
 twell_status tw_ctx_leave(twell_ctx *ctx, twell_status st);
+
+/* A context's options part (runtime/core/ctx_init.c), on a zeroed ctx: o (valid options)
+ * copied, its strings owned copies, each environment-backed option resolved (the option, else
+ * the environment, else built-in), the busy flag free, the backend CPU. No pool, device or cache:
+ * twell_ctx_create adds them; the JIT's worker context (tw_jit_cubin_detached) needs none, its
+ * cache opened by its first lookup. TWELL_ERR_NO_MEMORY leaves what it copied to tw_ctx_fini. */
+twell_status tw_ctx_init(twell_ctx *ctx, const twell_ctx_options *o);
+/* Frees what tw_ctx_init copied and the last error (the pool, device and cache are the owner's
+ * to release first); ctx is left with no strings. */
+void tw_ctx_fini(twell_ctx *ctx);
 
 /* Clears ctx's last error ("" message). */
 void tw_clear_error(twell_ctx *ctx);
