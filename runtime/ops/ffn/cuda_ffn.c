@@ -491,9 +491,10 @@ static tw_ffn *tw_plan_ffn(const twell_plan *plan) {
     return cp ? cp->ffn : NULL;
 }
 
-static twell_status tw_tc_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
-    *f = tw_plan_ffn(plan);
-    if (!*f)
+/* Enters plan's context for work on its state f (NULL: not a CUDA plan) and synchronises the
+ * device. */
+static twell_status tw_ffn_enter(twell_plan *plan, tw_ffn *f, tw_cu_scope *sc) {
+    if (!f)
         return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
                         "ffn_infer: not a CUDA plan");
     TW_TRY(tw_cu_enter(plan->ctx, sc));
@@ -501,6 +502,11 @@ static twell_status tw_tc_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
     if (st != TWELL_OK)
         tw_cu_leave(plan->ctx, sc);
     return st;
+}
+
+static twell_status tw_tc_enter(twell_plan *plan, tw_ffn **f, tw_cu_scope *sc) {
+    *f = tw_plan_ffn(plan);
+    return tw_ffn_enter(plan, *f, sc);
 }
 
 /* Forces a kernel choice (ROWS needs the tiled module: TWELL_ERR_UNSUPPORTED without it; GENERIC
@@ -558,10 +564,9 @@ twell_status tw_cuda_ffn_tune(twell_plan *plan, size_t M, unsigned flags) {
     return TWELL_OK;
 }
 
-twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk) {
-    tw_ffn *f;
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn *f, tw_ffn_tk *tk) {
     tw_cu_scope sc;
-    TW_TRY(tw_tc_enter(plan, &f, &sc));
+    TW_TRY(tw_ffn_enter(plan, f, &sc));
     twell_status st = TWELL_OK;
     if (!f->tiled)
         st = tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED,
@@ -595,11 +600,10 @@ static twell_status tw_cuda_ffn_set_capacity(twell_plan *plan, size_t pair_cap, 
     return st;
 }
 
-twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]) {
-    tw_ffn *f;
+twell_status tw_cuda_ffn_flags(twell_plan *plan, tw_ffn *f, uint32_t out[4]) {
     tw_cu_scope sc;
     memset(out, 0, 16);
-    TW_TRY(tw_tc_enter(plan, &f, &sc));
+    TW_TRY(tw_ffn_enter(plan, f, &sc));
     twell_status st = TWELL_OK;
     if (f->last_flag)
         st = tw_cuda_memcpy_dtoh(plan->ctx, out, f->last_flag, 16);
@@ -693,7 +697,7 @@ twell_status tw_ffn_test_control(int op, va_list ap) {
         return TWELL_OK;
     }
     case TW_TC_FFN_FORCE:
-        return tw_cuda_ffn_force(plan, va_arg(ap, tw_ffn_tk *));
+        return tw_cuda_ffn_force(plan, tw_plan_ffn(plan), va_arg(ap, tw_ffn_tk *));
     case TW_TC_FFN_SET_KERNEL: {
         const char *name = va_arg(ap, const char *);
         int k = tw_ffn_kernel_parse(name);
@@ -709,7 +713,7 @@ twell_status tw_ffn_test_control(int op, va_list ap) {
         return tw_cuda_ffn_set_capacity(plan, pair_cap, ovf_cap);
     }
     case TW_TC_FFN_FLAGS:
-        return tw_cuda_ffn_flags(plan, va_arg(ap, uint32_t *));
+        return tw_cuda_ffn_flags(plan, tw_plan_ffn(plan), va_arg(ap, uint32_t *));
     case TW_TC_FFN_TILED:
         *va_arg(ap, int *) = tw_cuda_ffn_tiled(plan);
         return TWELL_OK;

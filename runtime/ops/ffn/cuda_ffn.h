@@ -147,18 +147,18 @@ twell_status tw_cuda_ffn_reserve(twell_plan *plan, tw_ffn *f, size_t max_M, doub
  * tuning; the bucket then keeps what it had. */
 twell_status tw_cuda_ffn_tune(twell_plan *plan, size_t M, unsigned flags);
 
-/* Makes every tiled call of plan run tk (borrowed: it must outlive its use; its probed field is
- * updated), whatever M's bucket; NULL returns to the per-bucket choice. For the tuner, which
- * times its candidates through a plan (tests reach it as TW_TC_FFN_FORCE). Synchronises the
- * device. */
-twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn_tk *tk);
+/* Makes every tiled call on f (plan's state; NULL: TWELL_ERR_UNSUPPORTED, not a CUDA plan) run
+ * tk (borrowed: it must outlive its use; its probed field is updated), whatever M's bucket; NULL
+ * returns to the per-bucket choice. For the tuner, which times its candidates through the tiled
+ * path's own state (tests reach it as TW_TC_FFN_FORCE). Synchronises the device. */
+twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn *f, tw_ffn_tk *tk);
 
-/* Synchronises the device and copies the flag words of the last chunk the tiled pipeline ran:
- * [0] fallback bits (0: tiled result; 1: overflow buffer too small; 2: pair buffer too small),
- * [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All 0 if none ran. For
- * the tuner, which checks that a candidate's timed runs took the tiled path (tests reach it as
- * TW_TC_FFN_FLAGS). TWELL_ERR_UNSUPPORTED for a plan not on CUDA. */
-twell_status tw_cuda_ffn_flags(twell_plan *plan, uint32_t out[4]);
+/* Synchronises the device and copies the flag words of the last chunk the tiled pipeline ran on
+ * f (plan's state): [0] fallback bits (0: tiled result; 1: overflow buffer too small; 2: pair
+ * buffer too small), [1] pair slots needed, [2] overflowing row-tiles, [3] overflowing rows. All
+ * 0 if none ran. For the tuner, which checks that a candidate's timed runs took the tiled path
+ * (tests reach it as TW_TC_FFN_FLAGS). TWELL_ERR_UNSUPPORTED for f NULL (a plan not on CUDA). */
+twell_status tw_cuda_ffn_flags(twell_plan *plan, tw_ffn *f, uint32_t out[4]);
 
 /* The TW_TC_FFN_* operations of tw_test_control (test_control.h). */
 twell_status tw_ffn_test_control(int op, va_list ap);

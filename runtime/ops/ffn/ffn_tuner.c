@@ -2,13 +2,15 @@
  * ffn_tuner.c — the ffn_infer op's part of the tuning engine (ffn_tuner.h): ffn_fused
  * candidates on a CUDA device. Each candidate is compiled on a worker
  * thread (tw_ffn_cfg_params: the parameters a plan renders, so the cubin is the one a plan later
- * finds in the cache), loaded, and run through ONE real plan (tw_cuda_ffn_force swaps its tiled
- * module), so the timed sequence is the plan's own: pre-pass, list build, overflow kernels,
- * phases A and B, with its workspace. Inputs: synthetic data of the bucket's size at the shape's
- * sparsity (about 0.5% of N active per row, never zeros), packed on the device by the default
- * gate-pack kernel. Probe: 67 rows checked against tw_ffn_infer_ref on the same packed bytes,
- * with the tolerance of tests/test_gpu_ffn_infer.c, and the tiled path (not its fallback) must
- * have produced them.
+ * finds in the cache), loaded, and run through the tiled path's own interface (cuda_ffn.h: ONE
+ * tw_ffn state from tw_cuda_ffn_init, tw_cuda_ffn_force swaps its module, tw_cuda_ffn_launch
+ * runs it), the entry point a plan's sparse path calls, so the timed sequence is the plan's own:
+ * pre-pass, list build, overflow kernels, phases A and B, with its workspace. No public plan:
+ * the path reads only its state's record of context and shape. Inputs: synthetic data of the
+ * bucket's size at the shape's sparsity (about 0.5% of N active per row, never zeros), packed on
+ * the device by the default gate-pack kernel. Probe: 67 rows checked against tw_ffn_infer_ref on
+ * the same packed bytes, with the tolerance of tests/test_gpu_ffn_infer.c, and the tiled path (not
+ * its fallback) must have produced them.
  */
 #include "ffn_tuner.h"
 
@@ -18,6 +20,7 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "gpu_tune_harness.h"
+#include "shape.h"
 #include "synth.h"
 
 #include <math.h>
@@ -41,7 +44,11 @@ typedef struct tw_gpu_ffn {
     const tw_tune_config *base;
     size_t n;
     tw_ffn_slot *slots;
-    twell_plan *plan; /* created at the first verify, once the batch's cubins are cached */
+    /* The tiled path's state, created at the first verify, once the batch's cubins are cached,
+     * on a plan record of the context and the shape as plans take it (nothing else set: the
+     * path reads no other op's state). */
+    twell_plan plan;
+    tw_ffn *f;
     tw_synth_ffn *host;
     void *x, *wg, *wu, *wd, *y;
     uint32_t *packed;
@@ -164,13 +171,27 @@ static double tw_ffn_probe_err(const tw_gpu_ffn *t, size_t *worst_row) {
     return worst;
 }
 
-/* Runs the call the plan makes for `rows` rows with cfg's module. */
+/* The tiled path's state for the shape, made as a plan's creation makes it (tw_cuda_ffn_init on
+ * the shape as plans read it): the default configuration, cached by this batch's compiles, is
+ * loaded. Context current. */
+static twell_status tw_ffn_path_open(tw_gpu_ffn *t) {
+    twell_ctx *ctx = t->h.ctx;
+    TW_TRY(tw_shape_import(ctx, "tune", &t->shape, &t->plan.shape));
+    t->plan.shape.gated = t->plan.shape.gated ? 1 : 0;
+    t->plan.ctx = ctx;
+    t->plan.path = TWELL_PATH_SPARSE; /* what is timed: the tiled path only */
+    return tw_cuda_ffn_init(&t->plan, &t->f);
+}
+
+/* Runs the sparse path's call of `rows` rows with cfg's module: the launch a plan on
+ * TWELL_PATH_SPARSE makes (cuda_dense.c's tw_cuda_dense_ffn_infer) for these aligned tensors on
+ * the default stream, eager, counting nothing. */
 static twell_status tw_ffn_call(tw_gpu_ffn *t, tw_ffn_slot *slot, size_t rows) {
-    twell_status st = tw_cuda_ffn_force(t->plan, &slot->tk);
+    twell_status st = tw_cuda_ffn_force(&t->plan, t->f, &slot->tk);
     if (st != TWELL_OK)
         return st;
-    return twell_ffn_infer(t->plan, rows, t->x, t->packed, t->shape.gated ? t->wg : NULL, t->wu,
-                           t->wd, t->y, NULL);
+    return tw_cuda_ffn_launch(&t->plan, t->f, rows, t->x, t->packed, t->shape.gated ? t->wg : NULL,
+                              t->wu, t->wd, t->y, NULL, 0, NULL, NULL);
 }
 
 static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
@@ -183,18 +204,13 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
     if (st != TWELL_OK)
         return st;
     st = tw_ffn_tk_load(ctx, &t->shape, &slot->cfg, slot->cubin.data, &slot->tk);
-    if (st == TWELL_OK && !t->plan) {
-        /* The plan loads the default configuration (cached by this batch's compiles) and the
-         * other kernels plans of this shape use; the timed path is the sparse one. */
-        st = twell_plan_create(ctx, &t->shape, &t->plan);
-        if (st == TWELL_OK)
-            st = twell_plan_set_path(t->plan, TWELL_PATH_SPARSE);
-    }
+    if (st == TWELL_OK && !t->f)
+        st = tw_ffn_path_open(t);
     uint32_t fl[4] = {0, 0, 0, 0};
     if (st == TWELL_OK &&
         (st = tw_cuda_memset_d32(ctx, t->y, 0xFFFFFFFFu, t->P * K / 2u, NULL)) == TWELL_OK &&
         (st = tw_ffn_call(t, slot, t->P)) == TWELL_OK &&
-        (st = tw_cuda_ffn_flags(t->plan, fl)) == TWELL_OK)
+        (st = tw_cuda_ffn_flags(&t->plan, t->f, fl)) == TWELL_OK)
         st = tw_cuda_memcpy_dtoh(ctx, t->got, t->y, t->P * K * 2u);
     tw_cu_leave(ctx, &sc);
     if (st != TWELL_OK) {
@@ -217,7 +233,7 @@ static twell_status tw_ffn_verify(void *user, const tw_tune_config *cfg) {
 }
 
 /* What tw_ffn_measure runs: the candidate's module swapped in (it synchronises the device, so
- * before the events), then the bucket's rows through the plan. */
+ * before the events), then the bucket's rows through the tiled path. */
 typedef struct tw_ffn_call_arg {
     tw_gpu_ffn *t;
     tw_ffn_slot *slot;
@@ -225,7 +241,7 @@ typedef struct tw_ffn_call_arg {
 
 static twell_status tw_ffn_swap_in(void *arg) {
     const tw_ffn_call_arg *a = arg;
-    return tw_cuda_ffn_force(a->t->plan, &a->slot->tk);
+    return tw_cuda_ffn_force(&a->t->plan, a->t->f, &a->slot->tk);
 }
 
 static twell_status tw_ffn_call_bucket(void *arg) {
@@ -233,7 +249,7 @@ static twell_status tw_ffn_call_bucket(void *arg) {
     return tw_ffn_call(a->t, a->slot, a->t->M);
 }
 
-/* One timed call (tw_gpu_harness_measure: L2 flushed, CUDA events) of the plan's whole sparse
+/* One timed call (tw_gpu_harness_measure: L2 flushed, CUDA events) of the tiled path's whole
  * sequence for the bucket's rows. */
 static twell_status tw_ffn_measure(void *user, const tw_tune_config *cfg, double *ms_out) {
     tw_gpu_ffn *t = user;
@@ -249,8 +265,8 @@ static void tw_ffn_release(void *user, const tw_tune_config *cfg) {
     if (slot->tk.mod) {
         tw_cu_scope sc;
         if (tw_cu_enter(t->h.ctx, &sc) == TWELL_OK) {
-            if (t->plan)
-                (void)tw_cuda_ffn_force(t->plan, NULL); /* it may point at this module */
+            if (t->f)
+                (void)tw_cuda_ffn_force(&t->plan, t->f, NULL); /* it may point at this module */
             tw_ffn_tk_unload(&slot->tk);
             tw_cu_leave(t->h.ctx, &sc);
         }
@@ -284,16 +300,21 @@ static twell_status tw_ffn_tune_create(twell_ctx *ctx, const tw_tune_space *sp,
     return TWELL_OK;
 }
 
-/* Frees the state (its plan, device buffers and any module left loaded). */
+/* Frees the state (its tiled path, device buffers and any module left loaded). */
 static void tw_ffn_tune_destroy(void *state, twell_status st) {
     tw_gpu_ffn *t = state;
     if (!t)
         return;
     twell_ctx *ctx = t->h.ctx;
-    /* the plan first: it synchronises, and it may still point at a candidate's module */
-    twell_plan_destroy(t->plan);
     tw_cu_scope sc;
     int entered = tw_cu_enter(ctx, &sc) == TWELL_OK;
+    /* the path first, once the device is idle (as a plan's release): it may still point at a
+     * candidate's module */
+    if (entered && t->f) {
+        (void)tw_cuda_synchronize(ctx);
+        tw_cuda_ffn_release(&t->plan, t->f);
+        t->f = NULL;
+    }
     for (size_t i = 0; t->slots && i < t->n; i++) {
         if (entered)
             tw_ffn_tk_unload(&t->slots[i].tk);

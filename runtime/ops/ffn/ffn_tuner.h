@@ -1,7 +1,7 @@
 /*
  * ffn_tuner.h — what the ffn_infer op hands the tuning engine (autotune/gpu_tune.h): the
  * candidate space of ffn_fused (ffn_space.c) and the driver that compiles, verifies and times
- * its candidates through a real plan (ffn_tuner.c).
+ * its candidates through the tiled path's own interface, cuda_ffn.h (ffn_tuner.c).
  */
 #ifndef TWELL_FFN_TUNER_H
 #define TWELL_FFN_TUNER_H
