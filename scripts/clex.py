@@ -8,7 +8,8 @@ open, before the end of the line; a backslash escapes the next character (a newl
 An unclosed block comment runs to the end of the file. Not a compiler: trigraphs and raw strings
 are not read.
 
-Users: scripts/check_lab.py (comments) and scripts/check_sizes.py (functions).
+Users: scripts/check_lab.py (comments), scripts/check_sizes.py (functions), scripts/check_paths.py
+(a C string literal is not a citation).
 """
 import re
 
