@@ -423,21 +423,23 @@ typedef void *twell_stream;
  *           cannot be reused, g for a chunk of rows (about 48 MiB of u: 2048 rows at N = 5632),
  *           32 MiB for cuBLASLt, allocated at the first dense call or by twell_plan_reserve and
  *           grown (after waiting for the previous dense call) when a chunk grows.
- *   AUTO    the default: from 96 to 1024 rows the small-batch row kernel (see twell_ffn_infer)
- *           while the mean active values per row stay under its crossover (1.4-2% of N) and the
- *           counts show no overflowing row-tile; else DENSE when that mean exceeds the dense
- *           crossover for the call's M; else, up to 256 rows, the small-batch kernels; else
- *           DENSE up to 2895 rows once the plan has met rows with overflowing row-tiles (heavy
- *           rows, e.g. sequences' first tokens: SPARSE recomputes them at a fixed cost a call);
- *           else SPARSE. What the plan knows: the counts of the
+ *   AUTO    the default: over a middle range of M the small-batch row kernel (see
+ *           twell_ffn_infer) while the mean active values per row stay under its crossover with
+ *           DENSE and the counts show no overflowing row-tile; else DENSE when that mean exceeds
+ *           the dense crossover for the call's M; else, up to the small path's largest M, the
+ *           small-batch kernels; else, up to a larger M, DENSE once the plan has met rows with
+ *           overflowing row-tiles (heavy rows, e.g. sequences' first tokens: SPARSE recomputes
+ *           them at a fixed cost a call); else SPARSE. What the plan knows: the counts of the
  *           most recent call that have reached the host, else the nnz_per_row given to
  *           twell_plan_reserve, else nothing (then not DENSE, except where the crossover is 0).
  *           Small-batch calls count one call in 16, and every call while the estimate is within
- *           half the crossover. The crossover is a fraction of N active per row for each range of
- *           M: a few percent at decode sizes, 0 (dense at every density) over the middle range
- *           where the sparse routes lose to cuBLAS, about 1% for large M; after a DENSE call AUTO
- *           stays dense down to a fraction of it. The one table is tw_policy_dense in
- *           runtime/ops/ffn/ffn_policy.c; its measurements are in BENCHMARKS.md. The counts
+ *           half the crossover. A crossover is a fraction of N active per row for each range of
+ *           M: the dense one highest at decode sizes, 0 (dense at every density) over the middle
+ *           range where the sparse routes lose to cuBLAS, lower again for large M; after a DENSE
+ *           call AUTO stays dense down to a fraction of it. The numbers are in one place, the
+ *           code: the crossover tables (tw_policy_row, tw_policy_dense) in
+ *           runtime/ops/ffn/ffn_policy.c, the ranges of M and the hysteresis (TW_POLICY_*) in
+ *           runtime/ops/ffn/ffn_policy.h; their measurements in BENCHMARKS.md. The counts
  *           are copied back asynchronously and read only once they have arrived, so no call waits
  *           for the device in the steady state and the choice follows the data one call later.
  *           Where DENSE cannot run, AUTO chooses among the sparse routes. In a captured call the
@@ -627,11 +629,11 @@ TWELL_API twell_status twell_gate_pack(twell_plan *plan, size_t M, const void *x
  * packing weight; "Packed input" above says what a malformed one gives, and how
  * options.validate_packed checks it), writing y [M, K] of dtype. On CUDA with the AUTO path the
  * small-batch kernels (sm_80+, K a multiple of 32, x, the weights and y 16-byte aligned) run: one
- * launch up to 16 rows; from 96 to 1024 rows (K ≤ 4096, no overflowing row-tile seen, below its
- * crossover) the row kernel, one launch of one block a row, no workspace; otherwise up to 256 rows
- * (unless AUTO picks DENSE) two launches that read each active row of Wu and Wd about once per
- * call for all the rows that use it (workspace as for twell_gate_pack); SPARSE runs the tiled
- * pipeline at every M.
+ * launch up to 16 rows; over AUTO's middle range of M (K ≤ 4096, no overflowing row-tile seen,
+ * below its crossover: twell_path) the row kernel, one launch of one block a row, no workspace;
+ * otherwise up to the small path's largest M (unless AUTO picks DENSE) two launches that read
+ * each active row of Wu and Wd about once per call for all the rows that use it (workspace as
+ * for twell_gate_pack); SPARSE runs the tiled pipeline at every M.
  *   gated plan:     wg = Wg (for overflowing row-tiles), wu = Wu, wd = Wd; y = (g ⊙ x·Wuᵀ)·Wd
  *   non-gated plan: wg must be NULL, wu = Wu (for overflowing row-tiles), wd = Wd; y = h·Wd
  * Only active neurons are touched; overflowing row-tiles are recomputed exactly. */
@@ -731,16 +733,19 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           active values whose terms cancel, where dP's rounding is amplified (up to 3e-2 /
  *           4e-3 allowed there); measured errors in BENCHMARKS.md. L0 is exact. The saved
  *           activations take M·N·10 bytes (see twell_train_workspace_size), whatever the density.
- *   AUTO    the first forward of a state with M ≥ 1024, where DENSE can run, is a probe: the
- *           SPARSE forward counts the active values (up to the one host synchronisation it makes
- *           anyway) and, when they exceed the threshold below, stops there, frees the count
- *           buffers it allocated and runs DENSE instead; so a sparse first step never allocates
- *           the dense workspace, and a dense one keeps no sparse buffers. Below 1024 rows
- *           SPARSE. Afterwards
- *           DENSE when the latest L0 the host knows (a sparse forward's own count, or a dense
- *           forward's count copied back asynchronously and read only once it has landed: no call
- *           waits for it) exceeds about 1.05% of N active values per row (0.945% to stay dense
- *           after a dense step; where the two paths cross) and M ≥ 1024, else SPARSE.
+ *   AUTO    the first forward of a state whose M reaches DENSE's smallest M, where DENSE can run,
+ *           is a probe: the SPARSE forward counts the active values (up to the one host
+ *           synchronisation it makes anyway) and, when they exceed the threshold below, stops
+ *           there, frees the count buffers it allocated and runs DENSE instead; so a sparse first
+ *           step never allocates the dense workspace, and a dense one keeps no sparse buffers.
+ *           Below that M SPARSE. Afterwards DENSE when the latest L0 the host knows (a sparse
+ *           forward's own count, or a dense forward's count copied back asynchronously and read
+ *           only once it has landed: no call waits for it) exceeds the threshold, a fraction of N
+ *           active values per row where the two paths cross (a part of it to stay dense after a
+ *           dense step), and M is at least that smallest M, else SPARSE. The numbers are in one
+ *           place, the code: TW_TD_MIN_ROWS, TW_TD_DENSITY and TW_TD_STAY in
+ *           runtime/ops/train/cuda_train_dense.h (the rule, pure: train_auto.c); their
+ *           measurements in BENCHMARKS.md.
  *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
  *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming
  *           both reasons; a dense forward whose workspace cannot be had runs sparse.

@@ -5,8 +5,9 @@ comment in a product file names a GPU model, a date, a commit id or a session's 
 Product files: everything under runtime/, gen/, cache/, autotune/, tools/, templates/ (.lua),
 python/twellrt/ and cmake/, CMakeLists.txt, the Makefile and the scripts/*.sh those two run. Only
 comments are read: C and C++ comments in .c/.h files and inside the templates' CUDA blocks (Lua
-long strings), Lua comments, Python comments and docstrings, `#` comments in shell, CMake, make
-and .in files. String literals and code are not (a device table may name its devices).
+long strings), as scripts/clex.py finds them; Lua comments, Python comments and docstrings, `#`
+comments in shell, CMake, make and .in files. String literals and code are not (a device table
+may name its devices).
 
 Rules (one per hit):
   gpu      a GPU model name used as provenance: H100, H200, A100, B200, GH200, V100, L4, L40S, T4,
@@ -27,6 +28,8 @@ import re
 import subprocess
 import sys
 import tokenize
+
+import clex
 
 DIRS = ("runtime/", "gen/", "cache/", "autotune/", "tools/", "templates/", "python/twellrt/",
         "cmake/")
@@ -58,39 +61,6 @@ def rules(text):
     if SESSION_RE.search(text):
         hit.append("session")
     return hit
-
-
-def c_comments(src, line0=1):
-    """(line, text) for each line of each C/C++ comment in `src`, skipping string and character
-    literals."""
-    out = []
-    i, n, line = 0, len(src), line0
-    while i < n:
-        c = src[i]
-        if c == "\n":
-            line += 1
-            i += 1
-        elif c in "\"'":
-            j = i + 1
-            while j < n and src[j] != c and src[j] != "\n":
-                j += 2 if src[j] == "\\" else 1
-            line += src.count("\n", i, j)
-            i = j + 1
-        elif src.startswith("//", i):
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append((line, src[i + 2:j]))
-            i = j
-        elif src.startswith("/*", i):
-            j = src.find("*/", i + 2)
-            j = n if j < 0 else j
-            for k, t in enumerate(src[i + 2:j].split("\n")):
-                out.append((line + k, t))
-            line += src.count("\n", i, j)
-            i = j + 2
-        else:
-            i += 1
-    return out
 
 
 def lua_comments(src):
@@ -129,7 +99,7 @@ def lua_comments(src):
             close = "]" + m.group(1) + "]"
             j = src.find(close, m.end())
             j = n if j < 0 else j
-            out += c_comments(src[m.end():j], line)
+            out += clex.comments(src[m.end():j], line)
             line += src.count("\n", i, j)
             i = j + len(close)
         else:
@@ -175,7 +145,7 @@ def hash_comments(src, quotes):
 
 def comments(path, src):
     if path.endswith((".c", ".h", ".cu", ".cuh")):
-        return c_comments(src)
+        return clex.comments(src)
     if path.endswith(".lua"):
         return lua_comments(src)
     if path.endswith(".py"):

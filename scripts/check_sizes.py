@@ -3,8 +3,8 @@
 unless scripts/size_allow.txt lists it.
 
 Files: every tracked C source or header, Lua template, Python and shell script. Functions: C
-definitions found by matching braces after comments, strings and preprocessor lines are blanked;
-a function's length runs from the line its declarator starts on to its closing brace.
+definitions as scripts/clex.py finds them (braces matched once comments, literals and directives
+are blanked), from the line the declarator starts on to the closing brace.
 The allow-list holds the offenders still to be split (one a line: `path` for a file,
 `path:function` for a function; `#` starts a comment). An entry that no longer offends is
 reported too, so the list only shrinks. CI runs this (.ci/run).
@@ -13,97 +13,16 @@ Usage: scripts/check_sizes.py [--all]   (--all: also list what the allow-list ex
 Exit 0: within the limits, 1: offenders or stale allow-list entries listed.
 """
 import os
-import re
 import subprocess
 import sys
+
+import clex
 
 MAX_FILE_LINES = 800
 MAX_FUNC_LINES = 100
 SUFFIXES = (".c", ".h", ".lua", ".py", ".sh")
 C_SUFFIXES = (".c", ".h")
 ALLOW = "scripts/size_allow.txt"
-KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
-
-
-def blank_c(text):
-    """text with comments, string and character literals and preprocessor lines replaced by
-    spaces (newlines kept, so line numbers hold)."""
-    out = []
-    i, n = 0, len(text)
-    bol = True  # only white space since the last newline
-    while i < n:
-        c = text[i]
-        if bol and c == "#":  # a directive, with its continuation lines
-            while i < n and text[i] != "\n":
-                if text[i] == "\\" and i + 1 < n and text[i + 1] == "\n":
-                    out.append(" \n")
-                    i += 2
-                    continue
-                out.append(" ")
-                i += 1
-            continue
-        if c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-            continue
-        if c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-            continue
-        if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            out.append(c + " " * (j - i - 2) + c if j - i >= 2 else text[i:j])
-            i = j
-            bol = False
-            continue
-        out.append(c)
-        if c == "\n":
-            bol = True
-        elif not c.isspace():
-            bol = False
-        i += 1
-    return "".join(out)
-
-
-def c_functions(text):
-    """(name, first line, last line) of each function definition at file scope."""
-    s = blank_c(text)
-    funcs = []
-    depth = 0
-    stmt_start = 0  # offset where the current file-scope declaration began
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "{":
-            if depth == 0:
-                head = s[stmt_start:i]
-                m = re.search(r"(\w+)\s*\((?:[^()]|\([^()]*\))*\)\s*$", head)
-                if m and "=" not in head and m.group(1) not in KEYWORDS:
-                    start = stmt_start + len(head) - len(head.lstrip())
-                    open_at, name = i, m.group(1)
-                else:
-                    open_at, name = None, None
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                if name is not None:
-                    first = s.count("\n", 0, start) + 1
-                    last = s.count("\n", 0, i) + 1
-                    funcs.append((name, first, last))
-                    name = None
-                stmt_start = i + 1
-        elif c == ";" and depth == 0:
-            stmt_start = i + 1
-        i += 1
-    return funcs
 
 
 def read_allow(root):
@@ -136,7 +55,7 @@ def main(argv):
         if lines > MAX_FILE_LINES:
             found.append((rel, f"{rel}: {lines} lines (limit {MAX_FILE_LINES})"))
         if rel.endswith(C_SUFFIXES):
-            for name, first, last in c_functions(text):
+            for name, first, last in clex.functions(text):
                 n = last - first + 1
                 if n > MAX_FUNC_LINES:
                     found.append((f"{rel}:{name}", f"{rel}:{first}: {name}: {n} lines "

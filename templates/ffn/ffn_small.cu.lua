@@ -5,7 +5,7 @@
 --   twell_ffn_small_down  row-major: y = Σ h · Wd over each row's active neurons
 -- or, for the fewest rows, in one:
 --   twell_ffn_small_fused the down kernel computing h itself (no scratch, one launch)
--- or, for 96 to 1024 rows in AUTO (K ≤ 4096), in one block a row:
+-- or, over AUTO's middle range of M (TW_POLICY_ROW_* in ffn_policy.h; K ≤ 4096), one block a row:
 --   twell_ffn_small_row   h of the row's pairs into shared memory, then y by column slices
 --                         (its ABI and rule at the end of this file)
 --

@@ -18,7 +18,10 @@ const char *tw_ffn_route_name(tw_ffn_route r) {
     return NULL;
 }
 
-/* The dense crossover by M (the runs: BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"):
+/* The crossover tables of TWELL_PATH_AUTO, kept here only: twellrt.h, ffn_policy.h and
+ * docs/DESIGN.md §5 state the rule and point here, tests/test_ffn_policy.c pins the values.
+ *
+ * The dense crossover by M (the runs: BENCHMARKS.md "Gate-pack routes and AUTO's crossovers"):
  * from `rows` up to the next entry, dense wins above `density`·N active values per row (0: at
  * every density). Each range takes the value measured inside it; the edges sit between the
  * measured M. */

@@ -1,8 +1,10 @@
 /*
  * ffn_policy.h — the one place where twell_ffn_infer's TWELL_PATH_AUTO chooses its path, from the
  * call's M, the plan's estimate of the density and what the device can run. Pure (no CUDA):
- * tests/test_ffn_policy.c checks its decision table on the CPU. The crossovers are the named
- * constants below, each with its reason; the measurements behind them are in BENCHMARKS.md.
+ * tests/test_ffn_policy.c checks its decision table on the CPU. The density crossovers by M are
+ * the tables tw_policy_dense and tw_policy_row in ffn_policy.c (their one place); the M limits and
+ * the hysteresis are the named constants below, each with its reason; the measurements behind
+ * them are in BENCHMARKS.md.
  */
 #ifndef TWELL_FFN_POLICY_H
 #define TWELL_FFN_POLICY_H
@@ -47,11 +49,11 @@ typedef struct tw_ffn_policy_in {
  *  1. DENSE when dense_ok, M ≥ the dense path's smallest M (TW_POLICY_DENSE_MIN_ROWS unless
  *     overridden) and the estimate exceeds tw_ffn_policy_dense_threshold(M, N) (TW_POLICY_STAY
  *     of it after a dense call); with no estimate (est < 0), DENSE only where that threshold is 0
- *     (dense would win at every density there; no such M in the measured table);
+ *     (dense wins at every density there: the ranges of M where tw_policy_dense holds 0);
  *  2. SMALL when small_ok and M ≤ TW_POLICY_SMALL_MAX_ROWS: it replaces the tiled pipeline where
  *     that one would run (it is the faster of the two there, below); the dense thresholds up to
- *     256 rows are crossovers with the small path, not the tiled one (at ~6% active and more its
- *     row-tiles overflow and are recomputed on CUDA cores);
+ *     TW_POLICY_SMALL_MAX_ROWS are crossovers with the small path, not the tiled one (at ~6%
+ *     active and more its row-tiles overflow and are recomputed on CUDA cores);
  *  3. DENSE when dense_ok, M ≥ the dense path's smallest M, M ≤ TW_POLICY_HEAVY_DENSE_MAX_ROWS
  *     and heavy_seen or ovf_seen, unless dense_thr is set (a test's threshold then decides
  *     alone): the tiled pipeline's recomputation of heavy rows costs a fixed
@@ -62,7 +64,8 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in);
 
 /* The mean active values per row above which the dense path beats the sparse route AUTO would
  * take at M rows of hidden width N (small to TW_POLICY_SMALL_MAX_ROWS, else tiled): a fraction of
- * N per range of M, from the table below (+inf below TW_POLICY_DENSE_MIN_ROWS). */
+ * N per range of M, from table tw_policy_dense in ffn_policy.c (+inf below
+ * TW_POLICY_DENSE_MIN_ROWS). */
 double tw_ffn_policy_dense_threshold(size_t M, uint32_t N);
 
 /* Rule 0 alone: whether `in` takes the row kernel. Pure. */
@@ -76,11 +79,11 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
  * The dense route (cuBLASLt: gate reused from the cuBLASLt gate-pack, up GEMM, h = g ⊙ u, down
  * GEMM) costs what the framework's dense FFN costs plus a packing pass and a count, whatever the
  * density; the sparse routes grow with the active values. Where the sparse route AUTO would take
- * is slower than that even at the lowest densities served (the small-batch kernels above ~96
- * rows, the tiled pipeline below ~1448), dense runs at every density (threshold 0). The table's
- * values are measured crossovers; the runs behind them are in BENCHMARKS.md "Gate-pack routes and
- * AUTO's crossovers" (re-measure when a route changes: `twell bench --op ffn_infer --path
- * small|sparse|dense --M ... --nnz ...`). ---- */
+ * is slower than that even at the lowest densities served (the small-batch kernels past decode
+ * sizes, the tiled pipeline up to mid-size M), dense runs at every density (threshold 0). The
+ * tables' values (ffn_policy.c) are measured crossovers; the runs behind them are in
+ * BENCHMARKS.md "Gate-pack routes and AUTO's crossovers" (re-measure when a route changes: `twell
+ * bench --op ffn_infer --path small|sparse|dense --M ... --nnz ...`). ---- */
 
 /* Largest M the small-batch path takes (when it can run): its kernels read each active weight row
  * once per call but gather per (row, neuron) pair, so past a few hundred rows the tiled pipeline
@@ -108,11 +111,12 @@ double tw_ffn_policy_row_threshold(size_t M, uint32_t N);
 #define TW_POLICY_LT_GATE_MIN_ROWS ((size_t)33)
 #define TW_POLICY_LT_GATE_MAX_ROWS ((size_t)1447)
 
-/* Rule 3's largest M (the edge of tw_policy_dense's 1448-row range): below 1448 rows dense wins
- * at every density anyway. Above it, a batch with one heavy row (a sequence's first token) costs
- * the tiled pipeline a fixed time a call (its heavy-row block and overflow kernels), which leaves
- * it behind the dense route up to this M; from ~4096 rows the tiled pipeline's margin covers that
- * cost (skewed data; the runs: docs/DESIGN.md §5, BENCHMARKS.md "Whole model"). */
+/* Rule 3's largest M: the last M of the tw_policy_dense range that follows its range of 0 (in
+ * which rule 1 sends every call dense anyway). Over this range a batch with one heavy row (a
+ * sequence's first token) costs the tiled pipeline a fixed time a call (its heavy-row block and
+ * overflow kernels), which leaves it behind the dense route up to this M; from ~4096 rows the
+ * tiled pipeline's margin covers that cost (skewed data; the runs: docs/DESIGN.md §5,
+ * BENCHMARKS.md "Whole model"). */
 #define TW_POLICY_HEAVY_DENSE_MAX_ROWS ((size_t)2895)
 
 /* After a dense call AUTO stays dense while the estimate exceeds this part of the threshold. */

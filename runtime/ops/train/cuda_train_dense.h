@@ -108,7 +108,10 @@ void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws);
 /* tw_ctd_bytes, tw_ctd_set_workspace, tw_ctd_held and tw_ctd_release are declared in
  * internal.h (plan.c calls them). */
 
-/* Density threshold of AUTO, in active values per row per unit of N: where the sparse step,
+/* Training AUTO's numbers, kept here only (twellrt.h and docs/DESIGN.md §6 state the rule and
+ * point here; tests/test_train_auto.c checks the band around them).
+ *
+ * Density threshold of AUTO, in active values per row per unit of N: where the sparse step,
  * whose cost grows with the active values, crosses the dense step, whose cost does not; each
  * path is normalised by the cuBLAS step of its own run (BENCHMARKS.md, "Training step"). Skewed
  * rows cost the sparse path more at the same mean, and AUTO reads only the mean, so such data run

@@ -1,7 +1,8 @@
 /*
  * train_auto.h — the AUTO rule of the training path choice (TWELL_PATH_AUTO in twellrt.h), a pure
- * function so it is unit-tested without a device; cuda_train_dense.c feeds it the estimate it
- * reads back without waiting.
+ * function so it is unit-tested without a device; cuda_train_dense_auto.c feeds it the estimate it
+ * reads back without waiting, and the numbers, which live in cuda_train_dense.h only
+ * (TW_TD_MIN_ROWS, TW_TD_DENSITY, TW_TD_STAY).
  */
 #ifndef TWELL_TRAIN_AUTO_H
 #define TWELL_TRAIN_AUTO_H
