@@ -31,7 +31,7 @@ static void bench_usage(FILE *f) {
             "                   [--variant auto|simt|sm90|small]\n"
             "                   [--small-gate auto|g2u2[:WN]] [--lt-gate auto|off|all]\n"
             "                   [--path auto|sparse|dense|small] [--mode eager|graph|both|host]\n"
-            "                   [--gated 1|0] [--validate-packed 0|1]\n"
+            "                   [--gated 1|0] [--validate-packed 0|1] [--entry split|layer]\n"
             "                   [--seed 1] [--out DIR]\n\n"
             "Benchmarks an op on the GPU against dense cuBLAS on the same synthetic sparse data\n"
             "(runtime/synth.h), after checking a sample of rows against the CPU reference.\n"
@@ -60,7 +60,11 @@ static void bench_usage(FILE *f) {
             "--small-gate names the small-batch gate-pack kernel (where that path runs): auto or\n"
             "g2u2, the one kernel (16 rows a block, more token blocks for more rows). :WN forces\n"
             "16*WN neurons a block (1, 2, 4, 8, where T allows it; else the rule's: 1 up to 8\n"
-            "rows a block, else 2). Records say small-g2u2.\n"
+            "rows a block, else 2). Records say small-g2u2.\n");
+    fprintf(f,
+            "--entry layer (ffn_infer): ours is one twell_ffn_layer call (the layer from x:\n"
+            "AUTO's dense calls pack nothing) instead of twell_gate_pack + twell_ffn_infer;\n"
+            "records ffn_layer / ffn_layer_graph / ffn_layer_host instead of ffn_infer*.\n"
             "--mode graph (ffn_infer): ours and the dense baseline are each captured in a CUDA\n"
             "graph (after twell_plan_reserve and warm-up calls) and the replays timed; records\n"
             "ffn_infer_graph / ffn_fused_only_graph. both: eager then graph records.\n"
@@ -180,6 +184,9 @@ static int bench_set_run_option(bench_opts *o, const char *key, const char *v) {
         uint32_t g = 0;
         bad = tw_cli_u32(v, 0, 1, &g);
         o->validate_packed = (int)g;
+    } else if (!strcmp(key, "--entry")) {
+        bad = strcmp(v, "split") && strcmp(v, "layer");
+        o->layer = !strcmp(v, "layer");
     } else if (!strcmp(key, "--path")) {
         o->path = v;
         bad = strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense") && strcmp(v, "small");

@@ -40,6 +40,7 @@ typedef struct bench_opts {
                             "both" or "host" (host time per call: bench_ffn.c) */
     int gated;           /* ffn_infer: 1 gated block (default), 0 non-gated (Wu, Wd) */
     int validate_packed; /* 1: the context has options.validate_packed ON (else OFF) */
+    int layer; /* ffn_infer: ours through twell_ffn_layer (--entry layer), not the two calls */
     const char *out_dir;
     uint64_t seed;
 } bench_opts;

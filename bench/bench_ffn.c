@@ -34,6 +34,7 @@ typedef struct {
     uint32_t *packed;
     void *y;
     twell_stream stream; /* NULL: the default stream; else the one a graph is captured on */
+    int layer;           /* end to end through twell_ffn_layer (packed its scratch) */
 } bench_ffn_ours;
 
 typedef struct {
@@ -47,6 +48,9 @@ typedef struct {
 
 static twell_status bench_ffn_run_e2e(void *arg) {
     bench_ffn_ours *a = arg;
+    if (a->layer)
+        return twell_ffn_layer(a->plan, a->M, a->x, a->wg, a->wu, a->wd, a->y, a->packed,
+                               a->stream);
     /* the gate-pack packs relu(x·Wᵀ) of the weight carrying the sparsity: Wg, or Wu non-gated */
     twell_status st =
         twell_gate_pack(a->plan, a->M, a->x, a->wg ? a->wg : a->wu, a->packed, a->stream);
@@ -189,7 +193,11 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     size_t words = twell_packed_words(s, M), row_words = s->N / s->C, n = M * s->K;
     /* One untimed run first: a plan that saw sparser data sizes its workspace from this call's
      * flags, so the checked run is the steady-state path the timing measures. */
+    /* twell_ffn_layer may leave packed unwritten (its dense route): the reference's packed
+     * activation is then the gate-pack's, which the layer writes identically where it packs */
     if (bench_ffn_run_e2e((void *)d) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
+        (d->layer && twell_gate_pack(plan, M, d->x, d->wg ? d->wg : d->wu, d->packed, NULL) !=
+                         TWELL_OK) ||
         tw_cuda_memset_d32(ctx, d->y, 0xFFFFFFFFu, n / 2, NULL) != TWELL_OK ||
         bench_ffn_run_e2e((void *)d) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
         tw_cuda_memcpy_dtoh(ctx, hp, d->packed, words * 4) != TWELL_OK ||
@@ -354,7 +362,7 @@ static int bench_ffn_graph_case(bench_env *env, twell_plan *plan, const bench_re
     twell_ctx *ctx = env->ctx;
     const bench_opts *o = env->opts;
     bench_record r = *eager;
-    snprintf(r.op, sizeof r.op, "ffn_infer_graph");
+    snprintf(r.op, sizeof r.op, ours.layer ? "ffn_layer_graph" : "ffn_infer_graph");
     tw_cuda_graph g[3] = {NULL, NULL, NULL};
     ours.stream = cs;
     dense.stream = cs;
@@ -516,7 +524,7 @@ static int bench_ffn_host_case(bench_env *env, const bench_record *checked, benc
              "; host: %zu calls each, median driver calls %.0f per gate_pack+ffn_infer, %.0f per "
              "ffn_infer; pointer cache %s",
              calls, dmed[0], dmed[1], ctx->pointer_cache ? "on" : "off (TWELL_POINTER_CACHE=0)");
-    snprintf(r.op, sizeof r.op, "ffn_infer_host");
+    snprintf(r.op, sizeof r.op, ours->layer ? "ffn_layer_host" : "ffn_infer_host");
     r.reps = (int)calls;
     bench_ffn_path(ours->plan, before, r.path, sizeof r.path);
     bench_record fused = r;
@@ -694,9 +702,9 @@ static int bench_ffn_case(bench_ffn_session *b, const tw_synth_ffn *f, size_t M,
     twell_plan *plan = b->plan;
     int rc = 0;
     bench_record r;
-    bench_record_init(env, &r, "ffn_infer", M, o->dist[di], o->nnz[ni]);
+    bench_record_init(env, &r, o->layer ? "ffn_layer" : "ffn_infer", M, o->dist[di], o->nnz[ni]);
     const void *wg = b->s.gated ? b->dwg : NULL;
-    bench_ffn_ours ours = {plan, M, b->dx, wg, b->dwu, b->dwd, b->dp, b->dy, NULL};
+    bench_ffn_ours ours = {plan, M, b->dx, wg, b->dwu, b->dwd, b->dp, b->dy, NULL, o->layer};
     bench_ffn_dense dense = {env,   M,     b->dx, wg,     b->dwu, b->dwdt,
                              b->dg, b->du, b->dh, b->dy2, b->ew,  NULL};
     /* everything sized and resolved before the first call, as a server would (and must before

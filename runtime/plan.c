@@ -509,6 +509,50 @@ twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x, const ui
     return tw_ctx_leave(plan->ctx, tw_ffn_infer_held(plan, M, x, packed, wg, wu, wd, y, stream));
 }
 
+static twell_status tw_ffn_layer_held(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                      const void *wu, const void *wd, void *y, uint32_t *packed,
+                                      twell_stream stream) {
+    tw_args a = tw_args_of(plan, "twell_ffn_layer");
+    const twell_shape *s = &plan->shape;
+    TW_TRY(tw_check_rows(&a, s, M));
+    TW_TRY(tw_check_ptr(&a, x, "x"));
+    if (s->gated)
+        TW_TRY(tw_check_ptr(&a, wg, "wg (required by a gated plan)"));
+    else if (wg)
+        return tw_error(a.ctx, TWELL_ERR_INVALID_ARG,
+                        "twell_ffn_layer: wg must be NULL for a non-gated plan");
+    TW_TRY(tw_check_ptr(&a, wu, "wu"));
+    TW_TRY(tw_check_ptr(&a, wd, "wd"));
+    TW_TRY(tw_check_ptr(&a, y, "y"));
+    TW_TRY(tw_check_ptr(&a, packed, "packed"));
+    size_t xb = M * s->K * 2u, wb = (size_t)s->N * s->K * 2u;
+    tw_range all[] = {{y, xb, "y"},   {packed, twell_packed_bytes(s, M), "packed"},
+                      {x, xb, "x"},   {wg, wb, "wg"},
+                      {wu, wb, "wu"}, {wd, wb, "wd"}};
+    TW_TRY(tw_check_alias(&a, all, 2, 6));
+    twell_status st;
+    if (plan->ctx->backend == TWELL_BACKEND_CUDA) {
+        st = tw_cuda_ffn_layer(plan, M, x, wg, wu, wd, y, packed, stream);
+    } else {
+        st = tw_cpu_gate_pack(plan, M, x, s->gated ? wg : wu, packed);
+        if (st == TWELL_OK)
+            st = tw_cpu_ffn_infer(plan, M, x, packed, wg, wu, wd, y);
+    }
+    if (st == TWELL_OK)
+        tw_clear_error(plan->ctx);
+    return st;
+}
+
+twell_status twell_ffn_layer(twell_plan *plan, size_t M, const void *x, const void *wg,
+                             const void *wu, const void *wd, void *y, uint32_t *packed,
+                             twell_stream stream) {
+    if (!plan)
+        return TWELL_ERR_INVALID_ARG;
+    TW_TRY(tw_ctx_enter(plan->ctx));
+    return tw_ctx_leave(plan->ctx,
+                        tw_ffn_layer_held(plan, M, x, wg, wu, wd, y, packed, stream));
+}
+
 /* Shared by forward and backward: a gated plan and a state created from it. */
 static twell_status tw_check_train(const tw_args *a, const twell_plan *plan,
                                    const twell_train_state *state) {

@@ -126,6 +126,25 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
     return st;
 }
 
+twell_status tw_cuda_ffn_layer(twell_plan *plan, size_t M, const void *x, const void *wg,
+                               const void *wu, const void *wd, void *y, uint32_t *packed,
+                               twell_stream stream) {
+    tw_cuda_plan *cp = tw_cplan(plan);
+    tw_cu_scope sc;
+    twell_status st = tw_cu_enter(plan->ctx, &sc);
+    if (st != TWELL_OK)
+        return st;
+    int ran = 0;
+    st = tw_cuda_dense_ffn_layer(plan, cp->dense, M, x, wg, wu, wd, y, stream, &ran);
+    /* else the two calls; packed is the library's own, so options.validate_packed skips it */
+    if (st == TWELL_OK && !ran)
+        st = tw_cuda_gate_pack(plan, M, x, plan->shape.gated ? wg : wu, packed, stream);
+    if (st == TWELL_OK && !ran)
+        st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
+    tw_cu_leave(plan->ctx, &sc);
+    return st;
+}
+
 twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream) {

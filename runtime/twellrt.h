@@ -641,6 +641,20 @@ TWELL_API twell_status twell_ffn_infer(twell_plan *plan, size_t M, const void *x
                                        const uint32_t *packed, const void *wg, const void *wu,
                                        const void *wd, void *y, twell_stream stream);
 
+/* The inference layer from x in one call: y of twell_gate_pack(x, packing weight) then
+ * twell_ffn_infer (their arguments: wg NULL for a non-gated plan, which packs with wu), packed the
+ * caller's scratch of twell_packed_bytes(shape, M) bytes. On CUDA, where the call runs DENSE (the
+ * plan's path, or AUTO's choice for M from its estimate; x, the weights and y 16-byte aligned),
+ * cuBLASLt computes the gate and nothing is packed (packed is left as it was): AUTO's dense calls
+ * cost the dense computation's time. One eager call in 16 that AUTO sends dense (the first
+ * included) gate-packs anyway; its counts keep the estimate current, so AUTO returns to the sparse
+ * routes when the data gets sparser. Otherwise packed holds the TwELL gate on return. y is the two
+ * calls' (dense route: twell_path's DENSE contract); captured like them (route fixed at capture).
+ * Frameworks whose layer runs from x call this rather than the two entry points. */
+TWELL_API twell_status twell_ffn_layer(twell_plan *plan, size_t M, const void *x, const void *wg,
+                                       const void *wu, const void *wd, void *y, uint32_t *packed,
+                                       twell_stream stream);
+
 /* ---------------------------------------------------------------------------------------------
  * Training (gated plans only)
  *

@@ -232,6 +232,54 @@ static void test_validate_ffn_infer(void **state) {
     tv_poison(t);
 }
 
+/* twell_ffn_layer: its checks, and on the CPU backend exactly twell_gate_pack into the scratch
+ * then twell_ffn_infer from it (gated and non-gated). */
+static void test_validate_ffn_layer(void **state) {
+    tv_fix *t = *state;
+    const tw_synth_ffn *f = t->f;
+    size_t pb = twell_packed_bytes(twell_plan_shape(t->gated), TV_M), yb = TV_M * TV_K * 2;
+    uint32_t *packed = malloc(pb), *scratch = malloc(pb);
+    uint16_t *y = malloc(yb);
+    assert_true(packed && scratch && y);
+    twell_plan *g = t->gated;
+    const void *x = f->x, *wg = f->wg, *wu = f->wu, *wd = f->wd;
+    assert_int_equal(twell_ffn_layer(NULL, TV_M, x, wg, wu, wd, t->y, scratch, NULL),
+                     TWELL_ERR_INVALID_ARG);
+    TV_EXPECT(t, twell_ffn_layer(g, 0, x, wg, wu, wd, t->y, scratch, NULL), "M is 0");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, NULL, wg, wu, wd, t->y, scratch, NULL),
+              "twell_ffn_layer: x is NULL");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, NULL, wu, wd, t->y, scratch, NULL), "wg");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, wg, NULL, wd, t->y, scratch, NULL), "wu is NULL");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, wg, wu, NULL, t->y, scratch, NULL), "wd is NULL");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, wg, wu, wd, NULL, scratch, NULL), "y is NULL");
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, wg, wu, wd, t->y, NULL, NULL), "packed is NULL");
+    TV_EXPECT(t, twell_ffn_layer(t->plain, TV_M, x, wg, wu, wd, t->y, scratch, NULL),
+              "wg must be NULL for a non-gated plan");
+    /* the scratch may not overlap y (both are written) */
+    uint16_t *both = malloc(yb + pb);
+    assert_non_null(both);
+    TV_EXPECT(t, twell_ffn_layer(g, TV_M, x, wg, wu, wd, both, (uint32_t *)(both + 8), NULL),
+              "y overlaps packed");
+    free(both);
+    /* the two entry points' result, bitwise, and their packed activation in the scratch */
+    for (int gated = 1; gated >= 0; gated--) {
+        twell_plan *p = gated ? t->gated : t->plain;
+        const void *pw = gated ? wg : wu, *lwg = gated ? wg : NULL;
+        assert_int_equal(twell_gate_pack(p, TV_M, x, pw, packed, NULL), TWELL_OK);
+        assert_int_equal(twell_ffn_infer(p, TV_M, x, packed, lwg, wu, wd, y, NULL), TWELL_OK);
+        memset(scratch, TV_POISON, pb);
+        memset(t->y, TV_POISON, yb);
+        assert_int_equal(twell_ffn_layer(p, TV_M, x, lwg, wu, wd, t->y, scratch, NULL), TWELL_OK);
+        assert_string_equal(twell_ctx_errmsg(t->ctx), "");
+        assert_memory_equal(scratch, packed, pb);
+        assert_memory_equal(t->y, y, yb);
+    }
+    free(packed);
+    free(scratch);
+    free(y);
+    tv_poison(t);
+}
+
 static void test_validate_plan_and_state(void **state) {
     tv_fix *t = *state;
     assert_int_equal(twell_plan_set_path(NULL, TWELL_PATH_AUTO), TWELL_ERR_INVALID_ARG);
@@ -386,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_validate_shapes),
         cmocka_unit_test(test_validate_gate_pack),
         cmocka_unit_test(test_validate_ffn_infer),
+        cmocka_unit_test(test_validate_ffn_layer),
         cmocka_unit_test(test_validate_plan_and_state),
         cmocka_unit_test(test_validate_forward_train),
         cmocka_unit_test(test_validate_backward),

@@ -322,6 +322,8 @@ def test_opcheck(device):
     for path in ("sparse", "auto"):
         check(ops.ffn_infer.default, (d["x"], p, d["wg"], d["wu"], d["wd"], 64, 8, path))
         check(ops.ffn_infer.default, (n["x"], pn, None, n["wu"], n["wd"], 64, 8, path))
+        check(ops.ffn_layer.default, (d["x"], d["wg"], d["wu"], d["wd"], 64, 8, path))
+        check(ops.ffn_layer.default, (n["x"], None, n["wu"], n["wd"], 64, 8, path))
     tr = [t.clone().requires_grad_() for t in (d["x"], d["wg"], d["wu"], d["wd"])]
     check(ops.ffn_train.default, (*tr, 0.01, 64, 8, "auto"))
     check(ops.ffn_train.default, (d["x"], d["wg"], d["wu"], d["wd"], 0.0, 64, 8, "sparse"))

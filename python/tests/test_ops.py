@@ -72,6 +72,24 @@ def test_ffn_infer_matches_dense(device, dtype, gated, path):
 
 
 @pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("path", ["auto", "sparse", "dense"])
+def test_ffn_layer_is_gate_pack_then_ffn_infer(device, dtype, gated, path):
+    M, K, N, T, C = 67, 128, 512, 256, 8
+    d = layer(M, K, N, dtype, device, nnz=12, heavy=[1, 40], seed=5, gated=gated)
+    w_pack = d["wg"] if gated else d["wu"]
+    y = twellrt.ffn_layer(d["x"], d["wg"], d["wu"], d["wd"], T, C, path)
+    assert y.dtype == dtype and y.shape == (M, K) and y.device.type == device.type
+    two = twellrt.ffn_infer(d["x"], twellrt.gate_pack(d["x"], w_pack, T, C, gated), d["wg"], d["wu"], d["wd"], T, C, path)
+    if device.type == "cpu":  # the CPU backend runs exactly the two calls
+        assert torch.equal(y, two)
+    ref = infer_ref(*(None if d[k] is None else d[k].cpu() for k in ("x", "wg", "wu", "wd")), dtype)
+    assert rel(y, ref) < 2 * ULP[dtype]
+    with pytest.raises(twellrt.TwellError, match="ffn_layer: wu"):
+        twellrt.ffn_layer(d["x"], d["wg"], d["wu"][:, :64], d["wd"], T, C, path)
+
+
+@pytest.mark.parametrize("dtype", DT)
 def test_train_matches_dense_autograd(device, dtype):
     M, K, N, T, C = 45, 64, 256, 64, 8
     d = layer(M, K, N, dtype, device, nnz=10, heavy=[2], seed=5)
@@ -169,6 +187,7 @@ def test_empty_batch(device):
     p = twellrt.gate_pack(x, d["wg"], 64, 8)
     assert p.shape == (0, 32)
     assert twellrt.ffn_infer(x, p, d["wg"], d["wu"], d["wd"], 64, 8).shape == (0, 64)
+    assert twellrt.ffn_layer(x, d["wg"], d["wu"], d["wd"], 64, 8).shape == (0, 64)
 
 
 @pytest.mark.gpu

@@ -6,11 +6,11 @@
     model = twellrt.load_sparse_lm("path/or/repo-id")   # a SparseLM checkpoint, twellrt MLPs
     twellrt.L1Schedule, twellrt.ActivityTracker, twellrt.reinit_dead_neurons   # training recipe
 
-Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_train (autograd), ffn_train_backward.
+Ops (torch.ops.twellrt.*): gate_pack, ffn_infer, ffn_layer (the two in one call), ffn_train (autograd), ffn_train_backward.
 Errors raise twellrt.TwellError (status name + the library's message)."""
 
 from ._lib import TwellError, TwellInvalidArgument, library_path, version, live_states
-from .ops import gate_pack, ffn_infer, ffn_train, ffn_train_backward, packed_cols, reserve
+from .ops import gate_pack, ffn_infer, ffn_layer, ffn_train, ffn_train_backward, packed_cols, reserve
 from .modules import TwELLGatedMLP, TwELLMLP, swap_mlps
 from .sparse_lm import load_sparse_lm
 from .recipe import L1Schedule, ActivityTracker, reinit_neurons, reinit_dead_neurons
@@ -24,6 +24,7 @@ __all__ = [
     "live_states",
     "gate_pack",
     "ffn_infer",
+    "ffn_layer",
     "ffn_train",
     "ffn_train_backward",
     "packed_cols",

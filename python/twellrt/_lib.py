@@ -152,7 +152,10 @@ def _declare(lib):
         "twell_ffn_forward_train": (I, [P, S, P, P, P, P, P, P, P, P]),
         "twell_ffn_backward": (I, [P, P, S, P, P, P, P, P, F, P, P, P, P, P]),
     }
-    optional = {"twell_plan_reserve": (I, [P, S, ctypes.c_double])}  # newer libraries only
+    optional = {  # newer libraries only
+        "twell_plan_reserve": (I, [P, S, ctypes.c_double]),
+        "twell_ffn_layer": (I, [P, S, P, P, P, P, P, P, P]),
+    }
     for name, spec in optional.items():
         if hasattr(lib, name):
             sig[name] = spec

@@ -256,8 +256,7 @@ class TwELLGatedMLP(_Base):
             y, stats, _h = ops.ffn_train(x2, wg, wu, self.down_proj.weight_t, self.l1_coef, self.T, self.C, self.train_path)
             self.last_stats = stats
         else:
-            packed = ops.gate_pack(x2, wg, self.T, self.C, True)
-            y = ops.ffn_infer(x2, packed, wg, wu, self.down_proj.weight_t, self.T, self.C, self.path)
+            y = ops.ffn_layer(x2, wg, wu, self.down_proj.weight_t, self.T, self.C, self.path)
         return y.view(shape)
 
 
@@ -293,8 +292,7 @@ class TwELLMLP(_Base):
         shape = x.shape
         x2 = self._flat(x)
         wu = self.up_proj.weight
-        packed = ops.gate_pack(x2, wu, self.T, self.C, False)
-        y = ops.ffn_infer(x2, packed, None, wu, self.down_proj.weight_t, self.T, self.C, self.path)
+        y = ops.ffn_layer(x2, None, wu, self.down_proj.weight_t, self.T, self.C, self.path)
         return y.view(shape)
 
 

@@ -333,6 +333,82 @@ def ffn_infer(
 
 
 # ---------------------------------------------------------------------------------------------
+# ffn_layer: the layer from x in one call
+# ---------------------------------------------------------------------------------------------
+
+
+def _layer_check(x, wg, wu, wd, T, C, path):
+    _check_x("ffn_layer", x)
+    _check_tc("ffn_layer", T, C)
+    _check_path("ffn_layer", path)
+    N = _weights("ffn_layer", x, [wg, wu, wd], ["wg", "wu", "wd"], optional=("wg",))
+    if _shape_words(x.shape[1], N, T, C, _DTYPES[x.dtype], wg is not None, 1) == 0:
+        raise invalid(f"twellrt.ffn_layer: unsupported shape K={x.shape[1]} N={N} T={T} C={C}")
+    return N
+
+
+@torch.library.custom_op("twellrt::ffn_layer", mutates_args=())
+def _ffn_layer_op(
+    x: torch.Tensor,
+    wg: Optional[torch.Tensor],
+    wu: torch.Tensor,
+    wd: torch.Tensor,
+    T: int = 256,
+    C: int = 8,
+    path: str = "auto",
+) -> torch.Tensor:
+    N = _layer_check(x, wg, wu, wd, T, C, path)
+    gated = wg is not None
+    plan = _plan("ffn_layer", x, N, T, C, gated, path)
+    y = torch.empty_like(x)
+    M = x.shape[0]
+    if M == 0:
+        return y
+    lib = _lib.library()
+    if not hasattr(lib, "twell_ffn_layer"):  # an older library: its two calls
+        packed = _gate_pack_op(x, wg if gated else wu, T, C, gated)
+        return _ffn_infer_op(x, packed, wg, wu, wd, T, C, path)
+    # the packed gate's scratch, from torch's allocator (a captured call's comes from the graph's
+    # pool); the library may leave it unwritten (its dense route packs nothing)
+    scratch = torch.empty((M, plan.packed_words(1)), dtype=torch.int32, device=x.device)
+    ctx = plan.ctx
+    with ctx.lock:
+        plan.set_path(_lib.PATHS[path])
+        st = lib.twell_ffn_layer(
+            plan.handle, M, x.data_ptr(), _ptr(wg), wu.data_ptr(), wd.data_ptr(), y.data_ptr(),
+            scratch.data_ptr(), _stream(x.device),
+        )
+        ctx.check(st, "twell_ffn_layer")
+    return y
+
+
+@_ffn_layer_op.register_fake
+def _(x, wg, wu, wd, T=256, C=8, path="auto"):
+    _layer_check(x, wg, wu, wd, T, C, path)
+    return torch.empty_like(x)
+
+
+def ffn_layer(
+    x: torch.Tensor,
+    wg: Optional[torch.Tensor],
+    wu: torch.Tensor,
+    wd: torch.Tensor,
+    T: int = 256,
+    C: int = 8,
+    path: str = "auto",
+) -> torch.Tensor:
+    """y [M, K] of the whole inference layer from x in one library call (twell_ffn_layer): the
+    same y as ffn_infer(x, gate_pack(x, wg or wu), wg, wu, wd), but where the library runs its
+    dense route (path "dense", or AUTO's choice) nothing is packed, and it is one op dispatch
+    instead of two. wg None: non-gated (wu carries the sparsity). wd is [N, K], as for
+    ffn_infer."""
+    _check_tensors("ffn_layer", ("wg",), x=x, wg=wg, wu=wu, wd=wd)
+    _check_tc("ffn_layer", T, C)
+    _check_path("ffn_layer", path)
+    return _ffn_layer_op(x, wg, wu, wd, T, C, path)
+
+
+# ---------------------------------------------------------------------------------------------
 # training: forward (with autograd) and backward
 # ---------------------------------------------------------------------------------------------
 

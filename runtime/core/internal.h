@@ -164,6 +164,11 @@ twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per
 twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const uint32_t *packed,
                                const void *wg, const void *wu, const void *wd, void *y,
                                twell_stream stream);
+/* twell_ffn_layer on CUDA: the dense route from x where the plan's path or AUTO takes it (nothing
+ * packed), else twell_gate_pack into packed and twell_ffn_infer from it. */
+twell_status tw_cuda_ffn_layer(twell_plan *plan, size_t M, const void *x, const void *wg,
+                               const void *wu, const void *wd, void *y, uint32_t *packed,
+                               twell_stream stream);
 twell_status tw_cuda_forward_train(twell_plan *plan, size_t M, const void *x, const void *wg,
                                    const void *wu, const void *wd, void *y, float *stats,
                                    twell_train_state *state, twell_stream stream);

@@ -24,6 +24,7 @@
 
 #define TW_DENSE_SLOTS 16u       /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_SMALL_COUNT 16u /* AUTO's small-batch calls: one in this many is counted */
+#define TW_DENSE_RECOUNT 16u     /* twell_ffn_layer's dense calls: one in this many packs */
 /* Bound of the fp32 [rows, N] u: rows are chunked so that u and h stay mostly L2-resident
  * between the GEMM that writes them and the kernel that reads them, while a chunk keeps the
  * GEMMs efficient (about 2048 rows at N = 5632). */
@@ -68,6 +69,9 @@ struct tw_dense {
     unsigned long calls[3];                   /* by twell_path */
     unsigned long gate_reused, gate_computed; /* dense calls by where their gate came from */
     unsigned long small_calls;                /* AUTO's small-batch calls (some are counted) */
+    unsigned long direct_seen; /* twell_ffn_layer calls AUTO sent dense (one in TW_DENSE_RECOUNT
+                                  packs and counts) */
+    unsigned long direct_calls; /* those that ran the dense route from x, nothing packed */
     size_t lt_lo, lt_hi; /* set through test control (TW_TC_DENSE_SET_LT_GATE): the cuBLASLt
                             gate-pack's own range of rows; 0, 0: the policy's */
 };
@@ -246,11 +250,13 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     twell_ctx *ctx = plan->ctx;
     const twell_shape *s = &plan->shape;
     const tw_lt_type t = tw_lt_type_of(s->dtype);
-    /* the count: stored by the gate-pack whose gate this call reuses, else counted here */
-    const int from_gp = !capturing && gate && d->gp_pending;
-    unsigned slot = from_gp ? d->gp_slot : tw_dense_slot_take(d);
+    /* the count: stored by the gate-pack whose gate this call reuses, else counted here; none
+     * without packed (twell_ffn_layer's call from x: nothing was packed) */
+    const int count = !capturing && packed;
+    const int from_gp = count && gate && d->gp_pending;
+    unsigned slot = from_gp ? d->gp_slot : count ? tw_dense_slot_take(d) : 0u;
     d->gp_pending = 0;
-    if (!capturing && !from_gp) {
+    if (count && !from_gp) {
         TW_TRY(tw_cuda_memset_d32(ctx, d->dstats + 2u * slot, 0u, 4u, stream));
         TW_TRY(tw_dense_count(plan, d, M, packed, slot, stream));
     }
@@ -281,9 +287,9 @@ static twell_status tw_dense_run(twell_plan *plan, tw_dense *d, size_t M, const 
     /* a captured call's counts are not read back: the host may never see a graph's replays.
      * Eager: the cuBLASLt resources' event, recorded by the caller after this call's last work
      * (tw_gate_lt_end), marks the counts too */
-    return capturing ? TWELL_OK
-                     : tw_dense_count_end(plan, d, slot, M, from_gp, stream,
-                                          tw_gate_lt_done_event(d->lt), 1, 1);
+    return !count ? TWELL_OK
+                  : tw_dense_count_end(plan, d, slot, M, from_gp, stream,
+                                       tw_gate_lt_done_event(d->lt), 1, 1);
 }
 
 twell_status tw_cuda_dense_reserve_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
@@ -412,6 +418,26 @@ static twell_status tw_dense_sparse_counted(twell_plan *plan, tw_dense *d, tw_ff
     return TWELL_OK;
 }
 
+/* The dense route once its workspace is there: ordered after the plan's earlier cuBLASLt work
+ * (eager), the call's route and counters recorded. */
+static twell_status tw_dense_call(twell_plan *plan, tw_dense *d, size_t M, const void *x,
+                                  const uint32_t *packed, const void *gate, const void *wg,
+                                  const void *wu, const void *wd, void *y, int capturing,
+                                  twell_stream stream) {
+    /* eager: ordered after the plan's earlier cuBLASLt work on other streams (the dense buffers
+     * are shared), and its event recorded after this call's last work */
+    if (!capturing)
+        TW_TRY(tw_gate_lt_begin(plan, d->lt, stream));
+    TW_TRY(tw_dense_run(plan, d, M, x, packed, gate, wg, wu, wd, y, capturing, stream));
+    if (!capturing)
+        TW_TRY(tw_gate_lt_end(plan, d->lt, stream));
+    else
+        d->captured = 1; /* the graph holds u, h and g from now on */
+    d->last = TWELL_PATH_DENSE;
+    d->calls[d->last]++;
+    return TWELL_OK;
+}
+
 twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, size_t M,
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream) {
@@ -480,24 +506,57 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
             tw_gate_lt_gate_for(plan, d->lt, M, x, s->gated ? wg : wu, packed, capturing, stream);
     if (dense)
         TW_TRY(tw_dense_workspace(plan, d, M, gate, capturing, &dense));
-    if (dense) {
-        /* eager: ordered after the plan's earlier cuBLASLt work on other streams (the dense
-         * buffers are shared), and its event recorded after this call's last work */
-        if (!capturing)
-            TW_TRY(tw_gate_lt_begin(plan, d->lt, stream));
-        TW_TRY(tw_dense_run(plan, d, M, x, packed, gate, wg, wu, wd, y, capturing, stream));
-        if (!capturing)
-            TW_TRY(tw_gate_lt_end(plan, d->lt, stream));
-        else
-            d->captured = 1; /* the graph holds u, h and g from now on */
-    } else if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
+    if (dense)
+        return tw_dense_call(plan, d, M, x, packed, gate, wg, wu, wd, y, capturing, stream);
+    if (plan->path == TWELL_PATH_AUTO && can && !capturing) {
         TW_TRY(tw_dense_sparse_counted(plan, d, f, M, x, packed, wg, wu, wd, y, stream));
     } else {
         TW_TRY(tw_cuda_ffn_launch(plan, f, M, x, packed, wg, wu, wd, y, stream, capturing, NULL,
                                   NULL));
     }
-    d->last = dense ? TWELL_PATH_DENSE : TWELL_PATH_SPARSE;
+    d->last = TWELL_PATH_SPARSE;
     d->calls[d->last]++;
+    return TWELL_OK;
+}
+
+twell_status tw_cuda_dense_ffn_layer(twell_plan *plan, tw_dense *d, size_t M, const void *x,
+                                     const void *wg, const void *wu, const void *wd, void *y,
+                                     twell_stream stream, int *ran) {
+    const twell_shape *s = &plan->shape;
+    *ran = 0;
+    uintptr_t any = (uintptr_t)x | (uintptr_t)wu | (uintptr_t)wd | (uintptr_t)y |
+                    (uintptr_t)(s->gated ? wg : NULL);
+    if (plan->path == TWELL_PATH_SPARSE || (any & 15u) || !tw_dense_ready(plan, d))
+        return TWELL_OK; /* the packed call runs it, or reports why it cannot */
+    int capturing = 0;
+    TW_TRY(tw_cuda_stream_capturing(plan->ctx, stream, &capturing));
+    tw_small *sm = tw_op_plan(plan)->small;
+    if (tw_small_ffn_forced(plan, sm, M, 1, capturing))
+        return TWELL_OK;
+    if (plan->path == TWELL_PATH_AUTO) {
+        if (!capturing)
+            TW_TRY(tw_dense_collect(plan, d));
+        tw_small_avoid_row(sm, 0);
+        if (tw_dense_route(plan, d, M, 1, tw_small_ffn_ok(plan, sm, M, 1, capturing), NULL) !=
+            TW_ROUTE_DENSE)
+            return TWELL_OK;
+        /* the estimate comes from packed counts: one eager call in TW_DENSE_RECOUNT (the first
+         * included) packs, so AUTO follows the data back to a sparse route */
+        if (!capturing && d->direct_seen++ % TW_DENSE_RECOUNT == 0u)
+            return TWELL_OK;
+    }
+    int dense = 1;
+    TW_TRY(tw_dense_workspace(plan, d, M, NULL, capturing, &dense));
+    if (!dense)
+        return TWELL_OK; /* AUTO without the workspace: the packed call runs sparse */
+    /* no gate-pack ran: no gate buffer or count slot describes this call */
+    tw_gate_lt_forget(d->lt);
+    (void)tw_cuda_dense_gate_count(d, 0);
+    tw_small_ffn_call_begins(sm);
+    tw_small_gate_not_run(sm);
+    TW_TRY(tw_dense_call(plan, d, M, x, NULL, NULL, wg, wu, wd, y, capturing, stream));
+    d->direct_calls++;
+    *ran = 1;
     return TWELL_OK;
 }
 

@@ -85,6 +85,17 @@ twell_status tw_cuda_dense_ffn_infer(twell_plan *plan, tw_dense *d, tw_ffn *f, s
                                      const void *x, const uint32_t *packed, const void *wg,
                                      const void *wu, const void *wd, void *y, twell_stream stream);
 
+/* twell_ffn_layer's dense route from x (inside tw_cu_enter/leave): where the plan's path is DENSE,
+ * or AUTO sends this call of M rows to the dense route (the policy above, from the host's
+ * estimate), the tensors are 16-byte aligned and the workspace can be had, runs it with the gate
+ * computed here (nothing is packed or counted) and sets *ran. Otherwise *ran = 0 and the caller
+ * gate-packs and runs tw_cuda_dense_ffn_infer, which also reports any error of the call; so does
+ * one eager AUTO call in 16 of those sent dense (the first included), whose packed counts keep
+ * AUTO's estimate current. Captured: as tw_cuda_dense_ffn_infer's dense route. */
+twell_status tw_cuda_dense_ffn_layer(twell_plan *plan, tw_dense *d, size_t M, const void *x,
+                                     const void *wg, const void *wu, const void *wd, void *y,
+                                     twell_stream stream, int *ran);
+
 /* twell_plan_reserve's part: the dense workspace for min(max_M, a chunk) rows (u, h and an own
  * g, so a captured call that cannot reuse the gate-pack's g runs) when the route is available.
  * May wait for the previous dense call. Inside tw_cu_enter/leave. */
