@@ -92,8 +92,11 @@ def uncited_records(root, files):
 def main(argv):
     root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
                           text=True, check=True).stdout.strip()
-    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.split("\n")
+    # the files git tracks that the tree holds: a copied tree whose index is older than its files
+    # (the device's) lists paths since removed
+    tracked = [f for f in subprocess.run(["git", "ls-files"], cwd=root, capture_output=True,
+                                         text=True, check=True).stdout.split("\n")
+               if f and os.path.isfile(os.path.join(root, f))]
     files = [f for f in tracked if f and (f.endswith(SCANNED) or os.path.basename(f) in
                                         ("Makefile", "CMakeLists.txt", "run"))]
     dead = []
