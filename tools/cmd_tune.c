@@ -535,8 +535,7 @@ static void tw_bg_compile_join(tw_bg_compile *b) {
 }
 
 /* Loads what a deployed process's plans of shape s load, compiling whatever the cache lacks: a
- * plan (its default kernels: gate-pack, fused inference, the dense path and its packing pass),
- * the stored winners of
+ * plan (its default kernels: gate-pack, fused inference, the dense path), the stored winners of
  * each M's bucket for gate-pack, fused inference and the dense path's split factors (as the
  * plan's first call of that bucket does), and the portable row kernel a call with unaligned
  * tensors falls back to. */
@@ -559,8 +558,7 @@ static void tw_prewarm_shape(twell_ctx *ctx, const twell_shape *s, const size_t 
         /* a shape the portable kernel cannot run is not an error: plans then never load it */
         if (tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "generic") == TWELL_OK)
             (void)tw_test_control(TW_TC_FFN_SET_KERNEL, plan, "auto");
-        /* the dense route's packing module and cuBLASLt, which a plan loads at its first call
-         * (the tuner times the paths themselves, not through a plan's calls) */
+        /* the dense route's packing module and cuBLASLt: a plan loads them at its first call */
         int dense = 0;
         (void)tw_test_control(TW_TC_DENSE_AVAILABLE, plan, &dense);
         (void)tw_test_control(TW_TC_GP_MODULES, plan, &r->gp_modules);
