@@ -6,7 +6,7 @@
 
 #ifdef TWELL_PROBES
 #include "cuda_dense.h"
-#include "cuda_ffn.h"
+#include "cuda_ffn_probe.h"
 #include "cuda_gate_pack_probe.h"
 #include "cuda_memory_probe.h"
 #include "cuda_small.h"
