@@ -5,7 +5,7 @@
 #include "twellrt_internal.h"
 
 #ifdef TWELL_PROBES
-#include "cuda_dense.h"
+#include "cuda_dense_probe.h"
 #include "cuda_ffn_probe.h"
 #include "cuda_gate_pack_probe.h"
 #include "cuda_memory_probe.h"
