@@ -9,7 +9,7 @@
 #include "cuda_ffn_probe.h"
 #include "cuda_gate_pack_probe.h"
 #include "cuda_memory_probe.h"
-#include "cuda_small.h"
+#include "cuda_small_probe.h"
 #include "cuda_train.h"
 #include "cuda_train_dense.h"
 
