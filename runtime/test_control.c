@@ -10,8 +10,8 @@
 #include "cuda_gate_pack_probe.h"
 #include "cuda_memory_probe.h"
 #include "cuda_small_probe.h"
-#include "cuda_train.h"
 #include "cuda_train_dense.h"
+#include "cuda_train_probe.h"
 
 #include <stdarg.h>
 
