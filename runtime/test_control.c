@@ -10,7 +10,7 @@
 #include "cuda_gate_pack_probe.h"
 #include "cuda_memory_probe.h"
 #include "cuda_small_probe.h"
-#include "cuda_train_dense.h"
+#include "cuda_train_dense_probe.h"
 #include "cuda_train_probe.h"
 
 #include <stdarg.h>
