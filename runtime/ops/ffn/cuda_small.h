@@ -12,10 +12,11 @@
 
 #include <stdarg.h>
 
-/* Per-plan state: the two modules, the workspace, the mode. */
+/* Per-plan state: the modules, the workspace (cuda_small_int.h). */
 typedef struct tw_small tw_small;
 
-/* When the path runs (internal hook; tests and the bench force it either way).
+/* When the path runs: AUTO in the shipped library; in the test library a probe
+ * (TW_TC_SMALL_SET_MODE, cuda_small_probe.h) lets tests and the bench force it either way.
  *   AUTO   twell_gate_pack: M ≤ TW_SMALL_GATE_AUTO_M, unless the plan's gate-pack variant was
  *          forced away from the device's default (tw_cuda_plan_gate_pack_select);
  *          twell_ffn_infer: plan path AUTO and the policy's route SMALL (ffn_policy.h: up to
