@@ -1,7 +1,8 @@
 /*
  * twellrt_internal.h — the one internal header of the project's own programs (tools/, bench/ and
  * the tests): everything they use beyond twellrt.h. Not installed; nothing declared here is
- * exported from libtwellrt.so (-fvisibility=hidden; the programs link the static library).
+ * exported from libtwellrt.so (-fvisibility=hidden; the programs link the static test library
+ * twellrt_probe, the shipped code plus the test probes: runtime/core/probe.h).
  *
  * Two parts:
  *  1. tw_test_control: one entry point for every knob and probe inside a plan, a training state
@@ -23,7 +24,8 @@
 /* Runs the test-control operation op with the arguments test_control.h lists for it (types
  * exactly as listed: varargs). Returns the operation's status, TWELL_ERR_INVALID_ARG for an
  * unknown op or a NULL plan or state. The object's threading rules apply (a plan or state: one
- * thread at a time); the process-wide TW_TC_CUDA_* operations are thread-safe. */
+ * thread at a time); the process-wide TW_TC_CUDA_* operations are thread-safe. Linked with the
+ * shipped libtwellrt (no probes), every operation returns TWELL_ERR_UNSUPPORTED. */
 twell_status tw_test_control(int op, ...);
 
 /* ---- the services ----

@@ -19,7 +19,8 @@ connected components of the folder graph, allowed or not) and between the files 
 
 Usage: scripts/check_calls.py [build-dir] [--list] [--nm NM]
   build-dir: a configured and built CMake tree (default: build); the objects are found under
-  its CMakeFiles/twellrt_static.dir (else twellrt.dir) and twellrt_verify.dir.
+  its CMakeFiles/twellrt_probe.dir (else twellrt_static.dir, else twellrt.dir) and
+  twellrt_verify.dir.
   --list: also print every cross-folder reference.
 Exit 0: clean, 1: violations or stale allow-list entries, 2: no objects or nm missing.
 """
@@ -31,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_includes import LIB, RULES, folder_of  # noqa: E402 (the one table of directions)
 
 ALLOW = "scripts/calls_allow.txt"
-TARGETS = [("twellrt_static.dir", "twellrt.dir"), ("twellrt_verify.dir",)]
+# the test library first: the same sources plus the *_probe.c files, built with TWELL_PROBES
+TARGETS = [("twellrt_probe.dir", "twellrt_static.dir", "twellrt.dir"), ("twellrt_verify.dir",)]
 CHECKED = set(LIB) | {"verify"}  # the folders whose references are checked (not the programs)
 
 

@@ -2,8 +2,10 @@
  * test_control.h — the operations of tw_test_control (declared in runtime/twellrt_internal.h):
  * every knob and probe the tests, the benchmark and the tool use to steer or look inside a plan,
  * a training state or the CUDA layer, in one list. SQLite's sqlite3_test_control is the model:
- * one entry point, an operation code, the operation's arguments. Each op folder implements its
- * range (its tw_<op>_test_control); none of this is exported from the shared library.
+ * one entry point, an operation code, the operation's arguments. Each path implements its range
+ * (its tw_<op>_test_control) in the *_probe.c beside its launcher, compiled only into the test
+ * library twellrt_probe (probe.h); in the shipped libtwellrt every operation answers
+ * TWELL_ERR_UNSUPPORTED.
  *
  * Conventions. Every operation returns a twell_status; results go to the pointers named last.
  * Argument types are exactly as listed (varargs: cast literals, e.g. (size_t)0, (double)64).
@@ -22,7 +24,7 @@
 #include <stdint.h>
 
 enum {
-    /* ---- the CUDA layer, process-wide (runtime/cuda/cuda_memory.c) ---- */
+    /* ---- the CUDA layer, process-wide (runtime/cuda/cuda_memory_probe.c) ---- */
     TW_TC_CUDA_FIRST = 100,
     /* (long n): the n-th device or page-locked allocation from now fails as
      * CUDA_ERROR_OUT_OF_MEMORY; 0 disarms (the countdown is process-wide). */
@@ -42,7 +44,7 @@ enum {
     TW_TC_CUDA_DRIVER_TRACE,
     TW_TC_CUDA_LAST,
 
-    /* ---- gate-pack (runtime/ops/gate_pack) ---- */
+    /* ---- gate-pack (runtime/ops/gate_pack/cuda_gate_pack_probe.c) ---- */
     TW_TC_GP_FIRST = 200,
     /* (plan, const char *variant): replaces the plan's gate-pack kernel with "simt", "sm90" or
      * "auto" (the normal choice); on failure the plan keeps its kernel. INVALID_ARG for another
@@ -55,7 +57,7 @@ enum {
     TW_TC_GP_PREPARE,
     TW_TC_GP_LAST,
 
-    /* ---- fused inference, sparse path (runtime/ops/ffn/cuda_ffn*.c) ---- */
+    /* ---- fused inference, sparse path (runtime/ops/ffn/cuda_ffn_probe.c) ---- */
     TW_TC_FFN_FIRST = 300,
     /* (plan, size_t M, tw_ffn_cfg *out or NULL): resolves M's bucket's tiled module as its first
      * call does and gives its configuration (cuda_ffn.h; zeroed without tiled kernels). */
@@ -97,7 +99,7 @@ enum {
     TW_TC_FFN_HEAVY_ROWS,
     TW_TC_FFN_LAST,
 
-    /* ---- fused inference, dense path and AUTO (runtime/ops/ffn/cuda_dense.c) ---- */
+    /* ---- fused inference, dense path and AUTO (runtime/ops/ffn/cuda_dense_probe.c) ---- */
     TW_TC_DENSE_FIRST = 400,
     TW_TC_DENSE_AVAILABLE = TW_TC_DENSE_FIRST, /* (plan, int *out): the dense route can run */
     TW_TC_DENSE_LAST_PATH, /* (plan, twell_path *out): SPARSE/DENSE last run; AUTO before */
@@ -133,7 +135,7 @@ enum {
     TW_TC_DENSE_LAST_GATE_LT, /* (plan, int *out): the last twell_gate_pack ran through cuBLASLt */
     TW_TC_DENSE_LAST,
 
-    /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small.c) ---- */
+    /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small_probe.c) ---- */
     TW_TC_SMALL_FIRST = 700,
     /* (plan, const char *mode): "auto" (the default: AUTO's limits), "off" (never) or "force"
      * (every call it can take, up to 1024 rows; twell_ffn_infer: unless the path is DENSE) */
@@ -164,7 +166,7 @@ enum {
     TW_TC_SMALL_LAST_FUSED_KERNEL,
     TW_TC_SMALL_LAST,
 
-    /* ---- training, sparse path (runtime/ops/train/cuda_train*.c) ---- */
+    /* ---- training, sparse path (runtime/ops/train/cuda_train_probe.c) ---- */
     TW_TC_TRAIN_FIRST = 500,
     /* (state, uint64_t row_len, uint64_t nrn_len): forced row and neuron chunk lengths
      * (0: automatic), so small problems exercise the split paths */
@@ -210,7 +212,7 @@ enum {
     TW_TC_TRAIN_SET_SCAN_EPOCH,
     TW_TC_TRAIN_LAST,
 
-    /* ---- training, dense path and AUTO (runtime/ops/train/cuda_train_dense.c) ---- */
+    /* ---- training, dense path and AUTO (runtime/ops/train/cuda_train_dense_probe.c) ---- */
     TW_TC_TD_FIRST = 600,
     TW_TC_TD_LAST_PATH = TW_TC_TD_FIRST, /* (state, twell_path *out): the last forward's path */
     TW_TC_TD_ESTIMATE, /* (state, double *out): active values per row AUTO uses; -1 none */

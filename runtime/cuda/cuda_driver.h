@@ -313,9 +313,4 @@ twell_status tw_cuda_capture_end(twell_ctx *ctx, twell_stream stream, tw_cuda_gr
 twell_status tw_cuda_graph_launch(twell_ctx *ctx, tw_cuda_graph g, twell_stream stream);
 void tw_cuda_graph_destroy(twell_ctx *ctx, tw_cuda_graph g); /* NULL is a no-op */
 
-/* The TW_TC_CUDA_* operations of tw_test_control (test_control.h): allocation fault injection
- * (tests/test_gpu_fault.c), live allocations, host waits (process-wide, thread-safe), and a
- * context's driver-call count and trace (its threading rule). */
-twell_status tw_cuda_test_control(int op, va_list ap);
-
 #endif /* TWELL_CUDA_DRIVER_H */

@@ -1,14 +1,13 @@
 /*
  * cuda_memory.c — device and pinned host memory, copies and fills, streams, events and CUDA graph
  * capture, each entering the context's device context itself, over the driver's function table
- * (cuda_driver_api.h); and the CUDA test controls: allocation fault injection, the count of
- * calls that block the host, the driver-call counters.
+ * (cuda_driver_api.h). Its test probes (fault injection, the counts of live blocks and host
+ * waits) are cuda_memory_probe.h's.
  */
 #include "cuda_driver.h"
 #include "cuda_driver_api.h"
-#include "test_control.h"
+#include "cuda_memory_probe.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,69 +28,11 @@ enum { TW_CU_STREAM_NON_BLOCKING = 1, TW_CU_EVENT_DEFAULT = 0 };
 
 static tw_CUdeviceptr tw_dptr(const void *p) { return (tw_CUdeviceptr)(uintptr_t)p; }
 
-/* Calls below that block the host until device work completes (tests check that the steady
- * state of an op makes none). */
-static atomic_ulong tw_host_waits;
-
-/* Allocation fault injection (TW_TC_CUDA_FAULT_INJECT): the countdown to the allocation that
- * fails, whether it fired since arming, and the blocks allocated and not yet freed. */
-static atomic_long tw_fault_countdown, tw_live_allocs;
-static atomic_int tw_fault_fired;
-
-twell_status tw_cuda_test_control(int op, va_list ap) {
-    switch (op) {
-    case TW_TC_CUDA_FAULT_INJECT: {
-        long n = va_arg(ap, long);
-        if (n > 0) /* arming clears the record; disarming (0) keeps it for FAULT_FIRED */
-            atomic_store(&tw_fault_fired, 0);
-        atomic_store(&tw_fault_countdown, n > 0 ? n : 0);
-        return TWELL_OK;
-    }
-    case TW_TC_CUDA_FAULT_FIRED:
-        *va_arg(ap, int *) = atomic_load(&tw_fault_fired);
-        return TWELL_OK;
-    case TW_TC_CUDA_LIVE_ALLOCS:
-        *va_arg(ap, long *) = atomic_load(&tw_live_allocs);
-        return TWELL_OK;
-    case TW_TC_CUDA_HOST_WAITS:
-        *va_arg(ap, unsigned long *) = atomic_load(&tw_host_waits);
-        return TWELL_OK;
-    case TW_TC_CUDA_DRIVER_CALLS: {
-        const twell_ctx *ctx = va_arg(ap, const twell_ctx *);
-        *va_arg(ap, unsigned long *) = ctx && ctx->cuda ? ctx->cuda->calls : 0ul;
-        return TWELL_OK;
-    }
-    case TW_TC_CUDA_DRIVER_TRACE: {
-        const twell_ctx *ctx = va_arg(ap, const twell_ctx *);
-        const char **names = va_arg(ap, const char **);
-        size_t cap = va_arg(ap, size_t);
-        size_t *n = va_arg(ap, size_t *);
-        *n = 0;
-        if (!ctx || !ctx->cuda || (cap && !names))
-            return ctx ? TWELL_OK : TWELL_ERR_INVALID_ARG;
-        const tw_cuda *d = ctx->cuda;
-        size_t have = d->calls < TW_CU_TRACE ? (size_t)d->calls : TW_CU_TRACE;
-        size_t take = have < cap ? have : cap;
-        for (size_t i = 0; i < take; i++) /* the newest `take`, oldest first */
-            names[i] = d->trace[(d->calls - take + i) % TW_CU_TRACE];
-        *n = take;
-        return TWELL_OK;
-    }
-    }
-    return TWELL_ERR_INVALID_ARG;
-}
-
-/* 1 when this allocation is the one TW_TC_CUDA_FAULT_INJECT asked to fail. */
-static int tw_fault_now(void) {
-    long v = atomic_load(&tw_fault_countdown);
-    while (v > 0 && !atomic_compare_exchange_weak(&tw_fault_countdown, &v, v - 1)) {
-    }
-    if (v == 1) {
-        atomic_store(&tw_fault_fired, 1);
-        return 1;
-    }
-    return 0;
-}
+/* The test library counts host waits and live blocks and may fail an allocation on purpose
+ * (cuda_memory_probe.h); the shipped one does none of it. */
+#define TW_HOST_WAIT() TW_PROBE_DO(atomic_fetch_add(&tw_probe_host_waits, 1ul))
+#define TW_LIVE_ALLOC(d) TW_PROBE_DO(atomic_fetch_add(&tw_probe_live_allocs, (d)))
+#define TW_FAULT_NOW() TW_PROBE_OR(tw_probe_fault_now(), 0)
 
 twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     *dptr = NULL;
@@ -101,13 +42,13 @@ twell_status tw_cuda_malloc(twell_ctx *ctx, size_t bytes, void **dptr) {
     if (st != TWELL_OK)
         return st;
     tw_CUresult r =
-        tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY : TW_CU(ctx, MemAlloc)(&d, bytes ? bytes : 1);
+        TW_FAULT_NOW() ? TW_CUDA_ERROR_OUT_OF_MEMORY : TW_CU(ctx, MemAlloc)(&d, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAlloc_v2", r);
         return tw_error(ctx, st, "%s (%zu bytes)", tw_errmsg(ctx), bytes);
     }
-    atomic_fetch_add(&tw_live_allocs, 1);
+    TW_LIVE_ALLOC(1);
     *dptr = (void *)(uintptr_t)d;
     return TWELL_OK;
 }
@@ -119,7 +60,7 @@ void tw_cuda_free(twell_ctx *ctx, void *dptr) {
     if (tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
     if (TW_CU(ctx, MemFree)(tw_dptr(dptr)) == TW_CUDA_SUCCESS)
-        atomic_fetch_sub(&tw_live_allocs, 1);
+        TW_LIVE_ALLOC(-1);
     tw_cu_leave(ctx, &sc);
 }
 
@@ -157,7 +98,7 @@ twell_status tw_cuda_memcpy_htod(twell_ctx *ctx, void *dst, const void *src, siz
 }
 
 twell_status tw_cuda_memcpy_dtoh(twell_ctx *ctx, void *dst, const void *src, size_t bytes) {
-    atomic_fetch_add(&tw_host_waits, 1ul);
+    TW_HOST_WAIT();
     TW_CU_SCOPED(ctx, "cuMemcpyDtoH_v2", r_ = TW_CU(ctx, MemcpyDtoH)(dst, tw_dptr(src), bytes));
 }
 
@@ -179,12 +120,12 @@ twell_status tw_cuda_memset_d8(twell_ctx *ctx, void *dst, uint8_t value, size_t 
 }
 
 twell_status tw_cuda_synchronize(twell_ctx *ctx) {
-    atomic_fetch_add(&tw_host_waits, 1ul);
+    TW_HOST_WAIT();
     TW_CU_SCOPED(ctx, "cuCtxSynchronize", r_ = TW_CU(ctx, CtxSynchronize)());
 }
 
 twell_status tw_cuda_stream_synchronize(twell_ctx *ctx, twell_stream stream) {
-    atomic_fetch_add(&tw_host_waits, 1ul);
+    TW_HOST_WAIT();
     TW_CU_SCOPED(ctx, "cuStreamSynchronize",
                  r_ = TW_CU(ctx, StreamSynchronize)((tw_CUstream)stream));
 }
@@ -251,7 +192,7 @@ twell_status tw_cuda_event_record(twell_ctx *ctx, tw_cuda_event ev, twell_stream
 twell_status tw_cuda_event_elapsed(twell_ctx *ctx, tw_cuda_event start, tw_cuda_event end,
                                    float *ms) {
     *ms = 0.0f;
-    atomic_fetch_add(&tw_host_waits, 1ul);
+    TW_HOST_WAIT();
     TW_CU_SCOPED(ctx, "cuEventElapsedTime", {
         r_ = TW_CU(ctx, EventSynchronize)(end);
         if (r_ == TW_CUDA_SUCCESS)
@@ -266,14 +207,14 @@ twell_status tw_cuda_host_alloc(twell_ctx *ctx, size_t bytes, void **out) {
     twell_status st = tw_cu_enter(ctx, &sc);
     if (st != TWELL_OK)
         return st;
-    tw_CUresult r = tw_fault_now() ? TW_CUDA_ERROR_OUT_OF_MEMORY
+    tw_CUresult r = TW_FAULT_NOW() ? TW_CUDA_ERROR_OUT_OF_MEMORY
                                    : TW_CU(ctx, MemAllocHost)(&p, bytes ? bytes : 1);
     tw_cu_leave(ctx, &sc);
     if (r != TW_CUDA_SUCCESS) {
         st = tw_cu_fail(ctx, "cuMemAllocHost_v2", r);
         return tw_error(ctx, st, "%s (%zu bytes)", tw_errmsg(ctx), bytes);
     }
-    atomic_fetch_add(&tw_live_allocs, 1);
+    TW_LIVE_ALLOC(1);
     *out = p;
     return TWELL_OK;
 }
@@ -301,7 +242,7 @@ void tw_cuda_host_free(twell_ctx *ctx, void *p) {
     if (!p || !ctx || !ctx->cuda || tw_cu_enter(ctx, &sc) != TWELL_OK)
         return;
     if (TW_CU(ctx, MemFreeHost)(p) == TW_CUDA_SUCCESS)
-        atomic_fetch_sub(&tw_live_allocs, 1);
+        TW_LIVE_ALLOC(-1);
     tw_cu_leave(ctx, &sc);
 }
 
@@ -334,7 +275,7 @@ twell_status tw_cuda_stream_wait_event(twell_ctx *ctx, twell_stream stream, tw_c
 }
 
 twell_status tw_cuda_event_synchronize(twell_ctx *ctx, tw_cuda_event ev) {
-    atomic_fetch_add(&tw_host_waits, 1ul);
+    TW_HOST_WAIT();
     TW_CU_SCOPED(ctx, "cuEventSynchronize", r_ = TW_CU(ctx, EventSynchronize)(ev));
 }
 

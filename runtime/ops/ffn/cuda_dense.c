@@ -5,6 +5,7 @@
  * asynchronously, and what changes while the caller's stream is being captured (cuda_dense.h).
  */
 #include "cuda_dense.h"
+#include "cuda_dense_int.h"
 
 #include "cuda_gate_pack.h"
 #include "cuda_small.h"
@@ -15,66 +16,18 @@
 
 #include "m_bucket.h"
 #include "op_plan.h"
-#include "test_control.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TW_DENSE_SLOTS 16u       /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 #define TW_DENSE_SMALL_COUNT 16u /* AUTO's small-batch calls: one in this many is counted */
 #define TW_DENSE_RECOUNT 16u     /* twell_ffn_layer's dense calls: one in this many packs */
 /* Bound of the fp32 [rows, N] u: rows are chunked so that u and h stay mostly L2-resident
  * between the GEMM that writes them and the kernel that reads them, while a chunk keeps the
  * GEMMs efficient (about 2048 rows at N = 5632). */
 #define TW_DENSE_U_BYTES ((size_t)48 << 20)
-
-struct tw_dense {
-    int available;  /* 1: cuBLASLt and the packing module are loaded; 0: not; -1: not asked yet */
-    char why[480];  /* why not, for TWELL_PATH_DENSE's error */
-    tw_gate_lt *lt; /* the plan's cuBLASLt resources (borrowed from the gate-pack's state) */
-    size_t chunk_rows; /* rows per pass (bounds the buffers) */
-    /* workspace, allocated at the first dense call (or by twell_plan_reserve) */
-    float *u; /* [rows, N] fp32: x·Wuᵀ (gated) */
-    void *h;  /* [rows, N] dtype: h = round(g ⊙ u) (gated) */
-    void *g;  /* [rows, N] dtype: the gate when the gate-pack's cannot be reused */
-    size_t rows;
-    /* counts: device [SLOTS][2] u64 (Σ counts, unused), pinned copies */
-    uint64_t *dstats, *hstats;
-    uint64_t *hstats_dev; /* hstats' device address (NULL: not mappable): sparse calls' pre-pass
-                             writes its counts there, no copy enqueued */
-    int last_in_host;     /* the last counted slot was written to hstats directly */
-    size_t slot_rows[TW_DENSE_SLOTS];
-    unsigned char slot_ovf[TW_DENSE_SLOTS]; /* the slot's [1] counts overflowing row-tiles */
-    unsigned next_slot, last_slot;
-    int counted;     /* some call has counted (last_slot valid) */
-    int cnt_pending; /* the last copy has not been read yet */
-    tw_cuda_event cnt_done;
-    tw_cuda_event cnt_ev; /* recorded after the last counts: cnt_done, the cuBLASLt resources'
-                             event (tw_gate_lt_done_event) or the sparse path's */
-    /* the count slot the latest eager cuBLASLt gate-pack stored its total into (mapped memory),
-     * for the dense call that reuses its gate: that call then counts nothing itself */
-    int gp_pending;
-    unsigned gp_slot;
-    double est;       /* mean active values per row of the latest counts read; -1 none */
-    int ovf_seen;     /* the latest counts read that count them had overflowing row-tiles */
-    double hint;      /* the estimate before any counts: twell_plan_reserve's; -1 none */
-    double threshold; /* > 0: set through test control (TW_TC_DENSE_SET_THRESHOLD) */
-    size_t min_rows;  /* > 0: set through test control (TW_TC_DENSE_SET_MIN_ROWS) */
-    twell_path last;
-    int captured;      /* a captured call used the workspace: replaced buffers go to keep */
-    tw_cuda_keep keep; /* buffers captured graphs may still use (freed at release) */
-    int grow_syncs;
-    unsigned long calls[3];                   /* by twell_path */
-    unsigned long gate_reused, gate_computed; /* dense calls by where their gate came from */
-    unsigned long small_calls;                /* AUTO's small-batch calls (some are counted) */
-    unsigned long direct_seen; /* twell_ffn_layer calls AUTO sent dense (one in TW_DENSE_RECOUNT
-                                  packs and counts) */
-    unsigned long direct_calls; /* those that ran the dense route from x, nothing packed */
-    size_t lt_lo, lt_hi; /* set through test control (TW_TC_DENSE_SET_LT_GATE): the cuBLASLt
-                            gate-pack's own range of rows; 0, 0: the policy's */
-};
 
 twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out) {
     *out = NULL;
@@ -110,7 +63,7 @@ twell_status tw_cuda_dense_init(twell_plan *plan, tw_gate_lt *lt, tw_dense **out
 }
 
 /* Whether the dense route can run (asks for cuBLASLt the first time: gate_pack_lt.h). */
-static int tw_dense_ready(twell_plan *plan, tw_dense *d) {
+int tw_dense_ready(twell_plan *plan, tw_dense *d) {
     if (d->available < 0) {
         const char *why = NULL;
         d->available = tw_gate_lt_available(plan, d->lt, &why);
@@ -188,8 +141,10 @@ static twell_status tw_dense_collect(twell_plan *plan, tw_dense *d) {
     return TWELL_OK;
 }
 
-static double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
-    return d->threshold > 0.0 ? d->threshold : tw_ffn_policy_dense_threshold(M, s->N);
+double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M) {
+    (void)d; /* read by the probe only */
+    double thr = TW_PROBE_OR(d->probe.threshold, 0.0);
+    return thr > 0.0 ? thr : tw_ffn_policy_dense_threshold(M, s->N);
 }
 
 /* ---- the dense route ---- */
@@ -303,8 +258,8 @@ void tw_cuda_dense_set_hint(tw_dense *d, double nnz_per_row) { d->hint = nnz_per
 
 /* AUTO's route for a call of M rows (dense_ok, small_ok: the dense route, the small-batch path
  * can run it); *row (when not NULL): the route is SMALL by rule 0, the row kernel's. */
-static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M,
-                                   int dense_ok, int small_ok, int *row) {
+tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M, int dense_ok,
+                            int small_ok, int *row) {
     const tw_cuda_plan *cp = tw_op_plan(plan);
     tw_ffn_policy_in in;
     memset(&in, 0, sizeof in);
@@ -314,8 +269,8 @@ static tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, si
     in.small_ok = small_ok;
     in.dense_ok = dense_ok;
     in.was_dense = d->last == TWELL_PATH_DENSE;
-    in.dense_thr = d->threshold;
-    in.dense_min_rows = d->min_rows;
+    in.dense_thr = TW_PROBE_OR(d->probe.threshold, 0.0);
+    in.dense_min_rows = TW_PROBE_OR(d->probe.min_rows, 0);
     in.row_ok = small_ok && tw_small_row_ok(cp ? cp->small : NULL, M);
     in.ovf_seen = d->ovf_seen;
     in.heavy_seen = tw_cuda_ffn_rows_overflowed(cp ? cp->ffn : NULL);
@@ -562,8 +517,9 @@ twell_status tw_cuda_dense_ffn_layer(twell_plan *plan, tw_dense *d, size_t M, co
 
 static void tw_dense_lt_range(const tw_dense *d, size_t *lo, size_t *hi) {
     *lo = TW_POLICY_LT_GATE_MIN_ROWS, *hi = TW_POLICY_LT_GATE_MAX_ROWS;
-    if (d && (d->lt_lo || d->lt_hi))
-        *lo = d->lt_lo, *hi = d->lt_hi;
+    (void)d; /* read by the probe only */
+    TW_PROBE_DO(if (d && (d->probe.lt_lo || d->probe.lt_hi)) *lo = d->probe.lt_lo,
+                *hi = d->probe.lt_hi);
 }
 
 int tw_cuda_dense_gate_lt_wanted(twell_plan *plan, tw_dense *d, size_t M, const void *x,
@@ -600,189 +556,4 @@ size_t tw_cuda_dense_gate_lt_rows(twell_plan *plan, tw_dense *d, size_t max_M) {
     if (max_M > hi && tw_cuda_dense_expected(plan, d, max_M))
         return max_M; /* captured dense calls of up to max_M rows reuse the gate-pack's gate */
     return max_M < hi ? max_M : hi;
-}
-
-/* ---- test control (test_control.h's TW_TC_DENSE_*) ---- */
-
-static tw_dense *tw_plan_dense(const twell_plan *plan) {
-    const tw_cuda_plan *cp = tw_op_plan(plan);
-    return cp ? cp->dense : NULL;
-}
-
-static int tw_cuda_dense_available(twell_plan *plan) {
-    tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_dense_ready(plan, d) : 0;
-}
-
-static twell_path tw_cuda_dense_last_path(const twell_plan *plan) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? d->last : TWELL_PATH_AUTO;
-}
-
-static double tw_cuda_dense_estimate(const twell_plan *plan) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? d->est : -1.0;
-}
-
-static double tw_cuda_dense_threshold(const twell_plan *plan, size_t M) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_dense_thr(d, &plan->shape, M) : -1.0;
-}
-
-static const char *tw_cuda_dense_route(const twell_plan *plan, size_t M) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? tw_ffn_route_name(
-                   tw_dense_route(plan, d, M, d->available == 1,
-                                  tw_small_ffn_ok(plan, tw_op_plan(plan)->small, M, 1, 0), NULL))
-             : NULL;
-}
-
-/* A test-control knob's dense state: TWELL_ERR_UNSUPPORTED when plan is not a CUDA plan. */
-static twell_status tw_dense_knob(twell_plan *plan, tw_dense **d) {
-    *d = tw_plan_dense(plan);
-    return *d ? TWELL_OK
-              : tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                         "ffn_infer: not a CUDA plan");
-}
-
-static twell_status tw_cuda_dense_set_threshold(twell_plan *plan, double nnz_per_row) {
-    tw_dense *d;
-    TW_TRY(tw_dense_knob(plan, &d));
-    d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
-    return TWELL_OK;
-}
-
-static twell_status tw_cuda_dense_set_min_rows(twell_plan *plan, size_t rows) {
-    tw_dense *d;
-    TW_TRY(tw_dense_knob(plan, &d));
-    d->min_rows = rows;
-    return TWELL_OK;
-}
-
-static twell_status tw_cuda_dense_counts(twell_plan *plan, uint64_t out[2]) {
-    tw_dense *d = tw_plan_dense(plan);
-    out[0] = out[1] = 0;
-    if (!d)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "ffn_infer: not a CUDA plan");
-    if (!d->counted)
-        return TWELL_OK;
-    TW_TRY(tw_cuda_synchronize(plan->ctx));
-    if (d->last_in_host) {
-        memcpy(out, d->hstats + 2u * d->last_slot, 16u);
-        return TWELL_OK;
-    }
-    return tw_cuda_memcpy_dtoh(plan->ctx, out, d->dstats + 2u * d->last_slot, 16u);
-}
-
-static int tw_cuda_dense_grow_syncs(const twell_plan *plan) {
-    const tw_dense *d = tw_plan_dense(plan);
-    return d ? d->grow_syncs : 0;
-}
-
-static size_t tw_cuda_dense_workspace_bytes(const twell_plan *plan) {
-    const tw_dense *d = tw_plan_dense(plan);
-    if (!d)
-        return 0;
-    size_t n = (size_t)plan->shape.N;
-    return ((d->u ? 4u * d->rows : 0) + (d->h ? 2u * d->rows : 0) + (d->g ? 2u * d->rows : 0)) * n;
-}
-
-static unsigned long tw_cuda_dense_calls(const twell_plan *plan, twell_path path) {
-    const tw_dense *d = tw_plan_dense(plan);
-    if (!d || (int)path < 0 || (int)path > 2)
-        return 0;
-    return d->calls[path];
-}
-
-static twell_status tw_cuda_dense_poison(twell_plan *plan, uint16_t pattern) {
-    tw_dense *d;
-    TW_TRY(tw_dense_knob(plan, &d));
-    twell_ctx *ctx = plan->ctx;
-    const twell_shape *s = &plan->shape;
-    uint32_t v = (uint32_t)pattern << 16 | pattern;
-    TW_TRY(tw_cuda_synchronize(ctx));
-    if (d->u) /* the 32-bit pattern v is a NaN as a float when pattern is a 16-bit NaN */
-        TW_TRY(tw_cuda_memset_d32(ctx, d->u, v, d->rows * s->N, NULL));
-    if (d->h)
-        TW_TRY(tw_cuda_memset_d32(ctx, d->h, v, d->rows * s->N / 2u, NULL));
-    if (d->g)
-        TW_TRY(tw_cuda_memset_d32(ctx, d->g, v, d->rows * s->N / 2u, NULL));
-    return tw_cuda_synchronize(ctx);
-}
-
-twell_status tw_dense_test_control(int op, va_list ap) {
-    if (op == TW_TC_DENSE_GEMM_SMEM) { /* the heavy-row route's gemm_sm90 */
-        *va_arg(ap, unsigned *) = TW_DG_SMEM;
-        return TWELL_OK;
-    }
-    if (op == TW_TC_DENSE_SPLIT_GEMM_SMEM) {
-        *va_arg(ap, unsigned *) = TW_DG_SPLIT_SMEM;
-        return TWELL_OK;
-    }
-    twell_plan *plan = va_arg(ap, twell_plan *);
-    if (!plan)
-        return TWELL_ERR_INVALID_ARG;
-    switch (op) {
-    case TW_TC_DENSE_AVAILABLE:
-        *va_arg(ap, int *) = tw_cuda_dense_available(plan);
-        return TWELL_OK;
-    case TW_TC_DENSE_LAST_PATH:
-        *va_arg(ap, twell_path *) = tw_cuda_dense_last_path(plan);
-        return TWELL_OK;
-    case TW_TC_DENSE_ESTIMATE:
-        *va_arg(ap, double *) = tw_cuda_dense_estimate(plan);
-        return TWELL_OK;
-    case TW_TC_DENSE_THRESHOLD: {
-        size_t M = va_arg(ap, size_t);
-        *va_arg(ap, double *) = tw_cuda_dense_threshold(plan, M);
-        return TWELL_OK;
-    }
-    case TW_TC_DENSE_ROUTE: {
-        size_t M = va_arg(ap, size_t);
-        *va_arg(ap, const char **) = tw_cuda_dense_route(plan, M);
-        return TWELL_OK;
-    }
-    case TW_TC_DENSE_SET_THRESHOLD:
-        return tw_cuda_dense_set_threshold(plan, va_arg(ap, double));
-    case TW_TC_DENSE_SET_MIN_ROWS:
-        return tw_cuda_dense_set_min_rows(plan, va_arg(ap, size_t));
-    case TW_TC_DENSE_COUNTS:
-        return tw_cuda_dense_counts(plan, va_arg(ap, uint64_t *));
-    case TW_TC_DENSE_GROW_SYNCS:
-        *va_arg(ap, int *) = tw_cuda_dense_grow_syncs(plan);
-        return TWELL_OK;
-    case TW_TC_DENSE_WORKSPACE_BYTES:
-        *va_arg(ap, size_t *) = tw_cuda_dense_workspace_bytes(plan);
-        return TWELL_OK;
-    case TW_TC_DENSE_CALLS: {
-        twell_path path = (twell_path)va_arg(ap, int); /* an enum argument arrives as an int */
-        *va_arg(ap, unsigned long *) = tw_cuda_dense_calls(plan, path);
-        return TWELL_OK;
-    }
-    case TW_TC_DENSE_POISON:
-        return tw_cuda_dense_poison(plan, (uint16_t)va_arg(ap, unsigned));
-    case TW_TC_DENSE_SET_LT_GATE: {
-        tw_dense *d;
-        TW_TRY(tw_dense_knob(plan, &d));
-        d->lt_lo = va_arg(ap, size_t);
-        d->lt_hi = va_arg(ap, size_t);
-        return TWELL_OK;
-    }
-    case TW_TC_DENSE_LAST_GATE_LT: {
-        tw_dense *d;
-        TW_TRY(tw_dense_knob(plan, &d));
-        *va_arg(ap, int *) = tw_gate_lt_last(d->lt);
-        return TWELL_OK;
-    }
-    case TW_TC_DENSE_GATE_REUSED: {
-        tw_dense *d;
-        TW_TRY(tw_dense_knob(plan, &d));
-        unsigned long *out = va_arg(ap, unsigned long *);
-        out[0] = d->gate_reused;
-        out[1] = d->gate_computed;
-        return TWELL_OK;
-    }
-    }
-    return TWELL_ERR_INVALID_ARG;
 }

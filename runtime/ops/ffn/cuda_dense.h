@@ -123,8 +123,4 @@ twell_status tw_cuda_dense_gemm_dm(twell_plan *plan, tw_CUfunction fn, int split
                                    const uint32_t *flags, unsigned nsplit, const int *mrows,
                                    twell_stream stream);
 
-/* The TW_TC_DENSE_* operations of tw_test_control (test_control.h): the path last run, the AUTO
- * estimate, threshold and route, counts, workspace probes and poisoning. */
-twell_status tw_dense_test_control(int op, va_list ap);
-
 #endif /* TWELL_CUDA_DENSE_H */

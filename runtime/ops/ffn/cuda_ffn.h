@@ -160,7 +160,4 @@ twell_status tw_cuda_ffn_force(twell_plan *plan, tw_ffn *f, tw_ffn_tk *tk);
  * (tests reach it as TW_TC_FFN_FLAGS). TWELL_ERR_UNSUPPORTED for f NULL (a plan not on CUDA). */
 twell_status tw_cuda_ffn_flags(twell_plan *plan, tw_ffn *f, uint32_t out[4]);
 
-/* The TW_TC_FFN_* operations of tw_test_control (test_control.h). */
-twell_status tw_ffn_test_control(int op, va_list ap);
-
 #endif /* TWELL_CUDA_FFN_H */

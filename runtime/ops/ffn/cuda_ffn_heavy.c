@@ -10,6 +10,7 @@
 #include "cuda_module.h"
 #include "dense_split.h"
 #include "jit.h"
+#include "probe.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,10 @@
 enum { HV_FLAG, HV_LIST, HV_GATHER, HV_SCATTER, HV_COUNT };
 
 struct tw_ffn_heavy {
-    int state;      /* 0 not loaded yet, 1 loaded, -1 cannot run for this plan (logged once) */
-    long long knob; /* < 0 default, 0 off, > 0 forced on with this threshold */
+    int state; /* 0 not loaded yet, 1 loaded, -1 cannot run for this plan (logged once) */
+#ifdef TWELL_PROBES
+    long long knob; /* TW_TC_FFN_SET_HEAVY: < 0 default, 0 off, > 0 on with this threshold */
+#endif
     tw_CUmodule mod, mod_up, mod_down;
     tw_CUfunction fn[HV_COUNT], up, down;
     /* one device buffer for chunks of up to rows rows and blocks of up to cap rows */
@@ -48,7 +51,7 @@ uint32_t tw_ffn_heavy_threshold(const twell_shape *s) {
 tw_ffn_heavy *tw_ffn_heavy_create(void) {
     tw_ffn_heavy *h = calloc(1, sizeof *h);
     if (h)
-        h->knob = -1;
+        TW_PROBE_DO(h->knob = -1);
     return h;
 }
 
@@ -68,7 +71,9 @@ void tw_ffn_heavy_release(twell_plan *plan, tw_ffn_heavy *h) {
     free(h);
 }
 
+#ifdef TWELL_PROBES
 void tw_ffn_heavy_set(tw_ffn_heavy *h, long long knob) { h->knob = knob; }
+#endif
 
 /* Why the route cannot run for this plan (NULL: it can). */
 static const char *hv_why_not(const twell_plan *plan) {
@@ -177,10 +182,11 @@ twell_status tw_ffn_heavy_prepare(twell_plan *plan, tw_ffn_heavy *h, size_t R, i
     /* once on, on for good (the default's trigger, overflowing rows, disappears with the route:
      * it takes them) */
     h->seen |= seen;
-    if (h->knob == 0 || h->state < 0 || (h->knob < 0 && !h->seen) || R == 0)
+    long long knob = TW_PROBE_OR(h->knob, -1); /* < 0: the default */
+    if (knob == 0 || h->state < 0 || (knob < 0 && !h->seen) || R == 0)
         return TWELL_OK;
-    h->thr = h->knob > 0 ? (h->knob > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)h->knob)
-                         : tw_ffn_heavy_threshold(&plan->shape);
+    h->thr = knob > 0 ? (knob > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)knob)
+                      : tw_ffn_heavy_threshold(&plan->shape);
     if (capturing) { /* nothing may be loaded or allocated now */
         *on = h->state == 1 && h->buf && R <= h->rows;
         if (*on)

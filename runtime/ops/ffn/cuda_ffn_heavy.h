@@ -23,9 +23,12 @@ tw_ffn_heavy *tw_ffn_heavy_create(void);
 /* Frees everything (the caller has synchronised the device). NULL is a no-op. */
 void tw_ffn_heavy_release(twell_plan *plan, tw_ffn_heavy *h);
 
-/* The knob (test control TW_TC_FFN_SET_HEAVY): < 0 the default (on for gated Hopper plans once
- * a chunk had overflowing rows), 0 off, > 0 on for every chunk with this threshold. */
+#ifdef TWELL_PROBES
+/* The knob (test control TW_TC_FFN_SET_HEAVY; test library only, probe.h): < 0 the default (on
+ * for gated Hopper plans once a chunk had overflowing rows), 0 off, > 0 on for every chunk with
+ * this threshold. */
 void tw_ffn_heavy_set(tw_ffn_heavy *h, long long knob);
+#endif
 
 /* Whether a chunk of R rows runs the route now (*on). Eager (capturing 0): loads the modules and
  * sizes the buffers when the route is wanted (waits for the device only with may_wait, as

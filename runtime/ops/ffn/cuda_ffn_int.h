@@ -1,13 +1,14 @@
 /*
- * cuda_ffn_int.h — what cuda_ffn.c (launches, test controls), cuda_ffn_ws.c (workspace) and
- * cuda_ffn_load.c (module loading, plan set-up) share: the module's kernel indices and the
- * per-plan state (the configuration words' indices are ffn_config.h's).
+ * cuda_ffn_int.h — what cuda_ffn.c (launches), cuda_ffn_ws.c (workspace), cuda_ffn_load.c
+ * (module loading, plan set-up) and cuda_ffn_probe.c (test controls) share: the module's kernel
+ * indices and the per-plan state (the configuration words' indices are ffn_config.h's).
  */
 #ifndef TWELL_CUDA_FFN_INT_H
 #define TWELL_CUDA_FFN_INT_H
 
 #include "cuda_ffn.h"
 #include "cuda_ffn_heavy.h"
+#include "cuda_ffn_probe.h"
 #include "m_bucket.h"
 
 /* The kernels of ffn_fused, in launch order (phase_a and reduce exist in gated modules only). */
@@ -31,8 +32,10 @@ _Static_assert(TW_FN_COUNT == TW_FFN_NFN, "cuda_ffn.h's count and the module's k
 #define TW_PAIR_MAX ((size_t)0xffffffffu - 1024u) /* offsets and pair_cap are 32-bit */
 
 struct tw_ffn {
-    tw_ffn_kernel kernel; /* forced through test control; AUTO normally */
-    int tiled;            /* ffn_fused loaded */
+#ifdef TWELL_PROBES
+    tw_ffn_knobs probe; /* the test knobs (cuda_ffn_probe.h), zero: the product's behaviour */
+#endif
+    int tiled; /* ffn_fused loaded */
     /* Tiled modules: tk[0] the default configuration (loaded at plan creation), then the tuned
      * winners of the M buckets seen so far. fn and cfg are copies of the module the current call
      * runs (cur), so the launch code reads them directly. */
@@ -59,7 +62,6 @@ struct tw_ffn {
     size_t orow_cap; /* rows (their y part) */
     void *ws_pairs;  /* active pair lists: pair_cap slots */
     size_t pair_cap;
-    int pinned;    /* capacities fixed through test control: no probe, no growth */
     int cnt_dirty; /* cnt may be non-zero (new buffer, or a prep without its scan): memset it */
     int probes;
     /* What the data needed, accumulated on the device by every tiled chunk's scan (ffn_fused's
@@ -92,5 +94,13 @@ struct tw_ffn {
 void tw_ffn_use(tw_ffn *f, tw_ffn_tk *tk);
 /* Loads ffn_rows (the portable exact row kernel) into f once. */
 twell_status tw_ffn_load_generic(twell_plan *plan, tw_ffn *f);
+/* The tiled module calls of M rows run: the forced one (tw_cuda_ffn_force), else M's bucket's,
+ * resolved on its first call and memoised (a bucket without a record is tuned first when
+ * tune_now is set; a captured call never resolves: an unresolved bucket then runs the default).
+ * Context current. */
+tw_ffn_tk *tw_ffn_module_for(twell_plan *plan, tw_ffn *f, size_t M, int capturing, int tune_now);
+/* Enters plan's context for work on its state f (NULL: not a CUDA plan: TWELL_ERR_UNSUPPORTED)
+ * and synchronises the device; tw_cu_leave after. */
+twell_status tw_ffn_enter(twell_plan *plan, tw_ffn *f, tw_cu_scope *sc);
 
 #endif /* TWELL_CUDA_FFN_INT_H */

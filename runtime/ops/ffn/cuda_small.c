@@ -4,46 +4,16 @@
  * counters for twell_gate_pack, h and overflow masks for twell_ffn_infer).
  */
 #include "cuda_small.h"
+#include "cuda_small_int.h"
 
 #include "cuda_gate_pack.h"
 #include "ffn_policy.h"
 #include "jit.h"
 #include "op_plan.h"
 #include "small_gate.h"
-#include "test_control.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-struct tw_small {
-    int available;
-    tw_small_mode mode;
-    tw_CUmodule mod_gate, mod_ffn;
-    tw_CUfunction gate, up, down, fused, fused_cl; /* fused_cl: sm_90+ and its smem fits */
-    tw_CUfunction row; /* K ≤ TW_ROW_MAX_K and its smem fits: the rows above the fused kernel's */
-    int fused_ok;      /* the fused kernel's shared memory fits this device (tw_fused_smem) */
-    int fused_plain;   /* TW_TC_SMALL_SET_FUSED_PLAIN: never the cluster kernel */
-    int updown;        /* TW_TC_SMALL_SET_UPDOWN: the up and down kernels where row would run */
-    int avoid_row; /* AUTO saw overflowing row-tiles: the up and down kernels (tw_small_avoid_row)
-                    */
-    int fused_ran; /* the last ffn_infer's one kernel: 0 none, 1 fused, 2 fused_cl, 3 row */
-    int gate_wn;   /* TW_TC_SMALL_SET_GATE's forced WN, 0: the rule's (small_gate.h) */
-    int gate_launched; /* the last twell_gate_pack launched the small gate kernel */
-    /* workspace for `rows` rows (one allocation, pieces 256-byte aligned) */
-    void *ws;
-    size_t rows, bytes;
-    uint16_t *gs;   /* [rows, N] rounded activations of the gate kernel */
-    uint32_t *tcnt; /* [rows / 8 + 1, N/T] arrival counters, 0 between calls */
-    float *hbuf;    /* [rows, N] h of the active pairs */
-    uint32_t *mask; /* [rows, N/32] activity of recomputed (overflowing) row-tiles */
-    /* calls of one op on another stream wait for the previous one (shared scratch) */
-    tw_cuda_event done[2]; /* 0: gate-pack, 1: ffn_infer */
-    int used[2];
-    twell_stream last_stream[2];
-    int last_ran[2];
-    int captured;      /* a captured call used the workspace: a replaced one goes to keep */
-    tw_cuda_keep keep; /* workspaces captured graphs may still use (freed at release) */
-};
 
 /* The up kernel's dynamic shared memory for M rows (ffn_small.cu.lua, TW_UP_SMEM). */
 static unsigned tw_up_smem(size_t M) { return (unsigned)(((M + 31u) & ~(size_t)31u) * 68u); }
@@ -83,7 +53,7 @@ static unsigned tw_row_smem(const twell_shape *s) {
 
 /* The row kernel serves this call: more rows than the fused kernel's, loaded, not turned off. */
 static int tw_small_row(const tw_small *sm, size_t M) {
-    return sm->row && !sm->updown && !sm->avoid_row && M > TW_SMALL_FUSED_M;
+    return sm->row && !TW_PROBE_OR(sm->probe.updown, 0) && !sm->avoid_row && M > TW_SMALL_FUSED_M;
 }
 
 void tw_small_avoid_row(tw_small *sm, int avoid) {
@@ -97,7 +67,8 @@ int tw_small_row_ok(const tw_small *sm, size_t M) {
 
 /* The fused kernel serves this call: few rows, K in range and its shared memory loaded. */
 static int tw_small_fused(const twell_plan *plan, const tw_small *sm, size_t M) {
-    return (sm->fused_ok || (sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M)) &&
+    return (sm->fused_ok ||
+            (sm->fused_cl && !TW_PROBE_OR(sm->probe.fused_plain, 0) && M <= TW_FUSED_CL_M)) &&
            M <= TW_SMALL_FUSED_M && plan->shape.K <= TW_SMALL_FUSED_K;
 }
 
@@ -198,11 +169,7 @@ void tw_small_release(twell_plan *plan, tw_small *sm) {
 
 /* ---- workspace ---- */
 
-typedef struct {
-    size_t gs, tcnt, hbuf, mask, bytes;
-} tw_small_layout;
-
-static void tw_small_layout_of(const twell_shape *s, size_t R, tw_small_layout *L) {
+void tw_small_layout_of(const twell_shape *s, size_t R, tw_small_layout *L) {
     size_t N = s->N, o = 0;
     L->gs = o, o += tw_al(R * N * 2u);
     L->tcnt = o, o += tw_al((R / 8u + 1u) * (N / s->T) * 4u);
@@ -276,7 +243,7 @@ static int tw_small_begin(twell_plan *plan, tw_small *sm, int op, size_t M, int 
     }
     if (need_ws)
         *st = tw_small_grow(plan, sm, M, stream);
-    if (*st == TWELL_ERR_NO_MEMORY && sm->mode == TW_SMALL_AUTO) {
+    if (*st == TWELL_ERR_NO_MEMORY && TW_SMALL_MODE(sm) == TW_SMALL_AUTO) {
         tw_log(plan->ctx, TWELL_LOG_WARN,
                "small path: workspace for %zu rows unavailable (%s); using the other kernels", M,
                tw_errmsg(plan->ctx));
@@ -313,10 +280,10 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     twell_ctx *ctx = plan->ctx;
     if (sm)
         sm->last_ran[0] = 0, sm->gate_launched = 0;
-    if (!sm || !sm->available || sm->mode == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
+    if (!sm || !sm->available || TW_SMALL_MODE(sm) == TW_SMALL_OFF || M > TW_SMALL_MAX_M ||
         !tw_small_aligned(x, w, NULL, NULL, NULL))
         return 0;
-    if (sm->mode == TW_SMALL_AUTO) {
+    if (TW_SMALL_MODE(sm) == TW_SMALL_AUTO) {
         /* a variant forced away from the device's default (tests, the bench) keeps its kernel */
         tw_gp_variant v = tw_cuda_gate_pack_variant(tw_op_plan(plan)->gate_pack);
         int sm90 = tw_sm90_gate_pack_supports(&plan->shape, ctx->cuda);
@@ -326,7 +293,7 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     int capturing = 0;
     if (tw_cuda_stream_capturing(ctx, stream, &capturing) != TWELL_OK)
         return 0; /* the other kernels report the stream's problem */
-    if (sm->mode == TW_SMALL_AUTO && capturing && M > sm->rows)
+    if (TW_SMALL_MODE(sm) == TW_SMALL_AUTO && capturing && M > sm->rows)
         return 0;
     if (!tw_small_begin(plan, sm, 0, M, 1, capturing, stream, st))
         return 0;
@@ -336,7 +303,7 @@ int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, 
     const twell_shape *s = &plan->shape;
     /* the geometry for M rows (small_gate.h): one token block up to 16 rows, more above (the
      * rows FORCE sends here beyond AUTO's limit included) */
-    tw_sgate_geom g = tw_sgate_geom_of(s->T, M, sm->gate_wn);
+    tw_sgate_geom g = tw_sgate_geom_of(s->T, M, TW_PROBE_OR(sm->probe.gate_wn, 0));
     int m = (int)M;
     void *args[] = {
         (void *)&x, (void *)&w, (void *)&packed, (void *)&sm->gs, (void *)&sm->tcnt, &m, &g.TB,
@@ -360,7 +327,7 @@ static int tw_small_ffn_can(const twell_plan *plan, const tw_small *sm, size_t M
     return !capturing || tw_small_fused(plan, sm, M) || tw_small_row(sm, M) || M <= sm->rows;
 }
 
-int tw_small_gate_forced(const tw_small *sm) { return sm && sm->mode == TW_SMALL_FORCE; }
+int tw_small_gate_forced(const tw_small *sm) { return sm && TW_SMALL_MODE(sm) == TW_SMALL_FORCE; }
 
 void tw_small_gate_not_run(tw_small *sm) {
     if (sm)
@@ -369,12 +336,13 @@ void tw_small_gate_not_run(tw_small *sm) {
 
 int tw_small_ffn_forced(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                         int capturing) {
-    return sm && sm->mode == TW_SMALL_FORCE && tw_small_ffn_can(plan, sm, M, aligned16, capturing);
+    return sm && TW_SMALL_MODE(sm) == TW_SMALL_FORCE &&
+           tw_small_ffn_can(plan, sm, M, aligned16, capturing);
 }
 
 int tw_small_ffn_ok(const twell_plan *plan, const tw_small *sm, size_t M, int aligned16,
                     int capturing) {
-    return sm && sm->mode == TW_SMALL_AUTO && plan->path == TWELL_PATH_AUTO &&
+    return sm && TW_SMALL_MODE(sm) == TW_SMALL_AUTO && plan->path == TWELL_PATH_AUTO &&
            tw_small_ffn_can(plan, sm, M, aligned16, capturing);
 }
 
@@ -399,7 +367,8 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
         *st = tw_cu_launch_grid(ctx, sm->row, (unsigned)M, 1, TW_FUSED_THREADS, tw_row_smem(s), 1u,
                                 stream, a_f);
     } else if (fused) {
-        sm->fused_ran = sm->fused_cl && !sm->fused_plain && M <= TW_FUSED_CL_M ? 2 : 1;
+        sm->fused_ran =
+            sm->fused_cl && !TW_PROBE_OR(sm->probe.fused_plain, 0) && M <= TW_FUSED_CL_M ? 2 : 1;
         if (sm->fused_ran == 2) {
             tw_cu_launch_cfg c = {{TW_FUSED_CL, (unsigned)M, 1},
                                   {TW_FUSED_THREADS, 1, 1},
@@ -426,140 +395,7 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
     return 1;
 }
 
-/* ---- hooks ---- */
-
-static tw_small *tw_plan_small(const twell_plan *plan) {
-    const tw_cuda_plan *cp = tw_op_plan(plan);
-    return cp ? cp->small : NULL;
-}
-
-twell_status tw_cuda_small_set_mode(twell_plan *plan, tw_small_mode mode) {
-    tw_small *sm = tw_plan_small(plan);
-    if (!sm)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "small path: not a CUDA plan");
-    if (mode != TW_SMALL_AUTO && mode != TW_SMALL_OFF && mode != TW_SMALL_FORCE)
-        return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: mode %d unknown", (int)mode);
-    sm->mode = mode;
-    return TWELL_OK;
-}
-
-int tw_cuda_small_available(const twell_plan *plan) {
-    const tw_small *sm = tw_plan_small(plan);
-    return sm ? sm->available : 0;
-}
-
 void tw_small_ffn_call_begins(tw_small *sm) {
     if (sm)
         sm->last_ran[1] = 0;
-}
-
-int tw_cuda_small_last_ffn(const twell_plan *plan) {
-    const tw_small *sm = tw_plan_small(plan);
-    return sm ? sm->last_ran[1] : 0;
-}
-
-int tw_cuda_small_last_gate(const twell_plan *plan) {
-    const tw_small *sm = tw_plan_small(plan);
-    return sm ? sm->last_ran[0] : 0;
-}
-
-size_t tw_cuda_small_rows(const twell_plan *plan) {
-    const tw_small *sm = tw_plan_small(plan);
-    return sm ? sm->rows : 0;
-}
-
-size_t tw_cuda_small_workspace_bytes(const twell_plan *plan) {
-    const tw_small *sm = tw_plan_small(plan);
-    return sm ? sm->bytes : 0;
-}
-
-twell_status tw_cuda_small_poison(twell_plan *plan, uint32_t pattern) {
-    tw_small *sm = tw_plan_small(plan);
-    if (!sm)
-        return tw_error(plan ? plan->ctx : NULL, TWELL_ERR_UNSUPPORTED,
-                        "small path: not a CUDA plan");
-    twell_ctx *ctx = plan->ctx;
-    TW_TRY(tw_cuda_synchronize(ctx));
-    if (!sm->ws)
-        return TWELL_OK;
-    tw_small_layout L;
-    tw_small_layout_of(&plan->shape, sm->rows, &L);
-    TW_TRY(tw_cuda_memset_d32(ctx, sm->ws, pattern, L.tcnt / 4u, NULL));
-    TW_TRY(tw_cuda_memset_d32(ctx, sm->hbuf, pattern, (L.bytes - L.hbuf) / 4u, NULL));
-    return tw_cuda_synchronize(ctx);
-}
-
-twell_status tw_small_test_control(int op, va_list ap) {
-    twell_plan *plan = va_arg(ap, twell_plan *);
-    if (!plan)
-        return TWELL_ERR_INVALID_ARG;
-    switch (op) {
-    case TW_TC_SMALL_SET_MODE: {
-        const char *m = va_arg(ap, const char *);
-        tw_small_mode mode = !m                    ? (tw_small_mode)-1
-                             : !strcmp(m, "auto")  ? TW_SMALL_AUTO
-                             : !strcmp(m, "off")   ? TW_SMALL_OFF
-                             : !strcmp(m, "force") ? TW_SMALL_FORCE
-                                                   : (tw_small_mode)-1;
-        return tw_cuda_small_set_mode(plan, mode);
-    }
-    case TW_TC_SMALL_AVAILABLE:
-        *va_arg(ap, int *) = tw_cuda_small_available(plan);
-        return TWELL_OK;
-    case TW_TC_SMALL_LAST_GATE:
-        *va_arg(ap, int *) = tw_cuda_small_last_gate(plan);
-        return TWELL_OK;
-    case TW_TC_SMALL_LAST_FFN:
-        *va_arg(ap, int *) = tw_cuda_small_last_ffn(plan);
-        return TWELL_OK;
-    case TW_TC_SMALL_ROWS:
-        *va_arg(ap, size_t *) = tw_cuda_small_rows(plan);
-        return TWELL_OK;
-    case TW_TC_SMALL_WORKSPACE_BYTES:
-        *va_arg(ap, size_t *) = tw_cuda_small_workspace_bytes(plan);
-        return TWELL_OK;
-    case TW_TC_SMALL_POISON:
-        return tw_cuda_small_poison(plan, va_arg(ap, unsigned));
-    case TW_TC_SMALL_SET_GATE: {
-        tw_small *sm = tw_plan_small(plan);
-        const char *name = va_arg(ap, const char *);
-        int wn = 0;
-        if (!sm)
-            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
-        if (tw_sgate_spec_parse(name, &wn) != 0)
-            return tw_error(plan->ctx, TWELL_ERR_INVALID_ARG, "small path: gate kernel %s unknown",
-                            name ? name : "(null)");
-        sm->gate_wn = wn;
-        return TWELL_OK;
-    }
-    case TW_TC_SMALL_SET_FUSED_PLAIN: {
-        tw_small *sm = tw_plan_small(plan);
-        if (!sm)
-            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
-        sm->fused_plain = va_arg(ap, int) != 0;
-        return TWELL_OK;
-    }
-    case TW_TC_SMALL_SET_UPDOWN: {
-        tw_small *sm = tw_plan_small(plan);
-        if (!sm)
-            return tw_error(plan->ctx, TWELL_ERR_UNSUPPORTED, "small path: not a CUDA plan");
-        sm->updown = va_arg(ap, int) != 0;
-        return TWELL_OK;
-    }
-    case TW_TC_SMALL_LAST_FUSED_KERNEL: {
-        const tw_small *sm = tw_plan_small(plan);
-        const char **out = va_arg(ap, const char **);
-        static const char *const names[] = {"", "fused", "fused_cl", "row"};
-        *out = sm ? names[sm->fused_ran] : "";
-        return TWELL_OK;
-    }
-    case TW_TC_SMALL_LAST_GATE_KERNEL: {
-        const tw_small *sm = tw_plan_small(plan);
-        const char **out = va_arg(ap, const char **);
-        *out = sm && sm->gate_launched ? TW_SGATE_KERNEL : "";
-        return TWELL_OK;
-    }
-    }
-    return TWELL_ERR_INVALID_ARG;
 }

@@ -12,10 +12,11 @@
 
 #include <stdarg.h>
 
-/* Per-plan state: the two modules, the workspace, the mode. */
+/* Per-plan state: the modules, the workspace (cuda_small_int.h). */
 typedef struct tw_small tw_small;
 
-/* When the path runs (internal hook; tests and the bench force it either way).
+/* When the path runs: AUTO in the shipped library; in the test library a probe
+ * (TW_TC_SMALL_SET_MODE, cuda_small_probe.h) lets tests and the bench force it either way.
  *   AUTO   twell_gate_pack: M ≤ TW_SMALL_GATE_AUTO_M, unless the plan's gate-pack variant was
  *          forced away from the device's default (tw_cuda_plan_gate_pack_select);
  *          twell_ffn_infer: plan path AUTO and the policy's route SMALL (ffn_policy.h: up to
@@ -108,27 +109,8 @@ int tw_small_ffn_try(twell_plan *plan, tw_small *sm, size_t M, const void *x,
                      const uint32_t *packed, const void *wg, const void *wu, const void *wd,
                      void *y, int capturing, twell_stream stream, twell_status *st);
 
-/* ---- hooks for tests and the bench (plan on the CUDA backend; 0 / UNSUPPORTED otherwise) ---- */
-
-/* Sets the mode (default AUTO). */
-twell_status tw_cuda_small_set_mode(twell_plan *plan, tw_small_mode mode);
-/* 1 when the plan has the path's kernels. */
-int tw_cuda_small_available(const twell_plan *plan);
-/* 1 when the plan's last twell_ffn_infer (resp. twell_gate_pack) ran the small path. */
-int tw_cuda_small_last_ffn(const twell_plan *plan);
-
-/* Every twell_ffn_infer call starts with this, so tw_cuda_small_last_ffn speaks of the latest call
+/* Every twell_ffn_infer call starts with this, so TW_TC_SMALL_LAST_FFN speaks of the latest call
  * also when another route ran it (sm may be NULL). */
 void tw_small_ffn_call_begins(tw_small *sm);
-int tw_cuda_small_last_gate(const twell_plan *plan);
-/* Rows the workspace holds now, and its device bytes. */
-size_t tw_cuda_small_rows(const twell_plan *plan);
-size_t tw_cuda_small_workspace_bytes(const twell_plan *plan);
-/* Fills the scratch buffers (not the arrival counters, which must stay 0 between calls) with the
- * 32-bit `pattern` after synchronising: a value a call fails to write shows up in its output. */
-twell_status tw_cuda_small_poison(twell_plan *plan, uint32_t pattern);
-
-/* The TW_TC_SMALL_* operations of tw_test_control (core/test_control.h), over the hooks above. */
-twell_status tw_small_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_SMALL_H */

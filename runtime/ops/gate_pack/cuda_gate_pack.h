@@ -83,10 +83,6 @@ twell_status tw_cuda_gate_pack_launch(twell_plan *plan, tw_gate_pack *gp, size_t
 tw_gp_variant tw_cuda_gate_pack_variant(const tw_gate_pack *gp);
 int tw_cuda_gate_pack_modules_loaded(const tw_gate_pack *gp);
 
-/* The TW_TC_GP_* operations of tw_test_control (test_control.h): the variant in use or forced,
- * the modules loaded, a bucket's configuration. */
-twell_status tw_gate_pack_test_control(int op, va_list ap);
-
 /* ---------------------------------------------------------------------------------------------
  * The SM90 variant's launcher (cuda_gate_pack_sm90.c), for
  * templates/gate_pack/gate_pack_sm90.cu.lua (its configurations' rules are in gate_pack_config.c):

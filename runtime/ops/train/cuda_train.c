@@ -250,7 +250,7 @@ static twell_status tw_ct_fwd_count(twell_plan *plan, twell_train_state *state, 
      * gate-pack may need 16-byte aligned inputs (TMA on sm_90a): unaligned ones are packed by
      * the recount kernel itself, every row-tile in the reference order. */
     int all = vi != 0;
-    t->npev = 0;
+    TW_PROBE_DO(t->probe.npev = 0);
     tw_ct_mark(ctx, t, "start", stream);
     if (!all) {
         TW_CT_TRY(tw_cuda_gate_pack(plan, M, x, wg, packed, stream));
@@ -296,7 +296,7 @@ static twell_status tw_ct_fwd_count(twell_plan *plan, twell_train_state *state, 
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_TILES, &a, stream));
     memset(&a, 0, sizeof a);
     a.in64 = tw_dp(row_off), a.o0 = tw_dp(chunk_off), a.o1 = tw_dp(pslot_off);
-    a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = t->row_len;
+    a.tot = tw_dp(tot + 3), a.n = M, a.p0 = TW_TL_ROW_CHUNK_MIN, a.p1 = TW_CT_ROW_LEN(t);
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_ROWS, &a, stream));
     return TWELL_OK;
 }
@@ -346,7 +346,7 @@ static twell_status tw_ct_fwd_entries(twell_plan *plan, twell_train_state *state
      * per-entry kernel then computes only the overflowing row-tiles' entries */
     const uint32_t *pre = NULL;
     int pre_all = 0;
-    if (t->udt && md->staged && !t->legacy && tw_ctt_ready(plan, &t->tiled, M)) {
+    if (TW_CT_UDT(t) && md->staged && !TW_CT_LEGACY(t) && tw_ctt_ready(plan, &t->tiled, M)) {
         TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_ELL, M * NW * 4u, fn, synced));
         TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_DT_SPILL, spill * 4u, fn, synced));
         TW_CT_TRY(tw_ctt_lists(plan, t->tiled, M, packed, nnz, stream, &pre));
@@ -377,7 +377,7 @@ static twell_status tw_ct_fwd_entries(twell_plan *plan, twell_train_state *state
         void *args[] = {(void *)&x, (void *)&wu, &packed,   &u_ell,     &tile_off,  &spill_off,
                         &sp,        &u_spill,    &row_off,  &chunk_off, &chunk_row, &E,
                         &e_col,     &e_tm,       &chunk_l1, &Ml,        &pre,       &pre_all};
-        int sg = md->staged && !t->legacy;
+        int sg = md->staged && !TW_CT_LEGACY(t);
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_FWD_ENT_S : TF_FWD_ENT,
                             tw_ct_blocks(ctx, nchunks, sg ? TW_CT_SWP : t->wpb),
                             sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
@@ -463,7 +463,8 @@ twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void
     TW_CT_TRY(tw_ct_reserve(ctx, state, t, TB_TOT, 16u * 8u + NT * 4u, fn, &synced));
 
     uint64_t *tot = t->buf[TB_TOT].p;
-    int ovf_tc = md->mma && !t->legacy; /* overflowing row-tiles on tensor cores (steps 2, 5) */
+    int ovf_tc =
+        md->mma && !TW_CT_LEGACY(t); /* overflowing row-tiles on tensor cores (steps 2, 5) */
     int heavy = 0;
     uint32_t ovf_gx = 0;
     TW_CT_TRY(tw_ct_fwd_count(plan, state, t, md, vi, ovf_tc, M, x, wg, &synced, &heavy, &ovf_gx,
@@ -490,7 +491,7 @@ twell_status tw_ct_forward(twell_plan *plan, size_t M, const void *x, const void
         *to_dense = 1; /* AUTO's probe: dense data; the work so far only counted (M stays 0) */
         t->nnz = nnz;
         t->hnnz = heavy ? t->htot[7] : 0u;
-        t->npev = 0;
+        TW_PROBE_DO(t->probe.npev = 0);
         /* the dense path runs from here on: the count buffers go (a later sparse forward
          * allocates them again) */
         return tw_ct_drop_buffers(ctx, state, t);
@@ -540,7 +541,7 @@ static twell_status tw_ct_bwd_entries(twell_plan *plan, tw_ctrain *t, const tw_t
     const uint32_t *pre = NULL;
     int pre_all = 0;
     void *dt_ell = t->buf[TB_DT_ELL].p, *dt_spill = t->buf[TB_DT_SPILL].p;
-    if (t->fwd_tiled && md->staged && !t->legacy) {
+    if (t->fwd_tiled && md->staged && !TW_CT_LEGACY(t)) {
         TW_CT_TRY(tw_ctt_phase_a(plan, t->tiled, M, dy, wd, stream));
         tw_ct_mark(ctx, t, "dt_phase_a", stream);
         TW_CT_TRY(tw_ctt_udt(plan, t->tiled, M, dt_ell, md->fn[TF_UDT], stream));
@@ -571,7 +572,7 @@ static twell_status tw_ct_bwd_entries(twell_plan *plan, tw_ctrain *t, const tw_t
                         &spill_off,  &sp,         &u_spill, &row_off, &chunk_off,
                         &chunk_row,  &E,          &l1c,     &e_du,    &e_dp,
                         &Ml,         &pre,        &dt_ell,  &pre_all, &dt_spill};
-        int sg = md->staged && !t->legacy;
+        int sg = md->staged && !TW_CT_LEGACY(t);
         TW_CT_TRY(tw_ct_run(ctx, t, md, sg ? TF_BWD_ENT_S : TF_BWD_ENT,
                             tw_ct_blocks(ctx, t->nchunks, sg ? TW_CT_SWP : t->wpb),
                             sg ? 32u * TW_CT_SWP : rthreads, sg ? t->smem_stage : t->smem_row,
@@ -607,7 +608,7 @@ static twell_status tw_ct_bwd_lists(twell_plan *plan, tw_ctrain *t, const tw_tmo
     a.n = nhist, a.p0 = B;
     TW_CT_TRY(tw_ct_scan(ctx, md, t, TS_HIST, &a, stream));
     {
-        int ranked = md->scatter_smem != 0 && !t->legacy;
+        int ranked = md->scatter_smem != 0 && !TW_CT_LEGACY(t);
         void *args[] = {&row_off, &e_col, &Ml, &Rl, &Bl, &cursor, &col_row, &col_ent, &ranked};
         TW_CT_TRY(tw_ct_run(ctx, t, md, TF_SCATTER, (unsigned)B, 256,
                             ranked ? md->scatter_smem : 0u, stream, args));
@@ -678,7 +679,8 @@ twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M
     uint64_t nnz = t->nnz;
     size_t R, B;
     tw_tl_row_blocks(M, N, &R, &B);
-    uint64_t E2 = t->nrn_len ? t->nrn_len : tw_tl_nrn_chunk_len(nnz, N, TW_TL_NRN_CHUNK_MIN);
+    uint64_t nrn_len = TW_CT_NRN_LEN(t);
+    uint64_t E2 = nrn_len ? nrn_len : tw_tl_nrn_chunk_len(nnz, N, TW_TL_NRN_CHUNK_MIN);
     uint64_t nchunk_bound = N + nnz / E2, nslot_bound = nnz / E2 + 1u;
     uint64_t nhist = (uint64_t)N * B;
     uint64_t nb = (nhist + TW_CT_SCAN_ITEMS - 1) / TW_CT_SCAN_ITEMS;
@@ -713,7 +715,7 @@ twell_status tw_ct_backward(twell_plan *plan, twell_train_state *state, size_t M
                         "%s: the saved forward ran its heavy rows on the dense GEMMs, whose "
                         "backward needs every tensor 16-byte aligned",
                         fn);
-    t->npev = 0;
+    TW_PROBE_DO(t->probe.npev = 0);
     tw_ct_mark(ctx, t, "start", stream);
     /* 0. heavy rows: the dense backward GEMMs on the block; the weight gradients stored here,
      * the sparse kernel adds its sums (acc) */

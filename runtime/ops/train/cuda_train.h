@@ -31,9 +31,4 @@ twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, 
 /* Waits for the device, frees the state's device and pinned memory and modules. NULL-safe. */
 void tw_cuda_train_release(twell_train_state *state);
 
-/* The TW_TC_TRAIN_* operations of tw_test_control (test_control.h): forced chunk lengths, the
- * legacy-kernel and U/dT-route switches, profiling, download of the saved state (whose host copy,
- * tw_cuda_train_host, test_control.h defines). */
-twell_status tw_train_test_control(int op, va_list ap);
-
 #endif /* TWELL_CUDA_TRAIN_H */

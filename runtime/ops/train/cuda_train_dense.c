@@ -79,7 +79,7 @@ twell_status tw_ctd_create(twell_ctx *ctx, twell_train_state *state, tw_tdense *
     d->hcount = h;
     d->est = -1.0;
     d->release_after = TW_TD_RELEASE_FIRST;
-    d->min_rows = TW_TD_MIN_ROWS;
+    TW_PROBE_DO(d->probe.min_rows = TW_TD_MIN_ROWS);
     d->last = TWELL_PATH_AUTO;
     state->dense = d;
     *out = d;
@@ -119,7 +119,7 @@ static twell_status td_load_all(twell_plan *plan, tw_tdense *d) {
     const twell_shape *s = &plan->shape;
     const char *dt = tw_dtype_param(s->dtype);
     long long K = s->K, N = s->N;
-    unsigned wgs = d->wg_stages ? d->wg_stages : TD_WG_STAGES;
+    unsigned wgs = TD_WG_STAGES_OF(d);
     tw_param p[5][10];
     size_t np[5];
     /* Tm into columns [2N, 3N) of the [M, 3N] buffer */
@@ -430,18 +430,18 @@ static twell_status td_bwd_gemms(twell_ctx *ctx, const twell_shape *s, const tw_
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 3u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, dwd,           NULL,   NULL,        0.0f,
                       (int)(3u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
-        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
-                       &ma, &mb, &mg, &a, stream));
+        TW_TRY(
+            td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(TD_WG_STAGES_OF(d)), &ma, &mb, &mg, &a, stream));
     } else {
         TW_TRY(td_map(ctx, &ma, dt, buf, M, 2u * N, 3u * N, 64u));
         a = (td_args){dwu,           dwg, NULL,          NULL,   NULL,        0.0f,
                       (int)(2u * N), kbl, (int)(2u * N), (int)N, (uint32_t)K, 0u};
-        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
-                       &ma, &mb, &mg, &a, stream));
+        TW_TRY(
+            td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(TD_WG_STAGES_OF(d)), &ma, &mb, &mg, &a, stream));
         TW_TRY(td_map(ctx, &ma, dt, buf + 2u * N * 2u, M, N, 3u * N, 64u));
         a = (td_args){dwd, NULL, NULL, NULL, NULL, 0.0f, (int)N, kbl, 0, (int)N, (uint32_t)K, 0u};
-        TW_TRY(td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(d->wg_stages ? d->wg_stages : TD_WG_STAGES),
-                       &ma, &mb, &mg, &a, stream));
+        TW_TRY(
+            td_gemm(ctx, d->fn[TD_WG], TD_WG_SMEM(TD_WG_STAGES_OF(d)), &ma, &mb, &mg, &a, stream));
     }
     return TWELL_OK;
 }

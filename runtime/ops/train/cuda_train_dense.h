@@ -55,7 +55,7 @@ void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz);
 
 /* Records the exact L0 a probe counted before it handed over to the dense path (see
  * tw_ctd_pick); the dense forward's own count replaces it when it lands. */
-void tw_ctd_note_probe(twell_train_state *state, size_t M, uint64_t nnz);
+void tw_ctd_note_counted(twell_train_state *state, size_t M, uint64_t nnz);
 
 /* Raises the state's high-water mark of twell_train_state_bytes to what it holds now (after
  * each op; TW_TC_TD_PEAK_BYTES reads it). */
@@ -140,10 +140,5 @@ void *tw_ctd_block_part(const twell_shape *s, size_t Mb, void *ws);
  * workspace is freed to make room (tw_ctd_trim). */
 #define TW_TD_RELEASE_FIRST 4u
 #define TW_TD_RELEASE_MAX 256u
-
-/* The TW_TC_TD_* operations of tw_test_control (test_control.h): the path last run, the AUTO
- * estimate and threshold, the weight-gradient ring depth, the saved gate, call counts, the own
- * workspace's bytes and releases, the state's peak bytes. */
-twell_status tw_td_test_control(int op, va_list ap);
 
 #endif /* TWELL_CUDA_TRAIN_DENSE_H */

@@ -39,7 +39,7 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
         return TWELL_OK;
     const void *p[] = {x, wg, wu, wd, y};
     int forced = plan->path == TWELL_PATH_DENSE;
-    if (!forced && M < d->min_rows)
+    if (!forced && M < TD_MIN_ROWS(d))
         return TWELL_OK; /* AUTO runs sparse: no need to build the dense kernels for it */
     TW_TRY(tw_ctd_prepare(plan, d, forced));
     int can = d->available && tw_ctd_aligned(p, 5) && M <= (size_t)INT_MAX;
@@ -57,8 +57,10 @@ twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, c
     }
     if (!can)
         return TWELL_OK;
-    double thr = d->threshold > 0.0 ? d->threshold : TW_TD_DENSITY * (double)plan->shape.N;
-    int pick = tw_train_auto_dense(d->est, d->last, M, d->min_rows, thr, TW_TD_STAY);
+    double thr = TD_THRESHOLD(d);
+    if (thr <= 0.0)
+        thr = TW_TD_DENSITY * (double)plan->shape.N;
+    int pick = tw_train_auto_dense(d->est, d->last, M, TD_MIN_ROWS(d), thr, TW_TD_STAY);
     *dense = pick == TW_AUTO_DENSE;
     if (pick == TW_AUTO_PROBE)
         *probe = thr;
@@ -131,7 +133,7 @@ void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz) {
         (void)td_release(state->plan->ctx, d);
 }
 
-void tw_ctd_note_probe(twell_train_state *state, size_t M, uint64_t nnz) {
+void tw_ctd_note_counted(twell_train_state *state, size_t M, uint64_t nnz) {
     tw_tdense *d = td_get(state);
     if (!d)
         return;

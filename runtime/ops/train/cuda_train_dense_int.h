@@ -1,12 +1,13 @@
 /*
  * cuda_train_dense_int.h — what the dense training path's files share (cuda_train_dense.c, its
- * AUTO choice cuda_train_dense_auto.c, its test controls cuda_train_dense_hooks.c): the per-state
+ * AUTO choice cuda_train_dense_auto.c, its test controls cuda_train_dense_probe.c): the per-state
  * record and its module indices (not part of any public or test API).
  */
 #ifndef TWELL_CUDA_TRAIN_DENSE_INT_H
 #define TWELL_CUDA_TRAIN_DENSE_INT_H
 
 #include "cuda_train_dense.h"
+#include "cuda_train_dense_probe.h"
 
 enum { TD_FWD, TD_Y, TD_DT, TD_DX, TD_WG, TD_AUX, TD_NMOD };
 
@@ -22,7 +23,9 @@ struct tw_tdense {
     char why[256];         /* why not available */
     tw_CUmodule mod[TD_NMOD];
     tw_CUfunction fn[TD_NMOD];
-    unsigned wg_stages; /* ring depth of the weight-gradient GEMM (0: TD_WG_STAGES) */
+#ifdef TWELL_PROBES
+    tw_tdense_knobs probe; /* the test knobs (cuda_train_dense_probe.h) */
+#endif
     /* own workspace (unused while the caller lends one) */
     void *own;
     size_t own_bytes;
@@ -32,8 +35,6 @@ struct tw_tdense {
     int pending;
     size_t pending_M;
     double est; /* active values per row AUTO decides from; -1 none */
-    double threshold;
-    size_t min_rows;
     /* the saved forward */
     size_t saved_M; /* 0: none (or the saved forward is sparse) */
     void *buf, *pu, *part;
@@ -60,5 +61,12 @@ twell_status tw_ctd_create(twell_ctx *ctx, twell_train_state *state, tw_tdense *
 twell_status tw_ctd_prepare(twell_plan *plan, tw_tdense *d, int forced);
 /* 1 if the n pointers p are 16-byte aligned. */
 int tw_ctd_aligned(const void *const *p, size_t n);
+
+/* The probes' knobs as the path reads them (the shipped library: the defaults). */
+#define TD_THRESHOLD(d) TW_PROBE_OR((d)->probe.threshold, 0.0)          /* 0: TW_TD_DENSITY · N */
+#define TD_MIN_ROWS(d) TW_PROBE_OR((d)->probe.min_rows, TW_TD_MIN_ROWS) /* AUTO's smallest M */
+#define TD_WG_STAGES_OF(d)                                                                         \
+    TW_PROBE_OR((d)->probe.wg_stages ? (d)->probe.wg_stages : TD_WG_STAGES,                        \
+                TD_WG_STAGES) /* ring depth of the weight-gradient GEMM */
 
 #endif /* TWELL_CUDA_TRAIN_DENSE_INT_H */

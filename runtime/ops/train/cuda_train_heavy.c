@@ -17,11 +17,13 @@ static const char *const th_names[TH_COUNT] = {"twell_train_heavy_flag", "twell_
                                                "twell_train_heavy_rows", "twell_train_heavy_stats"};
 
 uint32_t tw_cth_threshold(const tw_ctrain *t, const twell_shape *s) {
-    if (t->heavy == 0)
+    (void)t; /* read by the probe only */
+    long long heavy = TW_CT_HEAVY(t);
+    if (heavy == 0)
         return 0;
-    if (t->heavy < 0)
+    if (heavy < 0)
         return tw_tl_heavy_threshold(s->N);
-    return t->heavy > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)t->heavy;
+    return heavy > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)heavy;
 }
 
 static twell_status th_load(twell_plan *plan, tw_ctrain *t) {

@@ -36,7 +36,8 @@
 
 #include "cuda_train_int.h"
 
-/* The threshold the knob t->heavy gives for this shape (0: the route is off). */
+/* The threshold of the heavy-row route for this shape (the cost model's, or a probe's; 0: the
+ * route is off). */
 uint32_t tw_cth_threshold(const tw_ctrain *t, const twell_shape *s);
 
 /* *on = 1 if the route runs (it needs the knob on, vi == 0 (16-byte aligned tensors, the tensor-

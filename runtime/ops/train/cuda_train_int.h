@@ -1,12 +1,13 @@
 /*
  * cuda_train_int.h — what cuda_train.c, cuda_train_state.c, cuda_train_route.c and
- * cuda_train_hooks.c share: the kernel and buffer indices of a CUDA training state and its
+ * cuda_train_probe.c share: the kernel and buffer indices of a CUDA training state and its
  * layout, the sparse path's entry points (not part of any public or test API).
  */
 #ifndef TWELL_CUDA_TRAIN_INT_H
 #define TWELL_CUDA_TRAIN_INT_H
 
 #include "cuda_driver.h"
+#include "cuda_train_probe.h"
 #include "cuda_train_tiled.h"
 #include "internal.h"
 
@@ -104,16 +105,13 @@ typedef struct {
     size_t cap; /* bytes */
 } tw_dbuf;
 
-#define TW_CT_PROF_MAX 48
-
 typedef struct tw_ctrain {
     tw_tmod mods[2]; /* [0]: VEC 8, [1]: VEC 1 (loaded when needed) */
     uint32_t wpb;    /* warps per block of the row kernels */
     unsigned smem_row, smem_recount, smem_stage;
-    int legacy; /* test control: SIMT recount, unstaged per-entry kernels and the unranked
-                 * scatter (comparisons) */
-    int udt;    /* U and dT: 1 tiled (cuda_train_tiled.c) where it can run, 0 per entry
-                 * (tests only: TW_TC_TRAIN_SET_UDT) */
+#ifdef TWELL_PROBES
+    tw_ctrain_knobs probe; /* the test knobs and profiling (cuda_train_probe.h) */
+#endif
     tw_ctt *tiled;
     int fwd_tiled; /* the saved forward's tiled U (its backward follows): 0 none, 1 the lists
                     * (overflowing row-tiles per entry), 2 also TF_OVF_UDT */
@@ -121,11 +119,9 @@ typedef struct tw_ctrain {
     uint64_t *htot; /* pinned [8]: the forward's totals read by the host */
     tw_cuda_event ev;
     int last_vec;
-    uint64_t row_len, nrn_len; /* forced chunk lengths (tests), 0 = automatic */
-    /* heavy rows by dense row block (cuda_train_heavy.c): the knob (0: off; > 0: rows with more
-     * active values than this; < 0: the cost model's threshold, the default), its module,
-     * and the saved forward's heavy rows (nh of them, hnnz active values; 0: none) */
-    long long heavy;
+    /* heavy rows by dense row block (cuda_train_heavy.c; on at the cost model's threshold, a
+     * probe may set another): its module, and the saved forward's heavy rows (nh of them, hnnz
+     * active values; 0: none) */
     uint32_t scan_epoch; /* the last scan's epoch (tw_ct_scan): 1..2^31 - 2 */
     tw_CUmodule hmod;
     tw_CUfunction hfn[TH_COUNT];
@@ -139,14 +135,14 @@ typedef struct tw_ctrain {
     int have_bwd;
     size_t R, B;
     uint64_t E2;
-    /* profiling (test control): an event after each launch group, times summed per label */
-    int prof, npev, nlab;
-    tw_cuda_event pev[TW_CT_PROF_MAX];
-    const char *pev_lab[TW_CT_PROF_MAX];
-    const char *lab[TW_CT_PROF_MAX];
-    double lab_ms[TW_CT_PROF_MAX];
-    unsigned lab_n[TW_CT_PROF_MAX];
 } tw_ctrain;
+
+/* The probes' knobs as the launchers read them (the shipped library: the defaults). */
+#define TW_CT_LEGACY(t) TW_PROBE_OR((t)->probe.legacy, 0)    /* the earlier kernels */
+#define TW_CT_UDT(t) (!TW_PROBE_OR((t)->probe.per_entry, 0)) /* U and dT tiled */
+#define TW_CT_ROW_LEN(t) TW_PROBE_OR((t)->probe.row_len, 0)  /* 0: automatic */
+#define TW_CT_NRN_LEN(t) TW_PROBE_OR((t)->probe.nrn_len, 0)  /* 0: automatic */
+#define TW_CT_HEAVY(t) TW_PROBE_OR((t)->probe.heavy, -1)     /* < 0: the cost model's */
 
 extern const char *const tw_ct_buf_names[TB_COUNT]; /* for messages */
 
@@ -169,11 +165,6 @@ twell_status tw_ct_launch2(twell_ctx *ctx, tw_CUfunction fn, unsigned grid, unsi
 
 /* The backend state of `state`, created (with its pinned totals and event) on first use. */
 twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out);
-/* Profiling: an event named `label` after the work enqueued so far (no-op unless t->prof), and
- * at the end of an op the intervals added to their labels' totals (waits for the events). */
-void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream);
-void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t);
-
 /* The sparse path (cuda_train.c), inside tw_cu_enter/leave. Forward: probe > 0 (AUTO's first
  * forward) stops after the counts (nothing saved, *to_dense = 1) when the active values exceed
  * probe per row. Backward: on the state's saved sparse forward of M rows. */

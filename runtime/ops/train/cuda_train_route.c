@@ -20,7 +20,7 @@ static twell_status tw_ct_forward_noted(twell_plan *plan, size_t M, const void *
     if (st == TWELL_OK) {
         const tw_ctrain *t = state->backend_data;
         if (*to_dense)
-            tw_ctd_note_probe(state, M, t->nnz + t->hnnz);
+            tw_ctd_note_counted(state, M, t->nnz + t->hnnz);
         else
             tw_ctd_note_sparse(state, M, t->nnz + t->hnnz);
     }

@@ -47,8 +47,7 @@ twell_status tw_ct_get(twell_ctx *ctx, twell_train_state *state, tw_ctrain **out
     }
     t->htot = h;
     memset(t->htot, 0, 8u * sizeof(uint64_t));
-    t->udt = 1;    /* tiled U / dT wherever it can run (tw_cuda_train_set_udt: tests only) */
-    t->heavy = -1; /* heavy rows by dense block at the cost model's threshold where it can run */
+    TW_PROBE_DO(t->probe.heavy = -1); /* the cost model's threshold, as the shipped library's */
     state->backend_data = t;
     state->bytes = tw_ct_bytes(t);
     *out = t;
@@ -142,9 +141,7 @@ void tw_cuda_train_release(twell_train_state *state) {
         tw_ctt_release(ctx, t->tiled);
         tw_cu_module_unload(t->hmod);
         tw_cuda_event_destroy(ctx, t->ev);
-        for (int i = 0; i < TW_CT_PROF_MAX; i++)
-            if (t->pev[i])
-                tw_cuda_event_destroy(ctx, t->pev[i]);
+        TW_PROBE_DO(tw_ct_knobs_release(ctx, &t->probe));
         tw_cuda_host_free(ctx, t->htot);
         tw_cu_leave(ctx, &sc);
     }

@@ -1,7 +1,7 @@
 /*
- * cuda_train_hooks.c — the CUDA training state's test controls (test_control.h's TW_TC_TRAIN_*:
+ * cuda_train_probe.c — the CUDA training state's test controls (test_control.h's TW_TC_TRAIN_*:
  * forced chunk lengths, the legacy-kernel switch, per-kernel profiling, download of the saved
- * state) and the profiling marks the ops record.
+ * state) and the profiling marks the ops record, compiled into the test library only.
  */
 #include "cuda_train.h"
 #include "cuda_train_int.h"
@@ -14,33 +14,35 @@
 /* ---- profiling (TW_TC_TRAIN_PROFILE): off by default, one event per launch group ---- */
 
 void tw_ct_mark(twell_ctx *ctx, tw_ctrain *t, const char *label, twell_stream stream) {
-    if (!t->prof || t->npev >= TW_CT_PROF_MAX)
+    tw_ctrain_knobs *p = &t->probe;
+    if (!p->prof || p->npev >= TW_CT_PROF_MAX)
         return;
-    if (!t->pev[t->npev] && tw_cuda_event_create(ctx, &t->pev[t->npev]) != TWELL_OK)
+    if (!p->pev[p->npev] && tw_cuda_event_create(ctx, &p->pev[p->npev]) != TWELL_OK)
         return;
-    if (tw_cuda_event_record(ctx, t->pev[t->npev], stream) != TWELL_OK)
+    if (tw_cuda_event_record(ctx, p->pev[p->npev], stream) != TWELL_OK)
         return;
-    t->pev_lab[t->npev++] = label;
+    p->pev_lab[p->npev++] = label;
 }
 
 /* Waits for the last mark and adds each interval to its label's total. */
 void tw_ct_prof_collect(twell_ctx *ctx, tw_ctrain *t) {
-    for (int i = 1; t->prof && i < t->npev; i++) {
+    tw_ctrain_knobs *p = &t->probe;
+    for (int i = 1; p->prof && i < p->npev; i++) {
         float ms = 0.0f;
-        if (tw_cuda_event_elapsed(ctx, t->pev[i - 1], t->pev[i], &ms) != TWELL_OK)
+        if (tw_cuda_event_elapsed(ctx, p->pev[i - 1], p->pev[i], &ms) != TWELL_OK)
             break;
         int l = 0;
-        while (l < t->nlab && strcmp(t->lab[l], t->pev_lab[i]) != 0)
+        while (l < p->nlab && strcmp(p->lab[l], p->pev_lab[i]) != 0)
             l++;
-        if (l == t->nlab) {
-            if (t->nlab == TW_CT_PROF_MAX)
+        if (l == p->nlab) {
+            if (p->nlab == TW_CT_PROF_MAX)
                 continue;
-            t->lab[t->nlab++] = t->pev_lab[i];
+            p->lab[p->nlab++] = p->pev_lab[i];
         }
-        t->lab_ms[l] += ms;
-        t->lab_n[l]++;
+        p->lab_ms[l] += ms;
+        p->lab_n[l]++;
     }
-    t->npev = 0;
+    p->npev = 0;
 }
 
 /* ---- test control (test_control.h's TW_TC_TRAIN_*) ---- */
@@ -60,8 +62,8 @@ static twell_status tw_cuda_train_set_chunk_len(twell_train_state *state, uint64
     twell_status st = tw_cuda_train_knob(state, &t);
     if (st != TWELL_OK)
         return st;
-    t->row_len = row_len;
-    t->nrn_len = nrn_len;
+    t->probe.row_len = row_len;
+    t->probe.nrn_len = nrn_len;
     return TWELL_OK;
 }
 
@@ -70,22 +72,23 @@ static twell_status tw_cuda_train_profile(twell_train_state *state, int on) {
     twell_status st = tw_cuda_train_knob(state, &t);
     if (st != TWELL_OK)
         return st;
-    t->prof = on;
-    t->nlab = 0;
-    t->npev = 0;
-    memset(t->lab_ms, 0, sizeof t->lab_ms);
-    memset(t->lab_n, 0, sizeof t->lab_n);
+    t->probe.prof = on;
+    t->probe.nlab = 0;
+    t->probe.npev = 0;
+    memset(t->probe.lab_ms, 0, sizeof t->probe.lab_ms);
+    memset(t->probe.lab_n, 0, sizeof t->probe.lab_n);
     return TWELL_OK;
 }
 
 static size_t tw_cuda_train_profile_report(const twell_train_state *state, char *buf, size_t cap) {
     const tw_ctrain *t = state ? state->backend_data : NULL;
+    const tw_ctrain_knobs *p = t ? &t->probe : NULL;
     size_t len = 0;
     if (cap)
         buf[0] = 0;
-    for (int l = 0; t && l < t->nlab && len < cap; l++) {
-        int n = snprintf(buf + len, cap - len, "%-14s %8.4f ms (%u)\n", t->lab[l],
-                         t->lab_n[l] ? t->lab_ms[l] / t->lab_n[l] : 0.0, t->lab_n[l]);
+    for (int l = 0; p && l < p->nlab && len < cap; l++) {
+        int n = snprintf(buf + len, cap - len, "%-14s %8.4f ms (%u)\n", p->lab[l],
+                         p->lab_n[l] ? p->lab_ms[l] / p->lab_n[l] : 0.0, p->lab_n[l]);
         if (n < 0)
             break;
         len += (size_t)n;
@@ -97,7 +100,7 @@ static twell_status tw_cuda_train_set_heavy(twell_train_state *state, long long 
     tw_ctrain *t;
     twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
-        t->heavy = thr;
+        t->probe.heavy = thr;
     return st;
 }
 
@@ -105,7 +108,7 @@ static twell_status tw_cuda_train_set_legacy(twell_train_state *state, int on) {
     tw_ctrain *t;
     twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
-        t->legacy = on;
+        t->probe.legacy = on;
     return st;
 }
 
@@ -113,7 +116,7 @@ static twell_status tw_cuda_train_set_udt(twell_train_state *state, int tiled) {
     tw_ctrain *t;
     twell_status st = tw_cuda_train_knob(state, &t);
     if (st == TWELL_OK)
-        t->udt = tiled != 0;
+        t->probe.per_entry = tiled == 0;
     return st;
 }
 

@@ -1,7 +1,8 @@
 /*
- * cuda_train_dense_hooks.c — the dense training path's test controls (test_control.h's TW_TC_TD_*:
+ * cuda_train_dense_probe.c — the dense training path's test controls (test_control.h's TW_TC_TD_*:
  * the path last run, the AUTO estimate and threshold, the weight-gradient ring depth, the saved
- * gate, call counts, the own workspace's bytes and releases, the state's peak bytes).
+ * gate, call counts, the own workspace's bytes and releases, the state's peak bytes), compiled
+ * into the test library only.
  */
 #include "cuda_train_dense_int.h"
 
@@ -25,8 +26,8 @@ static twell_status tw_ctd_set_threshold(twell_train_state *state, double nnz_pe
                                          size_t min_rows) {
     tw_tdense *d = NULL;
     TW_TRY(tw_ctd_create(state->plan->ctx, state, &d));
-    d->threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
-    d->min_rows = min_rows;
+    d->probe.threshold = nnz_per_row > 0.0 ? nnz_per_row : 0.0;
+    d->probe.min_rows = min_rows;
     return TWELL_OK;
 }
 
@@ -38,7 +39,7 @@ static twell_status tw_ctd_set_wgrad_stages(twell_train_state *state, unsigned s
                         "TW_TC_TD_SET_WGRAD_STAGES: %u (2..4, 0 default) must be set before the "
                         "first dense forward",
                         stages);
-    d->wg_stages = stages;
+    d->probe.wg_stages = stages;
     return TWELL_OK;
 }
 
