@@ -196,8 +196,8 @@ static int bench_ffn_check(bench_env *env, const twell_shape *s, twell_plan *pla
     /* twell_ffn_layer may leave packed unwritten (its dense route): the reference's packed
      * activation is then the gate-pack's, which the layer writes identically where it packs */
     if (bench_ffn_run_e2e((void *)d) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
-        (d->layer && twell_gate_pack(plan, M, d->x, d->wg ? d->wg : d->wu, d->packed, NULL) !=
-                         TWELL_OK) ||
+        (d->layer &&
+         twell_gate_pack(plan, M, d->x, d->wg ? d->wg : d->wu, d->packed, NULL) != TWELL_OK) ||
         tw_cuda_memset_d32(ctx, d->y, 0xFFFFFFFFu, n / 2, NULL) != TWELL_OK ||
         bench_ffn_run_e2e((void *)d) != TWELL_OK || tw_cuda_synchronize(ctx) != TWELL_OK ||
         tw_cuda_memcpy_dtoh(ctx, hp, d->packed, words * 4) != TWELL_OK ||

@@ -549,8 +549,7 @@ twell_status twell_ffn_layer(twell_plan *plan, size_t M, const void *x, const vo
     if (!plan)
         return TWELL_ERR_INVALID_ARG;
     TW_TRY(tw_ctx_enter(plan->ctx));
-    return tw_ctx_leave(plan->ctx,
-                        tw_ffn_layer_held(plan, M, x, wg, wu, wd, y, packed, stream));
+    return tw_ctx_leave(plan->ctx, tw_ffn_layer_held(plan, M, x, wg, wu, wd, y, packed, stream));
 }
 
 /* Shared by forward and backward: a gated plan and a state created from it. */

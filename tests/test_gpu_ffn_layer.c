@@ -202,16 +202,14 @@ static void test_gpu_ffn_layer_graph(void **state) {
     FL_OK(tw_cuda_stream_create(fl_ctx, &cs));
     size_t n = c->M * s.K, yb = n * 2u;
     FL_OK(tw_cuda_capture_begin(fl_ctx, cs, 0)); /* global mode: nothing may wait or allocate */
-    twell_status call =
-        twell_ffn_layer(plan, c->M, d.dx, d.dwg, d.dwu, d.dwd, d.dy, d.dp, cs);
+    twell_status call = twell_ffn_layer(plan, c->M, d.dx, d.dwg, d.dwu, d.dwd, d.dy, d.dp, cs);
     tw_cuda_graph g = NULL;
     twell_status end = tw_cuda_capture_end(fl_ctx, cs, &g);
     if (call != TWELL_OK || end != TWELL_OK)
         fail_msg("capture: call %s, end %s: %s", twell_status_name(call), twell_status_name(end),
                  twell_ctx_errmsg(fl_ctx));
     twell_path took = tw_tc_plan_path(plan, TW_TC_DENSE_LAST_PATH);
-    printf("#   M=%zu path %d hint %g: captured path %d\n", c->M, (int)c->path, c->hint,
-           (int)took);
+    printf("#   M=%zu path %d hint %g: captured path %d\n", c->M, (int)c->path, c->hint, (int)took);
     assert_int_equal(took, c->want);
     uint16_t *y_graph = malloc(yb);
     assert_non_null(y_graph);
