@@ -95,7 +95,7 @@ twell_status tw_cuda_plan_reserve(twell_plan *plan, size_t max_M, double nnz_per
     if (st == TWELL_OK && plan->path != TWELL_PATH_SPARSE)
         st = tw_cuda_dense_reserve_rows(plan, cp->dense, max_M);
     if (st == TWELL_OK)
-        st = tw_small_reserve_rows(plan, cp->small, max_M);
+        st = tw_small_reserve_rows(plan, cp->small, max_M, TW_POLICY_SMALL_MAX_ROWS);
     if (st == TWELL_OK)
         tw_cuda_dense_set_hint(cp->dense, nnz_per_row);
     if (st == TWELL_OK) /* after the hint: rows the dense route may reuse a captured gate for */

@@ -1,8 +1,9 @@
 /* test_dense_split.c — the grid of dense_aux's split-K reductions and expansion
- * (tw_dense_reduce_grid, runtime/ops/ffn/dense_split.c), which the inference (cuda_dense.c) and
- * training (cuda_train_dense.c) dense paths launch with: values worked out by hand on a few shapes,
- * the 16-blocks-per-SM cap, and a sweep against the formula written out again.
- * labels: unit */
+ * (tw_dense_reduce_grid, runtime/ops/ffn/dense_split.c), which the inference
+ * (cuda_ffn_heavy.c) and training (cuda_train_dense.c) dense paths launch with: values worked out
+ * by hand on a few shapes, the 16-blocks-per-SM cap, and a sweep against the formula written out
+ * again. labels: unit
+ */
 #include "dense_split.h"
 
 #include <setjmp.h>

@@ -1,9 +1,9 @@
 /* test_dense_templates.c — the dense path's templates against their launcher without a GPU: the
  * shared memory gemm_sm90 declares (first line of its source) equals what
- * runtime/ops/ffn/cuda_dense.c gives it, in every MODE and in the split-K (SPLIT = 1) and MN-major
- * Wd (TB = 1) variants the launcher renders; shapes the kernels cannot take are rejected as
- * unsupported, not as template errors; parameter combinations no launcher uses are template errors;
- * the expanding code exists only where it is used. labels: unit */
+ * runtime/ops/ffn/dense_gemm_sm90.c gives it, in every MODE and in the split-K (SPLIT = 1)
+ * and MN-major Wd (TB = 1) variants the launcher renders; shapes the kernels cannot take are
+ * rejected as unsupported, not as template errors; parameter combinations no launcher uses are
+ * template errors; the expanding code exists only where it is used. labels: unit */
 #include "jit.h"
 #include "twellrt.h"
 #include "twellrt_internal.h"
@@ -111,7 +111,7 @@ static void test_dense_templates_reject_unsupported_shapes(void **state) {
     free(src);
 }
 
-/* The variants cuda_dense.c renders besides the plain ones: the down GEMM with Wd MN-major
+/* The variants dense_gemm_sm90.c renders besides the plain ones: the down GEMM with Wd MN-major
  * (TB = 1, staging buffer: the launcher's TW_DG_SMEM) and the split-K GEMMs (SPLIT = 1, STAGES 4,
  * no staging buffer: TW_TC_DENSE_SPLIT_GEMM_SMEM). */
 static void test_dense_templates_split_and_tb_match_launcher(void **state) {

@@ -3,6 +3,7 @@
  * after a dense call, the hooks' overrides, the dense GEMMs' split-K factor, and
  * twell_plan_reserve's argument checks on the CPU backend (no GPU needed).
  * labels: unit */
+#include "dense_split.h"
 #include "ffn_policy.h"
 #include "twellrt.h"
 

@@ -47,7 +47,7 @@ static const tw_sweep_row tw_sweep_rows[] = {
     /* the dense path's kernels: T and C matter only to MODE gated and dense_aux */
     {"gemm_sm90", NULL, TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=relu", TW_SWEEP_SMALL, {NULL}},
-    /* ... and the variants cuda_dense.c renders: Wd read MN-major, the split-K GEMMs */
+    /* ... and the variants dense_gemm_sm90.c renders: Wd read MN-major, the split-K GEMMs */
     {"gemm_sm90", "MODE=plain TB=1", TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},
     {"gemm_sm90", "MODE=relu SPLIT=1 STAGES=4", TW_SWEEP_SMALL, {NULL}},

@@ -6,8 +6,8 @@
  */
 #include "cuda_ffn_heavy.h"
 
-#include "cuda_dense.h"
 #include "cuda_module.h"
+#include "dense_gemm.h"
 #include "dense_split.h"
 #include "jit.h"
 #include "probe.h"

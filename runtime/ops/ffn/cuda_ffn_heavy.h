@@ -6,7 +6,7 @@
 #ifndef TWELL_CUDA_FFN_HEAVY_H
 #define TWELL_CUDA_FFN_HEAVY_H
 
-#include "cuda_ffn.h"
+#include "cuda_driver.h"
 
 typedef struct tw_ffn_heavy tw_ffn_heavy;
 

@@ -7,7 +7,6 @@
 #include "cuda_small_int.h"
 
 #include "cuda_gate_pack.h"
-#include "ffn_policy.h"
 #include "jit.h"
 #include "op_plan.h"
 #include "small_gate.h"
@@ -217,11 +216,10 @@ static twell_status tw_small_grow(twell_plan *plan, tw_small *sm, size_t M, twel
     return TWELL_OK;
 }
 
-twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M) {
+twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M, size_t auto_max) {
     if (!sm || !sm->available)
         return TWELL_OK;
-    size_t auto_rows = TW_SMALL_GATE_AUTO_M > TW_POLICY_SMALL_MAX_ROWS ? TW_SMALL_GATE_AUTO_M
-                                                                       : TW_POLICY_SMALL_MAX_ROWS;
+    size_t auto_rows = TW_SMALL_GATE_AUTO_M > auto_max ? TW_SMALL_GATE_AUTO_M : auto_max;
     return tw_small_grow(plan, sm, max_M < auto_rows ? max_M : auto_rows, NULL);
 }
 

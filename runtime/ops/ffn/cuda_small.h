@@ -69,9 +69,10 @@ void tw_small_release(twell_plan *plan, tw_small *sm);
 
 /* twell_plan_reserve's part: the workspace for min(max_M, the rows AUTO sends here) rows (gate
  * scratch and arrival counters, h and overflow masks: about N·6 bytes a row), when the path is
- * available. May wait for the plan's earlier small-path work (a larger workspace). Inside
- * tw_cu_enter/leave. */
-twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M);
+ * available; auto_max: the most rows twell_ffn_infer's AUTO sends here (its policy's, ffn_policy.h;
+ * twell_gate_pack's own bound is TW_SMALL_GATE_AUTO_M). May wait for the plan's earlier
+ * small-path work (a larger workspace). Inside tw_cu_enter/leave. */
+twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M, size_t auto_max);
 
 /* twell_gate_pack through the small path when the mode and the call allow it (arguments validated
  * by plan.c; context current). Returns 0 when the call is not for this path (the caller runs its

@@ -4,7 +4,7 @@
  * count is read there (DM = 1), which cuBLASLt cannot do without a host read. The dense route of
  * twell_ffn_infer runs through cuBLASLt instead (cuda_dense.c).
  */
-#include "cuda_dense.h"
+#include "dense_gemm.h"
 
 #include "dense_split.h"
 

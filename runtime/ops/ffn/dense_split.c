@@ -5,8 +5,6 @@
  */
 #include "dense_split.h"
 
-#include "ffn_policy.h"
-
 #include <stdio.h>
 
 static size_t tw_ds_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }

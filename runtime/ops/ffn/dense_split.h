@@ -81,4 +81,21 @@ void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsi
 void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
                            const unsigned force[2], const unsigned *tuned, unsigned sp[2]);
 
+/* ---- split-K of the heavy-row route's hand-written GEMMs (dense_gemm_sm90.c) ----
+ * A GEMM of `units` cluster tiles (128·CLUSTER rows x 256 columns each) keeps only `units` of the
+ * device's clusters busy; splitting the reduction into S slices of whole 64-wide k-blocks runs
+ * units·S work items, fp32 partials reduced in slice order by a second kernel. The rule fills one
+ * wave. */
+
+/* Fewest k-blocks a slice may hold (each slice refills the TMA ring: 3-4 stages). */
+#define TW_POLICY_SPLIT_MIN_KB 4u
+/* Most slices (bounds the partial workspace and the reduction's reads). */
+#define TW_POLICY_SPLIT_MAX 16u
+
+/* Slices S ≥ 1 for a GEMM of `units` tiles over `kblocks` k-blocks on a device that runs
+ * `clusters` clusters at once: the largest S with units·S ≤ clusters (so S > 1 only where at
+ * least half the clusters would idle), at most kblocks / TW_POLICY_SPLIT_MIN_KB and
+ * TW_POLICY_SPLIT_MAX; 1 for zero units or clusters. Pure; never fails. */
+unsigned tw_ffn_dense_split(size_t units, unsigned kblocks, unsigned clusters);
+
 #endif /* TWELL_DENSE_SPLIT_H */

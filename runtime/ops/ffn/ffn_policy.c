@@ -107,15 +107,3 @@ tw_ffn_route tw_ffn_policy(const tw_ffn_policy_in *in) {
         return TW_ROUTE_DENSE; /* rule 3 */
     return TW_ROUTE_TILED;
 }
-
-unsigned tw_ffn_dense_split(size_t units, unsigned kblocks, unsigned clusters) {
-    if (units == 0 || clusters == 0 || units >= clusters)
-        return 1u;
-    size_t split = clusters / units;
-    unsigned cap = kblocks / TW_POLICY_SPLIT_MIN_KB;
-    if (cap > TW_POLICY_SPLIT_MAX)
-        cap = TW_POLICY_SPLIT_MAX;
-    if (split > cap)
-        split = cap;
-    return split < 2u ? 1u : (unsigned)split;
-}
