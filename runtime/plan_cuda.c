@@ -119,7 +119,7 @@ twell_status tw_cuda_ffn_infer(twell_plan *plan, size_t M, const void *x, const 
     if (plan->ctx->validate_packed)
         st = tw_packed_check_run(plan, &cp->packed_check, M, packed, stream);
     /* the path choice (plan->path, AUTO's policy: small-batch, tiled or dense) and the launch:
-     * cuda_dense.c */
+     * ffn_route.c */
     if (st == TWELL_OK)
         st = tw_cuda_dense_ffn_infer(plan, cp->dense, cp->ffn, M, x, packed, wg, wu, wd, y, stream);
     tw_cu_leave(plan->ctx, &sc);

@@ -7,7 +7,7 @@
 #include "cuda_ffn.h"
 #include "cuda_gate_pack.h"
 #include "cuda_small.h"
-#include "ffn_policy.h"
+#include "ffn_route.h"
 #include "op_plan.h"
 #include "packed_check.h"
 

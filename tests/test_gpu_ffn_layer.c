@@ -37,7 +37,7 @@ static twell_ctx *fl_ctx;
 #define FL_SENTINEL 0xA5A5A5A5u /* a word no packing writes: never a valid TwELL count word */
 #define FL_POISON 0xFFFFu
 #define FL_CALLS 32u   /* AUTO calls counted after the first */
-#define FL_RECOUNT 16u /* one AUTO dense call in this many packs (cuda_dense.c) */
+#define FL_RECOUNT 16u /* one AUTO dense call in this many packs (ffn_route.c) */
 
 /* The first three are small (sanitizer). Every M of the issue's list, each dtype and layer kind
  * more than once, skewed cases with overflowing row-tiles. */

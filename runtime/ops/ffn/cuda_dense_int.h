@@ -1,13 +1,23 @@
 /*
- * cuda_dense_int.h — what cuda_dense.c (the dense route and the path choice) and
- * cuda_dense_probe.c (its test controls) share: the per-plan dense state and its AUTO helpers.
+ * cuda_dense_int.h — the per-plan dense state and its count slots: what cuda_dense.c (the dense
+ * route, the counts), the op folder's route choice (ffn_route.c: AUTO reads its estimate here and
+ * counts the sparse calls into its slots) and their test controls (cuda_dense_probe.c) share.
  */
 #ifndef TWELL_CUDA_DENSE_INT_H
 #define TWELL_CUDA_DENSE_INT_H
 
 #include "cuda_dense.h"
-#include "cuda_dense_probe.h"
-#include "ffn_policy.h"
+
+#ifdef TWELL_PROBES
+/* A plan's AUTO knobs (test library only, runtime/core/probe.h; set by cuda_dense_probe.c, read
+ * by ffn_route.c), a member of its tw_dense; all zero: the shipped behaviour. */
+typedef struct tw_dense_knobs {
+    double threshold;    /* TW_TC_DENSE_SET_THRESHOLD: > 0 AUTO's threshold; 0: the policy's */
+    size_t min_rows;     /* TW_TC_DENSE_SET_MIN_ROWS: > 0 the smallest M AUTO runs dense */
+    size_t lt_lo, lt_hi; /* TW_TC_DENSE_SET_LT_GATE: the cuBLASLt gate-pack's own range of
+                            rows; 0, 0: the policy's */
+} tw_dense_knobs;
+#endif
 
 #define TW_DENSE_SLOTS 16u /* count slots: call c uses slot c % TW_DENSE_SLOTS */
 struct tw_dense {
@@ -51,17 +61,24 @@ struct tw_dense {
                                    packs and counts) */
     unsigned long direct_calls; /* those that ran the dense route from x, nothing packed */
 #ifdef TWELL_PROBES
-    tw_dense_knobs probe; /* the test knobs (cuda_dense_probe.h), zero: the product's behaviour */
+    tw_dense_knobs probe; /* the test knobs (above), zero: the product's behaviour */
 #endif
 };
 
-/* Whether the dense route can run (asks for cuBLASLt the first time: gate_pack_lt.h). */
-int tw_dense_ready(twell_plan *plan, tw_dense *d);
-/* AUTO's threshold at M rows, active values per row (a probe's, else the policy's). */
-double tw_dense_thr(const tw_dense *d, const twell_shape *s, size_t M);
-/* The route AUTO takes for M rows (ffn_policy.h) given what can run; *row (may be NULL): the
- * policy's row-kernel answer. */
-tw_ffn_route tw_dense_route(const twell_plan *plan, const tw_dense *d, size_t M, int dense_ok,
-                            int small_ok, int *row);
+/* ---- count slots (cuda_dense.c) ---- */
+
+/* The next count slot (call c uses slot c % TW_DENSE_SLOTS). */
+unsigned tw_dense_slot_take(tw_dense *d);
+/* Counts m rows of packed into slot `slot` (zeroed before). */
+twell_status tw_dense_count(twell_plan *plan, tw_dense *d, size_t m, const uint32_t *packed,
+                            unsigned slot, twell_stream stream);
+/* The slot's counts to pinned memory (in_host: the kernels wrote them there already); the next
+ * calls read them once event ev says they have landed. ev is recorded here on stream, unless
+ * recorded is set: then the caller recorded it on stream after the counts' last write already.
+ * ovf: the slot's second word counts overflowing row-tiles. */
+twell_status tw_dense_count_end(twell_plan *plan, tw_dense *d, unsigned slot, size_t M, int in_host,
+                                twell_stream stream, tw_cuda_event ev, int recorded, int ovf);
+/* Reads the latest counts into est (and ovf_seen) if their copy has completed (never waits). */
+twell_status tw_dense_collect(twell_plan *plan, tw_dense *d);
 
 #endif /* TWELL_CUDA_DENSE_INT_H */

@@ -4,7 +4,10 @@
  * threshold and route and their knobs, counts, workspace probes and poisoning, the cuBLASLt
  * gate-pack's range and reuse.
  */
+#include "cuda_dense_probe.h"
+
 #include "cuda_dense_int.h"
+#include "ffn_route.h"
 
 #include "cuda_small.h"
 #include "dense_split.h"

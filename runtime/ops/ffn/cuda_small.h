@@ -87,7 +87,7 @@ twell_status tw_small_reserve_rows(twell_plan *plan, tw_small *sm, size_t max_M,
 int tw_small_gate_pack(twell_plan *plan, tw_small *sm, size_t M, const void *x, const void *w,
                        uint32_t *packed, twell_stream stream, twell_status *st);
 
-/* twell_ffn_infer's small path (called by the path choice, cuda_dense.c; arguments validated by
+/* twell_ffn_infer's small path (called by the path choice, ffn_route.c; arguments validated by
  * plan.c, context current; aligned16: x, the weights and y 16-byte aligned):
  *   forced: 1 when the mode is FORCE and the path can take the call (then it must run here);
  *   ok:     1 when the path can take the call in AUTO mode (the policy's small_ok);

@@ -184,7 +184,7 @@ static twell_status tw_ffn_path_open(tw_gpu_ffn *t) {
 }
 
 /* Runs the sparse path's call of `rows` rows with cfg's module: the launch a plan on
- * TWELL_PATH_SPARSE makes (cuda_dense.c's tw_cuda_dense_ffn_infer) for these aligned tensors on
+ * TWELL_PATH_SPARSE makes (ffn_route.c's tw_cuda_dense_ffn_infer) for these aligned tensors on
  * the default stream, eager, counting nothing. */
 static twell_status tw_ffn_call(tw_gpu_ffn *t, tw_ffn_slot *slot, size_t rows) {
     twell_status st = tw_cuda_ffn_force(&t->plan, t->f, &slot->tk);

@@ -2,6 +2,8 @@
  * gate_route.c — twell_gate_pack on CUDA: the route of a call (cuBLASLt, small-batch or tiled
  * gate-pack) over the plan's ffn and gate-pack state; the API and the training forward call it.
  */
+#include "ffn_route.h"
+
 #include "cuda_dense.h"
 #include "cuda_gate_pack.h"
 #include "cuda_small.h"

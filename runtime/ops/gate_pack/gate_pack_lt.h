@@ -2,9 +2,9 @@
  * gate_pack_lt.h — a plan's cuBLASLt resources and the gate-pack route through them: the gate GEMM
  * pre-activations g = x · wᵀ by cuBLASLt into a buffer of the plan (L2-resident at the batch sizes
  * the route serves), then a packing pass that applies relu
- * (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference route (ops/ffn/cuda_dense.c)
- * reuses that g when it is known to hold the gate of its call, and runs its own GEMMs through the
- * same workspace.
+ * (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference route
+ * (ops/ffn/cuda_dense.c) reuses that g when it is known to hold the gate of its call, and
+ * runs its own GEMMs through the same workspace.
  *
  * Which g a dense call may reuse. The plan keeps two gate buffers: one written only by eager
  * calls (so host order is device order, on one stream), one written only by captured calls. Each
