@@ -12,8 +12,8 @@ import os
 import re
 import sys
 
-LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack", "ffn", "train",
-       "api"]
+LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack", "ffn_heavy",
+       "ffn_tiled", "ffn_small", "ffn_dense", "ffn", "train", "api"]
 # folder -> the folders it may include from (itself and the public header always allowed)
 RULES = {
     "core": [],
@@ -22,10 +22,17 @@ RULES = {
     "cpu": ["core"],
     "gen": ["cache", "core"],
     "autotune": ["gen", "cache", "cuda", "core"],
-    "ops": ["core"],
+    "ops": ["gen", "cuda", "core"],  # op_plan.h; cuda_module.c, the ops' template-module loader
     "gate_pack": ["ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
-    "ffn": ["gate_pack", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
-    "train": ["ffn", "gate_pack", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
+    # ffn_infer's paths (runtime/ops/ffn/<path>/), each below the op folder that chooses them
+    "ffn_heavy": ["ops", "gen", "cuda", "core"],
+    "ffn_tiled": ["ffn_heavy", "gate_pack", "ops", "autotune", "gen", "cuda", "cpu", "core"],
+    "ffn_small": ["gate_pack", "ops", "gen", "cuda", "core"],
+    "ffn_dense": ["gate_pack", "cuda", "core"],
+    "ffn": ["ffn_small", "ffn_tiled", "ffn_heavy", "ffn_dense", "gate_pack", "ops", "autotune",
+            "gen", "cache", "cuda", "cpu", "core"],
+    "train": ["ffn", "ffn_tiled", "ffn_heavy", "gate_pack", "ops", "autotune", "gen", "cache",
+              "cuda", "cpu", "core"],
     "api": [f for f in LIB if f != "api"],
     "verify": ["core"],
     # programs over the library: the public header, the one internal header (INTERNAL), each
@@ -42,6 +49,8 @@ INTERNAL_USERS = {"tools", "bench", "tests", "api"}
 FOLDERS = {  # path prefix -> folder key (longest prefix wins)
     "runtime/core/": "core", "runtime/cpu/": "cpu", "runtime/cuda/": "cuda",
     "runtime/ops/gate_pack/": "gate_pack", "runtime/ops/ffn/": "ffn",
+    "runtime/ops/ffn/small/": "ffn_small", "runtime/ops/ffn/tiled/": "ffn_tiled",
+    "runtime/ops/ffn/heavy/": "ffn_heavy", "runtime/ops/ffn/dense/": "ffn_dense",
     "runtime/ops/train/": "train", "runtime/ops/": "ops", "runtime/": "api", "gen/": "gen",
     "cache/": "cache", "autotune/": "autotune", "tests/verify/": "verify", "tests/": "tests",
     "tools/": "tools", "bench/": "bench", "examples/": "examples",

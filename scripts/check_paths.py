@@ -5,7 +5,7 @@ BENCHMARKS.md.
 
 A cited path is a token that starts with one of the repository's top folders (runtime/, gen/,
 templates/, tests/, docs/, …) followed by at least one more component, e.g.
-`runtime/ops/ffn/cuda_small.c` or `templates/ffn/*.lua`. Braces expand (`cuda_blaslt.{c,h}`), a
+`runtime/ops/ffn/small/cuda_small.c` or `templates/ffn/*.lua`. Braces expand (`cuda_blaslt.{c,h}`), a
 `*` or `?` is a glob that must match at least one file, `<placeholder>` components are skipped,
 and a trailing `/` names a folder. Paths under build outputs (build*/, .venv/) are not checked,
 nor string literals in C (messages and fixture names, not citations; scripts/clex.py finds them,

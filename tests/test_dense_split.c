@@ -1,5 +1,5 @@
 /* test_dense_split.c — the grid of dense_aux's split-K reductions and expansion
- * (tw_dense_reduce_grid, runtime/ops/ffn/dense_split.c), which the inference
+ * (tw_dense_reduce_grid, runtime/ops/ffn/heavy/dense_split.c), which the inference
  * (cuda_ffn_heavy.c) and training (cuda_train_dense.c) dense paths launch with: values worked out
  * by hand on a few shapes, the 16-blocks-per-SM cap, and a sweep against the formula written out
  * again. labels: unit

@@ -1,6 +1,6 @@
 /* test_dense_templates.c — the dense path's templates against their launcher without a GPU: the
  * shared memory gemm_sm90 declares (first line of its source) equals what
- * runtime/ops/ffn/dense_gemm_sm90.c gives it, in every MODE and in the split-K (SPLIT = 1)
+ * runtime/ops/ffn/heavy/dense_gemm_sm90.c gives it, in every MODE and in the split-K (SPLIT = 1)
  * and MN-major Wd (TB = 1) variants the launcher renders; shapes the kernels cannot take are
  * rejected as unsupported, not as template errors; parameter combinations no launcher uses are
  * template errors; the expanding code exists only where it is used. labels: unit */

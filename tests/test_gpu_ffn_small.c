@@ -1,7 +1,7 @@
-/* test_gpu_ffn_small.c — the small-batch path (runtime/ops/ffn/cuda_small.c: gate_pack_small, then
- * ffn_small's fused kernel, its row kernel or its up and down kernels) forced on, against the CPU
- * reference, over M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M =
- * 1024 rows), every C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data
+/* test_gpu_ffn_small.c — the small-batch path (runtime/ops/ffn/small/cuda_small.c: gate_pack_small,
+ * then ffn_small's fused kernel, its row kernel or its up and down kernels) forced on, against the
+ * CPU reference, over M = 1, 2, 7, 8, 9, 16, 33, 64, 255, 1000 (the path takes up to TW_SMALL_MAX_M
+ * = 1024 rows), every C, T = 64/128/256, both dtypes, gated and non-gated, uniform and skewed data
  * with overflowing row-tiles; the gate-pack kernel forced by name (TW_TC_SMALL_SET_GATE: g2u2 with
  * each WN, one to 63 token blocks), gate-pack alone, every row against the reference; and the AUTO
  * rule that picks the path.

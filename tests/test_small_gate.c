@@ -1,7 +1,7 @@
-/* test_small_gate.c — the small path's gate-pack launch geometry (runtime/ops/ffn/small_gate.c)
- * against the kernel's contract (templates/gate_pack/gate_pack_small.cu.lua) for every M the path
- * takes, every tile width and forced WN; the rule's token blocks and WN; the names it accepts.
- * labels: unit */
+/* test_small_gate.c — the small path's gate-pack launch geometry
+ * (runtime/ops/ffn/small/small_gate.c) against the kernel's contract
+ * (templates/gate_pack/gate_pack_small.cu.lua) for every M the path takes, every tile width and
+ * forced WN; the rule's token blocks and WN; the names it accepts. labels: unit */
 #include "small_gate.h"
 
 #include <setjmp.h>

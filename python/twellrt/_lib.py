@@ -294,7 +294,7 @@ def context(device) -> Context:
 # data denser than intended). The cost of sharing: the inference path AUTO picks
 # from the plan's previous call, i.e. the previous layer's density. The sparse lists are sized
 # for the densest layer by the library itself: every call accumulates its needs on the device
-# and later calls grow the lists from them without waiting (runtime/ops/ffn/cuda_ffn.c), so a
+# and later calls grow the lists from them without waiting (runtime/ops/ffn/tiled/cuda_ffn.c), so a
 # denser layer's needs are not lost when the host runs ahead of the GPU.
 # Training states (one per forward in flight) carry their own AUTO history.
 # --------------------------------------------------------------------------------------------

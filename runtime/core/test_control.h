@@ -57,7 +57,7 @@ enum {
     TW_TC_GP_PREPARE,
     TW_TC_GP_LAST,
 
-    /* ---- fused inference, sparse path (runtime/ops/ffn/cuda_ffn_probe.c) ---- */
+    /* ---- fused inference, sparse path (runtime/ops/ffn/tiled/cuda_ffn_probe.c) ---- */
     TW_TC_FFN_FIRST = 300,
     /* (plan, size_t M, tw_ffn_cfg *out or NULL): resolves M's bucket's tiled module as its first
      * call does and gives its configuration (cuda_ffn.h; zeroed without tiled kernels). */
@@ -135,7 +135,7 @@ enum {
     TW_TC_DENSE_LAST_GATE_LT, /* (plan, int *out): the last twell_gate_pack ran through cuBLASLt */
     TW_TC_DENSE_LAST,
 
-    /* ---- small-batch inference path, both ops (runtime/ops/ffn/cuda_small_probe.c) ---- */
+    /* ---- small-batch inference path, both ops (runtime/ops/ffn/small/cuda_small_probe.c) ---- */
     TW_TC_SMALL_FIRST = 700,
     /* (plan, const char *mode): "auto" (the default: AUTO's limits), "off" (never) or "force"
      * (every call it can take, up to 1024 rows; twell_ffn_infer: unless the path is DENSE) */

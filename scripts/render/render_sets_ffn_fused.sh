@@ -28,7 +28,7 @@ tw_line() { # K N T C dtype gated CN GPWA GPWB NWA NWB PF DCAPA DCAPB ("-": not 
     echo "$l"
 }
 
-# Parameter sets: the runtime's (runtime/ops/ffn/ffn_config.c: K N T C dtype gated and the
+# Parameter sets: the runtime's (runtime/ops/ffn/tiled/ffn_config.c: K N T C dtype gated and the
 # tile words CN GPWA GPWB NWA NWB PF, DCAPA / DCAPB as tw_ffn_cfg_words sets them or the
 # template's defaults; "-" = not passed) over shapes that reach every branch of the template,
 # plus sets each check of the template rejects (K % 64, CN, GPW*, NW*, PF, gated, DCAP*, shared

@@ -55,7 +55,7 @@
 --   2 twell_ffn_prep      grid NB x 256
 --       (packed, M, cnt, ovf_rows, ovf_slot, orow_idx, orows, sizes, bsum, hmark)
 --       hmark (u32[M] or NULL): rows with hmark[r] != 0 are computed elsewhere (the heavy-row
---       route, runtime/ops/ffn/cuda_ffn_heavy.c): prep and build treat their row-tiles as empty
+--       route, runtime/ops/ffn/heavy/cuda_ffn_heavy.c): prep and build treat their row-tiles as empty
 --       (no pairs, no overflow; their y rows come out 0 unless the fallback runs), prep still
 --       counts their active values into the u64 total
 --       also sums the count words of all M x NT row-tiles (the exact active values) into the

@@ -1,4 +1,4 @@
--- ffn_heavy.cu.lua — the heavy-row route of fused inference (runtime/ops/ffn/cuda_ffn_heavy.c):
+-- ffn_heavy.cu.lua — the heavy-row route of fused inference (runtime/ops/ffn/heavy/cuda_ffn_heavy.c):
 -- rows whose active count exceeds a threshold leave the sparse pipeline (ffn_fused's prep and
 -- build read `hmark` and see them empty) and run gemm_sm90's dense GEMMs (DM = 1: the row count
 -- is read on the device, so no host synchronisation) on a gathered block of at most CAP rows.

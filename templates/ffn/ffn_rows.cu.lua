@@ -5,7 +5,7 @@
 -- than fast.
 --
 -- Parameters: K, N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1).
--- ABI (fixed; runtime/ops/ffn/cuda_ffn.c launches it):
+-- ABI (fixed; runtime/ops/ffn/tiled/cuda_ffn.c launches it):
 --   extern "C" __global__ void twell_ffn_rows_generic(
 --       const unsigned short *x,      // [M, K] dtype
 --       const unsigned int *packed,   // [M, N/C] TwELL of the packing weight's activation

@@ -10,7 +10,7 @@
 --                         (its ABI and rule at the end of this file)
 --
 -- Parameters: K (multiple of 32), N, T, C, dtype (see twellrt.h); gated (1 | 0, default 1).
--- ABI (fixed; runtime/ops/ffn/cuda_small.c launches up then down, or fused alone, on one
+-- ABI (fixed; runtime/ops/ffn/small/cuda_small.c launches up then down, or fused alone, on one
 -- stream):
 --   twell_ffn_small_up(const unsigned short *x,       // [M, K] dtype, 16-byte aligned
 --                      const unsigned int *packed,    // [M, N/C] TwELL (twell_gate_pack)

@@ -5,7 +5,7 @@
 -- L1/L2.
 --
 -- Parameters: K (multiple of 32), N, T, C, dtype (see twellrt.h).
--- ABI (fixed; runtime/ops/ffn/cuda_small.c launches it):
+-- ABI (fixed; runtime/ops/ffn/small/cuda_small.c launches it):
 --   extern "C" __global__ void twell_gate_pack_small_g2u2(
 --       const unsigned short *x,   // [M, K] dtype, 16-byte aligned
 --       const unsigned short *w,   // [N, K] dtype, 16-byte aligned
@@ -15,7 +15,7 @@
 --       int M, int TB, int MT, int WN)
 --   grid = (N / (16·WN)) · TB blocks, block = 256 threads (8 warps), no dynamic shared memory;
 --   WN ∈ {1, 2, 4, 8} with 16·WN ≤ T; MT ∈ {8, 16}, TB·MT ≥ M and no token block empty (more
---   rows: more token blocks). runtime/ops/ffn/small_gate.c picks the geometry.
+--   rows: more token blocks). runtime/ops/ffn/small/small_gate.c picks the geometry.
 --   The name: 2 token groups of 8 a block, 2 k32 blocks of w in flight a warp (4 blocks an SM).
 --   Other versions (4 k32 blocks in flight and 3 blocks an SM, up to 64 rows a block, the block's
 --   rows of x staged in shared memory, w streamed into shared memory by bulk copies) lost to this

@@ -1,4 +1,4 @@
--- gemm_sm90.cu.lua — Hopper (sm_90a) dense GEMM of the dense FFN path (runtime/ops/ffn/dense_gemm_sm90.c):
+-- gemm_sm90.cu.lua — Hopper (sm_90a) dense GEMM of the dense FFN path (runtime/ops/ffn/heavy/dense_gemm_sm90.c):
 -- out[M, N] = epilogue(A[M, K] · B[N, K]ᵀ), both operands K-major ("NT", as gate_pack_sm90), on
 -- tensor cores (wgmma m64n256k16, fp32 accumulation), TMA 128-byte swizzle, persistent clusters
 -- of 2 CTAs along M sharing the B tile by multicast. Same main loop as gate_pack_sm90.cu.lua.
@@ -58,7 +58,7 @@
 --          others map_g; the reduction length is runtime (kred_blocks k-blocks, K unused).
 -- Unit = the 128·CLUSTER rows x 256 columns a cluster computes: t = mp·NB + nb, NB = ceil(N/256),
 -- rows [128·CLUSTER·mp, +128·CLUSTER), columns [256·nb, +256).
--- ABI (runtime/ops/ffn/dense_gemm_sm90.c launches it):
+-- ABI (runtime/ops/ffn/heavy/dense_gemm_sm90.c launches it):
 --   extern "C" __global__ void twell_gemm_sm90(
 --       const __grid_constant__ tw_tmap map_a,  // A [M, K]: dims {K, M}, box {64, 128}
 --       const __grid_constant__ tw_tmap map_b,  // B [N, K]: dims {K, N}, box {64, 256/CLUSTER}

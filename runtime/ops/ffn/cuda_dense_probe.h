@@ -1,7 +1,7 @@
 /*
  * cuda_dense_probe.h — the dense route's and AUTO's test probes (runtime/core/probe.h; test
  * library only): the TW_TC_DENSE_* handler (cuda_dense_probe.c); the knobs it sets are the
- * dense state's tw_dense_knobs (cuda_dense_int.h).
+ * dense state's tw_dense_knobs (dense/cuda_dense_int.h).
  */
 #ifndef TWELL_CUDA_DENSE_PROBE_H
 #define TWELL_CUDA_DENSE_PROBE_H

@@ -1,7 +1,7 @@
 /*
  * ffn_route.h — twell_ffn_infer's route on CUDA: which path runs a call (plan->path; AUTO's
  * choice, ffn_policy.h, from the dense state's estimate) and its run through that path's header
- * (cuda_small.h, cuda_ffn.h, cuda_dense.h); twell_ffn_layer's dense shortcut;
+ * (small/cuda_small.h, tiled/cuda_ffn.h, dense/cuda_dense.h); twell_ffn_layer's dense shortcut;
  * and what twell_gate_pack and twell_plan_reserve ask of the choice.
  */
 #ifndef TWELL_FFN_ROUTE_H

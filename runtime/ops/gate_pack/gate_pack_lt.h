@@ -3,7 +3,7 @@
  * pre-activations g = x · wᵀ by cuBLASLt into a buffer of the plan (L2-resident at the batch sizes
  * the route serves), then a packing pass that applies relu
  * (templates/gate_pack/gate_pack_dense.cu.lua). The dense inference route
- * (ops/ffn/cuda_dense.c) reuses that g when it is known to hold the gate of its call, and
+ * (ops/ffn/dense/cuda_dense.c) reuses that g when it is known to hold the gate of its call, and
  * runs its own GEMMs through the same workspace.
  *
  * Which g a dense call may reuse. The plan keeps two gate buffers: one written only by eager

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tile configuration rendered into gemm_sm90 (as runtime/ops/ffn/dense_gemm_sm90.c: STAGES 3,
+/* Tile configuration rendered into gemm_sm90 (as runtime/ops/ffn/heavy/dense_gemm_sm90.c: STAGES 3,
  * CLUSTER 2). */
 #define TD_STAGES 3u
 #define TD_CLUSTER 2u
