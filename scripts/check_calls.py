@@ -29,6 +29,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 from check_includes import LIB, RULES, folder_of  # noqa: E402 (the one table of directions)
 
 ALLOW = "scripts/calls_allow.txt"
@@ -51,7 +52,10 @@ def objects(build):
                     if n.endswith((".c.o", ".c.obj")):
                         obj = os.path.join(dirpath, n)
                         src = os.path.relpath(obj, top)[: -len(n.split(".c.")[-1]) - 1]
-                        found.append((src.replace(os.sep, "/"), obj))
+                        src = src.replace(os.sep, "/")
+                        # an object left by an earlier build of a source since moved or removed
+                        if os.path.isfile(os.path.join(ROOT, src)):
+                            found.append((src, obj))
             break  # the first target of the choices that exists
     return found
 
