@@ -264,14 +264,21 @@ def gate_pack(x: torch.Tensor, w: torch.Tensor, T: int = 256, C: int = 8, gated:
 # ---------------------------------------------------------------------------------------------
 
 
-def _infer_check(x, packed, wg, wu, wd, T, C, path):
-    _check_x("ffn_infer", x)
-    _check_tc("ffn_infer", T, C)
-    _check_path("ffn_infer", path)
-    N = _weights("ffn_infer", x, [wg, wu, wd], ["wg", "wu", "wd"], optional=("wg",))
+def _layer_check(x, wg, wu, wd, T, C, path, op="ffn_layer"):
+    """The checks of an inference layer's x and weights (op names the caller in messages); returns
+    N and the packed words per row."""
+    _check_x(op, x)
+    _check_tc(op, T, C)
+    _check_path(op, path)
+    N = _weights(op, x, [wg, wu, wd], ["wg", "wu", "wd"], optional=("wg",))
     cols = _shape_words(x.shape[1], N, T, C, _DTYPES[x.dtype], wg is not None, 1)
     if cols == 0:
-        raise invalid(f"twellrt.ffn_infer: unsupported shape K={x.shape[1]} N={N} T={T} C={C}")
+        raise invalid(f"twellrt.{op}: unsupported shape K={x.shape[1]} N={N} T={T} C={C}")
+    return N, cols
+
+
+def _infer_check(x, packed, wg, wu, wd, T, C, path):
+    N, cols = _layer_check(x, wg, wu, wd, T, C, path, "ffn_infer")
     _check("ffn_infer", "packed", packed, torch.int32, x.device, (x.shape[0], cols))
     return N
 
@@ -337,16 +344,6 @@ def ffn_infer(
 # ---------------------------------------------------------------------------------------------
 
 
-def _layer_check(x, wg, wu, wd, T, C, path):
-    _check_x("ffn_layer", x)
-    _check_tc("ffn_layer", T, C)
-    _check_path("ffn_layer", path)
-    N = _weights("ffn_layer", x, [wg, wu, wd], ["wg", "wu", "wd"], optional=("wg",))
-    if _shape_words(x.shape[1], N, T, C, _DTYPES[x.dtype], wg is not None, 1) == 0:
-        raise invalid(f"twellrt.ffn_layer: unsupported shape K={x.shape[1]} N={N} T={T} C={C}")
-    return N
-
-
 @torch.library.custom_op("twellrt::ffn_layer", mutates_args=())
 def _ffn_layer_op(
     x: torch.Tensor,
@@ -357,7 +354,7 @@ def _ffn_layer_op(
     C: int = 8,
     path: str = "auto",
 ) -> torch.Tensor:
-    N = _layer_check(x, wg, wu, wd, T, C, path)
+    N, _ = _layer_check(x, wg, wu, wd, T, C, path)
     gated = wg is not None
     plan = _plan("ffn_layer", x, N, T, C, gated, path)
     y = torch.empty_like(x)
