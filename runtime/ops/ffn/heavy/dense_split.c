@@ -61,19 +61,3 @@ void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsi
     for (int g = 0; g < 2; g++)
         sp[g] = tw_ffn_dense_split(units[g], tw_dense_kblocks(s, g), clusters);
 }
-
-void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
-                           const unsigned force[2], const unsigned *tuned, unsigned sp[2]) {
-    unsigned base[2];
-    if (tuned && tw_dense_split_check(s, TW_DENSE_UP, tuned[0], m, NULL, 0) == 0 &&
-        tw_dense_split_check(s, TW_DENSE_DOWN, tuned[1], m, NULL, 0) == 0) {
-        base[0] = tuned[0];
-        base[1] = tuned[1];
-    } else {
-        tw_dense_split_rule(s, m, clusters, base);
-    }
-    for (int g = 0; g < 2; g++) {
-        unsigned kb = tw_dense_kblocks(s, g), v = force[g] ? force[g] : base[g];
-        sp[g] = v < 1u ? 1u : v > kb ? (kb ? kb : 1u) : v;
-    }
-}

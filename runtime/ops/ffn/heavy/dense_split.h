@@ -72,15 +72,6 @@ int tw_dense_split_check(const twell_shape *s, int g, unsigned nsplit, size_t m,
  * tw_ffn_dense_split per GEMM (always valid by tw_dense_split_check). */
 void tw_dense_split_rule(const twell_shape *s, size_t m, unsigned clusters, unsigned sp[2]);
 
-/* A call's factors for a chunk of m rows, in this order:
- *  - per GEMM, force[g] > 0 (test control): it, clamped to 1..k-blocks (no workspace bound);
- *  - tuned (the chunk's M bucket has a stored winner; NULL: none) when tw_dense_split_check
- *    accepts both its factors for m;
- *  - else the rule (tw_dense_split_rule).
- * Pure; never fails. */
-void tw_dense_split_choose(const twell_shape *s, size_t m, unsigned clusters,
-                           const unsigned force[2], const unsigned *tuned, unsigned sp[2]);
-
 /* ---- split-K of the heavy-row route's hand-written GEMMs (dense_gemm_sm90.c) ----
  * A GEMM of `units` cluster tiles (128·CLUSTER rows x 256 columns each) keeps only `units` of the
  * device's clusters busy; splitting the reduction into S slices of whole 64-wide k-blocks runs
