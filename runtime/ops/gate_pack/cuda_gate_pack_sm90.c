@@ -2,8 +2,8 @@
  * templates/gate_pack/gate_pack_sm90.cu.lua in any tile configuration (BK, STAGES, CLUSTER): shared
  * memory and grid per configuration, and per launch the two TMA tensor maps and one persistent
  * cluster launch (the configurations themselves: gate_pack_config.c). The interface is in
- * cuda_gate_pack.h; the kernel's design is in the template's header. */
-#include "cuda_gate_pack.h"
+ * cuda_gate_pack_tiled.h; the kernel's design is in the template's header. */
+#include "cuda_gate_pack_tiled.h"
 
 #include <limits.h>
 #include <string.h>

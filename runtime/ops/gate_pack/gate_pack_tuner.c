@@ -1,14 +1,14 @@
 /*
  * gate_pack_tuner.c — the gate-pack op's part of the tuning engine (gate_pack_tuner.h): its
  * candidates (both variants) compiled on worker threads, loaded and checked against the CPU
- * reference on a probe, then timed through the launcher plans use (cuda_gate_pack.h), so what is
- * timed is what runs. The engine (autotune/gpu_tune.c) drives these callbacks.
+ * reference on a probe, then timed through the launcher plans use (cuda_gate_pack_tiled.h), so
+ * what is timed is what runs. The engine (autotune/gpu_tune.c) drives these callbacks.
  */
 #include "gate_pack_tuner.h"
 
 #include "cpu_ref.h"
 #include "cuda_driver.h"
-#include "cuda_gate_pack.h"
+#include "cuda_gate_pack_tiled.h"
 #include "gpu_tune_harness.h"
 #include "pack_check.h"
 #include "synth.h"

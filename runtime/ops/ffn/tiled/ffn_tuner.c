@@ -15,7 +15,7 @@
 #include "ffn_tuner.h"
 
 #include "cuda_ffn.h"
-#include "cuda_gate_pack.h"
+#include "cuda_gate_pack_tiled.h"
 
 #include "cpu_ref.h"
 #include "cuda_driver.h"
