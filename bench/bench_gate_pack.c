@@ -5,10 +5,10 @@
  * use its first rows (rows depend only on their index, so a prefix is the smaller data set).
  *
  * Check: ~check_rows rows (first, last-tile boundaries, ragged end, evenly spread) of our output
- * compared to the CPU reference with the rule of runtime/ops/gate_pack/pack_check.h; max_rel_err =
- * the largest row-wise ‖v − z‖₂ / ‖z‖₂ over our stored entries, z the exact fp64 pre-activation
- * (bf16 rounding alone allows up to 2⁻⁸ ≈ 3.9e-3 per entry). The whole output is also scanned for
- * unwritten or malformed words.
+ * compared to the CPU reference with the rule of runtime/ops/gate_pack/tiled/pack_check.h;
+ * max_rel_err = the largest row-wise ‖v − z‖₂ / ‖z‖₂ over our stored entries, z the exact fp64
+ * pre-activation (bf16 rounding alone allows up to 2⁻⁸ ≈ 3.9e-3 per entry). The whole output is
+ * also scanned for unwritten or malformed words.
  */
 #include "bench.h"
 

@@ -12,8 +12,8 @@ import os
 import re
 import sys
 
-LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack", "ffn_heavy",
-       "ffn_tiled", "ffn_small", "ffn_dense", "ffn", "train", "api"]
+LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack_tiled", "gate_pack_lt",
+       "gate_pack", "ffn_heavy", "ffn_tiled", "ffn_small", "ffn_dense", "ffn", "train", "api"]
 # folder -> the folders it may include from (itself and the public header always allowed)
 RULES = {
     "core": [],
@@ -23,14 +23,17 @@ RULES = {
     "gen": ["cache", "core"],
     "autotune": ["gen", "cache", "cuda", "core"],
     "ops": ["gen", "cuda", "core"],  # op_plan.h; cuda_module.c, the ops' template-module loader
-    "gate_pack": ["ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
+    # gate-pack's routes (runtime/ops/gate_pack/<path>/), below the op folder's per-plan state
+    "gate_pack_tiled": ["autotune", "gen", "cuda", "cpu", "core"],  # the tuner: autotune, cpu
+    "gate_pack_lt": ["gen", "cuda", "core"],  # cuBLASLt (cuda_blaslt.h), its packing module
+    "gate_pack": ["gate_pack_tiled", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
     # ffn_infer's paths (runtime/ops/ffn/<path>/), each below the op folder that chooses them
     "ffn_heavy": ["ops", "gen", "cuda", "core"],
-    "ffn_tiled": ["ffn_heavy", "gate_pack", "ops", "autotune", "gen", "cuda", "cpu", "core"],
-    "ffn_small": ["gate_pack", "ops", "gen", "cuda", "core"],
-    "ffn_dense": ["gate_pack", "cuda", "core"],
-    "ffn": ["ffn_small", "ffn_tiled", "ffn_heavy", "ffn_dense", "gate_pack", "ops", "autotune",
-            "gen", "cache", "cuda", "cpu", "core"],
+    "ffn_tiled": ["ffn_heavy", "gate_pack_tiled", "ops", "autotune", "gen", "cuda", "cpu", "core"],
+    "ffn_small": ["gate_pack", "gate_pack_tiled", "ops", "gen", "cuda", "core"],
+    "ffn_dense": ["gate_pack_lt", "cuda", "core"],
+    "ffn": ["ffn_small", "ffn_tiled", "ffn_heavy", "ffn_dense", "gate_pack", "gate_pack_tiled",
+            "gate_pack_lt", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
     "train": ["ffn", "ffn_tiled", "ffn_heavy", "gate_pack", "ops", "autotune", "gen", "cache",
               "cuda", "cpu", "core"],
     "api": [f for f in LIB if f != "api"],
@@ -48,7 +51,8 @@ INTERNAL = "twellrt_internal.h"
 INTERNAL_USERS = {"tools", "bench", "tests", "api"}
 FOLDERS = {  # path prefix -> folder key (longest prefix wins)
     "runtime/core/": "core", "runtime/cpu/": "cpu", "runtime/cuda/": "cuda",
-    "runtime/ops/gate_pack/": "gate_pack", "runtime/ops/ffn/": "ffn",
+    "runtime/ops/gate_pack/": "gate_pack", "runtime/ops/gate_pack/tiled/": "gate_pack_tiled",
+    "runtime/ops/gate_pack/lt/": "gate_pack_lt", "runtime/ops/ffn/": "ffn",
     "runtime/ops/ffn/small/": "ffn_small", "runtime/ops/ffn/tiled/": "ffn_tiled",
     "runtime/ops/ffn/heavy/": "ffn_heavy", "runtime/ops/ffn/dense/": "ffn_dense",
     "runtime/ops/train/": "train", "runtime/ops/": "ops", "runtime/": "api", "gen/": "gen",

@@ -8,7 +8,7 @@
 #include "internal.h"
 
 typedef struct tw_gate_pack tw_gate_pack; /* ops/gate_pack */
-typedef struct tw_gate_lt tw_gate_lt;     /* ops/gate_pack: cuBLASLt resources, its route */
+typedef struct tw_gate_lt tw_gate_lt;     /* ops/gate_pack/lt: cuBLASLt resources, its route */
 typedef struct tw_ffn tw_ffn;             /* ops/ffn: sparse path kernels and workspace */
 typedef struct tw_dense tw_dense;         /* ops/ffn: dense path and the AUTO state */
 typedef struct tw_small tw_small;         /* ops/ffn: small-batch path of both inference ops */

@@ -2,7 +2,7 @@
 # shellcheck disable=SC2086 # the parameter lists are split into words on purpose
 # render_sets_sm90.sh — parameter sets of gate_pack_sm90 and gemm_sm90 for render_compare.sh.
 # Usage: render_sets_sm90.sh sets|cubin gate_pack_sm90|gemm_sm90
-# gate_pack_sm90: the autotuner's space (runtime/ops/gate_pack/gate_pack_space.c: BK 32/64 x STAGES 2..8 x CLUSTER 1/2)
+# gate_pack_sm90: the autotuner's space (runtime/ops/gate_pack/tiled/gate_pack_space.c: BK 32/64 x STAGES 2..8 x CLUSTER 1/2)
 # plus CLUSTER 4 and the defaults, over T 64/128/256, C 2/4/8, both dtypes and shapes including
 # ones the template rejects (K % 64, N % T, shared memory, bad BK / STAGES / CLUSTER / T / C).
 # gemm_sm90: what runtime/ops/ffn/heavy/dense_gemm_sm90.c (gated / relu with T, C; plain with TB = 1) and

@@ -1,5 +1,5 @@
 -- gate_pack_dense.cu.lua — the packing pass of the cuBLASLt gate-pack route
--- (runtime/ops/gate_pack/gate_pack_lt.c): the dense pre-activations g = x · wᵀ, rounded to dtype
+-- (runtime/ops/gate_pack/lt/gate_pack_lt.c): the dense pre-activations g = x · wᵀ, rounded to dtype
 -- by cuBLASLt (no epilogue: cuBLASLt's relu maps NaN to 0), packed into TwELL under the
 -- activation rule (tw_act_bits: positive values, +Inf and any NaN, stored as the canonical NaN,
 -- are active; ±0, negatives and -Inf are not); and the dense inference route's elementwise

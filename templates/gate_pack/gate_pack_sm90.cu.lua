@@ -8,7 +8,7 @@
 --             STAGES (pipeline depth, default 3; the shared memory must fit in 227 KB),
 --             CLUSTER (CTAs per cluster along M sharing the weight tile by TMA multicast:
 --                      1, 2 or 4; default 2).
--- ABI (runtime/ops/gate_pack/cuda_gate_pack_sm90.c launches it):
+-- ABI (runtime/ops/gate_pack/tiled/cuda_gate_pack_sm90.c launches it):
 --   extern "C" __global__ void twell_gate_pack_sm90(
 --       const __grid_constant__ tw_tmap map_x,  // x [M, K]: dims {K, M}, box {BK, 128}
 --       const __grid_constant__ tw_tmap map_w,  // w [N, K]: dims {K, N}, box {BK, 256/CLUSTER}
