@@ -4,7 +4,7 @@
  * the one the sm90 template prints, and configs the device cannot hold refused by both.
  * labels: unit */
 #include "candidates.h"
-#include "cuda_gate_pack.h"
+#include "cuda_gate_pack_tiled.h"
 #include "jit.h"
 #include "tune_registry.h"
 #include "twellrt.h"

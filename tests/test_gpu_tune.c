@@ -12,7 +12,7 @@
 #include "cpu_ref.h"
 #include "cuda_driver.h"
 #include "cuda_ffn.h"
-#include "cuda_gate_pack.h"
+#include "cuda_gate_pack_tiled.h"
 #include "pack_check.h"
 #include "synth.h"
 #include "tune_registry.h"

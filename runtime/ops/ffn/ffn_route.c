@@ -8,8 +8,8 @@
 
 #include "cuda_dense_int.h"
 #include "cuda_gate_pack.h"
+#include "cuda_gate_pack_tiled.h"
 #include "cuda_small.h"
-#include "gate_pack_config.h"
 #include "op_plan.h"
 #include "probe.h"
 

@@ -6,7 +6,7 @@
 #include "cuda_gate_pack_probe.h"
 #include "cuda_gate_pack.h"
 
-#include "gate_pack_config.h"
+#include "cuda_gate_pack_tiled.h"
 #include "op_plan.h"
 #include "test_control.h"
 
