@@ -1,7 +1,8 @@
 /*
  * cuda_train_dense.h — the dense path of twell_ffn_forward_train / twell_ffn_backward on Hopper
  * (five tensor-core GEMMs from templates/gemm/gemm_sm90.cu.lua's training modes, elementwise work
- * in their epilogues) and the choice between it and the sparse path (cuda_train.c).
+ * in their epilogues), the counts AUTO's choice (cuda_train_pick.c) reads, and its block API for
+ * the sparse path's heavy rows.
  */
 #ifndef TWELL_CUDA_TRAIN_DENSE_H
 #define TWELL_CUDA_TRAIN_DENSE_H
@@ -14,27 +15,6 @@
  * whether the saved forward is dense. */
 typedef struct tw_tdense tw_tdense;
 
-/* Chooses the path of the next forward (inside tw_cu_enter/leave, arguments validated) from
- * plan->path, the tensors' alignment and the AUTO estimate (never waiting for the device), and
- * invalidates the dense saved forward (the caller's forward replaces it whatever it runs).
- * *dense = 1: run tw_ctd_forward. *probe > 0 (AUTO's first forward of a state, *dense = 0): run
- * the sparse forward with that threshold, which stops after its counts when they exceed it per row
- * (tw_ct_forward), and then the dense one. Errors: TWELL_ERR_UNSUPPORTED for TWELL_PATH_DENSE where
- * it cannot run (the message says why), TWELL_ERR_NO_MEMORY, and module build errors under DENSE
- * (under AUTO a module that fails to build only marks the path unavailable, with a warning).
- *
- * AUTO: on the first forward of a state with M ≥ TW_TD_MIN_ROWS, a probe: the sparse path's first
- * stage (gate-pack, counts, the one host read it makes anyway) decides, so a sparse first step
- * never allocates the dense workspace and a dense one wastes only that stage; afterwards dense when
- * the latest L0 known to the host (a sparse forward knows it at once: it reads its totals; a dense
- * one copies its count back asynchronously and the next forward reads it only if the copy has
- * landed) exceeds the threshold (TW_TD_DENSITY · N active values per row; TW_TD_STAY of it to stay
- * dense) and M ≥ TW_TD_MIN_ROWS. The dense path needs sm_90a, K % 64 == 0 and x, the weights and y
- * 16-byte aligned; otherwise AUTO runs sparse. */
-twell_status tw_ctd_pick(twell_plan *plan, twell_train_state *state, size_t M, const void *x,
-                         const void *wg, const void *wu, const void *wd, const void *y, int *dense,
-                         double *probe);
-
 /* The dense forward: Tm = round(relu(x·Wgᵀ) ⊙ x·Wuᵀ) with the saved (P, round(U)) pairs in one
  * GEMM, y = Tm·Wd, stats from the epilogue's per-warp partials. TWELL_ERR_NO_MEMORY when the
  * workspace (tw_ctd_bytes) cannot be had (nothing written). */
@@ -42,19 +22,12 @@ twell_status tw_ctd_forward(twell_plan *plan, twell_train_state *state, size_t M
                             const void *wg, const void *wu, const void *wd, void *y, float *stats,
                             twell_stream stream);
 
-/* After the sparse forward failed with TWELL_ERR_NO_MEMORY under AUTO: runs the dense forward
- * instead where it can (a warning is logged), else returns TWELL_ERR_NO_MEMORY naming both
- * reasons. */
-twell_status tw_ctd_oom_fallback(twell_plan *plan, twell_train_state *state, size_t M,
-                                 const void *x, const void *wg, const void *wu, const void *wd,
-                                 void *y, float *stats, twell_stream stream);
-
 /* Records a sparse forward's exact L0 (active values per row = nnz / M) for AUTO, and releases
  * the dense path's own workspace by the rule of TW_TD_RELEASE_FIRST. Never waits. */
 void tw_ctd_note_sparse(twell_train_state *state, size_t M, uint64_t nnz);
 
 /* Records the exact L0 a probe counted before it handed over to the dense path (see
- * tw_ctd_pick); the dense forward's own count replaces it when it lands. */
+ * tw_ctd_pick, cuda_train_pick.h); the dense forward's own count replaces it when it lands. */
 void tw_ctd_note_counted(twell_train_state *state, size_t M, uint64_t nnz);
 
 /* Raises the state's high-water mark of twell_train_state_bytes to what it holds now (after

@@ -3,7 +3,6 @@
  * forced chunk lengths, the legacy-kernel switch, per-kernel profiling, download of the saved
  * state) and the profiling marks the ops record, compiled into the test library only.
  */
-#include "cuda_train.h"
 #include "cuda_train_int.h"
 #include "test_control.h"
 

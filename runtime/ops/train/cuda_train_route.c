@@ -1,12 +1,15 @@
 /*
  * cuda_train_route.c — the CUDA training entry points: each call's path, dense
  * (cuda_train_dense.c) or sparse (cuda_train.c), and AUTO's hand-overs between them (the probe,
- * the out-of-memory fallbacks, the counts it decides from).
+ * the out-of-memory fallbacks, the counts it decides from); a state's release, both paths' parts.
  */
 #include "cuda_train.h"
 #include "cuda_train_int.h"
 
 #include "cuda_train_dense.h"
+#include "cuda_train_pick.h"
+
+#include <stdlib.h>
 
 /* ---- forward ---- */
 
@@ -76,4 +79,32 @@ twell_status tw_cuda_train_backward(twell_plan *plan, twell_train_state *state, 
         tw_ctd_note_bytes(state);
     tw_cu_leave(plan->ctx, &sc);
     return st;
+}
+
+/* ---- release ---- */
+
+void tw_cuda_train_release(twell_train_state *state) {
+    tw_ctd_release(state);
+    if (!state || !state->backend_data)
+        return;
+    tw_ctrain *t = state->backend_data;
+    twell_ctx *ctx = state->plan->ctx;
+    tw_cu_scope sc;
+    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
+        (void)tw_cuda_synchronize(ctx); /* work on any stream may still use the buffers */
+        for (int i = 0; i < TB_COUNT; i++)
+            tw_cuda_free(ctx, t->buf[i].p);
+        for (int i = 0; i < 2; i++)
+            tw_cu_module_unload(t->mods[i].mod);
+        tw_ctt_release(ctx, t->tiled);
+        tw_cu_module_unload(t->hmod);
+        tw_cuda_event_destroy(ctx, t->ev);
+        TW_PROBE_DO(tw_ct_knobs_release(ctx, &t->probe));
+        tw_cuda_host_free(ctx, t->htot);
+        tw_cu_leave(ctx, &sc);
+    }
+    free(t);
+    state->backend_data = NULL;
+    state->bytes = 0;
+    state->M = 0;
 }

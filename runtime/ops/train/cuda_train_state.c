@@ -1,8 +1,8 @@
 /*
- * cuda_train_state.c — a CUDA training state's lifetime: its creation with the pinned totals and
- * event, its device buffers (grown on demand, dropped, counted in state->bytes) and its release.
+ * cuda_train_state.c — the sparse path's record of a CUDA training state: its creation with the
+ * pinned totals and event, and its device buffers (grown on demand, dropped, counted in
+ * state->bytes); the state's release is the op folder's (cuda_train_route.c).
  */
-#include "cuda_train.h"
 #include "cuda_train_int.h"
 
 #include "cuda_train_dense.h"
@@ -121,32 +121,4 @@ twell_status tw_ct_drop_buffers(twell_ctx *ctx, twell_train_state *state, tw_ctr
     }
     state->bytes = tw_ct_bytes(t);
     return TWELL_OK;
-}
-
-/* ---- release ---- */
-
-void tw_cuda_train_release(twell_train_state *state) {
-    tw_ctd_release(state);
-    if (!state || !state->backend_data)
-        return;
-    tw_ctrain *t = state->backend_data;
-    twell_ctx *ctx = state->plan->ctx;
-    tw_cu_scope sc;
-    if (tw_cu_enter(ctx, &sc) == TWELL_OK) {
-        (void)tw_cuda_synchronize(ctx); /* work on any stream may still use the buffers */
-        for (int i = 0; i < TB_COUNT; i++)
-            tw_cuda_free(ctx, t->buf[i].p);
-        for (int i = 0; i < 2; i++)
-            tw_cu_module_unload(t->mods[i].mod);
-        tw_ctt_release(ctx, t->tiled);
-        tw_cu_module_unload(t->hmod);
-        tw_cuda_event_destroy(ctx, t->ev);
-        TW_PROBE_DO(tw_ct_knobs_release(ctx, &t->probe));
-        tw_cuda_host_free(ctx, t->htot);
-        tw_cu_leave(ctx, &sc);
-    }
-    free(t);
-    state->backend_data = NULL;
-    state->bytes = 0;
-    state->M = 0;
 }
