@@ -20,10 +20,10 @@
  * "<gate-pack variant>+<path the timed steps ran>" ("+mixed" if AUTO switched while timing); its
  * path is that route alone (sparse, dense, mixed), requested_path the --path asked for.
  *
- * The sparse path's heavy-row route (runtime/ops/train/cuda_train_heavy.h) runs as the library's
- * default (the cost model's threshold); TWELL_TRAIN_HEAVY=<rows over this many active values |
- * -1 the cost model | 0 off> sets it in the timed and the check states. The variant ends in
- * "+heavy" when the timed steps sent rows to it.
+ * The sparse path's heavy-row route (runtime/ops/train/sparse/cuda_train_heavy.h) runs as the
+ * library's default (the cost model's threshold); TWELL_TRAIN_HEAVY=<rows over this many active
+ * values | -1 the cost model | 0 off> sets it in the timed and the check states. The variant ends
+ * in "+heavy" when the timed steps sent rows to it.
  *
  * TWELL_TRAIN_NRN_LEN=<tokens> forces the neuron chunk length of the weight-gradient kernel in
  * the timed state (test control TW_TC_TRAIN_SET_CHUNK_LEN; unset: the library's rule), to

@@ -758,7 +758,7 @@ TWELL_API twell_status twell_train_state_set_workspace(twell_train_state *state,
  *           active values per row where the two paths cross (a part of it to stay dense after a
  *           dense step), and M is at least that smallest M, else SPARSE. The numbers are in one
  *           place, the code: TW_TD_MIN_ROWS, TW_TD_DENSITY and TW_TD_STAY in
- *           runtime/ops/train/cuda_train_dense.h (the rule, pure: train_auto.c); their
+ *           runtime/ops/train/dense/cuda_train_dense.h (the rule, pure: train_auto.c); their
  *           measurements in BENCHMARKS.md.
  *           A sparse forward that cannot grow its state (out of memory) falls back to the dense
  *           path where it can run and its workspace fits, else returns TWELL_ERR_NO_MEMORY naming

@@ -13,7 +13,8 @@ import re
 import sys
 
 LIB = ["core", "cache", "cuda", "cpu", "gen", "autotune", "ops", "gate_pack_tiled", "gate_pack_lt",
-       "gate_pack", "ffn_heavy", "ffn_tiled", "ffn_small", "ffn_dense", "ffn", "train", "api"]
+       "gate_pack", "ffn_heavy", "ffn_tiled", "ffn_small", "ffn_dense", "ffn", "train_dense",
+       "train_sparse", "train", "api"]
 # folder -> the folders it may include from (itself and the public header always allowed)
 RULES = {
     "core": [],
@@ -34,8 +35,10 @@ RULES = {
     "ffn_dense": ["gate_pack_lt", "cuda", "core"],
     "ffn": ["ffn_small", "ffn_tiled", "ffn_heavy", "ffn_dense", "gate_pack", "gate_pack_tiled",
             "gate_pack_lt", "ops", "autotune", "gen", "cache", "cuda", "cpu", "core"],
-    "train": ["ffn", "ffn_tiled", "ffn_heavy", "gate_pack", "ops", "autotune", "gen", "cache",
-              "cuda", "cpu", "core"],
+    # training's paths (runtime/ops/train/<path>/), below the op folder that chooses them
+    "train_dense": ["ffn_heavy", "ops", "gen", "cuda", "core"],
+    "train_sparse": ["train_dense", "ffn", "ffn_tiled", "ops", "gen", "cuda", "core"],
+    "train": ["train_sparse", "train_dense", "cuda", "core"],
     "api": [f for f in LIB if f != "api"],
     "verify": ["core"],
     # programs over the library: the public header, the one internal header (INTERNAL), each
@@ -55,7 +58,9 @@ FOLDERS = {  # path prefix -> folder key (longest prefix wins)
     "runtime/ops/gate_pack/lt/": "gate_pack_lt", "runtime/ops/ffn/": "ffn",
     "runtime/ops/ffn/small/": "ffn_small", "runtime/ops/ffn/tiled/": "ffn_tiled",
     "runtime/ops/ffn/heavy/": "ffn_heavy", "runtime/ops/ffn/dense/": "ffn_dense",
-    "runtime/ops/train/": "train", "runtime/ops/": "ops", "runtime/": "api", "gen/": "gen",
+    "runtime/ops/train/": "train", "runtime/ops/train/sparse/": "train_sparse",
+    "runtime/ops/train/dense/": "train_dense", "runtime/ops/": "ops", "runtime/": "api",
+    "gen/": "gen",
     "cache/": "cache", "autotune/": "autotune", "tests/verify/": "verify", "tests/": "tests",
     "tools/": "tools", "bench/": "bench", "examples/": "examples",
 }

@@ -166,7 +166,7 @@ enum {
     TW_TC_SMALL_LAST_FUSED_KERNEL,
     TW_TC_SMALL_LAST,
 
-    /* ---- training, sparse path (runtime/ops/train/cuda_train_probe.c) ---- */
+    /* ---- training, sparse path (runtime/ops/train/sparse/cuda_train_probe.c) ---- */
     TW_TC_TRAIN_FIRST = 500,
     /* (state, uint64_t row_len, uint64_t nrn_len): forced row and neuron chunk lengths
      * (0: automatic), so small problems exercise the split paths */
@@ -212,7 +212,7 @@ enum {
     TW_TC_TRAIN_SET_SCAN_EPOCH,
     TW_TC_TRAIN_LAST,
 
-    /* ---- training, dense path and AUTO (runtime/ops/train/cuda_train_dense_probe.c) ---- */
+    /* ---- training, dense path and AUTO (runtime/ops/train/dense/cuda_train_dense_probe.c) ---- */
     TW_TC_TD_FIRST = 600,
     TW_TC_TD_LAST_PATH = TW_TC_TD_FIRST, /* (state, twell_path *out): the last forward's path */
     TW_TC_TD_ESTIMATE, /* (state, double *out): active values per row AUTO uses; -1 none */

@@ -6,7 +6,7 @@
 # plus CLUSTER 4 and the defaults, over T 64/128/256, C 2/4/8, both dtypes and shapes including
 # ones the template rejects (K % 64, N % T, shared memory, bad BK / STAGES / CLUSTER / T / C).
 # gemm_sm90: what runtime/ops/ffn/heavy/dense_gemm_sm90.c (gated / relu with T, C; plain with TB = 1) and
-# runtime/ops/train/cuda_train_dense.c (fwd, dt, mm with TA / TB and LDO, wgrad with STAGES 4) pass, over
+# runtime/ops/train/dense/cuda_train_dense.c (fwd, dt, mm with TA / TB and LDO, wgrad with STAGES 4) pass, over
 # shapes and both dtypes, plus every rejection (MODE, TA, TB, LDO, STAGES, CLUSTER, K, N, T, C).
 set -eu
 what=$1 tpl=$2

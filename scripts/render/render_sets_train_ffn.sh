@@ -11,7 +11,7 @@ if [ "$1" = cubin ]; then # VEC 8 MMA at K 2048 (KC 64), KC 32 and 16 (no MMA), 
     echo "--K 512 --N 256 --T 128 --C 4 --dtype fp16 --param VEC=1 --param WPB=4"
     exit 0
 fi
-# Parameter sets: the runtime's (runtime/ops/train/cuda_train.c tw_ct_load: K N T C dtype VEC
+# Parameter sets: the runtime's (runtime/ops/train/sparse/cuda_train.c tw_ct_load: K N T C dtype VEC
 # WPB) over shapes that reach every branch of the template (MMA needs K % 32 == 0 and T % 64 ==
 # 0, KC 64/32/16 by K; T is 64, 128 or 256). The staged kernels' parameters SKC SST SWP SXF are
 # gone (fixed at their defaults: a set that passes none of them renders the same kernels before

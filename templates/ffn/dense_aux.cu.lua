@@ -1,5 +1,5 @@
 -- dense_aux.cu.lua — the reduction of gemm_sm90's split-K partials (SPLIT = 1) for the training
--- dense path (runtime/ops/train/cuda_train_dense.c). The inference dense route runs through
+-- dense path (runtime/ops/train/dense/cuda_train_dense.c). The inference dense route runs through
 -- cuBLASLt; its counting and expansion kernels went with the hand-written route.
 --
 -- Parameters: K, N, T, C, dtype (the plan's shape, see twellrt.h).

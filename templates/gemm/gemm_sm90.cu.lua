@@ -39,7 +39,7 @@
 --   MODE mm (the training path's y and dx on a small block of heavy rows) keeps the training ABI
 --   with nseg = nsplit, stores plane 0 to part the same way and writes nothing else; the caller
 --   reduces with twell_dense_reduce_plain (out = round(Σ)).
--- Training modes (runtime/ops/train/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
+-- Training modes (runtime/ops/train/dense/cuda_train_dense.c; a second ABI below; TA / TB = 1 make A / B
 -- "MN-major": A given as [K, M] (M contiguous), B as [K, N] (N contiguous), loaded by TMA in
 -- 64 x 64 boxes and fed to wgmma transposed, so no operand is ever copied into another layout):
 --   fwd    2 passes per unit: P = tw_act(A·Gᵀ) into the staging buffer, then U = A·Bᵀ;

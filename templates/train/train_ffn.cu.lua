@@ -1,6 +1,6 @@
 -- train_ffn.cu.lua — CUDA training forward and backward of a gated TwELL FFN (docs/DESIGN.md §6,
 -- twellrt.h "Training"), every step exact and deterministic (fixed orders, integer scans, no
--- floating-point atomics). runtime/ops/train/cuda_train.c owns the buffers and launches these kernels.
+-- floating-point atomics). runtime/ops/train/sparse/cuda_train.c owns the buffers and launches these kernels.
 --
 -- Parameters: K, N, T, C, dtype (see twellrt.h); VEC (8: 16-byte vector loads and stores, every
 -- tensor 16-byte aligned; 1: element loads, any 2-byte alignment; default 8); WPB (warps per
@@ -91,7 +91,7 @@
 --                              per block, smem STW bytes per warp (the token row as dtype + the
 --                              stages). Same per-lane sequence of roundings:
 --                              bitwise the same results. With `pre` (tiled U / dT, see
---                              runtime/ops/train/cuda_train_tiled.h) they read the precomputed values and
+--                              runtime/ops/train/sparse/cuda_train_tiled.h) they read the precomputed values and
 --                              compute only what twell_train_udt / ovf_udt did not cover; those
 --                              values are summed in tensor-core order (not the reference's).
 -- Scan modes: tiles (row-tile counts → tile_off, spill_off, row_off), rows (chunks → chunk_off,
@@ -111,21 +111,21 @@ local G = S.K // VEC -- VEC-groups per row
 local SW = 32 * VEC -- K slice of one warp item
 local NS = (S.K + SW - 1) // SW
 -- Overflowing row-tiles on tensor cores: 16-byte fragment loads (VEC 8), k blocks of 32, warp
--- tiles of 64 columns. runtime/ops/train/cuda_train.c tests the same condition (tw_ct_mma).
+-- tiles of 64 columns. runtime/ops/train/sparse/cuda_train.c tests the same condition (tw_ct_mma).
 local MMA = VEC == 8 and S.K % 32 == 0 and S.T % 64 == 0
 local OVF_BM = 16           -- listed rows per CTA step
 local OVF_WM = OVF_BM // 16 -- warps along the rows
 local OVF_WN = S.T // 64    -- warps along the tile's columns
 -- Tiled U / dT of overflowing row-tiles (twell_train_ovf_udt): fp32 values of 16 rows x T
--- columns in static shared memory (T <= 512). runtime/ops/train/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
+-- columns in static shared memory (T <= 512). runtime/ops/train/sparse/cuda_train.c tests the same (tw_ct_load: m.ovf_udt).
 local OVF_UDT = MMA and S.T <= 512
 -- Staged per-entry dot products (VEC 8): k chunks of KC elements of a warp's 32 weight rows go
 -- through shared memory by cp.async (coalesced, STAGES deep), row stride KC + 8 elements
--- (conflict-free 16-byte reads). runtime/ops/train/cuda_train.c computes the same STW (tw_ct_stw).
+-- (conflict-free 16-byte reads). runtime/ops/train/sparse/cuda_train.c computes the same STW (tw_ct_stw).
 -- KC 64 (K permitting, else 32 or 16), 2 stages, SWP 4 warps per block, the token row kept as
 -- dtype: the fastest of eleven (KC, STAGES, SWP, token row as fp32 or dtype) variants at K 2048,
 -- N 5632, 29 nnz/row (2 stages, 4 warps keep 16 warps per SM instead of 8 with 4 stages, 2 warps:
--- the per-entry gathers need warps in flight more than a deep ring). runtime/ops/train/cuda_train.c uses the same constants.
+-- the per-entry gathers need warps in flight more than a deep ring). runtime/ops/train/sparse/cuda_train.c uses the same constants.
 local KC = S.K % 64 == 0 and 64 or (S.K % 32 == 0 and 32 or 16)
 local KCP = KC + 8          -- staged row stride, elements
 local PPR = KC // 8         -- 16-byte pieces per staged row
@@ -139,7 +139,7 @@ local LB = 3
 local LB2 = 4
 local LBW = 5
 -- Entries of a row block whose columns and cursors twell_train_scatter loads at once (ranked).
--- runtime/ops/train/cuda_train.c uses the same constant (TW_CT_SC_P).
+-- runtime/ops/train/sparse/cuda_train.c uses the same constant (TW_CT_SC_P).
 local SC_P = 1024
 local NKC = S.K // KC
 local STW = 2 * S.K + STAGES * 32 * KCP * 2 -- shared bytes per warp

@@ -73,7 +73,7 @@ __device__ __forceinline__ void tw_block_scan2(tw_u64 &a, tw_u64 &b, tw_u64 *sh,
 
 /* Row chunk length of the rows mode: the device's choice, reported to the host in tot[2]. */
 /* Row chunk length: max(lo, 4·ceil(nnz/M)), lo from the host (64 normally): rows more than four
- * times the mean (and longer than lo) are split. runtime/ops/train/train_layout.c has the same formula. */
+ * times the mean (and longer than lo) are split. runtime/ops/train/sparse/train_layout.c has the same formula. */
 __device__ __forceinline__ tw_u64 tw_row_chunk_len(tw_u64 nnz, tw_u64 M, tw_u64 lo) {
     const tw_u64 e = 4ull * ((nnz + M - 1) / M);
     return e > lo ? e : lo;
