@@ -500,17 +500,17 @@ TWELL_API twell_status twell_plan_set_path(twell_plan *plan, twell_path path);
  * (compile, CUDA, cache); the plan then runs what it ran before. */
 TWELL_API twell_status twell_plan_tune(twell_plan *plan, size_t M, unsigned flags);
 
-/* Prepares plan for calls of up to max_M rows, so that later calls of twell_gate_pack and
- * twell_ffn_infer with M ≤ max_M load, compile, tune, look up and allocate nothing, and can be
- * captured into a CUDA graph (see "CUDA graphs" below). nnz_per_row (0 ≤ nnz_per_row ≤ N) is
- * the mean number of active values per row the caller expects: it sizes the sparse path's lists
- * (every value of min(max_M, 65536) rows at that mean, plus their padding) and overflow buffers,
- * and AUTO takes it as its density estimate until counts of real calls have reached the host.
- * On CUDA it resolves the tuned kernels of every M bucket up to max_M and allocates: the sparse
- * path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of bookkeeping; per list
- * slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16; per overflow
- * row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to overflow,
- * 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
+/* Prepares plan for calls of up to max_M rows, so that later calls of twell_gate_pack,
+ * twell_ffn_infer and twell_ffn_layer with M ≤ max_M load, compile, tune, look up and allocate
+ * nothing, and can be captured into a CUDA graph (see "CUDA graphs" below). nnz_per_row (0 ≤
+ * nnz_per_row ≤ N) is the mean number of active values per row the caller expects: it sizes the
+ * sparse path's lists (every value of min(max_M, 65536) rows at that mean, plus their padding) and
+ * overflow buffers, and AUTO takes it as its density estimate until counts of real calls have
+ * reached the host. On CUDA it resolves the tuned kernels of every M bucket up to max_M and
+ * allocates: the sparse path's workspace (per row of min(max_M, 65536): about 4·N/T·2 bytes of
+ * bookkeeping; per list slot, one per expected active value plus padding: 6 bytes, gated 10 + K/16;
+ * per overflow row-tile the values can fill, about 2·T·2 bytes, and room for one row in 16 to
+ * overflow, 16·K bytes each), where the dense path can run and the plan's path is not SPARSE, the
  * dense route's (u, h and g for a chunk of rows: see TWELL_PATH_DENSE; 32 MiB for cuBLASLt; the
  * cuBLASLt gate-pack's captured gate buffer, min(max_M, 1447)·N·2 bytes, or max_M rows when
  * DENSE is expected at max_M), and, where the small-batch kernels can run, theirs (about N·6
@@ -525,12 +525,12 @@ TWELL_API twell_status twell_plan_reserve(twell_plan *plan, size_t max_M, double
 /* ---------------------------------------------------------------------------------------------
  * CUDA graphs
  *
- * twell_gate_pack and twell_ffn_infer can be captured on the caller's stream (cuStreamBeginCapture
- * / cudaStreamBeginCapture / torch.cuda.graph, any capture mode; not the legacy default stream,
- * which cannot be captured) and the graph replayed with new data in the same buffers. A call
- * sees the capture (cuStreamIsCapturing) and then enqueues kernels and memsets only: it queries,
- * records and waits for no event, synchronises nothing, copies nothing back and allocates
- * nothing. What it would otherwise decide on the host is fixed when it is captured:
+ * twell_gate_pack, twell_ffn_infer and twell_ffn_layer can be captured on the caller's stream
+ * (cuStreamBeginCapture / cudaStreamBeginCapture / torch.cuda.graph, any capture mode; not the
+ * legacy default stream, which cannot be captured) and the graph replayed with new data in the same
+ * buffers. A call sees the capture (cuStreamIsCapturing) and then enqueues kernels and memsets
+ * only: it queries, records and waits for no event, synchronises nothing, copies nothing back and
+ * allocates nothing. What it would otherwise decide on the host is fixed when it is captured:
  *   - the kernels: those of the call's M bucket as resolved by twell_plan_reserve or an earlier
  *     eager call (an unresolved bucket runs the default configuration);
  *   - the path of twell_ffn_infer: DENSE or SPARSE as set, AUTO the path its policy picks for M
